@@ -1,0 +1,165 @@
+//! `/resource`: uploaded files (direct multipart upload, presigned upload, preview, download).
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap};
+use axum::response::Response;
+use shared::http::date_range::DatetimeRange;
+use shared::http::envelope::Empty;
+use shared::http::files::Disposition;
+use shared::http::multipart::{read_form, MultipartBody};
+use shared::http::{Api, ApiResult, CurrentUser, Json, Page, PageQuery, Path, Query};
+use shared::resources::{self, service, ResourceView};
+use shared::{AppError, AppResult, AppState};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        // Uploads enforce their own configured limits while streaming.
+        .routes(routes!(upload))
+        .routes(routes!(direct_upload))
+        .layer(DefaultBodyLimit::disable())
+        .routes(routes!(page))
+        .routes(routes!(preview))
+        .routes(routes!(download))
+        .routes(routes!(delete))
+        .routes(routes!(upload_url))
+        .routes(routes!(complete_upload))
+}
+
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct UploadForm {
+    /// The file.
+    #[schema(format = Binary, content_media_type = "application/octet-stream")]
+    file: String,
+    /// Business type, e.g. avatar, document.
+    biz_type: Option<String>,
+    biz_id: Option<i64>,
+}
+
+/// Upload a file (multipart). Files above MAX_UPLOAD_BYTES get 413: use /resource/upload-url.
+#[utoipa::path(post, path = "/resource/upload", tag = "resources", security(("svc_auth" = [])),
+    request_body(content = UploadForm, content_type = "multipart/form-data"),
+    responses((status = 200, body = shared::http::Envelope<ResourceView>), (status = 400), (status = 401), (status = 413)))]
+async fn upload(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    multipart: MultipartBody,
+) -> ApiResult<ResourceView> {
+    let mut form = read_form(multipart, state.config().max_upload_bytes).await?;
+    let file = form
+        .take_files("file")
+        .into_iter()
+        .next()
+        .ok_or_else(|| AppError::validation("file is required"))?;
+    let biz_id = form.number("bizId")?;
+    service::upload(&state, &user, file, form.text("bizType"), biz_id)
+        .await
+        .map(Api)
+}
+
+/// Page through resources (your own; administrators see all).
+#[utoipa::path(get, path = "/resource/page", tag = "resources", security(("svc_auth" = [])),
+    params(PageQuery, resources::ResourceFilter,
+        ("datetimeRange" = Option<Vec<String>>, Query, description = "creation time range: two timestamps `YYYY-MM-DD HH:mm:ss`")),
+    responses((status = 200, body = shared::http::Envelope<Page<ResourceView>>), (status = 400), (status = 401)))]
+async fn page(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Query(paging): Query<PageQuery>,
+    Query(filter): Query<resources::ResourceFilter>,
+    range: DatetimeRange,
+) -> ApiResult<Page<ResourceView>> {
+    service::page(&state, &user, paging, filter, range)
+        .await
+        .map(Api)
+}
+
+/// The file inline, with its MIME type; supports Range requests.
+#[utoipa::path(get, path = "/resource/{id}/preview", tag = "resources", security(("svc_auth" = [])), params(("id" = i64, Path)),
+    responses((status = 200, description = "the file's bytes"), (status = 206, description = "a byte range"),
+              (status = 401), (status = 404), (status = 416)))]
+async fn preview(
+    State(state): State<AppState>,
+    _user: CurrentUser,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+) -> AppResult<Response> {
+    service::serve(&state, id, &headers, Disposition::Inline).await
+}
+
+/// The file as an attachment download; supports Range requests.
+#[utoipa::path(get, path = "/resource/{id}/download", tag = "resources", security(("svc_auth" = [])), params(("id" = i64, Path)),
+    responses((status = 200, description = "the file's bytes"), (status = 206, description = "a byte range"),
+              (status = 401), (status = 404), (status = 416)))]
+async fn download(
+    State(state): State<AppState>,
+    _user: CurrentUser,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+) -> AppResult<Response> {
+    service::serve(&state, id, &headers, Disposition::Attachment).await
+}
+
+/// Delete a resource: its stored object and its record.
+#[utoipa::path(delete, path = "/resource/{id}", tag = "resources", security(("svc_auth" = [])), params(("id" = i64, Path)),
+    responses((status = 200, body = shared::http::Envelope<Empty>), (status = 401), (status = 404)))]
+async fn delete(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(id): Path<i64>,
+) -> ApiResult<Empty> {
+    service::delete(&state, &user, id).await?;
+    Api::empty()
+}
+
+/// A presigned PUT URL for files above the direct-upload limit.
+#[utoipa::path(post, path = "/resource/upload-url", tag = "resources", security(("svc_auth" = [])),
+    request_body = resources::UploadUrlRequest,
+    responses((status = 200, body = shared::http::Envelope<resources::UploadUrlResult>), (status = 400), (status = 401), (status = 413)))]
+async fn upload_url(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Json(req): Json<resources::UploadUrlRequest>,
+) -> ApiResult<resources::UploadUrlResult> {
+    service::upload_url(&state, &user, req).await.map(Api)
+}
+
+/// Register a file sent through a presigned PUT.
+#[utoipa::path(post, path = "/resource/upload/complete", tag = "resources", security(("svc_auth" = [])),
+    request_body = resources::CompleteUploadRequest,
+    responses((status = 200, body = shared::http::Envelope<ResourceView>), (status = 400), (status = 401), (status = 403), (status = 413)))]
+async fn complete_upload(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Json(req): Json<resources::CompleteUploadRequest>,
+) -> ApiResult<ResourceView> {
+    service::complete_upload(&state, &user, req).await.map(Api)
+}
+
+/// Target of presigned PUTs when files are stored on the local filesystem; authorised by the
+/// URL's signature, not by a token.
+#[utoipa::path(put, path = "/resource/direct-upload", tag = "resources", params(resources::DirectUploadQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, body = shared::http::Envelope<Empty>), (status = 403), (status = 413)))]
+async fn direct_upload(
+    State(state): State<AppState>,
+    Query(q): Query<resources::DirectUploadQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Empty> {
+    let limit = state.config().max_presigned_upload_bytes;
+    let bytes = axum::body::to_bytes(body, limit as usize)
+        .await
+        .map_err(|_| {
+            AppError::PayloadTooLarge(format!("upload exceeds the limit of {limit} bytes"))
+        })?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/octet-stream");
+    service::direct_upload(&state, q, content_type, bytes).await?;
+    Api::empty()
+}

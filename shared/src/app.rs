@@ -1,0 +1,53 @@
+//! Assembling routers into a served application: the same code for the local server and for
+//! every Lambda function.
+
+use axum::Router;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+use utoipa::openapi::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::config::Config;
+use crate::http::middleware::with_request_tracing;
+use crate::AppState;
+
+/// Mounts `api` under the configured prefix, adds request tracing, and returns the router
+/// with the OpenAPI document of everything mounted.
+pub fn assemble(api: OpenApiRouter<AppState>, state: AppState) -> (Router, OpenApi) {
+    let prefix = state.base_path();
+    let (router, mut openapi) = OpenApiRouter::new().nest(&prefix, api).split_for_parts();
+    add_security_schemes(&mut openapi);
+    (with_request_tracing(router.with_state(state)), openapi)
+}
+
+fn add_security_schemes(openapi: &mut OpenApi) {
+    let components = openapi.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "svc_auth",
+        SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("Svc-Auth"))),
+    );
+    components.add_security_scheme(
+        "svc_app_id",
+        SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("Svc-App-Id"))),
+    );
+    components.add_security_scheme(
+        "svc_token",
+        SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("Svc-Token"))),
+    );
+}
+
+/// Process start-up shared by every binary: logging, crypto provider, config, state (pool,
+/// migrations, clients) and the first administrator.
+pub async fn start() -> anyhow::Result<AppState> {
+    crate::telemetry::init();
+    crate::telemetry::install_crypto_provider();
+    let config = Config::from_env()?;
+    let state = AppState::build(config).await?;
+    let cfg = state.config();
+    crate::users::service::ensure_first_admin(
+        state.db(),
+        cfg.admin_username.as_deref(),
+        cfg.admin_password.as_deref(),
+    )
+    .await?;
+    Ok(state)
+}

@@ -1,0 +1,236 @@
+//! Typed configuration read from the environment (and `.env` for local runs).
+
+use std::time::Duration;
+
+use base64::Engine;
+
+/// Where objects (uploads, skill packages) are kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StorageBackend {
+    /// S3 (or LocalStack) in the configured bucket.
+    S3 { bucket: String },
+    /// A directory on the local filesystem.
+    Filesystem { root: String },
+}
+
+/// How background work is queued.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueBackend {
+    /// SQS queues, one URL per worker.
+    Sqs {
+        ingest_url: String,
+        memory_url: String,
+    },
+    /// Tokio channels inside the process.
+    InProcess,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub api_prefix: String,
+    pub database_url: String,
+    pub db_max_connections: u32,
+    pub jwt_secret: Vec<u8>,
+    pub encryption_key: [u8; 32],
+    pub access_token_ttl: Duration,
+    pub refresh_token_ttl: Duration,
+    pub admin_username: Option<String>,
+    pub admin_password: Option<String>,
+    pub storage: StorageBackend,
+    pub queue: QueueBackend,
+    /// Base URL put in front of links the service hands out; relative links when unset.
+    pub public_base_url: Option<String>,
+    /// Offset of the zone timestamps are rendered in, in seconds east of UTC.
+    pub utc_offset_secs: i32,
+    pub max_upload_bytes: u64,
+    pub max_presigned_upload_bytes: u64,
+    pub login_max_failures: i32,
+    pub login_ip_max_failures: i32,
+    pub login_lock: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("configuration error: {0}")]
+pub struct ConfigError(String);
+
+impl Config {
+    /// Reads the configuration from the process environment, loading `.env` first if present.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        // A missing .env is the normal case in Lambda; only the variables matter.
+        let _ = dotenvy::dotenv();
+        Self::from_lookup(|key| std::env::var(key).ok())
+    }
+
+    /// Reads the configuration through `lookup`, so tests can build one without touching the
+    /// process environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |key: &str| lookup(key).filter(|v| !v.trim().is_empty());
+        let required =
+            |key: &str| get(key).ok_or_else(|| ConfigError(format!("{key} must be set")));
+        let parse_num = |key: &str, default: u64| -> Result<u64, ConfigError> {
+            match get(key) {
+                None => Ok(default),
+                Some(v) => v
+                    .trim()
+                    .parse()
+                    .map_err(|_| ConfigError(format!("{key} must be a whole number, got {v:?}"))),
+            }
+        };
+
+        let api_prefix = get("API_PREFIX").unwrap_or_else(|| "api".to_owned());
+        let api_prefix = api_prefix.trim_matches('/').to_owned();
+        if api_prefix.is_empty() || api_prefix.contains('/') {
+            return Err(ConfigError(
+                "API_PREFIX must be one path segment, e.g. api".into(),
+            ));
+        }
+
+        let jwt_secret = required("JWT_SECRET")?.into_bytes();
+        if jwt_secret.len() < 32 {
+            return Err(ConfigError(
+                "JWT_SECRET must be at least 32 bytes long".into(),
+            ));
+        }
+        let encryption_key = decode_key(&required("ENCRYPTION_KEY")?)?;
+
+        let storage = match get("STORAGE_BACKEND").as_deref().unwrap_or("fs") {
+            "s3" => StorageBackend::S3 {
+                bucket: required("S3_BUCKET")?,
+            },
+            "fs" => StorageBackend::Filesystem {
+                root: get("STORAGE_DIR").unwrap_or_else(|| ".local/storage".to_owned()),
+            },
+            other => {
+                return Err(ConfigError(format!(
+                    "STORAGE_BACKEND must be s3 or fs, got {other:?}"
+                )))
+            }
+        };
+        let queue = match get("QUEUE_BACKEND").as_deref().unwrap_or("memory") {
+            "sqs" => QueueBackend::Sqs {
+                ingest_url: required("SQS_INGEST_QUEUE_URL")?,
+                memory_url: required("SQS_MEMORY_QUEUE_URL")?,
+            },
+            "memory" => QueueBackend::InProcess,
+            other => {
+                return Err(ConfigError(format!(
+                    "QUEUE_BACKEND must be sqs or memory, got {other:?}"
+                )))
+            }
+        };
+
+        Ok(Self {
+            api_prefix,
+            database_url: required("DATABASE_URL")?,
+            db_max_connections: parse_num("DB_MAX_CONNECTIONS", 10)? as u32,
+            jwt_secret,
+            encryption_key,
+            access_token_ttl: Duration::from_secs(parse_num("ACCESS_TOKEN_TTL_SECS", 2 * 3600)?),
+            refresh_token_ttl: Duration::from_secs(parse_num(
+                "REFRESH_TOKEN_TTL_SECS",
+                14 * 86400,
+            )?),
+            admin_username: get("ADMIN_USERNAME"),
+            admin_password: get("ADMIN_PASSWORD"),
+            storage,
+            queue,
+            public_base_url: get("PUBLIC_BASE_URL").map(|u| u.trim_end_matches('/').to_owned()),
+            utc_offset_secs: parse_offset(get("TIME_ZONE_OFFSET").as_deref().unwrap_or("+00:00"))?,
+            max_upload_bytes: parse_num("MAX_UPLOAD_BYTES", 10 * 1024 * 1024)?,
+            max_presigned_upload_bytes: parse_num(
+                "MAX_PRESIGNED_UPLOAD_BYTES",
+                1024 * 1024 * 1024,
+            )?,
+            login_max_failures: parse_num("LOGIN_MAX_FAILURES", 5)? as i32,
+            login_ip_max_failures: parse_num("LOGIN_IP_MAX_FAILURES", 50)? as i32,
+            login_lock: Duration::from_secs(parse_num("LOGIN_LOCK_SECS", 900)?),
+        })
+    }
+}
+
+fn decode_key(value: &str) -> Result<[u8; 32], ConfigError> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(value.trim())
+        .map_err(|_| ConfigError("ENCRYPTION_KEY must be base64".into()))?;
+    bytes
+        .try_into()
+        .map_err(|_| ConfigError("ENCRYPTION_KEY must decode to exactly 32 bytes".into()))
+}
+
+/// Parses `+08:00` / `-05:30` / `Z` into seconds east of UTC.
+fn parse_offset(value: &str) -> Result<i32, ConfigError> {
+    let bad = || {
+        ConfigError(format!(
+            "TIME_ZONE_OFFSET must look like +08:00, got {value:?}"
+        ))
+    };
+    let v = value.trim();
+    if v == "Z" || v == "UTC" {
+        return Ok(0);
+    }
+    let (sign, rest) = match v.split_at_checked(1).ok_or_else(bad)? {
+        ("+", rest) => (1, rest),
+        ("-", rest) => (-1, rest),
+        _ => return Err(bad()),
+    };
+    let (h, m) = rest.split_once(':').ok_or_else(bad)?;
+    let h: i32 = h.parse().map_err(|_| bad())?;
+    let m: i32 = m.parse().map_err(|_| bad())?;
+    if !(0..=14).contains(&h) || !(0..60).contains(&m) {
+        return Err(bad());
+    }
+    Ok(sign * (h * 3600 + m * 60))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn base() -> HashMap<&'static str, String> {
+        HashMap::from([
+            ("DATABASE_URL", "postgres://x".to_owned()),
+            ("JWT_SECRET", "x".repeat(32)),
+            (
+                "ENCRYPTION_KEY",
+                base64::engine::general_purpose::STANDARD.encode([7u8; 32]),
+            ),
+        ])
+    }
+
+    fn load(env: &HashMap<&'static str, String>) -> Result<Config, ConfigError> {
+        Config::from_lookup(|k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = load(&base()).unwrap();
+        assert_eq!(c.api_prefix, "api");
+        assert_eq!(c.queue, QueueBackend::InProcess);
+        assert!(matches!(c.storage, StorageBackend::Filesystem { .. }));
+        assert_eq!(c.utc_offset_secs, 0);
+    }
+
+    #[test]
+    fn errors_name_the_variable() {
+        let mut env = base();
+        env.insert("ENCRYPTION_KEY", "c2hvcnQ=".into());
+        assert!(load(&env)
+            .unwrap_err()
+            .to_string()
+            .contains("ENCRYPTION_KEY"));
+        let mut env = base();
+        env.insert("STORAGE_BACKEND", "s3".into());
+        assert!(load(&env).unwrap_err().to_string().contains("S3_BUCKET"));
+        let mut env = base();
+        env.remove("DATABASE_URL");
+        assert!(load(&env).unwrap_err().to_string().contains("DATABASE_URL"));
+    }
+
+    #[test]
+    fn offsets_parse() {
+        assert_eq!(parse_offset("+08:00").unwrap(), 8 * 3600);
+        assert_eq!(parse_offset("-05:30").unwrap(), -(5 * 3600 + 1800));
+        assert!(parse_offset("8").is_err());
+    }
+}

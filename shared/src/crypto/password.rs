@@ -1,0 +1,49 @@
+//! argon2id password hashing.
+
+use argon2::password_hash::rand_core::OsRng;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+
+use crate::AppError;
+
+pub fn hash(password: &str) -> Result<String, AppError> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("hashing a password failed: {e}")))
+}
+
+/// Verifies `password`; an unparsable stored hash never verifies.
+pub fn verify(password: &str, stored: &str) -> bool {
+    PasswordHash::new(stored)
+        .map(|parsed| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok()
+        })
+        .unwrap_or(false)
+}
+
+/// Hashes and runs a verification anyway, so a login for an unknown user costs as much time
+/// as one for a known user.
+pub fn burn_time(password: &str) {
+    use std::sync::OnceLock;
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    let dummy = DUMMY.get_or_init(|| hash("not-a-real-password").unwrap_or_default());
+    let _ = verify(password, dummy);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_verify() {
+        let h = hash("correct horse").unwrap();
+        assert!(h.starts_with("$argon2id$"));
+        assert!(verify("correct horse", &h));
+        assert!(!verify("wrong", &h));
+        assert!(!verify("x", "garbage"));
+    }
+}

@@ -1,0 +1,26 @@
+//! The Postgres pool and the migrations applied at start-up.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use crate::config::Config;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Connects and applies pending migrations. Migrations take an advisory lock, so several
+/// functions starting together apply them once.
+pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
+    let pool = PgPoolOptions::new()
+        .max_connections(config.db_max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(&config.database_url)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot connect to the database: {e}"))?;
+    MIGRATOR
+        .run(&pool)
+        .await
+        .map_err(|e| anyhow::anyhow!("applying migrations failed: {e}"))?;
+    Ok(pool)
+}

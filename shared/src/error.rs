@@ -1,0 +1,122 @@
+//! The one error type of the service and how it becomes an HTTP response.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+pub type AppResult<T> = Result<T, AppError>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// Input that breaks a rule; the message names the field.
+    #[error("{0}")]
+    Validation(String),
+    /// A business rule refused the request (duplicate name, wrong old password ...).
+    #[error("{0}")]
+    Business(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{message}")]
+    RateLimited {
+        message: String,
+        retry_after_secs: u64,
+    },
+    /// Anything the client cannot fix; logged with its cause, shown as a generic message.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+/// What an error response carried, kept as a response extension so a module with the other
+/// envelope (`{status, message, data}`) can render the same failure its own way.
+#[derive(Clone, Debug)]
+pub struct ErrorInfo {
+    pub code: i64,
+    pub message: String,
+}
+
+impl AppError {
+    pub fn validation(msg: impl Into<String>) -> Self {
+        Self::Validation(msg.into())
+    }
+    pub fn business(msg: impl Into<String>) -> Self {
+        Self::Business(msg.into())
+    }
+    pub fn not_found(what: &str) -> Self {
+        Self::NotFound(format!("{what} not found"))
+    }
+    pub fn forbidden() -> Self {
+        Self::Forbidden("you do not have permission to do this".into())
+    }
+    pub fn unauthorized(msg: impl Into<String>) -> Self {
+        Self::Unauthorized(msg.into())
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Validation(_) | Self::Business(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The envelope code: 0 for rule failures, otherwise the HTTP status.
+    pub fn code(&self) -> i64 {
+        match self {
+            Self::Validation(_) | Self::Business(_) => 0,
+            other => i64::from(other.status().as_u16()),
+        }
+    }
+
+    fn public_message(&self) -> String {
+        match self {
+            Self::Internal(_) => "internal server error; the failure was logged".to_owned(),
+            other => other.to_string(),
+        }
+    }
+}
+
+impl From<sqlx::Error> for AppError {
+    fn from(err: sqlx::Error) -> Self {
+        Self::Internal(anyhow::Error::new(err).context("database"))
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        if let Self::Internal(cause) = &self {
+            tracing::error!(error = ?cause, "request failed");
+        }
+        let info = ErrorInfo {
+            code: self.code(),
+            message: self.public_message(),
+        };
+        let body = json!({ "code": info.code, "msg": info.message, "data": null });
+        let mut response = (self.status(), axum::Json(body)).into_response();
+        if let Self::RateLimited {
+            retry_after_secs, ..
+        } = &self
+        {
+            if let Ok(v) = HeaderValue::from_str(&retry_after_secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response.extensions_mut().insert(info);
+        response
+    }
+}
+
+/// True when a database error is the violation of the named unique constraint.
+pub fn is_unique_violation(err: &sqlx::Error, constraint: &str) -> bool {
+    matches!(err, sqlx::Error::Database(db)
+        if db.is_unique_violation() && db.constraint() == Some(constraint))
+}

@@ -1,0 +1,81 @@
+//! `Svc-Auth` authentication: the current user and the administrator guard.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+
+use crate::users::repo as user_repo;
+use crate::users::Role;
+use crate::{AppError, AppState};
+
+pub const AUTH_HEADER: &str = "svc-auth";
+
+/// The authenticated caller. The user row is re-read on every request so that a deleted user
+/// or a changed role takes effect at once, not when the token expires.
+#[derive(Debug, Clone)]
+pub struct CurrentUser {
+    pub id: i64,
+    pub username: String,
+    pub role: Role,
+}
+
+impl CurrentUser {
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// Administrators may act on anything; others only on what they created.
+    pub fn can_manage(&self, creator_id: i64) -> bool {
+        self.is_admin() || self.id == creator_id
+    }
+}
+
+/// Reads the bearer token from `Svc-Auth` (an optional `Bearer ` prefix is accepted).
+pub fn token_from(parts: &Parts) -> Option<&str> {
+    let raw = parts.headers.get(AUTH_HEADER)?.to_str().ok()?.trim();
+    let token = raw.strip_prefix("Bearer ").unwrap_or(raw).trim();
+    (!token.is_empty()).then_some(token)
+}
+
+impl FromRequestParts<AppState> for CurrentUser {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        if let Some(user) = parts.extensions.get::<CurrentUser>() {
+            return Ok(user.clone());
+        }
+        let token = token_from(parts).ok_or_else(|| {
+            AppError::unauthorized("not logged in: send the Svc-Auth header; please log in again")
+        })?;
+        let claims = state.jwt().verify_access(token)?;
+        let user = user_repo::find_identity(state.db(), claims.sub)
+            .await?
+            .ok_or_else(|| {
+                AppError::unauthorized(
+                    "the user of this token no longer exists; please log in again",
+                )
+            })?;
+        let current = CurrentUser {
+            id: user.0,
+            username: user.1,
+            role: Role::from_code(user.2),
+        };
+        parts.extensions.insert(current.clone());
+        Ok(current)
+    }
+}
+
+/// The caller, who must be an administrator (403 otherwise).
+#[derive(Debug, Clone)]
+pub struct AdminUser(pub CurrentUser);
+
+impl FromRequestParts<AppState> for AdminUser {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        let user = CurrentUser::from_request_parts(parts, state).await?;
+        if !user.is_admin() {
+            return Err(AppError::Forbidden("administrator role required".into()));
+        }
+        Ok(AdminUser(user))
+    }
+}

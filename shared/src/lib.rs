@@ -1,0 +1,25 @@
+//! Common library of the agent platform.
+//!
+//! Everything a function crate needs lives here: configuration, HTTP plumbing (envelopes,
+//! errors, extractors), authentication, crypto, object storage, queues and the domain
+//! services. Function crates only hold thin handlers and their Lambda entry points.
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod crypto;
+pub mod db;
+pub mod error;
+pub mod http;
+pub mod lambda;
+pub mod queue;
+pub mod resources;
+pub mod state;
+pub mod storage;
+pub mod telemetry;
+pub mod time;
+pub mod users;
+pub mod validate;
+
+pub use error::{AppError, AppResult};
+pub use state::AppState;

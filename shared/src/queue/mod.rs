@@ -1,0 +1,106 @@
+//! Background work queues. SQS in production; the same worker handlers also run in-process
+//! (local server, tests), fed either by an SQS poller or by Tokio channels, and both honour
+//! the Lambda partial-batch-failure answer.
+
+mod memory;
+mod sqs;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use futures::future::BoxFuture;
+
+pub use memory::InProcessQueue;
+pub use sqs::SqsQueue;
+
+/// Messages delivered at most this many times before they go to the dead-letter queue
+/// (the SAM template's `maxReceiveCount` says the same for SQS).
+pub const MAX_RECEIVES: u32 = 3;
+/// Largest batch handed to a worker at once (the Lambda event source's BatchSize).
+pub const BATCH_SIZE: usize = 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QueueName {
+    /// Document parsing and indexing.
+    Ingest,
+    /// Long-term memory extraction.
+    Memory,
+}
+
+/// A worker: takes a batch, answers with the ids of the messages that failed. An `Err` fails
+/// the whole batch, as a Lambda error would.
+pub type BatchHandler =
+    Arc<dyn Fn(SqsEvent) -> BoxFuture<'static, anyhow::Result<SqsBatchResponse>> + Send + Sync>;
+
+#[async_trait]
+pub trait Queue: Send + Sync {
+    async fn send(&self, queue: QueueName, body: String) -> anyhow::Result<()>;
+    /// Cheap reachability check for /health.
+    async fn check(&self) -> anyhow::Result<()>;
+    /// Delivers the queue's messages to `handler` inside this process until the process ends.
+    fn start_worker(&self, queue: QueueName, handler: BatchHandler) -> tokio::task::JoinHandle<()>;
+}
+
+/// Builds the SQS message a worker sees, as the Lambda runtime would deliver it.
+pub fn message(id: &str, body: &str, receive_count: u32, receipt: Option<String>) -> SqsMessage {
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id.to_owned());
+    m.body = Some(body.to_owned());
+    m.receipt_handle = receipt;
+    m.event_source = Some("aws:sqs".to_owned());
+    m.attributes.insert(
+        "ApproximateReceiveCount".to_owned(),
+        receive_count.to_string(),
+    );
+    m
+}
+
+pub fn event(records: Vec<SqsMessage>) -> SqsEvent {
+    let mut e = SqsEvent::default();
+    e.records = records;
+    e
+}
+
+/// Message ids a worker reported as failed; every id when the handler itself failed.
+pub fn failed_ids(event: &SqsEvent, outcome: &anyhow::Result<SqsBatchResponse>) -> Vec<String> {
+    match outcome {
+        Ok(resp) => resp
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone())
+            .collect(),
+        Err(err) => {
+            tracing::error!(error = ?err, "worker failed the whole batch");
+            event
+                .records
+                .iter()
+                .filter_map(|m| m.message_id.clone())
+                .collect()
+        }
+    }
+}
+
+/// Runs `work` on every message of a batch concurrently and reports the failures, the shape
+/// every worker answers with.
+pub async fn for_each_message<F, Fut>(event: SqsEvent, work: F) -> SqsBatchResponse
+where
+    F: Fn(SqsMessage) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let runs = event.records.into_iter().map(|m| {
+        let id = m.message_id.clone().unwrap_or_default();
+        let fut = work(m);
+        async move { (id, fut.await) }
+    });
+    let mut response = SqsBatchResponse::default();
+    for (id, outcome) in futures::future::join_all(runs).await {
+        if let Err(err) = outcome {
+            tracing::warn!(message_id = %id, error = ?err, "message failed; it will be retried");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    response
+}

@@ -1,0 +1,7 @@
+//! Uploaded files: bytes in object storage, metadata in Postgres.
+
+pub mod model;
+pub mod repo;
+pub mod service;
+
+pub use model::*;

@@ -1,0 +1,120 @@
+//! SQL of the resources module.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+
+use super::{ResourceFilter, ResourceRow};
+use crate::users::repo::escape_like;
+
+const COLUMNS: &str =
+    "id, storage_key, original_name, file_size, mime_type, storage_type, biz_type, biz_id, content_hash, creator_id, create_dt";
+
+pub struct NewResource<'a> {
+    pub storage_key: &'a str,
+    pub original_name: &'a str,
+    pub file_size: i64,
+    pub mime_type: &'a str,
+    pub storage_type: &'a str,
+    pub biz_type: Option<&'a str>,
+    pub biz_id: Option<i64>,
+    pub content_hash: Option<&'a str>,
+    pub creator_id: i64,
+}
+
+pub async fn insert(db: impl PgExecutor<'_>, r: &NewResource<'_>) -> sqlx::Result<ResourceRow> {
+    sqlx::query_as(&format!(
+        "INSERT INTO resources (storage_key, original_name, file_size, mime_type, storage_type, biz_type, biz_id,
+         content_hash, creator_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {COLUMNS}"
+    ))
+    .bind(r.storage_key)
+    .bind(r.original_name)
+    .bind(r.file_size)
+    .bind(r.mime_type)
+    .bind(r.storage_type)
+    .bind(r.biz_type)
+    .bind(r.biz_id)
+    .bind(r.content_hash)
+    .bind(r.creator_id)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn find(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<ResourceRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM resources WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn find_for_update(
+    db: impl PgExecutor<'_>,
+    id: i64,
+) -> sqlx::Result<Option<ResourceRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM resources WHERE id = $1 FOR UPDATE"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM resources WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+pub struct PageFilter<'a> {
+    pub creator_id: Option<i64>,
+    pub filter: &'a ResourceFilter,
+    pub created: Option<(DateTime<Utc>, DateTime<Utc>)>,
+}
+
+fn push_filter<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &'a PageFilter<'a>) {
+    qb.push(" WHERE TRUE");
+    if let Some(id) = f.creator_id {
+        qb.push(" AND creator_id = ").push_bind(id);
+    }
+    if let Some(t) = &f.filter.biz_type {
+        qb.push(" AND biz_type = ").push_bind(t);
+    }
+    if let Some(id) = f.filter.biz_id {
+        qb.push(" AND biz_id = ").push_bind(id);
+    }
+    if let Some(name) = f
+        .filter
+        .original_name
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        qb.push(" AND original_name ILIKE ")
+            .push_bind(format!("%{}%", escape_like(name)));
+    }
+    if let Some((start, end)) = f.created {
+        qb.push(" AND create_dt BETWEEN ")
+            .push_bind(start)
+            .push(" AND ")
+            .push_bind(end);
+    }
+}
+
+pub async fn page(
+    db: &PgPool,
+    f: &PageFilter<'_>,
+    limit: i64,
+    offset: i64,
+) -> sqlx::Result<(Vec<ResourceRow>, i64)> {
+    let mut count = QueryBuilder::new("SELECT count(*) FROM resources");
+    push_filter(&mut count, f);
+    let total: i64 = count.build_query_scalar().fetch_one(db).await?;
+    let mut rows = QueryBuilder::new(format!("SELECT {COLUMNS} FROM resources"));
+    push_filter(&mut rows, f);
+    rows.push(" ORDER BY create_dt DESC, id DESC LIMIT ")
+        .push_bind(limit)
+        .push(" OFFSET ")
+        .push_bind(offset);
+    Ok((rows.build_query_as().fetch_all(db).await?, total))
+}

@@ -1,0 +1,288 @@
+//! Business rules of uploaded resources.
+
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
+use super::repo::{self, NewResource, PageFilter};
+use super::*;
+use crate::http::date_range::DatetimeRange;
+use crate::http::files::{file_response, Disposition, StoredFile};
+use crate::http::multipart::UploadedFile;
+use crate::http::{CurrentUser, Page, PageQuery};
+use crate::storage::{read_all, ByteRange};
+use crate::{validate, AppError, AppResult, AppState};
+
+const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
+const SNIFF_BYTES: u64 = 8192;
+
+/// Keeps the last path segment, drops control characters, caps the length.
+pub fn clean_file_name(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or_default();
+    let cleaned: String = base.chars().filter(|c| !c.is_control()).take(255).collect();
+    let cleaned = cleaned.trim().to_owned();
+    if cleaned.is_empty() || cleaned == "." || cleaned == ".." {
+        "file".to_owned()
+    } else {
+        cleaned
+    }
+}
+
+/// The MIME type from the bytes' signature, falling back to the file extension.
+pub fn sniff_mime(bytes: &[u8], file_name: &str) -> String {
+    infer::get(bytes)
+        .map(|t| t.mime_type().to_owned())
+        .or_else(|| {
+            mime_guess::from_path(file_name)
+                .first()
+                .map(|m| m.essence_str().to_owned())
+        })
+        .unwrap_or_else(|| "application/octet-stream".to_owned())
+}
+
+fn new_key(user_id: i64, file_name: &str) -> String {
+    let ext = std::path::Path::new(file_name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .filter(|e| e.len() <= 10 && e.chars().all(|c| c.is_ascii_alphanumeric()))
+        .map(|e| format!(".{}", e.to_ascii_lowercase()))
+        .unwrap_or_default();
+    format!("resources/{user_id}/{}{ext}", uuid::Uuid::new_v4())
+}
+
+fn biz_type(value: Option<String>) -> AppResult<Option<String>> {
+    let value = validate::optional(value);
+    if let Some(v) = &value {
+        validate::length("bizType", v, 1, 64)?;
+    }
+    Ok(value)
+}
+
+/// Stores the bytes, then the row; a failed insert removes the stored object again.
+pub async fn upload(
+    state: &AppState,
+    user: &CurrentUser,
+    file: UploadedFile,
+    biz_type_in: Option<String>,
+    biz_id: Option<i64>,
+) -> AppResult<ResourceView> {
+    let biz_type = biz_type(biz_type_in)?;
+    let name = clean_file_name(&file.file_name);
+    let mime = sniff_mime(&file.bytes, &name);
+    let hash = format!("sha256:{}", hex::encode(Sha256::digest(&file.bytes)));
+    let key = new_key(user.id, &name);
+    let size = file.bytes.len() as i64;
+    state.storage().put(&key, file.bytes, &mime).await?;
+    let new = NewResource {
+        storage_key: &key,
+        original_name: &name,
+        file_size: size,
+        mime_type: &mime,
+        storage_type: state.storage().kind().as_str(),
+        biz_type: biz_type.as_deref(),
+        biz_id,
+        content_hash: Some(&hash),
+        creator_id: user.id,
+    };
+    insert_or_discard(state, &new).await
+}
+
+async fn insert_or_discard(state: &AppState, new: &NewResource<'_>) -> AppResult<ResourceView> {
+    match repo::insert(state.db(), new).await {
+        Ok(row) => Ok(ResourceView::new(row, state)),
+        Err(err) => {
+            if let Err(cleanup) = state.storage().delete(new.storage_key).await {
+                tracing::error!(key = new.storage_key, error = %cleanup, "orphaned object after a failed insert");
+            }
+            if crate::error::is_unique_violation(&err, "resources_storage_key_key") {
+                return Err(AppError::business("storageKey is already registered"));
+            }
+            Err(err.into())
+        }
+    }
+}
+
+pub async fn page(
+    state: &AppState,
+    user: &CurrentUser,
+    query: PageQuery,
+    filter: ResourceFilter,
+    range: DatetimeRange,
+) -> AppResult<Page<ResourceView>> {
+    let f = PageFilter {
+        creator_id: (!user.is_admin()).then_some(user.id),
+        filter: &filter,
+        created: range.0,
+    };
+    let (rows, total) = repo::page(state.db(), &f, query.size(), query.offset()).await?;
+    Ok(Page::new(
+        rows.into_iter()
+            .map(|r| ResourceView::new(r, state))
+            .collect(),
+        query,
+        total,
+    ))
+}
+
+/// Any signed-in user may read a resource by id (they back avatars and attachments of
+/// shared agents); listing and deleting stay with the owner.
+pub async fn serve(
+    state: &AppState,
+    id: i64,
+    headers: &HeaderMap,
+    kind: Disposition,
+) -> AppResult<Response> {
+    let row = repo::find(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("resource"))?;
+    let file = StoredFile {
+        key: &row.storage_key,
+        name: &row.original_name,
+        mime: &row.mime_type,
+        size: row.file_size as u64,
+    };
+    file_response(state.storage(), file, headers, kind).await
+}
+
+/// Deletes the object and the row together: the row is only removed once the object is gone.
+pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
+    let mut tx = state.db().begin().await?;
+    let row = repo::find_for_update(&mut *tx, id)
+        .await?
+        .ok_or_else(|| AppError::not_found("resource"))?;
+    if !user.can_manage(row.creator_id) {
+        return Err(AppError::not_found("resource"));
+    }
+    repo::delete(&mut *tx, id).await?;
+    state.storage().delete(&row.storage_key).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn upload_url(
+    state: &AppState,
+    user: &CurrentUser,
+    req: UploadUrlRequest,
+) -> AppResult<UploadUrlResult> {
+    let name = clean_file_name(&validate::required("originalName", req.original_name)?);
+    let size = validate::present("fileSize", req.file_size)?;
+    let max = state.config().max_presigned_upload_bytes;
+    if size < 0 {
+        return Err(AppError::validation("fileSize must not be negative"));
+    }
+    if size as u64 > max {
+        return Err(AppError::PayloadTooLarge(format!(
+            "fileSize exceeds the limit of {max} bytes"
+        )));
+    }
+    let content_type = validate::optional(req.content_type)
+        .unwrap_or_else(|| "application/octet-stream".to_owned());
+    if content_type.len() > 255 || content_type.chars().any(|c| c.is_control()) {
+        return Err(AppError::validation("contentType is not a valid MIME type"));
+    }
+    let key = new_key(user.id, &name);
+    let presigned = state
+        .storage()
+        .presign_put(&key, &content_type, PRESIGN_TTL)
+        .await?;
+    Ok(UploadUrlResult {
+        upload_url: presigned.url,
+        method: "PUT".to_owned(),
+        headers: presigned.headers.into_iter().collect(),
+        storage_key: key,
+        expires_at: crate::time::datetime(chrono::Utc::now() + PRESIGN_TTL),
+    })
+}
+
+pub async fn complete_upload(
+    state: &AppState,
+    user: &CurrentUser,
+    req: CompleteUploadRequest,
+) -> AppResult<ResourceView> {
+    let key = validate::required("storageKey", req.storage_key)?;
+    if !key.starts_with(&format!("resources/{}/", user.id)) || key.contains("..") {
+        return Err(AppError::Forbidden(
+            "storageKey was not issued to you".into(),
+        ));
+    }
+    let name = clean_file_name(&validate::required("originalName", req.original_name)?);
+    let biz_type = biz_type(req.biz_type)?;
+    let size = state.storage().head(&key).await?.ok_or_else(|| {
+        AppError::validation(
+            "storageKey: nothing was uploaded there yet; PUT the file to uploadUrl first",
+        )
+    })?;
+    let max = state.config().max_presigned_upload_bytes;
+    if size > max {
+        state.storage().delete(&key).await?;
+        return Err(AppError::PayloadTooLarge(format!(
+            "uploaded file exceeds the limit of {max} bytes"
+        )));
+    }
+    let head = if size == 0 {
+        Bytes::new()
+    } else {
+        read_all(
+            state.storage(),
+            &key,
+            Some(ByteRange {
+                start: 0,
+                end: size.min(SNIFF_BYTES) - 1,
+            }),
+        )
+        .await?
+    };
+    let mime = sniff_mime(&head, &name);
+    let new = NewResource {
+        storage_key: &key,
+        original_name: &name,
+        file_size: size as i64,
+        mime_type: &mime,
+        storage_type: state.storage().kind().as_str(),
+        biz_type: biz_type.as_deref(),
+        biz_id: req.biz_id,
+        content_hash: None,
+        creator_id: user.id,
+    };
+    insert_or_discard(state, &new).await
+}
+
+/// Receives the bytes of a presigned PUT when objects live on the local filesystem.
+pub async fn direct_upload(
+    state: &AppState,
+    q: DirectUploadQuery,
+    content_type: &str,
+    body: Bytes,
+) -> AppResult<()> {
+    if !crate::storage::verify_direct_upload(state.config(), &q.key, q.expires, &q.sig) {
+        return Err(AppError::Forbidden(
+            "upload URL is invalid or expired".into(),
+        ));
+    }
+    state.storage().put(&q.key, body, content_type).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_cleaned() {
+        assert_eq!(clean_file_name("../../etc/passwd"), "passwd");
+        assert_eq!(clean_file_name("C:\\x\\a.png"), "a.png");
+        assert_eq!(clean_file_name("a\u{0}b\n.txt"), "ab.txt");
+        assert_eq!(clean_file_name(".."), "file");
+    }
+
+    #[test]
+    fn mime_from_bytes_beats_extension() {
+        let png = [0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 0];
+        assert_eq!(sniff_mime(&png, "photo.txt"), "image/png");
+        assert_eq!(sniff_mime(b"hello", "notes.txt"), "text/plain");
+        assert_eq!(sniff_mime(b"hello", "noext"), "application/octet-stream");
+    }
+}

@@ -1,0 +1,100 @@
+//! Everything a handler needs, built once per process (per Lambda instance).
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+
+use crate::auth::JwtKeys;
+use crate::config::{Config, QueueBackend, StorageBackend};
+use crate::crypto::SecretBox;
+use crate::queue::{InProcessQueue, Queue, SqsQueue};
+use crate::storage::{FsStore, ObjectStore, S3Store};
+
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    db: PgPool,
+    storage: Arc<dyn ObjectStore>,
+    queue: Arc<dyn Queue>,
+    secrets: SecretBox,
+    jwt: JwtKeys,
+}
+
+impl AppState {
+    /// Connects the pool (running migrations), the object store and the queue the config names.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        crate::time::set_utc_offset(config.utc_offset_secs);
+        let db = crate::db::connect(&config).await?;
+        let aws = || async { aws_config::load_from_env().await };
+        let storage: Arc<dyn ObjectStore> = match &config.storage {
+            StorageBackend::S3 { bucket } => Arc::new(S3Store::new(&aws().await, bucket.clone())),
+            StorageBackend::Filesystem { root } => Arc::new(FsStore::new(root.into(), &config)?),
+        };
+        let queue: Arc<dyn Queue> = match &config.queue {
+            QueueBackend::Sqs {
+                ingest_url,
+                memory_url,
+            } => Arc::new(SqsQueue::new(
+                &aws().await,
+                ingest_url.clone(),
+                memory_url.clone(),
+            )),
+            QueueBackend::InProcess => Arc::new(InProcessQueue::default()),
+        };
+        Ok(Self::from_parts(config, db, storage, queue))
+    }
+
+    pub fn from_parts(
+        config: Config,
+        db: PgPool,
+        storage: Arc<dyn ObjectStore>,
+        queue: Arc<dyn Queue>,
+    ) -> Self {
+        let secrets = SecretBox::new(&config.encryption_key);
+        let jwt = JwtKeys::new(&config.jwt_secret, config.access_token_ttl);
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                db,
+                storage,
+                queue,
+                secrets,
+                jwt,
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+    pub fn db(&self) -> &PgPool {
+        &self.inner.db
+    }
+    pub fn storage(&self) -> &dyn ObjectStore {
+        self.inner.storage.as_ref()
+    }
+    pub fn queue(&self) -> &Arc<dyn Queue> {
+        &self.inner.queue
+    }
+    pub fn secrets(&self) -> &SecretBox {
+        &self.inner.secrets
+    }
+    pub fn jwt(&self) -> &JwtKeys {
+        &self.inner.jwt
+    }
+
+    /// The path under which the API is served, e.g. `/api`.
+    pub fn base_path(&self) -> String {
+        format!("/{}", self.inner.config.api_prefix)
+    }
+
+    /// A link to a path of this API, absolute when PUBLIC_BASE_URL is set.
+    pub fn link(&self, path: &str) -> String {
+        let base = self.inner.config.public_base_url.as_deref().unwrap_or("");
+        format!("{base}{}{path}", self.base_path())
+    }
+}

@@ -1,0 +1,161 @@
+//! Local-directory object store. Presigned uploads point at the service's own
+//! `PUT /resource/direct-upload`, authorised by an HMAC over key and expiry.
+
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio_util::io::ReaderStream;
+
+use super::{ByteRange, ByteStream, ObjectStore, PresignedPut, StorageError, StorageKind};
+use crate::config::Config;
+use crate::crypto::constant_time_eq;
+
+pub struct FsStore {
+    root: PathBuf,
+    signing_key: Vec<u8>,
+    upload_url: String,
+}
+
+impl FsStore {
+    pub fn new(root: PathBuf, config: &Config) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&root)
+            .with_context(|| format!("creating storage dir {}", root.display()))?;
+        let base = config.public_base_url.as_deref().unwrap_or("");
+        Ok(Self {
+            root,
+            signing_key: signing_key(config),
+            upload_url: format!("{base}/{}/resource/direct-upload", config.api_prefix),
+        })
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf, StorageError> {
+        let rel = Path::new(key);
+        let safe = !key.is_empty() && rel.components().all(|c| matches!(c, Component::Normal(_)));
+        if !safe {
+            return Err(StorageError::Other(anyhow::anyhow!(
+                "refusing unsafe storage key {key:?}"
+            )));
+        }
+        Ok(self.root.join(rel))
+    }
+}
+
+fn signing_key(config: &Config) -> Vec<u8> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&config.encryption_key)
+        .expect("hmac takes any key length");
+    mac.update(b"fs-direct-upload");
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn signature(key: &[u8], object_key: &str, expires: i64) -> String {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("hmac takes any key length");
+    mac.update(object_key.as_bytes());
+    mac.update(b"\n");
+    mac.update(expires.to_string().as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Checks a direct-upload signature and expiry.
+pub fn verify_direct_upload(config: &Config, object_key: &str, expires: i64, sig: &str) -> bool {
+    let expected = signature(&signing_key(config), object_key, expires);
+    expires >= chrono::Utc::now().timestamp()
+        && constant_time_eq(expected.as_bytes(), sig.as_bytes())
+}
+
+fn io_err(what: &'static str) -> impl FnOnce(std::io::Error) -> StorageError {
+    move |e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            StorageError::NotFound
+        } else {
+            StorageError::Other(anyhow::Error::new(e).context(what))
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FsStore {
+    fn kind(&self) -> StorageKind {
+        StorageKind::Local
+    }
+
+    async fn put(&self, key: &str, body: Bytes, _content_type: &str) -> Result<(), StorageError> {
+        let path = self.path(key)?;
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(io_err("creating object dir"))?;
+        }
+        // Write aside and rename, so a reader never sees half a file.
+        let tmp = path.with_extension(format!("part-{}", uuid::Uuid::new_v4()));
+        tokio::fs::write(&tmp, &body)
+            .await
+            .map_err(io_err("writing object"))?;
+        tokio::fs::rename(&tmp, &path)
+            .await
+            .map_err(io_err("renaming object"))?;
+        Ok(())
+    }
+
+    async fn get(&self, key: &str, range: Option<ByteRange>) -> Result<ByteStream, StorageError> {
+        let mut file = tokio::fs::File::open(self.path(key)?)
+            .await
+            .map_err(io_err("opening object"))?;
+        match range {
+            None => Ok(Box::pin(ReaderStream::new(file))),
+            Some(r) => {
+                file.seek(std::io::SeekFrom::Start(r.start))
+                    .await
+                    .map_err(io_err("seeking object"))?;
+                Ok(Box::pin(ReaderStream::new(file.take(r.len()))))
+            }
+        }
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<u64>, StorageError> {
+        match tokio::fs::metadata(self.path(key)?).await {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("stat object")(e)),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        match tokio::fs::remove_file(self.path(key)?).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err("deleting object")(e)),
+            _ => Ok(()),
+        }
+    }
+
+    async fn presign_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        ttl: Duration,
+    ) -> Result<PresignedPut, StorageError> {
+        self.path(key)?;
+        let expires = chrono::Utc::now().timestamp() + ttl.as_secs() as i64;
+        let sig = signature(&self.signing_key, key, expires);
+        let query: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("key", key)
+            .append_pair("expires", &expires.to_string())
+            .append_pair("sig", &sig)
+            .finish();
+        Ok(PresignedPut {
+            url: format!("{}?{query}", self.upload_url),
+            headers: vec![("content-type".to_owned(), content_type.to_owned())],
+        })
+    }
+
+    async fn check(&self) -> Result<(), StorageError> {
+        tokio::fs::metadata(&self.root)
+            .await
+            .map_err(io_err("storage root"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,169 @@
+//! Object storage: S3 in production (and on LocalStack), or a local directory.
+
+mod fs;
+mod s3;
+
+use std::io;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+
+pub use fs::{verify_direct_upload, FsStore};
+pub use s3::S3Store;
+
+/// `storageType` of a resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageKind {
+    Local,
+    Oss,
+}
+
+impl StorageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Local => "LOCAL",
+            Self::Oss => "OSS",
+        }
+    }
+}
+
+/// An inclusive byte range, already checked against the object size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl ByteRange {
+    pub fn len(&self) -> u64 {
+        self.end - self.start + 1
+    }
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+pub type ByteStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send>>;
+
+/// A direct-to-storage upload the client performs itself.
+#[derive(Debug, Clone)]
+pub struct PresignedPut {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("object not found")]
+    NotFound,
+    #[error("storage failure: {0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+impl From<StorageError> for crate::AppError {
+    fn from(err: StorageError) -> Self {
+        match err {
+            StorageError::NotFound => crate::AppError::NotFound("stored file not found".into()),
+            StorageError::Other(e) => crate::AppError::Internal(e.context("object storage")),
+        }
+    }
+}
+
+#[async_trait]
+pub trait ObjectStore: Send + Sync {
+    fn kind(&self) -> StorageKind;
+    async fn put(&self, key: &str, body: Bytes, content_type: &str) -> Result<(), StorageError>;
+    /// The whole object or one range of it, streamed.
+    async fn get(&self, key: &str, range: Option<ByteRange>) -> Result<ByteStream, StorageError>;
+    /// The object's size, or None when it does not exist.
+    async fn head(&self, key: &str) -> Result<Option<u64>, StorageError>;
+    /// Deleting a missing object succeeds.
+    async fn delete(&self, key: &str) -> Result<(), StorageError>;
+    async fn presign_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        ttl: Duration,
+    ) -> Result<PresignedPut, StorageError>;
+    /// Cheap reachability check for /health.
+    async fn check(&self) -> Result<(), StorageError>;
+}
+
+/// Reads a whole object into memory (small files: parsing, sniffing, zips).
+pub async fn read_all(
+    store: &dyn ObjectStore,
+    key: &str,
+    range: Option<ByteRange>,
+) -> Result<Bytes, StorageError> {
+    use futures::TryStreamExt;
+    let chunks: Vec<Bytes> = store
+        .get(key, range)
+        .await?
+        .try_collect()
+        .await
+        .map_err(|e| StorageError::Other(e.into()))?;
+    Ok(chunks.concat().into())
+}
+
+/// Parses a `Range: bytes=...` header against an object of `size` bytes. `Ok(None)` means
+/// "send it all"; `Err(())` means the range cannot be satisfied (416).
+#[allow(clippy::result_unit_err)]
+pub fn parse_range(header: &str, size: u64) -> Result<Option<ByteRange>, ()> {
+    let Some(spec) = header.trim().strip_prefix("bytes=") else {
+        return Ok(None);
+    };
+    // Several ranges would need multipart/byteranges; serving the whole body is allowed.
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let (start, end) = spec.split_once('-').ok_or(())?;
+    let (start, end) = match (start.trim(), end.trim()) {
+        ("", suffix) => {
+            let n: u64 = suffix.parse().map_err(|_| ())?;
+            if n == 0 || size == 0 {
+                return Err(());
+            }
+            (size.saturating_sub(n), size - 1)
+        }
+        (s, "") => (s.parse().map_err(|_| ())?, size.checked_sub(1).ok_or(())?),
+        (s, e) => {
+            let e: u64 = e.parse().map_err(|_| ())?;
+            (s.parse().map_err(|_| ())?, e.min(size.saturating_sub(1)))
+        }
+    };
+    if start >= size || start > end {
+        return Err(());
+    }
+    Ok(Some(ByteRange { start, end }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(
+            parse_range("bytes=0-9", 100),
+            Ok(Some(ByteRange { start: 0, end: 9 }))
+        );
+        assert_eq!(
+            parse_range("bytes=90-", 100),
+            Ok(Some(ByteRange { start: 90, end: 99 }))
+        );
+        assert_eq!(
+            parse_range("bytes=-10", 100),
+            Ok(Some(ByteRange { start: 90, end: 99 }))
+        );
+        assert_eq!(
+            parse_range("bytes=50-500", 100),
+            Ok(Some(ByteRange { start: 50, end: 99 }))
+        );
+        assert_eq!(parse_range("bytes=100-", 100), Err(()));
+        assert_eq!(parse_range("bytes=5-1", 100), Err(()));
+        assert_eq!(parse_range("items=1-2", 100), Ok(None));
+    }
+}

@@ -1,0 +1,134 @@
+//! S3 (and LocalStack) object store.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use aws_sdk_s3::error::SdkError;
+use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::primitives::ByteStream as S3Body;
+use bytes::Bytes;
+use tokio_util::io::ReaderStream;
+
+use super::{ByteRange, ByteStream, ObjectStore, PresignedPut, StorageError, StorageKind};
+
+pub struct S3Store {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl S3Store {
+    pub fn new(sdk: &aws_config::SdkConfig, bucket: String) -> Self {
+        // A custom endpoint (LocalStack) has no per-bucket DNS names.
+        let path_style = sdk.endpoint_url().is_some();
+        let conf = aws_sdk_s3::config::Builder::from(sdk)
+            .force_path_style(path_style)
+            .build();
+        Self {
+            client: aws_sdk_s3::Client::from_conf(conf),
+            bucket,
+        }
+    }
+}
+
+fn other<E: std::error::Error + Send + Sync + 'static>(
+    what: &'static str,
+) -> impl FnOnce(E) -> StorageError {
+    move |e| StorageError::Other(anyhow::Error::new(e).context(what))
+}
+
+#[async_trait]
+impl ObjectStore for S3Store {
+    fn kind(&self) -> StorageKind {
+        StorageKind::Oss
+    }
+
+    async fn put(&self, key: &str, body: Bytes, content_type: &str) -> Result<(), StorageError> {
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .body(S3Body::from(body))
+            .send()
+            .await
+            .map_err(other("s3 put_object"))?;
+        Ok(())
+    }
+
+    async fn get(&self, key: &str, range: Option<ByteRange>) -> Result<ByteStream, StorageError> {
+        let mut req = self.client.get_object().bucket(&self.bucket).key(key);
+        if let Some(r) = range {
+            req = req.range(format!("bytes={}-{}", r.start, r.end));
+        }
+        let out = req.send().await.map_err(|e| match &e {
+            SdkError::ServiceError(se) if se.err().is_no_such_key() => StorageError::NotFound,
+            _ => other("s3 get_object")(e),
+        })?;
+        Ok(Box::pin(ReaderStream::new(out.body.into_async_read())))
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<u64>, StorageError> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(Some(out.content_length().unwrap_or(0).max(0) as u64)),
+            Err(SdkError::ServiceError(se)) if se.err().is_not_found() => Ok(None),
+            Err(e) => Err(other("s3 head_object")(e)),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(other("s3 delete_object"))?;
+        Ok(())
+    }
+
+    async fn presign_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        ttl: Duration,
+    ) -> Result<PresignedPut, StorageError> {
+        let config = PresigningConfig::expires_in(ttl)
+            .context("presign ttl")
+            .map_err(StorageError::Other)?;
+        let req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .presigned(config)
+            .await
+            .map_err(other("s3 presign put_object"))?;
+        let headers = req
+            .headers()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        Ok(PresignedPut {
+            url: req.uri().to_owned(),
+            headers,
+        })
+    }
+
+    async fn check(&self) -> Result<(), StorageError> {
+        self.client
+            .head_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .map_err(other("s3 head_bucket"))?;
+        Ok(())
+    }
+}

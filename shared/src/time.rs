@@ -1,0 +1,66 @@
+//! Timestamp rendering. Stored as `timestamptz`, shown in the configured zone in the two
+//! formats of the spec.
+
+use std::sync::OnceLock;
+
+use chrono::{DateTime, FixedOffset, Utc};
+
+static OFFSET: OnceLock<FixedOffset> = OnceLock::new();
+
+/// Sets the zone used for rendering; the first call wins (config is read once per process).
+pub fn set_utc_offset(seconds: i32) {
+    let _ = OFFSET.set(FixedOffset::east_opt(seconds).unwrap_or_else(utc));
+}
+
+fn utc() -> FixedOffset {
+    FixedOffset::east_opt(0).expect("zero offset is valid")
+}
+
+fn local(dt: DateTime<Utc>) -> DateTime<FixedOffset> {
+    dt.with_timezone(OFFSET.get_or_init(utc))
+}
+
+/// `YYYY-MM-DD HH:mm:ss`, the admin API's format.
+pub fn datetime(dt: DateTime<Utc>) -> String {
+    local(dt).format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+/// `YYYY-MM-DDTHH:mm:ss`, the format of model configs and skills.
+pub fn iso_local(dt: DateTime<Utc>) -> String {
+    local(dt).format("%Y-%m-%dT%H:%M:%S").to_string()
+}
+
+/// Parses a client-supplied `YYYY-MM-DD HH:mm:ss` (or a bare date) in the configured zone.
+pub fn parse_datetime(value: &str) -> Option<DateTime<Utc>> {
+    let offset = *OFFSET.get_or_init(utc);
+    let value = value.trim();
+    let naive = chrono::NaiveDateTime::parse_from_str(value, "%Y-%m-%d %H:%M:%S")
+        .or_else(|_| chrono::NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M:%S"))
+        .ok()
+        .or_else(|| {
+            chrono::NaiveDate::parse_from_str(value, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+        })?;
+    naive
+        .and_local_timezone(offset)
+        .single()
+        .map(|d| d.with_timezone(&Utc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_and_parses_round_trip() {
+        let dt = parse_datetime("2026-01-02 03:04:05").unwrap();
+        assert_eq!(datetime(dt), "2026-01-02 03:04:05");
+        assert_eq!(iso_local(dt), "2026-01-02T03:04:05");
+        assert_eq!(
+            datetime(parse_datetime("2026-01-02").unwrap()),
+            "2026-01-02 00:00:00"
+        );
+        assert!(parse_datetime("yesterday").is_none());
+    }
+}

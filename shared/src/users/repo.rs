@@ -1,0 +1,245 @@
+//! SQL of the users module.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+use uuid::Uuid;
+
+use super::UserRow;
+
+const COLUMNS: &str =
+    "id, username, password_hash, email, role, tokens, totals, expire_dt, create_dt, update_dt";
+
+/// (id, username, role) of an existing user: what authentication needs.
+pub async fn find_identity(db: &PgPool, id: i64) -> sqlx::Result<Option<(i64, String, i16)>> {
+    sqlx::query_as("SELECT id, username, role FROM users WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn find(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM users WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn find_by_username(db: &PgPool, username: &str) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM users WHERE lower(username) = lower($1)"
+    ))
+    .bind(username)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn find_by_email(db: impl PgExecutor<'_>, email: &str) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM users WHERE lower(email) = lower($1) FOR UPDATE"
+    ))
+    .bind(email)
+    .fetch_optional(db)
+    .await
+}
+
+pub struct NewUser<'a> {
+    pub username: &'a str,
+    pub password_hash: &'a str,
+    pub email: Option<&'a str>,
+    pub role: i16,
+    pub totals: i64,
+    pub expire_dt: Option<DateTime<Utc>>,
+}
+
+pub async fn insert(db: impl PgExecutor<'_>, u: &NewUser<'_>) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO users (username, password_hash, email, role, tokens, totals, expire_dt)
+         VALUES ($1, $2, $3, $4, $5, $5, $6) RETURNING id",
+    )
+    .bind(u.username)
+    .bind(u.password_hash)
+    .bind(u.email)
+    .bind(u.role)
+    .bind(u.totals)
+    .bind(u.expire_dt)
+    .fetch_one(db)
+    .await
+}
+
+/// Inserts unless the username is taken; true when a row was written.
+pub async fn insert_if_absent(db: &PgPool, u: &NewUser<'_>) -> sqlx::Result<bool> {
+    let id: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO users (username, password_hash, email, role) VALUES ($1, $2, $3, $4)
+         ON CONFLICT DO NOTHING RETURNING id",
+    )
+    .bind(u.username)
+    .bind(u.password_hash)
+    .bind(u.email)
+    .bind(u.role)
+    .fetch_optional(db)
+    .await?;
+    Ok(id.is_some())
+}
+
+pub async fn page(
+    db: &PgPool,
+    email: Option<&str>,
+    limit: i64,
+    offset: i64,
+) -> sqlx::Result<(Vec<UserRow>, i64)> {
+    let filter = |qb: &mut QueryBuilder<'_, Postgres>| {
+        if let Some(e) = email {
+            qb.push(" WHERE email ILIKE ")
+                .push_bind(format!("%{}%", escape_like(e)));
+        }
+    };
+    let mut count = QueryBuilder::new("SELECT count(*) FROM users");
+    filter(&mut count);
+    let total: i64 = count.build_query_scalar().fetch_one(db).await?;
+    let mut rows = QueryBuilder::new(format!("SELECT {COLUMNS} FROM users"));
+    filter(&mut rows);
+    rows.push(" ORDER BY id DESC LIMIT ")
+        .push_bind(limit)
+        .push(" OFFSET ")
+        .push_bind(offset);
+    Ok((rows.build_query_as().fetch_all(db).await?, total))
+}
+
+/// Escapes `%`, `_` and `\` so user text matches literally inside LIKE patterns.
+pub fn escape_like(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
+
+pub async fn update_profile(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    role: i16,
+    email: Option<&str>,
+    password_hash: Option<&str>,
+) -> sqlx::Result<bool> {
+    let n = sqlx::query(
+        "UPDATE users SET role = $2, email = COALESCE($3, email), password_hash = COALESCE($4, password_hash),
+         update_dt = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(role)
+    .bind(email)
+    .bind(password_hash)
+    .execute(db)
+    .await?;
+    Ok(n.rows_affected() == 1)
+}
+
+pub async fn set_role(db: impl PgExecutor<'_>, id: i64, role: i16) -> sqlx::Result<bool> {
+    let n = sqlx::query("UPDATE users SET role = $2, update_dt = now() WHERE id = $1")
+        .bind(id)
+        .bind(role)
+        .execute(db)
+        .await?;
+    Ok(n.rows_affected() == 1)
+}
+
+pub async fn set_password(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    password_hash: &str,
+) -> sqlx::Result<bool> {
+    let n = sqlx::query("UPDATE users SET password_hash = $2, update_dt = now() WHERE id = $1")
+        .bind(id)
+        .bind(password_hash)
+        .execute(db)
+        .await?;
+    Ok(n.rows_affected() == 1)
+}
+
+/// Adds `totals` tokens to the quota and moves the expiry.
+pub async fn grant_quota(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    totals: i64,
+    expire_dt: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE users SET tokens = tokens + $2, totals = totals + $2, expire_dt = $3, update_dt = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(totals)
+    .bind(expire_dt)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Serialises role changes so two demotions cannot both pass the last-admin check.
+pub async fn lock_admins(db: impl PgExecutor<'_>) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM (SELECT id FROM users WHERE role = 1 FOR UPDATE) a")
+        .fetch_one(db)
+        .await
+}
+
+pub async fn insert_refresh(
+    db: impl PgExecutor<'_>,
+    family: Uuid,
+    user_id: i64,
+    hash: &str,
+    expires_at: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query("INSERT INTO refresh_tokens (family_id, user_id, token_hash, expires_at) VALUES ($1, $2, $3, $4)")
+        .bind(family)
+        .bind(user_id)
+        .bind(hash)
+        .bind(expires_at)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+pub struct RefreshRow {
+    pub family_id: Uuid,
+    pub user_id: i64,
+    pub expires_at: DateTime<Utc>,
+    pub revoked: bool,
+    /// True when this call marked the token used; false when it had been used before.
+    pub claimed: bool,
+}
+
+/// Marks a refresh token used, atomically; reports whether it was fresh.
+pub async fn claim_refresh(
+    db: impl PgExecutor<'_>,
+    hash: &str,
+) -> sqlx::Result<Option<RefreshRow>> {
+    sqlx::query_as(
+        "WITH prev AS (SELECT id, used_at FROM refresh_tokens WHERE token_hash = $1 FOR UPDATE)
+         UPDATE refresh_tokens r SET used_at = COALESCE(r.used_at, now())
+         FROM prev WHERE r.id = prev.id
+         RETURNING r.family_id, r.user_id, r.expires_at, r.revoked_at IS NOT NULL AS revoked,
+                   prev.used_at IS NULL AS claimed",
+    )
+    .bind(hash)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn revoke_family(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE refresh_tokens SET revoked_at = now() WHERE family_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(family)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn revoke_all_for_user(db: impl PgExecutor<'_>, user_id: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE refresh_tokens SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(user_id)
+    .execute(db)
+    .await?;
+    Ok(())
+}

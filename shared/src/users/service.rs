@@ -1,0 +1,324 @@
+//! Business rules of users and authentication.
+
+use chrono::Utc;
+use sqlx::{PgConnection, PgPool};
+
+use super::repo::{self, NewUser};
+use super::throttle;
+use super::*;
+use crate::auth::refresh;
+use crate::crypto::password;
+use crate::error::is_unique_violation;
+use crate::http::{CurrentUser, Page, PageQuery};
+use crate::{validate, AppError, AppResult, AppState};
+
+const BAD_LOGIN: &str = "username or password is incorrect";
+
+fn validate_username(username: &str) -> AppResult<()> {
+    validate::length("username", username, 3, 64)?;
+    let ok = username
+        .chars()
+        .all(|c| c.is_alphanumeric() || "_.@-".contains(c));
+    if !ok {
+        return Err(AppError::validation(
+            "username may contain only letters, digits and _ . @ -",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_password(field: &str, password: &str) -> AppResult<()> {
+    validate::length(field, password, 8, 128)
+}
+
+fn optional_email(email: Option<String>) -> AppResult<Option<String>> {
+    let email = validate::optional(email);
+    if let Some(e) = &email {
+        validate::email("email", e)?;
+    }
+    Ok(email)
+}
+
+fn user_conflict(err: sqlx::Error) -> AppError {
+    if is_unique_violation(&err, "users_username_key") {
+        AppError::business("username is already taken")
+    } else if is_unique_violation(&err, "users_email_key") {
+        AppError::business("email is already used by another user")
+    } else {
+        err.into()
+    }
+}
+
+pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<LoginResult> {
+    let username = validate::required("username", req.username)?;
+    let password = validate::present("password", req.password.filter(|p| !p.is_empty()))?;
+    let cfg = state.config();
+    let user_key = format!("u:{}", username.to_lowercase());
+    let ip_key = format!("ip:{ip}");
+    throttle::check(state.db(), &[user_key.clone(), ip_key.clone()]).await?;
+
+    let user = repo::find_by_username(state.db(), &username).await?;
+    let verified = match &user {
+        Some(u) => password::verify(&password, &u.password_hash),
+        None => {
+            password::burn_time(&password);
+            false
+        }
+    };
+    let Some(user) = user.filter(|_| verified) else {
+        throttle::record_failure(
+            state.db(),
+            &user_key,
+            cfg.login_max_failures,
+            cfg.login_lock,
+        )
+        .await?;
+        throttle::record_failure(
+            state.db(),
+            &ip_key,
+            cfg.login_ip_max_failures,
+            cfg.login_lock,
+        )
+        .await?;
+        return Err(AppError::unauthorized(BAD_LOGIN));
+    };
+    throttle::clear(state.db(), &user_key).await?;
+    let token = state.jwt().issue_access(user.id, user.role)?;
+    let refresh_token = new_refresh(state, state.db(), uuid::Uuid::new_v4(), user.id).await?;
+    Ok(LoginResult {
+        token,
+        refresh_token,
+        email: user.email,
+    })
+}
+
+async fn new_refresh<'e>(
+    state: &AppState,
+    db: impl sqlx::PgExecutor<'e>,
+    family: uuid::Uuid,
+    user_id: i64,
+) -> AppResult<String> {
+    let (token, hash) = refresh::generate();
+    let expires = Utc::now() + state.config().refresh_token_ttl;
+    repo::insert_refresh(db, family, user_id, &hash, expires).await?;
+    Ok(token)
+}
+
+/// Exchanges a refresh token for a new pair. Each refresh token works once; presenting a used
+/// one again means it leaked, so every token of that login is revoked.
+pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPair> {
+    let presented = validate::required("refreshToken", req.refresh_token)?;
+    let mut tx = state.db().begin().await?;
+    let Some(row) = repo::claim_refresh(&mut *tx, &refresh::hash(&presented)).await? else {
+        return Err(AppError::unauthorized(
+            "refresh token invalid; please log in again",
+        ));
+    };
+    if !row.claimed && !row.revoked {
+        repo::revoke_family(&mut *tx, row.family_id).await?;
+        tx.commit().await?;
+        tracing::warn!(
+            user_id = row.user_id,
+            "refresh token reused; its login was revoked"
+        );
+        return Err(AppError::unauthorized(
+            "refresh token was already used; this login was revoked, please log in again",
+        ));
+    }
+    if row.revoked || row.expires_at <= Utc::now() {
+        return Err(AppError::unauthorized(
+            "refresh token expired or revoked; please log in again",
+        ));
+    }
+    let user = repo::find(&mut *tx, row.user_id)
+        .await?
+        .ok_or_else(|| AppError::unauthorized("the user no longer exists; please log in again"))?;
+    let refresh_token = new_refresh(state, &mut *tx, row.family_id, user.id).await?;
+    tx.commit().await?;
+    Ok(TokenPair {
+        token: state.jwt().issue_access(user.id, user.role)?,
+        refresh_token,
+    })
+}
+
+pub async fn current(state: &AppState, user: &CurrentUser) -> AppResult<UserView> {
+    let row = repo::find(state.db(), user.id)
+        .await?
+        .ok_or_else(|| AppError::not_found("user"))?;
+    Ok(row.into())
+}
+
+pub async fn page(
+    state: &AppState,
+    query: PageQuery,
+    email: Option<String>,
+) -> AppResult<Page<UserView>> {
+    let email = validate::optional(email);
+    let (rows, total) =
+        repo::page(state.db(), email.as_deref(), query.size(), query.offset()).await?;
+    Ok(Page::new(
+        rows.into_iter().map(UserView::from).collect(),
+        query,
+        total,
+    ))
+}
+
+pub async fn create(state: &AppState, req: CreateUserRequest) -> AppResult<i64> {
+    let username = validate::required("username", req.username)?;
+    validate_username(&username)?;
+    let password = validate::present("password", req.password)?;
+    validate_password("password", &password)?;
+    let role = Role::parse("role", validate::present("role", req.role)?)?;
+    let email = optional_email(req.email)?;
+    let totals = req.totals.unwrap_or(0);
+    validate::range("totals", totals, 0, i64::MAX / 2)?;
+    let hash = password::hash(&password)?;
+    let new = NewUser {
+        username: &username,
+        password_hash: &hash,
+        email: email.as_deref(),
+        role: role.code(),
+        totals,
+        expire_dt: None,
+    };
+    repo::insert(state.db(), &new).await.map_err(user_conflict)
+}
+
+/// Changes a role, refusing to demote the last administrator.
+async fn change_role(conn: &mut PgConnection, id: i64, role: Role) -> AppResult<()> {
+    let admins = repo::lock_admins(&mut *conn).await?;
+    let target = repo::find(&mut *conn, id)
+        .await?
+        .ok_or_else(|| AppError::not_found("user"))?;
+    if target.role == Role::Admin.code() && role != Role::Admin && admins <= 1 {
+        return Err(AppError::business("cannot demote the last administrator"));
+    }
+    repo::set_role(&mut *conn, id, role.code()).await?;
+    Ok(())
+}
+
+pub async fn update(state: &AppState, id: i64, req: UpdateUserRequest) -> AppResult<()> {
+    let role = Role::parse("role", validate::present("role", req.role)?)?;
+    let email = optional_email(req.email)?;
+    let password = req.password.filter(|p| !p.is_empty());
+    if let Some(p) = &password {
+        validate_password("password", p)?;
+    }
+    let hash = password.as_deref().map(password::hash).transpose()?;
+    let mut tx = state.db().begin().await?;
+    change_role(&mut tx, id, role).await?;
+    repo::update_profile(&mut *tx, id, role.code(), email.as_deref(), hash.as_deref())
+        .await
+        .map_err(user_conflict)?;
+    if hash.is_some() {
+        repo::revoke_all_for_user(&mut *tx, id).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn set_role(state: &AppState, id: i64, role: Option<i64>) -> AppResult<()> {
+    let role = Role::parse("role", validate::present("role", role)?)?;
+    let mut tx = state.db().begin().await?;
+    change_role(&mut tx, id, role).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn reset_password(state: &AppState, id: i64, req: PasswordRequest) -> AppResult<()> {
+    let password = validate::present("password", req.password)?;
+    validate_password("password", &password)?;
+    let hash = password::hash(&password)?;
+    let mut tx = state.db().begin().await?;
+    if !repo::set_password(&mut *tx, id, &hash).await? {
+        return Err(AppError::not_found("user"));
+    }
+    repo::revoke_all_for_user(&mut *tx, id).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn change_own_password(
+    state: &AppState,
+    user: &CurrentUser,
+    req: ChangePasswordRequest,
+) -> AppResult<()> {
+    let old = validate::present("oldPassword", req.old_password.filter(|p| !p.is_empty()))?;
+    let new = validate::present("newPassword", req.new_password)?;
+    validate_password("newPassword", &new)?;
+    let row = repo::find(state.db(), user.id)
+        .await?
+        .ok_or_else(|| AppError::not_found("user"))?;
+    if !password::verify(&old, &row.password_hash) {
+        return Err(AppError::business("oldPassword is incorrect"));
+    }
+    let hash = password::hash(&new)?;
+    let mut tx = state.db().begin().await?;
+    repo::set_password(&mut *tx, user.id, &hash).await?;
+    repo::revoke_all_for_user(&mut *tx, user.id).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Grants `totals` tokens valid for `days` days to the user with `email`. An existing user's
+/// quota grows by `totals` and its expiry moves to now + days; an unknown email gets a new
+/// regular user (username = email) with an unusable password, for an administrator to set.
+pub async fn authorize_code(state: &AppState, req: AuthorizeCodeRequest) -> AppResult<()> {
+    let email = validate::required("email", req.email)?;
+    validate::email("email", &email)?;
+    let days = validate::present("days", req.days)?;
+    validate::range("days", days, 1, 3650)?;
+    let totals = validate::present("totals", req.totals)?;
+    validate::range("totals", totals, 1, i64::MAX / 4)?;
+    let expire = Utc::now() + chrono::Duration::days(days);
+
+    let mut tx = state.db().begin().await?;
+    match repo::find_by_email(&mut *tx, &email).await? {
+        Some(user) => repo::grant_quota(&mut *tx, user.id, totals, expire).await?,
+        None => {
+            let unusable = format!("!{}", uuid::Uuid::new_v4());
+            let new = NewUser {
+                username: &email,
+                password_hash: &unusable,
+                email: Some(&email),
+                role: Role::User.code(),
+                totals,
+                expire_dt: Some(expire),
+            };
+            repo::insert(&mut *tx, &new).await.map_err(user_conflict)?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Creates the first administrator from ADMIN_USERNAME / ADMIN_PASSWORD when none exists.
+pub async fn ensure_first_admin(
+    db: &PgPool,
+    username: Option<&str>,
+    pass: Option<&str>,
+) -> anyhow::Result<()> {
+    let has_admin: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE role = 1)")
+        .fetch_one(db)
+        .await?;
+    if has_admin {
+        return Ok(());
+    }
+    let (Some(username), Some(pass)) = (username, pass) else {
+        tracing::warn!("no administrator exists and ADMIN_USERNAME/ADMIN_PASSWORD are not set");
+        return Ok(());
+    };
+    let hash = password::hash(pass).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let new = NewUser {
+        username,
+        password_hash: &hash,
+        email: None,
+        role: Role::Admin.code(),
+        totals: 0,
+        expire_dt: None,
+    };
+    if repo::insert_if_absent(db, &new).await? {
+        tracing::info!(%username, "created the first administrator");
+    }
+    Ok(())
+}

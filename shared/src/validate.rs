@@ -1,0 +1,85 @@
+//! Field validation helpers; every message starts with the field's name.
+
+use crate::AppError;
+
+/// A required, non-blank string, trimmed.
+pub fn required(field: &str, value: Option<String>) -> Result<String, AppError> {
+    match value.map(|v| v.trim().to_owned()) {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(AppError::validation(format!("{field} is required"))),
+    }
+}
+
+/// A required value of any type.
+pub fn present<T>(field: &str, value: Option<T>) -> Result<T, AppError> {
+    value.ok_or_else(|| AppError::validation(format!("{field} is required")))
+}
+
+/// Character length within `min..=max`.
+pub fn length(field: &str, value: &str, min: usize, max: usize) -> Result<(), AppError> {
+    let n = value.chars().count();
+    if n < min || n > max {
+        return Err(AppError::validation(format!(
+            "{field} must be {min} to {max} characters long"
+        )));
+    }
+    Ok(())
+}
+
+pub fn email(field: &str, value: &str) -> Result<(), AppError> {
+    let ok = value.len() <= 254
+        && !value.chars().any(char::is_whitespace)
+        && value.split_once('@').is_some_and(|(local, domain)| {
+            !local.is_empty()
+                && domain.contains('.')
+                && !domain.starts_with('.')
+                && !domain.ends_with('.')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(AppError::validation(format!(
+            "{field} must be a valid email address"
+        )))
+    }
+}
+
+pub fn range(field: &str, value: i64, min: i64, max: i64) -> Result<(), AppError> {
+    if value < min || value > max {
+        return Err(AppError::validation(format!(
+            "{field} must be between {min} and {max}"
+        )));
+    }
+    Ok(())
+}
+
+/// An optional string: None or blank becomes None, otherwise trimmed.
+pub fn optional(value: Option<String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_field() {
+        assert_eq!(
+            required("username", Some("  ".into()))
+                .unwrap_err()
+                .to_string(),
+            "username is required"
+        );
+        assert!(length("password", "abc", 8, 128)
+            .unwrap_err()
+            .to_string()
+            .starts_with("password"));
+        assert!(email("email", "a@b.co").is_ok());
+        assert!(email("email", "a@b").is_err());
+        assert!(email("email", "a b@c.de").is_err());
+        assert!(range("days", 0, 1, 10)
+            .unwrap_err()
+            .to_string()
+            .starts_with("days"));
+    }
+}

@@ -1,0 +1,295 @@
+//! Test harness: each test gets the real application on a random port, backed by a fresh
+//! Postgres database and either the filesystem store or S3 on LocalStack.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use base64::Engine as _;
+use serde_json::Value;
+use shared::config::Config;
+use shared::AppState;
+use sqlx::PgPool;
+
+pub const ADMIN_USERNAME: &str = "admin";
+pub const ADMIN_PASSWORD: &str = "admin-password-1";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    Filesystem,
+    S3,
+}
+
+pub struct TestApp {
+    /// `http://127.0.0.1:PORT`
+    pub origin: String,
+    /// `http://127.0.0.1:PORT/api`
+    pub base: String,
+    pub client: reqwest::Client,
+    pub db: PgPool,
+    pub state: AppState,
+    pub storage_dir: tempfile::TempDir,
+}
+
+fn env(key: &str) -> String {
+    std::env::var(key)
+        .unwrap_or_else(|_| panic!("{key} must be set: run the tests with `make test`"))
+}
+
+/// A fresh database on the test Postgres server, named uniquely.
+async fn fresh_database() -> String {
+    let admin_url = env("DATABASE_URL");
+    let name = format!("test_{}", uuid::Uuid::new_v4().simple());
+    let admin = PgPool::connect(&admin_url)
+        .await
+        .expect("connect to the test Postgres");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .expect("create test database");
+    admin.close().await;
+    let (base, _) = admin_url
+        .rsplit_once('/')
+        .expect("DATABASE_URL has a database name");
+    format!("{base}/{name}")
+}
+
+pub async fn spawn(store: Store) -> TestApp {
+    spawn_with(store, &[]).await
+}
+
+/// Spawns the app with extra configuration variables.
+pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
+    shared::telemetry::install_crypto_provider();
+    if std::env::var("TEST_LOG").is_ok() {
+        shared::telemetry::init();
+    }
+    let storage_dir = tempfile::tempdir().expect("temp dir");
+    let key = base64::engine::general_purpose::STANDARD.encode(rand_bytes());
+    let mut vars: HashMap<String, String> = HashMap::from([
+        ("DATABASE_URL".into(), fresh_database().await),
+        ("DB_MAX_CONNECTIONS".into(), "5".into()),
+        ("JWT_SECRET".into(), hex::encode(rand_bytes())),
+        ("ENCRYPTION_KEY".into(), key),
+        ("ADMIN_USERNAME".into(), ADMIN_USERNAME.into()),
+        ("ADMIN_PASSWORD".into(), ADMIN_PASSWORD.into()),
+        (
+            "STORAGE_DIR".into(),
+            storage_dir.path().display().to_string(),
+        ),
+        (
+            "STORAGE_BACKEND".into(),
+            if store == Store::S3 { "s3" } else { "fs" }.into(),
+        ),
+    ]);
+    if store == Store::S3 {
+        vars.insert("S3_BUCKET".into(), env("S3_BUCKET"));
+    }
+    for (k, v) in extra {
+        vars.insert((*k).into(), (*v).into());
+    }
+    let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("test config");
+    let state = AppState::build(config).await.expect("app state");
+    shared::users::service::ensure_first_admin(
+        state.db(),
+        Some(ADMIN_USERNAME),
+        Some(ADMIN_PASSWORD),
+    )
+    .await
+    .expect("first admin");
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = local_server::build_app(state.clone());
+    tokio::spawn(async move {
+        let _ = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await;
+    });
+    let origin = format!("http://{addr}");
+    TestApp {
+        base: format!("{origin}/api"),
+        origin,
+        client: reqwest::Client::new(),
+        db: state.db().clone(),
+        state,
+        storage_dir,
+    }
+}
+
+fn rand_bytes() -> [u8; 32] {
+    let mut b = [0u8; 32];
+    for (i, x) in uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .chain(uuid::Uuid::new_v4().as_bytes())
+        .enumerate()
+    {
+        b[i] = *x;
+    }
+    b
+}
+
+/// A response read whole: status, headers and the JSON body (Null when not JSON).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub bytes: bytes::Bytes,
+}
+
+impl Reply {
+    pub async fn read(resp: reqwest::Response) -> Self {
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.expect("body");
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Self {
+            status,
+            headers,
+            body,
+            bytes,
+        }
+    }
+
+    /// The envelope's `code`.
+    pub fn code(&self) -> i64 {
+        self.body["code"].as_i64().unwrap_or(i64::MIN)
+    }
+
+    pub fn msg(&self) -> &str {
+        self.body["msg"].as_str().unwrap_or_default()
+    }
+
+    pub fn data(&self) -> &Value {
+        &self.body["data"]
+    }
+
+    /// Asserts a failure envelope: HTTP status, code, `data: null`, and a message containing `needle`.
+    #[track_caller]
+    pub fn assert_error(&self, status: u16, code: i64, needle: &str) {
+        assert_eq!(self.status, status, "status of {:?}", self.body);
+        assert_eq!(self.code(), code, "code of {:?}", self.body);
+        assert!(
+            self.data().is_null(),
+            "failures carry data: null: {:?}",
+            self.body
+        );
+        assert!(
+            self.msg().contains(needle),
+            "message {:?} should mention {needle:?}",
+            self.msg()
+        );
+    }
+
+    #[track_caller]
+    pub fn assert_ok(&self) -> &Value {
+        assert_eq!(
+            (self.status, self.code()),
+            (200, 1),
+            "expected success, got {:?}",
+            self.body
+        );
+        self.data()
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> Reply {
+        Reply::read(req.send().await.expect("request")).await
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Reply {
+        self.send(with_token(self.client.get(self.url(path)), token))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str, token: Option<&str>) -> Reply {
+        self.send(with_token(self.client.delete(self.url(path)), token))
+            .await
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> Reply {
+        self.send(with_token(
+            self.client.post(self.url(path)).json(body),
+            token,
+        ))
+        .await
+    }
+
+    pub async fn put(&self, path: &str, token: Option<&str>, body: &Value) -> Reply {
+        self.send(with_token(
+            self.client.put(self.url(path)).json(body),
+            token,
+        ))
+        .await
+    }
+
+    /// Logs in and returns the whole login result.
+    pub async fn login(&self, username: &str, password: &str) -> Reply {
+        self.post(
+            "/user/login",
+            None,
+            &serde_json::json!({ "username": username, "password": password }),
+        )
+        .await
+    }
+
+    pub async fn admin_token(&self) -> String {
+        let reply = self.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
+        reply.assert_ok()["token"]
+            .as_str()
+            .expect("token")
+            .to_owned()
+    }
+
+    /// Creates a regular user and returns (id, access token).
+    pub async fn regular_user(&self, username: &str) -> (i64, String) {
+        let admin = self.admin_token().await;
+        let password = "user-password-1";
+        let body = serde_json::json!({ "username": username, "password": password, "role": 2, "email": format!("{username}@example.com") });
+        self.post("/user", Some(&admin), &body).await.assert_ok();
+        let login = self.login(username, password).await;
+        let token = login.assert_ok()["token"]
+            .as_str()
+            .expect("token")
+            .to_owned();
+        let me = self.get("/user", Some(&token)).await;
+        (me.assert_ok()["id"].as_i64().expect("id"), token)
+    }
+
+    pub async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(&self.db)
+            .await
+            .expect("count")
+    }
+}
+
+pub fn with_token(req: reqwest::RequestBuilder, token: Option<&str>) -> reqwest::RequestBuilder {
+    match token {
+        Some(t) => req.header("Svc-Auth", t),
+        None => req,
+    }
+}
+
+/// An S3 client for LocalStack, to look at the bucket directly.
+pub async fn s3_client() -> aws_sdk_s3::Client {
+    let sdk = aws_config::load_from_env().await;
+    let conf = aws_sdk_s3::config::Builder::from(&sdk)
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
+pub fn bucket() -> String {
+    env("S3_BUCKET")
+}

@@ -1,0 +1,6 @@
+//! Black-box tests of the API over HTTP. One binary, so the application links once.
+
+mod platform;
+mod queues;
+mod resources;
+mod users;

@@ -1,0 +1,71 @@
+use api_tests::{spawn, Store};
+
+#[tokio::test]
+async fn health_reports_every_part() {
+    let app = spawn(Store::S3).await;
+    let reply = app
+        .send(app.client.get(format!("{}/health", app.origin)))
+        .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.body["status"], "ok");
+    for part in ["db", "storage", "queue"] {
+        assert_eq!(reply.body[part], "ok", "{part}");
+    }
+}
+
+#[tokio::test]
+async fn openapi_documents_every_route() {
+    let app = spawn(Store::Filesystem).await;
+    let reply = app
+        .send(
+            app.client
+                .get(format!("{}/api-docs/openapi.json", app.origin)),
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    let paths = reply.body["paths"].as_object().expect("paths");
+    for (path, method) in [
+        ("/api/user/login", "post"),
+        ("/api/auth/refreshToken", "post"),
+        ("/api/user", "get"),
+        ("/api/user", "post"),
+        ("/api/user/page/list", "get"),
+        ("/api/user/{id}", "put"),
+        ("/api/user/{id}/role", "put"),
+        ("/api/user/{id}/password", "put"),
+        ("/api/user/password", "put"),
+        ("/api/user/authorize/code", "post"),
+        ("/api/resource/upload", "post"),
+        ("/api/resource/page", "get"),
+        ("/api/resource/{id}/preview", "get"),
+        ("/api/resource/{id}/download", "get"),
+        ("/api/resource/{id}", "delete"),
+        ("/api/resource/upload-url", "post"),
+        ("/api/resource/upload/complete", "post"),
+    ] {
+        assert!(
+            paths.get(path).and_then(|p| p.get(method)).is_some(),
+            "{method} {path} missing from the OpenAPI document"
+        );
+    }
+    let page = app
+        .send(app.client.get(format!("{}/api-docs", app.origin)))
+        .await;
+    assert_eq!(page.status, 200);
+    assert!(String::from_utf8_lossy(&page.bytes).contains("openapi"));
+}
+
+#[tokio::test]
+async fn unknown_routes_and_request_ids() {
+    let app = spawn(Store::Filesystem).await;
+    let reply = app
+        .send(
+            app.client
+                .get(app.url("/user"))
+                .header("x-request-id", "req-123"),
+        )
+        .await;
+    assert_eq!(reply.headers["x-request-id"], "req-123");
+    let generated = app.get("/user", None).await;
+    assert!(generated.headers.get("x-request-id").is_some());
+}

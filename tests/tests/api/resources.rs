@@ -1,0 +1,425 @@
+use api_tests::{bucket, s3_client, spawn, spawn_with, Store, TestApp};
+use reqwest::multipart::{Form, Part};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+const PNG: &[u8] = &[
+    0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, b'I', b'H', b'D', b'R', 1, 2, 3, 4,
+];
+
+fn sha(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+async fn upload(
+    app: &TestApp,
+    token: &str,
+    name: &str,
+    bytes: Vec<u8>,
+    biz: Option<(&str, &str)>,
+) -> api_tests::Reply {
+    let mut form = Form::new().part("file", Part::bytes(bytes).file_name(name.to_owned()));
+    if let Some((t, id)) = biz {
+        form = form
+            .text("bizType", t.to_owned())
+            .text("bizId", id.to_owned());
+    }
+    app.send(
+        app.client
+            .post(app.url("/resource/upload"))
+            .header("Svc-Auth", token)
+            .multipart(form),
+    )
+    .await
+}
+
+/// The object exists in the app's store (the temp dir or the LocalStack bucket).
+async fn object_exists(app: &TestApp, store: Store, key: &str) -> bool {
+    match store {
+        Store::Filesystem => app.storage_dir.path().join(key).exists(),
+        Store::S3 => s3_client()
+            .await
+            .head_object()
+            .bucket(bucket())
+            .key(key)
+            .send()
+            .await
+            .is_ok(),
+    }
+}
+
+async fn round_trip(store: Store) {
+    let app = spawn(store).await;
+    let (user_id, token) = app.regular_user("uploader").await;
+    let bytes: Vec<u8> = PNG
+        .iter()
+        .copied()
+        .chain((0..200_000u32).map(|i| (i % 251) as u8))
+        .collect();
+    let reply = upload(
+        &app,
+        &token,
+        "图片 photo.txt",
+        bytes.clone(),
+        Some(("avatar", "42")),
+    )
+    .await;
+    let r = reply.assert_ok().clone();
+    assert_eq!(
+        r["mimeType"], "image/png",
+        "sniffed from the bytes, not the name"
+    );
+    assert_eq!(r["fileSize"].as_u64(), Some(bytes.len() as u64));
+    assert_eq!(
+        r["storageType"],
+        if store == Store::S3 { "OSS" } else { "LOCAL" }
+    );
+    assert_eq!(
+        (
+            r["bizType"].as_str(),
+            r["bizId"].as_i64(),
+            r["creatorId"].as_i64()
+        ),
+        (Some("avatar"), Some(42), Some(user_id))
+    );
+    assert_eq!(r["originalName"], "图片 photo.txt");
+    let id = r["id"].as_i64().unwrap();
+    assert_eq!(r["accessUrl"], format!("/api/resource/{id}/preview"));
+    let key = r["storageKey"].as_str().unwrap().to_owned();
+    assert!(object_exists(&app, store, &key).await);
+
+    let preview = app
+        .get(&format!("/resource/{id}/preview"), Some(&token))
+        .await;
+    assert_eq!(preview.status, 200);
+    assert_eq!(sha(&preview.bytes), sha(&bytes));
+    assert_eq!(preview.headers["content-type"], "image/png");
+    assert!(preview.headers["content-disposition"]
+        .to_str()
+        .unwrap()
+        .starts_with("inline"));
+
+    let download = app
+        .get(&format!("/resource/{id}/download"), Some(&token))
+        .await;
+    assert_eq!(sha(&download.bytes), sha(&bytes));
+    let disposition = download.headers["content-disposition"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        disposition.starts_with("attachment; filename=\"__ photo.txt\""),
+        "{disposition}"
+    );
+    assert!(
+        disposition.contains("filename*=UTF-8''%E5%9B%BE%E7%89%87%20photo.txt"),
+        "{disposition}"
+    );
+
+    // Range requests.
+    let part = app
+        .send(
+            app.client
+                .get(app.url(&format!("/resource/{id}/preview")))
+                .header("Svc-Auth", &token)
+                .header("Range", "bytes=10-19"),
+        )
+        .await;
+    assert_eq!(part.status, 206);
+    assert_eq!(&part.bytes[..], &bytes[10..20]);
+    assert_eq!(
+        part.headers["content-range"],
+        format!("bytes 10-19/{}", bytes.len())
+    );
+    let bad = app
+        .send(
+            app.client
+                .get(app.url(&format!("/resource/{id}/preview")))
+                .header("Svc-Auth", &token)
+                .header("Range", "bytes=999999999-"),
+        )
+        .await;
+    assert_eq!(bad.status, 416);
+
+    // Another user cannot delete it; nothing changes.
+    let (_, other) = app.regular_user("other").await;
+    app.delete(&format!("/resource/{id}"), Some(&other))
+        .await
+        .assert_error(404, 404, "resource not found");
+    assert!(object_exists(&app, store, &key).await);
+    assert_eq!(app.count("resources").await, 1);
+
+    app.delete(&format!("/resource/{id}"), Some(&token))
+        .await
+        .assert_ok();
+    assert!(
+        !object_exists(&app, store, &key).await,
+        "object removed from the store"
+    );
+    assert_eq!(app.count("resources").await, 0);
+    app.get(&format!("/resource/{id}/preview"), Some(&token))
+        .await
+        .assert_error(404, 404, "resource not found");
+    app.delete(&format!("/resource/{id}"), Some(&token))
+        .await
+        .assert_error(404, 404, "resource not found");
+}
+
+#[tokio::test]
+async fn upload_preview_download_delete_on_the_filesystem() {
+    round_trip(Store::Filesystem).await;
+}
+
+#[tokio::test]
+async fn upload_preview_download_delete_on_s3() {
+    round_trip(Store::S3).await;
+}
+
+async fn bad_uploads_change_nothing(store: Store) {
+    let app = spawn_with(store, &[("MAX_UPLOAD_BYTES", "1000")]).await;
+    let (_, token) = app.regular_user("bad").await;
+    let too_big = upload(&app, &token, "big.bin", vec![7u8; 5000], None).await;
+    too_big.assert_error(413, 413, "exceeds the limit of 1000 bytes");
+    let no_file = app
+        .send(
+            app.client
+                .post(app.url("/resource/upload"))
+                .header("Svc-Auth", &token)
+                .multipart(Form::new().text("bizType", "x")),
+        )
+        .await;
+    no_file.assert_error(400, 0, "file is required");
+    upload(&app, &token, "a.txt", b"hi".to_vec(), Some(("doc", "abc")))
+        .await
+        .assert_error(400, 0, "bizId must be a whole number");
+    let not_multipart = app.post("/resource/upload", Some(&token), &json!({})).await;
+    assert_eq!((not_multipart.status, not_multipart.code()), (400, 0));
+    upload(&app, "", "a.txt", b"hi".to_vec(), None)
+        .await
+        .assert_error(401, 401, "log in");
+    assert_eq!(app.count("resources").await, 0);
+    if store == Store::Filesystem {
+        let leftover = walk(app.storage_dir.path());
+        assert!(
+            leftover.is_empty(),
+            "nothing written to storage: {leftover:?}"
+        );
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn bad_uploads_change_nothing_on_the_filesystem() {
+    bad_uploads_change_nothing(Store::Filesystem).await;
+}
+
+#[tokio::test]
+async fn bad_uploads_change_nothing_on_s3() {
+    bad_uploads_change_nothing(Store::S3).await;
+}
+
+#[tokio::test]
+async fn page_filters() {
+    let app = spawn(Store::Filesystem).await;
+    let (_, alice) = app.regular_user("alice").await;
+    let (_, bob) = app.regular_user("bob").await;
+    upload(
+        &app,
+        &alice,
+        "report-2024.pdf",
+        b"%PDF-1.4 x".to_vec(),
+        Some(("document", "1")),
+    )
+    .await
+    .assert_ok();
+    upload(
+        &app,
+        &alice,
+        "avatar.png",
+        PNG.to_vec(),
+        Some(("avatar", "2")),
+    )
+    .await
+    .assert_ok();
+    upload(&app, &alice, "100%_done.txt", b"x".to_vec(), None)
+        .await
+        .assert_ok();
+    upload(
+        &app,
+        &bob,
+        "bob.txt",
+        b"bob".to_vec(),
+        Some(("document", "1")),
+    )
+    .await
+    .assert_ok();
+
+    let names = |v: &Value| -> Vec<String> {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["originalName"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let all = app.get("/resource/page", Some(&alice)).await;
+    let d = all.assert_ok().clone();
+    assert_eq!(
+        (d["total"].as_i64(), d["page"].as_i64(), d["size"].as_i64()),
+        (Some(3), Some(1), Some(10)),
+        "only her own"
+    );
+    let docs = app
+        .get("/resource/page?bizType=document&bizId=1", Some(&alice))
+        .await;
+    assert_eq!(names(docs.assert_ok()), vec!["report-2024.pdf"]);
+    let search = app
+        .get("/resource/page?originalName=AVATAR", Some(&alice))
+        .await;
+    assert_eq!(names(search.assert_ok()), vec!["avatar.png"]);
+    let literal = app
+        .get("/resource/page?originalName=%25_", Some(&alice))
+        .await;
+    assert_eq!(
+        names(literal.assert_ok()),
+        vec!["100%_done.txt"],
+        "LIKE wildcards are matched literally"
+    );
+    let paged = app.get("/resource/page?page=2&size=2", Some(&alice)).await;
+    assert_eq!(paged.assert_ok()["data"].as_array().unwrap().len(), 1);
+    let clamped = app.get("/resource/page?size=100000", Some(&alice)).await;
+    assert_eq!(clamped.assert_ok()["size"], 100);
+
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1))
+        .format("%Y-%m-%d")
+        .to_string();
+    let range = format!(
+        "/resource/page?datetimeRange={today}%2000:00:00&datetimeRange={tomorrow}%2000:00:00"
+    );
+    assert_eq!(app.get(&range, Some(&alice)).await.assert_ok()["total"], 3);
+    let past = "/resource/page?datetimeRange=2000-01-01%2000:00:00,2000-01-02%2000:00:00";
+    assert_eq!(app.get(past, Some(&alice)).await.assert_ok()["total"], 0);
+    app.get("/resource/page?datetimeRange=yesterday", Some(&alice))
+        .await
+        .assert_error(400, 0, "datetimeRange");
+    app.get("/resource/page?bizId=x", Some(&alice))
+        .await
+        .assert_error(400, 0, "bizId");
+
+    let admin = app.admin_token().await;
+    assert_eq!(
+        app.get("/resource/page", Some(&admin)).await.assert_ok()["total"],
+        4,
+        "administrators see all"
+    );
+}
+
+async fn presigned_upload(store: Store) {
+    let app = spawn(store).await;
+    let (user_id, token) = app.regular_user("big").await;
+    let bytes: Vec<u8> = b"%PDF-1.7\n"
+        .iter()
+        .copied()
+        .chain(std::iter::repeat_n(b'x', 300_000))
+        .collect();
+    let ask = json!({ "originalName": "large.pdf", "fileSize": bytes.len(), "contentType": "application/pdf" });
+    let reply = app.post("/resource/upload-url", Some(&token), &ask).await;
+    let presigned = reply.assert_ok().clone();
+    let key = presigned["storageKey"].as_str().unwrap().to_owned();
+    assert!(key.starts_with(&format!("resources/{user_id}/")));
+    let url = presigned["uploadUrl"].as_str().unwrap();
+    let url = if url.starts_with('/') {
+        format!("{}{url}", app.origin)
+    } else {
+        url.to_owned()
+    };
+
+    // Registering before the upload is refused and writes nothing.
+    let complete = json!({ "storageKey": key, "originalName": "large.pdf", "bizType": "document" });
+    app.post("/resource/upload/complete", Some(&token), &complete)
+        .await
+        .assert_error(400, 0, "storageKey");
+    assert_eq!(app.count("resources").await, 0);
+
+    let put = app
+        .client
+        .put(&url)
+        .header("content-type", "application/pdf")
+        .body(bytes.clone())
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        put.status().is_success(),
+        "PUT to the presigned URL: {}",
+        put.status()
+    );
+    let done = app
+        .post("/resource/upload/complete", Some(&token), &complete)
+        .await;
+    let r = done.assert_ok().clone();
+    assert_eq!(
+        (r["mimeType"].as_str(), r["fileSize"].as_u64()),
+        (Some("application/pdf"), Some(bytes.len() as u64))
+    );
+    let download = app
+        .get(&format!("/resource/{}/download", r["id"]), Some(&token))
+        .await;
+    assert_eq!(sha(&download.bytes), sha(&bytes));
+
+    // Registering twice, or someone else's key, is refused.
+    app.post("/resource/upload/complete", Some(&token), &complete)
+        .await
+        .assert_error(400, 0, "already registered");
+    let (_, thief) = app.regular_user("thief").await;
+    app.post("/resource/upload/complete", Some(&thief), &complete)
+        .await
+        .assert_error(403, 403, "not issued to you");
+    assert_eq!(app.count("resources").await, 1);
+    app.post(
+        "/resource/upload-url",
+        Some(&token),
+        &json!({ "fileSize": 1 }),
+    )
+    .await
+    .assert_error(400, 0, "originalName is required");
+    app.post(
+        "/resource/upload-url",
+        Some(&token),
+        &json!({ "originalName": "a", "fileSize": 1u64 << 50 }),
+    )
+    .await
+    .assert_error(413, 413, "fileSize exceeds");
+}
+
+#[tokio::test]
+async fn presigned_upload_on_the_filesystem() {
+    presigned_upload(Store::Filesystem).await;
+}
+
+#[tokio::test]
+async fn presigned_upload_on_s3() {
+    presigned_upload(Store::S3).await;
+}
+
+#[tokio::test]
+async fn forged_direct_upload_urls_are_refused() {
+    let app = spawn(Store::Filesystem).await;
+    let url = app.url("/resource/direct-upload?key=resources/1/x.txt&expires=99999999999&sig=00");
+    let reply = app.send(app.client.put(url).body("evil")).await;
+    reply.assert_error(403, 403, "invalid or expired");
+    assert!(walk(app.storage_dir.path()).is_empty());
+}

@@ -1,0 +1,482 @@
+use api_tests::{spawn, Store, TestApp, ADMIN_PASSWORD, ADMIN_USERNAME};
+use serde_json::json;
+
+async fn app() -> TestApp {
+    spawn(Store::Filesystem).await
+}
+
+#[tokio::test]
+async fn login_then_current_user() {
+    let app = app().await;
+    let login = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
+    let data = login.assert_ok();
+    assert!(data["refreshToken"].as_str().is_some_and(|t| t.len() > 20));
+    assert!(data.as_object().unwrap().contains_key("email"));
+    let token = data["token"].as_str().unwrap();
+    let me = app.get("/user", Some(token)).await;
+    let me = me.assert_ok();
+    assert_eq!(me["username"], ADMIN_USERNAME);
+    assert_eq!(me["role"], 1);
+    assert_eq!(me["roleName"], "administrator");
+    for key in ["id", "email", "tokens", "totals"] {
+        assert!(me.get(key).is_some(), "{key} missing from {me}");
+    }
+    // The optional Bearer prefix works too.
+    app.get("/user", Some(&format!("Bearer {token}")))
+        .await
+        .assert_ok();
+}
+
+#[tokio::test]
+async fn login_failures_are_clear_and_throttled() {
+    let app = spawn_with_low_limit().await;
+    app.login(ADMIN_USERNAME, "wrong")
+        .await
+        .assert_error(401, 401, "incorrect");
+    app.login("nobody", "wrong")
+        .await
+        .assert_error(401, 401, "incorrect");
+    app.post("/user/login", None, &json!({ "password": "x" }))
+        .await
+        .assert_error(400, 0, "username is required");
+    app.post("/user/login", None, &json!({ "username": "admin" }))
+        .await
+        .assert_error(400, 0, "password is required");
+    app.post(
+        "/user/login",
+        None,
+        &json!({ "username": 5, "password": "x" }),
+    )
+    .await
+    .assert_error(400, 0, "username");
+    let raw = app
+        .send(
+            app.client
+                .post(app.url("/user/login"))
+                .header("content-type", "application/json")
+                .body("{"),
+        )
+        .await;
+    raw.assert_error(400, 0, "not valid JSON");
+
+    // Third failure for this username locks it, even with the right password.
+    app.login(ADMIN_USERNAME, "wrong")
+        .await
+        .assert_error(401, 401, "incorrect");
+    app.login(ADMIN_USERNAME, "wrong").await;
+    let locked = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
+    locked.assert_error(429, 429, "too many failed logins");
+    assert!(locked.headers.get("retry-after").is_some());
+}
+
+async fn spawn_with_low_limit() -> TestApp {
+    api_tests::spawn_with(Store::Filesystem, &[("LOGIN_MAX_FAILURES", "3")]).await
+}
+
+#[tokio::test]
+async fn missing_forged_and_expired_tokens_get_401() {
+    let app = app().await;
+    app.get("/user", None)
+        .await
+        .assert_error(401, 401, "log in");
+    app.get("/user", Some("not-a-jwt"))
+        .await
+        .assert_error(401, 401, "invalid");
+    // Signed with another secret.
+    let forged = shared::auth::JwtKeys::new(&[3u8; 32], std::time::Duration::from_secs(600))
+        .issue_access(1, 1)
+        .unwrap();
+    app.get("/user", Some(&forged))
+        .await
+        .assert_error(401, 401, "invalid");
+    // Signed with the right secret but already expired.
+    let expired = api_tests::spawn_with(Store::Filesystem, &[("ACCESS_TOKEN_TTL_SECS", "0")]).await;
+    let token = expired.admin_token().await;
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    expired
+        .get("/user", Some(&token))
+        .await
+        .assert_error(401, 401, "expired");
+}
+
+#[tokio::test]
+async fn refresh_rotates_and_reuse_revokes_the_login() {
+    let app = app().await;
+    let login = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
+    let first = login.assert_ok()["refreshToken"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let r1 = app
+        .post(
+            "/auth/refreshToken",
+            None,
+            &json!({ "refreshToken": first }),
+        )
+        .await;
+    let second = r1.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
+    assert_ne!(first, second);
+    app.get("/user", r1.data()["token"].as_str())
+        .await
+        .assert_ok();
+
+    // Reusing the first token revokes the whole chain, including the fresh second token.
+    app.post(
+        "/auth/refreshToken",
+        None,
+        &json!({ "refreshToken": first }),
+    )
+    .await
+    .assert_error(401, 401, "already used");
+    app.post(
+        "/auth/refreshToken",
+        None,
+        &json!({ "refreshToken": second }),
+    )
+    .await
+    .assert_error(401, 401, "revoked");
+    app.post(
+        "/auth/refreshToken",
+        None,
+        &json!({ "refreshToken": "garbage" }),
+    )
+    .await
+    .assert_error(401, 401, "invalid");
+    app.post("/auth/refreshToken", None, &json!({}))
+        .await
+        .assert_error(400, 0, "refreshToken is required");
+}
+
+#[tokio::test]
+async fn admin_creates_lists_and_updates_users() {
+    let app = app().await;
+    let admin = app.admin_token().await;
+    let create = json!({ "username": "alice", "password": "alice-pass-1", "role": 2, "email": "alice@example.com", "totals": 500 });
+    app.post("/user", Some(&admin), &create).await.assert_ok();
+
+    let page = app.get("/user/page/list?page=1&size=1", Some(&admin)).await;
+    let data = page.assert_ok();
+    assert_eq!(
+        (
+            data["page"].as_i64(),
+            data["size"].as_i64(),
+            data["total"].as_i64()
+        ),
+        (Some(1), Some(1), Some(2))
+    );
+    assert_eq!(data["data"].as_array().unwrap().len(), 1);
+    let found = app
+        .get("/user/page/list?email=alice%40example", Some(&admin))
+        .await;
+    let users = found.assert_ok()["data"].as_array().unwrap().clone();
+    assert_eq!(users.len(), 1);
+    let alice = &users[0];
+    assert_eq!(
+        (
+            alice["username"].as_str(),
+            alice["totals"].as_i64(),
+            alice["tokens"].as_i64()
+        ),
+        (Some("alice"), Some(500), Some(500))
+    );
+    assert!(
+        alice["createDt"].as_str().unwrap().len() == 19,
+        "YYYY-MM-DD HH:mm:ss"
+    );
+    let id = alice["id"].as_i64().unwrap();
+
+    // Duplicate username (any case) is refused and writes nothing.
+    let before = app.count("users").await;
+    let dup = json!({ "username": "ALICE", "password": "another-pass", "role": 2 });
+    app.post("/user", Some(&admin), &dup)
+        .await
+        .assert_error(400, 0, "username is already taken");
+    let dup_email = json!({ "username": "alice2", "password": "another-pass", "role": 2, "email": "Alice@Example.com" });
+    app.post("/user", Some(&admin), &dup_email)
+        .await
+        .assert_error(400, 0, "email is already used");
+    assert_eq!(app.count("users").await, before);
+
+    for (body, needle) in [
+        (
+            json!({ "password": "abcdefgh", "role": 2 }),
+            "username is required",
+        ),
+        (
+            json!({ "username": "bob", "role": 2 }),
+            "password is required",
+        ),
+        (
+            json!({ "username": "bob", "password": "short", "role": 2 }),
+            "password must be 8 to 128",
+        ),
+        (
+            json!({ "username": "bob", "password": "abcdefgh" }),
+            "role is required",
+        ),
+        (
+            json!({ "username": "bob", "password": "abcdefgh", "role": 7 }),
+            "role must be 1",
+        ),
+        (
+            json!({ "username": "bob", "password": "abcdefgh", "role": 2, "email": "nope" }),
+            "email must be a valid",
+        ),
+        (
+            json!({ "username": "b o b", "password": "abcdefgh", "role": 2 }),
+            "username may contain",
+        ),
+        (
+            json!({ "username": "bob", "password": "abcdefgh", "role": "x" }),
+            "role: invalid type",
+        ),
+    ] {
+        app.post("/user", Some(&admin), &body)
+            .await
+            .assert_error(400, 0, needle);
+    }
+    assert_eq!(app.count("users").await, before);
+
+    // Update: role, email, password.
+    let upd = json!({ "role": 1, "email": "alice@new.example", "password": "alice-pass-2" });
+    app.put(&format!("/user/{id}"), Some(&admin), &upd)
+        .await
+        .assert_ok();
+    let login = app.login("alice", "alice-pass-2").await;
+    let token = login.assert_ok()["token"].as_str().unwrap().to_owned();
+    let me = app.get("/user", Some(&token)).await;
+    assert_eq!(
+        (me.data()["role"].as_i64(), me.data()["email"].as_str()),
+        (Some(1), Some("alice@new.example"))
+    );
+    app.put(
+        &format!("/user/{id}"),
+        Some(&admin),
+        &json!({ "email": "x@y.zz" }),
+    )
+    .await
+    .assert_error(400, 0, "role is required");
+    app.put("/user/999999", Some(&admin), &json!({ "role": 2 }))
+        .await
+        .assert_error(404, 404, "user not found");
+    app.put("/user/abc", Some(&admin), &json!({ "role": 2 }))
+        .await
+        .assert_error(400, 0, "invalid path parameter");
+
+    // Role endpoint and password reset.
+    app.put(&format!("/user/{id}/role?role=2"), Some(&admin), &json!({}))
+        .await
+        .assert_ok();
+    app.put(&format!("/user/{id}/role"), Some(&admin), &json!({}))
+        .await
+        .assert_error(400, 0, "role is required");
+    app.put(&format!("/user/{id}/role?role=x"), Some(&admin), &json!({}))
+        .await
+        .assert_error(400, 0, "role");
+    app.put(
+        &format!("/user/{id}/password"),
+        Some(&admin),
+        &json!({ "password": "reset-pass-1" }),
+    )
+    .await
+    .assert_ok();
+    app.login("alice", "reset-pass-1").await.assert_ok();
+    app.put(&format!("/user/{id}/password"), Some(&admin), &json!({}))
+        .await
+        .assert_error(400, 0, "password is required");
+    app.put(
+        "/user/424242/password",
+        Some(&admin),
+        &json!({ "password": "reset-pass-1" }),
+    )
+    .await
+    .assert_error(404, 404, "not found");
+}
+
+#[tokio::test]
+async fn the_last_administrator_cannot_be_demoted() {
+    let app = app().await;
+    let admin = app.admin_token().await;
+    let me = app.get("/user", Some(&admin)).await;
+    let id = me.assert_ok()["id"].as_i64().unwrap();
+    app.put(&format!("/user/{id}/role?role=2"), Some(&admin), &json!({}))
+        .await
+        .assert_error(400, 0, "last administrator");
+    let still = app.get("/user", Some(&admin)).await;
+    assert_eq!(still.data()["role"], 1);
+}
+
+#[tokio::test]
+async fn regular_users_get_403_on_admin_endpoints() {
+    let app = app().await;
+    let (id, token) = app.regular_user("carol").await;
+    let t = Some(token.as_str());
+    app.get("/user/page/list", t)
+        .await
+        .assert_error(403, 403, "administrator");
+    app.post(
+        "/user",
+        t,
+        &json!({ "username": "x1", "password": "abcdefgh", "role": 1 }),
+    )
+    .await
+    .assert_error(403, 403, "administrator");
+    app.put(&format!("/user/{id}"), t, &json!({ "role": 1 }))
+        .await
+        .assert_error(403, 403, "administrator");
+    app.put(&format!("/user/{id}/role?role=1"), t, &json!({}))
+        .await
+        .assert_error(403, 403, "administrator");
+    app.put(
+        &format!("/user/{id}/password"),
+        t,
+        &json!({ "password": "abcdefghi" }),
+    )
+    .await
+    .assert_error(403, 403, "administrator");
+    app.post(
+        "/user/authorize/code",
+        t,
+        &json!({ "email": "a@b.cd", "days": 1, "totals": 1 }),
+    )
+    .await
+    .assert_error(403, 403, "administrator");
+    let me = app.get("/user", t).await;
+    assert_eq!(me.assert_ok()["role"], 2);
+    assert_eq!(app.count("users").await, 2);
+}
+
+#[tokio::test]
+async fn own_password_change() {
+    let app = app().await;
+    let (_, token) = app.regular_user("dave").await;
+    let t = Some(token.as_str());
+    let wrong = json!({ "oldPassword": "not-it", "newPassword": "new-pass-123" });
+    app.put("/user/password", t, &wrong)
+        .await
+        .assert_error(400, 0, "oldPassword is incorrect");
+    app.login("dave", "user-password-1").await.assert_ok();
+    app.put(
+        "/user/password",
+        t,
+        &json!({ "oldPassword": "user-password-1" }),
+    )
+    .await
+    .assert_error(400, 0, "newPassword is required");
+    app.put(
+        "/user/password",
+        t,
+        &json!({ "oldPassword": "user-password-1", "newPassword": "short" }),
+    )
+    .await
+    .assert_error(400, 0, "newPassword must be");
+    app.put(
+        "/user/password",
+        t,
+        &json!({ "oldPassword": "user-password-1", "newPassword": "new-pass-123" }),
+    )
+    .await
+    .assert_ok();
+    app.login("dave", "user-password-1")
+        .await
+        .assert_error(401, 401, "incorrect");
+    app.login("dave", "new-pass-123").await.assert_ok();
+    app.put("/user/password", None, &json!({}))
+        .await
+        .assert_error(401, 401, "log in");
+}
+
+#[tokio::test]
+async fn authorize_code_grants_quota() {
+    let app = app().await;
+    let admin = app.admin_token().await;
+    let t = Some(admin.as_str());
+    let (_, _) = app.regular_user("erin").await;
+    let grant = json!({ "email": "erin@example.com", "days": 30, "totals": 1000 });
+    app.post("/user/authorize/code", t, &grant)
+        .await
+        .assert_ok();
+    app.post("/user/authorize/code", t, &grant)
+        .await
+        .assert_ok();
+    let list = app.get("/user/page/list?email=erin", t).await;
+    let erin = list.assert_ok()["data"][0].clone();
+    assert_eq!(
+        (erin["tokens"].as_i64(), erin["totals"].as_i64()),
+        (Some(2000), Some(2000))
+    );
+    assert!(erin["expireDt"].as_str().is_some());
+
+    // An unknown email becomes a regular user with that quota.
+    let before = app.count("users").await;
+    app.post(
+        "/user/authorize/code",
+        t,
+        &json!({ "email": "new@example.com", "days": 7, "totals": 50 }),
+    )
+    .await
+    .assert_ok();
+    assert_eq!(app.count("users").await, before + 1);
+    let list = app.get("/user/page/list?email=new%40example.com", t).await;
+    let new = list.assert_ok()["data"][0].clone();
+    assert_eq!(
+        (
+            new["role"].as_i64(),
+            new["tokens"].as_i64(),
+            new["username"].as_str()
+        ),
+        (Some(2), Some(50), Some("new@example.com"))
+    );
+
+    for (body, needle) in [
+        (json!({ "days": 7, "totals": 50 }), "email is required"),
+        (
+            json!({ "email": "bad", "days": 7, "totals": 50 }),
+            "email must be a valid",
+        ),
+        (
+            json!({ "email": "z@example.com", "totals": 50 }),
+            "days is required",
+        ),
+        (
+            json!({ "email": "z@example.com", "days": 0, "totals": 50 }),
+            "days must be between",
+        ),
+        (
+            json!({ "email": "z@example.com", "days": 7 }),
+            "totals is required",
+        ),
+        (
+            json!({ "email": "z@example.com", "days": 7, "totals": -5 }),
+            "totals must be between",
+        ),
+    ] {
+        app.post("/user/authorize/code", t, &body)
+            .await
+            .assert_error(400, 0, needle);
+    }
+    assert_eq!(app.count("users").await, before + 1);
+}
+
+#[tokio::test]
+async fn secrets_are_never_stored_in_plain_text() {
+    let app = app().await;
+    let login = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
+    let refresh = login.assert_ok()["refreshToken"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hash: String = sqlx::query_scalar("SELECT password_hash FROM users WHERE username = $1")
+        .bind(ADMIN_USERNAME)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(hash.starts_with("$argon2id$") && !hash.contains(ADMIN_PASSWORD));
+    let stored: Vec<String> = sqlx::query_scalar("SELECT token_hash FROM refresh_tokens")
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert!(!stored[0].contains(&refresh) && stored[0].len() == 64);
+}

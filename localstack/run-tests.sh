@@ -6,7 +6,11 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 stack=${TEST_STACK:-test}
-cleanup() { bash localstack/stack.sh down --clean "$stack" >/dev/null 2>&1 || true; }
+embedder_pid=
+cleanup() {
+  [ -n "$embedder_pid" ] && kill "$embedder_pid" 2>/dev/null
+  bash localstack/stack.sh down --clean "$stack" >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
 
 step() { printf '\n== %s\n' "$*"; }
@@ -20,6 +24,13 @@ set -a
 # shellcheck disable=SC1090
 . ".local/$stack/env"
 set +a
+
+step "embedding model server"
+embedder_log=$(mktemp)
+embedder_pid=$(bash localstack/embedder.sh start "$embedder_log")
+EMBEDDING_SERVER_URL=$(bash localstack/embedder.sh url "$embedder_log")
+export EMBEDDING_SERVER_URL
+echo "$EMBEDDING_SERVER_URL"
 
 step "clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings

@@ -14,6 +14,7 @@ pub fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .merge(user_api::router())
         .merge(resource_api::router())
+        .merge(model_api::router())
 }
 
 /// The complete local application.

@@ -12,6 +12,7 @@ pub mod db;
 pub mod error;
 pub mod http;
 pub mod lambda;
+pub mod models;
 pub mod queue;
 pub mod resources;
 pub mod state;

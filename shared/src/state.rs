@@ -7,6 +7,7 @@ use sqlx::PgPool;
 use crate::auth::JwtKeys;
 use crate::config::{Config, QueueBackend, StorageBackend};
 use crate::crypto::SecretBox;
+use crate::models::client::ModelClient;
 use crate::queue::{InProcessQueue, Queue, SqsQueue};
 use crate::storage::{FsStore, ObjectStore, S3Store};
 
@@ -22,6 +23,7 @@ struct Inner {
     queue: Arc<dyn Queue>,
     secrets: SecretBox,
     jwt: JwtKeys,
+    models: ModelClient,
 }
 
 impl AppState {
@@ -64,6 +66,7 @@ impl AppState {
                 queue,
                 secrets,
                 jwt,
+                models: ModelClient::new(),
             }),
         }
     }
@@ -85,6 +88,10 @@ impl AppState {
     }
     pub fn jwt(&self) -> &JwtKeys {
         &self.inner.jwt
+    }
+    /// The process-wide model client (one connection pool).
+    pub fn models(&self) -> &ModelClient {
+        &self.inner.models
     }
 
     /// The path under which the API is served, e.g. `/api`.

@@ -1,6 +1,8 @@
 //! Test harness: each test gets the real application on a random port, backed by a fresh
 //! Postgres database and either the filesystem store or S3 on LocalStack.
 
+pub mod model_server;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -292,4 +294,84 @@ pub async fn s3_client() -> aws_sdk_s3::Client {
 
 pub fn bucket() -> String {
     env("S3_BUCKET")
+}
+
+impl Reply {
+    /// Asserts a success in the `{status, message, data}` envelope.
+    #[track_caller]
+    pub fn assert_status_ok(&self) -> &Value {
+        assert_eq!(
+            (self.status, self.body["status"].as_i64()),
+            (200, Some(1)),
+            "expected success, got {:?}",
+            self.body
+        );
+        &self.body["data"]
+    }
+
+    /// Asserts a failure in the `{status, message, data}` envelope.
+    #[track_caller]
+    pub fn assert_status_error(&self, http: u16, status: i64, needle: &str) {
+        assert_eq!(self.status, http, "HTTP status of {:?}", self.body);
+        assert_eq!(
+            self.body["status"].as_i64(),
+            Some(status),
+            "status of {:?}",
+            self.body
+        );
+        assert!(
+            self.body["data"].is_null(),
+            "failures carry data: null: {:?}",
+            self.body
+        );
+        assert!(
+            self.body.get("code").is_none(),
+            "no admin envelope fields: {:?}",
+            self.body
+        );
+        let message = self.body["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(needle),
+            "message {message:?} should mention {needle:?}"
+        );
+    }
+}
+
+impl TestApp {
+    /// Creates a provider (as `token`, an administrator) and returns its id.
+    pub async fn provider(&self, token: &str, key: &str) -> i64 {
+        let body =
+            serde_json::json!({ "providerName": format!("Provider {key}"), "providerKey": key });
+        self.post("/ai-model/provider", Some(token), &body)
+            .await
+            .assert_status_ok()
+            .as_i64()
+            .expect("provider id")
+    }
+
+    /// Creates a model config and returns its id; `extra` fields are merged into the body.
+    pub async fn model(
+        &self,
+        token: &str,
+        provider_id: i64,
+        model_type: &str,
+        model_key: &str,
+        endpoint: &str,
+        extra: Value,
+    ) -> i64 {
+        let mut body = serde_json::json!({
+            "providerId": provider_id, "modelName": format!("{model_key} model"), "modelKey": model_key,
+            "modelType": model_type, "apiKey": model_server::GOOD_KEY, "apiEndpoint": endpoint,
+        });
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        self.post("/ai-model/config", Some(token), &body)
+            .await
+            .assert_status_ok()
+            .as_i64()
+            .expect("config id")
+    }
 }

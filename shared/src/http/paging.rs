@@ -82,3 +82,21 @@ mod tests {
         assert!(q.offset() > 0);
     }
 }
+
+/// Paging of the model module: `pageNum` (default 1) and `pageSize` (default 10, at most 100).
+#[derive(Debug, Default, Clone, Copy, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct PageNumQuery {
+    pub page_num: Option<i64>,
+    pub page_size: Option<i64>,
+}
+
+impl From<PageNumQuery> for PageQuery {
+    fn from(q: PageNumQuery) -> Self {
+        Self {
+            page: q.page_num,
+            size: q.page_size,
+        }
+    }
+}

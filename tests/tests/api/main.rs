@@ -1,5 +1,7 @@
 //! Black-box tests of the API over HTTP. One binary, so the application links once.
 
+mod model_client;
+mod models;
 mod platform;
 mod queues;
 mod resources;

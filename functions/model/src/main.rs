@@ -1,0 +1,6 @@
+//! Lambda entry point of the model module.
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    shared::lambda::run_http(model_api::router()).await
+}

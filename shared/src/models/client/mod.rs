@@ -1,0 +1,197 @@
+//! The model client layer: OpenAI-compatible chat (streamed and not), embeddings, and
+//! Jina/Cohere-shaped rerank. One `reqwest` connection pool per process; retries happen only
+//! before the first response byte, so a streamed answer is never sent twice.
+
+mod chat;
+mod embed;
+mod error;
+mod rerank;
+mod sse;
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::Response;
+use serde_json::Value;
+
+pub use chat::*;
+pub use embed::{Embeddings, InputKind};
+pub use error::ModelError;
+pub use rerank::RerankHit;
+
+/// Where and how to call one model: the decrypted view of a model config.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub base_url: String,
+    pub api_key: String,
+    pub model: String,
+    /// The config's `configJson`: temperature, maxTokens, timeoutSecs, batchSize, input types ...
+    pub options: Value,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    /// `{base}/{path}`, unless the configured endpoint already names the full path.
+    fn url(&self, path: &str) -> String {
+        let base = self.base_url.trim_end_matches('/');
+        if base.ends_with(path) {
+            base.to_owned()
+        } else {
+            format!("{base}/{path}")
+        }
+    }
+
+    fn option_u64(&self, key: &str) -> Option<u64> {
+        self.options.get(key).and_then(Value::as_u64)
+    }
+
+    fn option_f64(&self, key: &str) -> Option<f64> {
+        self.options.get(key).and_then(Value::as_f64)
+    }
+
+    fn option_str(&self, key: &str) -> Option<&str> {
+        self.options
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    }
+
+    /// How long to wait for the first byte, and between stream chunks.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.option_u64("timeoutSecs").unwrap_or(60).clamp(1, 600))
+    }
+
+    fn max_retries(&self) -> u32 {
+        self.option_u64("maxRetries").unwrap_or(2).min(5) as u32
+    }
+}
+
+#[derive(Clone)]
+pub struct ModelClient {
+    http: reqwest::Client,
+}
+
+impl Default for ModelClient {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ModelClient {
+    pub fn new() -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
+            .user_agent(concat!("agent-platform/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        Self { http }
+    }
+
+    /// Sends a JSON POST, retrying connection failures, timeouts before the response, 429 and
+    /// 5xx. Returns the first successful response with its body still unread.
+    async fn post(&self, ep: &Endpoint, path: &str, body: &Value) -> Result<Response, ModelError> {
+        let url = ep.url(path);
+        let mut attempt = 0;
+        loop {
+            match self.try_post(ep, &url, body).await {
+                Ok(resp) => return Ok(resp),
+                Err((err, wait)) if err.is_retryable() && attempt < ep.max_retries() => {
+                    attempt += 1;
+                    tracing::debug!(%url, attempt, error = %err, "retrying model call");
+                    tokio::time::sleep(wait.unwrap_or_else(|| backoff(attempt))).await;
+                }
+                Err((err, _)) => return Err(err),
+            }
+        }
+    }
+
+    /// One attempt; a failure carries the wait the upstream asked for, if any.
+    async fn try_post(
+        &self,
+        ep: &Endpoint,
+        url: &str,
+        body: &Value,
+    ) -> Result<Response, (ModelError, Option<Duration>)> {
+        let request = self.http.post(url).bearer_auth(&ep.api_key).json(body);
+        let resp = match tokio::time::timeout(ep.timeout(), request.send()).await {
+            Err(_) => {
+                return Err((
+                    ModelError::Timeout(format!(
+                        "no response from {url} within {:?}",
+                        ep.timeout()
+                    )),
+                    None,
+                ))
+            }
+            Ok(Err(e)) => return Err((ModelError::from_transport(url, e), None)),
+            Ok(Ok(resp)) => resp,
+        };
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status();
+        let wait = retry_after(resp.headers());
+        let text = read_error_body(resp, ep.timeout()).await;
+        Err((ModelError::from_status(status, &text), wait))
+    }
+
+    /// Posts and reads the whole JSON answer.
+    async fn post_json(
+        &self,
+        ep: &Endpoint,
+        path: &str,
+        body: &Value,
+    ) -> Result<Value, ModelError> {
+        let resp = self.post(ep, path, body).await?;
+        let bytes = tokio::time::timeout(ep.timeout(), resp.bytes())
+            .await
+            .map_err(|_| {
+                ModelError::Timeout("the model endpoint stopped sending its answer".into())
+            })?
+            .map_err(|e| ModelError::Network(format!("reading the answer failed: {e}")))?;
+        serde_json::from_slice(&bytes).map_err(|_| {
+            ModelError::Protocol(format!(
+                "the answer is not JSON: {}",
+                snippet(&String::from_utf8_lossy(&bytes))
+            ))
+        })
+    }
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(200 * 2u64.pow(attempt.saturating_sub(1)))
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs.min(5)))
+}
+
+async fn read_error_body(resp: Response, limit: Duration) -> String {
+    match tokio::time::timeout(limit, resp.text()).await {
+        Ok(Ok(t)) => t,
+        _ => String::new(),
+    }
+}
+
+/// At most 300 characters of upstream text, for messages.
+pub(crate) fn snippet(text: &str) -> String {
+    let t: String = text.chars().take(300).collect();
+    t.trim().to_owned()
+}

@@ -1,0 +1,56 @@
+//! Jina/Cohere-shaped `/rerank`: `query`, `documents`, `top_n` -> `results[{index, relevance_score}]`.
+
+use serde_json::{json, Value};
+
+use super::{Endpoint, ModelClient, ModelError};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RerankHit {
+    /// Position in the documents sent.
+    pub index: usize,
+    pub score: f64,
+}
+
+impl ModelClient {
+    /// Scores `documents` against `query`, best first, at most `top_n`.
+    pub async fn rerank(
+        &self,
+        ep: &Endpoint,
+        query: &str,
+        documents: &[String],
+        top_n: usize,
+    ) -> Result<Vec<RerankHit>, ModelError> {
+        if documents.is_empty() {
+            return Ok(vec![]);
+        }
+        let body = json!({ "model": ep.model, "query": query, "documents": documents, "top_n": top_n, "return_documents": false });
+        let v = self.post_json(ep, "rerank", &body).await?;
+        let results = v
+            .get("results")
+            .or_else(|| v.get("data"))
+            .and_then(Value::as_array)
+            .ok_or_else(|| ModelError::Protocol("the answer has no results array".into()))?;
+        let mut hits = Vec::with_capacity(results.len());
+        for r in results {
+            let index = r
+                .get("index")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| ModelError::Protocol("a result has no index".into()))?
+                as usize;
+            if index >= documents.len() {
+                return Err(ModelError::Protocol(format!(
+                    "result index {index} is out of range"
+                )));
+            }
+            let score = r
+                .get("relevance_score")
+                .or_else(|| r.get("score"))
+                .and_then(Value::as_f64)
+                .ok_or_else(|| ModelError::Protocol("a result has no relevance_score".into()))?;
+            hits.push(RerankHit { index, score });
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(top_n);
+        Ok(hits)
+    }
+}

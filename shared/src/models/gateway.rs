@@ -1,0 +1,345 @@
+//! Every model call of the service goes through here: resolve the config, check the caller's
+//! quota, call, record usage, deduct tokens.
+
+use std::time::Instant;
+
+use futures::StreamExt;
+
+use super::client::{
+    ChatEvent, ChatRequest, ChatResponse, ChatStream, Embeddings, Endpoint, InputKind, ModelError,
+    RerankHit, Usage,
+};
+use super::usage::{self, UsageRecord};
+use super::{quota, repo, ModelConfigRow, ModelType};
+use crate::{AppError, AppResult, AppState};
+
+/// A model config ready to call.
+#[derive(Debug, Clone)]
+pub struct ModelHandle {
+    pub row: ModelConfigRow,
+    pub endpoint: Endpoint,
+}
+
+/// Who pays for a call.
+#[derive(Debug, Clone, Copy)]
+pub enum Billing {
+    /// Checked against and deducted from this user's quota.
+    User(i64),
+    /// Recorded for statistics only (connectivity tests, background work).
+    RecordOnly(Option<i64>),
+}
+
+impl Billing {
+    fn user_id(self) -> Option<i64> {
+        match self {
+            Self::User(id) => Some(id),
+            Self::RecordOnly(id) => id,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Refused before calling (quota, missing model ...).
+    #[error(transparent)]
+    Refused(#[from] AppError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+impl From<CallError> for AppError {
+    fn from(err: CallError) -> Self {
+        match err {
+            CallError::Refused(e) => e,
+            CallError::Model(e) => AppError::business(format!("the model call failed: {e}")),
+        }
+    }
+}
+
+impl From<sqlx::Error> for CallError {
+    fn from(err: sqlx::Error) -> Self {
+        Self::Refused(err.into())
+    }
+}
+
+pub fn endpoint_of(state: &AppState, row: &ModelConfigRow) -> AppResult<Endpoint> {
+    Ok(Endpoint {
+        base_url: row.api_endpoint.clone(),
+        api_key: state.secrets().open(&row.api_key_enc)?,
+        model: row.model_key.clone(),
+        options: row.config_json.clone(),
+    })
+}
+
+/// An enabled model config (of an enabled provider) of the expected type.
+pub async fn load(state: &AppState, id: i64, expected: ModelType) -> AppResult<ModelHandle> {
+    let row = repo::config(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("model config"))?;
+    if row.model_type() != expected {
+        return Err(AppError::validation(format!(
+            "model {id} is a {} model, not {}",
+            row.model_type,
+            expected.as_str()
+        )));
+    }
+    if !row.is_enabled {
+        return Err(AppError::business(format!(
+            "model {} is disabled",
+            row.model_name
+        )));
+    }
+    let endpoint = endpoint_of(state, &row)?;
+    Ok(ModelHandle { row, endpoint })
+}
+
+/// The default model of a type, or a message saying none is configured.
+pub async fn default_model(state: &AppState, model_type: ModelType) -> AppResult<ModelHandle> {
+    let row = repo::default_config(state.db(), model_type.as_str())
+        .await?
+        .filter(|r| r.is_enabled)
+        .ok_or_else(|| {
+            AppError::business(format!(
+                "no default {} model is configured",
+                model_type.as_str()
+            ))
+        })?;
+    let endpoint = endpoint_of(state, &row)?;
+    Ok(ModelHandle { row, endpoint })
+}
+
+async fn before_call(state: &AppState, billing: Billing) -> Result<(), CallError> {
+    if let Billing::User(id) = billing {
+        quota::ensure_available(state.db(), id).await?;
+    }
+    Ok(())
+}
+
+/// Records the call and, when `charge`, deducts its tokens; failures to record are logged,
+/// never returned, so bookkeeping cannot fail a user's answer.
+async fn after_call(
+    state: &AppState,
+    model: &ModelConfigRow,
+    billing: Billing,
+    mut record: UsageRecord,
+    charge: bool,
+) {
+    record.cost = usage::cost(model, record.usage);
+    if let Err(e) = usage::record(state.db(), &record).await {
+        tracing::error!(error = %e, model_id = model.id, "recording model usage failed");
+    }
+    if let (Billing::User(id), true) = (billing, charge) {
+        let used = record.usage.prompt_tokens + record.usage.completion_tokens;
+        if let Err(e) = quota::deduct(state.db(), id, used).await {
+            tracing::error!(error = %e, user_id = id, "deducting tokens failed");
+        }
+    }
+}
+
+fn start(model: &ModelHandle, billing: Billing, kind: &'static str) -> (UsageRecord, Instant) {
+    (
+        UsageRecord::new(&model.row, billing.user_id(), kind),
+        Instant::now(),
+    )
+}
+
+fn finish<T>(
+    record: &mut UsageRecord,
+    started: Instant,
+    outcome: &Result<T, ModelError>,
+    usage: impl Fn(&T) -> Usage,
+) {
+    record.latency_ms = started.elapsed().as_millis() as i64;
+    match outcome {
+        Ok(v) => record.usage = usage(v),
+        Err(e) => record.error = Some(e.to_string()),
+    }
+}
+
+pub async fn chat(
+    state: &AppState,
+    model: &ModelHandle,
+    billing: Billing,
+    kind: &'static str,
+    req: &ChatRequest,
+) -> Result<ChatResponse, CallError> {
+    before_call(state, billing).await?;
+    let (mut record, started) = start(model, billing, kind);
+    let outcome = state.models().chat(&model.endpoint, req).await;
+    finish(&mut record, started, &outcome, |r| r.usage);
+    let charge = record.error.is_none();
+    after_call(state, &model.row, billing, record, charge).await;
+    Ok(outcome?)
+}
+
+pub async fn embed(
+    state: &AppState,
+    model: &ModelHandle,
+    billing: Billing,
+    texts: &[String],
+    input: InputKind,
+    expected_dim: Option<usize>,
+) -> Result<Embeddings, CallError> {
+    before_call(state, billing).await?;
+    let (mut record, started) = start(model, billing, "embedding");
+    let outcome = state
+        .models()
+        .embed(&model.endpoint, texts, input, expected_dim)
+        .await;
+    finish(&mut record, started, &outcome, |e| Usage {
+        prompt_tokens: e.prompt_tokens,
+        completion_tokens: 0,
+    });
+    let charge = record.error.is_none();
+    after_call(state, &model.row, billing, record, charge).await;
+    Ok(outcome?)
+}
+
+pub async fn rerank(
+    state: &AppState,
+    model: &ModelHandle,
+    billing: Billing,
+    query: &str,
+    documents: &[String],
+    top_n: usize,
+) -> Result<Vec<RerankHit>, CallError> {
+    before_call(state, billing).await?;
+    let (mut record, started) = start(model, billing, "rerank");
+    let outcome = state
+        .models()
+        .rerank(&model.endpoint, query, documents, top_n)
+        .await;
+    finish(&mut record, started, &outcome, |_| Usage::default());
+    let charge = record.error.is_none();
+    after_call(state, &model.row, billing, record, charge).await;
+    Ok(outcome?)
+}
+
+/// A streamed answer whose usage is recorded when it ends, fails, or is dropped by a client
+/// that went away. Without a usage chunk, tokens are estimated at 4 characters each.
+pub async fn chat_stream(
+    state: &AppState,
+    model: &ModelHandle,
+    billing: Billing,
+    kind: &'static str,
+    req: &ChatRequest,
+) -> Result<ChatStream, CallError> {
+    before_call(state, billing).await?;
+    let (record, started) = start(model, billing, kind);
+    let prompt_chars: usize = req
+        .messages
+        .iter()
+        .map(|m| {
+            serde_json::to_string(&m.content)
+                .map(|s| s.len())
+                .unwrap_or(0)
+        })
+        .sum();
+    let mut meter = Meter {
+        state: state.clone(),
+        model: model.row.clone(),
+        billing,
+        record,
+        started,
+        prompt_chars,
+        completion_chars: 0,
+        reported: false,
+        done: false,
+    };
+    let inner = match state.models().chat_stream(&model.endpoint, req).await {
+        Ok(s) => s,
+        Err(e) => {
+            meter.record.error = Some(e.to_string());
+            // Nothing was generated: record the failure with no tokens.
+            meter.reported = true;
+            meter.close();
+            return Err(e.into());
+        }
+    };
+    Ok(Box::pin(futures::stream::unfold(
+        (inner, meter),
+        |(mut inner, mut meter)| async move {
+            match inner.next().await {
+                Some(ev) => {
+                    meter.observe(&ev);
+                    Some((ev, (inner, meter)))
+                }
+                None => {
+                    meter.close();
+                    None
+                }
+            }
+        },
+    )))
+}
+
+struct Meter {
+    state: AppState,
+    model: ModelConfigRow,
+    billing: Billing,
+    record: UsageRecord,
+    started: Instant,
+    prompt_chars: usize,
+    completion_chars: usize,
+    reported: bool,
+    done: bool,
+}
+
+impl Meter {
+    fn observe(&mut self, ev: &Result<ChatEvent, ModelError>) {
+        match ev {
+            Ok(ChatEvent::Usage(u)) => {
+                self.record.usage = *u;
+                self.reported = true;
+            }
+            Ok(ChatEvent::Text(t)) | Ok(ChatEvent::Reasoning(t)) => {
+                self.completion_chars += t.len()
+            }
+            Ok(ChatEvent::ToolCalls(calls)) => {
+                self.completion_chars += calls
+                    .iter()
+                    .map(|c| c.arguments.len() + c.name.len())
+                    .sum::<usize>()
+            }
+            Ok(ChatEvent::Finish(_)) => {}
+            Err(e) => self.record.error = Some(e.to_string()),
+        }
+    }
+
+    fn close(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        if !self.reported {
+            self.record.usage = Usage {
+                prompt_tokens: self.prompt_chars.div_ceil(4) as u64,
+                completion_tokens: self.completion_chars.div_ceil(4) as u64,
+            };
+        }
+        self.record.latency_ms = self.started.elapsed().as_millis() as i64;
+        let (state, model, billing, record) = (
+            self.state.clone(),
+            self.model.clone(),
+            self.billing,
+            self.record.clone(),
+        );
+        // A failed or abandoned stream is charged for what it produced before it stopped.
+        let task = async move { after_call(&state, &model, billing, record, true).await };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(task);
+            }
+            Err(_) => tracing::warn!("stream usage not recorded: no runtime"),
+        }
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        if !self.done && self.record.error.is_none() {
+            self.record.error = Some("the client went away before the answer finished".to_owned());
+        }
+        self.close();
+    }
+}

@@ -1,0 +1,253 @@
+//! Wire shapes and rows of the model module.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::ModelType;
+use crate::crypto::{mask_secret, SecretBox};
+use crate::time;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ProviderRow {
+    pub id: i64,
+    pub provider_name: String,
+    pub provider_key: String,
+    pub description: Option<String>,
+    pub icon_url: Option<String>,
+    pub is_enabled: bool,
+    pub created_dt: DateTime<Utc>,
+    pub updated_dt: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderView {
+    pub id: i64,
+    pub provider_name: String,
+    pub provider_key: String,
+    pub description: Option<String>,
+    pub icon_url: Option<String>,
+    pub is_enabled: bool,
+    pub created_dt: String,
+    pub updated_dt: String,
+}
+
+impl From<ProviderRow> for ProviderView {
+    fn from(p: ProviderRow) -> Self {
+        Self {
+            id: p.id,
+            provider_name: p.provider_name,
+            provider_key: p.provider_key,
+            description: p.description,
+            icon_url: p.icon_url,
+            is_enabled: p.is_enabled,
+            created_dt: time::datetime(p.created_dt),
+            updated_dt: time::datetime(p.updated_dt),
+        }
+    }
+}
+
+/// Create (providerName and providerKey required) or partial update.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderRequest {
+    pub provider_name: Option<String>,
+    pub provider_key: Option<String>,
+    pub description: Option<String>,
+    pub icon_url: Option<String>,
+    pub is_enabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ModelConfigRow {
+    pub id: i64,
+    pub provider_id: i64,
+    pub provider_name: String,
+    pub model_name: String,
+    pub model_key: String,
+    pub model_type: String,
+    pub adapter_key: String,
+    pub api_key_enc: String,
+    pub api_endpoint: String,
+    pub description: Option<String>,
+    pub config_json: Value,
+    pub scope: String,
+    pub is_default: bool,
+    pub is_enabled: bool,
+    pub creator_id: i64,
+    pub created_dt: DateTime<Utc>,
+    pub updated_dt: DateTime<Utc>,
+}
+
+impl ModelConfigRow {
+    pub fn model_type(&self) -> ModelType {
+        ModelType::parse("modelType", &self.model_type).unwrap_or(ModelType::Chat)
+    }
+
+    /// The CHAT model accepts images (`configJson.capabilities` contains `vision`).
+    pub fn has_capability(&self, capability: &str) -> bool {
+        capabilities(&self.config_json)
+            .iter()
+            .any(|c| c == capability)
+    }
+}
+
+pub fn capabilities(config_json: &Value) -> Vec<String> {
+    config_json
+        .get("capabilities")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelConfigView {
+    pub id: i64,
+    pub provider_id: i64,
+    pub provider_name: String,
+    pub model_name: String,
+    pub model_key: String,
+    pub model_type: String,
+    pub adapter_key: String,
+    /// Masked, e.g. `sk-a****wxyz`.
+    pub api_key: String,
+    pub api_endpoint: String,
+    pub description: Option<String>,
+    pub config_json: Value,
+    pub scope: String,
+    pub is_default: bool,
+    pub is_enabled: bool,
+    pub creator_id: i64,
+    pub created_dt: String,
+    pub updated_dt: String,
+}
+
+impl ModelConfigView {
+    pub fn new(row: ModelConfigRow, secrets: &SecretBox) -> Self {
+        let api_key = secrets
+            .open(&row.api_key_enc)
+            .map(|k| mask_secret(&k))
+            .unwrap_or_else(|_| "****".to_owned());
+        Self {
+            id: row.id,
+            provider_id: row.provider_id,
+            provider_name: row.provider_name,
+            model_name: row.model_name,
+            model_key: row.model_key,
+            model_type: row.model_type,
+            adapter_key: row.adapter_key,
+            api_key,
+            api_endpoint: row.api_endpoint,
+            description: row.description,
+            config_json: row.config_json,
+            scope: row.scope,
+            is_default: row.is_default,
+            is_enabled: row.is_enabled,
+            creator_id: row.creator_id,
+            created_dt: time::iso_local(row.created_dt),
+            updated_dt: time::iso_local(row.updated_dt),
+        }
+    }
+}
+
+/// Create (providerId, modelName, modelKey, modelType, apiKey, apiEndpoint required) or
+/// partial update. An apiKey sent back masked keeps the stored key.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelConfigRequest {
+    pub provider_id: Option<i64>,
+    pub model_name: Option<String>,
+    pub model_key: Option<String>,
+    pub model_type: Option<String>,
+    pub adapter_key: Option<String>,
+    pub api_key: Option<String>,
+    pub api_endpoint: Option<String>,
+    pub description: Option<String>,
+    /// temperature, maxTokens, capabilities, defaultVisionModel, inputPricePer1k,
+    /// outputPricePer1k, queryInputType, documentInputType, batchSize, timeoutSecs.
+    pub config_json: Option<Value>,
+    /// GLOBAL or PERSONAL.
+    pub scope: Option<String>,
+    pub is_default: Option<bool>,
+    pub is_enabled: Option<bool>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelListItem {
+    pub id: i64,
+    pub provider_id: i64,
+    pub model_name: String,
+    pub model_key: String,
+    pub model_type: String,
+    pub is_enabled: bool,
+}
+
+impl From<ModelConfigRow> for ModelListItem {
+    fn from(r: ModelConfigRow) -> Self {
+        Self {
+            id: r.id,
+            provider_id: r.provider_id,
+            model_name: r.model_name,
+            model_key: r.model_key,
+            model_type: r.model_type,
+            is_enabled: r.is_enabled,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct ConfigFilter {
+    pub provider_key: Option<String>,
+    /// CHAT, EMBEDDING or RERANKER.
+    pub model_type: Option<String>,
+    /// GLOBAL or PERSONAL.
+    pub scope: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TestResult {
+    pub success: bool,
+    pub message: String,
+    pub response_time_ms: i64,
+}
+
+/// The default model of each type (null where none is set).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub struct DefaultModels {
+    pub chat: Option<ModelConfigView>,
+    pub embedding: Option<ModelConfigView>,
+    pub reranker: Option<ModelConfigView>,
+}
+
+#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageStat {
+    /// The model config id.
+    pub id: i64,
+    pub model_id: i64,
+    pub model_name: String,
+    pub model_type: String,
+    pub provider_id: Option<i64>,
+    pub provider_name: Option<String>,
+    pub total_calls: i64,
+    pub success_calls: i64,
+    pub failed_calls: i64,
+    /// 0 to 1.
+    pub success_rate: f64,
+    pub total_tokens_used: i64,
+    pub total_cost: f64,
+    /// Seconds.
+    pub avg_response_time: f64,
+}

@@ -1,0 +1,75 @@
+//! Connectivity test of a model config: one minimal real call by model type.
+
+use std::time::Instant;
+
+use super::client::{ChatMessage, ChatRequest, InputKind};
+use super::gateway::{self, Billing, CallError, ModelHandle};
+use super::{ModelConfigRow, ModelType, TestResult};
+use crate::{AppResult, AppState};
+
+pub async fn run(state: &AppState, row: ModelConfigRow, user_id: i64) -> AppResult<TestResult> {
+    let model = ModelHandle {
+        endpoint: gateway::endpoint_of(state, &row)?,
+        row,
+    };
+    let billing = Billing::RecordOnly(Some(user_id));
+    let started = Instant::now();
+    let outcome: Result<String, CallError> = match model.row.model_type() {
+        ModelType::Chat => {
+            let req = ChatRequest {
+                messages: vec![ChatMessage::user("Hello")],
+                max_tokens: Some(16),
+                ..Default::default()
+            };
+            gateway::chat(state, &model, billing, "test", &req)
+                .await
+                .map(|r| {
+                    let said: String = r.content.chars().take(80).collect();
+                    format!("the chat model answered: {said}")
+                })
+        }
+        ModelType::Embedding => {
+            let texts = ["connectivity test".to_owned()];
+            gateway::embed(state, &model, billing, &texts, InputKind::Query, None)
+                .await
+                .map(|e| {
+                    format!(
+                        "the embedding model returned a {}-dimensional vector",
+                        e.dimension().unwrap_or(0)
+                    )
+                })
+        }
+        ModelType::Reranker => {
+            let docs = ["Paris is the capital of France.".to_owned()];
+            gateway::rerank(
+                state,
+                &model,
+                billing,
+                "What is the capital of France?",
+                &docs,
+                1,
+            )
+            .await
+            .map(|hits| {
+                format!(
+                    "the rerank model scored the test document {:.3}",
+                    hits.first().map(|h| h.score).unwrap_or(0.0)
+                )
+            })
+        }
+    };
+    let response_time_ms = started.elapsed().as_millis() as i64;
+    match outcome {
+        Ok(message) => Ok(TestResult {
+            success: true,
+            message,
+            response_time_ms,
+        }),
+        Err(CallError::Model(e)) => Ok(TestResult {
+            success: false,
+            message: e.to_string(),
+            response_time_ms,
+        }),
+        Err(CallError::Refused(e)) => Err(e),
+    }
+}

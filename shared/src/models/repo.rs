@@ -1,0 +1,309 @@
+//! SQL of providers and model configs.
+
+use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+
+use super::{ModelConfigRow, ProviderRow};
+
+const PROVIDER_COLUMNS: &str =
+    "id, provider_name, provider_key, description, icon_url, is_enabled, created_dt, updated_dt";
+
+pub async fn providers(db: &PgPool, enabled_only: bool) -> sqlx::Result<Vec<ProviderRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {PROVIDER_COLUMNS} FROM model_providers WHERE is_enabled OR NOT $1 ORDER BY id"
+    ))
+    .bind(enabled_only)
+    .fetch_all(db)
+    .await
+}
+
+pub async fn provider(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<ProviderRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {PROVIDER_COLUMNS} FROM model_providers WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+pub struct ProviderFields<'a> {
+    pub name: Option<&'a str>,
+    pub key: Option<&'a str>,
+    pub description: Option<&'a str>,
+    pub icon_url: Option<&'a str>,
+    pub is_enabled: Option<bool>,
+}
+
+pub async fn insert_provider(db: &PgPool, f: &ProviderFields<'_>) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO model_providers (provider_name, provider_key, description, icon_url, is_enabled)
+         VALUES ($1, $2, $3, $4, COALESCE($5, TRUE)) RETURNING id",
+    )
+    .bind(f.name)
+    .bind(f.key)
+    .bind(f.description)
+    .bind(f.icon_url)
+    .bind(f.is_enabled)
+    .fetch_one(db)
+    .await
+}
+
+/// Changes the given fields; returns false when the provider does not exist.
+pub async fn update_provider(db: &PgPool, id: i64, f: &ProviderFields<'_>) -> sqlx::Result<bool> {
+    let n = sqlx::query(
+        "UPDATE model_providers SET provider_name = COALESCE($2, provider_name), provider_key = COALESCE($3, provider_key),
+         description = COALESCE($4, description), icon_url = COALESCE($5, icon_url), is_enabled = COALESCE($6, is_enabled),
+         updated_dt = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(f.name)
+    .bind(f.key)
+    .bind(f.description)
+    .bind(f.icon_url)
+    .bind(f.is_enabled)
+    .execute(db)
+    .await?;
+    Ok(n.rows_affected() == 1)
+}
+
+pub async fn delete_provider(db: &PgPool, id: i64) -> sqlx::Result<bool> {
+    Ok(sqlx::query("DELETE FROM model_providers WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?
+        .rows_affected()
+        == 1)
+}
+
+pub async fn provider_config_count(db: &PgPool, id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM model_configs WHERE provider_id = $1")
+        .bind(id)
+        .fetch_one(db)
+        .await
+}
+
+const CONFIG_SELECT: &str = "SELECT c.id, c.provider_id, p.provider_name, c.model_name, c.model_key, c.model_type, c.adapter_key,
+    c.api_key_enc, c.api_endpoint, c.description, c.config_json, c.scope, c.is_default, c.is_enabled, c.creator_id,
+    c.created_dt, c.updated_dt
+    FROM model_configs c JOIN model_providers p ON p.id = c.provider_id";
+
+/// Who may see which configs: everyone sees GLOBAL ones, owners their PERSONAL ones,
+/// administrators everything.
+#[derive(Debug, Clone, Copy)]
+pub struct Visibility {
+    pub user_id: i64,
+    pub is_admin: bool,
+}
+
+fn push_visibility(qb: &mut QueryBuilder<'_, Postgres>, v: Visibility) {
+    if !v.is_admin {
+        qb.push(" AND (c.scope = 'GLOBAL' OR c.creator_id = ")
+            .push_bind(v.user_id)
+            .push(")");
+    }
+}
+
+pub async fn config(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<ModelConfigRow>> {
+    sqlx::query_as(&format!("{CONFIG_SELECT} WHERE c.id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+#[derive(Debug, Default)]
+pub struct ConfigQuery<'a> {
+    pub provider_key: Option<&'a str>,
+    pub model_type: Option<&'a str>,
+    pub scope: Option<&'a str>,
+    pub enabled_only: bool,
+}
+
+fn push_config_filter<'a>(
+    qb: &mut QueryBuilder<'a, Postgres>,
+    q: &'a ConfigQuery<'a>,
+    v: Visibility,
+) {
+    qb.push(" WHERE TRUE");
+    push_visibility(qb, v);
+    if let Some(k) = q.provider_key {
+        qb.push(" AND p.provider_key = ").push_bind(k);
+    }
+    if let Some(t) = q.model_type {
+        qb.push(" AND c.model_type = ").push_bind(t);
+    }
+    if let Some(s) = q.scope {
+        qb.push(" AND c.scope = ").push_bind(s);
+    }
+    if q.enabled_only {
+        qb.push(" AND c.is_enabled AND p.is_enabled");
+    }
+}
+
+pub async fn configs(
+    db: &PgPool,
+    q: &ConfigQuery<'_>,
+    v: Visibility,
+    page: Option<(i64, i64)>,
+) -> sqlx::Result<(Vec<ModelConfigRow>, i64)> {
+    let mut count = QueryBuilder::new(
+        "SELECT count(*) FROM model_configs c JOIN model_providers p ON p.id = c.provider_id",
+    );
+    push_config_filter(&mut count, q, v);
+    let total: i64 = count.build_query_scalar().fetch_one(db).await?;
+    let mut rows = QueryBuilder::new(CONFIG_SELECT);
+    push_config_filter(&mut rows, q, v);
+    rows.push(" ORDER BY c.id DESC");
+    if let Some((limit, offset)) = page {
+        rows.push(" LIMIT ")
+            .push_bind(limit)
+            .push(" OFFSET ")
+            .push_bind(offset);
+    }
+    Ok((rows.build_query_as().fetch_all(db).await?, total))
+}
+
+pub async fn default_config(db: &PgPool, model_type: &str) -> sqlx::Result<Option<ModelConfigRow>> {
+    sqlx::query_as(&format!(
+        "{CONFIG_SELECT} WHERE c.model_type = $1 AND c.is_default"
+    ))
+    .bind(model_type)
+    .fetch_optional(db)
+    .await
+}
+
+pub struct ConfigFields<'a> {
+    pub provider_id: Option<i64>,
+    pub model_name: Option<&'a str>,
+    pub model_key: Option<&'a str>,
+    pub model_type: Option<&'a str>,
+    pub adapter_key: Option<&'a str>,
+    pub api_key_enc: Option<&'a str>,
+    pub api_endpoint: Option<&'a str>,
+    pub description: Option<&'a str>,
+    pub config_json: Option<&'a serde_json::Value>,
+    pub scope: Option<&'a str>,
+    pub is_enabled: Option<bool>,
+}
+
+pub async fn insert_config(
+    db: impl PgExecutor<'_>,
+    f: &ConfigFields<'_>,
+    creator_id: i64,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO model_configs (provider_id, model_name, model_key, model_type, adapter_key, api_key_enc, api_endpoint,
+         description, config_json, scope, is_enabled, creator_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, COALESCE($9, '{}'::jsonb), COALESCE($10, 'GLOBAL'), COALESCE($11, TRUE), $12)
+         RETURNING id",
+    )
+    .bind(f.provider_id)
+    .bind(f.model_name)
+    .bind(f.model_key)
+    .bind(f.model_type)
+    .bind(f.adapter_key)
+    .bind(f.api_key_enc)
+    .bind(f.api_endpoint)
+    .bind(f.description)
+    .bind(f.config_json)
+    .bind(f.scope)
+    .bind(f.is_enabled)
+    .bind(creator_id)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn update_config(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    f: &ConfigFields<'_>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE model_configs SET provider_id = COALESCE($2, provider_id), model_name = COALESCE($3, model_name),
+         model_key = COALESCE($4, model_key), model_type = COALESCE($5, model_type), adapter_key = COALESCE($6, adapter_key),
+         api_key_enc = COALESCE($7, api_key_enc), api_endpoint = COALESCE($8, api_endpoint),
+         description = COALESCE($9, description), config_json = COALESCE($10, config_json), scope = COALESCE($11, scope),
+         is_enabled = COALESCE($12, is_enabled), updated_dt = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(f.provider_id)
+    .bind(f.model_name)
+    .bind(f.model_key)
+    .bind(f.model_type)
+    .bind(f.adapter_key)
+    .bind(f.api_key_enc)
+    .bind(f.api_endpoint)
+    .bind(f.description)
+    .bind(f.config_json)
+    .bind(f.scope)
+    .bind(f.is_enabled)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn set_enabled(
+    db: &PgPool,
+    table: EnableTarget,
+    id: i64,
+    enabled: bool,
+) -> sqlx::Result<bool> {
+    let sql = match table {
+        EnableTarget::Provider => {
+            "UPDATE model_providers SET is_enabled = $2, updated_dt = now() WHERE id = $1"
+        }
+        EnableTarget::Config => {
+            "UPDATE model_configs SET is_enabled = $2, updated_dt = now() WHERE id = $1"
+        }
+    };
+    Ok(sqlx::query(sql)
+        .bind(id)
+        .bind(enabled)
+        .execute(db)
+        .await?
+        .rows_affected()
+        == 1)
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum EnableTarget {
+    Provider,
+    Config,
+}
+
+pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM model_configs WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Makes `id` the only default of its type; run inside the caller's transaction.
+pub async fn switch_default(
+    conn: &mut sqlx::PgConnection,
+    id: i64,
+    model_type: &str,
+) -> sqlx::Result<()> {
+    // Serialise concurrent switches of the same type.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('model-default:' || $1))")
+        .bind(model_type)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("UPDATE model_configs SET is_default = FALSE, updated_dt = now() WHERE model_type = $1 AND is_default AND id <> $2")
+        .bind(model_type)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("UPDATE model_configs SET is_default = TRUE, updated_dt = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn clear_default(conn: &mut sqlx::PgConnection, id: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE model_configs SET is_default = FALSE, updated_dt = now() WHERE id = $1")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,569 @@
+//! Business rules of providers and model configs.
+
+use serde_json::Value;
+
+use super::repo::{self, ConfigFields, ConfigQuery, EnableTarget, ProviderFields, Visibility};
+use super::*;
+use crate::crypto::is_masked;
+use crate::error::is_unique_violation;
+use crate::http::{CurrentUser, Page, PageQuery};
+use crate::{validate, AppError, AppResult, AppState};
+
+fn visibility(user: &CurrentUser) -> Visibility {
+    Visibility {
+        user_id: user.id,
+        is_admin: user.is_admin(),
+    }
+}
+
+fn require_admin(user: &CurrentUser) -> AppResult<()> {
+    if user.is_admin() {
+        Ok(())
+    } else {
+        Err(AppError::Forbidden("administrator role required".into()))
+    }
+}
+
+// ---- providers ----
+
+pub async fn providers(state: &AppState, enabled_only: bool) -> AppResult<Vec<ProviderView>> {
+    Ok(repo::providers(state.db(), enabled_only)
+        .await?
+        .into_iter()
+        .map(ProviderView::from)
+        .collect())
+}
+
+pub async fn provider(state: &AppState, id: i64) -> AppResult<ProviderView> {
+    repo::provider(state.db(), id)
+        .await?
+        .map(ProviderView::from)
+        .ok_or_else(|| AppError::not_found("provider"))
+}
+
+fn provider_key(key: &str) -> AppResult<()> {
+    validate::length("providerKey", key, 1, 64)?;
+    if !key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(AppError::validation(
+            "providerKey may contain only letters, digits and - _ .",
+        ));
+    }
+    Ok(())
+}
+
+fn provider_conflict(err: sqlx::Error) -> AppError {
+    if is_unique_violation(&err, "model_providers_key_key") {
+        AppError::business("providerKey is already used by another provider")
+    } else {
+        err.into()
+    }
+}
+
+pub async fn create_provider(
+    state: &AppState,
+    user: &CurrentUser,
+    req: ProviderRequest,
+) -> AppResult<i64> {
+    require_admin(user)?;
+    let name = validate::required("providerName", req.provider_name)?;
+    validate::length("providerName", &name, 1, 100)?;
+    let key = validate::required("providerKey", req.provider_key)?;
+    provider_key(&key)?;
+    let (description, icon_url) = (
+        validate::optional(req.description),
+        validate::optional(req.icon_url),
+    );
+    let fields = ProviderFields {
+        name: Some(&name),
+        key: Some(&key),
+        description: description.as_deref(),
+        icon_url: icon_url.as_deref(),
+        is_enabled: req.is_enabled,
+    };
+    repo::insert_provider(state.db(), &fields)
+        .await
+        .map_err(provider_conflict)
+}
+
+pub async fn update_provider(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+    req: ProviderRequest,
+) -> AppResult<()> {
+    require_admin(user)?;
+    let name = req
+        .provider_name
+        .map(|n| validate::required("providerName", Some(n)))
+        .transpose()?;
+    if let Some(n) = &name {
+        validate::length("providerName", n, 1, 100)?;
+    }
+    let key = req
+        .provider_key
+        .map(|k| validate::required("providerKey", Some(k)))
+        .transpose()?;
+    if let Some(k) = &key {
+        provider_key(k)?;
+    }
+    let fields = ProviderFields {
+        name: name.as_deref(),
+        key: key.as_deref(),
+        description: req.description.as_deref(),
+        icon_url: req.icon_url.as_deref(),
+        is_enabled: req.is_enabled,
+    };
+    if !repo::update_provider(state.db(), id, &fields)
+        .await
+        .map_err(provider_conflict)?
+    {
+        return Err(AppError::not_found("provider"));
+    }
+    Ok(())
+}
+
+pub async fn delete_provider(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
+    require_admin(user)?;
+    let configs = repo::provider_config_count(state.db(), id).await?;
+    if configs > 0 {
+        return Err(AppError::business(format!(
+            "the provider still has {configs} model configs; delete them first"
+        )));
+    }
+    if !repo::delete_provider(state.db(), id).await? {
+        return Err(AppError::not_found("provider"));
+    }
+    Ok(())
+}
+
+pub async fn set_provider_enabled(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+    enabled: bool,
+) -> AppResult<()> {
+    require_admin(user)?;
+    if !repo::set_enabled(state.db(), EnableTarget::Provider, id, enabled).await? {
+        return Err(AppError::not_found("provider"));
+    }
+    Ok(())
+}
+
+// ---- model configs ----
+
+/// A config the caller may see, or 404.
+pub async fn visible_config(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+) -> AppResult<ModelConfigRow> {
+    let row = repo::config(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("model config"))?;
+    if row.scope == "PERSONAL" && !user.can_manage(row.creator_id) {
+        return Err(AppError::not_found("model config"));
+    }
+    Ok(row)
+}
+
+/// A config the caller may change: administrators any, others their own PERSONAL ones.
+async fn managed_config(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+) -> AppResult<ModelConfigRow> {
+    let row = visible_config(state, user, id).await?;
+    if !user.is_admin() && (row.scope != "PERSONAL" || row.creator_id != user.id) {
+        return Err(AppError::Forbidden(
+            "only administrators may change GLOBAL model configs".into(),
+        ));
+    }
+    Ok(row)
+}
+
+fn parse_scope(value: &str) -> AppResult<&'static str> {
+    match value.trim().to_ascii_uppercase().as_str() {
+        "GLOBAL" => Ok("GLOBAL"),
+        "PERSONAL" => Ok("PERSONAL"),
+        _ => Err(AppError::validation("scope must be GLOBAL or PERSONAL")),
+    }
+}
+
+fn validate_endpoint(url: &str) -> AppResult<()> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|_| AppError::validation("apiEndpoint must be an http(s) URL"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(AppError::validation("apiEndpoint must be an http(s) URL"));
+    }
+    Ok(())
+}
+
+/// Known `configJson` keys must have the right types; unknown keys are kept as they are.
+pub fn validate_config_json(v: &Value) -> AppResult<()> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| AppError::validation("configJson must be a JSON object"))?;
+    let bad =
+        |key: &str, rule: &str| AppError::validation(format!("configJson.{key} must be {rule}"));
+    let number_in = |key: &str, min: f64, max: f64| -> AppResult<()> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(()),
+            Some(x) => match x.as_f64() {
+                Some(n) if n >= min && n <= max => Ok(()),
+                _ => Err(bad(key, &format!("a number from {min} to {max}"))),
+            },
+        }
+    };
+    let int_in = |key: &str, min: u64, max: u64| -> AppResult<()> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(()),
+            Some(x) => match x.as_u64() {
+                Some(n) if n >= min && n <= max => Ok(()),
+                _ => Err(bad(key, &format!("a whole number from {min} to {max}"))),
+            },
+        }
+    };
+    number_in("temperature", 0.0, 2.0)?;
+    int_in("maxTokens", 1, 1_000_000)?;
+    int_in("timeoutSecs", 1, 600)?;
+    int_in("maxRetries", 0, 5)?;
+    int_in("batchSize", 1, 2048)?;
+    number_in("inputPricePer1k", 0.0, 1e6)?;
+    number_in("outputPricePer1k", 0.0, 1e6)?;
+    if let Some(c) = obj.get("capabilities").filter(|c| !c.is_null()) {
+        if !c.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
+            return Err(bad("capabilities", "an array of strings"));
+        }
+    }
+    if obj
+        .get("defaultVisionModel")
+        .is_some_and(|d| !d.is_boolean() && !d.is_null())
+    {
+        return Err(bad("defaultVisionModel", "true or false"));
+    }
+    for key in ["queryInputType", "documentInputType"] {
+        if obj.get(key).is_some_and(|d| !d.is_string() && !d.is_null()) {
+            return Err(bad(key, "a string"));
+        }
+    }
+    Ok(())
+}
+
+pub async fn page_configs(
+    state: &AppState,
+    user: &CurrentUser,
+    paging: PageQuery,
+    f: ConfigFilter,
+) -> AppResult<Page<ModelConfigView>> {
+    let model_type = validate::optional(f.model_type)
+        .map(|t| ModelType::parse("modelType", &t))
+        .transpose()?;
+    let scope = validate::optional(f.scope)
+        .map(|s| parse_scope(&s))
+        .transpose()?;
+    let provider_key = validate::optional(f.provider_key);
+    let q = ConfigQuery {
+        provider_key: provider_key.as_deref(),
+        model_type: model_type.map(ModelType::as_str),
+        scope,
+        enabled_only: false,
+    };
+    let (rows, total) = repo::configs(
+        state.db(),
+        &q,
+        visibility(user),
+        Some((paging.size(), paging.offset())),
+    )
+    .await?;
+    let views = rows
+        .into_iter()
+        .map(|r| ModelConfigView::new(r, state.secrets()))
+        .collect();
+    Ok(Page::new(views, paging, total))
+}
+
+pub async fn config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ModelConfigView> {
+    Ok(ModelConfigView::new(
+        visible_config(state, user, id).await?,
+        state.secrets(),
+    ))
+}
+
+/// Checks a create or update, given the config's values after the change.
+struct Checked {
+    model_type: ModelType,
+    scope: &'static str,
+    adapter: String,
+}
+
+fn check_combination(
+    user: &CurrentUser,
+    model_type: ModelType,
+    scope: &'static str,
+    adapter: Option<String>,
+) -> AppResult<Checked> {
+    if scope == "GLOBAL" && !user.is_admin() {
+        return Err(AppError::Forbidden(
+            "only administrators may create or change GLOBAL model configs".into(),
+        ));
+    }
+    let adapter = adapter.unwrap_or_else(|| adapters::default_for(model_type).to_owned());
+    if !adapters::supports(&adapter, model_type) {
+        return Err(AppError::validation(format!(
+            "adapterKey {adapter} does not support {} models",
+            model_type.as_str()
+        )));
+    }
+    Ok(Checked {
+        model_type,
+        scope,
+        adapter,
+    })
+}
+
+async fn ensure_provider(state: &AppState, provider_id: i64) -> AppResult<()> {
+    if repo::provider(state.db(), provider_id).await?.is_none() {
+        return Err(AppError::validation(format!(
+            "providerId: provider {provider_id} does not exist"
+        )));
+    }
+    Ok(())
+}
+
+pub async fn create_config(
+    state: &AppState,
+    user: &CurrentUser,
+    req: ModelConfigRequest,
+) -> AppResult<i64> {
+    let provider_id = validate::present("providerId", req.provider_id)?;
+    let model_name = validate::required("modelName", req.model_name)?;
+    validate::length("modelName", &model_name, 1, 200)?;
+    let model_key = validate::required("modelKey", req.model_key)?;
+    validate::length("modelKey", &model_key, 1, 200)?;
+    let model_type = ModelType::parse(
+        "modelType",
+        &validate::required("modelType", req.model_type)?,
+    )?;
+    let api_key = validate::required("apiKey", req.api_key)?;
+    if is_masked(&api_key) {
+        return Err(AppError::validation(
+            "apiKey must be the real key, not a masked value",
+        ));
+    }
+    let api_endpoint = validate::required("apiEndpoint", req.api_endpoint)?;
+    validate_endpoint(&api_endpoint)?;
+    if let Some(c) = &req.config_json {
+        validate_config_json(c)?;
+    }
+    let default_scope = if user.is_admin() {
+        "GLOBAL"
+    } else {
+        "PERSONAL"
+    };
+    let scope = validate::optional(req.scope)
+        .map(|s| parse_scope(&s))
+        .transpose()?
+        .unwrap_or(default_scope);
+    let checked = check_combination(user, model_type, scope, validate::optional(req.adapter_key))?;
+    let is_default = req.is_default.unwrap_or(false);
+    if is_default {
+        require_default_rules(user, checked.scope)?;
+    }
+    ensure_provider(state, provider_id).await?;
+    let sealed = state.secrets().seal(&api_key)?;
+    let description = validate::optional(req.description);
+    let fields = ConfigFields {
+        provider_id: Some(provider_id),
+        model_name: Some(&model_name),
+        model_key: Some(&model_key),
+        model_type: Some(checked.model_type.as_str()),
+        adapter_key: Some(&checked.adapter),
+        api_key_enc: Some(&sealed),
+        api_endpoint: Some(&api_endpoint),
+        description: description.as_deref(),
+        config_json: req.config_json.as_ref(),
+        scope: Some(checked.scope),
+        is_enabled: req.is_enabled,
+    };
+    let mut tx = state.db().begin().await?;
+    let id = repo::insert_config(&mut *tx, &fields, user.id).await?;
+    if is_default {
+        repo::switch_default(&mut tx, id, checked.model_type.as_str()).await?;
+    }
+    tx.commit().await?;
+    Ok(id)
+}
+
+fn require_default_rules(user: &CurrentUser, scope: &str) -> AppResult<()> {
+    require_admin(user)?;
+    if scope != "GLOBAL" {
+        return Err(AppError::validation(
+            "isDefault: only a GLOBAL model can be the default",
+        ));
+    }
+    Ok(())
+}
+
+pub async fn update_config(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+    req: ModelConfigRequest,
+) -> AppResult<()> {
+    let row = managed_config(state, user, id).await?;
+    let non_blank =
+        |field: &str, v: Option<String>| v.map(|v| validate::required(field, Some(v))).transpose();
+    let model_name = non_blank("modelName", req.model_name)?;
+    let model_key = non_blank("modelKey", req.model_key)?;
+    let api_endpoint = non_blank("apiEndpoint", req.api_endpoint)?;
+    if let Some(e) = &api_endpoint {
+        validate_endpoint(e)?;
+    }
+    if let Some(c) = &req.config_json {
+        validate_config_json(c)?;
+    }
+    let model_type = match validate::optional(req.model_type) {
+        Some(t) => ModelType::parse("modelType", &t)?,
+        None => row.model_type(),
+    };
+    let scope = match validate::optional(req.scope) {
+        Some(s) => parse_scope(&s)?,
+        None => parse_scope(&row.scope)?,
+    };
+    let adapter = validate::optional(req.adapter_key).or_else(|| {
+        // Keep the stored adapter unless the type changed under it.
+        adapters::supports(&row.adapter_key, model_type).then(|| row.adapter_key.clone())
+    });
+    let checked = check_combination(user, model_type, scope, adapter)?;
+    let will_be_default = req.is_default.unwrap_or(row.is_default);
+    if will_be_default && (req.is_default == Some(true) || checked.scope != row.scope) {
+        require_default_rules(user, checked.scope)?;
+    }
+    if let Some(p) = req.provider_id {
+        ensure_provider(state, p).await?;
+    }
+    // A masked key sent back means "keep the stored one".
+    let sealed = match validate::optional(req.api_key) {
+        Some(k) if !is_masked(&k) => Some(state.secrets().seal(&k)?),
+        _ => None,
+    };
+    let fields = ConfigFields {
+        provider_id: req.provider_id,
+        model_name: model_name.as_deref(),
+        model_key: model_key.as_deref(),
+        model_type: Some(checked.model_type.as_str()),
+        adapter_key: Some(&checked.adapter),
+        api_key_enc: sealed.as_deref(),
+        api_endpoint: api_endpoint.as_deref(),
+        description: req.description.as_deref(),
+        config_json: req.config_json.as_ref(),
+        scope: Some(checked.scope),
+        is_enabled: req.is_enabled,
+    };
+    let mut tx = state.db().begin().await?;
+    repo::update_config(&mut *tx, id, &fields).await?;
+    match req.is_default {
+        Some(true) => repo::switch_default(&mut tx, id, checked.model_type.as_str()).await?,
+        Some(false) if row.is_default => repo::clear_default(&mut tx, id).await?,
+        // A default whose type changed stops being the default of either type.
+        _ if row.is_default && checked.model_type != row.model_type() => {
+            repo::clear_default(&mut tx, id).await?
+        }
+        _ => {}
+    }
+    tx.commit().await.map_err(Into::into)
+}
+
+pub async fn delete_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
+    managed_config(state, user, id).await?;
+    repo::delete_config(state.db(), id).await?;
+    Ok(())
+}
+
+pub async fn set_config_enabled(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+    enabled: bool,
+) -> AppResult<()> {
+    managed_config(state, user, id).await?;
+    repo::set_enabled(state.db(), EnableTarget::Config, id, enabled).await?;
+    Ok(())
+}
+
+/// Enabled configs of enabled providers, of one type (and provider), that the caller can use.
+pub async fn usable(
+    state: &AppState,
+    user: &CurrentUser,
+    model_type: ModelType,
+    provider_key: Option<&str>,
+) -> AppResult<Vec<ModelConfigRow>> {
+    let q = ConfigQuery {
+        provider_key,
+        model_type: Some(model_type.as_str()),
+        scope: None,
+        enabled_only: true,
+    };
+    Ok(repo::configs(state.db(), &q, visibility(user), None)
+        .await?
+        .0)
+}
+
+pub async fn defaults(state: &AppState) -> AppResult<DefaultModels> {
+    let get = |t: ModelType| async move { repo::default_config(state.db(), t.as_str()).await };
+    let view = |r: Option<ModelConfigRow>| r.map(|r| ModelConfigView::new(r, state.secrets()));
+    Ok(DefaultModels {
+        chat: view(get(ModelType::Chat).await?),
+        embedding: view(get(ModelType::Embedding).await?),
+        reranker: view(get(ModelType::Reranker).await?),
+    })
+}
+
+pub async fn default_of(
+    state: &AppState,
+    model_type: ModelType,
+) -> AppResult<Option<ModelConfigView>> {
+    Ok(repo::default_config(state.db(), model_type.as_str())
+        .await?
+        .map(|r| ModelConfigView::new(r, state.secrets())))
+}
+
+pub async fn switch_default(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<bool> {
+    require_admin(user)?;
+    let row = repo::config(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("model config"))?;
+    require_default_rules(user, &row.scope)?;
+    if !row.is_enabled {
+        return Err(AppError::business(
+            "a disabled model cannot be the default; enable it first",
+        ));
+    }
+    let mut tx = state.db().begin().await?;
+    repo::switch_default(&mut tx, id, &row.model_type).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+pub async fn test_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<TestResult> {
+    let row = visible_config(state, user, id).await?;
+    probe::run(state, row, user.id).await
+}
+
+pub async fn model_stat(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<UsageStat> {
+    let row = visible_config(state, user, id).await?;
+    Ok(usage::for_model(state.db(), &row).await?)
+}
+
+pub async fn usage_stats(
+    state: &AppState,
+    user_id: Option<i64>,
+    paging: PageQuery,
+) -> AppResult<Page<UsageStat>> {
+    let (rows, total) =
+        usage::per_model(state.db(), user_id, paging.size(), paging.offset()).await?;
+    Ok(Page::new(rows, paging, total))
+}

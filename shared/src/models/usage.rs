@@ -1,0 +1,138 @@
+//! Per-call usage records and the statistics built from them.
+
+use sqlx::{PgPool, Postgres, QueryBuilder};
+
+use super::client::Usage;
+use super::{ModelConfigRow, UsageStat};
+
+/// One upstream call, as recorded.
+#[derive(Debug, Clone)]
+pub struct UsageRecord {
+    pub model_id: i64,
+    pub model_name: String,
+    pub model_type: String,
+    pub provider_id: i64,
+    pub provider_name: String,
+    pub user_id: Option<i64>,
+    pub call_kind: &'static str,
+    pub usage: Usage,
+    pub latency_ms: i64,
+    pub error: Option<String>,
+    pub cost: f64,
+}
+
+impl UsageRecord {
+    pub fn new(model: &ModelConfigRow, user_id: Option<i64>, call_kind: &'static str) -> Self {
+        Self {
+            model_id: model.id,
+            model_name: model.model_name.clone(),
+            model_type: model.model_type.clone(),
+            provider_id: model.provider_id,
+            provider_name: model.provider_name.clone(),
+            user_id,
+            call_kind,
+            usage: Usage::default(),
+            latency_ms: 0,
+            error: None,
+            cost: 0.0,
+        }
+    }
+}
+
+/// Price of the tokens from the config's optional `inputPricePer1k` / `outputPricePer1k`.
+pub fn cost(model: &ModelConfigRow, usage: Usage) -> f64 {
+    let price = |key: &str| {
+        model
+            .config_json
+            .get(key)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0)
+    };
+    usage.prompt_tokens as f64 / 1000.0 * price("inputPricePer1k")
+        + usage.completion_tokens as f64 / 1000.0 * price("outputPricePer1k")
+}
+
+pub async fn record(db: &PgPool, r: &UsageRecord) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO model_usage (model_id, model_name, model_type, provider_id, provider_name, user_id, call_kind,
+         prompt_tokens, completion_tokens, latency_ms, success, error, cost)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+    )
+    .bind(r.model_id)
+    .bind(&r.model_name)
+    .bind(&r.model_type)
+    .bind(r.provider_id)
+    .bind(&r.provider_name)
+    .bind(r.user_id)
+    .bind(r.call_kind)
+    .bind(r.usage.prompt_tokens as i64)
+    .bind(r.usage.completion_tokens as i64)
+    .bind(r.latency_ms)
+    .bind(r.error.is_none())
+    .bind(r.error.as_deref())
+    .bind(r.cost)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+const STAT_SELECT: &str = "SELECT u.model_id AS id, u.model_id, max(u.model_name) AS model_name, max(u.model_type) AS model_type,
+    max(u.provider_id) AS provider_id, max(u.provider_name) AS provider_name,
+    count(*) AS total_calls, count(*) FILTER (WHERE u.success) AS success_calls,
+    count(*) FILTER (WHERE NOT u.success) AS failed_calls,
+    COALESCE(count(*) FILTER (WHERE u.success)::float8 / NULLIF(count(*), 0), 0) AS success_rate,
+    COALESCE(sum(u.prompt_tokens + u.completion_tokens), 0)::bigint AS total_tokens_used,
+    COALESCE(sum(u.cost), 0)::float8 AS total_cost,
+    COALESCE(avg(u.latency_ms) / 1000.0, 0)::float8 AS avg_response_time
+    FROM model_usage u WHERE u.model_id IS NOT NULL";
+
+/// Stats of one model, zeros when it was never called.
+pub async fn for_model(db: &PgPool, model: &ModelConfigRow) -> sqlx::Result<UsageStat> {
+    let row: Option<UsageStat> = sqlx::query_as(&format!(
+        "{STAT_SELECT} AND u.model_id = $1 GROUP BY u.model_id"
+    ))
+    .bind(model.id)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.unwrap_or_else(|| UsageStat {
+        id: model.id,
+        model_id: model.id,
+        model_name: model.model_name.clone(),
+        model_type: model.model_type.clone(),
+        provider_id: Some(model.provider_id),
+        provider_name: Some(model.provider_name.clone()),
+        total_calls: 0,
+        success_calls: 0,
+        failed_calls: 0,
+        success_rate: 0.0,
+        total_tokens_used: 0,
+        total_cost: 0.0,
+        avg_response_time: 0.0,
+    }))
+}
+
+/// Per-model stats, of one user's calls or of everyone's, paged.
+pub async fn per_model(
+    db: &PgPool,
+    user_id: Option<i64>,
+    limit: i64,
+    offset: i64,
+) -> sqlx::Result<(Vec<UsageStat>, i64)> {
+    let filter = |qb: &mut QueryBuilder<'_, Postgres>| {
+        if let Some(u) = user_id {
+            qb.push(" AND u.user_id = ").push_bind(u);
+        }
+    };
+    let mut count = QueryBuilder::new(
+        "SELECT count(DISTINCT u.model_id) FROM model_usage u WHERE u.model_id IS NOT NULL",
+    );
+    filter(&mut count);
+    let total: i64 = count.build_query_scalar().fetch_one(db).await?;
+    let mut rows = QueryBuilder::new(STAT_SELECT);
+    filter(&mut rows);
+    rows.push(" GROUP BY u.model_id ORDER BY u.model_id LIMIT ")
+        .push_bind(limit)
+        .push(" OFFSET ")
+        .push_bind(offset);
+    Ok((rows.build_query_as().fetch_all(db).await?, total))
+}

@@ -1,0 +1,423 @@
+//! A scripted OpenAI-compatible model server for tests and benchmarks: SSE chunking,
+//! `[DONE]`, usage chunks, reasoning deltas, tool-call deltas, embeddings, rerank, and the
+//! failures real endpoints produce (401, 404, 429, 500, errors and cuts mid-stream, slowness).
+//!
+//! Behaviour is chosen by the model name:
+//! - `chat-echo`: answers "You said: <last user text>", one word per chunk
+//! - `chat-think`: reasoning deltas, then the answer
+//! - `chat-tools`: asks for `get_weather` (arguments split across chunks) until a tool result
+//!   is in the conversation, then answers with it
+//! - `chat-cut`: two chunks, then the connection ends without finishing
+//! - `chat-error`: one chunk, then an `error` event
+//! - `chat-flaky`: 429 on the first call, then like `chat-echo`
+//! - `chat-500`: always HTTP 500
+//! - `chat-slow`: waits 300 ms before each chunk
+//! - `chat-bench-N`: N one-token chunks as fast as possible
+//! - `emb-8`: 8-dimensional bag-of-words embeddings
+//! - `rerank`: word-overlap relevance scores
+//!
+//! Every request needs `Authorization: Bearer sk-scripted-good-key-1234`.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+pub const GOOD_KEY: &str = "sk-scripted-good-key-1234";
+
+#[derive(Clone, Default)]
+struct Script {
+    requests: Arc<Mutex<Vec<Value>>>,
+    flaky_calls: Arc<AtomicUsize>,
+}
+
+pub struct ModelServer {
+    /// `http://127.0.0.1:PORT/v1`
+    pub base_url: String,
+    script: Script,
+}
+
+impl ModelServer {
+    pub async fn start() -> Self {
+        let script = Script::default();
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings))
+            .route("/v1/rerank", post(rerank))
+            .with_state(script.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind model server");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self {
+            base_url: format!("http://{addr}/v1"),
+            script,
+        }
+    }
+
+    /// Request bodies received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.script
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        Json(json!({ "error": { "message": message, "type": "invalid_request_error" } })),
+    )
+        .into_response()
+}
+
+fn authorised(headers: &HeaderMap) -> bool {
+    headers.get("authorization").and_then(|v| v.to_str().ok())
+        == Some(&format!("Bearer {GOOD_KEY}"))
+}
+
+fn last_user_text(body: &Value) -> String {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .cloned()
+        .unwrap_or(Value::Null);
+    match &last["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => String::new(),
+    }
+}
+
+fn prompt_tokens(body: &Value) -> u64 {
+    (body["messages"].to_string().len() as u64).div_ceil(4)
+}
+
+fn chunk(model: &str, delta: Value, finish: Option<&str>) -> String {
+    let v = json!({ "id": "chatcmpl-1", "object": "chat.completion.chunk", "model": model,
+        "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }] });
+    format!("data: {v}\n\n")
+}
+
+/// The scripted answer: (reasoning pieces, text pieces, tool call?).
+struct Plan {
+    reasoning: Vec<String>,
+    text: Vec<String>,
+    tool: bool,
+}
+
+fn plan(model: &str, body: &Value) -> Plan {
+    let said = last_user_text(body);
+    let words = |s: &str| {
+        s.split_inclusive(' ')
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    if let Some(n) = model.strip_prefix("chat-bench-") {
+        let n: usize = n.parse().unwrap_or(100);
+        return Plan {
+            reasoning: vec![],
+            text: vec!["tok ".to_owned(); n],
+            tool: false,
+        };
+    }
+    match model {
+        "chat-think" => Plan {
+            reasoning: words("Let me think about it. "),
+            text: words(&format!("You said: {said}")),
+            tool: false,
+        },
+        "chat-tools" => {
+            let tool_result = body["messages"]
+                .as_array()
+                .and_then(|m| m.iter().rev().find(|m| m["role"] == "tool"))
+                .cloned();
+            match tool_result {
+                Some(r) => Plan {
+                    reasoning: vec![],
+                    text: words(&format!(
+                        "The weather is {}",
+                        r["content"].as_str().unwrap_or("")
+                    )),
+                    tool: false,
+                },
+                None => Plan {
+                    reasoning: vec![],
+                    text: vec![],
+                    tool: true,
+                },
+            }
+        }
+        _ => Plan {
+            reasoning: vec![],
+            text: words(&format!("You said: {said}")),
+            tool: false,
+        },
+    }
+}
+
+async fn chat(
+    State(script): State<Script>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    script
+        .requests
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(body.clone());
+    if !authorised(&headers) {
+        return error(StatusCode::UNAUTHORIZED, "Incorrect API key provided");
+    }
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    let known = model.starts_with("chat-bench-")
+        || [
+            "chat-echo",
+            "chat-think",
+            "chat-tools",
+            "chat-cut",
+            "chat-error",
+            "chat-flaky",
+            "chat-500",
+            "chat-slow",
+        ]
+        .contains(&model.as_str());
+    if !known {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("The model `{model}` does not exist"),
+        );
+    }
+    if model == "chat-500" {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "The server had an error while processing your request",
+        );
+    }
+    if model == "chat-flaky" && script.flaky_calls.fetch_add(1, Ordering::SeqCst) == 0 {
+        return error(StatusCode::TOO_MANY_REQUESTS, "Rate limit reached");
+    }
+    let p = plan(&model, &body);
+    let usage = json!({ "prompt_tokens": prompt_tokens(&body), "completion_tokens": (p.text.len() + p.reasoning.len()) as u64,
+        "total_tokens": prompt_tokens(&body) + (p.text.len() + p.reasoning.len()) as u64 });
+    if body["stream"] != true {
+        return complete(&model, p, usage);
+    }
+    let mut events: Vec<String> = vec![chunk(
+        &model,
+        json!({ "role": "assistant", "content": "" }),
+        None,
+    )];
+    events.extend(
+        p.reasoning
+            .iter()
+            .map(|r| chunk(&model, json!({ "reasoning_content": r }), None)),
+    );
+    let text = p
+        .text
+        .iter()
+        .map(|t| chunk(&model, json!({ "content": t }), None));
+    match model.as_str() {
+        "chat-cut" => {
+            events.extend(text.take(2));
+            return sse(events, Duration::ZERO);
+        }
+        "chat-error" => {
+            events.extend(text.take(1));
+            events.push(format!(
+                "data: {}\n\n",
+                json!({ "error": { "message": "The model is overloaded" } })
+            ));
+            return sse(events, Duration::ZERO);
+        }
+        _ => events.extend(text),
+    }
+    let finish = if p.tool {
+        let call = |delta: Value| chunk(&model, json!({ "tool_calls": [delta] }), None);
+        events.push(call(json!({ "index": 0, "id": "call_1", "type": "function", "function": { "name": "get_weather", "arguments": "" } })));
+        events.push(call(
+            json!({ "index": 0, "function": { "arguments": "{\"city\":" } }),
+        ));
+        events.push(call(
+            json!({ "index": 0, "function": { "arguments": " \"Paris\"}" } }),
+        ));
+        "tool_calls"
+    } else {
+        "stop"
+    };
+    events.push(chunk(&model, json!({}), Some(finish)));
+    if body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true)) {
+        events.push(format!(
+            "data: {}\n\n",
+            json!({ "id": "chatcmpl-1", "choices": [], "usage": usage })
+        ));
+    }
+    events.push("data: [DONE]\n\n".to_owned());
+    let delay = if model == "chat-slow" {
+        Duration::from_millis(300)
+    } else {
+        Duration::ZERO
+    };
+    sse(events, delay)
+}
+
+fn complete(model: &str, p: Plan, usage: Value) -> Response {
+    let mut message = json!({ "role": "assistant", "content": p.text.concat() });
+    if !p.reasoning.is_empty() {
+        message["reasoning_content"] = json!(p.reasoning.concat());
+    }
+    let finish = if p.tool {
+        message["content"] = Value::Null;
+        message["tool_calls"] = json!([{ "id": "call_1", "type": "function", "function": { "name": "get_weather", "arguments": "{\"city\": \"Paris\"}" } }]);
+        "tool_calls"
+    } else {
+        "stop"
+    };
+    Json(
+        json!({ "id": "chatcmpl-1", "object": "chat.completion", "model": model,
+        "choices": [{ "index": 0, "message": message, "finish_reason": finish }], "usage": usage }),
+    )
+    .into_response()
+}
+
+fn sse(events: Vec<String>, delay: Duration) -> Response {
+    let stream = futures::stream::iter(events).then(move |e| async move {
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Ok::<_, Infallible>(Bytes::from(e))
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// 8-dimensional bag-of-words vector, normalised: texts sharing words point the same way.
+pub fn toy_embedding(text: &str) -> Vec<f32> {
+    let mut v = [0f32; 8];
+    for word in text
+        .to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let h = word
+            .bytes()
+            .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+        v[(h % 8) as usize] += 1.0;
+    }
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+    v.iter().map(|x| x / norm).collect()
+}
+
+async fn embeddings(
+    State(script): State<Script>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    script
+        .requests
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(body.clone());
+    if !authorised(&headers) {
+        return error(StatusCode::UNAUTHORIZED, "Incorrect API key provided");
+    }
+    if body["model"] != "emb-8" {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!(
+                "The model `{}` does not exist",
+                body["model"].as_str().unwrap_or("")
+            ),
+        );
+    }
+    let inputs: Vec<String> = match &body["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .map(|x| x.as_str().unwrap_or_default().to_owned())
+            .collect(),
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "input must be a string or an array",
+            )
+        }
+    };
+    // Answer in reverse order with explicit indexes, as some servers do.
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, t)| json!({ "object": "embedding", "index": i, "embedding": toy_embedding(t) }))
+        .collect();
+    let tokens: u64 = inputs.iter().map(|t| (t.len() as u64).div_ceil(4)).sum();
+    Json(json!({ "object": "list", "data": data, "model": "emb-8", "usage": { "prompt_tokens": tokens, "total_tokens": tokens } })).into_response()
+}
+
+async fn rerank(
+    State(script): State<Script>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    script
+        .requests
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(body.clone());
+    if !authorised(&headers) {
+        return error(StatusCode::UNAUTHORIZED, "Incorrect API key provided");
+    }
+    if body["model"] != "rerank" {
+        return error(StatusCode::NOT_FOUND, "model not found");
+    }
+    let words = |s: &str| -> std::collections::HashSet<String> {
+        s.to_lowercase()
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.len() > 2)
+            .map(str::to_owned)
+            .collect()
+    };
+    let q = words(body["query"].as_str().unwrap_or_default());
+    let docs = body["documents"].as_array().cloned().unwrap_or_default();
+    let mut results: Vec<Value> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let dw = words(d.as_str().unwrap_or_default());
+            let overlap = q.intersection(&dw).count() as f64;
+            json!({ "index": i, "relevance_score": overlap / (q.len().max(1) as f64) })
+        })
+        .collect();
+    results.sort_by(|a, b| {
+        b["relevance_score"]
+            .as_f64()
+            .unwrap_or(0.0)
+            .total_cmp(&a["relevance_score"].as_f64().unwrap_or(0.0))
+    });
+    let top = body["top_n"].as_u64().unwrap_or(results.len() as u64) as usize;
+    results.truncate(top);
+    Json(json!({ "results": results })).into_response()
+}

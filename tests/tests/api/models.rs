@@ -1,0 +1,866 @@
+use api_tests::model_server::{ModelServer, GOOD_KEY};
+use api_tests::{spawn, Store, TestApp};
+use serde_json::json;
+
+async fn setup() -> (TestApp, ModelServer, String) {
+    let app = spawn(Store::Filesystem).await;
+    let server = ModelServer::start().await;
+    let admin = app.admin_token().await;
+    (app, server, admin)
+}
+
+#[tokio::test]
+async fn providers_lifecycle() {
+    let (app, _server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let id = app.provider(&admin, "openai").await;
+    let other = app.provider(&admin, "local").await;
+
+    let dup = app
+        .post(
+            "/ai-model/provider",
+            t,
+            &json!({ "providerName": "x", "providerKey": "openai" }),
+        )
+        .await;
+    dup.assert_status_error(400, 0, "providerKey is already used");
+    app.post("/ai-model/provider", t, &json!({ "providerKey": "k" }))
+        .await
+        .assert_status_error(400, 0, "providerName is required");
+    app.post("/ai-model/provider", t, &json!({ "providerName": "n" }))
+        .await
+        .assert_status_error(400, 0, "providerKey is required");
+    app.post(
+        "/ai-model/provider",
+        t,
+        &json!({ "providerName": "n", "providerKey": "bad key" }),
+    )
+    .await
+    .assert_status_error(400, 0, "providerKey may contain");
+    assert_eq!(app.count("model_providers").await, 2);
+
+    let (_, user) = app.regular_user("ursula").await;
+    app.post(
+        "/ai-model/provider",
+        Some(&user),
+        &json!({ "providerName": "n", "providerKey": "u" }),
+    )
+    .await
+    .assert_status_error(403, 403, "administrator");
+    app.get("/ai-model/providers", None)
+        .await
+        .assert_status_error(401, 401, "log in");
+
+    let one = app
+        .get(&format!("/ai-model/provider/{id}"), Some(&user))
+        .await;
+    let p = one.assert_status_ok();
+    assert_eq!(
+        (p["providerKey"].as_str(), p["isEnabled"].as_bool()),
+        (Some("openai"), Some(true))
+    );
+    assert_eq!(p["createdDt"].as_str().unwrap().len(), 19);
+
+    app.put(&format!("/ai-model/provider/{id}/disable"), t, &json!({}))
+        .await
+        .assert_status_ok();
+    let enabled = app.get("/ai-model/providers", t).await;
+    let keys = |v: &serde_json::Value| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["providerKey"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(keys(enabled.assert_status_ok()), vec!["local"]);
+    let all = app.get("/ai-model/all-providers", t).await;
+    assert_eq!(keys(all.assert_status_ok()), vec!["openai", "local"]);
+    app.put(&format!("/ai-model/provider/{id}/enable"), t, &json!({}))
+        .await
+        .assert_status_ok();
+    assert_eq!(
+        keys(app.get("/ai-model/providers", t).await.assert_status_ok()).len(),
+        2
+    );
+
+    app.put(
+        &format!("/ai-model/provider/{id}"),
+        t,
+        &json!({ "description": "OpenAI", "providerKey": "local" }),
+    )
+    .await
+    .assert_status_error(400, 0, "already used");
+    app.put(
+        &format!("/ai-model/provider/{id}"),
+        t,
+        &json!({ "description": "OpenAI" }),
+    )
+    .await
+    .assert_status_ok();
+    assert_eq!(
+        app.get(&format!("/ai-model/provider/{id}"), t)
+            .await
+            .assert_status_ok()["description"],
+        "OpenAI"
+    );
+    app.put("/ai-model/provider/9999", t, &json!({ "description": "x" }))
+        .await
+        .assert_status_error(404, 404, "provider not found");
+
+    app.model(
+        &admin,
+        other,
+        "CHAT",
+        "chat-echo",
+        "http://127.0.0.1:9/v1",
+        json!({}),
+    )
+    .await;
+    app.delete(&format!("/ai-model/provider/{other}"), t)
+        .await
+        .assert_status_error(400, 0, "still has 1 model configs");
+    app.delete(&format!("/ai-model/provider/{id}"), t)
+        .await
+        .assert_status_ok();
+    app.get(&format!("/ai-model/provider/{id}"), t)
+        .await
+        .assert_status_error(404, 404, "provider not found");
+    assert_eq!(app.count("model_providers").await, 1);
+}
+
+#[tokio::test]
+async fn configs_keys_are_encrypted_masked_and_kept() {
+    let (app, server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let p = app.provider(&admin, "scripted").await;
+    let id = app
+        .model(
+            &admin,
+            p,
+            "CHAT",
+            "chat-echo",
+            &server.base_url,
+            json!({ "configJson": { "temperature": 0.2, "capabilities": ["vision"] } }),
+        )
+        .await;
+
+    let raw: String = sqlx::query_scalar("SELECT api_key_enc FROM model_configs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(
+        raw.starts_with("v1:") && !raw.contains(GOOD_KEY),
+        "stored encrypted: {raw}"
+    );
+
+    let got = app.get(&format!("/ai-model/config/{id}"), t).await;
+    let c = got.assert_status_ok().clone();
+    assert_eq!(c["apiKey"], "sk-s****1234");
+    assert_eq!(
+        (
+            c["modelType"].as_str(),
+            c["adapterKey"].as_str(),
+            c["scope"].as_str()
+        ),
+        (Some("CHAT"), Some("generic-compatible"), Some("GLOBAL"))
+    );
+    assert_eq!(c["providerName"], "Provider scripted");
+    assert_eq!(c["configJson"]["capabilities"][0], "vision");
+    let created = c["createdDt"].as_str().unwrap();
+    assert_eq!(
+        (created.len(), &created[10..11]),
+        (19, "T"),
+        "ISO local form"
+    );
+
+    // Sending the masked key back keeps the real key: the probe still authenticates.
+    let update = json!({ "apiKey": c["apiKey"], "modelName": "Echo", "description": "renamed" });
+    app.put(&format!("/ai-model/config/{id}"), t, &update)
+        .await
+        .assert_status_ok();
+    let probe = app
+        .post(&format!("/ai-model/config/{id}/test"), t, &json!({}))
+        .await;
+    assert_eq!(
+        probe.assert_status_ok()["success"],
+        true,
+        "{:?}",
+        probe.body
+    );
+    // A new key replaces it.
+    app.put(
+        &format!("/ai-model/config/{id}"),
+        t,
+        &json!({ "apiKey": "sk-wrong-key-0000" }),
+    )
+    .await
+    .assert_status_ok();
+    let probe = app
+        .post(&format!("/ai-model/config/{id}/test"), t, &json!({}))
+        .await;
+    let r = probe.assert_status_ok();
+    assert_eq!(r["success"], false);
+    assert!(r["message"].as_str().unwrap().contains("API key"), "{r}");
+    assert!(r["responseTimeMs"].as_i64().is_some());
+    assert_eq!(
+        app.get(&format!("/ai-model/config/{id}"), t)
+            .await
+            .assert_status_ok()["apiKey"],
+        "sk-w****0000"
+    );
+}
+
+#[tokio::test]
+async fn config_validation_names_the_field_and_writes_nothing() {
+    let (app, server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let p = app.provider(&admin, "scripted").await;
+    let ok = json!({ "providerId": p, "modelName": "m", "modelKey": "k", "modelType": "CHAT", "apiKey": "sk-123456789", "apiEndpoint": server.base_url });
+    let with = |k: &str, v: serde_json::Value| {
+        let mut b = ok.clone();
+        b[k] = v;
+        b
+    };
+    let without = |k: &str| {
+        let mut b = ok.clone();
+        b.as_object_mut().unwrap().remove(k);
+        b
+    };
+    for (body, needle) in [
+        (without("providerId"), "providerId is required"),
+        (without("modelName"), "modelName is required"),
+        (without("modelKey"), "modelKey is required"),
+        (without("modelType"), "modelType is required"),
+        (without("apiKey"), "apiKey is required"),
+        (without("apiEndpoint"), "apiEndpoint is required"),
+        (
+            with("modelType", json!("VIDEO")),
+            "modelType must be CHAT, EMBEDDING or RERANKER",
+        ),
+        (
+            with("apiEndpoint", json!("ftp://x")),
+            "apiEndpoint must be an http(s) URL",
+        ),
+        (
+            with("apiEndpoint", json!("not a url")),
+            "apiEndpoint must be an http(s) URL",
+        ),
+        (
+            with("providerId", json!(999)),
+            "providerId: provider 999 does not exist",
+        ),
+        (
+            with("adapterKey", json!("generic-rerank")),
+            "adapterKey generic-rerank does not support CHAT",
+        ),
+        (
+            with("scope", json!("TEAM")),
+            "scope must be GLOBAL or PERSONAL",
+        ),
+        (
+            with("configJson", json!([1])),
+            "configJson must be a JSON object",
+        ),
+        (
+            with("configJson", json!({ "temperature": 5 })),
+            "configJson.temperature must be",
+        ),
+        (
+            with("configJson", json!({ "maxTokens": -1 })),
+            "configJson.maxTokens must be",
+        ),
+        (
+            with("configJson", json!({ "capabilities": "vision" })),
+            "configJson.capabilities must be",
+        ),
+        (
+            with("apiKey", json!("sk-a****wxyz")),
+            "apiKey must be the real key",
+        ),
+        (with("providerId", json!("one")), "providerId: invalid type"),
+    ] {
+        app.post("/ai-model/config", t, &body)
+            .await
+            .assert_status_error(400, 0, needle);
+    }
+    assert_eq!(app.count("model_configs").await, 0);
+    app.get("/ai-model/config/abc", t)
+        .await
+        .assert_status_error(400, 0, "invalid path parameter");
+    app.get("/ai-model/config/12345", t)
+        .await
+        .assert_status_error(404, 404, "model config not found");
+    app.post("/ai-model/config/12345/test", t, &json!({}))
+        .await
+        .assert_status_error(404, 404, "model config not found");
+}
+
+#[tokio::test]
+async fn paging_filters_adapters_and_lists() {
+    let (app, server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let a = app.provider(&admin, "alpha").await;
+    let b = app.provider(&admin, "beta").await;
+    let url = server.base_url.as_str();
+    app.model(&admin, a, "CHAT", "chat-echo", url, json!({}))
+        .await;
+    app.model(&admin, a, "EMBEDDING", "emb-8", url, json!({}))
+        .await;
+    let disabled = app
+        .model(
+            &admin,
+            b,
+            "CHAT",
+            "chat-think",
+            url,
+            json!({ "isEnabled": false }),
+        )
+        .await;
+    app.model(&admin, b, "RERANKER", "rerank", url, json!({}))
+        .await;
+
+    let page = app.get("/ai-model/configs?pageNum=1&pageSize=3", t).await;
+    assert_eq!(page.assert_status_ok().as_array().unwrap().len(), 3);
+    assert_eq!(
+        (
+            page.body["page"].as_i64(),
+            page.body["size"].as_i64(),
+            page.body["total"].as_i64()
+        ),
+        (Some(1), Some(3), Some(4))
+    );
+    let second = app.get("/ai-model/configs?pageNum=2&pageSize=3", t).await;
+    assert_eq!(second.assert_status_ok().as_array().unwrap().len(), 1);
+    let chats = app
+        .get("/ai-model/configs?modelType=chat&providerKey=beta", t)
+        .await;
+    assert_eq!(chats.body["total"], 1);
+    assert_eq!(
+        app.get("/ai-model/configs?scope=PERSONAL", t).await.body["total"],
+        0
+    );
+    app.get("/ai-model/configs?modelType=x", t)
+        .await
+        .assert_status_error(400, 0, "modelType must be");
+    app.get("/ai-model/configs?pageNum=x", t)
+        .await
+        .assert_status_error(400, 0, "pageNum");
+
+    let adapters = app.get("/ai-model/adapters?modelType=RERANKER", t).await;
+    let ad = adapters.assert_status_ok()[0].clone();
+    assert_eq!(
+        (
+            ad["adapterKey"].as_str(),
+            ad["modelType"].as_str(),
+            ad["isDefault"].as_bool()
+        ),
+        (Some("generic-rerank"), Some("RERANKER"), Some(true))
+    );
+    assert_eq!(
+        app.get("/ai-model/adapters?modelType=CHAT", t)
+            .await
+            .assert_status_ok()[0]["adapterKey"],
+        "generic-compatible"
+    );
+    app.get("/ai-model/adapters", t)
+        .await
+        .assert_status_error(400, 0, "modelType is required");
+
+    let by_type = app.get("/ai-model/by-type/CHAT", t).await;
+    let items = by_type.assert_status_ok().as_array().unwrap().clone();
+    assert_eq!(items.len(), 1, "disabled models are not offered");
+    assert_eq!(items[0]["modelKey"], "chat-echo");
+    for key in [
+        "id",
+        "providerId",
+        "modelName",
+        "modelKey",
+        "modelType",
+        "isEnabled",
+    ] {
+        assert!(items[0].get(key).is_some(), "{key}");
+    }
+    app.put(
+        &format!("/ai-model/config/{disabled}/enable"),
+        t,
+        &json!({}),
+    )
+    .await
+    .assert_status_ok();
+    assert_eq!(
+        app.get(
+            "/ai-model/by-provider-type?providerKey=beta&modelType=CHAT",
+            t
+        )
+        .await
+        .assert_status_ok()
+        .as_array()
+        .unwrap()
+        .len(),
+        1
+    );
+    app.put(
+        &format!("/ai-model/config/{disabled}/disable"),
+        t,
+        &json!({}),
+    )
+    .await
+    .assert_status_ok();
+    assert_eq!(
+        app.get(
+            "/ai-model/by-provider-type?providerKey=beta&modelType=CHAT",
+            t
+        )
+        .await
+        .assert_status_ok()
+        .as_array()
+        .unwrap()
+        .len(),
+        0
+    );
+    app.get("/ai-model/by-provider-type?modelType=CHAT", t)
+        .await
+        .assert_status_error(400, 0, "providerKey is required");
+    app.get("/ai-model/by-type/IMAGE", t)
+        .await
+        .assert_status_error(400, 0, "modelType must be");
+    // A disabled provider hides its models too.
+    app.put(&format!("/ai-model/provider/{a}/disable"), t, &json!({}))
+        .await
+        .assert_status_ok();
+    assert_eq!(
+        app.get("/ai-model/by-type/CHAT", t)
+            .await
+            .assert_status_ok()
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn switch_default_leaves_exactly_one() {
+    let (app, server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let p = app.provider(&admin, "scripted").await;
+    let url = server.base_url.as_str();
+    let a = app
+        .model(
+            &admin,
+            p,
+            "CHAT",
+            "chat-echo",
+            url,
+            json!({ "isDefault": true }),
+        )
+        .await;
+    let b = app
+        .model(&admin, p, "CHAT", "chat-think", url, json!({}))
+        .await;
+    let e = app
+        .model(
+            &admin,
+            p,
+            "EMBEDDING",
+            "emb-8",
+            url,
+            json!({ "isDefault": true }),
+        )
+        .await;
+    let defaults = |app: &TestApp| {
+        let db = app.db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT id FROM model_configs WHERE is_default ORDER BY id",
+            )
+            .fetch_all(&db)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(defaults(&app).await, vec![a, e]);
+    let switched = app
+        .put(&format!("/ai-model/switch-default/{b}"), t, &json!({}))
+        .await;
+    assert_eq!(switched.assert_status_ok(), &json!(true));
+    assert_eq!(defaults(&app).await, vec![b, e]);
+    app.put(&format!("/ai-model/switch-default/{b}"), t, &json!({}))
+        .await
+        .assert_status_ok();
+    assert_eq!(defaults(&app).await, vec![b, e], "idempotent");
+
+    let all = app.get("/ai-model/default", t).await;
+    let d = all.assert_status_ok();
+    assert_eq!(
+        (d["CHAT"]["id"].as_i64(), d["EMBEDDING"]["id"].as_i64()),
+        (Some(b), Some(e))
+    );
+    assert!(d["RERANKER"].is_null());
+    assert_eq!(
+        app.get("/ai-model/default/CHAT", t)
+            .await
+            .assert_status_ok()["id"],
+        b
+    );
+    assert!(app
+        .get("/ai-model/default/RERANKER", t)
+        .await
+        .assert_status_ok()
+        .is_null());
+
+    // Concurrent switches still leave one default.
+    let (path_a, path_b, empty) = (
+        format!("/ai-model/switch-default/{a}"),
+        format!("/ai-model/switch-default/{b}"),
+        json!({}),
+    );
+    let (r1, r2) = tokio::join!(app.put(&path_a, t, &empty), app.put(&path_b, t, &empty));
+    r1.assert_status_ok();
+    r2.assert_status_ok();
+    let d = defaults(&app).await;
+    assert_eq!(d.len(), 2);
+    assert!(d.contains(&e));
+
+    app.put("/ai-model/switch-default/999", t, &json!({}))
+        .await
+        .assert_status_error(404, 404, "not found");
+    app.put(&format!("/ai-model/config/{a}/disable"), t, &json!({}))
+        .await
+        .assert_status_ok();
+    app.put(&format!("/ai-model/switch-default/{a}"), t, &json!({}))
+        .await
+        .assert_status_error(400, 0, "disabled model");
+    let (_, user) = app.regular_user("nina").await;
+    app.put(
+        &format!("/ai-model/switch-default/{b}"),
+        Some(&user),
+        &json!({}),
+    )
+    .await
+    .assert_status_error(403, 403, "administrator");
+}
+
+#[tokio::test]
+async fn personal_configs_belong_to_their_owner() {
+    let (app, server, admin) = setup().await;
+    let p = app.provider(&admin, "scripted").await;
+    let (_, alice) = app.regular_user("alice").await;
+    let (_, bob) = app.regular_user("bob").await;
+    let url = server.base_url.as_str();
+    let global = app
+        .model(&admin, p, "CHAT", "chat-echo", url, json!({}))
+        .await;
+    let mine = app
+        .model(&alice, p, "CHAT", "chat-think", url, json!({}))
+        .await;
+    let c = app
+        .get(&format!("/ai-model/config/{mine}"), Some(&alice))
+        .await;
+    assert_eq!(
+        c.assert_status_ok()["scope"],
+        "PERSONAL",
+        "regular users default to PERSONAL"
+    );
+
+    let body = json!({ "providerId": p, "modelName": "m", "modelKey": "k", "modelType": "CHAT", "apiKey": "sk-123456789",
+        "apiEndpoint": url, "scope": "GLOBAL" });
+    app.post("/ai-model/config", Some(&alice), &body)
+        .await
+        .assert_status_error(403, 403, "only administrators");
+
+    app.get(&format!("/ai-model/config/{mine}"), Some(&bob))
+        .await
+        .assert_status_error(404, 404, "not found");
+    assert_eq!(
+        app.get("/ai-model/configs", Some(&bob)).await.body["total"],
+        1,
+        "bob sees only the GLOBAL one"
+    );
+    assert_eq!(
+        app.get("/ai-model/configs", Some(&alice)).await.body["total"],
+        2
+    );
+    assert_eq!(
+        app.get("/ai-model/configs", Some(&admin)).await.body["total"],
+        2
+    );
+    app.put(
+        &format!("/ai-model/config/{mine}"),
+        Some(&bob),
+        &json!({ "modelName": "x" }),
+    )
+    .await
+    .assert_status_error(404, 404, "not found");
+    app.delete(&format!("/ai-model/config/{mine}"), Some(&bob))
+        .await
+        .assert_status_error(404, 404, "not found");
+    app.put(
+        &format!("/ai-model/config/{global}"),
+        Some(&alice),
+        &json!({ "modelName": "x" }),
+    )
+    .await
+    .assert_status_error(403, 403, "only administrators");
+    app.put(
+        &format!("/ai-model/config/{global}/disable"),
+        Some(&alice),
+        &json!({}),
+    )
+    .await
+    .assert_status_error(403, 403, "only administrators");
+    app.put(
+        &format!("/ai-model/config/{mine}"),
+        Some(&alice),
+        &json!({ "scope": "GLOBAL" }),
+    )
+    .await
+    .assert_status_error(403, 403, "only administrators");
+    app.put(
+        &format!("/ai-model/config/{mine}"),
+        Some(&alice),
+        &json!({ "isDefault": true }),
+    )
+    .await
+    .assert_status_error(403, 403, "administrator");
+    let name: String = sqlx::query_scalar("SELECT model_name FROM model_configs WHERE id = $1")
+        .bind(mine)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(name, "chat-think model", "nothing changed");
+
+    app.put(
+        &format!("/ai-model/config/{mine}"),
+        Some(&alice),
+        &json!({ "modelName": "Mine" }),
+    )
+    .await
+    .assert_status_ok();
+    app.delete(&format!("/ai-model/config/{mine}"), Some(&alice))
+        .await
+        .assert_status_ok();
+    assert_eq!(app.count("model_configs").await, 1);
+}
+
+#[tokio::test]
+async fn connectivity_probe_per_type_and_failures() {
+    let (app, server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let p = app.provider(&admin, "scripted").await;
+    let url = server.base_url.as_str();
+    let probe = |id: i64| {
+        let app = &app;
+        async move {
+            app.post(&format!("/ai-model/config/{id}/test"), t, &json!({}))
+                .await
+                .assert_status_ok()
+                .clone()
+        }
+    };
+    let chat = app
+        .model(&admin, p, "CHAT", "chat-echo", url, json!({}))
+        .await;
+    let r = probe(chat).await;
+    assert_eq!(r["success"], true, "{r}");
+    assert!(
+        r["message"].as_str().unwrap().contains("You said: Hello"),
+        "{r}"
+    );
+    let emb = app
+        .model(&admin, p, "EMBEDDING", "emb-8", url, json!({}))
+        .await;
+    let r = probe(emb).await;
+    assert!(
+        r["success"] == true && r["message"].as_str().unwrap().contains("8-dimensional"),
+        "{r}"
+    );
+    let rr = app
+        .model(&admin, p, "RERANKER", "rerank", url, json!({}))
+        .await;
+    let r = probe(rr).await;
+    assert!(
+        r["success"] == true
+            && r["message"]
+                .as_str()
+                .unwrap()
+                .contains("scored the test document"),
+        "{r}"
+    );
+    let sent = server.requests();
+    let rerank_req = sent.iter().find(|r| r["model"] == "rerank").unwrap();
+    assert_eq!(
+        (
+            rerank_req["top_n"].as_u64(),
+            rerank_req["documents"].as_array().map(Vec::len)
+        ),
+        (Some(1), Some(1))
+    );
+
+    let unknown = app
+        .model(&admin, p, "CHAT", "gpt-nope", url, json!({}))
+        .await;
+    let r = probe(unknown).await;
+    assert!(
+        r["success"] == false && r["message"].as_str().unwrap().contains("does not exist"),
+        "{r}"
+    );
+    let unreachable = app
+        .model(
+            &admin,
+            p,
+            "EMBEDDING",
+            "emb-8",
+            "http://127.0.0.1:9/v1",
+            json!({ "maxRetries": 0 }),
+        )
+        .await;
+    let r = probe(unreachable).await;
+    assert!(
+        r["success"] == false && r["message"].as_str().unwrap().contains("cannot be reached"),
+        "{r}"
+    );
+    let dns = app
+        .model(
+            &admin,
+            p,
+            "CHAT",
+            "chat-echo",
+            "http://no-such-host.invalid/v1",
+            json!({ "maxRetries": 0 }),
+        )
+        .await;
+    let r = probe(dns).await;
+    assert!(
+        r["success"] == false && r["message"].as_str().unwrap().contains("cannot be reached"),
+        "{r}"
+    );
+    let failing = app
+        .model(
+            &admin,
+            p,
+            "CHAT",
+            "chat-500",
+            url,
+            json!({ "maxRetries": 1 }),
+        )
+        .await;
+    let r = probe(failing).await;
+    assert!(
+        r["success"] == false && r["message"].as_str().unwrap().contains("HTTP 500"),
+        "{r}"
+    );
+    let timeout = {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = vec![];
+            while let Ok((s, _)) = silent.accept().await {
+                held.push(s);
+            }
+        });
+        app.model(
+            &admin,
+            p,
+            "CHAT",
+            "chat-echo",
+            &format!("http://{addr}/v1"),
+            json!({ "configJson": { "timeoutSecs": 1, "maxRetries": 0 } }),
+        )
+        .await
+    };
+    let r = probe(timeout).await;
+    assert!(
+        r["success"] == false && r["message"].as_str().unwrap().contains("timed out"),
+        "{r}"
+    );
+    assert!(r["responseTimeMs"].as_i64().unwrap() >= 1000);
+}
+
+#[tokio::test]
+async fn usage_stats_add_up() {
+    let (app, server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let p = app.provider(&admin, "scripted").await;
+    let url = server.base_url.as_str();
+    let id = app
+        .model(
+            &admin,
+            p,
+            "CHAT",
+            "chat-echo",
+            url,
+            json!({ "configJson": { "inputPricePer1k": 1.0, "outputPricePer1k": 2.0 } }),
+        )
+        .await;
+    for _ in 0..3 {
+        assert_eq!(
+            app.post(&format!("/ai-model/config/{id}/test"), t, &json!({}))
+                .await
+                .assert_status_ok()["success"],
+            true
+        );
+    }
+    app.put(
+        &format!("/ai-model/config/{id}"),
+        t,
+        &json!({ "apiKey": "sk-broken-key-9999" }),
+    )
+    .await
+    .assert_status_ok();
+    for _ in 0..2 {
+        assert_eq!(
+            app.post(&format!("/ai-model/config/{id}/test"), t, &json!({}))
+                .await
+                .assert_status_ok()["success"],
+            false
+        );
+    }
+    let stat = app.get(&format!("/ai-model/usage/stat/{id}"), t).await;
+    let s = stat.assert_status_ok().clone();
+    assert_eq!(
+        (
+            s["totalCalls"].as_i64(),
+            s["successCalls"].as_i64(),
+            s["failedCalls"].as_i64()
+        ),
+        (Some(5), Some(3), Some(2))
+    );
+    assert!((s["successRate"].as_f64().unwrap() - 0.6).abs() < 1e-9);
+    let (prompt, completion): (i64, i64) = sqlx::query_as(
+        "SELECT sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint FROM model_usage WHERE model_id = $1 AND success",
+    )
+    .bind(id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert!(prompt > 0 && completion > 0);
+    assert_eq!(s["totalTokensUsed"].as_i64(), Some(prompt + completion));
+    let cost = prompt as f64 / 1000.0 + completion as f64 * 2.0 / 1000.0;
+    assert!((s["totalCost"].as_f64().unwrap() - cost).abs() < 1e-9);
+    assert!(s["avgResponseTime"].as_f64().unwrap() >= 0.0);
+    assert_eq!(
+        (s["modelName"].as_str(), s["providerName"].as_str()),
+        (Some("chat-echo model"), Some("Provider scripted"))
+    );
+
+    let mine = app
+        .get("/ai-model/usage/user-stats?pageNum=1&pageSize=10", t)
+        .await;
+    assert_eq!(mine.assert_status_ok()[0]["totalCalls"], 5);
+    assert_eq!(mine.body["total"], 1);
+    let (_, user) = app.regular_user("vic").await;
+    let theirs = app.get("/ai-model/usage/user-stats", Some(&user)).await;
+    assert_eq!(theirs.assert_status_ok().as_array().unwrap().len(), 0);
+    app.get("/ai-model/usage/global-stats", Some(&user))
+        .await
+        .assert_status_error(403, 403, "administrator");
+    let global = app.get("/ai-model/usage/global-stats", t).await;
+    assert_eq!(global.assert_status_ok()[0]["failedCalls"], 2);
+    let fresh = app
+        .model(&admin, p, "CHAT", "chat-think", url, json!({}))
+        .await;
+    let zero = app.get(&format!("/ai-model/usage/stat/{fresh}"), t).await;
+    assert_eq!(zero.assert_status_ok()["totalCalls"], 0);
+}

@@ -8,9 +8,7 @@ use serde_json::{json, Value};
 use shared::AppState;
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/health", get(health))
-        .with_state(state)
+    Router::new().route("/health", get(health)).with_state(state)
 }
 
 async fn health(State(state): State<AppState>) -> (StatusCode, Json<Value>) {

@@ -22,8 +22,7 @@ pub fn build_app(state: AppState) -> Router {
     let (router, mut openapi) = shared::app::assemble(api(), state.clone());
     openapi.info.title = "Agent Platform API".to_owned();
     openapi.info.version = env!("CARGO_PKG_VERSION").to_owned();
-    openapi.info.description =
-        Some("Admin API (Svc-Auth) and external API (Svc-App-Id + Svc-Token).".to_owned());
+    openapi.info.description = Some("Admin API (Svc-Auth) and external API (Svc-App-Id + Svc-Token).".to_owned());
     let docs = Router::new()
         .route(
             "/api-docs/openapi.json",

@@ -5,41 +5,23 @@ use std::net::SocketAddr;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let state = shared::app::start().await?;
-    let port: u16 = std::env::var("PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(8080);
+    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(8080);
     let bind = std::env::var("BIND_ADDRESS").unwrap_or_else(|_| "127.0.0.1".to_owned());
     let listener = tokio::net::TcpListener::bind((bind.as_str(), port))
         .await
-        .map_err(|e| {
-            anyhow::anyhow!("cannot listen on {bind}:{port}: {e} (set PORT to another port)")
-        })?;
-    let base = format!(
-        "http://{}/{}",
-        listener.local_addr()?,
-        state.config().api_prefix
-    );
+        .map_err(|e| anyhow::anyhow!("cannot listen on {bind}:{port}: {e} (set PORT to another port)"))?;
+    let base = format!("http://{}/{}", listener.local_addr()?, state.config().api_prefix);
     let app = local_server::build_app(state.clone());
     tracing::info!(%base, "agent platform listening");
     println!("Agent platform API: {base}");
-    println!(
-        "OpenAPI:            http://{}/api-docs",
-        listener.local_addr()?
-    );
-    if let (Some(user), Some(_)) = (
-        &state.config().admin_username,
-        &state.config().admin_password,
-    ) {
+    println!("OpenAPI:            http://{}/api-docs", listener.local_addr()?);
+    if let (Some(user), Some(_)) = (&state.config().admin_username, &state.config().admin_password) {
         println!("Admin login:        {user} (password from ADMIN_PASSWORD)");
     }
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
     Ok(())
 }

@@ -43,11 +43,7 @@ pub async fn start() -> anyhow::Result<AppState> {
     let config = Config::from_env()?;
     let state = AppState::build(config).await?;
     let cfg = state.config();
-    crate::users::service::ensure_first_admin(
-        state.db(),
-        cfg.admin_username.as_deref(),
-        cfg.admin_password.as_deref(),
-    )
-    .await?;
+    crate::users::service::ensure_first_admin(state.db(), cfg.admin_username.as_deref(), cfg.admin_password.as_deref())
+        .await?;
     Ok(state)
 }

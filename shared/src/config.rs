@@ -17,10 +17,7 @@ pub enum StorageBackend {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum QueueBackend {
     /// SQS queues, one URL per worker.
-    Sqs {
-        ingest_url: String,
-        memory_url: String,
-    },
+    Sqs { ingest_url: String, memory_url: String },
     /// Tokio channels inside the process.
     InProcess,
 }
@@ -65,8 +62,7 @@ impl Config {
     /// process environment.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |key: &str| lookup(key).filter(|v| !v.trim().is_empty());
-        let required =
-            |key: &str| get(key).ok_or_else(|| ConfigError(format!("{key} must be set")));
+        let required = |key: &str| get(key).ok_or_else(|| ConfigError(format!("{key} must be set")));
         let parse_num = |key: &str, default: u64| -> Result<u64, ConfigError> {
             match get(key) {
                 None => Ok(default),
@@ -80,16 +76,12 @@ impl Config {
         let api_prefix = get("API_PREFIX").unwrap_or_else(|| "api".to_owned());
         let api_prefix = api_prefix.trim_matches('/').to_owned();
         if api_prefix.is_empty() || api_prefix.contains('/') {
-            return Err(ConfigError(
-                "API_PREFIX must be one path segment, e.g. api".into(),
-            ));
+            return Err(ConfigError("API_PREFIX must be one path segment, e.g. api".into()));
         }
 
         let jwt_secret = required("JWT_SECRET")?.into_bytes();
         if jwt_secret.len() < 32 {
-            return Err(ConfigError(
-                "JWT_SECRET must be at least 32 bytes long".into(),
-            ));
+            return Err(ConfigError("JWT_SECRET must be at least 32 bytes long".into()));
         }
         let encryption_key = decode_key(&required("ENCRYPTION_KEY")?)?;
 
@@ -100,11 +92,7 @@ impl Config {
             "fs" => StorageBackend::Filesystem {
                 root: get("STORAGE_DIR").unwrap_or_else(|| ".local/storage".to_owned()),
             },
-            other => {
-                return Err(ConfigError(format!(
-                    "STORAGE_BACKEND must be s3 or fs, got {other:?}"
-                )))
-            }
+            other => return Err(ConfigError(format!("STORAGE_BACKEND must be s3 or fs, got {other:?}"))),
         };
         let queue = match get("QUEUE_BACKEND").as_deref().unwrap_or("memory") {
             "sqs" => QueueBackend::Sqs {
@@ -126,10 +114,7 @@ impl Config {
             jwt_secret,
             encryption_key,
             access_token_ttl: Duration::from_secs(parse_num("ACCESS_TOKEN_TTL_SECS", 2 * 3600)?),
-            refresh_token_ttl: Duration::from_secs(parse_num(
-                "REFRESH_TOKEN_TTL_SECS",
-                14 * 86400,
-            )?),
+            refresh_token_ttl: Duration::from_secs(parse_num("REFRESH_TOKEN_TTL_SECS", 14 * 86400)?),
             admin_username: get("ADMIN_USERNAME"),
             admin_password: get("ADMIN_PASSWORD"),
             storage,
@@ -137,10 +122,7 @@ impl Config {
             public_base_url: get("PUBLIC_BASE_URL").map(|u| u.trim_end_matches('/').to_owned()),
             utc_offset_secs: parse_offset(get("TIME_ZONE_OFFSET").as_deref().unwrap_or("+00:00"))?,
             max_upload_bytes: parse_num("MAX_UPLOAD_BYTES", 10 * 1024 * 1024)?,
-            max_presigned_upload_bytes: parse_num(
-                "MAX_PRESIGNED_UPLOAD_BYTES",
-                1024 * 1024 * 1024,
-            )?,
+            max_presigned_upload_bytes: parse_num("MAX_PRESIGNED_UPLOAD_BYTES", 1024 * 1024 * 1024)?,
             login_max_failures: parse_num("LOGIN_MAX_FAILURES", 5)? as i32,
             login_ip_max_failures: parse_num("LOGIN_IP_MAX_FAILURES", 50)? as i32,
             login_lock: Duration::from_secs(parse_num("LOGIN_LOCK_SECS", 900)?),
@@ -159,11 +141,7 @@ fn decode_key(value: &str) -> Result<[u8; 32], ConfigError> {
 
 /// Parses `+08:00` / `-05:30` / `Z` into seconds east of UTC.
 fn parse_offset(value: &str) -> Result<i32, ConfigError> {
-    let bad = || {
-        ConfigError(format!(
-            "TIME_ZONE_OFFSET must look like +08:00, got {value:?}"
-        ))
-    };
+    let bad = || ConfigError(format!("TIME_ZONE_OFFSET must look like +08:00, got {value:?}"));
     let v = value.trim();
     if v == "Z" || v == "UTC" {
         return Ok(0);
@@ -215,10 +193,7 @@ mod tests {
     fn errors_name_the_variable() {
         let mut env = base();
         env.insert("ENCRYPTION_KEY", "c2hvcnQ=".into());
-        assert!(load(&env)
-            .unwrap_err()
-            .to_string()
-            .contains("ENCRYPTION_KEY"));
+        assert!(load(&env).unwrap_err().to_string().contains("ENCRYPTION_KEY"));
         let mut env = base();
         env.insert("STORAGE_BACKEND", "s3".into());
         assert!(load(&env).unwrap_err().to_string().contains("S3_BUCKET"));

@@ -23,10 +23,7 @@ pub enum AppError {
     #[error("{0}")]
     PayloadTooLarge(String),
     #[error("{message}")]
-    RateLimited {
-        message: String,
-        retry_after_secs: u64,
-    },
+    RateLimited { message: String, retry_after_secs: u64 },
     /// Anything the client cannot fix; logged with its cause, shown as a generic message.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -102,10 +99,7 @@ impl IntoResponse for AppError {
         };
         let body = json!({ "code": info.code, "msg": info.message, "data": null });
         let mut response = (self.status(), axum::Json(body)).into_response();
-        if let Self::RateLimited {
-            retry_after_secs, ..
-        } = &self
-        {
+        if let Self::RateLimited { retry_after_secs, .. } = &self {
             if let Ok(v) = HeaderValue::from_str(&retry_after_secs.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, v);
             }

@@ -37,25 +37,15 @@ impl AppState {
             StorageBackend::Filesystem { root } => Arc::new(FsStore::new(root.into(), &config)?),
         };
         let queue: Arc<dyn Queue> = match &config.queue {
-            QueueBackend::Sqs {
-                ingest_url,
-                memory_url,
-            } => Arc::new(SqsQueue::new(
-                &aws().await,
-                ingest_url.clone(),
-                memory_url.clone(),
-            )),
+            QueueBackend::Sqs { ingest_url, memory_url } => {
+                Arc::new(SqsQueue::new(&aws().await, ingest_url.clone(), memory_url.clone()))
+            }
             QueueBackend::InProcess => Arc::new(InProcessQueue::default()),
         };
         Ok(Self::from_parts(config, db, storage, queue))
     }
 
-    pub fn from_parts(
-        config: Config,
-        db: PgPool,
-        storage: Arc<dyn ObjectStore>,
-        queue: Arc<dyn Queue>,
-    ) -> Self {
+    pub fn from_parts(config: Config, db: PgPool, storage: Arc<dyn ObjectStore>, queue: Arc<dyn Queue>) -> Self {
         let secrets = SecretBox::new(&config.encryption_key);
         let jwt = JwtKeys::new(&config.jwt_secret, config.access_token_ttl);
         Self {

@@ -4,14 +4,9 @@ use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber; later calls are ignored (tests build many apps).
 pub fn init() {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let pretty = std::env::var("LOG_FORMAT")
-        .map(|v| v == "pretty")
-        .unwrap_or(false);
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let pretty = std::env::var("LOG_FORMAT").map(|v| v == "pretty").unwrap_or(false);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     let _ = if pretty {
         builder.try_init()
     } else {

@@ -42,10 +42,7 @@ pub fn parse_datetime(value: &str) -> Option<DateTime<Utc>> {
                 .ok()
                 .and_then(|d| d.and_hms_opt(0, 0, 0))
         })?;
-    naive
-        .and_local_timezone(offset)
-        .single()
-        .map(|d| d.with_timezone(&Utc))
+    naive.and_local_timezone(offset).single().map(|d| d.with_timezone(&Utc))
 }
 
 #[cfg(test)]
@@ -57,10 +54,7 @@ mod tests {
         let dt = parse_datetime("2026-01-02 03:04:05").unwrap();
         assert_eq!(datetime(dt), "2026-01-02 03:04:05");
         assert_eq!(iso_local(dt), "2026-01-02T03:04:05");
-        assert_eq!(
-            datetime(parse_datetime("2026-01-02").unwrap()),
-            "2026-01-02 00:00:00"
-        );
+        assert_eq!(datetime(parse_datetime("2026-01-02").unwrap()), "2026-01-02 00:00:00");
         assert!(parse_datetime("yesterday").is_none());
     }
 }

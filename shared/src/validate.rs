@@ -30,25 +30,18 @@ pub fn email(field: &str, value: &str) -> Result<(), AppError> {
     let ok = value.len() <= 254
         && !value.chars().any(char::is_whitespace)
         && value.split_once('@').is_some_and(|(local, domain)| {
-            !local.is_empty()
-                && domain.contains('.')
-                && !domain.starts_with('.')
-                && !domain.ends_with('.')
+            !local.is_empty() && domain.contains('.') && !domain.starts_with('.') && !domain.ends_with('.')
         });
     if ok {
         Ok(())
     } else {
-        Err(AppError::validation(format!(
-            "{field} must be a valid email address"
-        )))
+        Err(AppError::validation(format!("{field} must be a valid email address")))
     }
 }
 
 pub fn range(field: &str, value: i64, min: i64, max: i64) -> Result<(), AppError> {
     if value < min || value > max {
-        return Err(AppError::validation(format!(
-            "{field} must be between {min} and {max}"
-        )));
+        return Err(AppError::validation(format!("{field} must be between {min} and {max}")));
     }
     Ok(())
 }
@@ -65,9 +58,7 @@ mod tests {
     #[test]
     fn messages_name_the_field() {
         assert_eq!(
-            required("username", Some("  ".into()))
-                .unwrap_err()
-                .to_string(),
+            required("username", Some("  ".into())).unwrap_err().to_string(),
             "username is required"
         );
         assert!(length("password", "abc", 8, 128)
@@ -77,9 +68,6 @@ mod tests {
         assert!(email("email", "a@b.co").is_ok());
         assert!(email("email", "a@b").is_err());
         assert!(email("email", "a b@c.de").is_err());
-        assert!(range("days", 0, 1, 10)
-            .unwrap_err()
-            .to_string()
-            .starts_with("days"));
+        assert!(range("days", 0, 1, 10).unwrap_err().to_string().starts_with("days"));
     }
 }

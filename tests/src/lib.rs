@@ -33,25 +33,20 @@ pub struct TestApp {
 }
 
 fn env(key: &str) -> String {
-    std::env::var(key)
-        .unwrap_or_else(|_| panic!("{key} must be set: run the tests with `make test`"))
+    std::env::var(key).unwrap_or_else(|_| panic!("{key} must be set: run the tests with `make test`"))
 }
 
 /// A fresh database on the test Postgres server, named uniquely.
 async fn fresh_database() -> String {
     let admin_url = env("DATABASE_URL");
     let name = format!("test_{}", uuid::Uuid::new_v4().simple());
-    let admin = PgPool::connect(&admin_url)
-        .await
-        .expect("connect to the test Postgres");
+    let admin = PgPool::connect(&admin_url).await.expect("connect to the test Postgres");
     sqlx::query(&format!("CREATE DATABASE {name}"))
         .execute(&admin)
         .await
         .expect("create test database");
     admin.close().await;
-    let (base, _) = admin_url
-        .rsplit_once('/')
-        .expect("DATABASE_URL has a database name");
+    let (base, _) = admin_url.rsplit_once('/').expect("DATABASE_URL has a database name");
     format!("{base}/{name}")
 }
 
@@ -74,10 +69,7 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
         ("ENCRYPTION_KEY".into(), key),
         ("ADMIN_USERNAME".into(), ADMIN_USERNAME.into()),
         ("ADMIN_PASSWORD".into(), ADMIN_PASSWORD.into()),
-        (
-            "STORAGE_DIR".into(),
-            storage_dir.path().display().to_string(),
-        ),
+        ("STORAGE_DIR".into(), storage_dir.path().display().to_string()),
         (
             "STORAGE_BACKEND".into(),
             if store == Store::S3 { "s3" } else { "fs" }.into(),
@@ -91,25 +83,15 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
     }
     let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("test config");
     let state = AppState::build(config).await.expect("app state");
-    shared::users::service::ensure_first_admin(
-        state.db(),
-        Some(ADMIN_USERNAME),
-        Some(ADMIN_PASSWORD),
-    )
-    .await
-    .expect("first admin");
-
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    shared::users::service::ensure_first_admin(state.db(), Some(ADMIN_USERNAME), Some(ADMIN_PASSWORD))
         .await
-        .expect("bind");
+        .expect("first admin");
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let app = local_server::build_app(state.clone());
     tokio::spawn(async move {
-        let _ = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await;
+        let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
     });
     let origin = format!("http://{addr}");
     TestApp {
@@ -176,11 +158,7 @@ impl Reply {
     pub fn assert_error(&self, status: u16, code: i64, needle: &str) {
         assert_eq!(self.status, status, "status of {:?}", self.body);
         assert_eq!(self.code(), code, "code of {:?}", self.body);
-        assert!(
-            self.data().is_null(),
-            "failures carry data: null: {:?}",
-            self.body
-        );
+        assert!(self.data().is_null(), "failures carry data: null: {:?}", self.body);
         assert!(
             self.msg().contains(needle),
             "message {:?} should mention {needle:?}",
@@ -210,29 +188,21 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str, token: Option<&str>) -> Reply {
-        self.send(with_token(self.client.get(self.url(path)), token))
-            .await
+        self.send(with_token(self.client.get(self.url(path)), token)).await
     }
 
     pub async fn delete(&self, path: &str, token: Option<&str>) -> Reply {
-        self.send(with_token(self.client.delete(self.url(path)), token))
-            .await
+        self.send(with_token(self.client.delete(self.url(path)), token)).await
     }
 
     pub async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> Reply {
-        self.send(with_token(
-            self.client.post(self.url(path)).json(body),
-            token,
-        ))
-        .await
+        self.send(with_token(self.client.post(self.url(path)).json(body), token))
+            .await
     }
 
     pub async fn put(&self, path: &str, token: Option<&str>, body: &Value) -> Reply {
-        self.send(with_token(
-            self.client.put(self.url(path)).json(body),
-            token,
-        ))
-        .await
+        self.send(with_token(self.client.put(self.url(path)).json(body), token))
+            .await
     }
 
     /// Logs in and returns the whole login result.
@@ -247,10 +217,7 @@ impl TestApp {
 
     pub async fn admin_token(&self) -> String {
         let reply = self.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
-        reply.assert_ok()["token"]
-            .as_str()
-            .expect("token")
-            .to_owned()
+        reply.assert_ok()["token"].as_str().expect("token").to_owned()
     }
 
     /// Creates a regular user and returns (id, access token).
@@ -260,10 +227,7 @@ impl TestApp {
         let body = serde_json::json!({ "username": username, "password": password, "role": 2, "email": format!("{username}@example.com") });
         self.post("/user", Some(&admin), &body).await.assert_ok();
         let login = self.login(username, password).await;
-        let token = login.assert_ok()["token"]
-            .as_str()
-            .expect("token")
-            .to_owned();
+        let token = login.assert_ok()["token"].as_str().expect("token").to_owned();
         let me = self.get("/user", Some(&token)).await;
         (me.assert_ok()["id"].as_i64().expect("id"), token)
     }
@@ -286,9 +250,7 @@ pub fn with_token(req: reqwest::RequestBuilder, token: Option<&str>) -> reqwest:
 /// An S3 client for LocalStack, to look at the bucket directly.
 pub async fn s3_client() -> aws_sdk_s3::Client {
     let sdk = aws_config::load_from_env().await;
-    let conf = aws_sdk_s3::config::Builder::from(&sdk)
-        .force_path_style(true)
-        .build();
+    let conf = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build();
     aws_sdk_s3::Client::from_conf(conf)
 }
 
@@ -313,12 +275,7 @@ impl Reply {
     #[track_caller]
     pub fn assert_status_error(&self, http: u16, status: i64, needle: &str) {
         assert_eq!(self.status, http, "HTTP status of {:?}", self.body);
-        assert_eq!(
-            self.body["status"].as_i64(),
-            Some(status),
-            "status of {:?}",
-            self.body
-        );
+        assert_eq!(self.body["status"].as_i64(), Some(status), "status of {:?}", self.body);
         assert!(
             self.body["data"].is_null(),
             "failures carry data: null: {:?}",
@@ -340,8 +297,7 @@ impl Reply {
 impl TestApp {
     /// Creates a provider (as `token`, an administrator) and returns its id.
     pub async fn provider(&self, token: &str, key: &str) -> i64 {
-        let body =
-            serde_json::json!({ "providerName": format!("Provider {key}"), "providerKey": key });
+        let body = serde_json::json!({ "providerName": format!("Provider {key}"), "providerKey": key });
         self.post("/ai-model/provider", Some(token), &body)
             .await
             .assert_status_ok()

@@ -70,11 +70,7 @@ impl ModelServer {
 
     /// Request bodies received so far.
     pub fn requests(&self) -> Vec<Value> {
-        self.script
-            .requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.script.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -86,9 +82,20 @@ fn error(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
-fn authorised(headers: &HeaderMap) -> bool {
-    headers.get("authorization").and_then(|v| v.to_str().ok())
-        == Some(&format!("Bearer {GOOD_KEY}"))
+impl Script {
+    /// Records the request and checks its API key, as every endpoint does first; the refusal
+    /// when the key is wrong.
+    fn refusal(&self, headers: &HeaderMap, body: &Value) -> Option<Response> {
+        self.requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(body.clone());
+        let auth = headers.get("authorization").and_then(|v| v.to_str().ok());
+        if auth != Some(&format!("Bearer {GOOD_KEY}")) {
+            return Some(error(StatusCode::UNAUTHORIZED, "Incorrect API key provided"));
+        }
+        None
+    }
 }
 
 fn last_user_text(body: &Value) -> String {
@@ -129,11 +136,7 @@ struct Plan {
 
 fn plan(model: &str, body: &Value) -> Plan {
     let said = last_user_text(body);
-    let words = |s: &str| {
-        s.split_inclusive(' ')
-            .map(str::to_owned)
-            .collect::<Vec<_>>()
-    };
+    let words = |s: &str| s.split_inclusive(' ').map(str::to_owned).collect::<Vec<_>>();
     if let Some(n) = model.strip_prefix("chat-bench-") {
         let n: usize = n.parse().unwrap_or(100);
         return Plan {
@@ -156,10 +159,7 @@ fn plan(model: &str, body: &Value) -> Plan {
             match tool_result {
                 Some(r) => Plan {
                     reasoning: vec![],
-                    text: words(&format!(
-                        "The weather is {}",
-                        r["content"].as_str().unwrap_or("")
-                    )),
+                    text: words(&format!("The weather is {}", r["content"].as_str().unwrap_or(""))),
                     tool: false,
                 },
                 None => Plan {
@@ -177,18 +177,9 @@ fn plan(model: &str, body: &Value) -> Plan {
     }
 }
 
-async fn chat(
-    State(script): State<Script>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
-    script
-        .requests
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(body.clone());
-    if !authorised(&headers) {
-        return error(StatusCode::UNAUTHORIZED, "Incorrect API key provided");
+async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    if let Some(refused) = script.refusal(&headers, &body) {
+        return refused;
     }
     let model = body["model"].as_str().unwrap_or_default().to_owned();
     let known = model.starts_with("chat-bench-")
@@ -204,10 +195,7 @@ async fn chat(
         ]
         .contains(&model.as_str());
     if !known {
-        return error(
-            StatusCode::NOT_FOUND,
-            &format!("The model `{model}` does not exist"),
-        );
+        return error(StatusCode::NOT_FOUND, &format!("The model `{model}` does not exist"));
     }
     if model == "chat-500" {
         return error(
@@ -224,20 +212,13 @@ async fn chat(
     if body["stream"] != true {
         return complete(&model, p, usage);
     }
-    let mut events: Vec<String> = vec![chunk(
-        &model,
-        json!({ "role": "assistant", "content": "" }),
-        None,
-    )];
+    let mut events: Vec<String> = vec![chunk(&model, json!({ "role": "assistant", "content": "" }), None)];
     events.extend(
         p.reasoning
             .iter()
             .map(|r| chunk(&model, json!({ "reasoning_content": r }), None)),
     );
-    let text = p
-        .text
-        .iter()
-        .map(|t| chunk(&model, json!({ "content": t }), None));
+    let text = p.text.iter().map(|t| chunk(&model, json!({ "content": t }), None));
     match model.as_str() {
         "chat-cut" => {
             events.extend(text.take(2));
@@ -256,12 +237,8 @@ async fn chat(
     let finish = if p.tool {
         let call = |delta: Value| chunk(&model, json!({ "tool_calls": [delta] }), None);
         events.push(call(json!({ "index": 0, "id": "call_1", "type": "function", "function": { "name": "get_weather", "arguments": "" } })));
-        events.push(call(
-            json!({ "index": 0, "function": { "arguments": "{\"city\":" } }),
-        ));
-        events.push(call(
-            json!({ "index": 0, "function": { "arguments": " \"Paris\"}" } }),
-        ));
+        events.push(call(json!({ "index": 0, "function": { "arguments": "{\"city\":" } })));
+        events.push(call(json!({ "index": 0, "function": { "arguments": " \"Paris\"}" } })));
         "tool_calls"
     } else {
         "stop"
@@ -294,10 +271,8 @@ fn complete(model: &str, p: Plan, usage: Value) -> Response {
     } else {
         "stop"
     };
-    Json(
-        json!({ "id": "chatcmpl-1", "object": "chat.completion", "model": model,
-        "choices": [{ "index": 0, "message": message, "finish_reason": finish }], "usage": usage }),
-    )
+    Json(json!({ "id": "chatcmpl-1", "object": "chat.completion", "model": model,
+        "choices": [{ "index": 0, "message": message, "finish_reason": finish }], "usage": usage }))
     .into_response()
 }
 
@@ -331,40 +306,20 @@ pub fn toy_embedding(text: &str) -> Vec<f32> {
     v.iter().map(|x| x / norm).collect()
 }
 
-async fn embeddings(
-    State(script): State<Script>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
-    script
-        .requests
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(body.clone());
-    if !authorised(&headers) {
-        return error(StatusCode::UNAUTHORIZED, "Incorrect API key provided");
+async fn embeddings(State(script): State<Script>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    if let Some(refused) = script.refusal(&headers, &body) {
+        return refused;
     }
     if body["model"] != "emb-8" {
         return error(
             StatusCode::NOT_FOUND,
-            &format!(
-                "The model `{}` does not exist",
-                body["model"].as_str().unwrap_or("")
-            ),
+            &format!("The model `{}` does not exist", body["model"].as_str().unwrap_or("")),
         );
     }
     let inputs: Vec<String> = match &body["input"] {
         Value::String(s) => vec![s.clone()],
-        Value::Array(a) => a
-            .iter()
-            .map(|x| x.as_str().unwrap_or_default().to_owned())
-            .collect(),
-        _ => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "input must be a string or an array",
-            )
-        }
+        Value::Array(a) => a.iter().map(|x| x.as_str().unwrap_or_default().to_owned()).collect(),
+        _ => return error(StatusCode::BAD_REQUEST, "input must be a string or an array"),
     };
     // Answer in reverse order with explicit indexes, as some servers do.
     let data: Vec<Value> = inputs
@@ -377,18 +332,9 @@ async fn embeddings(
     Json(json!({ "object": "list", "data": data, "model": "emb-8", "usage": { "prompt_tokens": tokens, "total_tokens": tokens } })).into_response()
 }
 
-async fn rerank(
-    State(script): State<Script>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
-    script
-        .requests
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(body.clone());
-    if !authorised(&headers) {
-        return error(StatusCode::UNAUTHORIZED, "Incorrect API key provided");
+async fn rerank(State(script): State<Script>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    if let Some(refused) = script.refusal(&headers, &body) {
+        return refused;
     }
     if body["model"] != "rerank" {
         return error(StatusCode::NOT_FOUND, "model not found");

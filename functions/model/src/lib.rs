@@ -4,9 +4,7 @@
 
 use axum::extract::State;
 use serde::Deserialize;
-use shared::http::envelope::{
-    Empty, StatusApi, StatusEnvelope, StatusPage, StatusPageEnvelope, StatusResult,
-};
+use shared::http::envelope::{Empty, StatusApi, StatusEnvelope, StatusPage, StatusPageEnvelope, StatusResult};
 use shared::http::middleware::status_envelope;
 use shared::http::paging::PageNumQuery;
 use shared::http::{AdminUser, CurrentUser, Json, Path, Query};
@@ -52,20 +50,14 @@ fn model_type(value: &str) -> AppResult<ModelType> {
 /// Enabled providers.
 #[utoipa::path(get, path = "/ai-model/providers", tag = "models", security(("svc_auth" = [])),
     responses((status = 200, body = Env<Vec<m::ProviderView>>), (status = 401)))]
-async fn enabled_providers(
-    State(state): State<AppState>,
-    _user: CurrentUser,
-) -> StatusResult<Vec<m::ProviderView>> {
+async fn enabled_providers(State(state): State<AppState>, _user: CurrentUser) -> StatusResult<Vec<m::ProviderView>> {
     service::providers(&state, true).await.map(StatusApi)
 }
 
 /// All providers, disabled ones included.
 #[utoipa::path(get, path = "/ai-model/all-providers", tag = "models", security(("svc_auth" = [])),
     responses((status = 200, body = Env<Vec<m::ProviderView>>), (status = 401)))]
-async fn all_providers(
-    State(state): State<AppState>,
-    _user: CurrentUser,
-) -> StatusResult<Vec<m::ProviderView>> {
+async fn all_providers(State(state): State<AppState>, _user: CurrentUser) -> StatusResult<Vec<m::ProviderView>> {
     service::providers(&state, false).await.map(StatusApi)
 }
 
@@ -87,9 +79,7 @@ async fn create_provider(
     user: CurrentUser,
     Json(req): Json<m::ProviderRequest>,
 ) -> StatusResult<i64> {
-    service::create_provider(&state, &user, req)
-        .await
-        .map(StatusApi)
+    service::create_provider(&state, &user, req).await.map(StatusApi)
 }
 
 /// Change a provider (administrator); only the fields sent change.
@@ -110,11 +100,7 @@ async fn update_provider(
 /// Delete a provider without model configs (administrator).
 #[utoipa::path(delete, path = "/ai-model/provider/{id}", tag = "models", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, body = Env<Empty>), (status = 400), (status = 401), (status = 403), (status = 404)))]
-async fn delete_provider(
-    State(state): State<AppState>,
-    user: CurrentUser,
-    Path(id): Path<i64>,
-) -> StatusResult<Empty> {
+async fn delete_provider(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i64>) -> StatusResult<Empty> {
     service::delete_provider(&state, &user, id)
         .await
         .map(|()| StatusApi(Empty))
@@ -122,11 +108,7 @@ async fn delete_provider(
 
 #[utoipa::path(put, path = "/ai-model/provider/{id}/enable", tag = "models", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, body = Env<Empty>), (status = 401), (status = 403), (status = 404)))]
-async fn enable_provider(
-    State(state): State<AppState>,
-    user: CurrentUser,
-    Path(id): Path<i64>,
-) -> StatusResult<Empty> {
+async fn enable_provider(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i64>) -> StatusResult<Empty> {
     service::set_provider_enabled(&state, &user, id, true)
         .await
         .map(|()| StatusApi(Empty))
@@ -156,10 +138,7 @@ struct TypeQuery {
 /// Adapters of a model type.
 #[utoipa::path(get, path = "/ai-model/adapters", tag = "models", security(("svc_auth" = [])), params(TypeQuery),
     responses((status = 200, body = Env<Vec<Adapter>>), (status = 400), (status = 401)))]
-async fn list_adapters(
-    _user: CurrentUser,
-    Query(q): Query<TypeQuery>,
-) -> StatusResult<Vec<Adapter>> {
+async fn list_adapters(_user: CurrentUser, Query(q): Query<TypeQuery>) -> StatusResult<Vec<Adapter>> {
     let t = shared::validate::required("modelType", q.model_type)?;
     Ok(StatusApi(adapters::for_type(model_type(&t)?)))
 }
@@ -196,9 +175,7 @@ async fn create_config(
     user: CurrentUser,
     Json(req): Json<m::ModelConfigRequest>,
 ) -> StatusResult<i64> {
-    service::create_config(&state, &user, req)
-        .await
-        .map(StatusApi)
+    service::create_config(&state, &user, req).await.map(StatusApi)
 }
 
 /// Change a model config; a masked apiKey sent back keeps the stored key.
@@ -218,11 +195,7 @@ async fn update_config(
 
 #[utoipa::path(delete, path = "/ai-model/config/{id}", tag = "models", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, body = Env<Empty>), (status = 401), (status = 403), (status = 404)))]
-async fn delete_config(
-    State(state): State<AppState>,
-    user: CurrentUser,
-    Path(id): Path<i64>,
-) -> StatusResult<Empty> {
+async fn delete_config(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i64>) -> StatusResult<Empty> {
     service::delete_config(&state, &user, id)
         .await
         .map(|()| StatusApi(Empty))
@@ -230,11 +203,7 @@ async fn delete_config(
 
 #[utoipa::path(put, path = "/ai-model/config/{id}/enable", tag = "models", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, body = Env<Empty>), (status = 401), (status = 403), (status = 404)))]
-async fn enable_config(
-    State(state): State<AppState>,
-    user: CurrentUser,
-    Path(id): Path<i64>,
-) -> StatusResult<Empty> {
+async fn enable_config(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i64>) -> StatusResult<Empty> {
     service::set_config_enabled(&state, &user, id, true)
         .await
         .map(|()| StatusApi(Empty))
@@ -242,11 +211,7 @@ async fn enable_config(
 
 #[utoipa::path(put, path = "/ai-model/config/{id}/disable", tag = "models", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, body = Env<Empty>), (status = 401), (status = 403), (status = 404)))]
-async fn disable_config(
-    State(state): State<AppState>,
-    user: CurrentUser,
-    Path(id): Path<i64>,
-) -> StatusResult<Empty> {
+async fn disable_config(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i64>) -> StatusResult<Empty> {
     service::set_config_enabled(&state, &user, id, false)
         .await
         .map(|()| StatusApi(Empty))
@@ -273,9 +238,7 @@ async fn by_type(
     Path(t): Path<String>,
 ) -> StatusResult<Vec<m::ModelListItem>> {
     let rows = service::usable(&state, &user, model_type(&t)?, None).await?;
-    Ok(StatusApi(
-        rows.into_iter().map(m::ModelListItem::from).collect(),
-    ))
+    Ok(StatusApi(rows.into_iter().map(m::ModelListItem::from).collect()))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -298,18 +261,13 @@ async fn by_provider_type(
     let key = shared::validate::required("providerKey", q.provider_key)?;
     let t = model_type(&shared::validate::required("modelType", q.model_type)?)?;
     let rows = service::usable(&state, &user, t, Some(&key)).await?;
-    Ok(StatusApi(
-        rows.into_iter().map(m::ModelListItem::from).collect(),
-    ))
+    Ok(StatusApi(rows.into_iter().map(m::ModelListItem::from).collect()))
 }
 
 /// The default model of each type.
 #[utoipa::path(get, path = "/ai-model/default", tag = "models", security(("svc_auth" = [])),
     responses((status = 200, body = Env<m::DefaultModels>), (status = 401)))]
-async fn defaults(
-    State(state): State<AppState>,
-    _user: CurrentUser,
-) -> StatusResult<m::DefaultModels> {
+async fn defaults(State(state): State<AppState>, _user: CurrentUser) -> StatusResult<m::DefaultModels> {
     service::defaults(&state).await.map(StatusApi)
 }
 
@@ -322,23 +280,15 @@ async fn default_of_type(
     _user: CurrentUser,
     Path(t): Path<String>,
 ) -> AppResult<StatusApi<Option<m::ModelConfigView>>> {
-    service::default_of(&state, model_type(&t)?)
-        .await
-        .map(StatusApi)
+    service::default_of(&state, model_type(&t)?).await.map(StatusApi)
 }
 
 /// Make a GLOBAL model the default of its type (administrator); returns true.
 #[utoipa::path(put, path = "/ai-model/switch-default/{modelId}", tag = "models", security(("svc_auth" = [])),
     params(("modelId" = i64, Path)),
     responses((status = 200, body = Env<bool>), (status = 400), (status = 401), (status = 403), (status = 404)))]
-async fn switch_default(
-    State(state): State<AppState>,
-    user: CurrentUser,
-    Path(id): Path<i64>,
-) -> StatusResult<bool> {
-    service::switch_default(&state, &user, id)
-        .await
-        .map(StatusApi)
+async fn switch_default(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i64>) -> StatusResult<bool> {
+    service::switch_default(&state, &user, id).await.map(StatusApi)
 }
 
 /// Usage statistics of one model.
@@ -374,7 +324,5 @@ async fn global_stats(
     _admin: AdminUser,
     Query(p): Query<PageNumQuery>,
 ) -> AppResult<StatusPage<m::UsageStat>> {
-    service::usage_stats(&state, None, p.into())
-        .await
-        .map(StatusPage)
+    service::usage_stats(&state, None, p.into()).await.map(StatusPage)
 }

@@ -43,11 +43,7 @@ struct UploadForm {
 #[utoipa::path(post, path = "/resource/upload", tag = "resources", security(("svc_auth" = [])),
     request_body(content = UploadForm, content_type = "multipart/form-data"),
     responses((status = 200, body = shared::http::Envelope<ResourceView>), (status = 400), (status = 401), (status = 413)))]
-async fn upload(
-    State(state): State<AppState>,
-    user: CurrentUser,
-    multipart: MultipartBody,
-) -> ApiResult<ResourceView> {
+async fn upload(State(state): State<AppState>, user: CurrentUser, multipart: MultipartBody) -> ApiResult<ResourceView> {
     let mut form = read_form(multipart, state.config().max_upload_bytes).await?;
     let file = form
         .take_files("file")
@@ -72,9 +68,7 @@ async fn page(
     Query(filter): Query<resources::ResourceFilter>,
     range: DatetimeRange,
 ) -> ApiResult<Page<ResourceView>> {
-    service::page(&state, &user, paging, filter, range)
-        .await
-        .map(Api)
+    service::page(&state, &user, paging, filter, range).await.map(Api)
 }
 
 /// The file inline, with its MIME type; supports Range requests.
@@ -106,11 +100,7 @@ async fn download(
 /// Delete a resource: its stored object and its record.
 #[utoipa::path(delete, path = "/resource/{id}", tag = "resources", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, body = shared::http::Envelope<Empty>), (status = 401), (status = 404)))]
-async fn delete(
-    State(state): State<AppState>,
-    user: CurrentUser,
-    Path(id): Path<i64>,
-) -> ApiResult<Empty> {
+async fn delete(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i64>) -> ApiResult<Empty> {
     service::delete(&state, &user, id).await?;
     Api::empty()
 }
@@ -153,9 +143,7 @@ async fn direct_upload(
     let limit = state.config().max_presigned_upload_bytes;
     let bytes = axum::body::to_bytes(body, limit as usize)
         .await
-        .map_err(|_| {
-            AppError::PayloadTooLarge(format!("upload exceeds the limit of {limit} bytes"))
-        })?;
+        .map_err(|_| AppError::PayloadTooLarge(format!("upload exceeds the limit of {limit} bytes")))?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

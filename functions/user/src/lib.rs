@@ -50,10 +50,7 @@ async fn refresh_token(
 /// The signed-in user.
 #[utoipa::path(get, path = "/user", tag = "users", security(("svc_auth" = [])),
     responses((status = 200, body = shared::http::Envelope<users::UserView>), (status = 401)))]
-async fn current_user(
-    State(state): State<AppState>,
-    user: CurrentUser,
-) -> ApiResult<users::UserView> {
+async fn current_user(State(state): State<AppState>, user: CurrentUser) -> ApiResult<users::UserView> {
     service::current(&state, &user).await.map(Api)
 }
 

@@ -89,10 +89,6 @@ mod tests {
             };
             encode(&Header::new(Algorithm::HS256), &claims, &expired.encoding).unwrap()
         };
-        assert!(keys
-            .verify_access(&old)
-            .unwrap_err()
-            .to_string()
-            .contains("expired"));
+        assert!(keys.verify_access(&old).unwrap_err().to_string().contains("expired"));
     }
 }

@@ -17,13 +17,7 @@ impl FromRequestParts<AppState> for AppCaller {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
-        let header = |name: &str| {
-            parts
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::trim)
-        };
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
         let (Some(app_id), Some(token)) = (header("svc-app-id"), header("svc-token")) else {
             return Err(AppError::unauthorized(
                 "app credentials required: send Svc-App-Id and Svc-Token",

@@ -43,17 +43,12 @@ impl FromRequestParts<AppState> for CurrentUser {
         if let Some(user) = parts.extensions.get::<CurrentUser>() {
             return Ok(user.clone());
         }
-        let token = token_from(parts).ok_or_else(|| {
-            AppError::unauthorized("not logged in: send the Svc-Auth header; please log in again")
-        })?;
+        let token = token_from(parts)
+            .ok_or_else(|| AppError::unauthorized("not logged in: send the Svc-Auth header; please log in again"))?;
         let claims = state.jwt().verify_access(token)?;
         let user = user_repo::find_identity(state.db(), claims.sub)
             .await?
-            .ok_or_else(|| {
-                AppError::unauthorized(
-                    "the user of this token no longer exists; please log in again",
-                )
-            })?;
+            .ok_or_else(|| AppError::unauthorized("the user of this token no longer exists; please log in again"))?;
         let current = CurrentUser {
             id: user.0,
             username: user.1,

@@ -28,9 +28,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
                 .map(|c| c.0.ip().to_string())
         };
         Ok(ClientIp(
-            forwarded
-                .or_else(peer)
-                .unwrap_or_else(|| "unknown".to_owned()),
+            forwarded.or_else(peer).unwrap_or_else(|| "unknown".to_owned()),
         ))
     }
 }

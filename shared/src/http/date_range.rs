@@ -26,20 +26,14 @@ impl<S: Send + Sync> FromRequestParts<S> for DatetimeRange {
         if values.is_empty() {
             return Ok(Self(None));
         }
-        let bad = || {
-            AppError::validation(
-                "datetimeRange must be two timestamps like 2026-01-31 23:59:59 (start, end)",
-            )
-        };
+        let bad = || AppError::validation("datetimeRange must be two timestamps like 2026-01-31 23:59:59 (start, end)");
         let [start, end] = values.as_slice() else {
             return Err(bad());
         };
         let start = time::parse_datetime(start).ok_or_else(bad)?;
         let end = time::parse_datetime(end).ok_or_else(bad)?;
         if start > end {
-            return Err(AppError::validation(
-                "datetimeRange start must not be after its end",
-            ));
+            return Err(AppError::validation("datetimeRange start must not be after its end"));
         }
         Ok(Self(Some((start, end))))
     }

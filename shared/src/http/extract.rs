@@ -27,9 +27,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
                 "request body must be JSON (Content-Type: application/json)",
             ));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            AppError::PayloadTooLarge(format!("request body could not be read: {e}"))
-        })?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| AppError::PayloadTooLarge(format!("request body could not be read: {e}")))?;
         parse_json(&bytes).map(Json)
     }
 }
@@ -41,11 +41,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
         let path = err.path().to_string();
         let inner = err.inner();
         let detail = inner.to_string();
-        let detail = detail
-            .split(" at line ")
-            .next()
-            .unwrap_or(&detail)
-            .to_owned();
+        let detail = detail.split(" at line ").next().unwrap_or(&detail).to_owned();
         let message = if let Some(field) = missing_field(&detail) {
             let full = if path == "." {
                 field.to_owned()
@@ -74,10 +70,7 @@ pub struct Query<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     type Rejection = AppError;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, AppError> {
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, AppError> {
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| Query(q.0))
@@ -97,16 +90,11 @@ pub struct Path<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
     type Rejection = AppError;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, AppError> {
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, AppError> {
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| Path(p.0))
-            .map_err(|e: PathRejection| {
-                AppError::Validation(format!("invalid path parameter: {}", e.body_text()))
-            })
+            .map_err(|e: PathRejection| AppError::Validation(format!("invalid path parameter: {}", e.body_text())))
     }
 }
 
@@ -134,9 +122,7 @@ mod tests {
     fn errors_name_fields() {
         assert_eq!(msg("{}"), "username is required");
         assert!(msg(r#"{"username": 3}"#).starts_with("username: invalid type"));
-        assert!(
-            msg(r#"{"username": "a", "inner": {"n": "x"}}"#).starts_with("inner.n: invalid type")
-        );
+        assert!(msg(r#"{"username": "a", "inner": {"n": "x"}}"#).starts_with("inner.n: invalid type"));
         assert!(msg("{").starts_with("request body is not valid JSON"));
     }
 }

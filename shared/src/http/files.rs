@@ -51,10 +51,7 @@ pub async fn file_response(
     request_headers: &HeaderMap,
     kind: Disposition,
 ) -> AppResult<Response> {
-    let range = match request_headers
-        .get(header::RANGE)
-        .and_then(|v| v.to_str().ok())
-    {
+    let range = match request_headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
         None => None,
         Some(h) => match parse_range(h, file.size) {
             Ok(r) => r,
@@ -93,11 +90,7 @@ pub async fn file_response(
             );
             insert(headers, header::CONTENT_LENGTH, &r.len().to_string());
         }
-        None => insert(
-            resp.headers_mut(),
-            header::CONTENT_LENGTH,
-            &file.size.to_string(),
-        ),
+        None => insert(resp.headers_mut(), header::CONTENT_LENGTH, &file.size.to_string()),
     }
     Ok(resp)
 }

@@ -19,7 +19,11 @@ pub fn with_request_tracing<S: Clone + Send + Sync + 'static>(router: Router<S>)
     router
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Body>| {
-            let id = req.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
+            let id = req
+                .headers()
+                .get(REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-");
             tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path())
         }))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))

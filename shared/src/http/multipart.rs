@@ -58,12 +58,7 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for MultipartBody {
         Multipart::from_request(req, state)
             .await
             .map(MultipartBody)
-            .map_err(|e| {
-                AppError::validation(format!(
-                    "request body must be multipart/form-data: {}",
-                    e.body_text()
-                ))
-            })
+            .map_err(|e| AppError::validation(format!("request body must be multipart/form-data: {}", e.body_text())))
     }
 }
 
@@ -76,10 +71,7 @@ fn multipart_error(err: MultipartError, limit: u64) -> AppError {
 }
 
 /// Collects the form; any single file above `max_file_bytes` is a 413.
-pub async fn read_form(
-    MultipartBody(mut multipart): MultipartBody,
-    max_file_bytes: u64,
-) -> Result<Form, AppError> {
+pub async fn read_form(MultipartBody(mut multipart): MultipartBody, max_file_bytes: u64) -> Result<Form, AppError> {
     let mut form = Form::default();
     while let Some(field) = multipart
         .next_field()
@@ -92,11 +84,7 @@ pub async fn read_form(
                 // Read chunk by chunk so an oversized file is refused without being buffered.
                 let mut buf = bytes::BytesMut::new();
                 let mut field = field;
-                while let Some(chunk) = field
-                    .chunk()
-                    .await
-                    .map_err(|e| multipart_error(e, max_file_bytes))?
-                {
+                while let Some(chunk) = field.chunk().await.map_err(|e| multipart_error(e, max_file_bytes))? {
                     if (buf.len() + chunk.len()) as u64 > max_file_bytes {
                         return Err(AppError::PayloadTooLarge(format!(
                             "{name}: file {file_name:?} exceeds the limit of {max_file_bytes} bytes"
@@ -114,10 +102,7 @@ pub async fn read_form(
                 if form.texts.len() >= 64 {
                     return Err(AppError::validation("too many form fields"));
                 }
-                let text = field
-                    .text()
-                    .await
-                    .map_err(|e| multipart_error(e, max_file_bytes))?;
+                let text = field.text().await.map_err(|e| multipart_error(e, max_file_bytes))?;
                 form.texts.insert(name, text);
             }
         }

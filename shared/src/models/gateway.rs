@@ -6,8 +6,7 @@ use std::time::Instant;
 use futures::StreamExt;
 
 use super::client::{
-    ChatEvent, ChatRequest, ChatResponse, ChatStream, Embeddings, Endpoint, InputKind, ModelError,
-    RerankHit, Usage,
+    ChatEvent, ChatRequest, ChatResponse, ChatStream, Embeddings, Endpoint, InputKind, ModelError, RerankHit, Usage,
 };
 use super::usage::{self, UsageRecord};
 use super::{quota, repo, ModelConfigRow, ModelType};
@@ -84,10 +83,7 @@ pub async fn load(state: &AppState, id: i64, expected: ModelType) -> AppResult<M
         )));
     }
     if !row.is_enabled {
-        return Err(AppError::business(format!(
-            "model {} is disabled",
-            row.model_name
-        )));
+        return Err(AppError::business(format!("model {} is disabled", row.model_name)));
     }
     let endpoint = endpoint_of(state, &row)?;
     Ok(ModelHandle { row, endpoint })
@@ -98,12 +94,7 @@ pub async fn default_model(state: &AppState, model_type: ModelType) -> AppResult
     let row = repo::default_config(state.db(), model_type.as_str())
         .await?
         .filter(|r| r.is_enabled)
-        .ok_or_else(|| {
-            AppError::business(format!(
-                "no default {} model is configured",
-                model_type.as_str()
-            ))
-        })?;
+        .ok_or_else(|| AppError::business(format!("no default {} model is configured", model_type.as_str())))?;
     let endpoint = endpoint_of(state, &row)?;
     Ok(ModelHandle { row, endpoint })
 }
@@ -117,13 +108,7 @@ async fn before_call(state: &AppState, billing: Billing) -> Result<(), CallError
 
 /// Records the call and, when `charge`, deducts its tokens; failures to record are logged,
 /// never returned, so bookkeeping cannot fail a user's answer.
-async fn after_call(
-    state: &AppState,
-    model: &ModelConfigRow,
-    billing: Billing,
-    mut record: UsageRecord,
-    charge: bool,
-) {
+async fn after_call(state: &AppState, model: &ModelConfigRow, billing: Billing, mut record: UsageRecord, charge: bool) {
     record.cost = usage::cost(model, record.usage);
     if let Err(e) = usage::record(state.db(), &record).await {
         tracing::error!(error = %e, model_id = model.id, "recording model usage failed");
@@ -137,23 +122,29 @@ async fn after_call(
 }
 
 fn start(model: &ModelHandle, billing: Billing, kind: &'static str) -> (UsageRecord, Instant) {
-    (
-        UsageRecord::new(&model.row, billing.user_id(), kind),
-        Instant::now(),
-    )
+    (UsageRecord::new(&model.row, billing.user_id(), kind), Instant::now())
 }
 
-fn finish<T>(
-    record: &mut UsageRecord,
-    started: Instant,
-    outcome: &Result<T, ModelError>,
-    usage: impl Fn(&T) -> Usage,
-) {
+/// Runs one non-streamed call with the quota check before it and the bookkeeping after it.
+async fn metered<T>(
+    state: &AppState,
+    model: &ModelHandle,
+    billing: Billing,
+    kind: &'static str,
+    call: impl std::future::Future<Output = Result<T, ModelError>>,
+    usage_of: impl Fn(&T) -> Usage,
+) -> Result<T, CallError> {
+    before_call(state, billing).await?;
+    let (mut record, started) = start(model, billing, kind);
+    let outcome = call.await;
     record.latency_ms = started.elapsed().as_millis() as i64;
-    match outcome {
-        Ok(v) => record.usage = usage(v),
+    match &outcome {
+        Ok(v) => record.usage = usage_of(v),
         Err(e) => record.error = Some(e.to_string()),
     }
+    let charge = record.error.is_none();
+    after_call(state, &model.row, billing, record, charge).await;
+    Ok(outcome?)
 }
 
 pub async fn chat(
@@ -163,13 +154,15 @@ pub async fn chat(
     kind: &'static str,
     req: &ChatRequest,
 ) -> Result<ChatResponse, CallError> {
-    before_call(state, billing).await?;
-    let (mut record, started) = start(model, billing, kind);
-    let outcome = state.models().chat(&model.endpoint, req).await;
-    finish(&mut record, started, &outcome, |r| r.usage);
-    let charge = record.error.is_none();
-    after_call(state, &model.row, billing, record, charge).await;
-    Ok(outcome?)
+    metered(
+        state,
+        model,
+        billing,
+        kind,
+        state.models().chat(&model.endpoint, req),
+        |r| r.usage,
+    )
+    .await
 }
 
 pub async fn embed(
@@ -180,19 +173,12 @@ pub async fn embed(
     input: InputKind,
     expected_dim: Option<usize>,
 ) -> Result<Embeddings, CallError> {
-    before_call(state, billing).await?;
-    let (mut record, started) = start(model, billing, "embedding");
-    let outcome = state
-        .models()
-        .embed(&model.endpoint, texts, input, expected_dim)
-        .await;
-    finish(&mut record, started, &outcome, |e| Usage {
+    let call = state.models().embed(&model.endpoint, texts, input, expected_dim);
+    metered(state, model, billing, "embedding", call, |e| Usage {
         prompt_tokens: e.prompt_tokens,
         completion_tokens: 0,
-    });
-    let charge = record.error.is_none();
-    after_call(state, &model.row, billing, record, charge).await;
-    Ok(outcome?)
+    })
+    .await
 }
 
 pub async fn rerank(
@@ -203,16 +189,8 @@ pub async fn rerank(
     documents: &[String],
     top_n: usize,
 ) -> Result<Vec<RerankHit>, CallError> {
-    before_call(state, billing).await?;
-    let (mut record, started) = start(model, billing, "rerank");
-    let outcome = state
-        .models()
-        .rerank(&model.endpoint, query, documents, top_n)
-        .await;
-    finish(&mut record, started, &outcome, |_| Usage::default());
-    let charge = record.error.is_none();
-    after_call(state, &model.row, billing, record, charge).await;
-    Ok(outcome?)
+    let call = state.models().rerank(&model.endpoint, query, documents, top_n);
+    metered(state, model, billing, "rerank", call, |_| Usage::default()).await
 }
 
 /// A streamed answer whose usage is recorded when it ends, fails, or is dropped by a client
@@ -229,11 +207,7 @@ pub async fn chat_stream(
     let prompt_chars: usize = req
         .messages
         .iter()
-        .map(|m| {
-            serde_json::to_string(&m.content)
-                .map(|s| s.len())
-                .unwrap_or(0)
-        })
+        .map(|m| serde_json::to_string(&m.content).map(|s| s.len()).unwrap_or(0))
         .sum();
     let mut meter = Meter {
         state: state.clone(),
@@ -292,14 +266,9 @@ impl Meter {
                 self.record.usage = *u;
                 self.reported = true;
             }
-            Ok(ChatEvent::Text(t)) | Ok(ChatEvent::Reasoning(t)) => {
-                self.completion_chars += t.len()
-            }
+            Ok(ChatEvent::Text(t)) | Ok(ChatEvent::Reasoning(t)) => self.completion_chars += t.len(),
             Ok(ChatEvent::ToolCalls(calls)) => {
-                self.completion_chars += calls
-                    .iter()
-                    .map(|c| c.arguments.len() + c.name.len())
-                    .sum::<usize>()
+                self.completion_chars += calls.iter().map(|c| c.arguments.len() + c.name.len()).sum::<usize>()
             }
             Ok(ChatEvent::Finish(_)) => {}
             Err(e) => self.record.error = Some(e.to_string()),

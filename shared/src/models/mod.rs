@@ -14,9 +14,7 @@ pub mod usage;
 pub use model::*;
 
 /// CHAT, EMBEDDING or RERANKER.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum ModelType {
     Chat,

@@ -88,9 +88,7 @@ impl ModelConfigRow {
 
     /// The CHAT model accepts images (`configJson.capabilities` contains `vision`).
     pub fn has_capability(&self, capability: &str) -> bool {
-        capabilities(&self.config_json)
-            .iter()
-            .any(|c| c == capability)
+        capabilities(&self.config_json).iter().any(|c| c == capability)
     }
 }
 
@@ -98,11 +96,7 @@ pub fn capabilities(config_json: &Value) -> Vec<String> {
     config_json
         .get("capabilities")
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c.as_str().map(str::to_owned))
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect())
         .unwrap_or_default()
 }
 

@@ -21,12 +21,10 @@ pub async fn run(state: &AppState, row: ModelConfigRow, user_id: i64) -> AppResu
                 max_tokens: Some(16),
                 ..Default::default()
             };
-            gateway::chat(state, &model, billing, "test", &req)
-                .await
-                .map(|r| {
-                    let said: String = r.content.chars().take(80).collect();
-                    format!("the chat model answered: {said}")
-                })
+            gateway::chat(state, &model, billing, "test", &req).await.map(|r| {
+                let said: String = r.content.chars().take(80).collect();
+                format!("the chat model answered: {said}")
+            })
         }
         ModelType::Embedding => {
             let texts = ["connectivity test".to_owned()];
@@ -41,21 +39,14 @@ pub async fn run(state: &AppState, row: ModelConfigRow, user_id: i64) -> AppResu
         }
         ModelType::Reranker => {
             let docs = ["Paris is the capital of France.".to_owned()];
-            gateway::rerank(
-                state,
-                &model,
-                billing,
-                "What is the capital of France?",
-                &docs,
-                1,
-            )
-            .await
-            .map(|hits| {
-                format!(
-                    "the rerank model scored the test document {:.3}",
-                    hits.first().map(|h| h.score).unwrap_or(0.0)
-                )
-            })
+            gateway::rerank(state, &model, billing, "What is the capital of France?", &docs, 1)
+                .await
+                .map(|hits| {
+                    format!(
+                        "the rerank model scored the test document {:.3}",
+                        hits.first().map(|h| h.score).unwrap_or(0.0)
+                    )
+                })
         }
     };
     let response_time_ms = started.elapsed().as_millis() as i64;

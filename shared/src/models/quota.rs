@@ -6,16 +6,13 @@ use crate::{AppError, AppResult};
 
 /// Refuses a regular user whose quota is used up or expired, before any upstream call.
 pub async fn ensure_available(db: &PgPool, user_id: i64) -> AppResult<()> {
-    let row: Option<(i16, i64, bool)> = sqlx::query_as(
-        "SELECT role, tokens, COALESCE(expire_dt < now(), FALSE) FROM users WHERE id = $1",
-    )
-    .bind(user_id)
-    .fetch_optional(db)
-    .await?;
+    let row: Option<(i16, i64, bool)> =
+        sqlx::query_as("SELECT role, tokens, COALESCE(expire_dt < now(), FALSE) FROM users WHERE id = $1")
+            .bind(user_id)
+            .fetch_optional(db)
+            .await?;
     let Some((role, tokens, expired)) = row else {
-        return Err(AppError::unauthorized(
-            "the user no longer exists; please log in again",
-        ));
+        return Err(AppError::unauthorized("the user no longer exists; please log in again"));
     };
     if role == 1 {
         return Ok(());

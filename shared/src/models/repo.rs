@@ -17,12 +17,10 @@ pub async fn providers(db: &PgPool, enabled_only: bool) -> sqlx::Result<Vec<Prov
 }
 
 pub async fn provider(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<ProviderRow>> {
-    sqlx::query_as(&format!(
-        "SELECT {PROVIDER_COLUMNS} FROM model_providers WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(db)
-    .await
+    sqlx::query_as(&format!("SELECT {PROVIDER_COLUMNS} FROM model_providers WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
 }
 
 pub struct ProviderFields<'a> {
@@ -81,7 +79,8 @@ pub async fn provider_config_count(db: &PgPool, id: i64) -> sqlx::Result<i64> {
         .await
 }
 
-const CONFIG_SELECT: &str = "SELECT c.id, c.provider_id, p.provider_name, c.model_name, c.model_key, c.model_type, c.adapter_key,
+const CONFIG_SELECT: &str =
+    "SELECT c.id, c.provider_id, p.provider_name, c.model_name, c.model_key, c.model_type, c.adapter_key,
     c.api_key_enc, c.api_endpoint, c.description, c.config_json, c.scope, c.is_default, c.is_enabled, c.creator_id,
     c.created_dt, c.updated_dt
     FROM model_configs c JOIN model_providers p ON p.id = c.provider_id";
@@ -117,11 +116,7 @@ pub struct ConfigQuery<'a> {
     pub enabled_only: bool,
 }
 
-fn push_config_filter<'a>(
-    qb: &mut QueryBuilder<'a, Postgres>,
-    q: &'a ConfigQuery<'a>,
-    v: Visibility,
-) {
+fn push_config_filter<'a>(qb: &mut QueryBuilder<'a, Postgres>, q: &'a ConfigQuery<'a>, v: Visibility) {
     qb.push(" WHERE TRUE");
     push_visibility(qb, v);
     if let Some(k) = q.provider_key {
@@ -144,30 +139,24 @@ pub async fn configs(
     v: Visibility,
     page: Option<(i64, i64)>,
 ) -> sqlx::Result<(Vec<ModelConfigRow>, i64)> {
-    let mut count = QueryBuilder::new(
-        "SELECT count(*) FROM model_configs c JOIN model_providers p ON p.id = c.provider_id",
-    );
+    let mut count =
+        QueryBuilder::new("SELECT count(*) FROM model_configs c JOIN model_providers p ON p.id = c.provider_id");
     push_config_filter(&mut count, q, v);
     let total: i64 = count.build_query_scalar().fetch_one(db).await?;
     let mut rows = QueryBuilder::new(CONFIG_SELECT);
     push_config_filter(&mut rows, q, v);
     rows.push(" ORDER BY c.id DESC");
     if let Some((limit, offset)) = page {
-        rows.push(" LIMIT ")
-            .push_bind(limit)
-            .push(" OFFSET ")
-            .push_bind(offset);
+        rows.push(" LIMIT ").push_bind(limit).push(" OFFSET ").push_bind(offset);
     }
     Ok((rows.build_query_as().fetch_all(db).await?, total))
 }
 
 pub async fn default_config(db: &PgPool, model_type: &str) -> sqlx::Result<Option<ModelConfigRow>> {
-    sqlx::query_as(&format!(
-        "{CONFIG_SELECT} WHERE c.model_type = $1 AND c.is_default"
-    ))
-    .bind(model_type)
-    .fetch_optional(db)
-    .await
+    sqlx::query_as(&format!("{CONFIG_SELECT} WHERE c.model_type = $1 AND c.is_default"))
+        .bind(model_type)
+        .fetch_optional(db)
+        .await
 }
 
 pub struct ConfigFields<'a> {
@@ -184,11 +173,7 @@ pub struct ConfigFields<'a> {
     pub is_enabled: Option<bool>,
 }
 
-pub async fn insert_config(
-    db: impl PgExecutor<'_>,
-    f: &ConfigFields<'_>,
-    creator_id: i64,
-) -> sqlx::Result<i64> {
+pub async fn insert_config(db: impl PgExecutor<'_>, f: &ConfigFields<'_>, creator_id: i64) -> sqlx::Result<i64> {
     sqlx::query_scalar(
         "INSERT INTO model_configs (provider_id, model_name, model_key, model_type, adapter_key, api_key_enc, api_endpoint,
          description, config_json, scope, is_enabled, creator_id)
@@ -211,11 +196,7 @@ pub async fn insert_config(
     .await
 }
 
-pub async fn update_config(
-    db: impl PgExecutor<'_>,
-    id: i64,
-    f: &ConfigFields<'_>,
-) -> sqlx::Result<()> {
+pub async fn update_config(db: impl PgExecutor<'_>, id: i64, f: &ConfigFields<'_>) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE model_configs SET provider_id = COALESCE($2, provider_id), model_name = COALESCE($3, model_name),
          model_key = COALESCE($4, model_key), model_type = COALESCE($5, model_type), adapter_key = COALESCE($6, adapter_key),
@@ -240,19 +221,10 @@ pub async fn update_config(
     Ok(())
 }
 
-pub async fn set_enabled(
-    db: &PgPool,
-    table: EnableTarget,
-    id: i64,
-    enabled: bool,
-) -> sqlx::Result<bool> {
+pub async fn set_enabled(db: &PgPool, table: EnableTarget, id: i64, enabled: bool) -> sqlx::Result<bool> {
     let sql = match table {
-        EnableTarget::Provider => {
-            "UPDATE model_providers SET is_enabled = $2, updated_dt = now() WHERE id = $1"
-        }
-        EnableTarget::Config => {
-            "UPDATE model_configs SET is_enabled = $2, updated_dt = now() WHERE id = $1"
-        }
+        EnableTarget::Provider => "UPDATE model_providers SET is_enabled = $2, updated_dt = now() WHERE id = $1",
+        EnableTarget::Config => "UPDATE model_configs SET is_enabled = $2, updated_dt = now() WHERE id = $1",
     };
     Ok(sqlx::query(sql)
         .bind(id)
@@ -278,11 +250,7 @@ pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
 }
 
 /// Makes `id` the only default of its type; run inside the caller's transaction.
-pub async fn switch_default(
-    conn: &mut sqlx::PgConnection,
-    id: i64,
-    model_type: &str,
-) -> sqlx::Result<()> {
+pub async fn switch_default(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) -> sqlx::Result<()> {
     // Serialise concurrent switches of the same type.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('model-default:' || $1))")
         .bind(model_type)

@@ -43,10 +43,7 @@ pub async fn provider(state: &AppState, id: i64) -> AppResult<ProviderView> {
 
 fn provider_key(key: &str) -> AppResult<()> {
     validate::length("providerKey", key, 1, 64)?;
-    if !key
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    {
+    if !key.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
         return Err(AppError::validation(
             "providerKey may contain only letters, digits and - _ .",
         ));
@@ -62,20 +59,13 @@ fn provider_conflict(err: sqlx::Error) -> AppError {
     }
 }
 
-pub async fn create_provider(
-    state: &AppState,
-    user: &CurrentUser,
-    req: ProviderRequest,
-) -> AppResult<i64> {
+pub async fn create_provider(state: &AppState, user: &CurrentUser, req: ProviderRequest) -> AppResult<i64> {
     require_admin(user)?;
     let name = validate::required("providerName", req.provider_name)?;
     validate::length("providerName", &name, 1, 100)?;
     let key = validate::required("providerKey", req.provider_key)?;
     provider_key(&key)?;
-    let (description, icon_url) = (
-        validate::optional(req.description),
-        validate::optional(req.icon_url),
-    );
+    let (description, icon_url) = (validate::optional(req.description), validate::optional(req.icon_url));
     let fields = ProviderFields {
         name: Some(&name),
         key: Some(&key),
@@ -88,12 +78,7 @@ pub async fn create_provider(
         .map_err(provider_conflict)
 }
 
-pub async fn update_provider(
-    state: &AppState,
-    user: &CurrentUser,
-    id: i64,
-    req: ProviderRequest,
-) -> AppResult<()> {
+pub async fn update_provider(state: &AppState, user: &CurrentUser, id: i64, req: ProviderRequest) -> AppResult<()> {
     require_admin(user)?;
     let name = req
         .provider_name
@@ -139,12 +124,7 @@ pub async fn delete_provider(state: &AppState, user: &CurrentUser, id: i64) -> A
     Ok(())
 }
 
-pub async fn set_provider_enabled(
-    state: &AppState,
-    user: &CurrentUser,
-    id: i64,
-    enabled: bool,
-) -> AppResult<()> {
+pub async fn set_provider_enabled(state: &AppState, user: &CurrentUser, id: i64, enabled: bool) -> AppResult<()> {
     require_admin(user)?;
     if !repo::set_enabled(state.db(), EnableTarget::Provider, id, enabled).await? {
         return Err(AppError::not_found("provider"));
@@ -155,11 +135,7 @@ pub async fn set_provider_enabled(
 // ---- model configs ----
 
 /// A config the caller may see, or 404.
-pub async fn visible_config(
-    state: &AppState,
-    user: &CurrentUser,
-    id: i64,
-) -> AppResult<ModelConfigRow> {
+pub async fn visible_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ModelConfigRow> {
     let row = repo::config(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("model config"))?;
@@ -170,11 +146,7 @@ pub async fn visible_config(
 }
 
 /// A config the caller may change: administrators any, others their own PERSONAL ones.
-async fn managed_config(
-    state: &AppState,
-    user: &CurrentUser,
-    id: i64,
-) -> AppResult<ModelConfigRow> {
+async fn managed_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ModelConfigRow> {
     let row = visible_config(state, user, id).await?;
     if !user.is_admin() && (row.scope != "PERSONAL" || row.creator_id != user.id) {
         return Err(AppError::Forbidden(
@@ -193,8 +165,7 @@ fn parse_scope(value: &str) -> AppResult<&'static str> {
 }
 
 fn validate_endpoint(url: &str) -> AppResult<()> {
-    let parsed = reqwest::Url::parse(url)
-        .map_err(|_| AppError::validation("apiEndpoint must be an http(s) URL"))?;
+    let parsed = reqwest::Url::parse(url).map_err(|_| AppError::validation("apiEndpoint must be an http(s) URL"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err(AppError::validation("apiEndpoint must be an http(s) URL"));
     }
@@ -206,8 +177,7 @@ pub fn validate_config_json(v: &Value) -> AppResult<()> {
     let obj = v
         .as_object()
         .ok_or_else(|| AppError::validation("configJson must be a JSON object"))?;
-    let bad =
-        |key: &str, rule: &str| AppError::validation(format!("configJson.{key} must be {rule}"));
+    let bad = |key: &str, rule: &str| AppError::validation(format!("configJson.{key} must be {rule}"));
     let number_in = |key: &str, min: f64, max: f64| -> AppResult<()> {
         match obj.get(key) {
             None | Some(Value::Null) => Ok(()),
@@ -261,9 +231,7 @@ pub async fn page_configs(
     let model_type = validate::optional(f.model_type)
         .map(|t| ModelType::parse("modelType", &t))
         .transpose()?;
-    let scope = validate::optional(f.scope)
-        .map(|s| parse_scope(&s))
-        .transpose()?;
+    let scope = validate::optional(f.scope).map(|s| parse_scope(&s)).transpose()?;
     let provider_key = validate::optional(f.provider_key);
     let q = ConfigQuery {
         provider_key: provider_key.as_deref(),
@@ -271,13 +239,7 @@ pub async fn page_configs(
         scope,
         enabled_only: false,
     };
-    let (rows, total) = repo::configs(
-        state.db(),
-        &q,
-        visibility(user),
-        Some((paging.size(), paging.offset())),
-    )
-    .await?;
+    let (rows, total) = repo::configs(state.db(), &q, visibility(user), Some((paging.size(), paging.offset()))).await?;
     let views = rows
         .into_iter()
         .map(|r| ModelConfigView::new(r, state.secrets()))
@@ -333,36 +295,23 @@ async fn ensure_provider(state: &AppState, provider_id: i64) -> AppResult<()> {
     Ok(())
 }
 
-pub async fn create_config(
-    state: &AppState,
-    user: &CurrentUser,
-    req: ModelConfigRequest,
-) -> AppResult<i64> {
+pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfigRequest) -> AppResult<i64> {
     let provider_id = validate::present("providerId", req.provider_id)?;
     let model_name = validate::required("modelName", req.model_name)?;
     validate::length("modelName", &model_name, 1, 200)?;
     let model_key = validate::required("modelKey", req.model_key)?;
     validate::length("modelKey", &model_key, 1, 200)?;
-    let model_type = ModelType::parse(
-        "modelType",
-        &validate::required("modelType", req.model_type)?,
-    )?;
+    let model_type = ModelType::parse("modelType", &validate::required("modelType", req.model_type)?)?;
     let api_key = validate::required("apiKey", req.api_key)?;
     if is_masked(&api_key) {
-        return Err(AppError::validation(
-            "apiKey must be the real key, not a masked value",
-        ));
+        return Err(AppError::validation("apiKey must be the real key, not a masked value"));
     }
     let api_endpoint = validate::required("apiEndpoint", req.api_endpoint)?;
     validate_endpoint(&api_endpoint)?;
     if let Some(c) = &req.config_json {
         validate_config_json(c)?;
     }
-    let default_scope = if user.is_admin() {
-        "GLOBAL"
-    } else {
-        "PERSONAL"
-    };
+    let default_scope = if user.is_admin() { "GLOBAL" } else { "PERSONAL" };
     let scope = validate::optional(req.scope)
         .map(|s| parse_scope(&s))
         .transpose()?
@@ -407,15 +356,9 @@ fn require_default_rules(user: &CurrentUser, scope: &str) -> AppResult<()> {
     Ok(())
 }
 
-pub async fn update_config(
-    state: &AppState,
-    user: &CurrentUser,
-    id: i64,
-    req: ModelConfigRequest,
-) -> AppResult<()> {
+pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: ModelConfigRequest) -> AppResult<()> {
     let row = managed_config(state, user, id).await?;
-    let non_blank =
-        |field: &str, v: Option<String>| v.map(|v| validate::required(field, Some(v))).transpose();
+    let non_blank = |field: &str, v: Option<String>| v.map(|v| validate::required(field, Some(v))).transpose();
     let model_name = non_blank("modelName", req.model_name)?;
     let model_key = non_blank("modelKey", req.model_key)?;
     let api_endpoint = non_blank("apiEndpoint", req.api_endpoint)?;
@@ -469,9 +412,7 @@ pub async fn update_config(
         Some(true) => repo::switch_default(&mut tx, id, checked.model_type.as_str()).await?,
         Some(false) if row.is_default => repo::clear_default(&mut tx, id).await?,
         // A default whose type changed stops being the default of either type.
-        _ if row.is_default && checked.model_type != row.model_type() => {
-            repo::clear_default(&mut tx, id).await?
-        }
+        _ if row.is_default && checked.model_type != row.model_type() => repo::clear_default(&mut tx, id).await?,
         _ => {}
     }
     tx.commit().await.map_err(Into::into)
@@ -483,12 +424,7 @@ pub async fn delete_config(state: &AppState, user: &CurrentUser, id: i64) -> App
     Ok(())
 }
 
-pub async fn set_config_enabled(
-    state: &AppState,
-    user: &CurrentUser,
-    id: i64,
-    enabled: bool,
-) -> AppResult<()> {
+pub async fn set_config_enabled(state: &AppState, user: &CurrentUser, id: i64, enabled: bool) -> AppResult<()> {
     managed_config(state, user, id).await?;
     repo::set_enabled(state.db(), EnableTarget::Config, id, enabled).await?;
     Ok(())
@@ -507,9 +443,7 @@ pub async fn usable(
         scope: None,
         enabled_only: true,
     };
-    Ok(repo::configs(state.db(), &q, visibility(user), None)
-        .await?
-        .0)
+    Ok(repo::configs(state.db(), &q, visibility(user), None).await?.0)
 }
 
 pub async fn defaults(state: &AppState) -> AppResult<DefaultModels> {
@@ -522,10 +456,7 @@ pub async fn defaults(state: &AppState) -> AppResult<DefaultModels> {
     })
 }
 
-pub async fn default_of(
-    state: &AppState,
-    model_type: ModelType,
-) -> AppResult<Option<ModelConfigView>> {
+pub async fn default_of(state: &AppState, model_type: ModelType) -> AppResult<Option<ModelConfigView>> {
     Ok(repo::default_config(state.db(), model_type.as_str())
         .await?
         .map(|r| ModelConfigView::new(r, state.secrets())))
@@ -558,12 +489,7 @@ pub async fn model_stat(state: &AppState, user: &CurrentUser, id: i64) -> AppRes
     Ok(usage::for_model(state.db(), &row).await?)
 }
 
-pub async fn usage_stats(
-    state: &AppState,
-    user_id: Option<i64>,
-    paging: PageQuery,
-) -> AppResult<Page<UsageStat>> {
-    let (rows, total) =
-        usage::per_model(state.db(), user_id, paging.size(), paging.offset()).await?;
+pub async fn usage_stats(state: &AppState, user_id: Option<i64>, paging: PageQuery) -> AppResult<Page<UsageStat>> {
+    let (rows, total) = usage::per_model(state.db(), user_id, paging.size(), paging.offset()).await?;
     Ok(Page::new(rows, paging, total))
 }

@@ -76,7 +76,8 @@ pub async fn record(db: &PgPool, r: &UsageRecord) -> sqlx::Result<()> {
     Ok(())
 }
 
-const STAT_SELECT: &str = "SELECT u.model_id AS id, u.model_id, max(u.model_name) AS model_name, max(u.model_type) AS model_type,
+const STAT_SELECT: &str =
+    "SELECT u.model_id AS id, u.model_id, max(u.model_name) AS model_name, max(u.model_type) AS model_type,
     max(u.provider_id) AS provider_id, max(u.provider_name) AS provider_name,
     count(*) AS total_calls, count(*) FILTER (WHERE u.success) AS success_calls,
     count(*) FILTER (WHERE NOT u.success) AS failed_calls,
@@ -88,12 +89,10 @@ const STAT_SELECT: &str = "SELECT u.model_id AS id, u.model_id, max(u.model_name
 
 /// Stats of one model, zeros when it was never called.
 pub async fn for_model(db: &PgPool, model: &ModelConfigRow) -> sqlx::Result<UsageStat> {
-    let row: Option<UsageStat> = sqlx::query_as(&format!(
-        "{STAT_SELECT} AND u.model_id = $1 GROUP BY u.model_id"
-    ))
-    .bind(model.id)
-    .fetch_optional(db)
-    .await?;
+    let row: Option<UsageStat> = sqlx::query_as(&format!("{STAT_SELECT} AND u.model_id = $1 GROUP BY u.model_id"))
+        .bind(model.id)
+        .fetch_optional(db)
+        .await?;
     Ok(row.unwrap_or_else(|| UsageStat {
         id: model.id,
         model_id: model.id,
@@ -123,9 +122,8 @@ pub async fn per_model(
             qb.push(" AND u.user_id = ").push_bind(u);
         }
     };
-    let mut count = QueryBuilder::new(
-        "SELECT count(DISTINCT u.model_id) FROM model_usage u WHERE u.model_id IS NOT NULL",
-    );
+    let mut count =
+        QueryBuilder::new("SELECT count(DISTINCT u.model_id) FROM model_usage u WHERE u.model_id IS NOT NULL");
     filter(&mut count);
     let total: i64 = count.build_query_scalar().fetch_one(db).await?;
     let mut rows = QueryBuilder::new(STAT_SELECT);

@@ -30,8 +30,7 @@ pub enum QueueName {
 
 /// A worker: takes a batch, answers with the ids of the messages that failed. An `Err` fails
 /// the whole batch, as a Lambda error would.
-pub type BatchHandler =
-    Arc<dyn Fn(SqsEvent) -> BoxFuture<'static, anyhow::Result<SqsBatchResponse>> + Send + Sync>;
+pub type BatchHandler = Arc<dyn Fn(SqsEvent) -> BoxFuture<'static, anyhow::Result<SqsBatchResponse>> + Send + Sync>;
 
 #[async_trait]
 pub trait Queue: Send + Sync {
@@ -49,10 +48,8 @@ pub fn message(id: &str, body: &str, receive_count: u32, receipt: Option<String>
     m.body = Some(body.to_owned());
     m.receipt_handle = receipt;
     m.event_source = Some("aws:sqs".to_owned());
-    m.attributes.insert(
-        "ApproximateReceiveCount".to_owned(),
-        receive_count.to_string(),
-    );
+    m.attributes
+        .insert("ApproximateReceiveCount".to_owned(), receive_count.to_string());
     m
 }
 
@@ -72,11 +69,7 @@ pub fn failed_ids(event: &SqsEvent, outcome: &anyhow::Result<SqsBatchResponse>) 
             .collect(),
         Err(err) => {
             tracing::error!(error = ?err, "worker failed the whole batch");
-            event
-                .records
-                .iter()
-                .filter_map(|m| m.message_id.clone())
-                .collect()
+            event.records.iter().filter_map(|m| m.message_id.clone()).collect()
         }
     }
 }

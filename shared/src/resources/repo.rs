@@ -46,16 +46,11 @@ pub async fn find(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<Resou
         .await
 }
 
-pub async fn find_for_update(
-    db: impl PgExecutor<'_>,
-    id: i64,
-) -> sqlx::Result<Option<ResourceRow>> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM resources WHERE id = $1 FOR UPDATE"
-    ))
-    .bind(id)
-    .fetch_optional(db)
-    .await
+pub async fn find_for_update(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<ResourceRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM resources WHERE id = $1 FOR UPDATE"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
 }
 
 pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
@@ -101,12 +96,7 @@ fn push_filter<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &'a PageFilter<'a>) {
     }
 }
 
-pub async fn page(
-    db: &PgPool,
-    f: &PageFilter<'_>,
-    limit: i64,
-    offset: i64,
-) -> sqlx::Result<(Vec<ResourceRow>, i64)> {
+pub async fn page(db: &PgPool, f: &PageFilter<'_>, limit: i64, offset: i64) -> sqlx::Result<(Vec<ResourceRow>, i64)> {
     let mut count = QueryBuilder::new("SELECT count(*) FROM resources");
     push_filter(&mut count, f);
     let total: i64 = count.build_query_scalar().fetch_one(db).await?;

@@ -119,9 +119,7 @@ pub async fn page(
     };
     let (rows, total) = repo::page(state.db(), &f, query.size(), query.offset()).await?;
     Ok(Page::new(
-        rows.into_iter()
-            .map(|r| ResourceView::new(r, state))
-            .collect(),
+        rows.into_iter().map(|r| ResourceView::new(r, state)).collect(),
         query,
         total,
     ))
@@ -129,12 +127,7 @@ pub async fn page(
 
 /// Any signed-in user may read a resource by id (they back avatars and attachments of
 /// shared agents); listing and deleting stay with the owner.
-pub async fn serve(
-    state: &AppState,
-    id: i64,
-    headers: &HeaderMap,
-    kind: Disposition,
-) -> AppResult<Response> {
+pub async fn serve(state: &AppState, id: i64, headers: &HeaderMap, kind: Disposition) -> AppResult<Response> {
     let row = repo::find(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("resource"))?;
@@ -162,11 +155,7 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     Ok(())
 }
 
-pub async fn upload_url(
-    state: &AppState,
-    user: &CurrentUser,
-    req: UploadUrlRequest,
-) -> AppResult<UploadUrlResult> {
+pub async fn upload_url(state: &AppState, user: &CurrentUser, req: UploadUrlRequest) -> AppResult<UploadUrlResult> {
     let name = clean_file_name(&validate::required("originalName", req.original_name)?);
     let size = validate::present("fileSize", req.file_size)?;
     let max = state.config().max_presigned_upload_bytes;
@@ -178,16 +167,12 @@ pub async fn upload_url(
             "fileSize exceeds the limit of {max} bytes"
         )));
     }
-    let content_type = validate::optional(req.content_type)
-        .unwrap_or_else(|| "application/octet-stream".to_owned());
+    let content_type = validate::optional(req.content_type).unwrap_or_else(|| "application/octet-stream".to_owned());
     if content_type.len() > 255 || content_type.chars().any(|c| c.is_control()) {
         return Err(AppError::validation("contentType is not a valid MIME type"));
     }
     let key = new_key(user.id, &name);
-    let presigned = state
-        .storage()
-        .presign_put(&key, &content_type, PRESIGN_TTL)
-        .await?;
+    let presigned = state.storage().presign_put(&key, &content_type, PRESIGN_TTL).await?;
     Ok(UploadUrlResult {
         upload_url: presigned.url,
         method: "PUT".to_owned(),
@@ -204,16 +189,12 @@ pub async fn complete_upload(
 ) -> AppResult<ResourceView> {
     let key = validate::required("storageKey", req.storage_key)?;
     if !key.starts_with(&format!("resources/{}/", user.id)) || key.contains("..") {
-        return Err(AppError::Forbidden(
-            "storageKey was not issued to you".into(),
-        ));
+        return Err(AppError::Forbidden("storageKey was not issued to you".into()));
     }
     let name = clean_file_name(&validate::required("originalName", req.original_name)?);
     let biz_type = biz_type(req.biz_type)?;
     let size = state.storage().head(&key).await?.ok_or_else(|| {
-        AppError::validation(
-            "storageKey: nothing was uploaded there yet; PUT the file to uploadUrl first",
-        )
+        AppError::validation("storageKey: nothing was uploaded there yet; PUT the file to uploadUrl first")
     })?;
     let max = state.config().max_presigned_upload_bytes;
     if size > max {
@@ -251,16 +232,9 @@ pub async fn complete_upload(
 }
 
 /// Receives the bytes of a presigned PUT when objects live on the local filesystem.
-pub async fn direct_upload(
-    state: &AppState,
-    q: DirectUploadQuery,
-    content_type: &str,
-    body: Bytes,
-) -> AppResult<()> {
+pub async fn direct_upload(state: &AppState, q: DirectUploadQuery, content_type: &str, body: Bytes) -> AppResult<()> {
     if !crate::storage::verify_direct_upload(state.config(), &q.key, q.expires, &q.sig) {
-        return Err(AppError::Forbidden(
-            "upload URL is invalid or expired".into(),
-        ));
+        return Err(AppError::Forbidden("upload URL is invalid or expired".into()));
     }
     state.storage().put(&q.key, body, content_type).await?;
     Ok(())

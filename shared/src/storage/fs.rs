@@ -24,8 +24,7 @@ pub struct FsStore {
 
 impl FsStore {
     pub fn new(root: PathBuf, config: &Config) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(&root)
-            .with_context(|| format!("creating storage dir {}", root.display()))?;
+        std::fs::create_dir_all(&root).with_context(|| format!("creating storage dir {}", root.display()))?;
         let base = config.public_base_url.as_deref().unwrap_or("");
         Ok(Self {
             root,
@@ -47,8 +46,7 @@ impl FsStore {
 }
 
 fn signing_key(config: &Config) -> Vec<u8> {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&config.encryption_key)
-        .expect("hmac takes any key length");
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&config.encryption_key).expect("hmac takes any key length");
     mac.update(b"fs-direct-upload");
     mac.finalize().into_bytes().to_vec()
 }
@@ -64,8 +62,7 @@ fn signature(key: &[u8], object_key: &str, expires: i64) -> String {
 /// Checks a direct-upload signature and expiry.
 pub fn verify_direct_upload(config: &Config, object_key: &str, expires: i64, sig: &str) -> bool {
     let expected = signature(&signing_key(config), object_key, expires);
-    expires >= chrono::Utc::now().timestamp()
-        && constant_time_eq(expected.as_bytes(), sig.as_bytes())
+    expires >= chrono::Utc::now().timestamp() && constant_time_eq(expected.as_bytes(), sig.as_bytes())
 }
 
 fn io_err(what: &'static str) -> impl FnOnce(std::io::Error) -> StorageError {
@@ -93,9 +90,7 @@ impl ObjectStore for FsStore {
         }
         // Write aside and rename, so a reader never sees half a file.
         let tmp = path.with_extension(format!("part-{}", uuid::Uuid::new_v4()));
-        tokio::fs::write(&tmp, &body)
-            .await
-            .map_err(io_err("writing object"))?;
+        tokio::fs::write(&tmp, &body).await.map_err(io_err("writing object"))?;
         tokio::fs::rename(&tmp, &path)
             .await
             .map_err(io_err("renaming object"))?;
@@ -132,12 +127,7 @@ impl ObjectStore for FsStore {
         }
     }
 
-    async fn presign_put(
-        &self,
-        key: &str,
-        content_type: &str,
-        ttl: Duration,
-    ) -> Result<PresignedPut, StorageError> {
+    async fn presign_put(&self, key: &str, content_type: &str, ttl: Duration) -> Result<PresignedPut, StorageError> {
         self.path(key)?;
         let expires = chrono::Utc::now().timestamp() + ttl.as_secs() as i64;
         let sig = signature(&self.signing_key, key, expires);
@@ -153,9 +143,7 @@ impl ObjectStore for FsStore {
     }
 
     async fn check(&self) -> Result<(), StorageError> {
-        tokio::fs::metadata(&self.root)
-            .await
-            .map_err(io_err("storage root"))?;
+        tokio::fs::metadata(&self.root).await.map_err(io_err("storage root"))?;
         Ok(())
     }
 }

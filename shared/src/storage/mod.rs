@@ -82,22 +82,13 @@ pub trait ObjectStore: Send + Sync {
     async fn head(&self, key: &str) -> Result<Option<u64>, StorageError>;
     /// Deleting a missing object succeeds.
     async fn delete(&self, key: &str) -> Result<(), StorageError>;
-    async fn presign_put(
-        &self,
-        key: &str,
-        content_type: &str,
-        ttl: Duration,
-    ) -> Result<PresignedPut, StorageError>;
+    async fn presign_put(&self, key: &str, content_type: &str, ttl: Duration) -> Result<PresignedPut, StorageError>;
     /// Cheap reachability check for /health.
     async fn check(&self) -> Result<(), StorageError>;
 }
 
 /// Reads a whole object into memory (small files: parsing, sniffing, zips).
-pub async fn read_all(
-    store: &dyn ObjectStore,
-    key: &str,
-    range: Option<ByteRange>,
-) -> Result<Bytes, StorageError> {
+pub async fn read_all(store: &dyn ObjectStore, key: &str, range: Option<ByteRange>) -> Result<Bytes, StorageError> {
     use futures::TryStreamExt;
     let chunks: Vec<Bytes> = store
         .get(key, range)
@@ -146,10 +137,7 @@ mod tests {
 
     #[test]
     fn ranges() {
-        assert_eq!(
-            parse_range("bytes=0-9", 100),
-            Ok(Some(ByteRange { start: 0, end: 9 }))
-        );
+        assert_eq!(parse_range("bytes=0-9", 100), Ok(Some(ByteRange { start: 0, end: 9 })));
         assert_eq!(
             parse_range("bytes=90-", 100),
             Ok(Some(ByteRange { start: 90, end: 99 }))

@@ -31,9 +31,7 @@ impl S3Store {
     }
 }
 
-fn other<E: std::error::Error + Send + Sync + 'static>(
-    what: &'static str,
-) -> impl FnOnce(E) -> StorageError {
+fn other<E: std::error::Error + Send + Sync + 'static>(what: &'static str) -> impl FnOnce(E) -> StorageError {
     move |e| StorageError::Other(anyhow::Error::new(e).context(what))
 }
 
@@ -69,14 +67,7 @@ impl ObjectStore for S3Store {
     }
 
     async fn head(&self, key: &str) -> Result<Option<u64>, StorageError> {
-        match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
+        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
             Ok(out) => Ok(Some(out.content_length().unwrap_or(0).max(0) as u64)),
             Err(SdkError::ServiceError(se)) if se.err().is_not_found() => Ok(None),
             Err(e) => Err(other("s3 head_object")(e)),
@@ -94,12 +85,7 @@ impl ObjectStore for S3Store {
         Ok(())
     }
 
-    async fn presign_put(
-        &self,
-        key: &str,
-        content_type: &str,
-        ttl: Duration,
-    ) -> Result<PresignedPut, StorageError> {
+    async fn presign_put(&self, key: &str, content_type: &str, ttl: Duration) -> Result<PresignedPut, StorageError> {
         let config = PresigningConfig::expires_in(ttl)
             .context("presign ttl")
             .map_err(StorageError::Other)?;
@@ -112,10 +98,7 @@ impl ObjectStore for S3Store {
             .presigned(config)
             .await
             .map_err(other("s3 presign put_object"))?;
-        let headers = req
-            .headers()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
+        let headers = req.headers().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
         Ok(PresignedPut {
             url: req.uri().to_owned(),
             headers,

@@ -6,8 +6,7 @@ use uuid::Uuid;
 
 use super::UserRow;
 
-const COLUMNS: &str =
-    "id, username, password_hash, email, role, tokens, totals, expire_dt, create_dt, update_dt";
+const COLUMNS: &str = "id, username, password_hash, email, role, tokens, totals, expire_dt, create_dt, update_dt";
 
 /// (id, username, role) of an existing user: what authentication needs.
 pub async fn find_identity(db: &PgPool, id: i64) -> sqlx::Result<Option<(i64, String, i16)>> {
@@ -81,12 +80,7 @@ pub async fn insert_if_absent(db: &PgPool, u: &NewUser<'_>) -> sqlx::Result<bool
     Ok(id.is_some())
 }
 
-pub async fn page(
-    db: &PgPool,
-    email: Option<&str>,
-    limit: i64,
-    offset: i64,
-) -> sqlx::Result<(Vec<UserRow>, i64)> {
+pub async fn page(db: &PgPool, email: Option<&str>, limit: i64, offset: i64) -> sqlx::Result<(Vec<UserRow>, i64)> {
     let filter = |qb: &mut QueryBuilder<'_, Postgres>| {
         if let Some(e) = email {
             qb.push(" WHERE email ILIKE ")
@@ -107,10 +101,7 @@ pub async fn page(
 
 /// Escapes `%`, `_` and `\` so user text matches literally inside LIKE patterns.
 pub fn escape_like(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('%', "\\%")
-        .replace('_', "\\_")
+    value.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
 }
 
 pub async fn update_profile(
@@ -142,11 +133,7 @@ pub async fn set_role(db: impl PgExecutor<'_>, id: i64, role: i16) -> sqlx::Resu
     Ok(n.rows_affected() == 1)
 }
 
-pub async fn set_password(
-    db: impl PgExecutor<'_>,
-    id: i64,
-    password_hash: &str,
-) -> sqlx::Result<bool> {
+pub async fn set_password(db: impl PgExecutor<'_>, id: i64, password_hash: &str) -> sqlx::Result<bool> {
     let n = sqlx::query("UPDATE users SET password_hash = $2, update_dt = now() WHERE id = $1")
         .bind(id)
         .bind(password_hash)
@@ -156,12 +143,7 @@ pub async fn set_password(
 }
 
 /// Adds `totals` tokens to the quota and moves the expiry.
-pub async fn grant_quota(
-    db: impl PgExecutor<'_>,
-    id: i64,
-    totals: i64,
-    expire_dt: DateTime<Utc>,
-) -> sqlx::Result<()> {
+pub async fn grant_quota(db: impl PgExecutor<'_>, id: i64, totals: i64, expire_dt: DateTime<Utc>) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE users SET tokens = tokens + $2, totals = totals + $2, expire_dt = $3, update_dt = now() WHERE id = $1",
     )
@@ -208,10 +190,7 @@ pub struct RefreshRow {
 }
 
 /// Marks a refresh token used, atomically; reports whether it was fresh.
-pub async fn claim_refresh(
-    db: impl PgExecutor<'_>,
-    hash: &str,
-) -> sqlx::Result<Option<RefreshRow>> {
+pub async fn claim_refresh(db: impl PgExecutor<'_>, hash: &str) -> sqlx::Result<Option<RefreshRow>> {
     sqlx::query_as(
         "WITH prev AS (SELECT id, used_at FROM refresh_tokens WHERE token_hash = $1 FOR UPDATE)
          UPDATE refresh_tokens r SET used_at = COALESCE(r.used_at, now())
@@ -225,21 +204,17 @@ pub async fn claim_refresh(
 }
 
 pub async fn revoke_family(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE refresh_tokens SET revoked_at = now() WHERE family_id = $1 AND revoked_at IS NULL",
-    )
-    .bind(family)
-    .execute(db)
-    .await?;
+    sqlx::query("UPDATE refresh_tokens SET revoked_at = now() WHERE family_id = $1 AND revoked_at IS NULL")
+        .bind(family)
+        .execute(db)
+        .await?;
     Ok(())
 }
 
 pub async fn revoke_all_for_user(db: impl PgExecutor<'_>, user_id: i64) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE refresh_tokens SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL",
-    )
-    .bind(user_id)
-    .execute(db)
-    .await?;
+    sqlx::query("UPDATE refresh_tokens SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL")
+        .bind(user_id)
+        .execute(db)
+        .await?;
     Ok(())
 }

@@ -16,9 +16,7 @@ const BAD_LOGIN: &str = "username or password is incorrect";
 
 fn validate_username(username: &str) -> AppResult<()> {
     validate::length("username", username, 3, 64)?;
-    let ok = username
-        .chars()
-        .all(|c| c.is_alphanumeric() || "_.@-".contains(c));
+    let ok = username.chars().all(|c| c.is_alphanumeric() || "_.@-".contains(c));
     if !ok {
         return Err(AppError::validation(
             "username may contain only letters, digits and _ . @ -",
@@ -66,20 +64,8 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
         }
     };
     let Some(user) = user.filter(|_| verified) else {
-        throttle::record_failure(
-            state.db(),
-            &user_key,
-            cfg.login_max_failures,
-            cfg.login_lock,
-        )
-        .await?;
-        throttle::record_failure(
-            state.db(),
-            &ip_key,
-            cfg.login_ip_max_failures,
-            cfg.login_lock,
-        )
-        .await?;
+        throttle::record_failure(state.db(), &user_key, cfg.login_max_failures, cfg.login_lock).await?;
+        throttle::record_failure(state.db(), &ip_key, cfg.login_ip_max_failures, cfg.login_lock).await?;
         return Err(AppError::unauthorized(BAD_LOGIN));
     };
     throttle::clear(state.db(), &user_key).await?;
@@ -110,17 +96,12 @@ pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPa
     let presented = validate::required("refreshToken", req.refresh_token)?;
     let mut tx = state.db().begin().await?;
     let Some(row) = repo::claim_refresh(&mut *tx, &refresh::hash(&presented)).await? else {
-        return Err(AppError::unauthorized(
-            "refresh token invalid; please log in again",
-        ));
+        return Err(AppError::unauthorized("refresh token invalid; please log in again"));
     };
     if !row.claimed && !row.revoked {
         repo::revoke_family(&mut *tx, row.family_id).await?;
         tx.commit().await?;
-        tracing::warn!(
-            user_id = row.user_id,
-            "refresh token reused; its login was revoked"
-        );
+        tracing::warn!(user_id = row.user_id, "refresh token reused; its login was revoked");
         return Err(AppError::unauthorized(
             "refresh token was already used; this login was revoked, please log in again",
         ));
@@ -148,19 +129,10 @@ pub async fn current(state: &AppState, user: &CurrentUser) -> AppResult<UserView
     Ok(row.into())
 }
 
-pub async fn page(
-    state: &AppState,
-    query: PageQuery,
-    email: Option<String>,
-) -> AppResult<Page<UserView>> {
+pub async fn page(state: &AppState, query: PageQuery, email: Option<String>) -> AppResult<Page<UserView>> {
     let email = validate::optional(email);
-    let (rows, total) =
-        repo::page(state.db(), email.as_deref(), query.size(), query.offset()).await?;
-    Ok(Page::new(
-        rows.into_iter().map(UserView::from).collect(),
-        query,
-        total,
-    ))
+    let (rows, total) = repo::page(state.db(), email.as_deref(), query.size(), query.offset()).await?;
+    Ok(Page::new(rows.into_iter().map(UserView::from).collect(), query, total))
 }
 
 pub async fn create(state: &AppState, req: CreateUserRequest) -> AppResult<i64> {
@@ -238,11 +210,7 @@ pub async fn reset_password(state: &AppState, id: i64, req: PasswordRequest) -> 
     Ok(())
 }
 
-pub async fn change_own_password(
-    state: &AppState,
-    user: &CurrentUser,
-    req: ChangePasswordRequest,
-) -> AppResult<()> {
+pub async fn change_own_password(state: &AppState, user: &CurrentUser, req: ChangePasswordRequest) -> AppResult<()> {
     let old = validate::present("oldPassword", req.old_password.filter(|p| !p.is_empty()))?;
     let new = validate::present("newPassword", req.new_password)?;
     validate_password("newPassword", &new)?;
@@ -293,11 +261,7 @@ pub async fn authorize_code(state: &AppState, req: AuthorizeCodeRequest) -> AppR
 }
 
 /// Creates the first administrator from ADMIN_USERNAME / ADMIN_PASSWORD when none exists.
-pub async fn ensure_first_admin(
-    db: &PgPool,
-    username: Option<&str>,
-    pass: Option<&str>,
-) -> anyhow::Result<()> {
+pub async fn ensure_first_admin(db: &PgPool, username: Option<&str>, pass: Option<&str>) -> anyhow::Result<()> {
     let has_admin: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE role = 1)")
         .fetch_one(db)
         .await?;

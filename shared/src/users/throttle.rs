@@ -18,10 +18,7 @@ pub async fn check(db: &PgPool, keys: &[String]) -> Result<(), AppError> {
     .await?;
     match wait {
         Some(secs) => Err(AppError::RateLimited {
-            message: format!(
-                "too many failed logins; try again in {} seconds",
-                secs.ceil() as u64
-            ),
+            message: format!("too many failed logins; try again in {} seconds", secs.ceil() as u64),
             retry_after_secs: secs.ceil() as u64,
         }),
         None => Ok(()),
@@ -30,12 +27,7 @@ pub async fn check(db: &PgPool, keys: &[String]) -> Result<(), AppError> {
 
 /// Counts one failure for `key`; at `limit` failures within the lock period the key is locked
 /// for that period.
-pub async fn record_failure(
-    db: &PgPool,
-    key: &str,
-    limit: i32,
-    lock: Duration,
-) -> Result<(), AppError> {
+pub async fn record_failure(db: &PgPool, key: &str, limit: i32, lock: Duration) -> Result<(), AppError> {
     let secs = lock.as_secs_f64();
     let failures: i32 = sqlx::query_scalar(
         "INSERT INTO login_throttle (key, failures, window_start) VALUES ($1, 1, now())

@@ -29,11 +29,7 @@ fn ask(text: &str) -> ChatRequest {
     }
 }
 
-async fn collect(
-    client: &ModelClient,
-    ep: &Endpoint,
-    req: &ChatRequest,
-) -> Vec<Result<ChatEvent, ModelError>> {
+async fn collect(client: &ModelClient, ep: &Endpoint, req: &ChatRequest) -> Vec<Result<ChatEvent, ModelError>> {
     client
         .chat_stream(ep, req)
         .await
@@ -61,11 +57,7 @@ async fn streams_reasoning_text_usage_and_finish() {
     let client = ModelClient::new();
     let events = collect(
         &client,
-        &endpoint(
-            &server,
-            "chat-think",
-            json!({ "temperature": 0.3, "maxTokens": 50 }),
-        ),
+        &endpoint(&server, "chat-think", json!({ "temperature": 0.3, "maxTokens": 50 })),
         &ask("hi there"),
     )
     .await;
@@ -78,14 +70,11 @@ async fn streams_reasoning_text_usage_and_finish() {
     assert!(events
         .iter()
         .any(|e| matches!(e, Ok(ChatEvent::Finish(r)) if r == "stop")));
-    assert!(events.iter().any(
-        |e| matches!(e, Ok(ChatEvent::Usage(u)) if u.prompt_tokens > 0 && u.completion_tokens > 0)
-    ));
-    // Reasoning comes before the answer, in order.
-    let first_text = events
+    assert!(events
         .iter()
-        .position(|e| matches!(e, Ok(ChatEvent::Text(_))))
-        .unwrap();
+        .any(|e| matches!(e, Ok(ChatEvent::Usage(u)) if u.prompt_tokens > 0 && u.completion_tokens > 0)));
+    // Reasoning comes before the answer, in order.
+    let first_text = events.iter().position(|e| matches!(e, Ok(ChatEvent::Text(_)))).unwrap();
     let last_reasoning = events
         .iter()
         .rposition(|e| matches!(e, Ok(ChatEvent::Reasoning(_))))
@@ -149,14 +138,10 @@ async fn assembles_streamed_tool_calls() {
     assert!(events
         .iter()
         .any(|e| matches!(e, Ok(ChatEvent::Finish(r)) if r == "tool_calls")));
-    assert_eq!(
-        server.requests()[0]["tools"][0]["function"]["name"],
-        "get_weather"
-    );
+    assert_eq!(server.requests()[0]["tools"][0]["function"]["name"], "get_weather");
 
     req.messages.push(ChatMessage::assistant_tool_calls(&calls));
-    req.messages
-        .push(ChatMessage::tool_result("call_1", "sunny"));
+    req.messages.push(ChatMessage::tool_result("call_1", "sunny"));
     let events = collect(&client, &ep, &req).await;
     assert_eq!(text_of(&events).0, "The weather is sunny");
     let sent = &server.requests()[1];
@@ -167,10 +152,7 @@ async fn assembles_streamed_tool_calls() {
     assert_eq!(sent["messages"][2]["tool_call_id"], "call_1");
 
     let whole = client
-        .chat(
-            &endpoint(&server, "chat-tools", json!({})),
-            &ask("weather?"),
-        )
+        .chat(&endpoint(&server, "chat-tools", json!({})), &ask("weather?"))
         .await
         .unwrap();
     assert_eq!(whole.tool_calls[0].name, "get_weather");
@@ -192,10 +174,7 @@ async fn images_are_sent_as_content_parts() {
         .await
         .unwrap();
     let content = &server.requests()[0]["messages"][0]["content"];
-    assert_eq!(
-        content[0],
-        json!({ "type": "text", "text": "what is this?" })
-    );
+    assert_eq!(content[0], json!({ "type": "text", "text": "what is this?" }));
     assert_eq!(
         content[1],
         json!({ "type": "image_url", "image_url": { "url": "data:image/png;base64,AAAA" } })
@@ -206,23 +185,13 @@ async fn images_are_sent_as_content_parts() {
 async fn failures_mid_stream_are_reported_not_hidden() {
     let server = ModelServer::start().await;
     let client = ModelClient::new();
-    let cut = collect(
-        &client,
-        &endpoint(&server, "chat-cut", json!({})),
-        &ask("a b c d"),
-    )
-    .await;
+    let cut = collect(&client, &endpoint(&server, "chat-cut", json!({})), &ask("a b c d")).await;
     assert_eq!(text_of(&cut).0, "You said: ");
     assert!(
         matches!(cut.last(), Some(Err(ModelError::Protocol(m))) if m.contains("ended before")),
         "{cut:?}"
     );
-    let err = collect(
-        &client,
-        &endpoint(&server, "chat-error", json!({})),
-        &ask("x"),
-    )
-    .await;
+    let err = collect(&client, &endpoint(&server, "chat-error", json!({})), &ask("x")).await;
     assert!(
         matches!(err.last(), Some(Err(ModelError::Upstream { message, .. })) if message.contains("overloaded")),
         "{err:?}"
@@ -234,34 +203,18 @@ async fn retries_only_before_the_first_byte() {
     let server = ModelServer::start().await;
     let client = ModelClient::new();
     // 429 then success: retried once, answered once.
-    let events = collect(
-        &client,
-        &endpoint(&server, "chat-flaky", json!({})),
-        &ask("retry me"),
-    )
-    .await;
+    let events = collect(&client, &endpoint(&server, "chat-flaky", json!({})), &ask("retry me")).await;
     assert_eq!(text_of(&events).0, "You said: retry me");
     assert_eq!(server.requests().len(), 2);
     // 500 every time: 1 + maxRetries attempts, then the error.
     let err = client
-        .chat(
-            &endpoint(&server, "chat-500", json!({ "maxRetries": 2 })),
-            &ask("x"),
-        )
+        .chat(&endpoint(&server, "chat-500", json!({ "maxRetries": 2 })), &ask("x"))
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, ModelError::Upstream { status: 500, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ModelError::Upstream { status: 500, .. }), "{err:?}");
     assert_eq!(server.requests().len(), 5);
     // A broken stream is not retried: the partial answer was already delivered.
-    collect(
-        &client,
-        &endpoint(&server, "chat-cut", json!({})),
-        &ask("x"),
-    )
-    .await;
+    collect(&client, &endpoint(&server, "chat-cut", json!({})), &ask("x")).await;
     assert_eq!(server.requests().len(), 6);
     let err = client
         .chat(
@@ -287,10 +240,7 @@ async fn embeddings_are_batched_ordered_and_checked() {
         "emb-8",
         json!({ "batchSize": 2, "documentInputType": "passage" }),
     );
-    let out = client
-        .embed(&ep, &texts, InputKind::Document, Some(8))
-        .await
-        .unwrap();
+    let out = client.embed(&ep, &texts, InputKind::Document, Some(8)).await.unwrap();
     assert_eq!(out.vectors.len(), 5);
     for (t, v) in texts.iter().zip(&out.vectors) {
         assert_eq!(
@@ -303,18 +253,10 @@ async fn embeddings_are_batched_ordered_and_checked() {
     let sent = server.requests();
     assert_eq!(sent.len(), 3, "5 texts in batches of 2");
     assert!(sent.iter().all(|r| r["input_type"] == "passage"));
-    let query = client
-        .embed(&ep, &texts[..1], InputKind::Query, None)
-        .await
-        .unwrap();
+    let query = client.embed(&ep, &texts[..1], InputKind::Query, None).await.unwrap();
     assert_eq!(query.dimension(), Some(8));
     assert!(
-        server
-            .requests()
-            .last()
-            .unwrap()
-            .get("input_type")
-            .is_none(),
+        server.requests().last().unwrap().get("input_type").is_none(),
         "no queryInputType configured"
     );
     let err = client
@@ -322,8 +264,7 @@ async fn embeddings_are_batched_ordered_and_checked() {
         .await
         .unwrap_err();
     assert!(
-        err.to_string()
-            .contains("expected 384-dimensional vectors, got 8"),
+        err.to_string().contains("expected 384-dimensional vectors, got 8"),
         "{err}"
     );
 }
@@ -388,9 +329,7 @@ async fn gateway_enforces_quota_and_records_usage() {
     assert_eq!(app.count("model_usage").await, 0);
 
     let grant = json!({ "email": "quota@example.com", "days": 1, "totals": 1000 });
-    app.post("/user/authorize/code", Some(&admin), &grant)
-        .await
-        .assert_ok();
+    app.post("/user/authorize/code", Some(&admin), &grant).await.assert_ok();
     let answer = gateway::chat(state, &model, Billing::User(user_id), "chat", &ask("hi"))
         .await
         .unwrap();
@@ -403,15 +342,9 @@ async fn gateway_enforces_quota_and_records_usage() {
     assert_eq!(tokens, 1000 - used);
 
     // A stream abandoned by its client is recorded as failed and charged for what it produced.
-    let stream = gateway::chat_stream(
-        state,
-        &model,
-        Billing::User(user_id),
-        "chat",
-        &ask("one two three"),
-    )
-    .await
-    .unwrap();
+    let stream = gateway::chat_stream(state, &model, Billing::User(user_id), "chat", &ask("one two three"))
+        .await
+        .unwrap();
     let first: Vec<_> = stream.take(2).collect().await;
     assert_eq!(first.len(), 2);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -475,10 +408,7 @@ async fn real_embedding_model_ranks_similar_texts_higher() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let d = client
-        .embed(&ep, &docs, InputKind::Document, Some(384))
-        .await
-        .unwrap();
+    let d = client.embed(&ep, &docs, InputKind::Document, Some(384)).await.unwrap();
     assert_eq!(d.dimension(), Some(384));
     let q = client
         .embed(

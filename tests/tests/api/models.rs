@@ -51,9 +51,7 @@ async fn providers_lifecycle() {
         .await
         .assert_status_error(401, 401, "log in");
 
-    let one = app
-        .get(&format!("/ai-model/provider/{id}"), Some(&user))
-        .await;
+    let one = app.get(&format!("/ai-model/provider/{id}"), Some(&user)).await;
     let p = one.assert_status_ok();
     assert_eq!(
         (p["providerKey"].as_str(), p["isEnabled"].as_bool()),
@@ -98,24 +96,15 @@ async fn providers_lifecycle() {
     .await
     .assert_status_ok();
     assert_eq!(
-        app.get(&format!("/ai-model/provider/{id}"), t)
-            .await
-            .assert_status_ok()["description"],
+        app.get(&format!("/ai-model/provider/{id}"), t).await.assert_status_ok()["description"],
         "OpenAI"
     );
     app.put("/ai-model/provider/9999", t, &json!({ "description": "x" }))
         .await
         .assert_status_error(404, 404, "provider not found");
 
-    app.model(
-        &admin,
-        other,
-        "CHAT",
-        "chat-echo",
-        "http://127.0.0.1:9/v1",
-        json!({}),
-    )
-    .await;
+    app.model(&admin, other, "CHAT", "chat-echo", "http://127.0.0.1:9/v1", json!({}))
+        .await;
     app.delete(&format!("/ai-model/provider/{other}"), t)
         .await
         .assert_status_error(400, 0, "still has 1 model configs");
@@ -158,36 +147,21 @@ async fn configs_keys_are_encrypted_masked_and_kept() {
     let c = got.assert_status_ok().clone();
     assert_eq!(c["apiKey"], "sk-s****1234");
     assert_eq!(
-        (
-            c["modelType"].as_str(),
-            c["adapterKey"].as_str(),
-            c["scope"].as_str()
-        ),
+        (c["modelType"].as_str(), c["adapterKey"].as_str(), c["scope"].as_str()),
         (Some("CHAT"), Some("generic-compatible"), Some("GLOBAL"))
     );
     assert_eq!(c["providerName"], "Provider scripted");
     assert_eq!(c["configJson"]["capabilities"][0], "vision");
     let created = c["createdDt"].as_str().unwrap();
-    assert_eq!(
-        (created.len(), &created[10..11]),
-        (19, "T"),
-        "ISO local form"
-    );
+    assert_eq!((created.len(), &created[10..11]), (19, "T"), "ISO local form");
 
     // Sending the masked key back keeps the real key: the probe still authenticates.
     let update = json!({ "apiKey": c["apiKey"], "modelName": "Echo", "description": "renamed" });
     app.put(&format!("/ai-model/config/{id}"), t, &update)
         .await
         .assert_status_ok();
-    let probe = app
-        .post(&format!("/ai-model/config/{id}/test"), t, &json!({}))
-        .await;
-    assert_eq!(
-        probe.assert_status_ok()["success"],
-        true,
-        "{:?}",
-        probe.body
-    );
+    let probe = app.post(&format!("/ai-model/config/{id}/test"), t, &json!({})).await;
+    assert_eq!(probe.assert_status_ok()["success"], true, "{:?}", probe.body);
     // A new key replaces it.
     app.put(
         &format!("/ai-model/config/{id}"),
@@ -196,17 +170,13 @@ async fn configs_keys_are_encrypted_masked_and_kept() {
     )
     .await
     .assert_status_ok();
-    let probe = app
-        .post(&format!("/ai-model/config/{id}/test"), t, &json!({}))
-        .await;
+    let probe = app.post(&format!("/ai-model/config/{id}/test"), t, &json!({})).await;
     let r = probe.assert_status_ok();
     assert_eq!(r["success"], false);
     assert!(r["message"].as_str().unwrap().contains("API key"), "{r}");
     assert!(r["responseTimeMs"].as_i64().is_some());
     assert_eq!(
-        app.get(&format!("/ai-model/config/{id}"), t)
-            .await
-            .assert_status_ok()["apiKey"],
+        app.get(&format!("/ai-model/config/{id}"), t).await.assert_status_ok()["apiKey"],
         "sk-w****0000"
     );
 }
@@ -254,14 +224,8 @@ async fn config_validation_names_the_field_and_writes_nothing() {
             with("adapterKey", json!("generic-rerank")),
             "adapterKey generic-rerank does not support CHAT",
         ),
-        (
-            with("scope", json!("TEAM")),
-            "scope must be GLOBAL or PERSONAL",
-        ),
-        (
-            with("configJson", json!([1])),
-            "configJson must be a JSON object",
-        ),
+        (with("scope", json!("TEAM")), "scope must be GLOBAL or PERSONAL"),
+        (with("configJson", json!([1])), "configJson must be a JSON object"),
         (
             with("configJson", json!({ "temperature": 5 })),
             "configJson.temperature must be",
@@ -274,10 +238,7 @@ async fn config_validation_names_the_field_and_writes_nothing() {
             with("configJson", json!({ "capabilities": "vision" })),
             "configJson.capabilities must be",
         ),
-        (
-            with("apiKey", json!("sk-a****wxyz")),
-            "apiKey must be the real key",
-        ),
+        (with("apiKey", json!("sk-a****wxyz")), "apiKey must be the real key"),
         (with("providerId", json!("one")), "providerId: invalid type"),
     ] {
         app.post("/ai-model/config", t, &body)
@@ -303,22 +264,12 @@ async fn paging_filters_adapters_and_lists() {
     let a = app.provider(&admin, "alpha").await;
     let b = app.provider(&admin, "beta").await;
     let url = server.base_url.as_str();
-    app.model(&admin, a, "CHAT", "chat-echo", url, json!({}))
-        .await;
-    app.model(&admin, a, "EMBEDDING", "emb-8", url, json!({}))
-        .await;
+    app.model(&admin, a, "CHAT", "chat-echo", url, json!({})).await;
+    app.model(&admin, a, "EMBEDDING", "emb-8", url, json!({})).await;
     let disabled = app
-        .model(
-            &admin,
-            b,
-            "CHAT",
-            "chat-think",
-            url,
-            json!({ "isEnabled": false }),
-        )
+        .model(&admin, b, "CHAT", "chat-think", url, json!({ "isEnabled": false }))
         .await;
-    app.model(&admin, b, "RERANKER", "rerank", url, json!({}))
-        .await;
+    app.model(&admin, b, "RERANKER", "rerank", url, json!({})).await;
 
     let page = app.get("/ai-model/configs?pageNum=1&pageSize=3", t).await;
     assert_eq!(page.assert_status_ok().as_array().unwrap().len(), 3);
@@ -332,14 +283,9 @@ async fn paging_filters_adapters_and_lists() {
     );
     let second = app.get("/ai-model/configs?pageNum=2&pageSize=3", t).await;
     assert_eq!(second.assert_status_ok().as_array().unwrap().len(), 1);
-    let chats = app
-        .get("/ai-model/configs?modelType=chat&providerKey=beta", t)
-        .await;
+    let chats = app.get("/ai-model/configs?modelType=chat&providerKey=beta", t).await;
     assert_eq!(chats.body["total"], 1);
-    assert_eq!(
-        app.get("/ai-model/configs?scope=PERSONAL", t).await.body["total"],
-        0
-    );
+    assert_eq!(app.get("/ai-model/configs?scope=PERSONAL", t).await.body["total"], 0);
     app.get("/ai-model/configs?modelType=x", t)
         .await
         .assert_status_error(400, 0, "modelType must be");
@@ -358,9 +304,7 @@ async fn paging_filters_adapters_and_lists() {
         (Some("generic-rerank"), Some("RERANKER"), Some(true))
     );
     assert_eq!(
-        app.get("/ai-model/adapters?modelType=CHAT", t)
-            .await
-            .assert_status_ok()[0]["adapterKey"],
+        app.get("/ai-model/adapters?modelType=CHAT", t).await.assert_status_ok()[0]["adapterKey"],
         "generic-compatible"
     );
     app.get("/ai-model/adapters", t)
@@ -371,52 +315,31 @@ async fn paging_filters_adapters_and_lists() {
     let items = by_type.assert_status_ok().as_array().unwrap().clone();
     assert_eq!(items.len(), 1, "disabled models are not offered");
     assert_eq!(items[0]["modelKey"], "chat-echo");
-    for key in [
-        "id",
-        "providerId",
-        "modelName",
-        "modelKey",
-        "modelType",
-        "isEnabled",
-    ] {
+    for key in ["id", "providerId", "modelName", "modelKey", "modelType", "isEnabled"] {
         assert!(items[0].get(key).is_some(), "{key}");
     }
-    app.put(
-        &format!("/ai-model/config/{disabled}/enable"),
-        t,
-        &json!({}),
-    )
-    .await
-    .assert_status_ok();
-    assert_eq!(
-        app.get(
-            "/ai-model/by-provider-type?providerKey=beta&modelType=CHAT",
-            t
-        )
+    app.put(&format!("/ai-model/config/{disabled}/enable"), t, &json!({}))
         .await
-        .assert_status_ok()
-        .as_array()
-        .unwrap()
-        .len(),
+        .assert_status_ok();
+    assert_eq!(
+        app.get("/ai-model/by-provider-type?providerKey=beta&modelType=CHAT", t)
+            .await
+            .assert_status_ok()
+            .as_array()
+            .unwrap()
+            .len(),
         1
     );
-    app.put(
-        &format!("/ai-model/config/{disabled}/disable"),
-        t,
-        &json!({}),
-    )
-    .await
-    .assert_status_ok();
-    assert_eq!(
-        app.get(
-            "/ai-model/by-provider-type?providerKey=beta&modelType=CHAT",
-            t
-        )
+    app.put(&format!("/ai-model/config/{disabled}/disable"), t, &json!({}))
         .await
-        .assert_status_ok()
-        .as_array()
-        .unwrap()
-        .len(),
+        .assert_status_ok();
+    assert_eq!(
+        app.get("/ai-model/by-provider-type?providerKey=beta&modelType=CHAT", t)
+            .await
+            .assert_status_ok()
+            .as_array()
+            .unwrap()
+            .len(),
         0
     );
     app.get("/ai-model/by-provider-type?modelType=CHAT", t)
@@ -447,43 +370,23 @@ async fn switch_default_leaves_exactly_one() {
     let p = app.provider(&admin, "scripted").await;
     let url = server.base_url.as_str();
     let a = app
-        .model(
-            &admin,
-            p,
-            "CHAT",
-            "chat-echo",
-            url,
-            json!({ "isDefault": true }),
-        )
+        .model(&admin, p, "CHAT", "chat-echo", url, json!({ "isDefault": true }))
         .await;
-    let b = app
-        .model(&admin, p, "CHAT", "chat-think", url, json!({}))
-        .await;
+    let b = app.model(&admin, p, "CHAT", "chat-think", url, json!({})).await;
     let e = app
-        .model(
-            &admin,
-            p,
-            "EMBEDDING",
-            "emb-8",
-            url,
-            json!({ "isDefault": true }),
-        )
+        .model(&admin, p, "EMBEDDING", "emb-8", url, json!({ "isDefault": true }))
         .await;
     let defaults = |app: &TestApp| {
         let db = app.db.clone();
         async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT id FROM model_configs WHERE is_default ORDER BY id",
-            )
-            .fetch_all(&db)
-            .await
-            .unwrap()
+            sqlx::query_scalar::<_, i64>("SELECT id FROM model_configs WHERE is_default ORDER BY id")
+                .fetch_all(&db)
+                .await
+                .unwrap()
         }
     };
     assert_eq!(defaults(&app).await, vec![a, e]);
-    let switched = app
-        .put(&format!("/ai-model/switch-default/{b}"), t, &json!({}))
-        .await;
+    let switched = app.put(&format!("/ai-model/switch-default/{b}"), t, &json!({})).await;
     assert_eq!(switched.assert_status_ok(), &json!(true));
     assert_eq!(defaults(&app).await, vec![b, e]);
     app.put(&format!("/ai-model/switch-default/{b}"), t, &json!({}))
@@ -498,12 +401,7 @@ async fn switch_default_leaves_exactly_one() {
         (Some(b), Some(e))
     );
     assert!(d["RERANKER"].is_null());
-    assert_eq!(
-        app.get("/ai-model/default/CHAT", t)
-            .await
-            .assert_status_ok()["id"],
-        b
-    );
+    assert_eq!(app.get("/ai-model/default/CHAT", t).await.assert_status_ok()["id"], b);
     assert!(app
         .get("/ai-model/default/RERANKER", t)
         .await
@@ -533,13 +431,9 @@ async fn switch_default_leaves_exactly_one() {
         .await
         .assert_status_error(400, 0, "disabled model");
     let (_, user) = app.regular_user("nina").await;
-    app.put(
-        &format!("/ai-model/switch-default/{b}"),
-        Some(&user),
-        &json!({}),
-    )
-    .await
-    .assert_status_error(403, 403, "administrator");
+    app.put(&format!("/ai-model/switch-default/{b}"), Some(&user), &json!({}))
+        .await
+        .assert_status_error(403, 403, "administrator");
 }
 
 #[tokio::test]
@@ -549,15 +443,9 @@ async fn personal_configs_belong_to_their_owner() {
     let (_, alice) = app.regular_user("alice").await;
     let (_, bob) = app.regular_user("bob").await;
     let url = server.base_url.as_str();
-    let global = app
-        .model(&admin, p, "CHAT", "chat-echo", url, json!({}))
-        .await;
-    let mine = app
-        .model(&alice, p, "CHAT", "chat-think", url, json!({}))
-        .await;
-    let c = app
-        .get(&format!("/ai-model/config/{mine}"), Some(&alice))
-        .await;
+    let global = app.model(&admin, p, "CHAT", "chat-echo", url, json!({})).await;
+    let mine = app.model(&alice, p, "CHAT", "chat-think", url, json!({})).await;
+    let c = app.get(&format!("/ai-model/config/{mine}"), Some(&alice)).await;
     assert_eq!(
         c.assert_status_ok()["scope"],
         "PERSONAL",
@@ -578,14 +466,8 @@ async fn personal_configs_belong_to_their_owner() {
         1,
         "bob sees only the GLOBAL one"
     );
-    assert_eq!(
-        app.get("/ai-model/configs", Some(&alice)).await.body["total"],
-        2
-    );
-    assert_eq!(
-        app.get("/ai-model/configs", Some(&admin)).await.body["total"],
-        2
-    );
+    assert_eq!(app.get("/ai-model/configs", Some(&alice)).await.body["total"], 2);
+    assert_eq!(app.get("/ai-model/configs", Some(&admin)).await.body["total"], 2);
     app.put(
         &format!("/ai-model/config/{mine}"),
         Some(&bob),
@@ -603,13 +485,9 @@ async fn personal_configs_belong_to_their_owner() {
     )
     .await
     .assert_status_error(403, 403, "only administrators");
-    app.put(
-        &format!("/ai-model/config/{global}/disable"),
-        Some(&alice),
-        &json!({}),
-    )
-    .await
-    .assert_status_error(403, 403, "only administrators");
+    app.put(&format!("/ai-model/config/{global}/disable"), Some(&alice), &json!({}))
+        .await
+        .assert_status_error(403, 403, "only administrators");
     app.put(
         &format!("/ai-model/config/{mine}"),
         Some(&alice),
@@ -659,33 +537,20 @@ async fn connectivity_probe_per_type_and_failures() {
                 .clone()
         }
     };
-    let chat = app
-        .model(&admin, p, "CHAT", "chat-echo", url, json!({}))
-        .await;
+    let chat = app.model(&admin, p, "CHAT", "chat-echo", url, json!({})).await;
     let r = probe(chat).await;
     assert_eq!(r["success"], true, "{r}");
-    assert!(
-        r["message"].as_str().unwrap().contains("You said: Hello"),
-        "{r}"
-    );
-    let emb = app
-        .model(&admin, p, "EMBEDDING", "emb-8", url, json!({}))
-        .await;
+    assert!(r["message"].as_str().unwrap().contains("You said: Hello"), "{r}");
+    let emb = app.model(&admin, p, "EMBEDDING", "emb-8", url, json!({})).await;
     let r = probe(emb).await;
     assert!(
         r["success"] == true && r["message"].as_str().unwrap().contains("8-dimensional"),
         "{r}"
     );
-    let rr = app
-        .model(&admin, p, "RERANKER", "rerank", url, json!({}))
-        .await;
+    let rr = app.model(&admin, p, "RERANKER", "rerank", url, json!({})).await;
     let r = probe(rr).await;
     assert!(
-        r["success"] == true
-            && r["message"]
-                .as_str()
-                .unwrap()
-                .contains("scored the test document"),
+        r["success"] == true && r["message"].as_str().unwrap().contains("scored the test document"),
         "{r}"
     );
     let sent = server.requests();
@@ -698,59 +563,39 @@ async fn connectivity_probe_per_type_and_failures() {
         (Some(1), Some(1))
     );
 
-    let unknown = app
-        .model(&admin, p, "CHAT", "gpt-nope", url, json!({}))
-        .await;
-    let r = probe(unknown).await;
-    assert!(
-        r["success"] == false && r["message"].as_str().unwrap().contains("does not exist"),
-        "{r}"
-    );
-    let unreachable = app
-        .model(
-            &admin,
-            p,
+    // Each failure is status 1 with success=false and a message that says what to fix.
+    let no_retry = json!({ "configJson": { "maxRetries": 0 } });
+    for (kind, key, endpoint, extra, needle) in [
+        ("CHAT", "gpt-nope", url, json!({}), "does not exist"),
+        (
             "EMBEDDING",
             "emb-8",
             "http://127.0.0.1:9/v1",
-            json!({ "maxRetries": 0 }),
-        )
-        .await;
-    let r = probe(unreachable).await;
-    assert!(
-        r["success"] == false && r["message"].as_str().unwrap().contains("cannot be reached"),
-        "{r}"
-    );
-    let dns = app
-        .model(
-            &admin,
-            p,
+            no_retry.clone(),
+            "cannot be reached",
+        ),
+        (
             "CHAT",
             "chat-echo",
             "http://no-such-host.invalid/v1",
-            json!({ "maxRetries": 0 }),
-        )
-        .await;
-    let r = probe(dns).await;
-    assert!(
-        r["success"] == false && r["message"].as_str().unwrap().contains("cannot be reached"),
-        "{r}"
-    );
-    let failing = app
-        .model(
-            &admin,
-            p,
+            no_retry.clone(),
+            "cannot be reached",
+        ),
+        (
             "CHAT",
             "chat-500",
             url,
-            json!({ "maxRetries": 1 }),
-        )
-        .await;
-    let r = probe(failing).await;
-    assert!(
-        r["success"] == false && r["message"].as_str().unwrap().contains("HTTP 500"),
-        "{r}"
-    );
+            json!({ "configJson": { "maxRetries": 1 } }),
+            "HTTP 500",
+        ),
+    ] {
+        let id = app.model(&admin, p, kind, key, endpoint, extra).await;
+        let r = probe(id).await;
+        assert!(
+            r["success"] == false && r["message"].as_str().unwrap().contains(needle),
+            "{key} at {endpoint}: {r}"
+        );
+    }
     let timeout = {
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = silent.local_addr().unwrap();
@@ -845,9 +690,7 @@ async fn usage_stats_add_up() {
         (Some("chat-echo model"), Some("Provider scripted"))
     );
 
-    let mine = app
-        .get("/ai-model/usage/user-stats?pageNum=1&pageSize=10", t)
-        .await;
+    let mine = app.get("/ai-model/usage/user-stats?pageNum=1&pageSize=10", t).await;
     assert_eq!(mine.assert_status_ok()[0]["totalCalls"], 5);
     assert_eq!(mine.body["total"], 1);
     let (_, user) = app.regular_user("vic").await;
@@ -858,9 +701,7 @@ async fn usage_stats_add_up() {
         .assert_status_error(403, 403, "administrator");
     let global = app.get("/ai-model/usage/global-stats", t).await;
     assert_eq!(global.assert_status_ok()[0]["failedCalls"], 2);
-    let fresh = app
-        .model(&admin, p, "CHAT", "chat-think", url, json!({}))
-        .await;
+    let fresh = app.model(&admin, p, "CHAT", "chat-think", url, json!({})).await;
     let zero = app.get(&format!("/ai-model/usage/stat/{fresh}"), t).await;
     assert_eq!(zero.assert_status_ok()["totalCalls"], 0);
 }

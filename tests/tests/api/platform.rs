@@ -3,9 +3,7 @@ use api_tests::{spawn, Store};
 #[tokio::test]
 async fn health_reports_every_part() {
     let app = spawn(Store::S3).await;
-    let reply = app
-        .send(app.client.get(format!("{}/health", app.origin)))
-        .await;
+    let reply = app.send(app.client.get(format!("{}/health", app.origin))).await;
     assert_eq!(reply.status, 200);
     assert_eq!(reply.body["status"], "ok");
     for part in ["db", "storage", "queue"] {
@@ -17,10 +15,7 @@ async fn health_reports_every_part() {
 async fn openapi_documents_every_route() {
     let app = spawn(Store::Filesystem).await;
     let reply = app
-        .send(
-            app.client
-                .get(format!("{}/api-docs/openapi.json", app.origin)),
-        )
+        .send(app.client.get(format!("{}/api-docs/openapi.json", app.origin)))
         .await;
     assert_eq!(reply.status, 200);
     let paths = reply.body["paths"].as_object().expect("paths");
@@ -73,9 +68,7 @@ async fn openapi_documents_every_route() {
             "{method} {path} missing from the OpenAPI document"
         );
     }
-    let page = app
-        .send(app.client.get(format!("{}/api-docs", app.origin)))
-        .await;
+    let page = app.send(app.client.get(format!("{}/api-docs", app.origin))).await;
     assert_eq!(page.status, 200);
     assert!(String::from_utf8_lossy(&page.bytes).contains("openapi"));
 }
@@ -84,11 +77,7 @@ async fn openapi_documents_every_route() {
 async fn unknown_routes_and_request_ids() {
     let app = spawn(Store::Filesystem).await;
     let reply = app
-        .send(
-            app.client
-                .get(app.url("/user"))
-                .header("x-request-id", "req-123"),
-        )
+        .send(app.client.get(app.url("/user")).header("x-request-id", "req-123"))
         .await;
     assert_eq!(reply.headers["x-request-id"], "req-123");
     let generated = app.get("/user", None).await;

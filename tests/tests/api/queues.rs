@@ -4,9 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shared::queue::{
-    for_each_message, BatchHandler, InProcessQueue, Queue, QueueName, SqsQueue, MAX_RECEIVES,
-};
+use shared::queue::{for_each_message, BatchHandler, InProcessQueue, Queue, QueueName, SqsQueue, MAX_RECEIVES};
 
 type Seen = Arc<Mutex<Vec<(String, u32)>>>;
 
@@ -39,10 +37,7 @@ fn recording_worker(seen: Seen) -> BatchHandler {
 async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
-        assert!(
-            start.elapsed() < limit,
-            "condition not reached within {limit:?}"
-        );
+        assert!(start.elapsed() < limit, "condition not reached within {limit:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -61,10 +56,7 @@ async fn in_process_queue_retries_and_dead_letters() {
     let queue = InProcessQueue::with_retry_delay(Duration::from_millis(50));
     let seen: Seen = Arc::default();
     for body in ["good-1", "bad-1", "good-2"] {
-        queue
-            .send(QueueName::Ingest, body.to_owned())
-            .await
-            .unwrap();
+        queue.send(QueueName::Ingest, body.to_owned()).await.unwrap();
     }
     queue.start_worker(QueueName::Ingest, recording_worker(seen.clone()));
     wait_until(Duration::from_secs(10), || {
@@ -73,14 +65,8 @@ async fn in_process_queue_retries_and_dead_letters() {
     .await;
     assert_eq!(deliveries(&seen, "good-1"), vec![1]);
     assert_eq!(deliveries(&seen, "good-2"), vec![1]);
-    assert_eq!(
-        deliveries(&seen, "bad-1"),
-        (1..=MAX_RECEIVES).collect::<Vec<_>>()
-    );
-    assert_eq!(
-        queue.dead_letters(QueueName::Ingest),
-        vec!["bad-1".to_owned()]
-    );
+    assert_eq!(deliveries(&seen, "bad-1"), (1..=MAX_RECEIVES).collect::<Vec<_>>());
+    assert_eq!(queue.dead_letters(QueueName::Ingest), vec!["bad-1".to_owned()]);
     assert!(queue.dead_letters(QueueName::Memory).is_empty());
 }
 
@@ -108,19 +94,12 @@ async fn sqs_queue_retries_and_dead_letters() {
         .attributes
         .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
         .clone();
-    let redrive =
-        format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":"{MAX_RECEIVES}"}}"#);
+    let redrive = format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":"{MAX_RECEIVES}"}}"#);
     let url = sqs
         .create_queue()
         .queue_name(&name)
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
-            "1",
-        )
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy,
-            redrive,
-        )
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "1")
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy, redrive)
         .send()
         .await
         .unwrap()
@@ -129,10 +108,7 @@ async fn sqs_queue_retries_and_dead_letters() {
 
     let queue = SqsQueue::new(&sdk, url.clone(), url.clone());
     for body in ["good-1", "bad-1", "good-2"] {
-        queue
-            .send(QueueName::Ingest, body.to_owned())
-            .await
-            .unwrap();
+        queue.send(QueueName::Ingest, body.to_owned()).await.unwrap();
     }
     let seen: Seen = Arc::default();
     let worker = queue.start_worker(QueueName::Ingest, recording_worker(seen.clone()));
@@ -160,16 +136,9 @@ async fn sqs_queue_retries_and_dead_letters() {
     };
     worker.abort();
     assert_eq!(dead, "bad-1");
-    assert_eq!(
-        deliveries(&seen, "good-1"),
-        vec![1],
-        "handled once and deleted"
-    );
+    assert_eq!(deliveries(&seen, "good-1"), vec![1], "handled once and deleted");
     assert_eq!(deliveries(&seen, "good-2"), vec![1]);
-    assert_eq!(
-        deliveries(&seen, "bad-1"),
-        (1..=MAX_RECEIVES).collect::<Vec<_>>()
-    );
+    assert_eq!(deliveries(&seen, "bad-1"), (1..=MAX_RECEIVES).collect::<Vec<_>>());
     sqs.delete_queue().queue_url(&url).send().await.unwrap();
     sqs.delete_queue().queue_url(&dlq).send().await.unwrap();
 }

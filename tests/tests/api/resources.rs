@@ -11,18 +11,10 @@ fn sha(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-async fn upload(
-    app: &TestApp,
-    token: &str,
-    name: &str,
-    bytes: Vec<u8>,
-    biz: Option<(&str, &str)>,
-) -> api_tests::Reply {
+async fn upload(app: &TestApp, token: &str, name: &str, bytes: Vec<u8>, biz: Option<(&str, &str)>) -> api_tests::Reply {
     let mut form = Form::new().part("file", Part::bytes(bytes).file_name(name.to_owned()));
     if let Some((t, id)) = biz {
-        form = form
-            .text("bizType", t.to_owned())
-            .text("bizId", id.to_owned());
+        form = form.text("bizType", t.to_owned()).text("bizId", id.to_owned());
     }
     app.send(
         app.client
@@ -56,30 +48,13 @@ async fn round_trip(store: Store) {
         .copied()
         .chain((0..200_000u32).map(|i| (i % 251) as u8))
         .collect();
-    let reply = upload(
-        &app,
-        &token,
-        "图片 photo.txt",
-        bytes.clone(),
-        Some(("avatar", "42")),
-    )
-    .await;
+    let reply = upload(&app, &token, "图片 photo.txt", bytes.clone(), Some(("avatar", "42"))).await;
     let r = reply.assert_ok().clone();
-    assert_eq!(
-        r["mimeType"], "image/png",
-        "sniffed from the bytes, not the name"
-    );
+    assert_eq!(r["mimeType"], "image/png", "sniffed from the bytes, not the name");
     assert_eq!(r["fileSize"].as_u64(), Some(bytes.len() as u64));
+    assert_eq!(r["storageType"], if store == Store::S3 { "OSS" } else { "LOCAL" });
     assert_eq!(
-        r["storageType"],
-        if store == Store::S3 { "OSS" } else { "LOCAL" }
-    );
-    assert_eq!(
-        (
-            r["bizType"].as_str(),
-            r["bizId"].as_i64(),
-            r["creatorId"].as_i64()
-        ),
+        (r["bizType"].as_str(), r["bizId"].as_i64(), r["creatorId"].as_i64()),
         (Some("avatar"), Some(42), Some(user_id))
     );
     assert_eq!(r["originalName"], "图片 photo.txt");
@@ -88,9 +63,7 @@ async fn round_trip(store: Store) {
     let key = r["storageKey"].as_str().unwrap().to_owned();
     assert!(object_exists(&app, store, &key).await);
 
-    let preview = app
-        .get(&format!("/resource/{id}/preview"), Some(&token))
-        .await;
+    let preview = app.get(&format!("/resource/{id}/preview"), Some(&token)).await;
     assert_eq!(preview.status, 200);
     assert_eq!(sha(&preview.bytes), sha(&bytes));
     assert_eq!(preview.headers["content-type"], "image/png");
@@ -99,14 +72,9 @@ async fn round_trip(store: Store) {
         .unwrap()
         .starts_with("inline"));
 
-    let download = app
-        .get(&format!("/resource/{id}/download"), Some(&token))
-        .await;
+    let download = app.get(&format!("/resource/{id}/download"), Some(&token)).await;
     assert_eq!(sha(&download.bytes), sha(&bytes));
-    let disposition = download.headers["content-disposition"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let disposition = download.headers["content-disposition"].to_str().unwrap().to_owned();
     assert!(
         disposition.starts_with("attachment; filename=\"__ photo.txt\""),
         "{disposition}"
@@ -127,10 +95,7 @@ async fn round_trip(store: Store) {
         .await;
     assert_eq!(part.status, 206);
     assert_eq!(&part.bytes[..], &bytes[10..20]);
-    assert_eq!(
-        part.headers["content-range"],
-        format!("bytes 10-19/{}", bytes.len())
-    );
+    assert_eq!(part.headers["content-range"], format!("bytes 10-19/{}", bytes.len()));
     let bad = app
         .send(
             app.client
@@ -149,13 +114,8 @@ async fn round_trip(store: Store) {
     assert!(object_exists(&app, store, &key).await);
     assert_eq!(app.count("resources").await, 1);
 
-    app.delete(&format!("/resource/{id}"), Some(&token))
-        .await
-        .assert_ok();
-    assert!(
-        !object_exists(&app, store, &key).await,
-        "object removed from the store"
-    );
+    app.delete(&format!("/resource/{id}"), Some(&token)).await.assert_ok();
+    assert!(!object_exists(&app, store, &key).await, "object removed from the store");
     assert_eq!(app.count("resources").await, 0);
     app.get(&format!("/resource/{id}/preview"), Some(&token))
         .await
@@ -200,10 +160,7 @@ async fn bad_uploads_change_nothing(store: Store) {
     assert_eq!(app.count("resources").await, 0);
     if store == Store::Filesystem {
         let leftover = walk(app.storage_dir.path());
-        assert!(
-            leftover.is_empty(),
-            "nothing written to storage: {leftover:?}"
-        );
+        assert!(leftover.is_empty(), "nothing written to storage: {leftover:?}");
     }
 }
 
@@ -244,27 +201,15 @@ async fn page_filters() {
     )
     .await
     .assert_ok();
-    upload(
-        &app,
-        &alice,
-        "avatar.png",
-        PNG.to_vec(),
-        Some(("avatar", "2")),
-    )
-    .await
-    .assert_ok();
+    upload(&app, &alice, "avatar.png", PNG.to_vec(), Some(("avatar", "2")))
+        .await
+        .assert_ok();
     upload(&app, &alice, "100%_done.txt", b"x".to_vec(), None)
         .await
         .assert_ok();
-    upload(
-        &app,
-        &bob,
-        "bob.txt",
-        b"bob".to_vec(),
-        Some(("document", "1")),
-    )
-    .await
-    .assert_ok();
+    upload(&app, &bob, "bob.txt", b"bob".to_vec(), Some(("document", "1")))
+        .await
+        .assert_ok();
 
     let names = |v: &Value| -> Vec<String> {
         v["data"]
@@ -281,17 +226,11 @@ async fn page_filters() {
         (Some(3), Some(1), Some(10)),
         "only her own"
     );
-    let docs = app
-        .get("/resource/page?bizType=document&bizId=1", Some(&alice))
-        .await;
+    let docs = app.get("/resource/page?bizType=document&bizId=1", Some(&alice)).await;
     assert_eq!(names(docs.assert_ok()), vec!["report-2024.pdf"]);
-    let search = app
-        .get("/resource/page?originalName=AVATAR", Some(&alice))
-        .await;
+    let search = app.get("/resource/page?originalName=AVATAR", Some(&alice)).await;
     assert_eq!(names(search.assert_ok()), vec!["avatar.png"]);
-    let literal = app
-        .get("/resource/page?originalName=%25_", Some(&alice))
-        .await;
+    let literal = app.get("/resource/page?originalName=%25_", Some(&alice)).await;
     assert_eq!(
         names(literal.assert_ok()),
         vec!["100%_done.txt"],
@@ -306,9 +245,7 @@ async fn page_filters() {
     let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1))
         .format("%Y-%m-%d")
         .to_string();
-    let range = format!(
-        "/resource/page?datetimeRange={today}%2000:00:00&datetimeRange={tomorrow}%2000:00:00"
-    );
+    let range = format!("/resource/page?datetimeRange={today}%2000:00:00&datetimeRange={tomorrow}%2000:00:00");
     assert_eq!(app.get(&range, Some(&alice)).await.assert_ok()["total"], 3);
     let past = "/resource/page?datetimeRange=2000-01-01%2000:00:00,2000-01-02%2000:00:00";
     assert_eq!(app.get(past, Some(&alice)).await.assert_ok()["total"], 0);
@@ -362,22 +299,14 @@ async fn presigned_upload(store: Store) {
         .send()
         .await
         .unwrap();
-    assert!(
-        put.status().is_success(),
-        "PUT to the presigned URL: {}",
-        put.status()
-    );
-    let done = app
-        .post("/resource/upload/complete", Some(&token), &complete)
-        .await;
+    assert!(put.status().is_success(), "PUT to the presigned URL: {}", put.status());
+    let done = app.post("/resource/upload/complete", Some(&token), &complete).await;
     let r = done.assert_ok().clone();
     assert_eq!(
         (r["mimeType"].as_str(), r["fileSize"].as_u64()),
         (Some("application/pdf"), Some(bytes.len() as u64))
     );
-    let download = app
-        .get(&format!("/resource/{}/download", r["id"]), Some(&token))
-        .await;
+    let download = app.get(&format!("/resource/{}/download", r["id"]), Some(&token)).await;
     assert_eq!(sha(&download.bytes), sha(&bytes));
 
     // Registering twice, or someone else's key, is refused.
@@ -389,13 +318,9 @@ async fn presigned_upload(store: Store) {
         .await
         .assert_error(403, 403, "not issued to you");
     assert_eq!(app.count("resources").await, 1);
-    app.post(
-        "/resource/upload-url",
-        Some(&token),
-        &json!({ "fileSize": 1 }),
-    )
-    .await
-    .assert_error(400, 0, "originalName is required");
+    app.post("/resource/upload-url", Some(&token), &json!({ "fileSize": 1 }))
+        .await
+        .assert_error(400, 0, "originalName is required");
     app.post(
         "/resource/upload-url",
         Some(&token),

@@ -22,9 +22,7 @@ async fn login_then_current_user() {
         assert!(me.get(key).is_some(), "{key} missing from {me}");
     }
     // The optional Bearer prefix works too.
-    app.get("/user", Some(&format!("Bearer {token}")))
-        .await
-        .assert_ok();
+    app.get("/user", Some(&format!("Bearer {token}"))).await.assert_ok();
 }
 
 #[tokio::test]
@@ -33,22 +31,16 @@ async fn login_failures_are_clear_and_throttled() {
     app.login(ADMIN_USERNAME, "wrong")
         .await
         .assert_error(401, 401, "incorrect");
-    app.login("nobody", "wrong")
-        .await
-        .assert_error(401, 401, "incorrect");
+    app.login("nobody", "wrong").await.assert_error(401, 401, "incorrect");
     app.post("/user/login", None, &json!({ "password": "x" }))
         .await
         .assert_error(400, 0, "username is required");
     app.post("/user/login", None, &json!({ "username": "admin" }))
         .await
         .assert_error(400, 0, "password is required");
-    app.post(
-        "/user/login",
-        None,
-        &json!({ "username": 5, "password": "x" }),
-    )
-    .await
-    .assert_error(400, 0, "username");
+    app.post("/user/login", None, &json!({ "username": 5, "password": "x" }))
+        .await
+        .assert_error(400, 0, "username");
     let raw = app
         .send(
             app.client
@@ -76,9 +68,7 @@ async fn spawn_with_low_limit() -> TestApp {
 #[tokio::test]
 async fn missing_forged_and_expired_tokens_get_401() {
     let app = app().await;
-    app.get("/user", None)
-        .await
-        .assert_error(401, 401, "log in");
+    app.get("/user", None).await.assert_error(401, 401, "log in");
     app.get("/user", Some("not-a-jwt"))
         .await
         .assert_error(401, 401, "invalid");
@@ -86,9 +76,7 @@ async fn missing_forged_and_expired_tokens_get_401() {
     let forged = shared::auth::JwtKeys::new(&[3u8; 32], std::time::Duration::from_secs(600))
         .issue_access(1, 1)
         .unwrap();
-    app.get("/user", Some(&forged))
-        .await
-        .assert_error(401, 401, "invalid");
+    app.get("/user", Some(&forged)).await.assert_error(401, 401, "invalid");
     // Signed with the right secret but already expired.
     let expired = api_tests::spawn_with(Store::Filesystem, &[("ACCESS_TOKEN_TTL_SECS", "0")]).await;
     let token = expired.admin_token().await;
@@ -103,46 +91,25 @@ async fn missing_forged_and_expired_tokens_get_401() {
 async fn refresh_rotates_and_reuse_revokes_the_login() {
     let app = app().await;
     let login = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
-    let first = login.assert_ok()["refreshToken"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let first = login.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
 
     let r1 = app
-        .post(
-            "/auth/refreshToken",
-            None,
-            &json!({ "refreshToken": first }),
-        )
+        .post("/auth/refreshToken", None, &json!({ "refreshToken": first }))
         .await;
     let second = r1.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
     assert_ne!(first, second);
-    app.get("/user", r1.data()["token"].as_str())
-        .await
-        .assert_ok();
+    app.get("/user", r1.data()["token"].as_str()).await.assert_ok();
 
     // Reusing the first token revokes the whole chain, including the fresh second token.
-    app.post(
-        "/auth/refreshToken",
-        None,
-        &json!({ "refreshToken": first }),
-    )
-    .await
-    .assert_error(401, 401, "already used");
-    app.post(
-        "/auth/refreshToken",
-        None,
-        &json!({ "refreshToken": second }),
-    )
-    .await
-    .assert_error(401, 401, "revoked");
-    app.post(
-        "/auth/refreshToken",
-        None,
-        &json!({ "refreshToken": "garbage" }),
-    )
-    .await
-    .assert_error(401, 401, "invalid");
+    app.post("/auth/refreshToken", None, &json!({ "refreshToken": first }))
+        .await
+        .assert_error(401, 401, "already used");
+    app.post("/auth/refreshToken", None, &json!({ "refreshToken": second }))
+        .await
+        .assert_error(401, 401, "revoked");
+    app.post("/auth/refreshToken", None, &json!({ "refreshToken": "garbage" }))
+        .await
+        .assert_error(401, 401, "invalid");
     app.post("/auth/refreshToken", None, &json!({}))
         .await
         .assert_error(400, 0, "refreshToken is required");
@@ -158,17 +125,11 @@ async fn admin_creates_lists_and_updates_users() {
     let page = app.get("/user/page/list?page=1&size=1", Some(&admin)).await;
     let data = page.assert_ok();
     assert_eq!(
-        (
-            data["page"].as_i64(),
-            data["size"].as_i64(),
-            data["total"].as_i64()
-        ),
+        (data["page"].as_i64(), data["size"].as_i64(), data["total"].as_i64()),
         (Some(1), Some(1), Some(2))
     );
     assert_eq!(data["data"].as_array().unwrap().len(), 1);
-    let found = app
-        .get("/user/page/list?email=alice%40example", Some(&admin))
-        .await;
+    let found = app.get("/user/page/list?email=alice%40example", Some(&admin)).await;
     let users = found.assert_ok()["data"].as_array().unwrap().clone();
     assert_eq!(users.len(), 1);
     let alice = &users[0];
@@ -180,10 +141,7 @@ async fn admin_creates_lists_and_updates_users() {
         ),
         (Some("alice"), Some(500), Some(500))
     );
-    assert!(
-        alice["createDt"].as_str().unwrap().len() == 19,
-        "YYYY-MM-DD HH:mm:ss"
-    );
+    assert!(alice["createDt"].as_str().unwrap().len() == 19, "YYYY-MM-DD HH:mm:ss");
     let id = alice["id"].as_i64().unwrap();
 
     // Duplicate username (any case) is refused and writes nothing.
@@ -192,29 +150,21 @@ async fn admin_creates_lists_and_updates_users() {
     app.post("/user", Some(&admin), &dup)
         .await
         .assert_error(400, 0, "username is already taken");
-    let dup_email = json!({ "username": "alice2", "password": "another-pass", "role": 2, "email": "Alice@Example.com" });
+    let dup_email =
+        json!({ "username": "alice2", "password": "another-pass", "role": 2, "email": "Alice@Example.com" });
     app.post("/user", Some(&admin), &dup_email)
         .await
         .assert_error(400, 0, "email is already used");
     assert_eq!(app.count("users").await, before);
 
     for (body, needle) in [
-        (
-            json!({ "password": "abcdefgh", "role": 2 }),
-            "username is required",
-        ),
-        (
-            json!({ "username": "bob", "role": 2 }),
-            "password is required",
-        ),
+        (json!({ "password": "abcdefgh", "role": 2 }), "username is required"),
+        (json!({ "username": "bob", "role": 2 }), "password is required"),
         (
             json!({ "username": "bob", "password": "short", "role": 2 }),
             "password must be 8 to 128",
         ),
-        (
-            json!({ "username": "bob", "password": "abcdefgh" }),
-            "role is required",
-        ),
+        (json!({ "username": "bob", "password": "abcdefgh" }), "role is required"),
         (
             json!({ "username": "bob", "password": "abcdefgh", "role": 7 }),
             "role must be 1",
@@ -240,9 +190,7 @@ async fn admin_creates_lists_and_updates_users() {
 
     // Update: role, email, password.
     let upd = json!({ "role": 1, "email": "alice@new.example", "password": "alice-pass-2" });
-    app.put(&format!("/user/{id}"), Some(&admin), &upd)
-        .await
-        .assert_ok();
+    app.put(&format!("/user/{id}"), Some(&admin), &upd).await.assert_ok();
     let login = app.login("alice", "alice-pass-2").await;
     let token = login.assert_ok()["token"].as_str().unwrap().to_owned();
     let me = app.get("/user", Some(&token)).await;
@@ -250,13 +198,9 @@ async fn admin_creates_lists_and_updates_users() {
         (me.data()["role"].as_i64(), me.data()["email"].as_str()),
         (Some(1), Some("alice@new.example"))
     );
-    app.put(
-        &format!("/user/{id}"),
-        Some(&admin),
-        &json!({ "email": "x@y.zz" }),
-    )
-    .await
-    .assert_error(400, 0, "role is required");
+    app.put(&format!("/user/{id}"), Some(&admin), &json!({ "email": "x@y.zz" }))
+        .await
+        .assert_error(400, 0, "role is required");
     app.put("/user/999999", Some(&admin), &json!({ "role": 2 }))
         .await
         .assert_error(404, 404, "user not found");
@@ -328,13 +272,9 @@ async fn regular_users_get_403_on_admin_endpoints() {
     app.put(&format!("/user/{id}/role?role=1"), t, &json!({}))
         .await
         .assert_error(403, 403, "administrator");
-    app.put(
-        &format!("/user/{id}/password"),
-        t,
-        &json!({ "password": "abcdefghi" }),
-    )
-    .await
-    .assert_error(403, 403, "administrator");
+    app.put(&format!("/user/{id}/password"), t, &json!({ "password": "abcdefghi" }))
+        .await
+        .assert_error(403, 403, "administrator");
     app.post(
         "/user/authorize/code",
         t,
@@ -357,13 +297,9 @@ async fn own_password_change() {
         .await
         .assert_error(400, 0, "oldPassword is incorrect");
     app.login("dave", "user-password-1").await.assert_ok();
-    app.put(
-        "/user/password",
-        t,
-        &json!({ "oldPassword": "user-password-1" }),
-    )
-    .await
-    .assert_error(400, 0, "newPassword is required");
+    app.put("/user/password", t, &json!({ "oldPassword": "user-password-1" }))
+        .await
+        .assert_error(400, 0, "newPassword is required");
     app.put(
         "/user/password",
         t,
@@ -394,12 +330,8 @@ async fn authorize_code_grants_quota() {
     let t = Some(admin.as_str());
     let (_, _) = app.regular_user("erin").await;
     let grant = json!({ "email": "erin@example.com", "days": 30, "totals": 1000 });
-    app.post("/user/authorize/code", t, &grant)
-        .await
-        .assert_ok();
-    app.post("/user/authorize/code", t, &grant)
-        .await
-        .assert_ok();
+    app.post("/user/authorize/code", t, &grant).await.assert_ok();
+    app.post("/user/authorize/code", t, &grant).await.assert_ok();
     let list = app.get("/user/page/list?email=erin", t).await;
     let erin = list.assert_ok()["data"][0].clone();
     assert_eq!(
@@ -421,11 +353,7 @@ async fn authorize_code_grants_quota() {
     let list = app.get("/user/page/list?email=new%40example.com", t).await;
     let new = list.assert_ok()["data"][0].clone();
     assert_eq!(
-        (
-            new["role"].as_i64(),
-            new["tokens"].as_i64(),
-            new["username"].as_str()
-        ),
+        (new["role"].as_i64(), new["tokens"].as_i64(), new["username"].as_str()),
         (Some(2), Some(50), Some("new@example.com"))
     );
 
@@ -435,18 +363,12 @@ async fn authorize_code_grants_quota() {
             json!({ "email": "bad", "days": 7, "totals": 50 }),
             "email must be a valid",
         ),
-        (
-            json!({ "email": "z@example.com", "totals": 50 }),
-            "days is required",
-        ),
+        (json!({ "email": "z@example.com", "totals": 50 }), "days is required"),
         (
             json!({ "email": "z@example.com", "days": 0, "totals": 50 }),
             "days must be between",
         ),
-        (
-            json!({ "email": "z@example.com", "days": 7 }),
-            "totals is required",
-        ),
+        (json!({ "email": "z@example.com", "days": 7 }), "totals is required"),
         (
             json!({ "email": "z@example.com", "days": 7, "totals": -5 }),
             "totals must be between",
@@ -463,10 +385,7 @@ async fn authorize_code_grants_quota() {
 async fn secrets_are_never_stored_in_plain_text() {
     let app = app().await;
     let login = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
-    let refresh = login.assert_ok()["refreshToken"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let refresh = login.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
     let hash: String = sqlx::query_scalar("SELECT password_hash FROM users WHERE username = $1")
         .bind(ADMIN_USERNAME)
         .fetch_one(&app.db)

@@ -200,20 +200,14 @@ fn usage_of(v: &Value) -> Option<Usage> {
     let u = v.get("usage").filter(|u| u.is_object())?;
     Some(Usage {
         prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-        completion_tokens: u
-            .get("completion_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
+        completion_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
     })
 }
 
 fn stream_error(v: &Value) -> Option<ModelError> {
     let err = v.get("error")?;
     let message = upstream_message(&v.to_string()).unwrap_or_else(|| snippet(&err.to_string()));
-    Some(ModelError::Upstream {
-        status: 200,
-        message,
-    })
+    Some(ModelError::Upstream { status: 200, message })
 }
 
 impl ModelClient {
@@ -229,13 +223,7 @@ impl ModelClient {
             .pointer("/choices/0")
             .ok_or_else(|| ModelError::Protocol("the answer has no choices".into()))?;
         let message = &choice["message"];
-        let text = |key: &str| {
-            message
-                .get(key)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
+        let text = |key: &str| message.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
         let tool_calls = message
             .get("tool_calls")
             .and_then(Value::as_array)
@@ -268,22 +256,13 @@ impl ModelClient {
             reasoning,
             tool_calls,
             usage: usage_of(&v).unwrap_or_default(),
-            finish_reason: choice["finish_reason"]
-                .as_str()
-                .unwrap_or("stop")
-                .to_owned(),
+            finish_reason: choice["finish_reason"].as_str().unwrap_or("stop").to_owned(),
         })
     }
 
     /// A streamed answer. Dropping the stream closes the upstream connection.
-    pub async fn chat_stream(
-        &self,
-        ep: &Endpoint,
-        req: &ChatRequest,
-    ) -> Result<ChatStream, ModelError> {
-        let resp = self
-            .post(ep, "chat/completions", &request_body(ep, req, true))
-            .await?;
+    pub async fn chat_stream(&self, ep: &Endpoint, req: &ChatRequest) -> Result<ChatStream, ModelError> {
+        let resp = self.post(ep, "chat/completions", &request_body(ep, req, true)).await?;
         let state = StreamState {
             body: Box::pin(resp.bytes_stream()),
             decoder: SseDecoder::default(),
@@ -293,13 +272,10 @@ impl ModelClient {
             done: false,
             idle: ep.timeout(),
         };
-        Ok(Box::pin(futures::stream::unfold(
-            state,
-            |mut st| async move {
-                let item = st.next_event().await?;
-                Some((item, st))
-            },
-        )))
+        Ok(Box::pin(futures::stream::unfold(state, |mut st| async move {
+            let item = st.next_event().await?;
+            Some((item, st))
+        })))
     }
 }
 
@@ -343,9 +319,7 @@ impl StreamState {
                         self.on_data(&data);
                     }
                 }
-                Ok(Some(Err(e))) => {
-                    self.fail(ModelError::Network(format!("the answer stream broke: {e}")))
-                }
+                Ok(Some(Err(e))) => self.fail(ModelError::Network(format!("the answer stream broke: {e}"))),
                 Ok(None) => {
                     if let Some(data) = self.decoder.finish() {
                         self.on_data(&data);
@@ -397,14 +371,9 @@ impl StreamState {
                 .or_else(|| delta.get("reasoning"))
                 .and_then(Value::as_str);
             if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
-                self.pending
-                    .push_back(Ok(ChatEvent::Reasoning(r.to_owned())));
+                self.pending.push_back(Ok(ChatEvent::Reasoning(r.to_owned())));
             }
-            if let Some(t) = delta
-                .get("content")
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-            {
+            if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
                 self.pending.push_back(Ok(ChatEvent::Text(t.to_owned())));
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
@@ -413,8 +382,7 @@ impl StreamState {
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 self.flush_tools();
                 self.finished = true;
-                self.pending
-                    .push_back(Ok(ChatEvent::Finish(reason.to_owned())));
+                self.pending.push_back(Ok(ChatEvent::Finish(reason.to_owned())));
             }
         }
         if let Some(u) = usage_of(&v) {

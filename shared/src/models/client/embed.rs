@@ -107,16 +107,11 @@ impl ModelClient {
         }
         indexed.sort_by_key(|(i, _)| *i);
         if indexed.iter().enumerate().any(|(pos, (i, _))| pos != *i) {
-            return Err(ModelError::Protocol(
-                "embedding indexes do not match the inputs".into(),
-            ));
+            return Err(ModelError::Protocol("embedding indexes do not match the inputs".into()));
         }
         Ok(Embeddings {
             vectors: indexed.into_iter().map(|(_, v)| v).collect(),
-            prompt_tokens: v
-                .pointer("/usage/prompt_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
+            prompt_tokens: v.pointer("/usage/prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
         })
     }
 }

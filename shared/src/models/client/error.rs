@@ -85,10 +85,7 @@ mod tests {
 
     #[test]
     fn statuses_map_to_actionable_kinds() {
-        let e = ModelError::from_status(
-            StatusCode::UNAUTHORIZED,
-            r#"{"error":{"message":"Incorrect API key"}}"#,
-        );
+        let e = ModelError::from_status(StatusCode::UNAUTHORIZED, r#"{"error":{"message":"Incorrect API key"}}"#);
         assert_eq!(
             e.to_string(),
             "the model endpoint rejected the API key: Incorrect API key"

@@ -58,10 +58,7 @@ impl Endpoint {
     }
 
     fn option_str(&self, key: &str) -> Option<&str> {
-        self.options
-            .get(key)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
+        self.options.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
     }
 
     /// How long to wait for the first byte, and between stream chunks.
@@ -126,10 +123,7 @@ impl ModelClient {
         let resp = match tokio::time::timeout(ep.timeout(), request.send()).await {
             Err(_) => {
                 return Err((
-                    ModelError::Timeout(format!(
-                        "no response from {url} within {:?}",
-                        ep.timeout()
-                    )),
+                    ModelError::Timeout(format!("no response from {url} within {:?}", ep.timeout())),
                     None,
                 ))
             }
@@ -146,18 +140,11 @@ impl ModelClient {
     }
 
     /// Posts and reads the whole JSON answer.
-    async fn post_json(
-        &self,
-        ep: &Endpoint,
-        path: &str,
-        body: &Value,
-    ) -> Result<Value, ModelError> {
+    async fn post_json(&self, ep: &Endpoint, path: &str, body: &Value) -> Result<Value, ModelError> {
         let resp = self.post(ep, path, body).await?;
         let bytes = tokio::time::timeout(ep.timeout(), resp.bytes())
             .await
-            .map_err(|_| {
-                ModelError::Timeout("the model endpoint stopped sending its answer".into())
-            })?
+            .map_err(|_| ModelError::Timeout("the model endpoint stopped sending its answer".into()))?
             .map_err(|e| ModelError::Network(format!("reading the answer failed: {e}")))?;
         serde_json::from_slice(&bytes).map_err(|_| {
             ModelError::Protocol(format!(
@@ -173,13 +160,7 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let secs: u64 = headers
-        .get(RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let secs: u64 = headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
     Some(Duration::from_secs(secs.min(5)))
 }
 

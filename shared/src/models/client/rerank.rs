@@ -35,12 +35,9 @@ impl ModelClient {
             let index = r
                 .get("index")
                 .and_then(Value::as_u64)
-                .ok_or_else(|| ModelError::Protocol("a result has no index".into()))?
-                as usize;
+                .ok_or_else(|| ModelError::Protocol("a result has no index".into()))? as usize;
             if index >= documents.len() {
-                return Err(ModelError::Protocol(format!(
-                    "result index {index} is out of range"
-                )));
+                return Err(ModelError::Protocol(format!("result index {index} is out of range")));
             }
             let score = r
                 .get("relevance_score")

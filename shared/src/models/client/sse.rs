@@ -58,10 +58,7 @@ mod tests {
     fn splits_events_across_chunks() {
         let mut d = SseDecoder::default();
         assert!(d.feed(b"data: {\"a\"").is_empty());
-        assert_eq!(
-            d.feed(b":1}\n\ndata: [DONE]\r\n\r\n"),
-            vec!["{\"a\":1}", "[DONE]"]
-        );
+        assert_eq!(d.feed(b":1}\n\ndata: [DONE]\r\n\r\n"), vec!["{\"a\":1}", "[DONE]"]);
         assert_eq!(
             d.feed(b": comment\nevent: x\ndata: one\ndata: two\n\n"),
             vec!["one\ntwo"]

@@ -5,6 +5,7 @@ mod health;
 
 use axum::routing::get;
 use axum::{Json, Router};
+use shared::queue::QueueName;
 use shared::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_scalar::{Scalar, Servable};
@@ -15,6 +16,14 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(user_api::router())
         .merge(resource_api::router())
         .merge(model_api::router())
+        .merge(knowledge_api::router())
+}
+
+/// Runs the queue workers inside this process, as the Lambda event sources would.
+pub fn start_workers(state: &AppState) {
+    state
+        .queue()
+        .start_worker(QueueName::Ingest, shared::rag::pipeline::handler(state.clone()));
 }
 
 /// The complete local application.

@@ -12,6 +12,7 @@ async fn main() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {bind}:{port}: {e} (set PORT to another port)"))?;
     let base = format!("http://{}/{}", listener.local_addr()?, state.config().api_prefix);
     let app = local_server::build_app(state.clone());
+    local_server::start_workers(&state);
     tracing::info!(%base, "agent platform listening");
     println!("Agent platform API: {base}");
     println!("OpenAPI:            http://{}/api-docs", listener.local_addr()?);

@@ -44,6 +44,9 @@ pub struct Config {
     pub login_max_failures: i32,
     pub login_ip_max_failures: i32,
     pub login_lock: Duration,
+    /// Hosts that URL imports may reach even though they resolve to private or loopback
+    /// addresses (tests, trusted intranet sources).
+    pub import_allow_hosts: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +129,14 @@ impl Config {
             login_max_failures: parse_num("LOGIN_MAX_FAILURES", 5)? as i32,
             login_ip_max_failures: parse_num("LOGIN_IP_MAX_FAILURES", 50)? as i32,
             login_lock: Duration::from_secs(parse_num("LOGIN_LOCK_SECS", 900)?),
+            import_allow_hosts: get("IMPORT_URL_ALLOW_HOSTS")
+                .map(|v| {
+                    v.split(',')
+                        .map(|h| h.trim().to_ascii_lowercase())
+                        .filter(|h| !h.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
     }
 }

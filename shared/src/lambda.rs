@@ -12,3 +12,23 @@ pub async fn run_http(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::E
     let (app, _) = crate::app::assemble(api, state);
     lambda_http::run(app).await
 }
+
+/// Serves an SQS-triggered worker: the batch handler answers with partial batch failures.
+pub async fn run_sqs(worker: fn(AppState) -> crate::queue::BatchHandler) -> Result<(), lambda_runtime::Error> {
+    use aws_lambda_events::event::sqs::SqsEvent;
+    use lambda_runtime::{service_fn, LambdaEvent};
+
+    let state = crate::app::start()
+        .await
+        .map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))?;
+    let handler = worker(state);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
+        let handler = handler.clone();
+        async move {
+            handler(event.payload)
+                .await
+                .map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))
+        }
+    }))
+    .await
+}

@@ -90,6 +90,7 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let app = local_server::build_app(state.clone());
+    local_server::start_workers(&state);
     tokio::spawn(async move {
         let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
     });
@@ -330,4 +331,153 @@ impl TestApp {
             .as_i64()
             .expect("config id")
     }
+}
+
+/// A knowledge-base test setup: the app, the scripted model server, an admin token and an
+/// EMBEDDING model (8 dimensions) to build bases on.
+pub struct KbSetup {
+    pub app: TestApp,
+    pub models: model_server::ModelServer,
+    pub admin: String,
+    pub embedding_model: i64,
+}
+
+impl KbSetup {
+    pub async fn new(store: Store, extra: &[(&str, &str)]) -> Self {
+        let app = spawn_with(store, extra).await;
+        let models = model_server::ModelServer::start().await;
+        let admin = app.admin_token().await;
+        let provider = app.provider(&admin, "scripted").await;
+        let embedding_model = app
+            .model(
+                &admin,
+                provider,
+                "EMBEDDING",
+                "emb-8",
+                &models.base_url,
+                serde_json::json!({}),
+            )
+            .await;
+        Self {
+            app,
+            models,
+            admin,
+            embedding_model,
+        }
+    }
+
+    /// Creates a base with extra settings merged in; returns its id.
+    pub async fn kb(&self, name: &str, extra: Value) -> i64 {
+        let mut body = serde_json::json!({ "name": name, "embeddingModelId": self.embedding_model });
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        self.app.post("/rag", Some(&self.admin), &body).await.assert_ok()["id"]
+            .as_i64()
+            .expect("kb id")
+    }
+
+    /// Uploads files for preview: (file name, bytes).
+    pub async fn preview(&self, rag_id: i64, files: &[(&str, Vec<u8>)], dedup: Option<(i64, i64)>) -> Reply {
+        let mut form = reqwest::multipart::Form::new().text("ragId", rag_id.to_string());
+        for (name, bytes) in files {
+            form = form.part(
+                "files",
+                reqwest::multipart::Part::bytes(bytes.clone()).file_name((*name).to_owned()),
+            );
+        }
+        if let Some((s, a)) = dedup {
+            form = form
+                .text("dedupStrategy", s.to_string())
+                .text("dedupAction", a.to_string());
+        }
+        let req = self
+            .app
+            .client
+            .post(self.app.url("/document/upload/preview"))
+            .header("Svc-Auth", &self.admin)
+            .multipart(form);
+        self.app.send(req).await
+    }
+
+    /// Previews and commits every file with its previewed decision; returns the commit reply.
+    pub async fn upload(&self, rag_id: i64, files: &[(&str, Vec<u8>)]) -> Reply {
+        let preview = self.preview(rag_id, files, None).await;
+        let data = preview.assert_ok().clone();
+        let items: Vec<Value> = data["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| serde_json::json!({ "tempResourceId": i["tempResourceId"], "decision": if i["decision"] == "REJECT" { Value::from("SKIP") } else { i["decision"].clone() } }))
+            .collect();
+        let body = serde_json::json!({ "previewToken": data["previewToken"], "items": items });
+        self.app.post("/document/upload/commit", Some(&self.admin), &body).await
+    }
+
+    /// Waits until the document leaves the pipeline; returns it.
+    pub async fn settled(&self, doc_id: i64) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let doc = self.app.get(&format!("/document/{doc_id}"), Some(&self.admin)).await;
+            let d = doc.assert_ok().clone();
+            if d["status"] == "success" || d["status"] == "failed" {
+                return d;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "document {doc_id} still {} after 60 s",
+                d["status"]
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Chunk texts of a document in order, read from the database.
+    pub async fn chunk_texts(&self, doc_id: i64) -> Vec<String> {
+        sqlx::query_scalar("SELECT content FROM chunks WHERE document_id = $1 ORDER BY chunk_index")
+            .bind(doc_id)
+            .fetch_all(&self.app.db)
+            .await
+            .expect("chunks")
+    }
+}
+
+/// A new SQS queue (with a DLQ after 3 receives) on LocalStack, so parallel tests never
+/// consume each other's messages; returns its URL.
+pub async fn fresh_sqs_queue() -> String {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    shared::telemetry::install_crypto_provider();
+    let sdk = aws_config::load_from_env().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let name = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let dlq = sqs
+        .create_queue()
+        .queue_name(format!("{name}-dlq"))
+        .send()
+        .await
+        .expect("dlq")
+        .queue_url
+        .unwrap_or_default();
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&dlq)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("dlq arn")
+        .attributes
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .unwrap_or_default();
+    let redrive = format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"3"}}"#);
+    sqs.create_queue()
+        .queue_name(name)
+        .attributes(QueueAttributeName::VisibilityTimeout, "5")
+        .attributes(QueueAttributeName::RedrivePolicy, redrive)
+        .send()
+        .await
+        .expect("queue")
+        .queue_url
+        .unwrap_or_default()
 }

@@ -94,6 +94,11 @@ impl ModelClient {
         Self { http }
     }
 
+    /// The shared HTTP client, for other outbound calls (store probes, imports).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     /// Sends a JSON POST, retrying connection failures, timeouts before the response, 429 and
     /// 5xx. Returns the first successful response with its body still unread.
     async fn post(&self, ep: &Endpoint, path: &str, body: &Value) -> Result<Response, ModelError> {

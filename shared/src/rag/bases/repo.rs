@@ -1,0 +1,178 @@
+//! SQL of knowledge bases, including the per-base vector index.
+
+use sqlx::{PgConnection, PgExecutor, PgPool};
+
+use super::{ChunkSettings, KbRow, ModelSettings, ParseSettings, SearchSettings};
+use sqlx::types::Json;
+
+const SELECT: &str =
+    "SELECT k.id, k.name, k.description, k.icon, k.embedding_model_id, m.model_name AS embedding_model_name,
+    k.dimension, k.vector_store_instance_id, k.rerank_model_id, k.search_engine_enable, k.search_engine_instance_id,
+    k.status, k.chunk_params, k.parse_params, k.search_params, k.model_params, k.dedup_strategy, k.dedup_action,
+    k.upload_confirm, k.creator_id,
+    (SELECT count(*) FROM documents d WHERE d.rag_id = k.id) AS document_count,
+    (SELECT count(*) FROM chunks c WHERE c.rag_id = k.id) AS chunk_count,
+    k.create_dt, k.update_dt
+    FROM knowledge_bases k LEFT JOIN model_configs m ON m.id = k.embedding_model_id";
+
+pub async fn find(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<KbRow>> {
+    sqlx::query_as(&format!("{SELECT} WHERE k.id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// A page of bases: all of them for administrators (`owner` None), else the owner's.
+pub async fn page(db: &PgPool, owner: Option<i64>, limit: i64, offset: i64) -> sqlx::Result<(Vec<KbRow>, i64)> {
+    let total: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM knowledge_bases WHERE $1::bigint IS NULL OR creator_id = $1")
+            .bind(owner)
+            .fetch_one(db)
+            .await?;
+    let rows = sqlx::query_as(&format!(
+        "{SELECT} WHERE $1::bigint IS NULL OR k.creator_id = $1 ORDER BY k.id DESC LIMIT $2 OFFSET $3"
+    ))
+    .bind(owner)
+    .bind(limit)
+    .bind(offset)
+    .fetch_all(db)
+    .await?;
+    Ok((rows, total))
+}
+
+pub struct KbFields<'a> {
+    pub name: &'a str,
+    pub description: Option<&'a str>,
+    pub icon: Option<&'a str>,
+    pub embedding_model_id: i64,
+    pub dimension: i32,
+    pub vector_store_instance_id: i64,
+    pub rerank_model_id: Option<i64>,
+    pub search_engine_enable: bool,
+    pub search_engine_instance_id: Option<i64>,
+    pub chunk: &'a ChunkSettings,
+    pub parse: &'a ParseSettings,
+    pub search: &'a SearchSettings,
+    pub model: &'a ModelSettings,
+    pub dedup_strategy: i16,
+    pub dedup_action: i16,
+    pub upload_confirm: bool,
+}
+
+pub async fn insert(db: impl PgExecutor<'_>, f: &KbFields<'_>, creator_id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO knowledge_bases (name, description, icon, embedding_model_id, dimension, vector_store_instance_id,
+         rerank_model_id, search_engine_enable, search_engine_instance_id, chunk_params, parse_params, search_params,
+         model_params, dedup_strategy, dedup_action, upload_confirm, creator_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id",
+    )
+    .bind(f.name)
+    .bind(f.description)
+    .bind(f.icon)
+    .bind(f.embedding_model_id)
+    .bind(f.dimension)
+    .bind(f.vector_store_instance_id)
+    .bind(f.rerank_model_id)
+    .bind(f.search_engine_enable)
+    .bind(f.search_engine_instance_id)
+    .bind(Json(f.chunk))
+    .bind(Json(f.parse))
+    .bind(Json(f.search))
+    .bind(Json(f.model))
+    .bind(f.dedup_strategy)
+    .bind(f.dedup_action)
+    .bind(f.upload_confirm)
+    .bind(creator_id)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn update(db: impl PgExecutor<'_>, id: i64, f: &KbFields<'_>) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE knowledge_bases SET name = $2, description = $3, icon = $4, embedding_model_id = $5, dimension = $6,
+         vector_store_instance_id = $7, rerank_model_id = $8, search_engine_enable = $9, search_engine_instance_id = $10,
+         chunk_params = $11, parse_params = $12, search_params = $13, model_params = $14, dedup_strategy = $15,
+         dedup_action = $16, upload_confirm = $17, update_dt = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(f.name)
+    .bind(f.description)
+    .bind(f.icon)
+    .bind(f.embedding_model_id)
+    .bind(f.dimension)
+    .bind(f.vector_store_instance_id)
+    .bind(f.rerank_model_id)
+    .bind(f.search_engine_enable)
+    .bind(f.search_engine_instance_id)
+    .bind(Json(f.chunk))
+    .bind(Json(f.parse))
+    .bind(Json(f.search))
+    .bind(Json(f.model))
+    .bind(f.dedup_strategy)
+    .bind(f.dedup_action)
+    .bind(f.upload_confirm)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Name of the base's own HNSW index.
+pub fn index_name(id: i64) -> String {
+    format!("chunks_hnsw_kb_{id}")
+}
+
+/// The vector expression the index is built on: pgvector indexes need a fixed dimension,
+/// and HNSW on `vector` stops at 2000, so larger models use `halfvec`.
+pub fn vector_expr(dimension: i32) -> String {
+    if dimension > 2000 {
+        format!("(embedding::halfvec({dimension}))")
+    } else {
+        format!("(embedding::vector({dimension}))")
+    }
+}
+
+fn ops(dimension: i32) -> &'static str {
+    if dimension > 2000 {
+        "halfvec_cosine_ops"
+    } else {
+        "vector_cosine_ops"
+    }
+}
+
+/// Creates the partial HNSW index of one base. DDL takes no bind parameters; `id` and
+/// `dimension` are integers from our own rows, never client text.
+pub async fn create_index(conn: &mut PgConnection, id: i64, dimension: i32) -> sqlx::Result<()> {
+    let sql = format!(
+        "CREATE INDEX IF NOT EXISTS {} ON chunks USING hnsw ({} {}) WHERE rag_id = {id}",
+        index_name(id),
+        vector_expr(dimension),
+        ops(dimension)
+    );
+    sqlx::query(&sql).execute(conn).await?;
+    Ok(())
+}
+
+pub async fn drop_index(conn: &mut PgConnection, id: i64) -> sqlx::Result<()> {
+    sqlx::query(&format!("DROP INDEX IF EXISTS {}", index_name(id)))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Storage keys of everything stored for a base's documents and images.
+pub async fn object_keys(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(
+        "SELECT storage_key FROM documents WHERE rag_id = $1 UNION ALL SELECT storage_key FROM document_images WHERE rag_id = $1",
+    )
+    .bind(id)
+    .fetch_all(db)
+    .await
+}
+
+pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM knowledge_bases WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,399 @@
+//! Business rules of knowledge bases. A base belongs to its creator; administrators see all.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::repo::{self, KbFields};
+use super::*;
+use crate::http::{CurrentUser, Page, PageQuery};
+use crate::models::client::InputKind;
+use crate::models::gateway::{self, Billing};
+use crate::models::ModelType;
+use crate::stores::{self, StoreType, SEARCH_ENGINE, VECTOR_STORE};
+use crate::{validate, AppError, AppResult, AppState};
+
+/// A base the caller may use and change, or 404 (others' bases are not revealed).
+pub async fn owned(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<KbRow> {
+    let row = repo::find(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("knowledge base"))?;
+    if !user.can_manage(row.creator_id) {
+        return Err(AppError::not_found("knowledge base"));
+    }
+    Ok(row)
+}
+
+pub async fn page(state: &AppState, user: &CurrentUser, paging: PageQuery) -> AppResult<Page<KbView>> {
+    let owner = (!user.is_admin()).then_some(user.id);
+    let (rows, total) = repo::page(state.db(), owner, paging.size(), paging.offset()).await?;
+    Ok(Page::new(rows.into_iter().map(KbView::from).collect(), paging, total))
+}
+
+pub async fn get(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<KbView> {
+    owned(state, user, id).await.map(KbView::from)
+}
+
+/// Applies a partial JSON section onto typed settings; errors name `section.field`.
+fn merge<T: Serialize + DeserializeOwned>(current: &T, patch: &Value, section: &str) -> AppResult<T> {
+    let patch = patch
+        .as_object()
+        .ok_or_else(|| AppError::validation(format!("{section} must be a JSON object")))?;
+    let mut merged = serde_json::to_value(current).map_err(|e| AppError::Internal(e.into()))?;
+    if let Some(obj) = merged.as_object_mut() {
+        for (k, v) in patch {
+            obj.insert(k.clone(), v.clone());
+        }
+    }
+    crate::http::extract::parse_json(merged.to_string().as_bytes())
+        .map_err(|e| AppError::validation(format!("{section}.{e}")))
+}
+
+/// The settings after a create or update request's flat fields are applied.
+struct Settings {
+    chunk: ChunkSettings,
+    parse: ParseSettings,
+}
+
+fn apply_flat(req: &KbRequest, mut s: Settings) -> AppResult<Settings> {
+    let c = &mut s.chunk;
+    if let Some(m) = &req.chunk_mode {
+        c.mode = m.trim().to_ascii_lowercase();
+    }
+    if let Some(v) = req.max_chunk_tokens {
+        c.max_chunk_tokens = v;
+    }
+    if let Some(v) = req.chunk_overlap {
+        c.chunk_overlap = v;
+    }
+    if req.custom_delimiter.is_some() {
+        c.custom_delimiter = req.custom_delimiter.clone();
+    }
+    if req.chunk_regex.is_some() {
+        c.chunk_regex = req.chunk_regex.clone();
+    }
+    if req.chunk_model_id.is_some() {
+        c.chunk_model_id = req.chunk_model_id;
+    }
+    if let Some(v) = req.merge_short_segments {
+        c.merge_short_segments = v;
+    }
+    if let Some(v) = req.image_ocr {
+        c.image_ocr = v;
+    }
+    if let Some(p) = &req.parse_params {
+        s.parse = merge(&s.parse, p, "parseParams")?;
+    }
+    let p = &mut s.parse;
+    if let Some(e) = &req.parse_engine {
+        p.engine = e.trim().to_ascii_lowercase();
+    }
+    if let Some(v) = req.extparse_do_ocr {
+        p.do_ocr = v;
+    }
+    if let Some(v) = req.extparse_do_table_structure {
+        p.do_table_structure = v;
+    }
+    if let Some(v) = req.extparse_save_images {
+        p.save_images = v;
+    }
+    Ok(s)
+}
+
+fn dedup(field: &str, value: i64, max: i64) -> AppResult<i16> {
+    validate::range(field, value, 0, max)?;
+    Ok(value as i16)
+}
+
+/// Checks that a referenced model exists, is enabled and has the expected type.
+async fn check_model(state: &AppState, field: &str, id: i64, t: ModelType) -> AppResult<()> {
+    gateway::load(state, id, t).await.map(|_| ()).map_err(|e| match e {
+        AppError::NotFound(_) => AppError::validation(format!("{field}: model {id} does not exist")),
+        AppError::Validation(m) | AppError::Business(m) => AppError::validation(format!("{field}: {m}")),
+        other => other,
+    })
+}
+
+/// Resolves a store instance for a category: the given one (checked) or the default.
+async fn store_for(state: &AppState, field: &str, id: Option<i64>, category: i16) -> AppResult<i64> {
+    let row = match id {
+        Some(id) => stores::repo::find(state.db(), id)
+            .await?
+            .ok_or_else(|| AppError::validation(format!("{field}: store instance {id} does not exist")))?,
+        None => stores::repo::default_of(state.db(), category)
+            .await?
+            .ok_or_else(|| AppError::validation(format!("{field} is required: no default store instance exists")))?,
+    };
+    if row.category != category || row.status != 1 {
+        return Err(AppError::validation(format!(
+            "{field}: store instance {} is not an active {}",
+            row.id,
+            stores::category_name(category)
+        )));
+    }
+    // Milvus and OpenSearch indexing arrive with the search backends; say so instead of
+    // accepting a base that could never be filled.
+    if !matches!(row.store_type(), StoreType::PgVector | StoreType::PgFullText) {
+        return Err(AppError::validation(format!(
+            "{field}: {} is not supported yet; use the service's PostgreSQL",
+            row.store_type().name()
+        )));
+    }
+    Ok(row.id)
+}
+
+pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> AppResult<KbView> {
+    let name = validate::required("name", req.name.clone())?;
+    validate::length("name", &name, 1, 100)?;
+    let model_id = validate::present("embeddingModelId", req.embedding_model_id)?;
+    check_model(state, "embeddingModelId", model_id, ModelType::Embedding).await?;
+    let settings = apply_flat(
+        &req,
+        Settings {
+            chunk: ChunkSettings::default(),
+            parse: ParseSettings::default(),
+        },
+    )?;
+    settings.chunk.params()?;
+    settings.parse.check()?;
+    if let Some(id) = settings.chunk.chunk_model_id {
+        check_model(state, "chunkModelId", id, ModelType::Chat).await?;
+    }
+    if let Some(id) = req.rerank_model_id {
+        check_model(state, "rerankModelId", id, ModelType::Reranker).await?;
+    }
+    let dedup_strategy = dedup("dedupStrategy", req.dedup_strategy.unwrap_or(2), 3)?;
+    let dedup_action = dedup("dedupAction", req.dedup_action.unwrap_or(0), 2)?;
+    let vector_store = store_for(
+        state,
+        "vectorStoreInstanceId",
+        req.vector_store_instance_id,
+        VECTOR_STORE,
+    )
+    .await?;
+    let search_store = store_for(
+        state,
+        "searchEngineInstanceId",
+        req.search_engine_instance_id,
+        SEARCH_ENGINE,
+    )
+    .await?;
+    let dimension = match req.dimension_of_vector_model {
+        Some(d) => {
+            validate::range("dimensionOfVectorModel", d, 1, 16000)?;
+            d as i32
+        }
+        None => probe_dimension(state, user, model_id).await?,
+    };
+    let (description, icon) = (validate::optional(req.description), validate::optional(req.icon));
+    let search = SearchSettings {
+        rerank_model_id: req.rerank_model_id,
+        ..SearchSettings::default()
+    };
+    let fields = KbFields {
+        name: &name,
+        description: description.as_deref(),
+        icon: icon.as_deref(),
+        embedding_model_id: model_id,
+        dimension,
+        vector_store_instance_id: vector_store,
+        rerank_model_id: req.rerank_model_id,
+        search_engine_enable: req.search_engine_enable.unwrap_or(true),
+        search_engine_instance_id: Some(search_store),
+        chunk: &settings.chunk,
+        parse: &settings.parse,
+        search: &search,
+        model: &ModelSettings::default(),
+        dedup_strategy,
+        dedup_action,
+        upload_confirm: req.upload_confirm.unwrap_or(false),
+    };
+    let mut tx = state.db().begin().await?;
+    let id = repo::insert(&mut *tx, &fields, user.id).await?;
+    repo::create_index(&mut tx, id, dimension).await?;
+    let row = repo::find(&mut *tx, id)
+        .await?
+        .ok_or_else(|| AppError::not_found("knowledge base"))?;
+    tx.commit().await?;
+    Ok(row.into())
+}
+
+/// Asks the embedding model for one vector to learn its dimension.
+async fn probe_dimension(state: &AppState, user: &CurrentUser, model_id: i64) -> AppResult<i32> {
+    let model = gateway::load(state, model_id, ModelType::Embedding).await?;
+    let probe = ["dimension probe".to_owned()];
+    let out = gateway::embed(
+        state,
+        &model,
+        Billing::RecordOnly(Some(user.id)),
+        &probe,
+        InputKind::Query,
+        None,
+    )
+    .await
+    .map_err(|e| {
+        AppError::validation(format!(
+            "embeddingModelId: the dimension could not be probed ({}); send dimensionOfVectorModel",
+            AppError::from(e)
+        ))
+    })?;
+    out.dimension()
+        .map(|d| d as i32)
+        .ok_or_else(|| AppError::validation("embeddingModelId: the model returned no vector"))
+}
+
+pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbRequest) -> AppResult<()> {
+    let row = owned(state, user, id).await?;
+    let name = match req.name.clone() {
+        Some(n) => validate::required("name", Some(n))?,
+        None => row.name.clone(),
+    };
+    validate::length("name", &name, 1, 100)?;
+    let settings = apply_flat(
+        &req,
+        Settings {
+            chunk: row.chunk_params.0.clone(),
+            parse: row.parse_params.0.clone(),
+        },
+    )?;
+    settings.chunk.params()?;
+    settings.parse.check()?;
+    let model_id = req.embedding_model_id.unwrap_or(row.embedding_model_id);
+    let dimension = req.dimension_of_vector_model.map(|d| d as i32).unwrap_or(row.dimension);
+    if (model_id != row.embedding_model_id || dimension != row.dimension) && row.document_count > 0 {
+        return Err(AppError::business(
+            "embeddingModelId and dimensionOfVectorModel cannot change while the knowledge base has documents",
+        ));
+    }
+    if model_id != row.embedding_model_id {
+        check_model(state, "embeddingModelId", model_id, ModelType::Embedding).await?;
+    }
+    validate::range("dimensionOfVectorModel", i64::from(dimension), 1, 16000)?;
+    if let Some(id) = settings
+        .chunk
+        .chunk_model_id
+        .filter(|m| Some(*m) != row.chunk_params.0.chunk_model_id)
+    {
+        check_model(state, "chunkModelId", id, ModelType::Chat).await?;
+    }
+    let rerank = req.rerank_model_id.or(row.rerank_model_id);
+    if let Some(r) = req.rerank_model_id {
+        check_model(state, "rerankModelId", r, ModelType::Reranker).await?;
+    }
+    let vector_store = match req.vector_store_instance_id {
+        Some(v) => store_for(state, "vectorStoreInstanceId", Some(v), VECTOR_STORE).await?,
+        None => row.vector_store_instance_id,
+    };
+    let search_store = match req.search_engine_instance_id {
+        Some(v) => Some(store_for(state, "searchEngineInstanceId", Some(v), SEARCH_ENGINE).await?),
+        None => row.search_engine_instance_id,
+    };
+    let description = req.description.clone().or(row.description.clone());
+    let icon = req.icon.clone().or(row.icon.clone());
+    let mut search = row.search_params.0.clone();
+    if req.rerank_model_id.is_some() {
+        search.rerank_model_id = req.rerank_model_id;
+    }
+    let fields = KbFields {
+        name: &name,
+        description: description.as_deref(),
+        icon: icon.as_deref(),
+        embedding_model_id: model_id,
+        dimension,
+        vector_store_instance_id: vector_store,
+        rerank_model_id: rerank,
+        search_engine_enable: req.search_engine_enable.unwrap_or(row.search_engine_enable),
+        search_engine_instance_id: search_store,
+        chunk: &settings.chunk,
+        parse: &settings.parse,
+        search: &search,
+        model: &row.model_params.0,
+        dedup_strategy: dedup(
+            "dedupStrategy",
+            req.dedup_strategy.unwrap_or(i64::from(row.dedup_strategy)),
+            3,
+        )?,
+        dedup_action: dedup(
+            "dedupAction",
+            req.dedup_action.unwrap_or(i64::from(row.dedup_action)),
+            2,
+        )?,
+        upload_confirm: req.upload_confirm.unwrap_or(row.upload_confirm),
+    };
+    let mut tx = state.db().begin().await?;
+    repo::update(&mut *tx, id, &fields).await?;
+    if dimension != row.dimension {
+        repo::drop_index(&mut tx, id).await?;
+        repo::create_index(&mut tx, id, dimension).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: KbConfigRequest) -> AppResult<()> {
+    let row = owned(state, user, id).await?;
+    let chunk = match &req.chunk_params {
+        Some(p) => merge(&row.chunk_params.0, p, "chunkParams")?,
+        None => row.chunk_params.0.clone(),
+    };
+    chunk.params()?;
+    let parse = match &req.parse_params {
+        Some(p) => merge(&row.parse_params.0, p, "parseParams")?,
+        None => row.parse_params.0.clone(),
+    };
+    parse.check()?;
+    let search = match &req.search_params {
+        Some(p) => merge(&row.search_params.0, p, "searchParams")?,
+        None => row.search_params.0.clone(),
+    };
+    search.check()?;
+    if let Some(r) = search
+        .rerank_model_id
+        .filter(|r| Some(*r) != row.search_params.0.rerank_model_id)
+    {
+        check_model(state, "searchParams.rerankModelId", r, ModelType::Reranker).await?;
+    }
+    let model = match &req.model_params {
+        Some(p) => merge(&row.model_params.0, p, "modelParams")?,
+        None => row.model_params.0.clone(),
+    };
+    model.check()?;
+    if let Some(m) = model.model_id.filter(|m| Some(*m) != row.model_params.0.model_id) {
+        check_model(state, "modelParams.modelId", m, ModelType::Chat).await?;
+    }
+    let fields = KbFields {
+        name: &row.name,
+        description: row.description.as_deref(),
+        icon: row.icon.as_deref(),
+        embedding_model_id: row.embedding_model_id,
+        dimension: row.dimension,
+        vector_store_instance_id: row.vector_store_instance_id,
+        rerank_model_id: search.rerank_model_id,
+        search_engine_enable: row.search_engine_enable,
+        search_engine_instance_id: row.search_engine_instance_id,
+        chunk: &chunk,
+        parse: &parse,
+        search: &search,
+        model: &model,
+        dedup_strategy: row.dedup_strategy,
+        dedup_action: row.dedup_action,
+        upload_confirm: row.upload_confirm,
+    };
+    repo::update(state.db(), id, &fields).await?;
+    Ok(())
+}
+
+/// Deletes the base with every document, chunk, vector, image and stored file. Objects are
+/// removed before the rows commit: a storage failure leaves everything in place.
+pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
+    owned(state, user, id).await?;
+    let mut tx = state.db().begin().await?;
+    let keys = repo::object_keys(&mut *tx, id).await?;
+    repo::delete(&mut *tx, id).await?;
+    repo::drop_index(&mut tx, id).await?;
+    for key in &keys {
+        state.storage().delete(key).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! The four settings sections of a knowledge base, stored as JSON beside it.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::rag::chunk::{ChunkMode, ChunkParams};
+use crate::{AppError, AppResult};
+
+/// How documents are cut into chunks.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ChunkSettings {
+    /// default, delimiter, regex or smart.
+    pub mode: String,
+    pub max_chunk_tokens: i64,
+    pub chunk_overlap: i64,
+    pub custom_delimiter: Option<String>,
+    pub chunk_regex: Option<String>,
+    /// CHAT model proposing boundaries in smart mode.
+    pub chunk_model_id: Option<i64>,
+    pub merge_short_segments: bool,
+    pub image_ocr: bool,
+}
+
+impl Default for ChunkSettings {
+    fn default() -> Self {
+        Self {
+            mode: "default".into(),
+            max_chunk_tokens: 512,
+            chunk_overlap: 64,
+            custom_delimiter: None,
+            chunk_regex: None,
+            chunk_model_id: None,
+            merge_short_segments: true,
+            image_ocr: false,
+        }
+    }
+}
+
+impl ChunkSettings {
+    /// The chunker's parameters; smart mode cuts with the default rules until a model
+    /// proposes boundaries.
+    pub fn params(&self) -> AppResult<ChunkParams> {
+        let field = |name: &str, v: i64| {
+            usize::try_from(v).map_err(|_| AppError::validation(format!("{name} must not be negative")))
+        };
+        let mode = match self.mode.as_str() {
+            "default" | "smart" => ChunkMode::Default,
+            "delimiter" => ChunkMode::Delimiter(
+                self.custom_delimiter
+                    .clone()
+                    .filter(|d| !d.is_empty())
+                    .ok_or_else(|| AppError::validation("customDelimiter is required when chunkMode is delimiter"))?,
+            ),
+            "regex" => ChunkMode::Regex(
+                self.chunk_regex
+                    .clone()
+                    .filter(|r| !r.is_empty())
+                    .ok_or_else(|| AppError::validation("chunkRegex is required when chunkMode is regex"))?,
+            ),
+            _ => {
+                return Err(AppError::validation(
+                    "chunkMode must be default, delimiter, regex or smart",
+                ))
+            }
+        };
+        let params = ChunkParams {
+            mode,
+            max_tokens: field("maxChunkTokens", self.max_chunk_tokens)?,
+            overlap: field("chunkOverlap", self.chunk_overlap)?,
+            merge_short: self.merge_short_segments,
+        };
+        crate::rag::chunk::validate(&params).map_err(|e| AppError::validation(e.to_string()))?;
+        Ok(params)
+    }
+}
+
+/// How documents are read.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ParseSettings {
+    /// default or extparse.
+    pub engine: String,
+    pub do_ocr: bool,
+    pub do_table_structure: bool,
+    /// placeholder, embedded or referenced (extparse).
+    pub image_export_mode: Option<String>,
+    pub ocr_lang: Vec<String>,
+    pub save_images: bool,
+    pub max_image_count: i64,
+    pub max_image_bytes: i64,
+}
+
+impl Default for ParseSettings {
+    fn default() -> Self {
+        Self {
+            engine: "default".into(),
+            do_ocr: false,
+            do_table_structure: true,
+            image_export_mode: None,
+            ocr_lang: vec![],
+            save_images: false,
+            max_image_count: 50,
+            max_image_bytes: 10 * 1024 * 1024,
+        }
+    }
+}
+
+impl ParseSettings {
+    pub fn check(&self) -> AppResult<()> {
+        if !matches!(self.engine.as_str(), "default" | "extparse") {
+            return Err(AppError::validation("parseEngine must be default or extparse"));
+        }
+        if let Some(m) = &self.image_export_mode {
+            if !matches!(m.as_str(), "placeholder" | "embedded" | "referenced") {
+                return Err(AppError::validation(
+                    "parseParams.imageExportMode must be placeholder, embedded or referenced",
+                ));
+            }
+        }
+        crate::validate::range("parseParams.maxImageCount", self.max_image_count, 0, 1000)?;
+        crate::validate::range("parseParams.maxImageBytes", self.max_image_bytes, 0, 100 * 1024 * 1024)?;
+        Ok(())
+    }
+}
+
+/// How the base is searched.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SearchSettings {
+    pub result_count: i64,
+    pub rerank_enabled: bool,
+    pub rerank_model_id: Option<i64>,
+    pub enter_rerank_count: i64,
+    pub threshold_enabled: bool,
+    pub threshold: f64,
+    /// RRF or WEIGHTED_SUM.
+    pub fusion_strategy: String,
+    pub rrf_k: i64,
+    pub dense_weight: f64,
+    pub question_rewrite: bool,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        Self {
+            result_count: 5,
+            rerank_enabled: false,
+            rerank_model_id: None,
+            enter_rerank_count: 20,
+            threshold_enabled: false,
+            threshold: 0.0,
+            fusion_strategy: "RRF".into(),
+            rrf_k: 60,
+            dense_weight: 0.7,
+            question_rewrite: false,
+        }
+    }
+}
+
+impl SearchSettings {
+    pub fn check(&self) -> AppResult<()> {
+        use crate::validate::range;
+        range("searchParams.resultCount", self.result_count, 1, 100)?;
+        range("searchParams.enterRerankCount", self.enter_rerank_count, 1, 500)?;
+        range("searchParams.rrfK", self.rrf_k, 1, 1000)?;
+        if !(0.0..=1.0).contains(&self.threshold) {
+            return Err(AppError::validation("searchParams.threshold must be between 0 and 1"));
+        }
+        if !(0.0..=1.0).contains(&self.dense_weight) {
+            return Err(AppError::validation("searchParams.denseWeight must be between 0 and 1"));
+        }
+        if !matches!(self.fusion_strategy.as_str(), "RRF" | "WEIGHTED_SUM") {
+            return Err(AppError::validation(
+                "searchParams.fusionStrategy must be RRF or WEIGHTED_SUM",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How answers are generated (Q&A).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ModelSettings {
+    /// CHAT model; the default CHAT model when empty.
+    pub model_id: Option<i64>,
+    pub nearby_slice_count: i64,
+    /// Template with {context} and {query}.
+    pub prompt: Option<String>,
+}
+
+impl ModelSettings {
+    pub fn check(&self) -> AppResult<()> {
+        crate::validate::range("modelParams.nearbySliceCount", self.nearby_slice_count, 0, 10)?;
+        if let Some(p) = &self.prompt {
+            if !p.contains("{context}") || !p.contains("{query}") {
+                return Err(AppError::validation(
+                    "modelParams.prompt must contain {context} and {query}",
+                ));
+            }
+        }
+        Ok(())
+    }
+}

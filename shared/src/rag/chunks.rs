@@ -1,0 +1,241 @@
+//! Chunks by hand: list, add, edit (re-embedded) and delete.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::http::{CurrentUser, Page, PageQuery};
+use crate::models::client::InputKind;
+use crate::models::gateway::{self, Billing};
+use crate::models::ModelType;
+use crate::rag::bases::{self, KbRow};
+use crate::{validate, AppError, AppResult, AppState};
+
+#[derive(Debug, sqlx::FromRow)]
+struct ChunkRow {
+    id: i64,
+    rag_id: i64,
+    document_id: i64,
+    document_name: String,
+    paragraph_index: i32,
+    chunk_index: i32,
+    token_count: i32,
+    content: String,
+    vector_status: String,
+    chunk_type: String,
+    created_dt: DateTime<Utc>,
+    update_dt: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChunkView {
+    pub id: i64,
+    pub rag_id: i64,
+    pub document_id: i64,
+    pub document_name: String,
+    pub paragraph_index: i32,
+    pub chunk_index: i32,
+    pub token_count: i32,
+    pub content: String,
+    /// Where the vector lives in the store (the chunk id for pgvector).
+    pub vector_id: String,
+    pub vector_status: String,
+    #[serde(rename = "type")]
+    pub chunk_type: String,
+    pub created_dt: String,
+    pub update_dt: String,
+}
+
+impl From<ChunkRow> for ChunkView {
+    fn from(c: ChunkRow) -> Self {
+        Self {
+            vector_id: c.id.to_string(),
+            id: c.id,
+            rag_id: c.rag_id,
+            document_id: c.document_id,
+            document_name: c.document_name,
+            paragraph_index: c.paragraph_index,
+            chunk_index: c.chunk_index,
+            token_count: c.token_count,
+            content: c.content,
+            vector_status: c.vector_status,
+            chunk_type: c.chunk_type,
+            created_dt: crate::time::datetime(c.created_dt),
+            update_dt: crate::time::datetime(c.update_dt),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct ChunkFilter {
+    pub rag_id: Option<i64>,
+    pub document_id: Option<i64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NewChunkRequest {
+    pub rag_id: Option<i64>,
+    pub document_id: Option<i64>,
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct EditChunkRequest {
+    pub content: Option<String>,
+}
+
+const SELECT: &str = "SELECT c.id, c.rag_id, c.document_id, d.name AS document_name, c.paragraph_index, c.chunk_index,
+    c.token_count, c.content, c.vector_status, c.chunk_type, c.created_dt, c.update_dt
+    FROM chunks c JOIN documents d ON d.id = c.document_id JOIN knowledge_bases k ON k.id = c.rag_id";
+
+pub async fn page(
+    state: &AppState,
+    user: &CurrentUser,
+    f: ChunkFilter,
+    paging: PageQuery,
+) -> AppResult<Page<ChunkView>> {
+    let owner = (!user.is_admin()).then_some(user.id);
+    const WHERE: &str = " WHERE ($1::bigint IS NULL OR k.creator_id = $1) AND ($2::bigint IS NULL OR c.rag_id = $2)
+        AND ($3::bigint IS NULL OR c.document_id = $3)";
+    let total: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM chunks c JOIN knowledge_bases k ON k.id = c.rag_id{WHERE}"
+    ))
+    .bind(owner)
+    .bind(f.rag_id)
+    .bind(f.document_id)
+    .fetch_one(state.db())
+    .await?;
+    let rows: Vec<ChunkRow> = sqlx::query_as(&format!(
+        "{SELECT}{WHERE} ORDER BY c.document_id, c.chunk_index LIMIT $4 OFFSET $5"
+    ))
+    .bind(owner)
+    .bind(f.rag_id)
+    .bind(f.document_id)
+    .bind(paging.size())
+    .bind(paging.offset())
+    .fetch_all(state.db())
+    .await?;
+    Ok(Page::new(
+        rows.into_iter().map(ChunkView::from).collect(),
+        paging,
+        total,
+    ))
+}
+
+/// One embedding of `content` with the base's model, and its token count.
+async fn embed_one(state: &AppState, user: &CurrentUser, kb: &KbRow, content: &str) -> AppResult<(String, i32)> {
+    let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding).await?;
+    let out = gateway::embed(
+        state,
+        &model,
+        Billing::RecordOnly(Some(user.id)),
+        &[content.to_owned()],
+        InputKind::Document,
+        Some(kb.dimension as usize),
+    )
+    .await?;
+    let vector = out
+        .vectors
+        .first()
+        .ok_or_else(|| AppError::business("the embedding model returned no vector"))?;
+    Ok((
+        super::pipeline::vector_literal(vector),
+        crate::rag::chunk::count_tokens(content) as i32,
+    ))
+}
+
+fn content(value: Option<String>) -> AppResult<String> {
+    let content = validate::required("content", value)?;
+    validate::length("content", &content, 1, 100_000)?;
+    Ok(content)
+}
+
+pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) -> AppResult<ChunkView> {
+    let rag_id = validate::present("ragId", req.rag_id)?;
+    let document_id = validate::present("documentId", req.document_id)?;
+    let content = content(req.content)?;
+    let kb = bases::service::owned(state, user, rag_id).await?;
+    let doc = crate::rag::documents::service::owned(state, user, document_id).await?;
+    if doc.rag_id != rag_id {
+        return Err(AppError::validation(format!(
+            "documentId: document {document_id} is not in knowledge base {rag_id}"
+        )));
+    }
+    let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
+    let mut tx = state.db().begin().await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO chunks (rag_id, document_id, paragraph_index, chunk_index, content, token_count, embedding, tsv, vector_status)
+         SELECT $1, $2, 0, COALESCE(max(chunk_index) + 1, 0), $3, $4, $5::vector, to_tsvector('simple', $3), 'success'
+         FROM chunks WHERE document_id = $2 RETURNING id",
+    )
+    .bind(rag_id)
+    .bind(document_id)
+    .bind(&content)
+    .bind(tokens)
+    .bind(&vector)
+    .fetch_one(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE documents SET chunk_count = chunk_count + 1, updated_at = now() WHERE id = $1")
+        .bind(document_id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    get(state, id).await
+}
+
+async fn get(state: &AppState, id: i64) -> AppResult<ChunkView> {
+    let row: ChunkRow = sqlx::query_as(&format!("{SELECT} WHERE c.id = $1"))
+        .bind(id)
+        .fetch_optional(state.db())
+        .await?
+        .ok_or_else(|| AppError::not_found("chunk"))?;
+    Ok(row.into())
+}
+
+/// The chunk's base, when the caller owns it.
+async fn owned_kb(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<KbRow> {
+    let rag_id: i64 = sqlx::query_scalar("SELECT rag_id FROM chunks WHERE id = $1")
+        .bind(id)
+        .fetch_optional(state.db())
+        .await?
+        .ok_or_else(|| AppError::not_found("chunk"))?;
+    bases::service::owned(state, user, rag_id)
+        .await
+        .map_err(|_| AppError::not_found("chunk"))
+}
+
+pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: EditChunkRequest) -> AppResult<ChunkView> {
+    let content = content(req.content)?;
+    let kb = owned_kb(state, user, id).await?;
+    let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
+    sqlx::query(
+        "UPDATE chunks SET content = $2, token_count = $3, embedding = $4::vector, tsv = to_tsvector('simple', $2),
+         vector_status = 'success', update_dt = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(&content)
+    .bind(tokens)
+    .bind(&vector)
+    .execute(state.db())
+    .await?;
+    get(state, id).await
+}
+
+pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
+    owned_kb(state, user, id).await?;
+    let mut tx = state.db().begin().await?;
+    let doc: i64 = sqlx::query_scalar("DELETE FROM chunks WHERE id = $1 RETURNING document_id")
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE documents SET chunk_count = GREATEST(chunk_count - 1, 0), updated_at = now() WHERE id = $1")
+        .bind(doc)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! SQL of documents, images and upload previews.
+
+use sqlx::{PgExecutor, PgPool};
+
+use super::{DocImageView, DocRow};
+
+const COLUMNS: &str =
+    "id, rag_id, name, file_type, source_type, source_path, storage_key, mime_type, file_size, content_hash,
+    status, progress, error_stage, error_message, timings, chunk_count, run_id, creator_id, created_at, updated_at";
+
+pub async fn find(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<DocRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM documents WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// Documents of the bases `owner` may see (all bases when None), optionally of one base.
+pub async fn page(
+    db: &PgPool,
+    owner: Option<i64>,
+    rag_id: Option<i64>,
+    limit: i64,
+    offset: i64,
+) -> sqlx::Result<(Vec<DocRow>, i64)> {
+    const FILTER: &str = "FROM documents d JOIN knowledge_bases k ON k.id = d.rag_id
+        WHERE ($1::bigint IS NULL OR k.creator_id = $1) AND ($2::bigint IS NULL OR d.rag_id = $2)";
+    let total: i64 = sqlx::query_scalar(&format!("SELECT count(*) {FILTER}"))
+        .bind(owner)
+        .bind(rag_id)
+        .fetch_one(db)
+        .await?;
+    let cols = COLUMNS
+        .split(',')
+        .map(|c| format!("d.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows = sqlx::query_as(&format!("SELECT {cols} {FILTER} ORDER BY d.id DESC LIMIT $3 OFFSET $4"))
+        .bind(owner)
+        .bind(rag_id)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(db)
+        .await?;
+    Ok((rows, total))
+}
+
+/// The document with this content hash and the one with this name (case-insensitive), if any.
+pub async fn conflicts(
+    db: impl PgExecutor<'_>,
+    rag_id: i64,
+    name: &str,
+    hash: &str,
+) -> sqlx::Result<(Option<(i64, String)>, Option<(i64, String)>)> {
+    let rows: Vec<(i64, String, bool, bool)> = sqlx::query_as(
+        "SELECT id, name, lower(name) = lower($2), content_hash = $3 FROM documents
+         WHERE rag_id = $1 AND (lower(name) = lower($2) OR content_hash = $3) ORDER BY id",
+    )
+    .bind(rag_id)
+    .bind(name)
+    .bind(hash)
+    .fetch_all(db)
+    .await?;
+    let by_name = rows.iter().find(|r| r.2).map(|r| (r.0, r.1.clone()));
+    let by_content = rows.iter().find(|r| r.3).map(|r| (r.0, r.1.clone()));
+    Ok((by_name, by_content))
+}
+
+pub struct NewDoc<'a> {
+    pub rag_id: i64,
+    pub name: &'a str,
+    pub file_type: &'a str,
+    pub source_type: &'a str,
+    pub source_path: &'a str,
+    pub storage_key: &'a str,
+    pub mime_type: &'a str,
+    pub file_size: i64,
+    pub content_hash: &'a str,
+    pub creator_id: i64,
+}
+
+/// Inserts a pending document; returns (id, run id).
+pub async fn insert(db: impl PgExecutor<'_>, d: &NewDoc<'_>) -> sqlx::Result<(i64, uuid::Uuid)> {
+    sqlx::query_as(
+        "INSERT INTO documents (rag_id, name, file_type, source_type, source_path, storage_key, mime_type, file_size,
+         content_hash, creator_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id, run_id",
+    )
+    .bind(d.rag_id)
+    .bind(d.name)
+    .bind(d.file_type)
+    .bind(d.source_type)
+    .bind(d.source_path)
+    .bind(d.storage_key)
+    .bind(d.mime_type)
+    .bind(d.file_size)
+    .bind(d.content_hash)
+    .bind(d.creator_id)
+    .fetch_one(db)
+    .await
+}
+
+/// Objects of a document: its file and its images.
+pub async fn object_keys(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(
+        "SELECT storage_key FROM documents WHERE id = $1 UNION ALL SELECT storage_key FROM document_images WHERE document_id = $1",
+    )
+    .bind(id)
+    .fetch_all(db)
+    .await
+}
+
+pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM documents WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Starts a new processing run: pending, progress 0, a fresh run id that supersedes any
+/// run in flight.
+pub async fn restart(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<uuid::Uuid> {
+    sqlx::query_scalar(
+        "UPDATE documents SET status = 'pending', progress = 0, error_stage = NULL, error_message = NULL,
+         run_id = gen_random_uuid(), lease_until = NULL, updated_at = now() WHERE id = $1 RETURNING run_id",
+    )
+    .bind(id)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn mark_failed(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    run_id: uuid::Uuid,
+    stage: &str,
+    message: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE documents SET status = 'failed', error_stage = $3, error_message = $4, lease_until = NULL, updated_at = now()
+         WHERE id = $1 AND run_id = $2",
+    )
+    .bind(id)
+    .bind(run_id)
+    .bind(stage)
+    .bind(message)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn images(db: &PgPool, document_id: i64) -> sqlx::Result<Vec<(DocImageView, String)>> {
+    let rows: Vec<ImageRow> = sqlx::query_as(
+        "SELECT i.id, i.rag_id, i.document_id, i.chunk_id, i.resource_id, i.image_index, i.storage_key, i.caption,
+         i.figure_no, i.figure_title, i.section_title, d.name AS document_name, i.ocr_text, i.source_page, i.create_dt, i.update_dt
+         FROM document_images i JOIN documents d ON d.id = i.document_id WHERE i.document_id = $1 ORDER BY i.image_index",
+    )
+    .bind(document_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(ImageRow::into_view).collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct ImageRow {
+    id: i64,
+    rag_id: i64,
+    document_id: i64,
+    chunk_id: Option<i64>,
+    resource_id: Option<i64>,
+    image_index: i32,
+    storage_key: String,
+    caption: Option<String>,
+    figure_no: Option<String>,
+    figure_title: Option<String>,
+    section_title: Option<String>,
+    document_name: String,
+    ocr_text: Option<String>,
+    source_page: Option<i32>,
+    create_dt: chrono::DateTime<chrono::Utc>,
+    update_dt: chrono::DateTime<chrono::Utc>,
+}
+
+impl ImageRow {
+    /// The view (its URL filled in by the caller) and the storage key.
+    fn into_view(self) -> (DocImageView, String) {
+        let view = DocImageView {
+            id: self.id,
+            rag_id: self.rag_id,
+            document_id: self.document_id,
+            chunk_id: self.chunk_id,
+            resource_id: self.resource_id,
+            image_index: self.image_index,
+            image_url: String::new(),
+            caption: self.caption,
+            figure_no: self.figure_no,
+            figure_title: self.figure_title,
+            section_title: self.section_title,
+            document_name: self.document_name,
+            ocr_text: self.ocr_text,
+            source_page: self.source_page,
+            create_dt: crate::time::datetime(self.create_dt),
+            update_dt: crate::time::datetime(self.update_dt),
+        };
+        (view, self.storage_key)
+    }
+}
+
+pub async fn image_key(db: &PgPool, id: i64) -> sqlx::Result<Option<(String, String, i64)>> {
+    sqlx::query_as("SELECT storage_key, mime_type, rag_id FROM document_images WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}

@@ -1,0 +1,192 @@
+//! Documents: listing, files, images, deletion, reprocessing and import by URL.
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+
+use super::dedup::{self, Conflict, Decision};
+use super::repo::{self, NewDoc};
+use super::*;
+use crate::http::files::{file_response, Disposition, StoredFile};
+use crate::http::{CurrentUser, Page, PageQuery};
+use crate::rag::bases;
+use crate::{AppError, AppResult, AppState};
+
+/// A document of a base the caller owns, or 404.
+pub async fn owned(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<DocRow> {
+    let doc = repo::find(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("document"))?;
+    bases::service::owned(state, user, doc.rag_id)
+        .await
+        .map_err(|_| AppError::not_found("document"))?;
+    Ok(doc)
+}
+
+pub async fn page(
+    state: &AppState,
+    user: &CurrentUser,
+    rag_id: Option<i64>,
+    paging: PageQuery,
+) -> AppResult<Page<DocView>> {
+    if let Some(id) = rag_id {
+        bases::service::owned(state, user, id).await?;
+    }
+    let owner = (!user.is_admin()).then_some(user.id);
+    let (rows, total) = repo::page(state.db(), owner, rag_id, paging.size(), paging.offset()).await?;
+    Ok(Page::new(rows.into_iter().map(DocView::from).collect(), paging, total))
+}
+
+pub async fn get(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<DocView> {
+    owned(state, user, id).await.map(DocView::from)
+}
+
+pub async fn serve(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+    headers: &HeaderMap,
+    kind: Disposition,
+) -> AppResult<Response> {
+    let doc = owned(state, user, id).await?;
+    let file = StoredFile {
+        key: &doc.storage_key,
+        name: &doc.name,
+        mime: &doc.mime_type,
+        size: doc.file_size as u64,
+    };
+    file_response(state.storage(), file, headers, kind).await
+}
+
+pub async fn images(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Vec<DocImageView>> {
+    owned(state, user, id).await?;
+    Ok(repo::images(state.db(), id)
+        .await?
+        .into_iter()
+        .map(|(mut view, _)| {
+            view.image_url = state.link(&format!("/document/image/{}", view.id));
+            view
+        })
+        .collect())
+}
+
+/// The bytes of one saved document image.
+pub async fn image(state: &AppState, user: &CurrentUser, id: i64, headers: &HeaderMap) -> AppResult<Response> {
+    let (key, mime, rag_id) = repo::image_key(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("image"))?;
+    bases::service::owned(state, user, rag_id)
+        .await
+        .map_err(|_| AppError::not_found("image"))?;
+    let size = state
+        .storage()
+        .head(&key)
+        .await?
+        .ok_or_else(|| AppError::not_found("image"))?;
+    let name = format!("image-{id}");
+    file_response(
+        state.storage(),
+        StoredFile {
+            key: &key,
+            name: &name,
+            mime: &mime,
+            size,
+        },
+        headers,
+        Disposition::Inline,
+    )
+    .await
+}
+
+/// Deletes the document, its chunks, vectors, images and files; objects go before the rows
+/// commit.
+pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
+    owned(state, user, id).await?;
+    let mut tx = state.db().begin().await?;
+    let keys = repo::object_keys(&mut *tx, id).await?;
+    repo::delete(&mut *tx, id).await?;
+    for key in &keys {
+        state.storage().delete(key).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Sends the document through the pipeline again; a run in flight is superseded.
+pub async fn reprocess(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<DocView> {
+    owned(state, user, id).await?;
+    let run_id = repo::restart(state.db(), id).await?;
+    crate::rag::pipeline::enqueue(state, id, run_id).await;
+    get(state, user, id).await
+}
+
+/// Fetches a URL into the base, applying its dedup rules.
+pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequest) -> AppResult<DocView> {
+    let rag_id = crate::validate::present("ragId", req.rag_id)?;
+    let url = crate::validate::required("url", req.url)?;
+    let kb = bases::service::owned(state, user, rag_id).await?;
+    let fetched = crate::rag::fetch::fetch(state, &url).await?;
+    let name = crate::validate::optional(req.name)
+        .map(|n| crate::resources::service::clean_file_name(&n))
+        .unwrap_or(fetched.name);
+    let file_type = crate::rag::parse::FileType::from_name(&name).ok_or_else(|| {
+        AppError::validation(format!(
+            "url: {name} is not a supported document type (pdf, docx, xlsx, csv, md, txt, html)"
+        ))
+    })?;
+    let hash = super::upload::content_hash(&fetched.bytes);
+    let (by_name, by_content) = repo::conflicts(state.db(), rag_id, &name, &hash).await?;
+    let to_conflict = |c: Option<(i64, String)>| c.map(|(id, name)| Conflict { id: Some(id), name });
+    let outcome = dedup::decide(
+        kb.dedup_strategy,
+        kb.dedup_action,
+        to_conflict(by_name),
+        to_conflict(by_content),
+    );
+    match outcome.decision {
+        Decision::Reject => return Err(AppError::business(outcome.reject_reason.unwrap_or_default())),
+        Decision::Skip => {
+            let existing = outcome
+                .conflict
+                .and_then(|c| c.id)
+                .ok_or_else(|| AppError::not_found("document"))?;
+            return get(state, user, existing).await;
+        }
+        _ => {}
+    }
+    let key = format!("rag/{rag_id}/uploads/{}", uuid::Uuid::new_v4().simple());
+    let mime = crate::resources::service::sniff_mime(&fetched.bytes, &name);
+    let size = fetched.bytes.len() as i64;
+    state.storage().put(&key, fetched.bytes, &mime).await?;
+    let mut tx = state.db().begin().await?;
+    let mut old_keys = Vec::new();
+    if let (Decision::Overwrite, Some(old)) = (outcome.decision, outcome.conflict.and_then(|c| c.id)) {
+        old_keys = repo::object_keys(&mut *tx, old).await?;
+        repo::delete(&mut *tx, old).await?;
+    }
+    let new = NewDoc {
+        rag_id,
+        name: &name,
+        file_type: file_type.as_str(),
+        source_type: "url",
+        source_path: &url,
+        storage_key: &key,
+        mime_type: &mime,
+        file_size: size,
+        content_hash: &hash,
+        creator_id: user.id,
+    };
+    let inserted = repo::insert(&mut *tx, &new).await;
+    let (id, run_id) = match inserted {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = state.storage().delete(&key).await;
+            return Err(e.into());
+        }
+    };
+    tx.commit().await?;
+    for k in old_keys {
+        let _ = state.storage().delete(&k).await;
+    }
+    crate::rag::pipeline::enqueue(state, id, run_id).await;
+    get(state, user, id).await
+}

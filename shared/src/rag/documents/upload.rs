@@ -1,0 +1,434 @@
+//! Two-step upload: preview (store the files as temporary resources, report duplicates),
+//! then commit (create documents for NEW / OVERWRITE) or cancel.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::dedup::{self, Conflict, Decision};
+use super::repo::{self as doc_repo, NewDoc};
+use super::*;
+use crate::http::multipart::UploadedFile;
+use crate::http::CurrentUser;
+use crate::rag::bases::{self, KbRow};
+use crate::rag::parse::FileType;
+use crate::resources::repo::{self as res_repo, NewResource};
+use crate::resources::service::{clean_file_name, sniff_mime};
+use crate::{AppError, AppResult, AppState};
+
+const PREVIEW_TTL: Duration = Duration::from_secs(3600);
+pub const MAX_FILES: usize = 20;
+const PREVIEW_BIZ_TYPE: &str = "RAG_UPLOAD_PREVIEW";
+
+pub fn content_hash(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// Options a preview request may override.
+pub struct PreviewOptions {
+    pub dedup_strategy: Option<i64>,
+    pub dedup_action: Option<i64>,
+}
+
+fn resolve_dedup(kb: &KbRow, o: &PreviewOptions) -> AppResult<(i16, i16)> {
+    let strategy = o.dedup_strategy.unwrap_or(i64::from(kb.dedup_strategy));
+    crate::validate::range("dedupStrategy", strategy, 0, 3)?;
+    let action = o.dedup_action.unwrap_or(i64::from(kb.dedup_action));
+    crate::validate::range("dedupAction", action, 0, 2)?;
+    Ok((strategy as i16, action as i16))
+}
+
+/// Decides every file against the base and against the files before it in the same upload.
+async fn decide_all(
+    state: &AppState,
+    kb: &KbRow,
+    strategy: i16,
+    action: i16,
+    items: &mut [StoredItem],
+) -> AppResult<()> {
+    for i in 0..items.len() {
+        let (earlier, rest) = items.split_at_mut(i);
+        let item = &mut rest[0].item;
+        if item.decision == Decision::Reject
+            && item
+                .reject_reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("unsupported"))
+        {
+            continue;
+        }
+        let (by_name, by_content) = doc_repo::conflicts(state.db(), kb.id, &item.file_name, &item.content_hash).await?;
+        let in_upload = |same: &dyn Fn(&PreviewItem) -> bool| {
+            earlier
+                .iter()
+                .find(|e| e.item.decision != Decision::Reject && same(&e.item))
+                .map(|e| Conflict {
+                    id: None,
+                    name: e.item.file_name.clone(),
+                })
+        };
+        let by_name = by_name
+            .map(|(id, name)| Conflict { id: Some(id), name })
+            .or_else(|| in_upload(&|e| e.file_name.eq_ignore_ascii_case(&item.file_name)));
+        let by_content = by_content
+            .map(|(id, name)| Conflict { id: Some(id), name })
+            .or_else(|| in_upload(&|e| e.content_hash == item.content_hash));
+        let outcome = dedup::decide(strategy, action, by_name, by_content);
+        item.decision = outcome.decision;
+        item.match_type = outcome.match_type;
+        item.conflict_document_id = outcome.conflict.as_ref().and_then(|c| c.id);
+        item.conflict_document_name = outcome.conflict.map(|c| c.name);
+        item.reject_reason = outcome.reject_reason;
+    }
+    Ok(())
+}
+
+pub async fn preview(
+    state: &AppState,
+    user: &CurrentUser,
+    rag_id: i64,
+    files: Vec<UploadedFile>,
+    options: PreviewOptions,
+) -> AppResult<PreviewResult> {
+    let kb = bases::service::owned(state, user, rag_id).await?;
+    if files.is_empty() {
+        return Err(AppError::validation("files is required"));
+    }
+    if files.len() > MAX_FILES {
+        return Err(AppError::validation(format!(
+            "files: at most {MAX_FILES} files per upload"
+        )));
+    }
+    let (strategy, action) = resolve_dedup(&kb, &options)?;
+    expire_previews(state).await;
+    let mut items: Vec<StoredItem> = Vec::with_capacity(files.len());
+    let outcome = store_files(state, user, &kb, files, &mut items).await;
+    let outcome = match outcome {
+        Ok(()) => decide_all(state, &kb, strategy, action, &mut items).await,
+        Err(e) => Err(e),
+    };
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let saved = match outcome {
+        Ok(()) => save_preview(state, &token, &kb, user, &items).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = saved {
+        discard(state, &items).await;
+        return Err(e);
+    }
+    Ok(PreviewResult {
+        preview_token: token,
+        rag_id,
+        items: items.into_iter().map(|s| s.item).collect(),
+    })
+}
+
+async fn save_preview(
+    state: &AppState,
+    token: &str,
+    kb: &KbRow,
+    user: &CurrentUser,
+    items: &[StoredItem],
+) -> AppResult<()> {
+    let json = serde_json::to_value(items).map_err(|e| AppError::Internal(e.into()))?;
+    sqlx::query(
+        "INSERT INTO upload_previews (token, rag_id, creator_id, items, expires_at) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(token)
+    .bind(kb.id)
+    .bind(user.id)
+    .bind(json)
+    .bind(chrono::Utc::now() + PREVIEW_TTL)
+    .execute(state.db())
+    .await?;
+    Ok(())
+}
+
+/// Stores each file as a temporary resource; on failure what was stored so far stays listed
+/// in `items` for the caller to discard.
+async fn store_files(
+    state: &AppState,
+    user: &CurrentUser,
+    kb: &KbRow,
+    files: Vec<UploadedFile>,
+    items: &mut Vec<StoredItem>,
+) -> AppResult<()> {
+    for file in files {
+        let name = clean_file_name(&file.file_name);
+        let file_type = FileType::from_name(&name);
+        let mime = sniff_mime(&file.bytes, &name);
+        let hash = content_hash(&file.bytes);
+        let size = file.bytes.len() as i64;
+        let key = format!("rag/{}/uploads/{}", kb.id, uuid::Uuid::new_v4().simple());
+        state.storage().put(&key, file.bytes, &mime).await?;
+        let resource = res_repo::insert(
+            state.db(),
+            &NewResource {
+                storage_key: &key,
+                original_name: &name,
+                file_size: size,
+                mime_type: &mime,
+                storage_type: state.storage().kind().as_str(),
+                biz_type: Some(PREVIEW_BIZ_TYPE),
+                biz_id: Some(kb.id),
+                content_hash: Some(&hash),
+                creator_id: user.id,
+            },
+        )
+        .await;
+        let resource = match resource {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = state.storage().delete(&key).await;
+                return Err(e.into());
+            }
+        };
+        let unsupported = file_type.is_none().then(|| {
+            let ext = std::path::Path::new(&name)
+                .extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or("(none)");
+            format!("unsupported file type .{ext}: use pdf, docx, xlsx, csv, md, txt or html")
+        });
+        items.push(StoredItem {
+            item: PreviewItem {
+                temp_resource_id: resource.id,
+                file_name: name,
+                file_type: file_type.map(|t| t.as_str().to_owned()).unwrap_or_default(),
+                file_size: size,
+                content_hash: hash,
+                decision: if unsupported.is_some() {
+                    Decision::Reject
+                } else {
+                    Decision::New
+                },
+                match_type: dedup::MatchType::None,
+                conflict_document_id: None,
+                conflict_document_name: None,
+                reject_reason: unsupported,
+            },
+            key,
+            mime,
+        });
+    }
+    Ok(())
+}
+
+/// Removes temporary files and their resource rows (best effort: logged on failure).
+async fn discard(state: &AppState, items: &[StoredItem]) {
+    for s in items {
+        if let Err(e) = state.storage().delete(&s.key).await {
+            tracing::warn!(key = %s.key, error = %e, "could not delete a temporary upload");
+        }
+        let _ = sqlx::query("DELETE FROM resources WHERE id = $1")
+            .bind(s.item.temp_resource_id)
+            .execute(state.db())
+            .await;
+    }
+}
+
+/// Deletes expired previews and their temporary files.
+pub async fn expire_previews(state: &AppState) {
+    let expired: Result<Vec<sqlx::types::Json<Vec<StoredItem>>>, _> =
+        sqlx::query_scalar("DELETE FROM upload_previews WHERE expires_at < now() RETURNING items")
+            .fetch_all(state.db())
+            .await;
+    match expired {
+        Ok(rows) => {
+            for items in rows {
+                discard(state, &items.0).await;
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "expiring upload previews failed"),
+    }
+}
+
+struct Preview {
+    rag_id: i64,
+    creator_id: i64,
+    items: Vec<StoredItem>,
+}
+
+async fn load_preview(conn: &mut sqlx::PgConnection, user: &CurrentUser, token: &str) -> AppResult<Preview> {
+    let row: Option<(i64, i64, sqlx::types::Json<Vec<StoredItem>>)> = sqlx::query_as(
+        "SELECT rag_id, creator_id, items FROM upload_previews WHERE token = $1 AND expires_at > now() FOR UPDATE",
+    )
+    .bind(token)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let (rag_id, creator_id, items) =
+        row.ok_or_else(|| AppError::NotFound("previewToken not found or expired; upload the files again".into()))?;
+    if !user.can_manage(creator_id) {
+        return Err(AppError::NotFound(
+            "previewToken not found or expired; upload the files again".into(),
+        ));
+    }
+    Ok(Preview {
+        rag_id,
+        creator_id,
+        items: items.0,
+    })
+}
+
+pub async fn cancel(state: &AppState, user: &CurrentUser, token: &str) -> AppResult<()> {
+    let mut tx = state.db().begin().await?;
+    let preview = load_preview(&mut tx, user, token).await?;
+    sqlx::query("DELETE FROM upload_previews WHERE token = $1")
+        .bind(token)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    discard(state, &preview.items).await;
+    Ok(())
+}
+
+fn parse_decision(i: usize, value: Option<String>) -> AppResult<Decision> {
+    match value.as_deref().map(|d| d.trim().to_ascii_uppercase()).as_deref() {
+        Some("NEW") => Ok(Decision::New),
+        Some("SKIP") => Ok(Decision::Skip),
+        Some("OVERWRITE") => Ok(Decision::Overwrite),
+        Some(_) => Err(AppError::validation(format!(
+            "items[{i}].decision must be NEW, SKIP or OVERWRITE"
+        ))),
+        None => Err(AppError::validation(format!("items[{i}].decision is required"))),
+    }
+}
+
+pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) -> AppResult<CommitResult> {
+    let token = crate::validate::required("previewToken", req.preview_token)?;
+    let requested = crate::validate::present("items", req.items)?;
+    let mut choices = Vec::with_capacity(requested.len());
+    for (i, c) in requested.into_iter().enumerate() {
+        let id = c
+            .temp_resource_id
+            .ok_or_else(|| AppError::validation(format!("items[{i}].tempResourceId is required")))?;
+        choices.push((i, id, parse_decision(i, c.decision)?));
+    }
+
+    let mut tx = state.db().begin().await?;
+    let preview = load_preview(&mut tx, user, &token).await?;
+    let kb = bases::repo::find(&mut *tx, preview.rag_id)
+        .await?
+        .ok_or_else(|| AppError::not_found("knowledge base"))?;
+    for (i, id, _) in &choices {
+        if !preview.items.iter().any(|s| s.item.temp_resource_id == *id) {
+            return Err(AppError::validation(format!(
+                "items[{i}].tempResourceId {id} is not part of this preview"
+            )));
+        }
+    }
+    // Decide again against the base as it is now: if another commit changed a match, the
+    // client must confirm the new picture.
+    let mut fresh = preview.items.clone();
+    let (strategy, action) = (kb.dedup_strategy, kb.dedup_action);
+    decide_all(state, &kb, strategy, action, &mut fresh).await?;
+    let changed = fresh.iter().zip(&preview.items).any(|(a, b)| {
+        (a.item.match_type, a.item.conflict_document_id) != (b.item.match_type, b.item.conflict_document_id)
+    });
+    if changed {
+        let json = serde_json::to_value(&fresh).map_err(|e| AppError::Internal(e.into()))?;
+        sqlx::query("UPDATE upload_previews SET items = $2 WHERE token = $1")
+            .bind(&token)
+            .bind(json)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let items = fresh.iter().map(|s| uncommitted(&s.item, s.item.decision)).collect();
+        return Ok(CommitResult {
+            conflict_changed: true,
+            items,
+        });
+    }
+
+    let mut results = Vec::new();
+    let mut queued = Vec::new();
+    let mut drop_keys = Vec::new();
+    for stored in &preview.items {
+        let item = &stored.item;
+        let chosen = choices.iter().find(|(_, id, _)| *id == item.temp_resource_id);
+        let decision = chosen.map(|c| c.2).unwrap_or(Decision::Skip);
+        let index = chosen.map(|c| c.0).unwrap_or_default();
+        if decision != Decision::Skip && item.decision == Decision::Reject {
+            return Err(AppError::validation(format!(
+                "items[{index}]: {} was rejected: {}",
+                item.file_name,
+                item.reject_reason.clone().unwrap_or_default()
+            )));
+        }
+        if decision == Decision::Overwrite && item.conflict_document_id.is_none() {
+            return Err(AppError::validation(format!(
+                "items[{index}]: {} has no existing document to overwrite",
+                item.file_name
+            )));
+        }
+        sqlx::query("DELETE FROM resources WHERE id = $1")
+            .bind(item.temp_resource_id)
+            .execute(&mut *tx)
+            .await?;
+        if decision == Decision::Skip {
+            drop_keys.push(stored.key.clone());
+            results.push(uncommitted(item, decision));
+            continue;
+        }
+        if decision == Decision::Overwrite {
+            if let Some(old) = item.conflict_document_id {
+                drop_keys.extend(doc_repo::object_keys(&mut *tx, old).await?);
+                doc_repo::delete(&mut *tx, old).await?;
+            }
+        }
+        let (id, run_id) = doc_repo::insert(
+            &mut *tx,
+            &NewDoc {
+                rag_id: kb.id,
+                name: &item.file_name,
+                file_type: &item.file_type,
+                source_type: "local",
+                source_path: &item.file_name,
+                storage_key: &stored.key,
+                mime_type: &stored.mime,
+                file_size: item.file_size,
+                content_hash: &item.content_hash,
+                creator_id: preview.creator_id,
+            },
+        )
+        .await?;
+        queued.push((id, run_id));
+        results.push(CommittedItem {
+            id: Some(id),
+            rag_id: Some(kb.id),
+            name: item.file_name.clone(),
+            file_type: Some(item.file_type.clone()),
+            decision,
+            match_type: item.match_type,
+        });
+    }
+    sqlx::query("DELETE FROM upload_previews WHERE token = $1")
+        .bind(&token)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+
+    for key in drop_keys {
+        if let Err(e) = state.storage().delete(&key).await {
+            tracing::warn!(%key, error = %e, "could not delete a replaced or skipped file");
+        }
+    }
+    for (id, run_id) in queued {
+        crate::rag::pipeline::enqueue(state, id, run_id).await;
+    }
+    Ok(CommitResult {
+        conflict_changed: false,
+        items: results,
+    })
+}
+
+fn uncommitted(item: &PreviewItem, decision: Decision) -> CommittedItem {
+    CommittedItem {
+        id: None,
+        rag_id: None,
+        name: item.file_name.clone(),
+        file_type: (!item.file_type.is_empty()).then(|| item.file_type.clone()),
+        decision,
+        match_type: item.match_type,
+    }
+}

@@ -1,0 +1,10 @@
+//! Knowledge bases: documents, parsing, chunking, embeddings and retrieval.
+
+pub mod bases;
+pub mod chunk;
+pub mod chunks;
+pub mod document;
+pub mod documents;
+pub mod fetch;
+pub mod parse;
+pub mod pipeline;

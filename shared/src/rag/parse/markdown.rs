@@ -1,0 +1,291 @@
+//! Markdown: headings (ATX and setext), fenced code, pipe tables and paragraphs, read line by line
+//! so every block keeps its source text. Images are replaced by their alt text; links stay as written.
+
+use super::outline::Outline;
+use super::{text_decode, ParseError};
+use crate::rag::document::{ParsedDocument, SectionKind};
+
+pub(super) fn parse(bytes: &[u8]) -> Result<ParsedDocument, ParseError> {
+    let text = text_decode::decode(bytes)?;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut outline = Outline::default();
+    let mut paragraph: Vec<&str> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        if let Some(fence) = Fence::opening(line) {
+            flush_paragraph(&mut outline, &mut paragraph);
+            let end = (i + 1..lines.len())
+                .find(|&j| fence.is_closed_by(lines[j]))
+                .unwrap_or(lines.len() - 1);
+            outline.push(SectionKind::Code, &lines[i..=end].join("\n"));
+            i = end + 1;
+        } else if let Some((level, heading)) = atx_heading(line) {
+            flush_paragraph(&mut outline, &mut paragraph);
+            outline.heading(level, &without_images(heading));
+            i += 1;
+        } else if let Some(level) = setext_level(line).filter(|_| !paragraph.is_empty()) {
+            outline.heading(level, &without_images(&paragraph.join(" ")));
+            paragraph.clear();
+            i += 1;
+        } else if starts_table(&lines[i..]) {
+            flush_paragraph(&mut outline, &mut paragraph);
+            let end = (i + 1..lines.len())
+                .find(|&j| lines[j].trim().is_empty() || !lines[j].contains('|'))
+                .unwrap_or(lines.len());
+            outline.push(SectionKind::Table, &without_images(&lines[i..end].join("\n")));
+            i = end;
+        } else if line.trim().is_empty() || is_thematic_break(line) {
+            flush_paragraph(&mut outline, &mut paragraph);
+            i += 1;
+        } else {
+            paragraph.push(line);
+            i += 1;
+        }
+    }
+    flush_paragraph(&mut outline, &mut paragraph);
+    Ok(ParsedDocument {
+        sections: outline.into_sections(),
+        ..ParsedDocument::default()
+    })
+}
+
+fn flush_paragraph(outline: &mut Outline, paragraph: &mut Vec<&str>) {
+    if !paragraph.is_empty() {
+        outline.push(SectionKind::Paragraph, &without_images(&paragraph.join("\n")));
+        paragraph.clear();
+    }
+}
+
+/// A line with its indentation of at most three spaces removed, as CommonMark allows for blocks.
+fn block_content(line: &str) -> Option<&str> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    (indent <= 3).then(|| &line[indent..])
+}
+
+struct Fence {
+    marker: char,
+    length: usize,
+}
+
+impl Fence {
+    fn opening(line: &str) -> Option<Fence> {
+        let content = block_content(line)?;
+        let marker = content.chars().next().filter(|c| matches!(c, '`' | '~'))?;
+        let length = content.len() - content.trim_start_matches(marker).len();
+        let info = &content[length..];
+        // A backtick fence's info string cannot contain backticks, or it would be inline code.
+        (length >= 3 && !(marker == '`' && info.contains('`'))).then_some(Fence { marker, length })
+    }
+
+    fn is_closed_by(&self, line: &str) -> bool {
+        let Some(content) = block_content(line) else {
+            return false;
+        };
+        let rest = content.trim_start_matches(self.marker);
+        content.len() - rest.len() >= self.length && rest.trim().is_empty()
+    }
+}
+
+fn atx_heading(line: &str) -> Option<(u8, &str)> {
+    let content = block_content(line)?;
+    let rest = content.trim_start_matches('#');
+    let level = content.len() - rest.len();
+    if !(1..=6).contains(&level) || !(rest.is_empty() || rest.starts_with([' ', '\t'])) {
+        return None;
+    }
+    let text = rest.trim();
+    let without_closing = text.trim_end_matches('#');
+    let text = if without_closing.is_empty() || without_closing.ends_with([' ', '\t']) {
+        without_closing.trim_end()
+    } else {
+        text
+    };
+    u8::try_from(level).ok().map(|level| (level, text))
+}
+
+fn setext_level(line: &str) -> Option<u8> {
+    let content = block_content(line)?.trim_end();
+    if content.is_empty() {
+        None
+    } else if content.chars().all(|c| c == '=') {
+        Some(1)
+    } else if content.chars().all(|c| c == '-') {
+        Some(2)
+    } else {
+        None
+    }
+}
+
+fn is_thematic_break(line: &str) -> bool {
+    let Some(content) = block_content(line) else {
+        return false;
+    };
+    let marks: String = content.chars().filter(|c| !c.is_whitespace()).collect();
+    marks.len() >= 3
+        && ["*", "-", "_"]
+            .iter()
+            .any(|mark| marks.chars().all(|c| mark.starts_with(c)))
+}
+
+/// A GFM table (a row followed by a delimiter row such as `|---|:--:|`), or a row written
+/// between pipes.
+fn starts_table(lines: &[&str]) -> bool {
+    let Some(first) = lines.first().map(|line| line.trim()) else {
+        return false;
+    };
+    if !first.contains('|') {
+        return false;
+    }
+    let piped = first.len() > 1 && first.starts_with('|') && first.ends_with('|');
+    piped || lines.get(1).is_some_and(|next| is_delimiter_row(next))
+}
+
+fn is_delimiter_row(line: &str) -> bool {
+    let row = line.trim().trim_start_matches('|').trim_end_matches('|');
+    !row.is_empty()
+        && row.split('|').all(|cell| {
+            let cell = cell.trim().trim_start_matches(':').trim_end_matches(':');
+            !cell.is_empty() && cell.chars().all(|c| c == '-')
+        })
+}
+
+/// Replaces `![alt](target)` and `![alt][ref]` by `alt`: the alt text is what the image says in
+/// words, and images are never fetched.
+fn without_images(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("![") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match image_end(after) {
+            Some((alt, consumed)) => {
+                out.push_str(alt);
+                rest = &after[consumed..];
+            }
+            None => {
+                out.push_str("![");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// For the text after `![`: the alt text and how many bytes the image syntax spans.
+fn image_end(after: &str) -> Option<(&str, usize)> {
+    let alt_end = after.find(']')?;
+    let alt = &after[..alt_end];
+    let target = &after[alt_end + 1..];
+    let close = match target.chars().next()? {
+        '(' => ')',
+        '[' => ']',
+        _ => return None,
+    };
+    let target_end = target.find(close)?;
+    Some((alt, alt_end + 1 + target_end + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rag::document::Section;
+
+    fn sections(source: &str) -> Vec<Section> {
+        parse(source.as_bytes()).unwrap().sections
+    }
+
+    #[test]
+    fn headings_set_the_title_path() {
+        let source =
+            "Intro text.\n\n# Install\n\nGet it.\n\n## Linux ##\n\nUse apt.\n\n## Mac\nUse brew.\n\n# Use\n\nRun it.";
+        let got: Vec<_> = sections(source)
+            .into_iter()
+            .map(|s| (s.kind, s.text, s.title))
+            .collect();
+        let p = SectionKind::Paragraph;
+        let h = SectionKind::Heading;
+        let expected = [
+            (p, "Intro text.", None),
+            (h, "Install", Some("Install")),
+            (p, "Get it.", Some("Install")),
+            (h, "Linux", Some("Install > Linux")),
+            (p, "Use apt.", Some("Install > Linux")),
+            (h, "Mac", Some("Install > Mac")),
+            (p, "Use brew.", Some("Install > Mac")),
+            (h, "Use", Some("Use")),
+            (p, "Run it.", Some("Use")),
+        ];
+        let expected: Vec<_> = expected
+            .iter()
+            .map(|(k, t, h)| (*k, t.to_string(), h.map(str::to_owned)))
+            .collect();
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn setext_headings_and_thematic_breaks() {
+        let got = sections("Title\n=====\n\nBody\n\n---\n\nSub\n---\nMore");
+        let got: Vec<_> = got.iter().map(|s| (s.kind, s.text.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (SectionKind::Heading, "Title"),
+                (SectionKind::Paragraph, "Body"),
+                (SectionKind::Heading, "Sub"),
+                (SectionKind::Paragraph, "More"),
+            ]
+        );
+    }
+
+    #[test]
+    fn fenced_code_is_kept_whole() {
+        let code = "```rust\nfn main() {\n\n    // # not a heading\n    println!(\"| a | b |\");\n}\n```";
+        let source = format!("# Code\n\nBefore.\n\n{code}\n\nAfter.");
+        let got = sections(&source);
+        assert_eq!(got[2].kind, SectionKind::Code);
+        assert_eq!(got[2].text, code);
+        assert_eq!(got[2].title.as_deref(), Some("Code"));
+        assert_eq!(got[3].text, "After.");
+    }
+
+    #[test]
+    fn an_unclosed_fence_runs_to_the_end() {
+        let got = sections("~~~\nopen\n\nstill code");
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].text, "~~~\nopen\n\nstill code");
+    }
+
+    #[test]
+    fn tables_become_table_sections() {
+        let table = "| Name | Age |\n|------|----:|\n| Ann | 31 |\n| Bob | 42 |";
+        let got = sections(&format!("Before\n\n{table}\nAfter"));
+        assert_eq!(got[1].kind, SectionKind::Table);
+        assert_eq!(got[1].text, table);
+        assert_eq!(got[2].text, "After");
+
+        let without_outer_pipes = "a | b\n--|:-:\n1 | 2";
+        let got = sections(without_outer_pipes);
+        assert_eq!(got[0].kind, SectionKind::Table);
+        assert_eq!(got[0].text, without_outer_pipes);
+    }
+
+    #[test]
+    fn images_leave_their_alt_text() {
+        let got = sections(
+            "See ![the login page](img/login.png \"Login\") and ![logo][ref], not [a link](x.html) or ![broken.",
+        );
+        assert_eq!(
+            got[0].text,
+            "See the login page and logo, not [a link](x.html) or ![broken."
+        );
+    }
+
+    #[test]
+    fn paragraphs_keep_their_lines() {
+        let got = sections("- one\n- two\n\n   indented text\nnext line");
+        assert_eq!(got[0].text, "- one\n- two");
+        assert_eq!(got[1].text, "indented text\nnext line");
+    }
+}

@@ -1,0 +1,317 @@
+//! PDF: the text layer of each page, and embedded JPEG images.
+//!
+//! Text is read from the content streams' text operators, with line breaks where the text moves
+//! to a new line; the layout (columns, reading order of positioned text) is not reconstructed.
+//! Only images stored as JPEG (DCTDecode) are extracted, because their stream bytes are a JPEG
+//! file as they stand; other image encodings would need decoding and re-encoding and are skipped.
+//! Scanned PDFs have no text layer and are refused with a hint to use OCR.
+
+use std::collections::BTreeMap;
+
+use lopdf::content::Content;
+use lopdf::{Document, Encoding, Object, ObjectId, DEFAULT_MAX_DECOMPRESSED_SIZE};
+
+use super::image_collector::{ImageCollector, ImagePlace};
+use super::{ParseError, ParseOptions};
+use crate::rag::document::{ParsedDocument, Section, SectionKind};
+
+/// Kerning in a TJ array wider than this (thousandths of an em) is a word gap.
+const WORD_GAP: f32 = 200.0;
+
+pub(super) fn parse(bytes: &[u8], options: &ParseOptions) -> Result<ParsedDocument, ParseError> {
+    let document = Document::load_mem(bytes).map_err(|err| ParseError(format!("not a valid PDF file: {err}")))?;
+    if document.is_encrypted() {
+        return Err(ParseError::new(
+            "the PDF is password-protected: remove the password and upload it again",
+        ));
+    }
+    let pages = document.get_pages();
+    let mut sections = Vec::new();
+    let mut images = ImageCollector::new(options);
+    for (&number, &page_id) in &pages {
+        // A damaged file can still list its pages; without this check it would pass for a scan.
+        if let Some((id, generation)) = std::iter::once(page_id)
+            .chain(document.get_page_contents(page_id))
+            .find(|&id| document.get_object(id).is_err())
+        {
+            return Err(ParseError(format!(
+                "not a valid PDF file: page {number} (object {id} {generation}) is missing or damaged"
+            )));
+        }
+        let text = page_text(&document, page_id)
+            .map_err(|err| ParseError(format!("not a valid PDF file: page {number}: {err}")))?;
+        if !text.trim().is_empty() {
+            sections.push(Section {
+                kind: SectionKind::Paragraph,
+                text: text.trim().to_owned(),
+                title: None,
+                page: Some(number),
+            });
+        }
+        if images.wants_more() {
+            collect_jpegs(&document, page_id, number, &mut images);
+        }
+    }
+    if sections.is_empty() && !pages.is_empty() {
+        return Err(ParseError::new(
+            "the PDF has no text layer (a scanned document?): enable OCR (the extparse engine with doOcr) to read it",
+        ));
+    }
+    Ok(ParsedDocument {
+        sections,
+        images: images.into_images(),
+        page_count: u32::try_from(pages.len()).ok(),
+    })
+}
+
+/// What separates the next piece of text from the text before it.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Gap {
+    Space,
+    Line,
+}
+
+/// The text of a page as it is drawn, with the gaps the drawing position implies.
+#[derive(Default)]
+struct PageText {
+    text: String,
+    pending: Option<Gap>,
+    /// Vertical position of the current line, in text space; scaling is ignored, only changes matter.
+    line_y: f32,
+    /// Vertical position of the last text shown.
+    shown_y: Option<f32>,
+}
+
+impl PageText {
+    fn gap(&mut self, gap: Gap) {
+        self.pending = self.pending.max(Some(gap));
+    }
+
+    /// A move of the text position: to another line, or along the same one (a word gap, at a guess).
+    fn move_to(&mut self, y: f32) {
+        self.line_y = y;
+        self.gap(Gap::Space);
+    }
+
+    fn push(&mut self, piece: &str) {
+        if piece.is_empty() {
+            return;
+        }
+        if self.shown_y.is_some_and(|y| (y - self.line_y).abs() > 1.0) {
+            self.gap(Gap::Line);
+        }
+        if !self.text.is_empty() {
+            match self.pending {
+                Some(Gap::Line) => self.text.push('\n'),
+                Some(Gap::Space) if !self.text.ends_with(char::is_whitespace) && !piece.starts_with(' ') => {
+                    self.text.push(' ')
+                }
+                _ => {}
+            }
+        }
+        self.pending = None;
+        self.shown_y = Some(self.line_y);
+        self.text.push_str(piece);
+    }
+}
+
+fn page_text(document: &Document, page_id: ObjectId) -> Result<String, lopdf::Error> {
+    let fonts = document.get_page_fonts(page_id)?;
+    // A font whose encoding cannot be read only loses its own text.
+    let encodings: BTreeMap<Vec<u8>, Encoding> = fonts
+        .into_iter()
+        .filter_map(|(name, font)| {
+            font.get_font_encoding_with_limit(document, DEFAULT_MAX_DECOMPRESSED_SIZE)
+                .ok()
+                .map(|encoding| (name, encoding))
+        })
+        .collect();
+    let content = document.get_page_content_with_limit(page_id, DEFAULT_MAX_DECOMPRESSED_SIZE)?;
+    let content = Content::decode(&content)?;
+
+    let mut page = PageText::default();
+    let mut encoding: Option<&Encoding> = None;
+    for operation in &content.operations {
+        let operands = &operation.operands;
+        match operation.operator.as_str() {
+            "Tf" => {
+                encoding = operands
+                    .first()
+                    .and_then(|name| name.as_name().ok())
+                    .and_then(|name| encodings.get(name));
+            }
+            "Tj" => show(&mut page, encoding, operands.first()),
+            "'" => {
+                page.gap(Gap::Line);
+                show(&mut page, encoding, operands.first());
+            }
+            "\"" => {
+                page.gap(Gap::Line);
+                show(&mut page, encoding, operands.get(2));
+            }
+            "TJ" => {
+                let items = operands.first().and_then(|array| array.as_array().ok());
+                for item in items.into_iter().flatten() {
+                    match item {
+                        Object::String(..) => show(&mut page, encoding, Some(item)),
+                        other => {
+                            if other.as_float().is_ok_and(|kerning| -kerning > WORD_GAP) {
+                                page.gap(Gap::Space);
+                            }
+                        }
+                    }
+                }
+            }
+            "Td" | "TD" => {
+                let y = operands.get(1).and_then(|y| y.as_float().ok()).unwrap_or(0.0);
+                page.move_to(page.line_y + y);
+            }
+            "Tm" => {
+                let y = operands.get(5).and_then(|y| y.as_float().ok()).unwrap_or(0.0);
+                page.move_to(y);
+            }
+            // BT resets the text matrix; the next Td or Tm says where the text goes.
+            "BT" => page.line_y = 0.0,
+            "T*" => page.gap(Gap::Line),
+            _ => {}
+        }
+    }
+    Ok(page.text)
+}
+
+fn show(page: &mut PageText, encoding: Option<&Encoding>, operand: Option<&Object>) {
+    let (Some(encoding), Some(Object::String(bytes, _))) = (encoding, operand) else {
+        return;
+    };
+    if let Ok(text) = encoding.bytes_to_string(bytes) {
+        page.push(&text);
+    }
+}
+
+fn collect_jpegs(document: &Document, page_id: ObjectId, page: u32, images: &mut ImageCollector) {
+    // Pictures are extras: a page whose resources cannot be read still gives its text.
+    let Ok(page_images) = document.get_page_images(page_id) else {
+        return;
+    };
+    for image in page_images {
+        let is_jpeg = image.filters.as_deref().is_some_and(|filters| filters == ["DCTDecode"]);
+        if is_jpeg && images.fits(image.content.len()) {
+            images.add(
+                image.content.to_vec(),
+                "image/jpeg",
+                ImagePlace {
+                    page: Some(page),
+                    ..ImagePlace::default()
+                },
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rag::parse::fixtures;
+
+    #[test]
+    fn text_is_read_per_page() {
+        let bytes = fixtures::pdf(&[
+            "Hello page one",
+            "Second page\nhas two lines (really)",
+            "Grüße, naïve café",
+        ]);
+        let document = parse(&bytes, &ParseOptions::default()).unwrap();
+        assert_eq!(document.page_count, Some(3));
+        let got: Vec<_> = document.sections.iter().map(|s| (s.page, s.text.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (Some(1), "Hello page one"),
+                (Some(2), "Second page\nhas two lines (really)"),
+                (Some(3), "Grüße, naïve café"),
+            ]
+        );
+        assert!(document.sections.iter().all(|s| s.kind == SectionKind::Paragraph));
+    }
+
+    #[test]
+    fn blank_pages_are_skipped_but_counted() {
+        let bytes = fixtures::pdf(&["one", "", "three"]);
+        let document = parse(&bytes, &ParseOptions::default()).unwrap();
+        assert_eq!(document.page_count, Some(3));
+        let pages: Vec<_> = document.sections.iter().map(|s| s.page).collect();
+        assert_eq!(pages, [Some(1), Some(3)]);
+    }
+
+    #[test]
+    fn a_pdf_without_text_asks_for_ocr() {
+        let err = parse(&fixtures::pdf(&["", ""]), &ParseOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("no text layer"), "{err}");
+        assert!(err.to_string().contains("OCR"), "{err}");
+    }
+
+    #[test]
+    fn moves_become_spaces_or_line_breaks() {
+        let mut page = PageText::default();
+        page.move_to(720.0);
+        page.push("Hel");
+        page.push("lo");
+        page.gap(Gap::Space);
+        page.push("world");
+        page.move_to(720.0);
+        page.push("again");
+        page.move_to(706.0);
+        page.push("next");
+        page.gap(Gap::Line);
+        page.push("last");
+        assert_eq!(page.text, "Hello world again\nnext\nlast");
+    }
+
+    #[test]
+    fn jpeg_images_are_extracted_with_their_page() {
+        let jpeg = b"\xFF\xD8\xFF\xE0 not a real picture \xFF\xD9";
+        let bytes = fixtures::pdf_with_jpeg(&["Picture page", "Text page"], jpeg);
+        let options = ParseOptions {
+            save_images: true,
+            ..ParseOptions::default()
+        };
+        let document = parse(&bytes, &options).unwrap();
+        assert_eq!(document.images.len(), 1);
+        assert_eq!(document.images[0].bytes, jpeg);
+        assert_eq!(document.images[0].mime, "image/jpeg");
+        assert_eq!(document.images[0].page, Some(1));
+        assert!(parse(&bytes, &ParseOptions::default()).unwrap().images.is_empty());
+    }
+
+    #[test]
+    fn a_password_protected_pdf_is_refused() {
+        let mut document = Document::load_mem(&fixtures::pdf(&["secret"])).unwrap();
+        document.trailer.set(
+            "ID",
+            Object::Array(vec![
+                Object::string_literal(b"0123456789abcdef".to_vec()),
+                Object::string_literal(b"fedcba9876543210".to_vec()),
+            ]),
+        );
+        let state = lopdf::EncryptionState::try_from(lopdf::EncryptionVersion::V2 {
+            document: &document,
+            owner_password: "owner",
+            user_password: "user",
+            key_length: 128,
+            permissions: lopdf::Permissions::all(),
+        })
+        .unwrap();
+        document.encrypt(&state).unwrap();
+        let mut bytes = Vec::new();
+        document.save_to(&mut bytes).unwrap();
+        let err = parse(&bytes, &ParseOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("password"), "{err}");
+    }
+
+    #[test]
+    fn a_truncated_pdf_is_reported() {
+        let bytes = fixtures::pdf(&["Hello"]);
+        let err = parse(&bytes[..bytes.len() / 3], &ParseOptions::default()).unwrap_err();
+        assert!(err.to_string().starts_with("not a valid PDF file"), "{err}");
+    }
+}

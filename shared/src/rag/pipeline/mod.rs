@@ -1,0 +1,62 @@
+//! The ingestion pipeline: parse -> chunk -> embed -> index, one document per queue message.
+//! The same handler runs as the ingest Lambda worker and inside the local server.
+
+mod index;
+mod run;
+
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use serde::{Deserialize, Serialize};
+
+use crate::queue::{for_each_message, BatchHandler, QueueName, MAX_RECEIVES};
+use crate::AppState;
+
+pub use index::{vector_literal, write_chunks};
+
+/// One document run to process. The run id makes redelivery and reprocessing safe: only
+/// the newest run may write its results.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IngestMessage {
+    pub document_id: i64,
+    pub run_id: uuid::Uuid,
+}
+
+/// Queues a document; if the queue is unreachable the document is marked failed with a
+/// message that says to reprocess it, instead of staying pending forever.
+pub async fn enqueue(state: &AppState, document_id: i64, run_id: uuid::Uuid) {
+    let body = serde_json::json!(IngestMessage { document_id, run_id }).to_string();
+    if let Err(e) = state.queue().send(QueueName::Ingest, body).await {
+        tracing::error!(document_id, error = ?e, "queueing a document failed");
+        let message = format!("the document could not be queued ({e}); reprocess it");
+        let _ = crate::rag::documents::repo::mark_failed(state.db(), document_id, run_id, "queue", &message).await;
+    }
+}
+
+/// The ingest worker: every message of a batch is processed concurrently, failures reported
+/// one by one.
+pub fn handler(state: AppState) -> BatchHandler {
+    Arc::new(move |event| {
+        let state = state.clone();
+        Box::pin(async move {
+            Ok(for_each_message(event, |m| {
+                let state = state.clone();
+                async move { process(&state, m).await }
+            })
+            .await)
+        })
+    })
+}
+
+async fn process(state: &AppState, m: SqsMessage) -> anyhow::Result<()> {
+    let body = m.body.as_deref().unwrap_or_default();
+    let msg: IngestMessage =
+        serde_json::from_str(body).map_err(|e| anyhow::anyhow!("not an ingest message ({e}): {body}"))?;
+    let receives: u32 = m
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1);
+    run::run(state, &msg, receives >= MAX_RECEIVES).await
+}

@@ -1,0 +1,285 @@
+//! One document run through the stages, with progress, timings and a precise failure.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::IngestMessage;
+use crate::models::client::InputKind;
+use crate::models::gateway::{self, Billing, CallError};
+use crate::models::ModelType;
+use crate::rag::bases::{self, KbRow};
+use crate::rag::chunk::{self, Chunk};
+use crate::rag::document::ParsedDocument;
+use crate::rag::documents::repo as doc_repo;
+use crate::rag::documents::DocRow;
+use crate::rag::parse::{self, ParseOptions};
+use crate::AppState;
+
+/// Texts embedded per call between progress updates.
+const EMBED_GROUP: usize = 64;
+
+/// Why a run stopped early.
+enum Stop {
+    /// The document cannot be processed as it is: mark it failed, do not retry.
+    Permanent { stage: &'static str, message: String },
+    /// Worth another delivery (storage or model endpoint hiccup).
+    Transient { stage: &'static str, error: anyhow::Error },
+}
+
+fn permanent(stage: &'static str, message: impl Into<String>) -> Stop {
+    Stop::Permanent {
+        stage,
+        message: message.into(),
+    }
+}
+
+pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool) -> anyhow::Result<()> {
+    let db = state.db();
+    let Some(doc) = doc_repo::find(db, msg.document_id).await? else {
+        return Ok(()); // deleted meanwhile
+    };
+    if doc.run_id != msg.run_id || matches!(doc.status.as_str(), "success" | "failed") {
+        return Ok(()); // superseded by a newer run, or this run already finished
+    }
+    let leased: Option<i64> = sqlx::query_scalar(
+        "UPDATE documents SET lease_until = now() + interval '15 minutes', updated_at = now()
+         WHERE id = $1 AND run_id = $2 AND (lease_until IS NULL OR lease_until < now()) RETURNING id",
+    )
+    .bind(doc.id)
+    .bind(doc.run_id)
+    .fetch_optional(db)
+    .await?;
+    if leased.is_none() {
+        anyhow::bail!("document {} is being processed by another worker", doc.id);
+    }
+    let Some(kb) = bases::repo::find(db, doc.rag_id).await? else {
+        return Ok(());
+    };
+    match stages(state, &doc, &kb).await {
+        Ok(()) => Ok(()),
+        Err(Stop::Permanent { stage, message }) => {
+            tracing::warn!(document_id = doc.id, stage, %message, "document failed");
+            doc_repo::mark_failed(db, doc.id, doc.run_id, stage, &message).await?;
+            Ok(())
+        }
+        Err(Stop::Transient { stage, error }) => {
+            if last_attempt {
+                let message = format!("gave up after repeated failures: {error:#}");
+                doc_repo::mark_failed(db, doc.id, doc.run_id, stage, &message).await?;
+            } else {
+                sqlx::query("UPDATE documents SET lease_until = NULL WHERE id = $1 AND run_id = $2")
+                    .bind(doc.id)
+                    .bind(doc.run_id)
+                    .execute(db)
+                    .await?;
+            }
+            Err(error.context(format!("document {} failed at {stage}", doc.id)))
+        }
+    }
+}
+
+async fn set_stage(state: &AppState, doc: &DocRow, status: &str, progress: i32) -> Result<(), Stop> {
+    sqlx::query("UPDATE documents SET status = $3, progress = $4, updated_at = now() WHERE id = $1 AND run_id = $2")
+        .bind(doc.id)
+        .bind(doc.run_id)
+        .bind(status)
+        .bind(progress)
+        .execute(state.db())
+        .await
+        .map(|_| ())
+        .map_err(|e| Stop::Transient {
+            stage: "parsing",
+            error: e.into(),
+        })
+}
+
+fn ms(since: Instant) -> u64 {
+    since.elapsed().as_millis() as u64
+}
+
+async fn stages(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<(), Stop> {
+    let started = Instant::now();
+    set_stage(state, doc, "parsing", 5).await?;
+    let t = Instant::now();
+    let parsed = parse_document(state, doc, kb).await?;
+    let parse_ms = ms(t);
+
+    set_stage(state, doc, "chunking", 30).await?;
+    let t = Instant::now();
+    let chunk_settings = &kb.chunk_params.0;
+    if chunk_settings.mode == "smart" {
+        tracing::info!(
+            document_id = doc.id,
+            "smart chunking falls back to the structure-aware rules"
+        );
+    }
+    let params = chunk_settings
+        .params()
+        .map_err(|e| permanent("chunking", e.to_string()))?;
+    let chunks = chunk::chunk(&parsed, &params).map_err(|e| permanent("chunking", e.to_string()))?;
+    if chunks.is_empty() {
+        return Err(permanent("chunking", "the document produced no text to index"));
+    }
+    let chunk_ms = ms(t);
+
+    set_stage(state, doc, "embedding", 40).await?;
+    let t = Instant::now();
+    let vectors = embed(state, doc, kb, &chunks).await?;
+    let embed_ms = ms(t);
+
+    let t = Instant::now();
+    let timings = json!({ "parseMs": parse_ms, "chunkMs": chunk_ms, "embedMs": embed_ms });
+    index(state, doc, kb, &parsed, &chunks, &vectors, timings, t, started).await
+}
+
+async fn parse_document(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<ParsedDocument, Stop> {
+    let settings = &kb.parse_params.0;
+    if settings.engine == "extparse" {
+        return Err(permanent(
+            "parsing",
+            "the extparse engine has no endpoint configured in this deployment; switch parseEngine to default",
+        ));
+    }
+    let bytes = crate::storage::read_all(state.storage(), &doc.storage_key, None)
+        .await
+        .map_err(|e| Stop::Transient {
+            stage: "parsing",
+            error: e.into(),
+        })?;
+    let options = ParseOptions {
+        save_images: settings.save_images,
+        max_image_count: settings.max_image_count.max(0) as usize,
+        max_image_bytes: settings.max_image_bytes.max(0) as usize,
+    };
+    let name = doc.name.clone();
+    // Parsing is CPU work: keep it off the async workers that serve requests.
+    tokio::task::spawn_blocking(move || parse::parse(&name, &bytes, &options))
+        .await
+        .map_err(|e| Stop::Transient {
+            stage: "parsing",
+            error: e.into(),
+        })?
+        .map_err(|e| permanent("parsing", e.to_string()))
+}
+
+async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> Result<Vec<Vec<f32>>, Stop> {
+    let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding)
+        .await
+        .map_err(|e| permanent("embedding", format!("the embedding model cannot be used: {e}")))?;
+    let dim = Some(kb.dimension as usize);
+    let mut vectors = Vec::with_capacity(chunks.len());
+    for (i, group) in chunks.chunks(EMBED_GROUP).enumerate() {
+        let texts: Vec<String> = group.iter().map(|c| c.content.clone()).collect();
+        let out = gateway::embed(
+            state,
+            &model,
+            Billing::RecordOnly(Some(doc.creator_id)),
+            &texts,
+            InputKind::Document,
+            dim,
+        )
+        .await
+        .map_err(|e| match e {
+            CallError::Model(m) => Stop::Transient {
+                stage: "embedding",
+                error: m.into(),
+            },
+            CallError::Refused(r) => permanent("embedding", r.to_string()),
+        })?;
+        vectors.extend(out.vectors);
+        let done = ((i + 1) * EMBED_GROUP).min(chunks.len());
+        let progress = 40 + (50 * done / chunks.len()) as i32;
+        set_stage(state, doc, "embedding", progress).await?;
+    }
+    Ok(vectors)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn index(
+    state: &AppState,
+    doc: &DocRow,
+    kb: &KbRow,
+    parsed: &ParsedDocument,
+    chunks: &[Chunk],
+    vectors: &[Vec<f32>],
+    mut timings: Value,
+    t: Instant,
+    started: Instant,
+) -> Result<(), Stop> {
+    let transient = |e: anyhow::Error| Stop::Transient {
+        stage: "indexing",
+        error: e,
+    };
+    let image_keys = store_images(state, doc, parsed).await.map_err(transient)?;
+    let result: anyhow::Result<Vec<String>> = async {
+        let mut tx = state.db().begin().await?;
+        let current: Option<Uuid> = sqlx::query_scalar("SELECT run_id FROM documents WHERE id = $1 FOR UPDATE")
+            .bind(doc.id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if current != Some(doc.run_id) {
+            return Ok(image_keys.clone()); // superseded while we worked: our images are waste
+        }
+        super::write_chunks(&mut tx, kb.id, doc.id, chunks, vectors).await?;
+        let old_images: Vec<String> = sqlx::query_scalar("DELETE FROM document_images WHERE document_id = $1 RETURNING storage_key")
+            .bind(doc.id)
+            .fetch_all(&mut *tx)
+            .await?;
+        for (image, key) in parsed.images.iter().zip(&image_keys) {
+            sqlx::query(
+                "INSERT INTO document_images (rag_id, document_id, image_index, storage_key, mime_type, caption, section_title, source_page)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(kb.id)
+            .bind(doc.id)
+            .bind(image.index as i32)
+            .bind(key)
+            .bind(&image.mime)
+            .bind(&image.caption)
+            .bind(&image.section_title)
+            .bind(image.page.map(|p| p as i32))
+            .execute(&mut *tx)
+            .await?;
+        }
+        timings["indexMs"] = json!(ms(t));
+        timings["totalMs"] = json!(ms(started));
+        sqlx::query(
+            "UPDATE documents SET status = 'success', progress = 100, chunk_count = $2, timings = $3, lease_until = NULL,
+             error_stage = NULL, error_message = NULL, updated_at = now() WHERE id = $1",
+        )
+        .bind(doc.id)
+        .bind(chunks.len() as i32)
+        .bind(&timings)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(old_images)
+    }
+    .await;
+    let garbage = result.map_err(transient)?;
+    for key in garbage {
+        if let Err(e) = state.storage().delete(&key).await {
+            tracing::warn!(%key, error = %e, "could not delete an old document image");
+        }
+    }
+    Ok(())
+}
+
+/// Stores the extracted images under keys of this attempt alone, so a repeated or superseded
+/// attempt never overwrites, or later deletes, what another attempt indexed.
+async fn store_images(state: &AppState, doc: &DocRow, parsed: &ParsedDocument) -> anyhow::Result<Vec<String>> {
+    let attempt = Uuid::new_v4().simple();
+    let mut keys = Vec::with_capacity(parsed.images.len());
+    for image in &parsed.images {
+        let ext = image.mime.rsplit('/').next().unwrap_or("bin");
+        let key = format!("rag/{}/images/{}/{attempt}-{}.{ext}", doc.rag_id, doc.id, image.index);
+        state
+            .storage()
+            .put(&key, bytes::Bytes::from(image.bytes.clone()), &image.mime)
+            .await?;
+        keys.push(key);
+    }
+    Ok(keys)
+}

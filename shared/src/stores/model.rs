@@ -1,0 +1,127 @@
+//! Wire shapes of store instances.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::{category_name, StoreType};
+use crate::crypto::{mask_secret, SecretBox};
+use crate::time;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoreRow {
+    pub id: i64,
+    pub name: String,
+    pub category: i16,
+    pub store_type: i16,
+    pub config: Value,
+    pub password_enc: Option<String>,
+    pub status: i16,
+    pub is_default: bool,
+    pub builtin: bool,
+    pub create_dt: DateTime<Utc>,
+    pub update_dt: DateTime<Utc>,
+}
+
+impl StoreRow {
+    pub fn store_type(&self) -> StoreType {
+        StoreType::from_code(i64::from(self.store_type)).unwrap_or(StoreType::PgVector)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreView {
+    pub id: i64,
+    pub name: String,
+    /// VECTOR_STORE or SEARCH_ENGINE.
+    pub category: String,
+    /// PGVECTOR, MILVUS, OPENSEARCH or PG_FULLTEXT.
+    #[serde(rename = "type")]
+    pub store_type: String,
+    /// host, port, database, username, password (masked); empty for the service's own database.
+    pub config: Value,
+    /// ACTIVE or INACTIVE.
+    pub status: String,
+    pub is_default: bool,
+    /// The service's own PostgreSQL, which cannot be changed or deleted.
+    pub builtin: bool,
+    pub create_dt: String,
+    pub update_dt: String,
+}
+
+impl StoreView {
+    pub fn new(row: StoreRow, secrets: &SecretBox) -> Self {
+        let mut config = row.config.clone();
+        if let (Some(obj), Some(sealed)) = (config.as_object_mut(), &row.password_enc) {
+            let masked = secrets
+                .open(sealed)
+                .map(|p| mask_secret(&p))
+                .unwrap_or_else(|_| "****".to_owned());
+            obj.insert("password".to_owned(), Value::String(masked));
+        }
+        Self {
+            store_type: row.store_type().name().to_owned(),
+            category: category_name(row.category).to_owned(),
+            status: if row.status == 1 { "ACTIVE" } else { "INACTIVE" }.to_owned(),
+            id: row.id,
+            name: row.name,
+            config,
+            is_default: row.is_default,
+            builtin: row.builtin,
+            create_dt: time::datetime(row.create_dt),
+            update_dt: time::datetime(row.update_dt),
+        }
+    }
+}
+
+/// Create (name, category, type and config required) or partial update.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreRequest {
+    pub name: Option<String>,
+    /// 1 = VECTOR_STORE, 2 = SEARCH_ENGINE.
+    pub category: Option<i64>,
+    /// 1 PGVECTOR, 2 MILVUS, 3 OPENSEARCH, 4 PG_FULLTEXT.
+    #[serde(rename = "type")]
+    pub store_type: Option<i64>,
+    pub config: Option<Value>,
+    /// 1 = ACTIVE, 0 = INACTIVE.
+    pub status: Option<i64>,
+    pub is_default: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct StoreTestRequest {
+    /// Store type name: PGVECTOR, MILVUS, OPENSEARCH or PG_FULLTEXT.
+    #[serde(rename = "type")]
+    pub store_type: Option<String>,
+    pub config: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StoreFilter {
+    /// 1 = vector store, 2 = search engine.
+    pub category: Option<i64>,
+    /// Substring of the name.
+    pub keyword: Option<String>,
+    /// Type name, e.g. PGVECTOR.
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    pub store_type: Option<String>,
+    /// ACTIVE or INACTIVE.
+    pub status: Option<String>,
+}
+
+/// Connection settings read from a config object.
+#[derive(Debug, Clone, Default)]
+pub struct Connection {
+    pub host: String,
+    pub port: u16,
+    pub database: Option<String>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub use_tls: bool,
+}

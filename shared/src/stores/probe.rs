@@ -1,0 +1,133 @@
+//! Real connection tests per store type.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection as _};
+
+use super::{Connection, StoreType};
+use crate::{AppError, AppResult, AppState};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Reads host, port, database, username, password (and `tls`) from a config object.
+pub fn connection(config: &Value, default_port: u16) -> AppResult<Connection> {
+    let obj = config
+        .as_object()
+        .ok_or_else(|| AppError::validation("config must be a JSON object"))?;
+    let text = |key: &str| {
+        obj.get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    let host = text("host").ok_or_else(|| AppError::validation("config.host is required"))?;
+    if host.contains('/') || host.contains(' ') {
+        return Err(AppError::validation("config.host must be a host name or address"));
+    }
+    let port = match obj.get("port") {
+        None | Some(Value::Null) => default_port,
+        Some(p) => {
+            p.as_u64()
+                .or_else(|| p.as_str().and_then(|s| s.parse().ok()))
+                .filter(|p| (1..=65535).contains(p))
+                .ok_or_else(|| AppError::validation("config.port must be a number from 1 to 65535"))? as u16
+        }
+    };
+    Ok(Connection {
+        host,
+        port,
+        database: text("database"),
+        username: text("username"),
+        password: text("password"),
+        use_tls: obj.get("tls").and_then(Value::as_bool).unwrap_or(false),
+    })
+}
+
+pub fn default_port(t: StoreType) -> u16 {
+    match t {
+        StoreType::PgVector | StoreType::PgFullText => 5432,
+        StoreType::Milvus => 19530,
+        StoreType::OpenSearch => 9200,
+    }
+}
+
+/// Connects for real; the error names what failed.
+pub async fn test(state: &AppState, t: StoreType, conn: &Connection) -> AppResult<()> {
+    let fail = |what: String| AppError::business(format!("connection test failed: {what}"));
+    match t {
+        StoreType::PgVector | StoreType::PgFullText => {
+            let mut opts = PgConnectOptions::new().host(&conn.host).port(conn.port);
+            if let Some(d) = &conn.database {
+                opts = opts.database(d);
+            }
+            if let Some(u) = &conn.username {
+                opts = opts.username(u);
+            }
+            if let Some(p) = &conn.password {
+                opts = opts.password(p);
+            }
+            let mut pg = tokio::time::timeout(TIMEOUT, opts.connect())
+                .await
+                .map_err(|_| fail(format!("no answer from {}:{} within 5 s", conn.host, conn.port)))?
+                .map_err(|e| fail(e.to_string()))?;
+            if t == StoreType::PgVector {
+                let has_vector: bool =
+                    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector')")
+                        .fetch_one(&mut pg)
+                        .await
+                        .map_err(|e| fail(e.to_string()))?;
+                if !has_vector {
+                    return Err(fail("the server has no pgvector extension".into()));
+                }
+            }
+            let _ = pg.close().await;
+            Ok(())
+        }
+        StoreType::Milvus => {
+            let url = format!(
+                "{}://{}:{}/v2/vectordb/collections/list",
+                scheme(conn),
+                conn.host,
+                conn.port
+            );
+            let mut req = state
+                .models()
+                .http()
+                .post(&url)
+                .json(&serde_json::json!({ "dbName": conn.database.as_deref().unwrap_or("default") }));
+            if let (Some(u), Some(p)) = (&conn.username, &conn.password) {
+                req = req.bearer_auth(format!("{u}:{p}"));
+            }
+            let resp = req.timeout(TIMEOUT).send().await.map_err(|e| fail(e.to_string()))?;
+            let status = resp.status();
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            if !status.is_success() || body.get("code").and_then(Value::as_i64).is_some_and(|c| c != 0) {
+                return Err(fail(format!("Milvus answered HTTP {status}: {body}")));
+            }
+            Ok(())
+        }
+        StoreType::OpenSearch => {
+            let url = format!("{}://{}:{}/", scheme(conn), conn.host, conn.port);
+            let mut req = state.models().http().get(&url);
+            if let Some(u) = &conn.username {
+                req = req.basic_auth(u, conn.password.as_deref());
+            }
+            let resp = req.timeout(TIMEOUT).send().await.map_err(|e| fail(e.to_string()))?;
+            if !resp.status().is_success() {
+                return Err(fail(format!("OpenSearch answered HTTP {}", resp.status())));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn scheme(conn: &Connection) -> &'static str {
+    if conn.use_tls {
+        "https"
+    } else {
+        "http"
+    }
+}

@@ -1,0 +1,209 @@
+//! Business rules of store instances. Reading is open to every signed-in user; changes are
+//! for administrators.
+
+use serde_json::Value;
+
+use super::repo::{self, Fields, Filter};
+use super::*;
+use crate::crypto::is_masked;
+use crate::http::{CurrentUser, Page, PageQuery};
+use crate::{validate, AppError, AppResult, AppState};
+
+fn require_admin(user: &CurrentUser) -> AppResult<()> {
+    if user.is_admin() {
+        Ok(())
+    } else {
+        Err(AppError::Forbidden("administrator role required".into()))
+    }
+}
+
+fn category(value: i64) -> AppResult<i16> {
+    match value {
+        1 => Ok(VECTOR_STORE),
+        2 => Ok(SEARCH_ENGINE),
+        _ => Err(AppError::validation(
+            "category must be 1 (vector store) or 2 (search engine)",
+        )),
+    }
+}
+
+fn status(value: i64) -> AppResult<i16> {
+    match value {
+        0 | 1 => Ok(value as i16),
+        _ => Err(AppError::validation("status must be 0 (inactive) or 1 (active)")),
+    }
+}
+
+fn parse_status_name(value: &str) -> AppResult<i16> {
+    match value.trim().to_ascii_uppercase().as_str() {
+        "ACTIVE" | "1" => Ok(1),
+        "INACTIVE" | "0" => Ok(0),
+        _ => Err(AppError::validation("status must be ACTIVE or INACTIVE")),
+    }
+}
+
+/// Splits the password out of a config (it is stored sealed, apart) and checks the rest.
+fn split_config(state: &AppState, t: StoreType, config: &Value) -> AppResult<(Value, Option<String>)> {
+    probe::connection(config, probe::default_port(t))?;
+    let mut clean = config.clone();
+    let password = clean.as_object_mut().and_then(|o| o.remove("password"));
+    let sealed = match password
+        .as_ref()
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        Some(p) if !is_masked(p) => Some(state.secrets().seal(p)?),
+        _ => None,
+    };
+    Ok((clean, sealed))
+}
+
+pub async fn list(state: &AppState, category_code: Option<i64>) -> AppResult<Vec<StoreView>> {
+    let f = Filter {
+        category: category_code.map(category).transpose()?,
+        ..Default::default()
+    };
+    let (rows, _) = repo::list(state.db(), &f, None).await?;
+    Ok(rows.into_iter().map(|r| StoreView::new(r, state.secrets())).collect())
+}
+
+pub async fn page(state: &AppState, paging: PageQuery, f: StoreFilter) -> AppResult<Page<StoreView>> {
+    let keyword = validate::optional(f.keyword);
+    let store_type = match validate::optional(f.store_type) {
+        Some(t) => Some(
+            StoreType::from_name(&t)
+                .ok_or_else(|| AppError::validation("type must be PGVECTOR, MILVUS, OPENSEARCH or PG_FULLTEXT"))?
+                .code(),
+        ),
+        None => None,
+    };
+    let filter = Filter {
+        category: f.category.map(category).transpose()?,
+        keyword: keyword.as_deref(),
+        store_type,
+        status: validate::optional(f.status)
+            .map(|s| parse_status_name(&s))
+            .transpose()?,
+    };
+    let (rows, total) = repo::list(state.db(), &filter, Some((paging.size(), paging.offset()))).await?;
+    Ok(Page::new(
+        rows.into_iter().map(|r| StoreView::new(r, state.secrets())).collect(),
+        paging,
+        total,
+    ))
+}
+
+pub async fn get(state: &AppState, id: i64) -> AppResult<StoreView> {
+    let row = repo::find(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("store instance"))?;
+    Ok(StoreView::new(row, state.secrets()))
+}
+
+fn store_type(code: i64, category: i16) -> AppResult<StoreType> {
+    let t = StoreType::from_code(code).ok_or_else(|| {
+        AppError::validation("type must be 1 (PGVECTOR), 2 (MILVUS), 3 (OPENSEARCH) or 4 (PG_FULLTEXT)")
+    })?;
+    if !t.serves(category) {
+        return Err(AppError::validation(format!(
+            "type {} cannot serve as {}",
+            t.name(),
+            category_name(category)
+        )));
+    }
+    Ok(t)
+}
+
+pub async fn create(state: &AppState, user: &CurrentUser, req: StoreRequest) -> AppResult<i64> {
+    require_admin(user)?;
+    let name = validate::required("name", req.name)?;
+    validate::length("name", &name, 1, 100)?;
+    let category = category(validate::present("category", req.category)?)?;
+    let t = store_type(validate::present("type", req.store_type)?, category)?;
+    let (config, sealed) = split_config(state, t, &validate::present("config", req.config)?)?;
+    let status = req.status.map(status).transpose()?;
+    let fields = Fields {
+        name: Some(&name),
+        category: Some(category),
+        store_type: Some(t.code()),
+        config: Some(&config),
+        password_enc: sealed.as_deref(),
+        status,
+    };
+    let mut tx = state.db().begin().await?;
+    let id = repo::insert(&mut *tx, &fields).await?;
+    if req.is_default == Some(true) {
+        repo::make_default(&mut tx, id, category).await?;
+    }
+    tx.commit().await?;
+    Ok(id)
+}
+
+pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreRequest) -> AppResult<()> {
+    require_admin(user)?;
+    let row = repo::find(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("store instance"))?;
+    if row.builtin && (req.config.is_some() || req.store_type.is_some() || req.category.is_some()) {
+        return Err(AppError::business(
+            "the service's own database instance keeps its type and connection",
+        ));
+    }
+    let name = req.name.map(|n| validate::required("name", Some(n))).transpose()?;
+    let category = req.category.map(category).transpose()?.unwrap_or(row.category);
+    let t = match req.store_type {
+        Some(code) => store_type(code, category)?,
+        None => store_type(i64::from(row.store_type), category)?,
+    };
+    let split = req.config.as_ref().map(|c| split_config(state, t, c)).transpose()?;
+    let (config, sealed) = match &split {
+        Some((c, s)) => (Some(c), s.as_deref()),
+        None => (None, None),
+    };
+    let fields = Fields {
+        name: name.as_deref(),
+        category: Some(category),
+        store_type: Some(t.code()),
+        config,
+        password_enc: sealed,
+        status: req.status.map(status).transpose()?,
+    };
+    let mut tx = state.db().begin().await?;
+    repo::update(&mut *tx, id, &fields).await?;
+    if req.is_default == Some(true) {
+        repo::make_default(&mut tx, id, category).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
+    require_admin(user)?;
+    let row = repo::find(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("store instance"))?;
+    if row.builtin {
+        return Err(AppError::business(
+            "the service's own database instance cannot be deleted",
+        ));
+    }
+    let users = repo::users_count(state.db(), id).await?;
+    if users > 0 {
+        return Err(AppError::business(format!(
+            "{users} knowledge bases use this store instance"
+        )));
+    }
+    repo::delete(state.db(), id).await?;
+    Ok(())
+}
+
+pub async fn test(state: &AppState, req: StoreTestRequest) -> AppResult<bool> {
+    let name = validate::required("type", req.store_type)?;
+    let t = StoreType::from_name(&name)
+        .ok_or_else(|| AppError::validation("type must be PGVECTOR, MILVUS, OPENSEARCH or PG_FULLTEXT"))?;
+    let config = validate::present("config", req.config)?;
+    let conn = probe::connection(&config, probe::default_port(t))?;
+    probe::test(state, t, &conn).await?;
+    Ok(true)
+}

@@ -1,0 +1,950 @@
+//! Knowledge bases: settings, stores, upload with dedup, the ingestion pipeline end to end,
+//! faults, chunks by hand, and deletion that leaves nothing behind.
+
+use api_tests::{KbSetup, Store};
+use serde_json::{json, Value};
+
+const GUIDE_MD: &str = "# Install\n\nDownload the package and unpack it.\n\n## Linux\n\nRun the installer as root.\n\n# Use\n\nStart the service with the start command.\n";
+const NOTES_TXT: &str = "The quick brown fox jumps over the lazy dog.\n\nPack my box with five dozen liquor jugs.";
+const PEOPLE_CSV: &str = "name,city\nAda,London\nGrace,New York\n";
+const PAGE_HTML: &str = "<html><head><script>evil()</script></head><body><h1>Title</h1><p>First paragraph here.</p><p>Second one.</p></body></html>";
+
+async fn doc_ids(reply: &api_tests::Reply) -> Vec<i64> {
+    reply.assert_ok()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["id"].as_i64())
+        .collect()
+}
+
+#[tokio::test]
+async fn knowledge_base_settings_and_validation() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (app, t) = (&s.app, Some(s.admin.as_str()));
+    let id = s
+        .kb(
+            "Handbook",
+            json!({ "description": "all about us", "chunkMode": "delimiter", "customDelimiter": "\\n\\n" }),
+        )
+        .await;
+    let kb = app.get(&format!("/rag/{id}"), t).await.assert_ok().clone();
+    assert_eq!(kb["dimensionOfVectorModel"], 8, "probed from the embedding model");
+    assert_eq!(
+        (
+            kb["documentCount"].as_i64(),
+            kb["chunkCount"].as_i64(),
+            kb["status"].as_str()
+        ),
+        (Some(0), Some(0), Some("active"))
+    );
+    assert_eq!(
+        (kb["chunkMode"].as_str(), kb["delimiter"].as_str()),
+        (Some("delimiter"), Some("\\n\\n"))
+    );
+    assert_eq!(kb["embeddingModelName"], "emb-8 model");
+    assert!(kb["vectorStoreInstanceId"].as_i64().is_some() && kb["searchEngineInstanceId"].as_i64().is_some());
+    let index: Option<String> = sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = $1")
+        .bind(format!("chunks_hnsw_kb_{id}"))
+        .fetch_optional(&app.db)
+        .await
+        .unwrap();
+    let index = index.expect("the base's own HNSW index");
+    assert!(
+        index.contains("hnsw") && index.contains("vector(8)") && index.contains(&format!("rag_id = {id}")),
+        "{index}"
+    );
+
+    let page = app.get("/rag/page?page=1&size=5", t).await;
+    assert_eq!(page.assert_ok()["total"], 1);
+
+    app.put(
+        &format!("/rag/{id}"),
+        t,
+        &json!({ "name": "Handbook 2", "maxChunkTokens": 256, "dedupAction": 1 }),
+    )
+    .await
+    .assert_ok();
+    let config = json!({
+        "chunkParams": { "mode": "regex", "chunkRegex": "^## " },
+        "searchParams": { "resultCount": 7, "fusionStrategy": "WEIGHTED_SUM" },
+        "modelParams": { "prompt": "Context: {context}\nQuestion: {query}", "nearbySliceCount": 1 },
+        "parseParams": { "saveImages": true, "maxImageCount": 5 }
+    });
+    app.put(&format!("/rag/{id}/config"), t, &config).await.assert_ok();
+    let kb = app.get(&format!("/rag/{id}"), t).await.assert_ok().clone();
+    assert_eq!(
+        (
+            kb["name"].as_str(),
+            kb["maxChunkTokens"].as_i64(),
+            kb["dedupAction"].as_i64()
+        ),
+        (Some("Handbook 2"), Some(256), Some(1))
+    );
+    assert_eq!(
+        (kb["chunkMode"].as_str(), kb["chunkRegex"].as_str()),
+        (Some("regex"), Some("^## "))
+    );
+    assert_eq!(
+        (
+            kb["searchParams"]["resultCount"].as_i64(),
+            kb["extparseSaveImages"].as_bool()
+        ),
+        (Some(7), Some(true))
+    );
+    assert_eq!(kb["modelParams"]["nearbySliceCount"], 1);
+
+    let before = app.count("knowledge_bases").await;
+    for (body, needle) in [
+        (json!({ "embeddingModelId": s.embedding_model }), "name is required"),
+        (json!({ "name": "x" }), "embeddingModelId is required"),
+        (
+            json!({ "name": "x", "embeddingModelId": 999 }),
+            "embeddingModelId: model 999 does not exist",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "chunkMode": "magic" }),
+            "chunkMode must be",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "chunkMode": "delimiter" }),
+            "customDelimiter is required",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "chunkMode": "regex", "chunkRegex": "(" }),
+            "chunkRegex",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "maxChunkTokens": 1 }),
+            "maxChunkTokens",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "dedupStrategy": 5 }),
+            "dedupStrategy must be between 0 and 3",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "parseEngine": "magic" }),
+            "parseEngine must be",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "vectorStoreInstanceId": 999 }),
+            "vectorStoreInstanceId: store instance 999",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "rerankModelId": s.embedding_model }),
+            "rerankModelId",
+        ),
+    ] {
+        app.post("/rag", t, &body).await.assert_error(400, 0, needle);
+    }
+    for (body, needle) in [
+        (
+            json!({ "searchParams": { "fusionStrategy": "MAX" } }),
+            "searchParams.fusionStrategy",
+        ),
+        (
+            json!({ "searchParams": { "resultCount": "ten" } }),
+            "searchParams.resultCount",
+        ),
+        (
+            json!({ "modelParams": { "prompt": "no placeholders" } }),
+            "modelParams.prompt must contain",
+        ),
+        (
+            json!({ "parseParams": { "maxImageCount": -1 } }),
+            "parseParams.maxImageCount",
+        ),
+        (json!({ "chunkParams": [] }), "chunkParams must be a JSON object"),
+    ] {
+        app.put(&format!("/rag/{id}/config"), t, &body)
+            .await
+            .assert_error(400, 0, needle);
+    }
+    assert_eq!(app.count("knowledge_bases").await, before);
+    assert_eq!(
+        app.get(&format!("/rag/{id}"), t).await.assert_ok()["searchParams"]["resultCount"],
+        7,
+        "unchanged"
+    );
+
+    let (_, other) = app.regular_user("outsider").await;
+    app.get(&format!("/rag/{id}"), Some(&other))
+        .await
+        .assert_error(404, 404, "knowledge base not found");
+    app.put(&format!("/rag/{id}"), Some(&other), &json!({ "name": "mine" }))
+        .await
+        .assert_error(404, 404, "not found");
+    app.delete(&format!("/rag/{id}"), Some(&other))
+        .await
+        .assert_error(404, 404, "not found");
+    assert_eq!(app.get("/rag/page", Some(&other)).await.assert_ok()["total"], 0);
+}
+
+#[tokio::test]
+async fn store_instances() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (app, t) = (&s.app, Some(s.admin.as_str()));
+    let vectors = app.get("/store-instance?category=1", t).await;
+    let v = vectors.assert_ok()[0].clone();
+    assert_eq!(
+        (
+            v["type"].as_str(),
+            v["category"].as_str(),
+            v["status"].as_str(),
+            v["isDefault"].as_bool()
+        ),
+        (Some("PGVECTOR"), Some("VECTOR_STORE"), Some("ACTIVE"), Some(true))
+    );
+    assert_eq!(
+        app.get("/store-instance?category=2", t).await.assert_ok()[0]["type"],
+        "PG_FULLTEXT"
+    );
+
+    let pg_port = reqwest::Url::parse(&std::env::var("DATABASE_URL").unwrap())
+        .unwrap()
+        .port()
+        .unwrap_or(5432);
+    let config = json!({ "host": "127.0.0.1", "port": pg_port, "database": "postgres", "username": "postgres", "password": "sekret-password-1" });
+    let id = app
+        .post(
+            "/store-instance",
+            t,
+            &json!({ "name": "Analytics PG", "category": 1, "type": 1, "config": config, "status": 1 }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let got = app.get(&format!("/store-instance/{id}"), t).await.assert_ok().clone();
+    assert_eq!(got["config"]["password"], "sekr****rd-1");
+    let raw: String = sqlx::query_scalar("SELECT password_enc FROM store_instances WHERE id = $1")
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(raw.starts_with("v1:") && !raw.contains("sekret"));
+    assert!(!got["config"].to_string().contains("sekret"));
+
+    let ok = app.post("/store-instance/test", t, &json!({ "type": "PGVECTOR", "config": { "host": "127.0.0.1", "port": pg_port, "username": "postgres", "database": "postgres" } })).await;
+    assert_eq!(ok.assert_ok(), &json!(true));
+    app.post(
+        "/store-instance/test",
+        t,
+        &json!({ "type": "PG_FULLTEXT", "config": { "host": "127.0.0.1", "port": 9 } }),
+    )
+    .await
+    .assert_error(400, 0, "connection test failed");
+    app.post(
+        "/store-instance/test",
+        t,
+        &json!({ "type": "OPENSEARCH", "config": { "host": "127.0.0.1", "port": 9 } }),
+    )
+    .await
+    .assert_error(400, 0, "connection test failed");
+    app.post(
+        "/store-instance/test",
+        t,
+        &json!({ "type": "MILVUS", "config": { "host": "127.0.0.1", "port": 9 } }),
+    )
+    .await
+    .assert_error(400, 0, "connection test failed");
+    app.post("/store-instance/test", t, &json!({ "type": "NOPE", "config": {} }))
+        .await
+        .assert_error(400, 0, "type must be");
+    app.post(
+        "/store-instance/test",
+        t,
+        &json!({ "type": "MILVUS", "config": { "port": 1 } }),
+    )
+    .await
+    .assert_error(400, 0, "config.host is required");
+
+    let page = app
+        .get(
+            "/store-instance/page?category=1&keyword=analytics&type=PGVECTOR&status=ACTIVE",
+            t,
+        )
+        .await;
+    assert_eq!(page.assert_ok()["total"], 1);
+    app.get("/store-instance/page?status=maybe", t)
+        .await
+        .assert_error(400, 0, "status must be");
+
+    let before = app.count("store_instances").await;
+    for (body, needle) in [
+        (json!({ "category": 1, "type": 1, "config": {} }), "name is required"),
+        (json!({ "name": "x", "type": 1, "config": {} }), "category is required"),
+        (
+            json!({ "name": "x", "category": 3, "type": 1, "config": {} }),
+            "category must be",
+        ),
+        (
+            json!({ "name": "x", "category": 2, "type": 2, "config": { "host": "h" } }),
+            "type MILVUS cannot serve as SEARCH_ENGINE",
+        ),
+        (json!({ "name": "x", "category": 1, "type": 1 }), "config is required"),
+        (
+            json!({ "name": "x", "category": 1, "type": 1, "config": { "host": "h", "port": 70000 } }),
+            "config.port",
+        ),
+    ] {
+        app.post("/store-instance", t, &body).await.assert_error(400, 0, needle);
+    }
+    let (_, user) = app.regular_user("reader").await;
+    app.post(
+        "/store-instance",
+        Some(&user),
+        &json!({ "name": "x", "category": 1, "type": 1, "config": { "host": "h" } }),
+    )
+    .await
+    .assert_error(403, 403, "administrator");
+    assert_eq!(app.count("store_instances").await, before);
+
+    // The masked password sent back keeps the stored one.
+    app.put(
+        &format!("/store-instance/{id}"),
+        t,
+        &json!({ "name": "Renamed", "config": got["config"] }),
+    )
+    .await
+    .assert_ok();
+    let after: String = sqlx::query_scalar("SELECT password_enc FROM store_instances WHERE id = $1")
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(after, raw);
+    let builtin = v["id"].as_i64().unwrap();
+    app.delete(&format!("/store-instance/{builtin}"), t)
+        .await
+        .assert_error(400, 0, "cannot be deleted");
+    app.delete(&format!("/store-instance/{id}"), t).await.assert_ok();
+    app.get(&format!("/store-instance/{id}"), t)
+        .await
+        .assert_error(404, 404, "not found");
+}
+
+async fn ingest_every_text_type(store: Store, extra: &[(&str, &str)]) {
+    let s = KbSetup::new(store, extra).await;
+    let (app, t) = (&s.app, Some(s.admin.as_str()));
+    let kb = s.kb("Docs", json!({})).await;
+    let files = [
+        ("guide.md", GUIDE_MD.as_bytes().to_vec()),
+        ("notes.txt", NOTES_TXT.as_bytes().to_vec()),
+        ("people.csv", PEOPLE_CSV.as_bytes().to_vec()),
+        ("page.html", PAGE_HTML.as_bytes().to_vec()),
+    ];
+    let preview = s.preview(kb, &files, None).await;
+    let p = preview.assert_ok().clone();
+    assert_eq!(p["ragId"], kb);
+    let items = p["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4);
+    for (item, (name, bytes)) in items.iter().zip(&files) {
+        assert_eq!(
+            (
+                item["fileName"].as_str(),
+                item["decision"].as_str(),
+                item["matchType"].as_str()
+            ),
+            (Some(*name), Some("NEW"), Some("NONE"))
+        );
+        assert_eq!(item["fileSize"].as_u64(), Some(bytes.len() as u64));
+        let hash = format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes)));
+        assert_eq!(item["contentHash"], hash);
+        assert!(item["conflictDocumentId"].is_null());
+    }
+    assert_eq!(app.count("resources").await, 4, "temporary resources, one per file");
+
+    let commit = json!({ "previewToken": p["previewToken"], "items": items.iter().map(|i| json!({ "tempResourceId": i["tempResourceId"], "decision": "NEW" })).collect::<Vec<_>>() });
+    let committed = app.post("/document/upload/commit", t, &commit).await;
+    assert_eq!(committed.assert_ok()["conflictChanged"], false);
+    let ids = doc_ids(&committed).await;
+    assert_eq!(ids.len(), 4);
+    assert_eq!(app.count("resources").await, 0, "temporary resources become documents");
+
+    for (id, (name, bytes)) in ids.iter().zip(&files) {
+        let d = s.settled(*id).await;
+        assert_eq!(
+            (d["status"].as_str(), d["progress"].as_i64()),
+            (Some("success"), Some(100)),
+            "{name}: {d}"
+        );
+        assert!(d["chunkCount"].as_i64().unwrap() >= 1);
+        for stage in ["parseMs", "chunkMs", "embedMs", "indexMs", "totalMs"] {
+            assert!(d["timings"][stage].as_u64().is_some(), "{name} timing {stage}: {d}");
+        }
+        let original = app.get(&format!("/document/{id}/download"), t).await;
+        assert_eq!(&original.bytes[..], &bytes[..], "{name} downloads unchanged");
+        assert!(original.headers["content-disposition"].to_str().unwrap().contains(name));
+    }
+    let setup = &s;
+    let text = |id: i64| async move { setup.chunk_texts(id).await.join("\n") };
+    let md = text(ids[0]).await;
+    for needle in [
+        "Download the package and unpack it.",
+        "Run the installer as root.",
+        "Start the service with the start command.",
+    ] {
+        assert!(md.contains(needle), "{needle:?} in {md:?}");
+    }
+    let title: Option<String> =
+        sqlx::query_scalar("SELECT title FROM chunks WHERE document_id = $1 AND content LIKE '%installer%'")
+            .bind(ids[0])
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(title.as_deref(), Some("Install > Linux"));
+    let txt = text(ids[1]).await;
+    assert!(
+        txt.contains("The quick brown fox jumps over the lazy dog.")
+            && txt.contains("Pack my box with five dozen liquor jugs.")
+    );
+    let csv = text(ids[2]).await;
+    assert!(
+        csv.contains("Ada") && csv.contains("London") && csv.contains("Grace") && csv.contains("New York"),
+        "{csv}"
+    );
+    let html = text(ids[3]).await;
+    assert!(
+        html.contains("First paragraph here.") && !html.contains("evil"),
+        "{html}"
+    );
+
+    // Vectors and text index are written for every chunk.
+    let (missing_vectors, missing_tsv): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE embedding IS NULL), count(*) FILTER (WHERE tsv IS NULL) FROM chunks WHERE rag_id = $1",
+    )
+    .bind(kb)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!((missing_vectors, missing_tsv), (0, 0));
+    let kb_view = app.get(&format!("/rag/{kb}"), t).await.assert_ok().clone();
+    let chunks: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1")
+        .bind(kb)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        (kb_view["documentCount"].as_i64(), kb_view["chunkCount"].as_i64()),
+        (Some(4), Some(chunks))
+    );
+    let docs = app.get(&format!("/document/page?ragId={kb}&size=2"), t).await;
+    let d = docs.assert_ok().clone();
+    assert_eq!((d["total"].as_i64(), d["data"].as_array().unwrap().len()), (Some(4), 2));
+    assert!(d["data"][0]["fileSize"].as_str().unwrap().ends_with('B'));
+    let chunk_page = app.get(&format!("/chunk/page?documentId={}", ids[1]), t).await;
+    let c = chunk_page.assert_ok()["data"][0].clone();
+    assert_eq!(
+        (
+            c["documentName"].as_str(),
+            c["vectorStatus"].as_str(),
+            c["type"].as_str()
+        ),
+        (Some("notes.txt"), Some("success"), Some("text"))
+    );
+    assert!(c["tokenCount"].as_i64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn upload_to_indexed_chunks_through_the_in_process_queue() {
+    ingest_every_text_type(Store::Filesystem, &[]).await;
+}
+
+#[tokio::test]
+async fn upload_to_indexed_chunks_through_sqs_and_s3() {
+    let queue = api_tests::fresh_sqs_queue().await;
+    ingest_every_text_type(
+        Store::S3,
+        &[
+            ("QUEUE_BACKEND", "sqs"),
+            ("SQS_INGEST_QUEUE_URL", &queue),
+            ("SQS_MEMORY_QUEUE_URL", &queue),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn every_dedup_strategy_and_action() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Dedup", json!({})).await;
+    let first = s.upload(kb, &[("a.txt", b"original content".to_vec())]).await;
+    let existing = doc_ids(&first).await[0];
+    s.settled(existing).await;
+    // Same name with new content, and new name with the same content.
+    let files = [
+        ("A.TXT", b"changed content".to_vec()),
+        ("b.txt", b"original content".to_vec()),
+    ];
+    let expect = |strategy: i64, action: i64| -> [(&'static str, &'static str); 2] {
+        let hit = match action {
+            0 => "REJECT",
+            1 => "SKIP",
+            _ => "OVERWRITE",
+        };
+        match strategy {
+            0 => [("NEW", "NONE"), ("NEW", "NONE")],
+            1 => [(hit, "BY_NAME"), ("NEW", "NONE")],
+            2 => [("NEW", "NONE"), (hit, "BY_CONTENT")],
+            _ => [(hit, "BY_NAME"), (hit, "BY_CONTENT")],
+        }
+    };
+    for strategy in 0..=3 {
+        for action in 0..=2 {
+            let reply = s.preview(kb, &files, Some((strategy, action))).await;
+            let p = reply.assert_ok().clone();
+            let items = p["items"].as_array().unwrap();
+            for (item, (decision, match_type)) in items.iter().zip(expect(strategy, action)) {
+                assert_eq!(
+                    (item["decision"].as_str(), item["matchType"].as_str()),
+                    (Some(decision), Some(match_type)),
+                    "strategy {strategy} action {action}: {item}"
+                );
+                if match_type == "NONE" {
+                    assert!(item["conflictDocumentId"].is_null());
+                } else {
+                    assert_eq!(
+                        (
+                            item["conflictDocumentId"].as_i64(),
+                            item["conflictDocumentName"].as_str()
+                        ),
+                        (Some(existing), Some("a.txt"))
+                    );
+                }
+                assert_eq!(item["rejectReason"].is_string(), decision == "REJECT", "{item}");
+            }
+            let token = p["previewToken"].as_str().unwrap();
+            s.app
+                .delete(&format!("/document/upload/preview/{token}"), t)
+                .await
+                .assert_ok();
+        }
+    }
+    assert_eq!(
+        s.app.count("resources").await,
+        0,
+        "cancelled previews leave no temporary files"
+    );
+    assert_eq!(s.app.count("upload_previews").await, 0);
+
+    // OVERWRITE replaces the old document and its chunks.
+    let reply = s
+        .preview(kb, &[("b.txt", b"original content".to_vec())], Some((2, 2)))
+        .await;
+    let p = reply.assert_ok().clone();
+    let item = &p["items"][0];
+    let body = json!({ "previewToken": p["previewToken"], "items": [{ "tempResourceId": item["tempResourceId"], "decision": "OVERWRITE" }] });
+    let committed = s.app.post("/document/upload/commit", t, &body).await;
+    let c = committed.assert_ok().clone();
+    assert_eq!(
+        (c["items"][0]["decision"].as_str(), c["items"][0]["matchType"].as_str()),
+        (Some("OVERWRITE"), Some("BY_CONTENT"))
+    );
+    let new_id = c["items"][0]["id"].as_i64().unwrap();
+    s.settled(new_id).await;
+    s.app
+        .get(&format!("/document/{existing}"), t)
+        .await
+        .assert_error(404, 404, "document not found");
+    let old_chunks: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE document_id = $1")
+        .bind(existing)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(old_chunks, 0);
+    assert_eq!(s.app.count("documents").await, 1);
+
+    // Files of one upload collide with each other too; a rejected file cannot be committed.
+    let reply = s
+        .preview(
+            kb,
+            &[("c.txt", b"twin".to_vec()), ("d.txt", b"twin".to_vec())],
+            Some((2, 0)),
+        )
+        .await;
+    let p = reply.assert_ok().clone();
+    assert_eq!(
+        (p["items"][0]["decision"].as_str(), p["items"][1]["decision"].as_str()),
+        (Some("NEW"), Some("REJECT"))
+    );
+    assert!(p["items"][1]["rejectReason"]
+        .as_str()
+        .unwrap()
+        .contains("another file in this upload"));
+    let body = json!({ "previewToken": p["previewToken"], "items": [{ "tempResourceId": p["items"][1]["tempResourceId"], "decision": "NEW" }] });
+    s.app
+        .post("/document/upload/commit", t, &body)
+        .await
+        .assert_error(400, 0, "was rejected");
+    assert_eq!(s.app.count("documents").await, 1, "nothing committed");
+}
+
+#[tokio::test]
+async fn commit_reports_conflicts_that_changed_since_the_preview() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Race", json!({ "dedupStrategy": 2, "dedupAction": 0 })).await;
+    let file = [("x.txt", b"same bytes".to_vec())];
+    let first = s.preview(kb, &file, None).await.assert_ok().clone();
+    let second = s.preview(kb, &file, None).await.assert_ok().clone();
+    assert_eq!(first["items"][0]["decision"], "NEW");
+    let commit = |p: &Value| json!({ "previewToken": p["previewToken"], "items": [{ "tempResourceId": p["items"][0]["tempResourceId"], "decision": "NEW" }] });
+    let done = s.app.post("/document/upload/commit", t, &commit(&second)).await;
+    assert_eq!(done.assert_ok()["conflictChanged"], false);
+    let stale = s.app.post("/document/upload/commit", t, &commit(&first)).await;
+    let r = stale.assert_ok().clone();
+    assert_eq!(r["conflictChanged"], true);
+    assert_eq!(
+        (r["items"][0]["decision"].as_str(), r["items"][0]["matchType"].as_str()),
+        (Some("REJECT"), Some("BY_CONTENT"))
+    );
+    assert!(r["items"][0]["id"].is_null());
+    assert_eq!(
+        s.app.count("documents").await,
+        1,
+        "nothing committed on a changed picture"
+    );
+    s.app
+        .post(
+            "/document/upload/commit",
+            t,
+            &json!({ "previewToken": "nope", "items": [] }),
+        )
+        .await
+        .assert_error(404, 404, "previewToken not found");
+    s.app
+        .post("/document/upload/commit", t, &json!({ "items": [] }))
+        .await
+        .assert_error(400, 0, "previewToken is required");
+    let bad =
+        json!({ "previewToken": first["previewToken"], "items": [{ "tempResourceId": 424242, "decision": "NEW" }] });
+    s.app.post("/document/upload/commit", t, &bad).await.assert_error(
+        400,
+        0,
+        "items[0].tempResourceId 424242 is not part of this preview",
+    );
+    let bad = json!({ "previewToken": first["previewToken"], "items": [{ "tempResourceId": 1, "decision": "MAYBE" }] });
+    s.app
+        .post("/document/upload/commit", t, &bad)
+        .await
+        .assert_error(400, 0, "items[0].decision must be");
+}
+
+#[tokio::test]
+async fn failures_are_precise_and_leave_nothing_half_indexed() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Faults", json!({})).await;
+    // An unparseable file: failed at parsing, with the reason, and no chunks.
+    let reply = s
+        .upload(
+            kb,
+            &[
+                ("broken.xlsx", b"this is not a spreadsheet".to_vec()),
+                ("virus.exe", b"MZ".to_vec()),
+            ],
+        )
+        .await;
+    let r = reply.assert_ok().clone();
+    assert_eq!(
+        r["items"][1]["decision"], "SKIP",
+        "unsupported types are rejected at preview"
+    );
+    let id = r["items"][0]["id"].as_i64().unwrap();
+    let d = s.settled(id).await;
+    assert_eq!(
+        (d["status"].as_str(), d["errorStage"].as_str()),
+        (Some("failed"), Some("parsing")),
+        "{d}"
+    );
+    assert!(d["errorMessage"].as_str().unwrap().contains("xlsx"), "{d}");
+    assert!(s.chunk_texts(id).await.is_empty());
+
+    // The embedding endpoint down: retried, then failed after the last delivery with the reason.
+    let provider = s.app.provider(&s.admin, "down").await;
+    let dead = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "EMBEDDING",
+            "emb-8",
+            "http://127.0.0.1:9/v1",
+            json!({ "configJson": { "maxRetries": 0 } }),
+        )
+        .await;
+    let kb2 = s
+        .kb("Down", json!({ "embeddingModelId": dead, "dimensionOfVectorModel": 8 }))
+        .await;
+    let reply = s.upload(kb2, &[("n.txt", NOTES_TXT.as_bytes().to_vec())]).await;
+    let id = doc_ids(&reply).await[0];
+    let d = s.settled(id).await;
+    assert_eq!(
+        (d["status"].as_str(), d["errorStage"].as_str()),
+        (Some("failed"), Some("embedding")),
+        "{d}"
+    );
+    assert!(d["errorMessage"].as_str().unwrap().contains("cannot be reached"), "{d}");
+    assert!(s.chunk_texts(id).await.is_empty(), "nothing half-indexed");
+
+    // Fix the endpoint and reprocess: the same document completes.
+    let url = s.models.base_url.clone();
+    s.app
+        .put(&format!("/ai-model/config/{dead}"), t, &json!({ "apiEndpoint": url }))
+        .await
+        .assert_status_ok();
+    let again = s.app.post(&format!("/document/{id}/reprocess"), t, &json!({})).await;
+    assert_eq!(again.assert_ok()["status"], "pending");
+    let d = s.settled(id).await;
+    assert_eq!(d["status"], "success", "{d}");
+    assert!(d["errorMessage"].is_null());
+}
+
+#[tokio::test]
+async fn redelivery_and_duplicates_yield_one_set_of_chunks() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Once", json!({})).await;
+    let reply = s.upload(kb, &[("guide.md", GUIDE_MD.as_bytes().to_vec())]).await;
+    let id = doc_ids(&reply).await[0];
+    s.settled(id).await;
+    let first = s.chunk_texts(id).await;
+    let (run_id,): (uuid::Uuid,) = sqlx::query_as("SELECT run_id FROM documents WHERE id = $1")
+        .bind(id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    let message = json!({ "documentId": id, "runId": run_id }).to_string();
+
+    // The same message delivered twice more, at once.
+    let handler = shared::rag::pipeline::handler(s.app.state.clone());
+    let event = shared::queue::event(vec![
+        shared::queue::message("m1", &message, 1, None),
+        shared::queue::message("m2", &message, 1, None),
+    ]);
+    let answer = handler(event).await.unwrap();
+    assert!(answer.batch_item_failures.is_empty());
+    assert_eq!(s.chunk_texts(id).await, first);
+
+    // A worker that died mid-document: the run is still leased and half way; once the lease
+    // runs out, redelivery finishes it with exactly one set of chunks.
+    sqlx::query("UPDATE documents SET status = 'embedding', progress = 60, lease_until = now() - interval '1 second' WHERE id = $1")
+        .bind(id)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM chunks WHERE document_id = $1 AND chunk_index > 0")
+        .bind(id)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let answer = handler(shared::queue::event(vec![shared::queue::message(
+        "m3", &message, 2, None,
+    )]))
+    .await
+    .unwrap();
+    assert!(answer.batch_item_failures.is_empty());
+    assert_eq!(s.chunk_texts(id).await, first);
+    // A leased run is not processed twice at the same time: the second delivery is retried.
+    sqlx::query("UPDATE documents SET status = 'parsing', lease_until = now() + interval '1 minute' WHERE id = $1")
+        .bind(id)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let answer = handler(shared::queue::event(vec![shared::queue::message(
+        "m4", &message, 1, None,
+    )]))
+    .await
+    .unwrap();
+    assert_eq!(answer.batch_item_failures.len(), 1);
+    // A poison message is reported failed (and so reaches the DLQ after its receives).
+    let answer = handler(shared::queue::event(vec![shared::queue::message(
+        "m5", "not json", 1, None,
+    )]))
+    .await
+    .unwrap();
+    assert_eq!(answer.batch_item_failures[0].item_identifier, "m5");
+}
+
+#[tokio::test]
+async fn chunks_by_hand_are_embedded() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Hand", json!({})).await;
+    let id = doc_ids(&s.upload(kb, &[("n.txt", NOTES_TXT.as_bytes().to_vec())]).await).await[0];
+    s.settled(id).await;
+    let before = s.chunk_texts(id).await.len();
+    let created = s
+        .app
+        .post(
+            "/chunk",
+            t,
+            &json!({ "ragId": kb, "documentId": id, "content": "A hand-written fact about foxes." }),
+        )
+        .await;
+    let c = created.assert_ok().clone();
+    let chunk = c["id"].as_i64().unwrap();
+    assert_eq!(
+        (c["vectorStatus"].as_str(), c["chunkIndex"].as_i64()),
+        (Some("success"), Some(before as i64))
+    );
+    let vector = |app: &api_tests::TestApp| {
+        let db = app.db.clone();
+        async move {
+            sqlx::query_scalar::<_, Option<String>>("SELECT embedding::text FROM chunks WHERE id = $1")
+                .bind(chunk)
+                .fetch_one(&db)
+                .await
+                .unwrap()
+        }
+    };
+    let v1 = vector(&s.app).await.expect("embedded");
+    s.app
+        .put(
+            &format!("/chunk/{chunk}"),
+            t,
+            &json!({ "content": "Completely different words now." }),
+        )
+        .await
+        .assert_ok();
+    let v2 = vector(&s.app).await.expect("embedded again");
+    assert_ne!(v1, v2);
+    assert_eq!(
+        s.app.get(&format!("/document/{id}"), t).await.assert_ok()["chunkCount"],
+        before as i64 + 1
+    );
+    s.app
+        .post("/chunk", t, &json!({ "ragId": kb, "documentId": id }))
+        .await
+        .assert_error(400, 0, "content is required");
+    s.app
+        .post(
+            "/chunk",
+            t,
+            &json!({ "ragId": kb, "documentId": 999999, "content": "x" }),
+        )
+        .await
+        .assert_error(404, 404, "document not found");
+    s.app
+        .put(&format!("/chunk/{chunk}"), t, &json!({ "content": "  " }))
+        .await
+        .assert_error(400, 0, "content is required");
+    s.app.delete(&format!("/chunk/{chunk}"), t).await.assert_ok();
+    assert_eq!(s.chunk_texts(id).await.len(), before);
+    s.app
+        .delete(&format!("/chunk/{chunk}"), t)
+        .await
+        .assert_error(404, 404, "chunk not found");
+}
+
+async fn deleting_leaves_nothing(store: Store) {
+    let s = KbSetup::new(store, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Gone", json!({})).await;
+    let reply = s
+        .upload(
+            kb,
+            &[
+                ("guide.md", GUIDE_MD.as_bytes().to_vec()),
+                ("n.txt", NOTES_TXT.as_bytes().to_vec()),
+            ],
+        )
+        .await;
+    for id in doc_ids(&reply).await {
+        s.settled(id).await;
+    }
+    s.preview(kb, &[("pending.txt", b"waiting".to_vec())], None)
+        .await
+        .assert_ok();
+    let keys: Vec<String> = sqlx::query_scalar(
+        "SELECT storage_key FROM documents WHERE rag_id = $1 UNION ALL SELECT storage_key FROM resources",
+    )
+    .bind(kb)
+    .fetch_all(&s.app.db)
+    .await
+    .unwrap();
+    assert_eq!(keys.len(), 3);
+    s.app.delete(&format!("/rag/{kb}"), t).await.assert_ok();
+    for table in [
+        "knowledge_bases",
+        "documents",
+        "chunks",
+        "document_images",
+        "upload_previews",
+    ] {
+        assert_eq!(s.app.count(table).await, 0, "{table} emptied");
+    }
+    let index: Option<String> = sqlx::query_scalar("SELECT indexname::text FROM pg_indexes WHERE indexname = $1")
+        .bind(format!("chunks_hnsw_kb_{kb}"))
+        .fetch_optional(&s.app.db)
+        .await
+        .unwrap();
+    assert!(index.is_none(), "the base's index is dropped");
+    for key in keys.iter().take(2) {
+        assert!(
+            s.app.state.storage().head(key).await.unwrap().is_none(),
+            "{key} removed from storage"
+        );
+    }
+}
+
+#[tokio::test]
+async fn deleting_a_knowledge_base_leaves_nothing_on_disk() {
+    deleting_leaves_nothing(Store::Filesystem).await;
+}
+
+#[tokio::test]
+async fn deleting_a_knowledge_base_leaves_nothing_in_s3() {
+    deleting_leaves_nothing(Store::S3).await;
+}
+
+#[tokio::test]
+async fn import_by_url_refuses_internal_addresses() {
+    let files = axum::Router::new().route("/docs/readme.md", axum::routing::get(|| async { GUIDE_MD }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/docs/readme.md", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, files).await });
+
+    let closed = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = closed.kb("Web", json!({})).await;
+    let t = Some(closed.admin.as_str());
+    closed
+        .app
+        .post("/document/import/url", t, &json!({ "ragId": kb, "url": url }))
+        .await
+        .assert_error(400, 0, "internal address");
+    closed
+        .app
+        .post(
+            "/document/import/url",
+            t,
+            &json!({ "ragId": kb, "url": "file:///etc/passwd" }),
+        )
+        .await
+        .assert_error(400, 0, "http or https");
+    closed
+        .app
+        .post("/document/import/url", t, &json!({ "ragId": kb }))
+        .await
+        .assert_error(400, 0, "url is required");
+    assert_eq!(closed.app.count("documents").await, 0);
+
+    let open = KbSetup::new(Store::Filesystem, &[("IMPORT_URL_ALLOW_HOSTS", "127.0.0.1")]).await;
+    let kb = open.kb("Web", json!({})).await;
+    let reply = open
+        .app
+        .post(
+            "/document/import/url",
+            Some(&open.admin),
+            &json!({ "ragId": kb, "url": url }),
+        )
+        .await;
+    let d = reply.assert_ok().clone();
+    assert_eq!(
+        (d["name"].as_str(), d["sourceType"].as_str(), d["sourcePath"].as_str()),
+        (Some("readme.md"), Some("url"), Some(url.as_str()))
+    );
+    let done = open.settled(d["id"].as_i64().unwrap()).await;
+    assert_eq!(done["status"], "success");
+}

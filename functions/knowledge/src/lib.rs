@@ -4,6 +4,7 @@
 mod bases;
 mod chunks;
 mod documents;
+mod search;
 mod stores;
 
 use shared::AppState;
@@ -15,4 +16,5 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(documents::router())
         .merge(chunks::router())
         .merge(stores::router())
+        .merge(search::router())
 }

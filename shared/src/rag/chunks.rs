@@ -169,7 +169,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) 
     let mut tx = state.db().begin().await?;
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO chunks (rag_id, document_id, paragraph_index, chunk_index, content, token_count, embedding, tsv, vector_status)
-         SELECT $1, $2, 0, COALESCE(max(chunk_index) + 1, 0), $3, $4, $5::vector, to_tsvector('simple', $3), 'success'
+         SELECT $1, $2, 0, COALESCE(max(chunk_index) + 1, 0), $3, $4, $5::vector, to_tsvector('simple', $6), 'success'
          FROM chunks WHERE document_id = $2 RETURNING id",
     )
     .bind(rag_id)
@@ -177,6 +177,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) 
     .bind(&content)
     .bind(tokens)
     .bind(&vector)
+    .bind(crate::rag::segment::for_index(&content))
     .fetch_one(&mut *tx)
     .await?;
     sqlx::query("UPDATE documents SET chunk_count = chunk_count + 1, updated_at = now() WHERE id = $1")
@@ -213,13 +214,14 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: EditChun
     let kb = owned_kb(state, user, id).await?;
     let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
     sqlx::query(
-        "UPDATE chunks SET content = $2, token_count = $3, embedding = $4::vector, tsv = to_tsvector('simple', $2),
+        "UPDATE chunks SET content = $2, token_count = $3, embedding = $4::vector, tsv = to_tsvector('simple', $5),
          vector_status = 'success', update_dt = now() WHERE id = $1",
     )
     .bind(id)
     .bind(&content)
     .bind(tokens)
     .bind(&vector)
+    .bind(crate::rag::segment::for_index(&content))
     .execute(state.db())
     .await?;
     get(state, id).await

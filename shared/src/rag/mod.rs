@@ -8,3 +8,6 @@ pub mod documents;
 pub mod fetch;
 pub mod parse;
 pub mod pipeline;
+pub mod qa;
+pub mod search;
+pub mod segment;

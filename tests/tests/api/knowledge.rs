@@ -948,3 +948,100 @@ async fn import_by_url_refuses_internal_addresses() {
     let done = open.settled(d["id"].as_i64().unwrap()).await;
     assert_eq!(done["status"], "success");
 }
+
+#[tokio::test]
+async fn office_and_pdf_files_are_indexed_with_structure_pages_and_images() {
+    use shared::rag::parse::fixtures::{self, DocxBlock};
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Office", json!({ "extparseSaveImages": true })).await;
+    let png = fixtures::png();
+    let docx = fixtures::docx(&[
+        DocxBlock::Heading(1, "Quarterly report"),
+        DocxBlock::Paragraph("Revenue grew by twelve percent."),
+        DocxBlock::Table(vec![vec!["Region", "Sales"], vec!["North", "120"], vec!["South", "95"]]),
+        DocxBlock::Image {
+            bytes: &png,
+            description: Some("Sales chart"),
+        },
+    ]);
+    let rows = |sheet: &str| -> Vec<Vec<String>> {
+        let mut rows = vec![vec!["id".to_owned(), "item".to_owned()]];
+        rows.extend((1..=30).map(|i| vec![i.to_string(), format!("{sheet} item {i}")]));
+        rows
+    };
+    let xlsx = fixtures::xlsx(&[("Fruit", rows("fruit")), ("Tools", rows("tool"))]);
+    let pdf = fixtures::pdf(&[
+        "The first page talks about apples.",
+        "The second page talks about pears.",
+    ]);
+    let reply = s
+        .upload(kb, &[("report.docx", docx), ("stock.xlsx", xlsx), ("book.pdf", pdf)])
+        .await;
+    let ids = doc_ids(&reply).await;
+    assert_eq!(ids.len(), 3);
+    for id in &ids {
+        let d = s.settled(*id).await;
+        assert_eq!(d["status"], "success", "{d}");
+    }
+
+    let docx_text = s.chunk_texts(ids[0]).await.join("\n");
+    assert!(
+        docx_text.contains("Revenue grew by twelve percent.") && docx_text.contains("North | 120"),
+        "{docx_text}"
+    );
+    let images = s.app.get(&format!("/document/{}/images", ids[0]), t).await;
+    let image = images.assert_ok()[0].clone();
+    assert_eq!(
+        (
+            image["caption"].as_str(),
+            image["sectionTitle"].as_str(),
+            image["documentName"].as_str()
+        ),
+        (Some("Sales chart"), Some("Quarterly report"), Some("report.docx"))
+    );
+    let url = image["imageUrl"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("/api")
+        .to_owned();
+    let bytes = s.app.get(&url, t).await;
+    assert_eq!(&bytes.bytes[..], &png[..], "the saved image is the embedded one");
+
+    let sheet_titles: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT DISTINCT title FROM chunks WHERE document_id = $1 ORDER BY 1")
+            .bind(ids[1])
+            .fetch_all(&s.app.db)
+            .await
+            .unwrap();
+    assert_eq!(
+        sheet_titles,
+        vec![Some("Fruit".to_owned()), Some("Tools".to_owned())],
+        "every sheet is read"
+    );
+    let xlsx_text = s.chunk_texts(ids[1]).await.join("\n");
+    assert!(
+        xlsx_text.contains("fruit item 30") && xlsx_text.contains("tool item 1"),
+        "{xlsx_text}"
+    );
+
+    let pages: Vec<(Option<i32>, String)> =
+        sqlx::query_as("SELECT page, content FROM chunks WHERE document_id = $1 ORDER BY chunk_index")
+            .bind(ids[2])
+            .fetch_all(&s.app.db)
+            .await
+            .unwrap();
+    let all: String = pages.iter().map(|p| p.1.clone()).collect::<Vec<_>>().join("\n");
+    assert!(all.contains("apples") && all.contains("pears"), "{all}");
+    assert_eq!(pages[0].0, Some(1), "chunks keep their page number");
+
+    // Deleting the document removes its image file too.
+    let key: String = sqlx::query_scalar("SELECT storage_key FROM document_images WHERE document_id = $1")
+        .bind(ids[0])
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    s.app.delete(&format!("/document/{}", ids[0]), t).await.assert_ok();
+    assert!(s.app.state.storage().head(&key).await.unwrap().is_none());
+    assert_eq!(s.app.count("document_images").await, 0);
+}

@@ -6,4 +6,5 @@ mod models;
 mod platform;
 mod queues;
 mod resources;
+mod search;
 mod users;

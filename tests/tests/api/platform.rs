@@ -90,6 +90,10 @@ async fn openapi_documents_every_route() {
         ("/api/chunk", "post"),
         ("/api/chunk/{id}", "put"),
         ("/api/chunk/{id}", "delete"),
+        ("/api/rag/search", "post"),
+        ("/api/rag/qa/stream", "post"),
+        ("/api/open-api/rag/search", "post"),
+        ("/api/open-api/rag/qa/stream", "post"),
     ] {
         assert!(
             paths.get(path).and_then(|p| p.get(method)).is_some(),

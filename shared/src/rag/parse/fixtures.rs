@@ -7,7 +7,7 @@ use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipWriter};
 
 /// A zip file holding `entries` (name, content), deflated like office files are.
-pub(crate) fn zip_archive(entries: &[(&str, &[u8])]) -> Vec<u8> {
+pub fn zip_archive(entries: &[(&str, &[u8])]) -> Vec<u8> {
     let mut writer = ZipWriter::new(Cursor::new(Vec::new()));
     let options = SimpleFileOptions::default().compression_method(CompressionMethod::Deflated);
     for (name, content) in entries {
@@ -18,7 +18,7 @@ pub(crate) fn zip_archive(entries: &[(&str, &[u8])]) -> Vec<u8> {
 }
 
 /// A 1x1 transparent PNG.
-pub(crate) fn png() -> Vec<u8> {
+pub fn png() -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
         .decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")
         .expect("valid base64")
@@ -62,7 +62,7 @@ fn content_types(overrides: &[(String, &str)]) -> String {
 
 /// An xlsx workbook with one worksheet per `(name, rows)`. Cells that parse as numbers are stored
 /// as numbers, the others as shared strings; empty cells are left out.
-pub(crate) fn xlsx(sheets: &[(&str, Vec<Vec<String>>)]) -> Vec<u8> {
+pub fn xlsx(sheets: &[(&str, Vec<Vec<String>>)]) -> Vec<u8> {
     let mut shared_strings: Vec<String> = Vec::new();
     let mut files: Vec<(String, String)> = Vec::new();
     for (index, (_, rows)) in sheets.iter().enumerate() {
@@ -159,7 +159,7 @@ fn column_name(mut column: usize) -> String {
 }
 
 /// One block of a generated Word document.
-pub(crate) enum DocxBlock<'a> {
+pub enum DocxBlock<'a> {
     Title(&'a str),
     Heading(u8, &'a str),
     /// '\t' becomes a tab and '\n' a line break.
@@ -174,7 +174,7 @@ pub(crate) enum DocxBlock<'a> {
 
 /// A docx file with `blocks` as its body; headings use the built-in style ids ("Heading1",
 /// "Title") and the file has no styles.xml, as minimal generators write it.
-pub(crate) fn docx(blocks: &[DocxBlock]) -> Vec<u8> {
+pub fn docx(blocks: &[DocxBlock]) -> Vec<u8> {
     let mut body = String::new();
     let mut images: Vec<(String, Vec<u8>)> = Vec::new();
     for block in blocks {
@@ -265,12 +265,12 @@ fn docx_paragraph(style: Option<&str>, text: &str) -> String {
 }
 
 /// A PDF with one page per entry, each line of it drawn in Helvetica (WinAnsi encoding).
-pub(crate) fn pdf(pages: &[&str]) -> Vec<u8> {
+pub fn pdf(pages: &[&str]) -> Vec<u8> {
     pdf_document(pages, None)
 }
 
 /// Like [`pdf`], with `jpeg` drawn on the first page as a DCTDecode image XObject.
-pub(crate) fn pdf_with_jpeg(pages: &[&str], jpeg: &[u8]) -> Vec<u8> {
+pub fn pdf_with_jpeg(pages: &[&str], jpeg: &[u8]) -> Vec<u8> {
     pdf_document(pages, Some(jpeg))
 }
 

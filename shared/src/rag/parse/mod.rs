@@ -5,8 +5,9 @@
 
 mod csv_table;
 mod docx;
-#[cfg(test)]
-pub(crate) mod fixtures;
+/// Document builders for tests and benchmarks (feature `fixtures`): no binaries committed.
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 mod html;
 mod image_collector;
 mod markdown;

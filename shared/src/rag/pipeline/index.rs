@@ -49,12 +49,16 @@ pub async fn write_chunks(
             .iter()
             .map(|v| vector_literal(v))
             .collect();
+        let segmented: Vec<String> = batch
+            .iter()
+            .map(|c| crate::rag::segment::for_index(&c.content))
+            .collect();
         let mut batch_ids: Vec<i64> = sqlx::query_scalar(
             "INSERT INTO chunks (rag_id, document_id, paragraph_index, chunk_index, content, token_count, title, page,
              embedding, tsv, vector_status)
-             SELECT $1, $2, u.p, u.i, u.c, u.t, u.ti, u.pg, u.e::vector, to_tsvector('simple', u.c), 'success'
-             FROM unnest($3::int[], $4::int[], $5::text[], $6::int[], $7::text[], $8::int[], $9::text[])
-                  AS u(p, i, c, t, ti, pg, e)
+             SELECT $1, $2, u.p, u.i, u.c, u.t, u.ti, u.pg, u.e::vector, to_tsvector('simple', u.s), 'success'
+             FROM unnest($3::int[], $4::int[], $5::text[], $6::int[], $7::text[], $8::int[], $9::text[], $10::text[])
+                  AS u(p, i, c, t, ti, pg, e, s)
              RETURNING id",
         )
         .bind(rag_id)
@@ -66,6 +70,7 @@ pub async fn write_chunks(
         .bind(&titles)
         .bind(&pages)
         .bind(&embeddings)
+        .bind(&segmented)
         .fetch_all(&mut *conn)
         .await?;
         ids.append(&mut batch_ids);

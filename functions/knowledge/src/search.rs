@@ -1,0 +1,89 @@
+//! `/rag/search` and `/rag/qa/stream`, and the same two for external systems under
+//! `/open-api/rag` (raw text stream there).
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::Response;
+use bytes::Bytes;
+use futures::StreamExt;
+use shared::http::{Api, ApiResult, CurrentUser, Envelope, Json};
+use shared::rag::qa::{self, QaEvent, QaRequest};
+use shared::rag::search::{self, SearchRequest, SearchResponse};
+use shared::{AppError, AppResult, AppState};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(search_kb))
+        .routes(routes!(qa_stream))
+        .routes(routes!(open_search))
+        .routes(routes!(open_qa_stream))
+}
+
+/// Hybrid search: results with scores 0-1; `debug` adds stage timings.
+#[utoipa::path(post, path = "/rag/search", tag = "knowledge", security(("svc_auth" = [])), request_body = SearchRequest,
+    responses((status = 200, body = Envelope<SearchResponse>), (status = 400), (status = 401)))]
+async fn search_kb(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Json(req): Json<SearchRequest>,
+) -> ApiResult<SearchResponse> {
+    search::search(&state, &user, req).await.map(Api)
+}
+
+/// Search for external systems (same as /rag/search).
+#[utoipa::path(post, path = "/open-api/rag/search", tag = "external", security(("svc_auth" = [])), request_body = SearchRequest,
+    responses((status = 200, body = Envelope<SearchResponse>), (status = 400), (status = 401)))]
+async fn open_search(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Json(req): Json<SearchRequest>,
+) -> ApiResult<SearchResponse> {
+    search::search(&state, &user, req).await.map(Api)
+}
+
+fn streaming(content_type: &'static str, body: Body) -> AppResult<Response> {
+    Response::builder()
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(body)
+        .map_err(|e| AppError::Internal(e.into()))
+}
+
+/// Streamed answer: NDJSON lines `{"type":"text","data":..}`, then `{"type":"done","references":[..]}`,
+/// or `{"type":"error","message":..}`.
+#[utoipa::path(post, path = "/rag/qa/stream", tag = "knowledge", security(("svc_auth" = [])), request_body = QaRequest,
+    responses((status = 200, content_type = "application/x-ndjson", body = QaEvent), (status = 400), (status = 401)))]
+async fn qa_stream(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Json(req): Json<QaRequest>,
+) -> AppResult<Response> {
+    let events = qa::answer(&state, &user, req).await?;
+    let body = Body::from_stream(events.map(|e| Ok::<_, Infallible>(Bytes::from(qa::ndjson(&e)))));
+    streaming("application/x-ndjson", body)
+}
+
+/// The answer as raw text chunks, appended in order; a failure ends with `[ERROR] message`.
+#[utoipa::path(post, path = "/open-api/rag/qa/stream", tag = "external", security(("svc_auth" = [])), request_body = QaRequest,
+    responses((status = 200, content_type = "text/plain", body = String), (status = 400), (status = 401)))]
+async fn open_qa_stream(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Json(req): Json<QaRequest>,
+) -> AppResult<Response> {
+    let events = qa::answer(&state, &user, req).await?;
+    let text = events.filter_map(|e| async move {
+        match e {
+            QaEvent::Text { data } => Some(Ok::<_, Infallible>(Bytes::from(data))),
+            QaEvent::Error { message } => Some(Ok(Bytes::from(format!("\n[ERROR] {message}")))),
+            QaEvent::Done { .. } => None,
+        }
+    });
+    streaming("text/plain; charset=utf-8", Body::from_stream(text))
+}

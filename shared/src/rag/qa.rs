@@ -1,0 +1,252 @@
+//! Streamed question answering over a knowledge base: retrieve, build the prompt from the
+//! base's template, stream the chat model's answer, remember the turn.
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::ToSchema;
+
+use crate::http::CurrentUser;
+use crate::models::client::{ChatEvent, ChatMessage, ChatRequest};
+use crate::models::gateway::{self, Billing, ModelHandle};
+use crate::models::ModelType;
+use crate::rag::bases::KbRow;
+use crate::rag::search::{self, SearchResult};
+use crate::{AppError, AppResult, AppState};
+
+const DEFAULT_PROMPT: &str = "Answer the question using only the context below. If the context does not contain \
+the answer, say that you do not know.\n\nContext:\n{context}\n\nQuestion: {query}";
+const HISTORY_TURNS: i64 = 10;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QaRequest {
+    pub rag_id: Option<i64>,
+    pub query: Option<String>,
+    /// Keeps multi-turn context when reused.
+    pub conversation_id: Option<String>,
+}
+
+/// One line of the Q&A stream.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum QaEvent {
+    Text { data: String },
+    Done { references: Vec<Reference> },
+    Error { message: String },
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Reference {
+    pub chunk_id: i64,
+    pub document_id: i64,
+    pub document_name: String,
+}
+
+/// Validates and prepares everything that can fail with a plain error before the stream
+/// starts; what fails later becomes an `error` event.
+pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> AppResult<BoxStream<'static, QaEvent>> {
+    let (kb, query) = search::resolve(state, user, req.rag_id, req.query).await?;
+    let conversation = crate::validate::optional(req.conversation_id);
+    if let Some(c) = &conversation {
+        crate::validate::length("conversationId", c, 1, 128)?;
+    }
+    let state = state.clone();
+    let user_id = user.id;
+    Ok(async_stream(move |tx| async move {
+        if let Err(message) = run(&state, &kb, user_id, &query, conversation.as_deref(), &tx).await {
+            let _ = tx.send(QaEvent::Error { message }).await;
+        }
+    }))
+}
+
+type Sender = tokio::sync::mpsc::Sender<QaEvent>;
+
+/// A stream fed by a task; the task stops when the client goes away (the send fails).
+fn async_stream<F, Fut>(body: F) -> BoxStream<'static, QaEvent>
+where
+    F: FnOnce(Sender) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(body(tx));
+    tokio_stream_from(rx)
+}
+
+fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<QaEvent>) -> BoxStream<'static, QaEvent> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+async fn chat_model(state: &AppState, kb: &KbRow) -> Result<ModelHandle, String> {
+    match kb.model_params.0.model_id {
+        Some(id) => gateway::load(state, id, ModelType::Chat).await.map_err(|e| format!("the Q&A model cannot be used: {e}")),
+        None => gateway::default_model(state, ModelType::Chat).await.map_err(|_| {
+            "no chat model is configured for this knowledge base (modelParams.modelId) and there is no default CHAT model".to_owned()
+        }),
+    }
+}
+
+async fn history(
+    state: &AppState,
+    kb: &KbRow,
+    user_id: i64,
+    conversation: Option<&str>,
+) -> Result<Vec<ChatMessage>, String> {
+    let Some(conversation) = conversation else {
+        return Ok(vec![]);
+    };
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT role, content FROM (SELECT id, role, content FROM qa_messages
+           WHERE rag_id = $1 AND user_id = $2 AND conversation_id = $3 ORDER BY id DESC LIMIT $4) t ORDER BY id",
+    )
+    .bind(kb.id)
+    .bind(user_id)
+    .bind(conversation)
+    .bind(HISTORY_TURNS * 2)
+    .fetch_all(state.db())
+    .await
+    .map_err(|e| format!("loading the conversation failed: {e}"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(role, content)| {
+            if role == "user" {
+                ChatMessage::user(content)
+            } else {
+                ChatMessage::assistant(content)
+            }
+        })
+        .collect())
+}
+
+/// With history and `questionRewrite`, the model first turns the follow-up into a standalone
+/// question for retrieval.
+async fn retrieval_query(
+    state: &AppState,
+    model: &ModelHandle,
+    kb: &KbRow,
+    user_id: i64,
+    history: &[ChatMessage],
+    query: &str,
+) -> String {
+    if history.is_empty() || !kb.search_params.0.question_rewrite {
+        return query.to_owned();
+    }
+    let mut messages = vec![ChatMessage::system(
+        "Rewrite the user's last question as one standalone search query. Answer with the query only.",
+    )];
+    messages.extend(history.iter().cloned());
+    messages.push(ChatMessage::user(query));
+    let req = ChatRequest {
+        messages,
+        max_tokens: Some(100),
+        ..Default::default()
+    };
+    match gateway::chat(state, model, Billing::User(user_id), "rewrite", &req).await {
+        Ok(r) if !r.content.trim().is_empty() => r.content.trim().to_owned(),
+        _ => query.to_owned(),
+    }
+}
+
+fn prompt(kb: &KbRow, context: &[String], query: &str) -> String {
+    let numbered: Vec<String> = context
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("[{}] {c}", i + 1))
+        .collect();
+    let template = kb
+        .model_params
+        .0
+        .prompt
+        .clone()
+        .unwrap_or_else(|| DEFAULT_PROMPT.to_owned());
+    template
+        .replace("{context}", &numbered.join("\n\n"))
+        .replace("{query}", query)
+}
+
+async fn run(
+    state: &AppState,
+    kb: &KbRow,
+    user_id: i64,
+    query: &str,
+    conversation: Option<&str>,
+    tx: &Sender,
+) -> Result<(), String> {
+    let model = chat_model(state, kb).await?;
+    let past = history(state, kb, user_id, conversation).await?;
+    let search_query = retrieval_query(state, &model, kb, user_id, &past, query).await;
+    let (results, _) = search::retrieve(state, kb, &search_query, user_id)
+        .await
+        .map_err(|e| format!("retrieval failed: {e}"))?;
+    let context = search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count)
+        .await
+        .map_err(|e| format!("retrieval failed: {e}"))?;
+    let mut messages = past;
+    messages.push(ChatMessage::user(prompt(kb, &context, query)));
+    let req = ChatRequest {
+        messages,
+        ..Default::default()
+    };
+    let mut stream = gateway::chat_stream(state, &model, Billing::User(user_id), "qa", &req)
+        .await
+        .map_err(|e| AppError::from(e).to_string())?;
+    let mut answer = String::new();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(ChatEvent::Text(t)) => {
+                answer.push_str(&t);
+                if tx.send(QaEvent::Text { data: t }).await.is_err() {
+                    return Ok(()); // the client went away
+                }
+            }
+            Ok(_) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    if let Some(c) = conversation {
+        remember(state, kb.id, user_id, c, query, &answer).await;
+    }
+    let _ = tx
+        .send(QaEvent::Done {
+            references: references(&results),
+        })
+        .await;
+    Ok(())
+}
+
+fn references(results: &[SearchResult]) -> Vec<Reference> {
+    results
+        .iter()
+        .map(|r| Reference {
+            chunk_id: r.chunk_id,
+            document_id: r.document_id,
+            document_name: r.document_name.clone(),
+        })
+        .collect()
+}
+
+async fn remember(state: &AppState, rag_id: i64, user_id: i64, conversation: &str, query: &str, answer: &str) {
+    let saved = sqlx::query(
+        "INSERT INTO qa_messages (rag_id, user_id, conversation_id, role, content) VALUES ($1, $2, $3, 'user', $4), ($1, $2, $3, 'assistant', $5)",
+    )
+    .bind(rag_id)
+    .bind(user_id)
+    .bind(conversation)
+    .bind(query)
+    .bind(answer)
+    .execute(state.db())
+    .await;
+    if let Err(e) = saved {
+        tracing::error!(error = %e, "saving a Q&A turn failed");
+    }
+}
+
+/// NDJSON line of an event.
+pub fn ndjson(event: &QaEvent) -> String {
+    let mut line = serde_json::to_string(event)
+        .unwrap_or_else(|_| json!({ "type": "error", "message": "encoding failed" }).to_string());
+    line.push('\n');
+    line
+}

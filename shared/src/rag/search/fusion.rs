@@ -1,0 +1,90 @@
+//! Combining the vector and full-text rankings into one, with scores in 0-1.
+
+use std::collections::HashMap;
+
+/// A hit of one retriever: chunk id and its raw score, best first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    pub chunk_id: i64,
+    pub score: f64,
+}
+
+/// Reciprocal rank fusion: each list adds 1 / (k + rank). Scores are divided by the best
+/// possible sum (first in every list), so 1.0 means "top of both".
+pub fn rrf(lists: &[&[Hit]], k: f64) -> Vec<Hit> {
+    let mut sums: HashMap<i64, f64> = HashMap::new();
+    for list in lists {
+        for (rank, hit) in list.iter().enumerate() {
+            *sums.entry(hit.chunk_id).or_default() += 1.0 / (k + rank as f64 + 1.0);
+        }
+    }
+    let best = lists.iter().filter(|l| !l.is_empty()).count() as f64 / (k + 1.0);
+    sorted(sums.into_iter().map(|(chunk_id, s)| Hit {
+        chunk_id,
+        score: if best > 0.0 { s / best } else { 0.0 },
+    }))
+}
+
+/// Weighted sum of min-max normalised scores: `dense_weight` for vectors, the rest for text.
+pub fn weighted(dense: &[Hit], sparse: &[Hit], dense_weight: f64) -> Vec<Hit> {
+    let mut sums: HashMap<i64, f64> = HashMap::new();
+    for (list, weight) in [(dense, dense_weight), (sparse, 1.0 - dense_weight)] {
+        let (min, max) = list
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), h| (lo.min(h.score), hi.max(h.score)));
+        for hit in list {
+            let norm = if max > min {
+                (hit.score - min) / (max - min)
+            } else {
+                1.0
+            };
+            *sums.entry(hit.chunk_id).or_default() += weight * norm;
+        }
+    }
+    sorted(sums.into_iter().map(|(chunk_id, score)| Hit {
+        chunk_id,
+        score: score.clamp(0.0, 1.0),
+    }))
+}
+
+fn sorted(hits: impl Iterator<Item = Hit>) -> Vec<Hit> {
+    let mut v: Vec<Hit> = hits.collect();
+    // Ties broken by id so results are stable.
+    v.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.chunk_id.cmp(&b.chunk_id)));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hits(ids: &[i64]) -> Vec<Hit> {
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| Hit {
+                chunk_id: *id,
+                score: 1.0 - i as f64 * 0.1,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rrf_rewards_agreement_and_normalises() {
+        let fused = rrf(&[&hits(&[1, 2, 3]), &hits(&[2, 1, 4])], 60.0);
+        assert_eq!(fused.iter().map(|h| h.chunk_id).collect::<Vec<_>>()[..2], [1, 2]);
+        assert!(fused.iter().all(|h| (0.0..=1.0).contains(&h.score)));
+        let top = rrf(&[&hits(&[7]), &hits(&[7])], 60.0);
+        assert!((top[0].score - 1.0).abs() < 1e-12);
+        assert!(rrf(&[&[], &[]], 60.0).is_empty());
+        // Only one retriever answered: its first hit still scores 1.
+        assert!((rrf(&[&hits(&[3]), &[]], 60.0)[0].score - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn weighted_mixes_normalised_scores() {
+        let fused = weighted(&hits(&[1, 2]), &hits(&[2, 3]), 0.7);
+        assert_eq!(fused[0].chunk_id, 1);
+        assert!((fused[0].score - 0.7).abs() < 1e-9);
+        assert!(fused.iter().all(|h| (0.0..=1.0).contains(&h.score)));
+    }
+}

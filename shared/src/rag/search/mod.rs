@@ -1,0 +1,276 @@
+//! Hybrid retrieval: query embedding -> vector search and full-text search in parallel ->
+//! fusion (RRF or weighted) -> optional rerank -> threshold -> top N, each stage timed.
+
+pub mod fusion;
+pub mod model;
+
+use std::time::Instant;
+
+use serde_json::json;
+use sqlx::PgPool;
+
+pub use model::*;
+
+use self::fusion::Hit;
+use crate::http::CurrentUser;
+use crate::models::client::InputKind;
+use crate::models::gateway::{self, Billing};
+use crate::models::ModelType;
+use crate::rag::bases::{self, KbRow};
+use crate::rag::pipeline::vector_literal;
+use crate::rag::segment;
+use crate::{AppError, AppResult, AppState};
+
+/// Checks the request and loads the base; failures are code-0 business errors, as the
+/// spec has them for knowledge-base queries.
+pub async fn resolve(
+    state: &AppState,
+    user: &CurrentUser,
+    rag_id: Option<i64>,
+    query: Option<String>,
+) -> AppResult<(KbRow, String)> {
+    let rag_id = rag_id.ok_or_else(|| AppError::validation("ragId is required"))?;
+    let query = query
+        .map(|q| q.trim().to_owned())
+        .filter(|q| !q.is_empty())
+        .ok_or_else(|| AppError::validation("query must not be empty"))?;
+    crate::validate::length("query", &query, 1, 4000)?;
+    let missing = || AppError::business(format!("knowledge base {rag_id} does not exist"));
+    let kb = bases::repo::find(state.db(), rag_id).await?.ok_or_else(missing)?;
+    if !user.can_manage(kb.creator_id) {
+        return Err(missing());
+    }
+    Ok((kb, query))
+}
+
+pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) -> AppResult<SearchResponse> {
+    let (kb, query) = resolve(state, user, req.rag_id, req.query).await?;
+    let (results, metrics) = retrieve(state, &kb, &query, user.id).await?;
+    Ok(SearchResponse {
+        results,
+        metrics: req.debug.unwrap_or(false).then_some(metrics),
+    })
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Runs the retrieval stages for `query` on `kb`.
+pub async fn retrieve(
+    state: &AppState,
+    kb: &KbRow,
+    query: &str,
+    user_id: i64,
+) -> AppResult<(Vec<SearchResult>, Metrics)> {
+    let total = Instant::now();
+    let mut m = Metrics::default();
+    if kb.chunk_count == 0 {
+        m.total_ms = ms(total);
+        return Ok((vec![], m));
+    }
+    let settings = &kb.search_params.0;
+    let result_count = settings.result_count.clamp(1, 100) as usize;
+    let rerank_model = settings
+        .rerank_model_id
+        .or(kb.rerank_model_id)
+        .filter(|_| settings.rerank_enabled);
+    let candidates = (result_count * 4)
+        .max(if rerank_model.is_some() {
+            settings.enter_rerank_count as usize
+        } else {
+            0
+        })
+        .clamp(10, 200);
+
+    let t = Instant::now();
+    let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding).await?;
+    let embedded = gateway::embed(
+        state,
+        &model,
+        Billing::RecordOnly(Some(user_id)),
+        &[query.to_owned()],
+        InputKind::Query,
+        Some(kb.dimension as usize),
+    )
+    .await?;
+    let vector = embedded
+        .vectors
+        .first()
+        .map(|v| vector_literal(v))
+        .ok_or_else(|| AppError::business("the embedding model returned no vector"))?;
+    m.embedding_ms = ms(t);
+
+    let dense = timed(vector_hits(state.db(), kb, &vector, candidates));
+    let sparse = timed(async {
+        match (kb.search_engine_enable, segment::or_query(query)) {
+            (true, Some(q)) => text_hits(state.db(), kb.id, &q, candidates).await,
+            _ => Ok(vec![]),
+        }
+    });
+    let ((dense, dense_ms), (sparse, sparse_ms)) = tokio::join!(dense, sparse);
+    let (dense, sparse) = (dense?, sparse?);
+    (
+        m.vector_search_ms,
+        m.bm25_search_ms,
+        m.vector_hit_count,
+        m.bm25_hit_count,
+    ) = (dense_ms, sparse_ms, dense.len(), sparse.len());
+
+    let t = Instant::now();
+    let mut fused = if settings.fusion_strategy == "WEIGHTED_SUM" {
+        fusion::weighted(&dense, &sparse, settings.dense_weight)
+    } else {
+        fusion::rrf(&[&dense, &sparse], settings.rrf_k as f64)
+    };
+    m.fusion_ms = ms(t);
+
+    if let Some(rerank_id) = rerank_model {
+        let t = Instant::now();
+        fused.truncate(settings.enter_rerank_count.max(1) as usize);
+        let rows = load(state.db(), &fused).await?;
+        let docs: Vec<String> = rows.iter().map(|r| r.content.clone()).collect();
+        let reranker = gateway::load(state, rerank_id, ModelType::Reranker).await?;
+        let ranked = gateway::rerank(
+            state,
+            &reranker,
+            Billing::RecordOnly(Some(user_id)),
+            query,
+            &docs,
+            docs.len(),
+        )
+        .await?;
+        fused = ranked
+            .iter()
+            .map(|h| Hit {
+                chunk_id: rows[h.index].chunk_id,
+                score: h.score.clamp(0.0, 1.0),
+            })
+            .collect();
+        m.rerank_ms = ms(t);
+    }
+    if settings.threshold_enabled {
+        fused.retain(|h| h.score >= settings.threshold);
+    }
+    fused.truncate(result_count);
+    let results = load(state.db(), &fused).await?;
+    m.final_count = results.len();
+    m.total_ms = ms(total);
+    Ok((results, m))
+}
+
+async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, f64) {
+    let t = Instant::now();
+    let out = f.await;
+    (out, ms(t))
+}
+
+/// Nearest chunks by cosine distance. The base id and dimension are written into the SQL
+/// (integers from our own row) so the planner can use the base's partial HNSW index.
+async fn vector_hits(db: &PgPool, kb: &KbRow, vector: &str, limit: usize) -> AppResult<Vec<Hit>> {
+    let expr = bases::repo::vector_expr(kb.dimension);
+    let cast = if kb.dimension > 2000 {
+        format!("halfvec({})", kb.dimension)
+    } else {
+        format!("vector({})", kb.dimension)
+    };
+    let sql = format!(
+        "SELECT id, (1 - ({expr} <=> $1::{cast}))::float8 AS score FROM chunks
+         WHERE rag_id = {} AND embedding IS NOT NULL ORDER BY {expr} <=> $1::{cast} LIMIT $2",
+        kb.id
+    );
+    let rows: Vec<(i64, f64)> = sqlx::query_as(&sql)
+        .bind(vector)
+        .bind(limit as i64)
+        .fetch_all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(chunk_id, score)| Hit { chunk_id, score })
+        .collect())
+}
+
+/// Full-text matches of any query word, ranked by cover density.
+async fn text_hits(db: &PgPool, rag_id: i64, tsquery: &str, limit: usize) -> AppResult<Vec<Hit>> {
+    let rows: Vec<(i64, f64)> = sqlx::query_as(
+        "SELECT c.id, ts_rank_cd(c.tsv, q)::float8 FROM chunks c, to_tsquery('simple', $2) q
+         WHERE c.rag_id = $1 AND c.tsv @@ q ORDER BY 2 DESC, c.id LIMIT $3",
+    )
+    .bind(rag_id)
+    .bind(tsquery)
+    .bind(limit as i64)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(chunk_id, score)| Hit { chunk_id, score })
+        .collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    chunk_id: i64,
+    content: String,
+    document_id: i64,
+    document_name: String,
+    title: Option<String>,
+    page: Option<i32>,
+    chunk_index: i32,
+    paragraph_index: i32,
+}
+
+/// The hits' chunks, in the hits' order, with their scores.
+async fn load(db: &PgPool, hits: &[Hit]) -> AppResult<Vec<SearchResult>> {
+    let ids: Vec<i64> = hits.iter().map(|h| h.chunk_id).collect();
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT c.id AS chunk_id, c.content, c.document_id, d.name AS document_name, c.title, c.page, c.chunk_index,
+         c.paragraph_index FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await?;
+    let mut by_id: std::collections::HashMap<i64, Row> = rows.into_iter().map(|r| (r.chunk_id, r)).collect();
+    Ok(hits
+        .iter()
+        .filter_map(|h| {
+            by_id.remove(&h.chunk_id).map(|r| SearchResult {
+                chunk_id: r.chunk_id,
+                content: r.content,
+                score: (h.score * 10_000.0).round() / 10_000.0,
+                document_id: r.document_id,
+                document_name: r.document_name,
+                metadata: json!({ "title": r.title, "page": r.page, "chunkIndex": r.chunk_index, "paragraphIndex": r.paragraph_index }),
+            })
+        })
+        .collect())
+}
+
+/// Chunks next to each result in its document (`nearby` on each side), in document order,
+/// without repeats: the context a Q&A answer is written from.
+pub async fn with_neighbours(db: &PgPool, results: &[SearchResult], nearby: i64) -> AppResult<Vec<String>> {
+    if nearby <= 0 {
+        return Ok(results.iter().map(|r| r.content.clone()).collect());
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for r in results {
+        let index = r.metadata["chunkIndex"].as_i64().unwrap_or(0);
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT id, content FROM chunks WHERE document_id = $1 AND chunk_index BETWEEN $2 AND $3 ORDER BY chunk_index",
+        )
+        .bind(r.document_id)
+        .bind(index - nearby)
+        .bind(index + nearby)
+        .fetch_all(db)
+        .await?;
+        let joined: Vec<String> = rows
+            .into_iter()
+            .filter(|(id, _)| seen.insert(*id))
+            .map(|(_, c)| c)
+            .collect();
+        if !joined.is_empty() {
+            out.push(joined.join("\n"));
+        }
+    }
+    Ok(out)
+}

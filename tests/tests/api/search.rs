@@ -1,0 +1,370 @@
+//! Hybrid search, rerank, streamed Q&A and the external knowledge-base API.
+
+use api_tests::{KbSetup, Store};
+use serde_json::{json, Value};
+
+const GUIDE_MD: &str = "# Install\n\nDownload the package and unpack it.\n\n## Linux\n\nRun the installer as root.\n\n# Use\n\nStart the service with the start command.\n";
+const ANIMALS: &str = "Foxes are small omnivorous mammals.\n\nOwls hunt at night with silent wings.";
+const CHINESE: &str = "我们使用向量数据库进行检索。\n\n今天的天气非常好。";
+
+/// A base with three documents indexed; returns (setup, base id).
+async fn indexed(extra: Value) -> (KbSetup, i64) {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Search", extra).await;
+    let reply = s
+        .upload(
+            kb,
+            &[
+                ("guide.md", GUIDE_MD.as_bytes().to_vec()),
+                ("animals.txt", ANIMALS.as_bytes().to_vec()),
+                ("zh.txt", CHINESE.as_bytes().to_vec()),
+            ],
+        )
+        .await;
+    for id in reply.assert_ok()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["id"].as_i64())
+    {
+        assert_eq!(s.settled(id).await["status"], "success");
+    }
+    (s, kb)
+}
+
+fn contents(v: &Value) -> Vec<String> {
+    v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn hybrid_search_ranks_and_reports_stages() {
+    let (s, kb) = indexed(json!({ "maxChunkTokens": 16, "chunkOverlap": 0, "mergeShortSegments": false })).await;
+    let t = Some(s.admin.as_str());
+    let reply = s
+        .app
+        .post(
+            "/rag/search",
+            t,
+            &json!({ "ragId": kb, "query": "installer root", "debug": true }),
+        )
+        .await;
+    let r = reply.assert_ok().clone();
+    let results = r["results"].as_array().unwrap();
+    assert!(!results.is_empty());
+    assert!(
+        results[0]["content"].as_str().unwrap().contains("installer as root"),
+        "{r}"
+    );
+    let scores: Vec<f64> = results.iter().map(|x| x["score"].as_f64().unwrap()).collect();
+    assert!(
+        scores.windows(2).all(|w| w[0] >= w[1]) && scores.iter().all(|s| (0.0..=1.0).contains(s)),
+        "{scores:?}"
+    );
+    let first = &results[0];
+    assert_eq!(first["documentName"], "guide.md");
+    assert!(first["chunkId"].as_i64().is_some() && first["documentId"].as_i64().is_some());
+    assert_eq!(first["metadata"]["title"], "Install > Linux");
+    let m = &r["metrics"];
+    for key in [
+        "embeddingMs",
+        "vectorSearchMs",
+        "bm25SearchMs",
+        "fusionMs",
+        "rerankMs",
+        "totalMs",
+    ] {
+        assert!(m[key].as_f64().is_some(), "metrics.{key}: {m}");
+    }
+    assert!(
+        m["vectorHitCount"].as_u64().unwrap() > 0 && m["bm25HitCount"].as_u64().unwrap() > 0,
+        "{m}"
+    );
+    assert_eq!(m["finalCount"].as_u64(), Some(results.len() as u64));
+    let plain = s
+        .app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": "installer" }))
+        .await;
+    assert!(plain.assert_ok().get("metrics").is_none(), "metrics only with debug");
+
+    // A two-character Chinese word inside a sentence is found by full-text search.
+    let zh = s
+        .app
+        .post(
+            "/rag/search",
+            t,
+            &json!({ "ragId": kb, "query": "向量", "debug": true }),
+        )
+        .await;
+    let z = zh.assert_ok().clone();
+    assert_eq!(z["metrics"]["bm25HitCount"], 1, "{z}");
+    assert!(contents(&z)[0].contains("向量数据库"), "{z}");
+
+    // resultCount and threshold.
+    s.app
+        .put(
+            &format!("/rag/{kb}/config"),
+            t,
+            &json!({ "searchParams": { "resultCount": 2 } }),
+        )
+        .await
+        .assert_ok();
+    assert_eq!(
+        s.app
+            .post("/rag/search", t, &json!({ "ragId": kb, "query": "the" }))
+            .await
+            .assert_ok()["results"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    s.app
+        .put(
+            &format!("/rag/{kb}/config"),
+            t,
+            &json!({ "searchParams": { "thresholdEnabled": true, "threshold": 0.999 } }),
+        )
+        .await
+        .assert_ok();
+    let strict = s
+        .app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": "owls" }))
+        .await;
+    assert!(strict.assert_ok()["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|x| x["score"].as_f64().unwrap() >= 0.999));
+
+    // Weighted fusion works too.
+    let weighted = json!({ "searchParams": { "thresholdEnabled": false, "fusionStrategy": "WEIGHTED_SUM", "denseWeight": 0.5, "resultCount": 5 } });
+    s.app.put(&format!("/rag/{kb}/config"), t, &weighted).await.assert_ok();
+    let w = s
+        .app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": "owls hunt at night" }))
+        .await;
+    assert!(contents(w.assert_ok())[0].contains("Owls"), "{:?}", w.body);
+}
+
+#[tokio::test]
+async fn search_rules_of_the_spec() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Empty", json!({})).await;
+    let empty = s
+        .app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": "anything" }))
+        .await;
+    assert_eq!(
+        empty.assert_ok()["results"],
+        json!([]),
+        "a base without documents answers code 1 with no results"
+    );
+    s.app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": "   " }))
+        .await
+        .assert_error(400, 0, "query must not be empty");
+    s.app
+        .post("/rag/search", t, &json!({ "ragId": kb }))
+        .await
+        .assert_error(400, 0, "query must not be empty");
+    s.app
+        .post("/rag/search", t, &json!({ "ragId": 424242, "query": "x" }))
+        .await
+        .assert_error(400, 0, "does not exist");
+    s.app
+        .post("/rag/search", t, &json!({ "query": "x" }))
+        .await
+        .assert_error(400, 0, "ragId is required");
+    s.app
+        .post("/rag/search", None, &json!({ "ragId": kb, "query": "x" }))
+        .await
+        .assert_error(401, 401, "log in");
+    let (_, other) = s.app.regular_user("nosy").await;
+    s.app
+        .post("/rag/search", Some(&other), &json!({ "ragId": kb, "query": "x" }))
+        .await
+        .assert_error(400, 0, "does not exist");
+}
+
+#[tokio::test]
+async fn rerank_reorders_the_candidates() {
+    let (s, kb) = indexed(json!({ "maxChunkTokens": 16, "chunkOverlap": 0, "mergeShortSegments": false })).await;
+    let t = Some(s.admin.as_str());
+    let provider = s.app.provider(&s.admin, "rr").await;
+    let reranker = s
+        .app
+        .model(&s.admin, provider, "RERANKER", "rerank", &s.models.base_url, json!({}))
+        .await;
+    let config = json!({ "searchParams": { "rerankEnabled": true, "rerankModelId": reranker, "enterRerankCount": 10, "resultCount": 3 } });
+    s.app.put(&format!("/rag/{kb}/config"), t, &config).await.assert_ok();
+    let reply = s
+        .app
+        .post(
+            "/rag/search",
+            t,
+            &json!({ "ragId": kb, "query": "small omnivorous mammals", "debug": true }),
+        )
+        .await;
+    let r = reply.assert_ok().clone();
+    assert!(contents(&r)[0].contains("Foxes"), "{r}");
+    assert!(
+        (r["results"][0]["score"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+        "the reranker's relevance score is shown"
+    );
+    assert!(r["metrics"]["rerankMs"].as_f64().unwrap() > 0.0);
+    let rerank_calls = s.models.requests().iter().filter(|q| q["model"] == "rerank").count();
+    assert_eq!(rerank_calls, 1);
+}
+
+fn ndjson(bytes: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("NDJSON line"))
+        .collect()
+}
+
+#[tokio::test]
+async fn qa_streams_text_then_references_and_keeps_the_conversation() {
+    let (s, kb) = indexed(json!({})).await;
+    let t = Some(s.admin.as_str());
+    let provider = s.app.provider(&s.admin, "chat").await;
+    let chat = s
+        .app
+        .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, json!({}))
+        .await;
+    s.app
+        .put(
+            &format!("/rag/{kb}/config"),
+            t,
+            &json!({ "modelParams": { "modelId": chat, "prompt": "CONTEXT<{context}> Q<{query}>" } }),
+        )
+        .await
+        .assert_ok();
+
+    let ask = |query: &str| json!({ "ragId": kb, "query": query, "conversationId": "conv-1" });
+    let reply = s.app.post("/rag/qa/stream", t, &ask("how do I install it")).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.headers["content-type"], "application/x-ndjson");
+    let events = ndjson(&reply.bytes);
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "text")
+        .map(|e| e["data"].as_str().unwrap())
+        .collect();
+    assert!(
+        text.starts_with("You said: CONTEXT<") && text.contains("Q<how do I install it>"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Download the package"),
+        "the retrieved context is in the prompt: {text}"
+    );
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "done");
+    let refs = done["references"].as_array().unwrap();
+    assert!(
+        !refs.is_empty() && refs[0]["chunkId"].as_i64().is_some() && refs[0]["documentName"].is_string(),
+        "{done}"
+    );
+
+    // The second turn carries the first one.
+    s.app.post("/rag/qa/stream", t, &ask("and then?")).await;
+    let last = s
+        .models
+        .requests()
+        .into_iter()
+        .rfind(|r| r["model"] == "chat-echo")
+        .unwrap();
+    let messages = last["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3, "{last}");
+    assert!(messages[0]["content"].as_str().unwrap().contains("how do I install it"));
+    assert_eq!(messages[1]["role"], "assistant");
+
+    // External API: the same answer as raw text.
+    let raw = s
+        .app
+        .post(
+            "/open-api/rag/qa/stream",
+            t,
+            &json!({ "ragId": kb, "query": "how do I install it" }),
+        )
+        .await;
+    assert!(raw.headers["content-type"].to_str().unwrap().starts_with("text/plain"));
+    let raw_text = String::from_utf8_lossy(&raw.bytes).into_owned();
+    assert!(
+        raw_text.starts_with("You said: CONTEXT<") && !raw_text.contains("\"type\""),
+        "{raw_text}"
+    );
+    let open = s
+        .app
+        .post("/open-api/rag/search", t, &json!({ "ragId": kb, "query": "installer" }))
+        .await;
+    assert!(!open.assert_ok()["results"].as_array().unwrap().is_empty());
+    s.app
+        .post(
+            "/open-api/rag/search",
+            None,
+            &json!({ "ragId": kb, "query": "installer" }),
+        )
+        .await
+        .assert_error(401, 401, "log in");
+}
+
+#[tokio::test]
+async fn qa_without_a_chat_model_says_so_in_an_error_event() {
+    let (s, kb) = indexed(json!({})).await;
+    let t = Some(s.admin.as_str());
+    let reply = s
+        .app
+        .post("/rag/qa/stream", t, &json!({ "ragId": kb, "query": "hello" }))
+        .await;
+    assert_eq!(reply.status, 200);
+    let events = ndjson(&reply.bytes);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "error");
+    assert!(
+        events[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no chat model is configured"),
+        "{events:?}"
+    );
+    s.app
+        .post("/rag/qa/stream", t, &json!({ "ragId": kb, "query": "" }))
+        .await
+        .assert_error(400, 0, "query must not be empty");
+    s.app
+        .post("/rag/qa/stream", t, &json!({ "ragId": 999999, "query": "x" }))
+        .await
+        .assert_error(400, 0, "does not exist");
+
+    // A model failing mid-answer ends the stream with an error event after the text so far.
+    let provider = s.app.provider(&s.admin, "cut").await;
+    let cut = s
+        .app
+        .model(&s.admin, provider, "CHAT", "chat-cut", &s.models.base_url, json!({}))
+        .await;
+    s.app
+        .put(
+            &format!("/rag/{kb}/config"),
+            t,
+            &json!({ "modelParams": { "modelId": cut } }),
+        )
+        .await
+        .assert_ok();
+    let events = ndjson(
+        &s.app
+            .post("/rag/qa/stream", t, &json!({ "ragId": kb, "query": "hello" }))
+            .await
+            .bytes,
+    );
+    assert_eq!(events.first().unwrap()["type"], "text");
+    assert_eq!(events.last().unwrap()["type"], "error");
+}

@@ -444,15 +444,20 @@ impl KbSetup {
     }
 }
 
-/// A new SQS queue (with a DLQ after 3 receives) on LocalStack, so parallel tests never
-/// consume each other's messages; returns its URL.
-pub async fn fresh_sqs_queue() -> String {
+/// A new SQS queue with its dead-letter queue (after 3 receives) on LocalStack, so parallel
+/// tests never consume each other's messages.
+pub struct TestQueue {
+    pub url: String,
+    pub dlq_url: String,
+}
+
+pub async fn fresh_sqs_queue(visibility_secs: u32) -> TestQueue {
     use aws_sdk_sqs::types::QueueAttributeName;
     shared::telemetry::install_crypto_provider();
     let sdk = aws_config::load_from_env().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let name = format!("test-{}", uuid::Uuid::new_v4().simple());
-    let dlq = sqs
+    let dlq_url = sqs
         .create_queue()
         .queue_name(format!("{name}-dlq"))
         .send()
@@ -462,7 +467,7 @@ pub async fn fresh_sqs_queue() -> String {
         .unwrap_or_default();
     let arn = sqs
         .get_queue_attributes()
-        .queue_url(&dlq)
+        .queue_url(&dlq_url)
         .attribute_names(QueueAttributeName::QueueArn)
         .send()
         .await
@@ -470,14 +475,19 @@ pub async fn fresh_sqs_queue() -> String {
         .attributes
         .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
         .unwrap_or_default();
-    let redrive = format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"3"}}"#);
-    sqs.create_queue()
+    let redrive = format!(
+        r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"{}"}}"#,
+        shared::queue::MAX_RECEIVES
+    );
+    let url = sqs
+        .create_queue()
         .queue_name(name)
-        .attributes(QueueAttributeName::VisibilityTimeout, "5")
+        .attributes(QueueAttributeName::VisibilityTimeout, visibility_secs.to_string())
         .attributes(QueueAttributeName::RedrivePolicy, redrive)
         .send()
         .await
         .expect("queue")
         .queue_url
-        .unwrap_or_default()
+        .unwrap_or_default();
+    TestQueue { url, dlq_url }
 }

@@ -21,6 +21,21 @@ pub fn verify(password: &str, stored: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// `hash` off the async workers: argon2 takes ~20 ms of CPU, which would stall every other
+/// request sharing the worker thread.
+pub async fn hash_off_thread(password: String) -> Result<String, AppError> {
+    tokio::task::spawn_blocking(move || hash(&password))
+        .await
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("password hashing task failed: {e}")))?
+}
+
+/// `verify` off the async workers (see `hash_off_thread`).
+pub async fn verify_off_thread(password: String, stored: String) -> bool {
+    tokio::task::spawn_blocking(move || verify(&password, &stored))
+        .await
+        .unwrap_or(false)
+}
+
 /// Hashes and runs a verification anyway, so a login for an unknown user costs as much time
 /// as one for a known user.
 pub fn burn_time(password: &str) {

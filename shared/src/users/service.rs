@@ -57,9 +57,9 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
 
     let user = repo::find_by_username(state.db(), &username).await?;
     let verified = match &user {
-        Some(u) => password::verify(&password, &u.password_hash),
+        Some(u) => password::verify_off_thread(password, u.password_hash.clone()).await,
         None => {
-            password::burn_time(&password);
+            let _ = tokio::task::spawn_blocking(move || password::burn_time(&password)).await;
             false
         }
     };
@@ -144,7 +144,7 @@ pub async fn create(state: &AppState, req: CreateUserRequest) -> AppResult<i64> 
     let email = optional_email(req.email)?;
     let totals = req.totals.unwrap_or(0);
     validate::range("totals", totals, 0, i64::MAX / 2)?;
-    let hash = password::hash(&password)?;
+    let hash = password::hash_off_thread(password.clone()).await?;
     let new = NewUser {
         username: &username,
         password_hash: &hash,
@@ -176,7 +176,10 @@ pub async fn update(state: &AppState, id: i64, req: UpdateUserRequest) -> AppRes
     if let Some(p) = &password {
         validate_password("password", p)?;
     }
-    let hash = password.as_deref().map(password::hash).transpose()?;
+    let hash = match password {
+        Some(p) => Some(password::hash_off_thread(p).await?),
+        None => None,
+    };
     let mut tx = state.db().begin().await?;
     change_role(&mut tx, id, role).await?;
     repo::update_profile(&mut *tx, id, role.code(), email.as_deref(), hash.as_deref())
@@ -200,7 +203,7 @@ pub async fn set_role(state: &AppState, id: i64, role: Option<i64>) -> AppResult
 pub async fn reset_password(state: &AppState, id: i64, req: PasswordRequest) -> AppResult<()> {
     let password = validate::present("password", req.password)?;
     validate_password("password", &password)?;
-    let hash = password::hash(&password)?;
+    let hash = password::hash_off_thread(password.clone()).await?;
     let mut tx = state.db().begin().await?;
     if !repo::set_password(&mut *tx, id, &hash).await? {
         return Err(AppError::not_found("user"));
@@ -217,10 +220,10 @@ pub async fn change_own_password(state: &AppState, user: &CurrentUser, req: Chan
     let row = repo::find(state.db(), user.id)
         .await?
         .ok_or_else(|| AppError::not_found("user"))?;
-    if !password::verify(&old, &row.password_hash) {
+    if !password::verify_off_thread(old, row.password_hash.clone()).await {
         return Err(AppError::business("oldPassword is incorrect"));
     }
-    let hash = password::hash(&new)?;
+    let hash = password::hash_off_thread(new).await?;
     let mut tx = state.db().begin().await?;
     repo::set_password(&mut *tx, user.id, &hash).await?;
     repo::revoke_all_for_user(&mut *tx, user.id).await?;

@@ -453,7 +453,7 @@ async fn upload_to_indexed_chunks_through_the_in_process_queue() {
 
 #[tokio::test]
 async fn upload_to_indexed_chunks_through_sqs_and_s3() {
-    let queue = api_tests::fresh_sqs_queue().await;
+    let queue = api_tests::fresh_sqs_queue(5).await.url;
     ingest_every_text_type(
         Store::S3,
         &[

@@ -72,40 +72,9 @@ async fn in_process_queue_retries_and_dead_letters() {
 
 #[tokio::test]
 async fn sqs_queue_retries_and_dead_letters() {
-    shared::telemetry::install_crypto_provider();
+    let api_tests::TestQueue { url, dlq_url: dlq } = api_tests::fresh_sqs_queue(1).await;
     let sdk = aws_config::load_from_env().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let name = format!("test-{}", uuid::Uuid::new_v4().simple());
-    let dlq = sqs
-        .create_queue()
-        .queue_name(format!("{name}-dlq"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
-    let dlq_arn = sqs
-        .get_queue_attributes()
-        .queue_url(&dlq)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
-        .clone();
-    let redrive = format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":"{MAX_RECEIVES}"}}"#);
-    let url = sqs
-        .create_queue()
-        .queue_name(&name)
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "1")
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy, redrive)
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
-
     let queue = SqsQueue::new(&sdk, url.clone(), url.clone());
     for body in ["good-1", "bad-1", "good-2"] {
         queue.send(QueueName::Ingest, body.to_owned()).await.unwrap();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: load-tests POST /api/user/login and GET /api/user on the local server with wrk
-# and prints requests/s, p50 and p99 for each. Everything it starts (a Postgres-only stack
+# and prints requests/s, p50 and p99 for each; then runs the chat-client overhead and the
+# ingestion benchmarks (`cargo bench`, against the same stack and a real embedding model). Everything it starts (a Postgres-only stack
 # named "bench", the server) is stopped and removed on exit, so each run starts from an empty
 # database and runs can be compared. Results are recorded by hand in docs/benchmarks.md.
 set -euo pipefail
@@ -17,8 +18,10 @@ die() { echo "bench: ERROR: $*" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/agent-platform-bench.XXXXXX")
 server_pid=
+embedder_pid=
 cleanup() {
   local rc=$?
+  [[ -n $embedder_pid ]] && kill "$embedder_pid" 2>/dev/null
   if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
@@ -148,3 +151,17 @@ printf '%-22s %12s %10s %10s %8s\n' "GET /api/user" "$(field "$work/user.txt" Re
   "$(field "$work/user.txt" 50%)" "$(field "$work/user.txt" 99%)" "$(non2xx "$work/user.txt")"
 printf '%-22s %12s %10s %10s %8s\n' "POST /api/user/login" "$(field "$work/login.txt" Requests/sec:)" \
   "$(field "$work/login.txt" 50%)" "$(field "$work/login.txt" 99%)" "$(non2xx "$work/login.txt")"
+
+# The server is done with; the cargo benchmarks use the same database server.
+kill -TERM "$server_pid" 2>/dev/null || true
+wait "$server_pid" 2>/dev/null || true
+server_pid=
+
+step "chat client overhead"
+cargo bench --quiet -p api-tests --profile bench-local --bench chat_client
+
+step "ingestion (real embedding model; the 10,000-row sheet takes several minutes)"
+embedder_pid=$(bash localstack/embedder.sh start "$work/embedder.log")
+EMBEDDING_SERVER_URL=$(bash localstack/embedder.sh url "$work/embedder.log")
+export EMBEDDING_SERVER_URL
+cargo bench --quiet -p api-tests --profile bench-local --bench ingest

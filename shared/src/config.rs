@@ -47,6 +47,8 @@ pub struct Config {
     /// Hosts that URL imports may reach even though they resolve to private or loopback
     /// addresses (tests, trusted intranet sources).
     pub import_allow_hosts: Vec<String>,
+    /// Base URL of a Docling-serve compatible converter, used by the `extparse` parse engine.
+    pub extparse_url: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +139,7 @@ impl Config {
                         .collect()
                 })
                 .unwrap_or_default(),
+            extparse_url: get("EXTPARSE_URL").map(|u| u.trim_end_matches('/').to_owned()),
         })
     }
 }

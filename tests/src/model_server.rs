@@ -13,6 +13,8 @@
 //! - `chat-500`: always HTTP 500
 //! - `chat-slow`: waits 300 ms before each chunk
 //! - `chat-bench-N`: N one-token chunks as fast as possible
+//! - `chat-split`: answers `{"boundaries": [1, m]}` for a prompt of numbered paragraphs
+//!   `[1] .. [n]`, with m the middle one
 //! - `emb-8`: 8-dimensional bag-of-words embeddings
 //! - `rerank`: word-overlap relevance scores
 //!
@@ -146,6 +148,15 @@ fn plan(model: &str, body: &Value) -> Plan {
         };
     }
     match model {
+        "chat-split" => {
+            let n = (1..).take_while(|i| said.contains(&format!("[{i}]"))).count();
+            let answer = json!({ "boundaries": [1, n / 2 + 1] }).to_string();
+            Plan {
+                reasoning: vec![],
+                text: vec![answer],
+                tool: false,
+            }
+        }
         "chat-think" => Plan {
             reasoning: words("Let me think about it. "),
             text: words(&format!("You said: {said}")),
@@ -192,6 +203,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-flaky",
             "chat-500",
             "chat-slow",
+            "chat-split",
         ]
         .contains(&model.as_str());
     if !known {

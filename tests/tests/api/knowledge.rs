@@ -951,8 +951,26 @@ async fn import_by_url_refuses_internal_addresses() {
 
 #[tokio::test]
 async fn office_and_pdf_files_are_indexed_with_structure_pages_and_images() {
+    office_and_pdf_files(Store::Filesystem, &[]).await;
+}
+
+#[tokio::test]
+async fn office_and_pdf_files_are_indexed_through_sqs_and_s3() {
+    let queue = api_tests::fresh_sqs_queue(5).await.url;
+    office_and_pdf_files(
+        Store::S3,
+        &[
+            ("QUEUE_BACKEND", "sqs"),
+            ("SQS_INGEST_QUEUE_URL", &queue),
+            ("SQS_MEMORY_QUEUE_URL", &queue),
+        ],
+    )
+    .await;
+}
+
+async fn office_and_pdf_files(store: Store, extra: &[(&str, &str)]) {
     use shared::rag::parse::fixtures::{self, DocxBlock};
-    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let s = KbSetup::new(store, extra).await;
     let t = Some(s.admin.as_str());
     let kb = s.kb("Office", json!({ "extparseSaveImages": true })).await;
     let png = fixtures::png();
@@ -1044,4 +1062,137 @@ async fn office_and_pdf_files_are_indexed_with_structure_pages_and_images() {
     s.app.delete(&format!("/document/{}", ids[0]), t).await.assert_ok();
     assert!(s.app.state.storage().head(&key).await.unwrap().is_none());
     assert_eq!(s.app.count("document_images").await, 0);
+}
+
+#[tokio::test]
+async fn smart_chunking_follows_the_model_and_falls_back_with_a_reason() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let provider = s.app.provider(&s.admin, "splitter").await;
+    let splitter = s
+        .app
+        .model(&s.admin, provider, "CHAT", "chat-split", &s.models.base_url, json!({}))
+        .await;
+    let text = "Apples grow on trees.\n\nThey are red or green.\n\nCars need fuel.\n\nThey drive on roads.";
+    let kb = s
+        .kb("Smart", json!({ "chunkMode": "smart", "chunkModelId": splitter }))
+        .await;
+    let id = doc_ids(&s.upload(kb, &[("facts.txt", text.as_bytes().to_vec())]).await).await[0];
+    assert_eq!(s.settled(id).await["status"], "success");
+    let chunks = s.chunk_texts(id).await;
+    assert_eq!(
+        chunks,
+        vec![
+            "Apples grow on trees.\n\nThey are red or green.",
+            "Cars need fuel.\n\nThey drive on roads."
+        ],
+        "the model's boundaries"
+    );
+
+    let plain = s.kb("Smart without model", json!({ "chunkMode": "smart" })).await;
+    let id = doc_ids(&s.upload(plain, &[("facts.txt", text.as_bytes().to_vec())]).await).await[0];
+    let d = s.settled(id).await;
+    assert_eq!(d["status"], "success");
+    assert!(
+        d["timings"]["smartChunkingFallback"]
+            .as_str()
+            .unwrap()
+            .contains("chunkModelId is not set"),
+        "{d}"
+    );
+    assert!(!s.chunk_texts(id).await.is_empty());
+}
+
+#[tokio::test]
+async fn extparse_converts_through_a_docling_compatible_endpoint() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let record = seen.clone();
+    let converter = axum::Router::new().route(
+        "/v1/convert/file",
+        axum::routing::post(move |mut form: axum::extract::Multipart| {
+            let record = record.clone();
+            async move {
+                while let Ok(Some(field)) = form.next_field().await {
+                    let name = field.name().unwrap_or_default().to_owned();
+                    let value = if name == "files" { "<file>".to_owned() } else { field.text().await.unwrap_or_default() };
+                    record.lock().unwrap().push(format!("{name}={value}"));
+                }
+                axum::Json(json!({ "status": "success", "document": { "md_content": "# Scanned\n\nText recognised by OCR." } }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, converter).await });
+
+    let s = KbSetup::new(Store::Filesystem, &[("EXTPARSE_URL", &url)]).await;
+    let kb = s
+        .kb(
+            "OCR",
+            json!({ "parseEngine": "extparse", "extparseDoOcr": true, "parseParams": { "ocrLang": ["en", "de"] } }),
+        )
+        .await;
+    let id = doc_ids(
+        &s.upload(kb, &[("scan.pdf", b"%PDF-1.4 scanned image only".to_vec())])
+            .await,
+    )
+    .await[0];
+    let d = s.settled(id).await;
+    assert_eq!(d["status"], "success", "{d}");
+    assert!(s.chunk_texts(id).await.join("\n").contains("Text recognised by OCR."));
+    let fields = seen.lock().unwrap().clone();
+    for expected in [
+        "files=<file>",
+        "to_formats=md",
+        "do_ocr=true",
+        "ocr_lang=en",
+        "ocr_lang=de",
+    ] {
+        assert!(fields.contains(&expected.to_owned()), "{expected} in {fields:?}");
+    }
+
+    // Without a converter configured the document fails and says what to do.
+    let other = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = other.kb("OCR", json!({ "parseEngine": "extparse" })).await;
+    let id = doc_ids(&other.upload(kb, &[("scan.pdf", b"%PDF-1.4".to_vec())]).await).await[0];
+    let d = other.settled(id).await;
+    assert_eq!(
+        (d["status"].as_str(), d["errorStage"].as_str()),
+        (Some("failed"), Some("parsing"))
+    );
+    assert!(d["errorMessage"].as_str().unwrap().contains("EXTPARSE_URL"), "{d}");
+}
+
+#[tokio::test]
+async fn image_ocr_reads_document_images_with_the_vision_model() {
+    use shared::rag::parse::fixtures::{self, DocxBlock};
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let provider = s.app.provider(&s.admin, "vision").await;
+    let vision = json!({ "configJson": { "capabilities": ["vision"], "defaultVisionModel": true } });
+    s.app
+        .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, vision)
+        .await;
+    let kb = s.kb("Pictures", json!({ "imageOcr": true })).await;
+    let png = fixtures::png();
+    let docx = fixtures::docx(&[
+        DocxBlock::Paragraph("A picture follows."),
+        DocxBlock::Image {
+            bytes: &png,
+            description: None,
+        },
+    ]);
+    let id = doc_ids(&s.upload(kb, &[("pic.docx", docx)]).await).await[0];
+    assert_eq!(s.settled(id).await["status"], "success");
+    let images = s.app.get(&format!("/document/{id}/images"), Some(&s.admin)).await;
+    let ocr = images.assert_ok()[0]["ocrText"].as_str().unwrap_or_default().to_owned();
+    assert!(ocr.starts_with("You said: Transcribe all text"), "{ocr}");
+    let sent = s
+        .models
+        .requests()
+        .into_iter()
+        .find(|r| r["model"] == "chat-echo")
+        .unwrap();
+    assert!(sent["messages"][0]["content"][1]["image_url"]["url"]
+        .as_str()
+        .unwrap()
+        .starts_with("data:image/png;base64,"));
 }

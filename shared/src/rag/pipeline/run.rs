@@ -14,6 +14,7 @@ use crate::rag::chunk::{self, Chunk};
 use crate::rag::document::ParsedDocument;
 use crate::rag::documents::repo as doc_repo;
 use crate::rag::documents::DocRow;
+use crate::rag::extparse::ExtparseError;
 use crate::rag::parse::{self, ParseOptions};
 use crate::AppState;
 
@@ -109,16 +110,26 @@ async fn stages(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<(), Stop> 
     set_stage(state, doc, "chunking", 30).await?;
     let t = Instant::now();
     let chunk_settings = &kb.chunk_params.0;
-    if chunk_settings.mode == "smart" {
-        tracing::info!(
-            document_id = doc.id,
-            "smart chunking falls back to the structure-aware rules"
-        );
-    }
     let params = chunk_settings
         .params()
         .map_err(|e| permanent("chunking", e.to_string()))?;
-    let chunks = chunk::chunk(&parsed, &params).map_err(|e| permanent("chunking", e.to_string()))?;
+    let mut smart_fallback = None;
+    let smart = if chunk_settings.mode == "smart" {
+        match crate::rag::smart::chunk(state, chunk_settings.chunk_model_id, doc.creator_id, &parsed, &params).await {
+            Ok(chunks) => Some(chunks),
+            Err(reason) => {
+                tracing::warn!(document_id = doc.id, %reason, "smart chunking fell back to the structure-aware rules");
+                smart_fallback = Some(reason);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let chunks = match smart {
+        Some(chunks) => chunks,
+        None => chunk::chunk(&parsed, &params).map_err(|e| permanent("chunking", e.to_string()))?,
+    };
     if chunks.is_empty() {
         return Err(permanent("chunking", "the document produced no text to index"));
     }
@@ -130,18 +141,28 @@ async fn stages(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<(), Stop> 
     let embed_ms = ms(t);
 
     let t = Instant::now();
-    let timings = json!({ "parseMs": parse_ms, "chunkMs": chunk_ms, "embedMs": embed_ms });
-    index(state, doc, kb, &parsed, &chunks, &vectors, timings, t, started).await
+    let ocr = if chunk_settings.image_ocr {
+        crate::rag::vision::read_images(state, doc.creator_id, &parsed.images).await
+    } else {
+        vec![None; parsed.images.len()]
+    };
+    let ocr_ms = ms(t);
+
+    let t = Instant::now();
+    let mut timings = json!({ "parseMs": parse_ms, "chunkMs": chunk_ms, "embedMs": embed_ms, "imageOcrMs": ocr_ms });
+    if let Some(reason) = smart_fallback {
+        timings["smartChunkingFallback"] = json!(reason);
+    }
+    let written = Written {
+        chunks: &chunks,
+        vectors: &vectors,
+        ocr: &ocr,
+    };
+    index(state, doc, kb, &parsed, written, timings, t, started).await
 }
 
 async fn parse_document(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<ParsedDocument, Stop> {
     let settings = &kb.parse_params.0;
-    if settings.engine == "extparse" {
-        return Err(permanent(
-            "parsing",
-            "the extparse engine has no endpoint configured in this deployment; switch parseEngine to default",
-        ));
-    }
     let bytes = crate::storage::read_all(state.storage(), &doc.storage_key, None)
         .await
         .map_err(|e| Stop::Transient {
@@ -149,10 +170,22 @@ async fn parse_document(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Pa
             error: e.into(),
         })?;
     let options = ParseOptions {
-        save_images: settings.save_images,
+        // Images are needed to read them, even when they are not shown as evidence.
+        save_images: settings.save_images || kb.chunk_params.0.image_ocr,
         max_image_count: settings.max_image_count.max(0) as usize,
         max_image_bytes: settings.max_image_bytes.max(0) as usize,
     };
+    if settings.engine == "extparse" {
+        return crate::rag::extparse::convert(state, settings, &doc.name, bytes.to_vec(), &options)
+            .await
+            .map_err(|e| match e {
+                ExtparseError::Retry(m) => Stop::Transient {
+                    stage: "parsing",
+                    error: anyhow::anyhow!(m),
+                },
+                ExtparseError::Fail(m) => permanent("parsing", m),
+            });
+    }
     let name = doc.name.clone();
     // Parsing is CPU work: keep it off the async workers that serve requests.
     tokio::task::spawn_blocking(move || parse::parse(&name, &bytes, &options))
@@ -196,14 +229,21 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
     Ok(vectors)
 }
 
+/// What a run produced, to be written in one transaction.
+struct Written<'a> {
+    chunks: &'a [Chunk],
+    vectors: &'a [Vec<f32>],
+    /// Text read from each parsed image (imageOcr), in image order.
+    ocr: &'a [Option<String>],
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn index(
     state: &AppState,
     doc: &DocRow,
     kb: &KbRow,
     parsed: &ParsedDocument,
-    chunks: &[Chunk],
-    vectors: &[Vec<f32>],
+    written: Written<'_>,
     mut timings: Value,
     t: Instant,
     started: Instant,
@@ -222,15 +262,15 @@ async fn index(
         if current != Some(doc.run_id) {
             return Ok(image_keys.clone()); // superseded while we worked: our images are waste
         }
-        super::write_chunks(&mut tx, kb.id, doc.id, chunks, vectors).await?;
+        super::write_chunks(&mut tx, kb.id, doc.id, written.chunks, written.vectors).await?;
         let old_images: Vec<String> = sqlx::query_scalar("DELETE FROM document_images WHERE document_id = $1 RETURNING storage_key")
             .bind(doc.id)
             .fetch_all(&mut *tx)
             .await?;
-        for (image, key) in parsed.images.iter().zip(&image_keys) {
+        for ((image, key), ocr) in parsed.images.iter().zip(&image_keys).zip(written.ocr) {
             sqlx::query(
-                "INSERT INTO document_images (rag_id, document_id, image_index, storage_key, mime_type, caption, section_title, source_page)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                "INSERT INTO document_images (rag_id, document_id, image_index, storage_key, mime_type, caption, section_title, source_page, ocr_text)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .bind(kb.id)
             .bind(doc.id)
@@ -240,6 +280,7 @@ async fn index(
             .bind(&image.caption)
             .bind(&image.section_title)
             .bind(image.page.map(|p| p as i32))
+            .bind(ocr)
             .execute(&mut *tx)
             .await?;
         }
@@ -250,7 +291,7 @@ async fn index(
              error_stage = NULL, error_message = NULL, updated_at = now() WHERE id = $1",
         )
         .bind(doc.id)
-        .bind(chunks.len() as i32)
+        .bind(written.chunks.len() as i32)
         .bind(&timings)
         .execute(&mut *tx)
         .await?;

@@ -6,5 +6,6 @@ mod models;
 mod platform;
 mod queues;
 mod resources;
+mod retrieval_quality;
 mod search;
 mod users;

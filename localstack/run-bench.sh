@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: load-tests POST /api/user/login and GET /api/user on the local server with wrk
-# and prints requests/s, p50 and p99 for each; then runs the chat-client overhead and the
-# ingestion benchmarks (`cargo bench`, against the same stack and a real embedding model). Everything it starts (a Postgres-only stack
+# and prints requests/s, p50 and p99 for each; then runs the chat-client overhead, the search
+# and the ingestion benchmarks (`cargo bench`, against the same stack and a real embedding model). Everything it starts (a Postgres-only stack
 # named "bench", the server) is stopped and removed on exit, so each run starts from an empty
 # database and runs can be compared. Results are recorded by hand in docs/benchmarks.md.
 set -euo pipefail
@@ -159,6 +159,9 @@ server_pid=
 
 step "chat client overhead"
 cargo bench --quiet -p api-tests --profile bench-local --bench chat_client
+
+step "search on 100,000 chunks"
+cargo bench --quiet -p api-tests --profile bench-local --bench search
 
 step "ingestion (real embedding model; the 10,000-row sheet takes several minutes)"
 embedder_pid=$(bash localstack/embedder.sh start "$work/embedder.log")

@@ -82,7 +82,7 @@ async fn main() {
             "EMBEDDING",
             "multilingual-e5-small",
             &embedder,
-            json!({ "configJson": { "documentInputType": "passage", "batchSize": 32 } }),
+            json!({ "configJson": { "documentInputType": "passage", "batchSize": 8, "timeoutSecs": 600 } }),
         )
         .await;
     let kb = app
@@ -119,19 +119,7 @@ async fn main() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (name, units, count, bytes) in [("book.pdf", "pages", 100, pdf), ("sales.xlsx", "rows", 10_000, xlsx)] {
         let start = Instant::now();
-        let mut form = reqwest::multipart::Form::new().text("ragId", kb.to_string());
-        form = form.part("files", reqwest::multipart::Part::bytes(bytes).file_name(name));
-        let preview = app
-            .send(
-                app.client
-                    .post(app.url("/document/upload/preview"))
-                    .header("Svc-Auth", &admin)
-                    .multipart(form),
-            )
-            .await;
-        let p = preview.assert_ok().clone();
-        let commit = json!({ "previewToken": p["previewToken"], "items": [{ "tempResourceId": p["items"][0]["tempResourceId"], "decision": "NEW" }] });
-        let committed = app.post("/document/upload/commit", Some(&admin), &commit).await;
+        let committed = app.upload_documents(&admin, kb, &[(name, bytes)]).await;
         let id = committed.assert_ok()["items"][0]["id"].as_i64().unwrap();
         let doc = loop {
             let d = app

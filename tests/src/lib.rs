@@ -296,6 +296,56 @@ impl Reply {
 }
 
 impl TestApp {
+    /// `POST /document/upload/preview` with `files` (name, bytes) as `token`.
+    pub async fn preview_documents(
+        &self,
+        token: &str,
+        rag_id: i64,
+        files: &[(&str, Vec<u8>)],
+        dedup: Option<(i64, i64)>,
+    ) -> Reply {
+        let mut form = reqwest::multipart::Form::new().text("ragId", rag_id.to_string());
+        for (name, bytes) in files {
+            form = form.part(
+                "files",
+                reqwest::multipart::Part::bytes(bytes.clone()).file_name((*name).to_owned()),
+            );
+        }
+        if let Some((s, a)) = dedup {
+            form = form
+                .text("dedupStrategy", s.to_string())
+                .text("dedupAction", a.to_string());
+        }
+        let req = self
+            .client
+            .post(self.url("/document/upload/preview"))
+            .header("Svc-Auth", token)
+            .multipart(form);
+        self.send(req).await
+    }
+
+    /// Previews and commits every file with its previewed decision (rejected ones skipped);
+    /// returns the commit reply.
+    pub async fn upload_documents(&self, token: &str, rag_id: i64, files: &[(&str, Vec<u8>)]) -> Reply {
+        let preview = self.preview_documents(token, rag_id, files, None).await;
+        let data = preview.assert_ok().clone();
+        let items: Vec<Value> = data["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| {
+                let decision = if i["decision"] == "REJECT" {
+                    Value::from("SKIP")
+                } else {
+                    i["decision"].clone()
+                };
+                serde_json::json!({ "tempResourceId": i["tempResourceId"], "decision": decision })
+            })
+            .collect();
+        let body = serde_json::json!({ "previewToken": data["previewToken"], "items": items });
+        self.post("/document/upload/commit", Some(token), &body).await
+    }
+
     /// Creates a provider (as `token`, an administrator) and returns its id.
     pub async fn provider(&self, token: &str, key: &str) -> i64 {
         let body = serde_json::json!({ "providerName": format!("Provider {key}"), "providerKey": key });
@@ -381,39 +431,12 @@ impl KbSetup {
 
     /// Uploads files for preview: (file name, bytes).
     pub async fn preview(&self, rag_id: i64, files: &[(&str, Vec<u8>)], dedup: Option<(i64, i64)>) -> Reply {
-        let mut form = reqwest::multipart::Form::new().text("ragId", rag_id.to_string());
-        for (name, bytes) in files {
-            form = form.part(
-                "files",
-                reqwest::multipart::Part::bytes(bytes.clone()).file_name((*name).to_owned()),
-            );
-        }
-        if let Some((s, a)) = dedup {
-            form = form
-                .text("dedupStrategy", s.to_string())
-                .text("dedupAction", a.to_string());
-        }
-        let req = self
-            .app
-            .client
-            .post(self.app.url("/document/upload/preview"))
-            .header("Svc-Auth", &self.admin)
-            .multipart(form);
-        self.app.send(req).await
+        self.app.preview_documents(&self.admin, rag_id, files, dedup).await
     }
 
     /// Previews and commits every file with its previewed decision; returns the commit reply.
     pub async fn upload(&self, rag_id: i64, files: &[(&str, Vec<u8>)]) -> Reply {
-        let preview = self.preview(rag_id, files, None).await;
-        let data = preview.assert_ok().clone();
-        let items: Vec<Value> = data["items"]
-            .as_array()
-            .expect("items")
-            .iter()
-            .map(|i| serde_json::json!({ "tempResourceId": i["tempResourceId"], "decision": if i["decision"] == "REJECT" { Value::from("SKIP") } else { i["decision"].clone() } }))
-            .collect();
-        let body = serde_json::json!({ "previewToken": data["previewToken"], "items": items });
-        self.app.post("/document/upload/commit", Some(&self.admin), &body).await
+        self.app.upload_documents(&self.admin, rag_id, files).await
     }
 
     /// Waits until the document leaves the pipeline; returns it.

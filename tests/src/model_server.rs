@@ -16,6 +16,7 @@
 //! - `chat-split`: answers `{"boundaries": [1, m]}` for a prompt of numbered paragraphs
 //!   `[1] .. [n]`, with m the middle one
 //! - `emb-8`: 8-dimensional bag-of-words embeddings
+//! - `emb-384`: 384-dimensional pseudo-random unit vectors (benchmarks)
 //! - `rerank`: word-overlap relevance scores
 //!
 //! Every request needs `Authorization: Bearer sk-scripted-good-key-1234`.
@@ -318,11 +319,31 @@ pub fn toy_embedding(text: &str) -> Vec<f32> {
     v.iter().map(|x| x / norm).collect()
 }
 
+/// 384 pseudo-random components seeded by the text, normalised.
+pub fn wide_embedding(text: &str) -> Vec<f32> {
+    let mut state = text
+        .bytes()
+        .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619))
+        | 1;
+    let mut v: Vec<f32> = (0..384)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            (state as f32 / u32::MAX as f32) - 0.5
+        })
+        .collect();
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
+}
+
 async fn embeddings(State(script): State<Script>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
     if let Some(refused) = script.refusal(&headers, &body) {
         return refused;
     }
-    if body["model"] != "emb-8" {
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    if model != "emb-8" && model != "emb-384" {
         return error(
             StatusCode::NOT_FOUND,
             &format!("The model `{}` does not exist", body["model"].as_str().unwrap_or("")),
@@ -338,10 +359,17 @@ async fn embeddings(State(script): State<Script>, headers: HeaderMap, Json(body)
         .iter()
         .enumerate()
         .rev()
-        .map(|(i, t)| json!({ "object": "embedding", "index": i, "embedding": toy_embedding(t) }))
+        .map(|(i, t)| {
+            let v = if model == "emb-384" {
+                wide_embedding(t)
+            } else {
+                toy_embedding(t)
+            };
+            json!({ "object": "embedding", "index": i, "embedding": v })
+        })
         .collect();
     let tokens: u64 = inputs.iter().map(|t| (t.len() as u64).div_ceil(4)).sum();
-    Json(json!({ "object": "list", "data": data, "model": "emb-8", "usage": { "prompt_tokens": tokens, "total_tokens": tokens } })).into_response()
+    Json(json!({ "object": "list", "data": data, "model": model, "usage": { "prompt_tokens": tokens, "total_tokens": tokens } })).into_response()
 }
 
 async fn rerank(State(script): State<Script>, headers: HeaderMap, Json(body): Json<Value>) -> Response {

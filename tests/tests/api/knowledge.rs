@@ -696,7 +696,12 @@ async fn failures_are_precise_and_leave_nothing_half_indexed() {
         .await
         .assert_status_ok();
     let again = s.app.post(&format!("/document/{id}/reprocess"), t, &json!({})).await;
-    assert_eq!(again.assert_ok()["status"], "pending");
+    // A new run has started (the worker may already have picked it up).
+    let status = again.assert_ok()["status"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        ["pending", "parsing", "chunking", "embedding", "success"].contains(&status.as_str()),
+        "{status}"
+    );
     let d = s.settled(id).await;
     assert_eq!(d["status"], "success", "{d}");
     assert!(d["errorMessage"].is_null());

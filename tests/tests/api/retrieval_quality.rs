@@ -139,35 +139,11 @@ async fn hybrid_recall_at_5_is_at_least_the_better_single_retriever() {
         .as_i64()
         .unwrap();
 
-    let mut form = reqwest::multipart::Form::new().text("ragId", kb.to_string());
-    for (name, text) in CORPUS {
-        form = form.part(
-            "files",
-            reqwest::multipart::Part::bytes(text.as_bytes().to_vec()).file_name(*name),
-        );
-    }
-    let preview = app
-        .send(
-            app.client
-                .post(app.url("/document/upload/preview"))
-                .header("Svc-Auth", &admin)
-                .multipart(form),
-        )
-        .await;
-    let p = preview.assert_ok().clone();
-    let items: Vec<_> = p["items"]
-        .as_array()
-        .unwrap()
+    let files: Vec<(&str, Vec<u8>)> = CORPUS
         .iter()
-        .map(|i| json!({ "tempResourceId": i["tempResourceId"], "decision": "NEW" }))
+        .map(|(name, text)| (*name, text.as_bytes().to_vec()))
         .collect();
-    app.post(
-        "/document/upload/commit",
-        t,
-        &json!({ "previewToken": p["previewToken"], "items": items }),
-    )
-    .await
-    .assert_ok();
+    app.upload_documents(&admin, kb, &files).await.assert_ok();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
     loop {
         let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM documents WHERE status <> 'success'")

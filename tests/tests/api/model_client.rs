@@ -347,12 +347,23 @@ async fn gateway_enforces_quota_and_records_usage() {
         .unwrap();
     let first: Vec<_> = stream.take(2).collect().await;
     assert_eq!(first.len(), 2);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let (success, error): (bool, Option<String>) =
-        sqlx::query_as("SELECT success, error FROM model_usage ORDER BY id DESC LIMIT 1")
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    // The usage of an abandoned stream is written by a background task: wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (success, error) = loop {
+        let row: Option<(bool, Option<String>)> =
+            sqlx::query_as("SELECT success, error FROM model_usage WHERE id > (SELECT min(id) FROM model_usage) ORDER BY id DESC LIMIT 1")
+                .fetch_optional(&app.db)
+                .await
+                .unwrap();
+        if let Some(row) = row {
+            break row;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the abandoned stream's usage was never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(!success);
     assert!(error.unwrap().contains("client went away"));
 

@@ -1201,3 +1201,39 @@ async fn image_ocr_reads_document_images_with_the_vision_model() {
         .unwrap()
         .starts_with("data:image/png;base64,"));
 }
+
+#[tokio::test]
+async fn expired_previews_are_cleaned_up_with_their_files() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Expiry", json!({})).await;
+    let old = s
+        .preview(kb, &[("old.txt", b"forgotten upload".to_vec())], None)
+        .await
+        .assert_ok()
+        .clone();
+    let key: String = sqlx::query_scalar("SELECT storage_key FROM resources")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert!(s.app.state.storage().head(&key).await.unwrap().is_some());
+    sqlx::query("UPDATE upload_previews SET expires_at = now() - interval '1 second'")
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+
+    // The next preview sweeps the expired one away, files included.
+    s.preview(kb, &[("new.txt", b"fresh upload".to_vec())], None)
+        .await
+        .assert_ok();
+    assert_eq!(s.app.count("upload_previews").await, 1);
+    assert_eq!(s.app.count("resources").await, 1);
+    assert!(
+        s.app.state.storage().head(&key).await.unwrap().is_none(),
+        "the expired temporary file is deleted"
+    );
+    let body = json!({ "previewToken": old["previewToken"], "items": [] });
+    s.app
+        .post("/document/upload/commit", Some(&s.admin), &body)
+        .await
+        .assert_error(404, 404, "expired");
+}

@@ -43,6 +43,17 @@ pub struct Reference {
     pub chunk_id: i64,
     pub document_id: i64,
     pub document_name: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ReferenceImage>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReferenceImage {
+    pub image_url: String,
+    pub source_page: Option<i32>,
+    pub match_type: String,
+    pub match_reason: String,
 }
 
 /// Validates and prepares everything that can fail with a plain error before the stream
@@ -223,6 +234,16 @@ fn references(results: &[SearchResult]) -> Vec<Reference> {
             chunk_id: r.chunk_id,
             document_id: r.document_id,
             document_name: r.document_name.clone(),
+            images: r
+                .images
+                .iter()
+                .map(|i| ReferenceImage {
+                    image_url: i.image_url.clone(),
+                    source_page: i.source_page,
+                    match_type: i.match_type.clone(),
+                    match_reason: i.match_reason.clone(),
+                })
+                .collect(),
         })
         .collect()
 }

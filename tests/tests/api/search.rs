@@ -368,3 +368,62 @@ async fn qa_without_a_chat_model_says_so_in_an_error_event() {
     assert_eq!(events.first().unwrap()["type"], "text");
     assert_eq!(events.last().unwrap()["type"], "error");
 }
+
+#[tokio::test]
+async fn results_carry_image_evidence() {
+    use shared::rag::parse::fixtures::{self, DocxBlock};
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Figures", json!({ "extparseSaveImages": true })).await;
+    let png = fixtures::png();
+    let docx = fixtures::docx(&[
+        DocxBlock::Heading(1, "Regional results"),
+        DocxBlock::Paragraph("Revenue in the north region grew strongly this quarter."),
+        DocxBlock::Image {
+            bytes: &png,
+            description: Some("Bar chart of quarterly revenue"),
+        },
+    ]);
+    let reply = s.upload(kb, &[("results.docx", docx)]).await;
+    let id = reply.assert_ok()["items"][0]["id"].as_i64().unwrap();
+    assert_eq!(s.settled(id).await["status"], "success");
+
+    let direct = s
+        .app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": "bar chart" }))
+        .await;
+    let image = direct.assert_ok()["results"][0]["images"][0].clone();
+    assert_eq!(image["matchType"], "DIRECT_MATCH", "{image}");
+    assert_eq!(
+        (image["matchedFields"][0].as_str(), image["documentName"].as_str()),
+        (Some("caption"), Some("results.docx"))
+    );
+    assert_eq!(image["matchedTerms"], json!(["bar", "chart"]));
+    assert!((image["matchScore"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+    assert!(image["imageUrl"].as_str().unwrap().contains("/document/image/"));
+
+    let context = s
+        .app
+        .post(
+            "/rag/search",
+            t,
+            &json!({ "ragId": kb, "query": "north region revenue" }),
+        )
+        .await;
+    let image = context.assert_ok()["results"][0]["images"][0].clone();
+    assert_eq!(
+        image["matchType"], "DIRECT_MATCH",
+        "'revenue' is in the caption too: {image}"
+    );
+    let context = s
+        .app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": "grew strongly" }))
+        .await;
+    let image = context.assert_ok()["results"][0]["images"][0].clone();
+    assert_eq!(
+        (image["matchType"].as_str(), image["matchScore"].as_f64()),
+        (Some("CONTEXT_MATCH"), Some(0.5)),
+        "{image}"
+    );
+    assert!(image["matchReason"].as_str().unwrap().contains("same heading"));
+}

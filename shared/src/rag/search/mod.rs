@@ -1,6 +1,7 @@
 //! Hybrid retrieval: query embedding -> vector search and full-text search in parallel ->
 //! fusion (RRF or weighted) -> optional rerank -> threshold -> top N, each stage timed.
 
+pub mod evidence;
 pub mod fusion;
 pub mod model;
 
@@ -153,7 +154,8 @@ pub async fn retrieve(
         fused.retain(|h| h.score >= settings.threshold);
     }
     fused.truncate(result_count);
-    let results = load(state.db(), &fused).await?;
+    let mut results = load(state.db(), &fused).await?;
+    evidence::attach(state, query, &mut results).await?;
     m.final_count = results.len();
     m.total_ms = ms(total);
     Ok((results, m))
@@ -240,6 +242,7 @@ async fn load(db: &PgPool, hits: &[Hit]) -> AppResult<Vec<SearchResult>> {
                 document_id: r.document_id,
                 document_name: r.document_name,
                 metadata: json!({ "title": r.title, "page": r.page, "chunkIndex": r.chunk_index, "paragraphIndex": r.paragraph_index }),
+                images: vec![],
             })
         })
         .collect())

@@ -24,6 +24,35 @@ pub struct SearchResult {
     pub document_name: String,
     /// title, page, chunkIndex, paragraphIndex.
     pub metadata: Value,
+    /// Images of the document that answer the query or sit beside the chunk.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageEvidence>,
+}
+
+/// A document image shown as evidence for a result.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageEvidence {
+    pub id: i64,
+    pub rag_id: i64,
+    pub document_id: i64,
+    pub chunk_id: Option<i64>,
+    pub resource_id: Option<i64>,
+    pub image_index: i32,
+    pub image_url: String,
+    pub source_page: Option<i32>,
+    pub document_name: String,
+    pub caption: Option<String>,
+    pub figure_title: Option<String>,
+    pub ocr_text: Option<String>,
+    /// DIRECT_MATCH: the image's text or caption contains query words; CONTEXT_MATCH: the
+    /// image sits on the same page or under the same heading as the matched chunk.
+    pub match_type: String,
+    /// 0-1: the share of query words found in the image's text; 0.5 for context matches.
+    pub match_score: f64,
+    pub match_reason: String,
+    pub matched_terms: Vec<String>,
+    pub matched_fields: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]

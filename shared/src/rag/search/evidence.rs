@@ -1,0 +1,140 @@
+//! Image evidence for search results: images whose OCR text or caption contains query words
+//! (DIRECT_MATCH), and images on the same page or under the same heading as a matched chunk
+//! (CONTEXT_MATCH).
+
+use sqlx::PgPool;
+
+use super::{ImageEvidence, SearchResult};
+use crate::rag::segment;
+use crate::AppState;
+
+/// Images per result, at most.
+const PER_RESULT: usize = 3;
+
+#[derive(sqlx::FromRow)]
+struct ImageRow {
+    id: i64,
+    rag_id: i64,
+    document_id: i64,
+    chunk_id: Option<i64>,
+    resource_id: Option<i64>,
+    image_index: i32,
+    source_page: Option<i32>,
+    document_name: String,
+    caption: Option<String>,
+    figure_title: Option<String>,
+    section_title: Option<String>,
+    ocr_text: Option<String>,
+}
+
+async fn images_of(db: &PgPool, documents: &[i64]) -> sqlx::Result<Vec<ImageRow>> {
+    sqlx::query_as(
+        "SELECT i.id, i.rag_id, i.document_id, i.chunk_id, i.resource_id, i.image_index, i.source_page, d.name AS document_name,
+         i.caption, i.figure_title, i.section_title, i.ocr_text
+         FROM document_images i JOIN documents d ON d.id = i.document_id WHERE i.document_id = ANY($1) ORDER BY i.image_index",
+    )
+    .bind(documents)
+    .fetch_all(db)
+    .await
+}
+
+/// Attaches evidence to `results` in place.
+pub async fn attach(state: &AppState, query: &str, results: &mut [SearchResult]) -> sqlx::Result<()> {
+    let mut documents: Vec<i64> = results.iter().map(|r| r.document_id).collect();
+    documents.sort_unstable();
+    documents.dedup();
+    if documents.is_empty() {
+        return Ok(());
+    }
+    let images = images_of(state.db(), &documents).await?;
+    if images.is_empty() {
+        return Ok(());
+    }
+    let terms = segment::tokens(query);
+    for result in results.iter_mut() {
+        let page = result.metadata["page"].as_i64().map(|p| p as i32);
+        let title = result.metadata["title"].as_str().map(str::to_owned);
+        let mut found: Vec<ImageEvidence> = images
+            .iter()
+            .filter(|i| i.document_id == result.document_id)
+            .filter_map(|i| evidence(state, i, &terms, result.chunk_id, page, title.as_deref()))
+            .collect();
+        found.sort_by(|a, b| b.match_score.total_cmp(&a.match_score));
+        found.truncate(PER_RESULT);
+        result.images = found;
+    }
+    Ok(())
+}
+
+fn evidence(
+    state: &AppState,
+    i: &ImageRow,
+    terms: &[String],
+    chunk: i64,
+    page: Option<i32>,
+    title: Option<&str>,
+) -> Option<ImageEvidence> {
+    let fields = [
+        ("ocrText", i.ocr_text.as_deref()),
+        ("caption", i.caption.as_deref()),
+        ("figureTitle", i.figure_title.as_deref()),
+    ];
+    let mut matched_terms = Vec::new();
+    let mut matched_fields = Vec::new();
+    for (name, text) in fields {
+        let Some(text) = text else { continue };
+        let words = segment::tokens(text);
+        let hits: Vec<&String> = terms.iter().filter(|t| words.contains(t)).collect();
+        if !hits.is_empty() {
+            matched_fields.push(name.to_owned());
+            for h in hits {
+                if !matched_terms.contains(h) {
+                    matched_terms.push(h.clone());
+                }
+            }
+        }
+    }
+    let (match_type, match_score, match_reason) = if !matched_terms.is_empty() {
+        let score = matched_terms.len() as f64 / terms.len().max(1) as f64;
+        (
+            "DIRECT_MATCH",
+            score,
+            format!(
+                "the image's {} contains {}",
+                matched_fields.join(" and "),
+                matched_terms.join(", ")
+            ),
+        )
+    } else if i.chunk_id == Some(chunk)
+        || (page.is_some() && i.source_page == page)
+        || (title.is_some() && i.section_title.as_deref() == title)
+    {
+        let reason = if page.is_some() && i.source_page == page {
+            "on the same page as the matched text"
+        } else {
+            "under the same heading as the matched text"
+        };
+        ("CONTEXT_MATCH", 0.5, reason.to_owned())
+    } else {
+        return None;
+    };
+    Some(ImageEvidence {
+        id: i.id,
+        rag_id: i.rag_id,
+        document_id: i.document_id,
+        chunk_id: i.chunk_id,
+        resource_id: i.resource_id,
+        image_index: i.image_index,
+        image_url: state.link(&format!("/document/image/{}", i.id)),
+        source_page: i.source_page,
+        document_name: i.document_name.clone(),
+        caption: i.caption.clone(),
+        figure_title: i.figure_title.clone(),
+        ocr_text: i.ocr_text.clone(),
+        match_type: match_type.to_owned(),
+        match_score,
+        match_reason,
+        matched_terms,
+        matched_fields,
+    })
+}

@@ -1,5 +1,6 @@
 //! Black-box tests of the API over HTTP. One binary, so the application links once.
 
+mod deployment;
 mod knowledge;
 mod model_client;
 mod models;

@@ -13,6 +13,16 @@ pub async fn run_http(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::E
     lambda_http::run(app).await
 }
 
+/// Serves `api` with response streaming (a function URL with `InvokeMode: RESPONSE_STREAM`),
+/// so streamed answers reach the client as they are generated instead of all at the end.
+pub async fn run_http_streaming(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::Error> {
+    let state = crate::app::start()
+        .await
+        .map_err(|e| lambda_http::Error::from(format!("{e:#}")))?;
+    let (app, _) = crate::app::assemble(api, state);
+    lambda_http::run_with_streaming_response(app).await
+}
+
 /// Serves an SQS-triggered worker: the batch handler answers with partial batch failures.
 pub async fn run_sqs(worker: fn(AppState) -> crate::queue::BatchHandler) -> Result<(), lambda_runtime::Error> {
     use aws_lambda_events::event::sqs::SqsEvent;

@@ -10,6 +10,11 @@ mod stores;
 use shared::AppState;
 use utoipa_axum::router::OpenApiRouter;
 
+/// The two streamed Q&A routes alone, for the response-streaming function.
+pub fn qa_router() -> OpenApiRouter<AppState> {
+    search::qa_router()
+}
+
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .merge(bases::router())

@@ -17,10 +17,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub fn router() -> OpenApiRouter<AppState> {
+    qa_router().routes(routes!(search_kb)).routes(routes!(open_search))
+}
+
+pub fn qa_router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(search_kb))
         .routes(routes!(qa_stream))
-        .routes(routes!(open_search))
         .routes(routes!(open_qa_stream))
 }
 

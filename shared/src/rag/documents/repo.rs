@@ -149,49 +149,49 @@ pub async fn mark_failed(
     Ok(())
 }
 
-pub async fn images(db: &PgPool, document_id: i64) -> sqlx::Result<Vec<(DocImageView, String)>> {
-    let rows: Vec<ImageRow> = sqlx::query_as(
-        "SELECT i.id, i.rag_id, i.document_id, i.chunk_id, i.resource_id, i.image_index, i.storage_key, i.caption,
-         i.figure_no, i.figure_title, i.section_title, d.name AS document_name, i.ocr_text, i.source_page, i.create_dt, i.update_dt
-         FROM document_images i JOIN documents d ON d.id = i.document_id WHERE i.document_id = $1 ORDER BY i.image_index",
+/// Images of the given documents, in document and image order.
+pub async fn images_of(db: &PgPool, document_ids: &[i64]) -> sqlx::Result<Vec<ImageRow>> {
+    sqlx::query_as(
+        "SELECT i.id, i.rag_id, i.document_id, i.chunk_id, i.resource_id, i.image_index, i.caption, i.figure_no,
+         i.figure_title, i.section_title, d.name AS document_name, i.ocr_text, i.source_page, i.create_dt, i.update_dt
+         FROM document_images i JOIN documents d ON d.id = i.document_id
+         WHERE i.document_id = ANY($1) ORDER BY i.document_id, i.image_index",
     )
-    .bind(document_id)
+    .bind(document_ids)
     .fetch_all(db)
-    .await?;
-    Ok(rows.into_iter().map(ImageRow::into_view).collect())
+    .await
 }
 
-#[derive(sqlx::FromRow)]
-struct ImageRow {
-    id: i64,
-    rag_id: i64,
-    document_id: i64,
-    chunk_id: Option<i64>,
-    resource_id: Option<i64>,
-    image_index: i32,
-    storage_key: String,
-    caption: Option<String>,
-    figure_no: Option<String>,
-    figure_title: Option<String>,
-    section_title: Option<String>,
-    document_name: String,
-    ocr_text: Option<String>,
-    source_page: Option<i32>,
-    create_dt: chrono::DateTime<chrono::Utc>,
-    update_dt: chrono::DateTime<chrono::Utc>,
+/// A saved document image with its document's name.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ImageRow {
+    pub id: i64,
+    pub rag_id: i64,
+    pub document_id: i64,
+    pub chunk_id: Option<i64>,
+    pub resource_id: Option<i64>,
+    pub image_index: i32,
+    pub caption: Option<String>,
+    pub figure_no: Option<String>,
+    pub figure_title: Option<String>,
+    pub section_title: Option<String>,
+    pub document_name: String,
+    pub ocr_text: Option<String>,
+    pub source_page: Option<i32>,
+    pub create_dt: chrono::DateTime<chrono::Utc>,
+    pub update_dt: chrono::DateTime<chrono::Utc>,
 }
 
 impl ImageRow {
-    /// The view (its URL filled in by the caller) and the storage key.
-    fn into_view(self) -> (DocImageView, String) {
-        let view = DocImageView {
+    pub fn into_view(self, image_url: String) -> DocImageView {
+        DocImageView {
             id: self.id,
             rag_id: self.rag_id,
             document_id: self.document_id,
             chunk_id: self.chunk_id,
             resource_id: self.resource_id,
             image_index: self.image_index,
-            image_url: String::new(),
+            image_url,
             caption: self.caption,
             figure_no: self.figure_no,
             figure_title: self.figure_title,
@@ -201,8 +201,7 @@ impl ImageRow {
             source_page: self.source_page,
             create_dt: crate::time::datetime(self.create_dt),
             update_dt: crate::time::datetime(self.update_dt),
-        };
-        (view, self.storage_key)
+        }
     }
 }
 

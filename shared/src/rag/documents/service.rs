@@ -59,12 +59,12 @@ pub async fn serve(
 
 pub async fn images(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Vec<DocImageView>> {
     owned(state, user, id).await?;
-    Ok(repo::images(state.db(), id)
+    Ok(repo::images_of(state.db(), &[id])
         .await?
         .into_iter()
-        .map(|(mut view, _)| {
-            view.image_url = state.link(&format!("/document/image/{}", view.id));
-            view
+        .map(|row| {
+            let url = state.link(&format!("/document/image/{}", row.id));
+            row.into_view(url)
         })
         .collect())
 }

@@ -2,41 +2,13 @@
 //! (DIRECT_MATCH), and images on the same page or under the same heading as a matched chunk
 //! (CONTEXT_MATCH).
 
-use sqlx::PgPool;
-
 use super::{ImageEvidence, SearchResult};
+use crate::rag::documents::repo::{images_of, ImageRow};
 use crate::rag::segment;
 use crate::AppState;
 
 /// Images per result, at most.
 const PER_RESULT: usize = 3;
-
-#[derive(sqlx::FromRow)]
-struct ImageRow {
-    id: i64,
-    rag_id: i64,
-    document_id: i64,
-    chunk_id: Option<i64>,
-    resource_id: Option<i64>,
-    image_index: i32,
-    source_page: Option<i32>,
-    document_name: String,
-    caption: Option<String>,
-    figure_title: Option<String>,
-    section_title: Option<String>,
-    ocr_text: Option<String>,
-}
-
-async fn images_of(db: &PgPool, documents: &[i64]) -> sqlx::Result<Vec<ImageRow>> {
-    sqlx::query_as(
-        "SELECT i.id, i.rag_id, i.document_id, i.chunk_id, i.resource_id, i.image_index, i.source_page, d.name AS document_name,
-         i.caption, i.figure_title, i.section_title, i.ocr_text
-         FROM document_images i JOIN documents d ON d.id = i.document_id WHERE i.document_id = ANY($1) ORDER BY i.image_index",
-    )
-    .bind(documents)
-    .fetch_all(db)
-    .await
-}
 
 /// Attaches evidence to `results` in place.
 pub async fn attach(state: &AppState, query: &str, results: &mut [SearchResult]) -> sqlx::Result<()> {

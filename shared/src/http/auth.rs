@@ -23,6 +23,15 @@ impl CurrentUser {
         self.role == Role::Admin
     }
 
+    /// 403 unless the caller is an administrator.
+    pub fn require_admin(&self) -> Result<(), AppError> {
+        if self.is_admin() {
+            Ok(())
+        } else {
+            Err(AppError::Forbidden("administrator role required".into()))
+        }
+    }
+
     /// Administrators may act on anything; others only on what they created.
     pub fn can_manage(&self, creator_id: i64) -> bool {
         self.is_admin() || self.id == creator_id
@@ -68,9 +77,7 @@ impl FromRequestParts<AppState> for AdminUser {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
         let user = CurrentUser::from_request_parts(parts, state).await?;
-        if !user.is_admin() {
-            return Err(AppError::Forbidden("administrator role required".into()));
-        }
+        user.require_admin()?;
         Ok(AdminUser(user))
     }
 }

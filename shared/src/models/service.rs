@@ -16,14 +16,6 @@ fn visibility(user: &CurrentUser) -> Visibility {
     }
 }
 
-fn require_admin(user: &CurrentUser) -> AppResult<()> {
-    if user.is_admin() {
-        Ok(())
-    } else {
-        Err(AppError::Forbidden("administrator role required".into()))
-    }
-}
-
 // ---- providers ----
 
 pub async fn providers(state: &AppState, enabled_only: bool) -> AppResult<Vec<ProviderView>> {
@@ -60,7 +52,7 @@ fn provider_conflict(err: sqlx::Error) -> AppError {
 }
 
 pub async fn create_provider(state: &AppState, user: &CurrentUser, req: ProviderRequest) -> AppResult<i64> {
-    require_admin(user)?;
+    user.require_admin()?;
     let name = validate::required("providerName", req.provider_name)?;
     validate::length("providerName", &name, 1, 100)?;
     let key = validate::required("providerKey", req.provider_key)?;
@@ -79,7 +71,7 @@ pub async fn create_provider(state: &AppState, user: &CurrentUser, req: Provider
 }
 
 pub async fn update_provider(state: &AppState, user: &CurrentUser, id: i64, req: ProviderRequest) -> AppResult<()> {
-    require_admin(user)?;
+    user.require_admin()?;
     let name = req
         .provider_name
         .map(|n| validate::required("providerName", Some(n)))
@@ -111,7 +103,7 @@ pub async fn update_provider(state: &AppState, user: &CurrentUser, id: i64, req:
 }
 
 pub async fn delete_provider(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
-    require_admin(user)?;
+    user.require_admin()?;
     let configs = repo::provider_config_count(state.db(), id).await?;
     if configs > 0 {
         return Err(AppError::business(format!(
@@ -125,7 +117,7 @@ pub async fn delete_provider(state: &AppState, user: &CurrentUser, id: i64) -> A
 }
 
 pub async fn set_provider_enabled(state: &AppState, user: &CurrentUser, id: i64, enabled: bool) -> AppResult<()> {
-    require_admin(user)?;
+    user.require_admin()?;
     if !repo::set_enabled(state.db(), EnableTarget::Provider, id, enabled).await? {
         return Err(AppError::not_found("provider"));
     }
@@ -347,7 +339,7 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
 }
 
 fn require_default_rules(user: &CurrentUser, scope: &str) -> AppResult<()> {
-    require_admin(user)?;
+    user.require_admin()?;
     if scope != "GLOBAL" {
         return Err(AppError::validation(
             "isDefault: only a GLOBAL model can be the default",
@@ -463,7 +455,7 @@ pub async fn default_of(state: &AppState, model_type: ModelType) -> AppResult<Op
 }
 
 pub async fn switch_default(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<bool> {
-    require_admin(user)?;
+    user.require_admin()?;
     let row = repo::config(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("model config"))?;

@@ -5,7 +5,6 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
-use sha2::{Digest, Sha256};
 
 use super::repo::{self, NewResource, PageFilter};
 use super::*;
@@ -72,7 +71,7 @@ pub async fn upload(
     let biz_type = biz_type(biz_type_in)?;
     let name = clean_file_name(&file.file_name);
     let mime = sniff_mime(&file.bytes, &name);
-    let hash = format!("sha256:{}", hex::encode(Sha256::digest(&file.bytes)));
+    let hash = crate::crypto::content_hash(&file.bytes);
     let key = new_key(user.id, &name);
     let size = file.bytes.len() as i64;
     state.storage().put(&key, file.bytes, &mime).await?;

@@ -9,14 +9,6 @@ use crate::crypto::is_masked;
 use crate::http::{CurrentUser, Page, PageQuery};
 use crate::{validate, AppError, AppResult, AppState};
 
-fn require_admin(user: &CurrentUser) -> AppResult<()> {
-    if user.is_admin() {
-        Ok(())
-    } else {
-        Err(AppError::Forbidden("administrator role required".into()))
-    }
-}
-
 fn category(value: i64) -> AppResult<i16> {
     match value {
         1 => Ok(VECTOR_STORE),
@@ -116,7 +108,7 @@ fn store_type(code: i64, category: i16) -> AppResult<StoreType> {
 }
 
 pub async fn create(state: &AppState, user: &CurrentUser, req: StoreRequest) -> AppResult<i64> {
-    require_admin(user)?;
+    user.require_admin()?;
     let name = validate::required("name", req.name)?;
     validate::length("name", &name, 1, 100)?;
     let category = category(validate::present("category", req.category)?)?;
@@ -141,7 +133,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: StoreRequest) -> 
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreRequest) -> AppResult<()> {
-    require_admin(user)?;
+    user.require_admin()?;
     let row = repo::find(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("store instance"))?;
@@ -179,7 +171,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreReq
 }
 
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
-    require_admin(user)?;
+    user.require_admin()?;
     let row = repo::find(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("store instance"))?;

@@ -133,7 +133,7 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
             "url: {name} is not a supported document type (pdf, docx, xlsx, csv, md, txt, html)"
         ))
     })?;
-    let hash = super::upload::content_hash(&fetched.bytes);
+    let hash = crate::crypto::content_hash(&fetched.bytes);
     let (by_name, by_content) = repo::conflicts(state.db(), rag_id, &name, &hash).await?;
     let to_conflict = |c: Option<(i64, String)>| c.map(|(id, name)| Conflict { id: Some(id), name });
     let outcome = dedup::decide(

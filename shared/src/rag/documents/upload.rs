@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use super::dedup::{self, Conflict, Decision};
 use super::repo::{self as doc_repo, NewDoc};
 use super::*;
@@ -19,10 +17,6 @@ use crate::{AppError, AppResult, AppState};
 const PREVIEW_TTL: Duration = Duration::from_secs(3600);
 pub const MAX_FILES: usize = 20;
 const PREVIEW_BIZ_TYPE: &str = "RAG_UPLOAD_PREVIEW";
-
-pub fn content_hash(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
 
 /// Options a preview request may override.
 pub struct PreviewOptions {
@@ -157,7 +151,7 @@ async fn store_files(
         let name = clean_file_name(&file.file_name);
         let file_type = FileType::from_name(&name);
         let mime = sniff_mime(&file.bytes, &name);
-        let hash = content_hash(&file.bytes);
+        let hash = crate::crypto::content_hash(&file.bytes);
         let size = file.bytes.len() as i64;
         let key = format!("rag/{}/uploads/{}", kb.id, uuid::Uuid::new_v4().simple());
         state.storage().put(&key, file.bytes, &mime).await?;

@@ -4,6 +4,7 @@
 //! errors, extractors), authentication, crypto, object storage, queues and the domain
 //! services. Function crates only hold thin handlers and their Lambda entry points.
 
+pub mod agents;
 pub mod app;
 pub mod auth;
 pub mod config;

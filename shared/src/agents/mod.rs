@@ -1,0 +1,5 @@
+//! Agents, their conversations and chat.
+
+pub mod owner;
+
+pub use owner::Owner;

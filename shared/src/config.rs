@@ -49,6 +49,10 @@ pub struct Config {
     pub import_allow_hosts: Vec<String>,
     /// Base URL of a Docling-serve compatible converter, used by the `extparse` parse engine.
     pub extparse_url: Option<String>,
+    /// Base URL of a SearXNG-compatible JSON search API, used by agents with web search on.
+    pub web_search_url: Option<String>,
+    /// Sent as a bearer token to the web search API when set.
+    pub web_search_api_key: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +144,8 @@ impl Config {
                 })
                 .unwrap_or_default(),
             extparse_url: get("EXTPARSE_URL").map(|u| u.trim_end_matches('/').to_owned()),
+            web_search_url: get("WEB_SEARCH_URL").map(|u| u.trim_end_matches('/').to_owned()),
+            web_search_api_key: get("WEB_SEARCH_API_KEY"),
         })
     }
 }

@@ -30,6 +30,21 @@ pub fn iso_local(dt: DateTime<Utc>) -> String {
     local(dt).format("%Y-%m-%dT%H:%M:%S").to_string()
 }
 
+/// `YYYY-MM-DD` in the configured zone.
+pub fn date(dt: DateTime<Utc>) -> String {
+    local(dt).format("%Y-%m-%d").to_string()
+}
+
+/// Midnight, in the configured zone, of the day `dt` falls on.
+pub fn start_of_day(dt: DateTime<Utc>) -> DateTime<Utc> {
+    let l = local(dt);
+    let midnight = l.date_naive().and_hms_opt(0, 0, 0).unwrap_or_default();
+    midnight
+        .and_local_timezone(*l.offset())
+        .single()
+        .map_or(dt, |d| d.with_timezone(&Utc))
+}
+
 /// Parses a client-supplied `YYYY-MM-DD HH:mm:ss` (or a bare date) in the configured zone.
 pub fn parse_datetime(value: &str) -> Option<DateTime<Utc>> {
     let offset = *OFFSET.get_or_init(utc);

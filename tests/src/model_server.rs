@@ -13,11 +13,19 @@
 //! - `chat-500`: always HTTP 500
 //! - `chat-slow`: waits 300 ms before each chunk
 //! - `chat-bench-N`: N one-token chunks as fast as possible
+//! - `chat-agent`: follows a directive in the last user message, `CALL <tool> <json arguments>`:
+//!   calls the offered tool whose name is `<tool>` or ends in `__<tool>` (or answers that the
+//!   tool is not available); once a tool result follows the user message it answers
+//!   "Tool said: <result>"; without a directive it echoes like `chat-echo`
+//! - `chat-drafter`: streams a JSON agent draft in 7-character pieces; `chat-drafter-bad`
+//!   answers prose with no JSON
 //! - `chat-split`: answers `{"boundaries": [1, m]}` for a prompt of numbered paragraphs
 //!   `[1] .. [n]`, with m the middle one
 //! - `emb-8`: 8-dimensional bag-of-words embeddings
 //! - `emb-384`: 384-dimensional pseudo-random unit vectors (benchmarks)
 //! - `rerank`: word-overlap relevance scores
+//! - `GET /search?q=..&format=json`: a SearXNG-shaped web search answering three results
+//!   about the query
 //!
 //! Every request needs `Authorization: Bearer sk-scripted-good-key-1234`.
 
@@ -27,10 +35,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::Query;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -42,11 +51,15 @@ pub const GOOD_KEY: &str = "sk-scripted-good-key-1234";
 struct Script {
     requests: Arc<Mutex<Vec<Value>>>,
     flaky_calls: Arc<AtomicUsize>,
+    /// SSE chunks actually handed to clients; stops growing when a client hangs up.
+    chunks_sent: Arc<AtomicUsize>,
 }
 
 pub struct ModelServer {
     /// `http://127.0.0.1:PORT/v1`
     pub base_url: String,
+    /// `http://127.0.0.1:PORT`, the web search's base URL.
+    pub origin: String,
     script: Script,
 }
 
@@ -57,6 +70,7 @@ impl ModelServer {
             .route("/v1/chat/completions", post(chat))
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/rerank", post(rerank))
+            .route("/search", get(web_search))
             .with_state(script.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -66,9 +80,15 @@ impl ModelServer {
             let _ = axum::serve(listener, app).await;
         });
         Self {
+            origin: format!("http://{addr}"),
             base_url: format!("http://{addr}/v1"),
             script,
         }
+    }
+
+    /// Streamed chunks sent so far.
+    pub fn chunks_sent(&self) -> usize {
+        self.script.chunks_sent.load(Ordering::SeqCst)
     }
 
     /// Request bodies received so far.
@@ -130,11 +150,58 @@ fn chunk(model: &str, delta: Value, finish: Option<&str>) -> String {
     format!("data: {v}\n\n")
 }
 
-/// The scripted answer: (reasoning pieces, text pieces, tool call?).
+/// The scripted answer: reasoning pieces, text pieces, and a tool call (name, JSON arguments).
 struct Plan {
     reasoning: Vec<String>,
     text: Vec<String>,
-    tool: bool,
+    tool: Option<(String, String)>,
+}
+
+/// The agent draft `chat-drafter` streams.
+pub const DRAFT: &str = r#"{"name": "Trip Planner", "description": "Plans trips \"end to end\".", "instruction": "You plan trips.\nAsk about the budget first.", "greeting": "Where to?", "avatar": "✈️"}"#;
+
+fn tool_results_after_user(body: &Value) -> Option<String> {
+    let messages = body["messages"].as_array()?;
+    let last_user = messages.iter().rposition(|m| m["role"] == "user")?;
+    messages[last_user..]
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+}
+
+fn agent_plan(body: &Value, said: &str, words: impl Fn(&str) -> Vec<String>) -> Plan {
+    let text = |t: String| Plan {
+        reasoning: vec![],
+        text: words(&t),
+        tool: None,
+    };
+    if let Some(result) = tool_results_after_user(body) {
+        return text(format!("Tool said: {result}"));
+    }
+    let Some(directive) = said.lines().find_map(|l| l.trim().strip_prefix("CALL ")) else {
+        return text(format!("You said: {said}"));
+    };
+    let (wanted, args) = directive.split_once(' ').unwrap_or((directive, "{}"));
+    let offered: Vec<String> = body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t.pointer("/function/name")?.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    match offered
+        .into_iter()
+        .find(|n| n == wanted || n.ends_with(&format!("__{wanted}")))
+    {
+        Some(name) => Plan {
+            reasoning: vec![],
+            text: vec![],
+            tool: Some((name, args.trim().to_owned())),
+        },
+        None => text(format!("Tool {wanted} is not available")),
+    }
 }
 
 fn plan(model: &str, body: &Value) -> Plan {
@@ -145,7 +212,7 @@ fn plan(model: &str, body: &Value) -> Plan {
         return Plan {
             reasoning: vec![],
             text: vec!["tok ".to_owned(); n],
-            tool: false,
+            tool: None,
         };
     }
     match model {
@@ -155,13 +222,29 @@ fn plan(model: &str, body: &Value) -> Plan {
             Plan {
                 reasoning: vec![],
                 text: vec![answer],
-                tool: false,
+                tool: None,
             }
         }
+        "chat-agent" => agent_plan(body, &said, words),
+        "chat-drafter" => Plan {
+            reasoning: vec![],
+            text: DRAFT
+                .chars()
+                .collect::<Vec<_>>()
+                .chunks(7)
+                .map(|c| c.iter().collect())
+                .collect(),
+            tool: None,
+        },
+        "chat-drafter-bad" => Plan {
+            reasoning: vec![],
+            text: words("I would rather not design that."),
+            tool: None,
+        },
         "chat-think" => Plan {
             reasoning: words("Let me think about it. "),
             text: words(&format!("You said: {said}")),
-            tool: false,
+            tool: None,
         },
         "chat-tools" => {
             let tool_result = body["messages"]
@@ -172,19 +255,19 @@ fn plan(model: &str, body: &Value) -> Plan {
                 Some(r) => Plan {
                     reasoning: vec![],
                     text: words(&format!("The weather is {}", r["content"].as_str().unwrap_or(""))),
-                    tool: false,
+                    tool: None,
                 },
                 None => Plan {
                     reasoning: vec![],
                     text: vec![],
-                    tool: true,
+                    tool: Some(("get_weather".to_owned(), "{\"city\": \"Paris\"}".to_owned())),
                 },
             }
         }
         _ => Plan {
             reasoning: vec![],
             text: words(&format!("You said: {said}")),
-            tool: false,
+            tool: None,
         },
     }
 }
@@ -205,6 +288,9 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-500",
             "chat-slow",
             "chat-split",
+            "chat-agent",
+            "chat-drafter",
+            "chat-drafter-bad",
         ]
         .contains(&model.as_str());
     if !known {
@@ -235,7 +321,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
     match model.as_str() {
         "chat-cut" => {
             events.extend(text.take(2));
-            return sse(events, Duration::ZERO);
+            return sse(events, Duration::ZERO, &script);
         }
         "chat-error" => {
             events.extend(text.take(1));
@@ -243,15 +329,22 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
                 "data: {}\n\n",
                 json!({ "error": { "message": "The model is overloaded" } })
             ));
-            return sse(events, Duration::ZERO);
+            return sse(events, Duration::ZERO, &script);
         }
         _ => events.extend(text),
     }
-    let finish = if p.tool {
+    let finish = if let Some((name, args)) = &p.tool {
         let call = |delta: Value| chunk(&model, json!({ "tool_calls": [delta] }), None);
-        events.push(call(json!({ "index": 0, "id": "call_1", "type": "function", "function": { "name": "get_weather", "arguments": "" } })));
-        events.push(call(json!({ "index": 0, "function": { "arguments": "{\"city\":" } })));
-        events.push(call(json!({ "index": 0, "function": { "arguments": " \"Paris\"}" } })));
+        events.push(call(
+            json!({ "index": 0, "id": "call_1", "type": "function", "function": { "name": name, "arguments": "" } }),
+        ));
+        let middle = args.char_indices().nth(args.chars().count() / 2).map_or(0, |(i, _)| i);
+        events.push(call(
+            json!({ "index": 0, "function": { "arguments": &args[..middle] } }),
+        ));
+        events.push(call(
+            json!({ "index": 0, "function": { "arguments": &args[middle..] } }),
+        ));
         "tool_calls"
     } else {
         "stop"
@@ -269,7 +362,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
     } else {
         Duration::ZERO
     };
-    sse(events, delay)
+    sse(events, delay, &script)
 }
 
 fn complete(model: &str, p: Plan, usage: Value) -> Response {
@@ -277,9 +370,10 @@ fn complete(model: &str, p: Plan, usage: Value) -> Response {
     if !p.reasoning.is_empty() {
         message["reasoning_content"] = json!(p.reasoning.concat());
     }
-    let finish = if p.tool {
+    let finish = if let Some((name, args)) = &p.tool {
         message["content"] = Value::Null;
-        message["tool_calls"] = json!([{ "id": "call_1", "type": "function", "function": { "name": "get_weather", "arguments": "{\"city\": \"Paris\"}" } }]);
+        message["tool_calls"] =
+            json!([{ "id": "call_1", "type": "function", "function": { "name": name, "arguments": args } }]);
         "tool_calls"
     } else {
         "stop"
@@ -289,12 +383,17 @@ fn complete(model: &str, p: Plan, usage: Value) -> Response {
     .into_response()
 }
 
-fn sse(events: Vec<String>, delay: Duration) -> Response {
-    let stream = futures::stream::iter(events).then(move |e| async move {
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
+fn sse(events: Vec<String>, delay: Duration, script: &Script) -> Response {
+    let sent = script.chunks_sent.clone();
+    let stream = futures::stream::iter(events).then(move |e| {
+        let sent = sent.clone();
+        async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            sent.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Infallible>(Bytes::from(e))
         }
-        Ok::<_, Infallible>(Bytes::from(e))
     });
     Response::builder()
         .header("content-type", "text/event-stream")
@@ -406,4 +505,18 @@ async fn rerank(State(script): State<Script>, headers: HeaderMap, Json(body): Js
     let top = body["top_n"].as_u64().unwrap_or(results.len() as u64) as usize;
     results.truncate(top);
     Json(json!({ "results": results })).into_response()
+}
+
+async fn web_search(Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+    let query = q.get("q").cloned().unwrap_or_default();
+    if q.get("format").map(String::as_str) != Some("json") {
+        return error(StatusCode::FORBIDDEN, "format must be json");
+    }
+    let results: Vec<Value> = (1..=3)
+        .map(|i| {
+            json!({ "title": format!("Result {i} for {query}"), "url": format!("https://example.org/{i}"),
+            "content": format!("Snippet {i} about {query}") })
+        })
+        .collect();
+    Json(json!({ "query": query, "results": results })).into_response()
 }

@@ -5,14 +5,13 @@ use std::convert::Infallible;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::header;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
-use shared::http::{Api, ApiResult, CurrentUser, Envelope, Json};
+use shared::http::{event_stream, Api, ApiResult, CurrentUser, Envelope, Json};
 use shared::rag::qa::{self, QaEvent, QaRequest};
 use shared::rag::search::{self, SearchRequest, SearchResponse};
-use shared::{AppError, AppResult, AppState};
+use shared::{AppResult, AppState};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -48,15 +47,6 @@ async fn open_search(
     search::search(&state, &user, req).await.map(Api)
 }
 
-fn streaming(content_type: &'static str, body: Body) -> AppResult<Response> {
-    Response::builder()
-        .header(header::CONTENT_TYPE, content_type)
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(body)
-        .map_err(|e| AppError::Internal(e.into()))
-}
-
 /// Streamed answer: NDJSON lines `{"type":"text","data":..}`, then `{"type":"done","references":[..]}`,
 /// or `{"type":"error","message":..}`.
 #[utoipa::path(post, path = "/rag/qa/stream", tag = "knowledge", security(("svc_auth" = [])), request_body = QaRequest,
@@ -68,7 +58,7 @@ async fn qa_stream(
 ) -> AppResult<Response> {
     let events = qa::answer(&state, &user, req).await?;
     let body = Body::from_stream(events.map(|e| Ok::<_, Infallible>(Bytes::from(qa::ndjson(&e)))));
-    streaming("application/x-ndjson", body)
+    event_stream::response("application/x-ndjson", body)
 }
 
 /// The answer as raw text chunks, appended in order; a failure ends with `[ERROR] message`.
@@ -87,5 +77,5 @@ async fn open_qa_stream(
             QaEvent::Done { .. } => None,
         }
     });
-    streaming("text/plain; charset=utf-8", Body::from_stream(text))
+    event_stream::response("text/plain; charset=utf-8", Body::from_stream(text))
 }

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod client_ip;
 pub mod date_range;
 pub mod envelope;
+pub mod event_stream;
 pub mod extract;
 pub mod files;
 pub mod middleware;

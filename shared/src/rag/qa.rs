@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
+use crate::http::event_stream::spawn_stream;
 use crate::http::CurrentUser;
 use crate::models::client::{ChatEvent, ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing, ModelHandle};
@@ -66,7 +67,7 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
     }
     let state = state.clone();
     let user_id = user.id;
-    Ok(async_stream(move |tx| async move {
+    Ok(spawn_stream(move |tx: Sender| async move {
         if let Err(message) = run(&state, &kb, user_id, &query, conversation.as_deref(), &tx).await {
             let _ = tx.send(QaEvent::Error { message }).await;
         }
@@ -74,21 +75,6 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
 }
 
 type Sender = tokio::sync::mpsc::Sender<QaEvent>;
-
-/// A stream fed by a task; the task stops when the client goes away (the send fails).
-fn async_stream<F, Fut>(body: F) -> BoxStream<'static, QaEvent>
-where
-    F: FnOnce(Sender) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(body(tx));
-    tokio_stream_from(rx)
-}
-
-fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<QaEvent>) -> BoxStream<'static, QaEvent> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
-}
 
 async fn chat_model(state: &AppState, kb: &KbRow) -> Result<ModelHandle, String> {
     match kb.model_params.0.model_id {

@@ -1,5 +1,7 @@
 //! Black-box tests of the API over HTTP. One binary, so the application links once.
 
+mod agents;
+mod chat;
 mod deployment;
 mod knowledge;
 mod model_client;

@@ -1,0 +1,7 @@
+//! Lambda entry point of the streamed agent routes (`/agent/{agentId}/chat`,
+//! `/agent/create/stream`) with response streaming.
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    shared::lambda::run_http_streaming(agent_api::stream_router()).await
+}

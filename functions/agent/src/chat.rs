@@ -1,0 +1,69 @@
+//! The two streamed routes: agent chat (NDJSON) and agent creation (text signals).
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::Deserialize;
+use shared::agents::chat::{self, Caller, ChatRequest, StreamEvent};
+use shared::agents::{create_stream, service, Owner};
+use shared::http::{event_stream, CurrentUser, Json, Path};
+use shared::models::gateway::Billing;
+use shared::{AppError, AppResult, AppState};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(chat_stream))
+        .routes(routes!(create))
+}
+
+/// Chat with an agent. NDJSON lines: `thinking`, `text`, `tool_call`, `tool_result`, then `done`
+/// (or `error` as the last line). Refusals (bad input, attachments, quota) are envelopes.
+#[utoipa::path(post, path = "/agent/{agentId}/chat", tag = "agents", security(("svc_auth" = [])),
+    params(("agentId" = i64, Path)), request_body = ChatRequest,
+    responses((status = 200, content_type = "application/x-ndjson", body = StreamEvent), (status = 400), (status = 401), (status = 404)))]
+async fn chat_stream(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(agent_id): Path<i64>,
+    Json(req): Json<ChatRequest>,
+) -> AppResult<Response> {
+    let agent = service::visible(&state, &user, agent_id).await?;
+    if !agent.is_enabled() && !user.can_manage(agent.creator_id) {
+        return Err(AppError::business("the agent does not exist or is disabled"));
+    }
+    let caller = Caller {
+        owner: Owner::User(user.id),
+        billing: Billing::User(user.id),
+        resources: (!user.is_admin()).then_some(user.id),
+    };
+    let events = chat::start(&state, caller, agent, req).await?;
+    let body = Body::from_stream(events.map(|e| Ok::<_, Infallible>(Bytes::from(e.ndjson()))));
+    event_stream::response("application/x-ndjson", body)
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+struct CreateRequest {
+    /// What the agent should do.
+    description: Option<String>,
+}
+
+/// Draft an agent with the default chat model and create it. Text lines: `[START]`,
+/// `[FIELD_DONE]<field>:<value>` (values escaped: `\\`, `\n`, `\r`), `[DONE]<agentId>` or `[ERROR]<message>`.
+#[utoipa::path(post, path = "/agent/create/stream", tag = "agents", security(("svc_auth" = [])), request_body = CreateRequest,
+    responses((status = 200, content_type = "text/plain", body = String), (status = 400), (status = 401)))]
+async fn create(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Json(req): Json<CreateRequest>,
+) -> AppResult<Response> {
+    let lines = create_stream::start(&state, &user, req.description).await?;
+    let body = Body::from_stream(lines.map(|l| Ok::<_, Infallible>(Bytes::from(l))));
+    event_stream::response("text/plain; charset=utf-8", body)
+}

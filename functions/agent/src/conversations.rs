@@ -1,0 +1,56 @@
+//! Conversations of an agent and their messages.
+
+use axum::extract::State;
+use shared::agents::conversations::{self, ConversationSummary, MessageView};
+use shared::agents::period::PeriodQuery;
+use shared::http::envelope::Empty;
+use shared::http::{Api, ApiResult, CurrentUser, Envelope, Page, PageQuery, Path, Query};
+use shared::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(page))
+        .routes(routes!(messages))
+        .routes(routes!(delete))
+}
+
+/// Conversations, most recently active first (the agent's managers see everyone's).
+#[utoipa::path(get, path = "/agent/{id}/conversations", tag = "agents", security(("svc_auth" = [])),
+    params(("id" = i64, Path), PageQuery, PeriodQuery),
+    responses((status = 200, body = Envelope<Page<ConversationSummary>>), (status = 400), (status = 401), (status = 404)))]
+async fn page(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(id): Path<i64>,
+    Query(paging): Query<PageQuery>,
+    Query(period): Query<PeriodQuery>,
+) -> ApiResult<Page<ConversationSummary>> {
+    conversations::page(&state, &user, id, paging, period).await.map(Api)
+}
+
+/// The messages of a conversation, oldest first.
+#[utoipa::path(get, path = "/agent/{agentId}/conversation/{conversationId}/messages", tag = "agents",
+    security(("svc_auth" = [])), params(("agentId" = i64, Path), ("conversationId" = String, Path)),
+    responses((status = 200, body = Envelope<Vec<MessageView>>), (status = 401), (status = 404)))]
+async fn messages(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((agent_id, key)): Path<(i64, String)>,
+) -> ApiResult<Vec<MessageView>> {
+    conversations::messages(&state, &user, agent_id, &key).await.map(Api)
+}
+
+/// Delete a conversation and its messages.
+#[utoipa::path(delete, path = "/agent/{agentId}/conversation/{conversationId}", tag = "agents",
+    security(("svc_auth" = [])), params(("agentId" = i64, Path), ("conversationId" = String, Path)),
+    responses((status = 200, body = Envelope<Empty>), (status = 401), (status = 404)))]
+async fn delete(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((agent_id, key)): Path<(i64, String)>,
+) -> ApiResult<Empty> {
+    conversations::delete(&state, &user, agent_id, &key).await?;
+    Api::empty()
+}

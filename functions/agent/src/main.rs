@@ -1,0 +1,6 @@
+//! Lambda entry point of the agents module (everything but the chat stream).
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    shared::lambda::run_http(agent_api::router()).await
+}

@@ -1,0 +1,129 @@
+//! Image attachments of a chat message: every rule is checked before anything is stored, and
+//! the images are read only once the stream has started.
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::models::ModelConfigRow;
+use crate::resources::{repo as resource_repo, ResourceRow};
+use crate::storage::read_all;
+use crate::{AppError, AppResult, AppState};
+
+pub const MAX_IMAGES_PER_CONVERSATION: i64 = 3;
+pub const MAX_IMAGE_BYTES: i64 = 10 * 1024 * 1024;
+const IMAGE_TYPES: [&str; 3] = ["image/jpeg", "image/png", "image/webp"];
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentIn {
+    /// `IMAGE`.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// An uploaded resource.
+    pub resource_id: Option<i64>,
+}
+
+/// A checked image, as stored on the message.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Image {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub resource_id: i64,
+    #[serde(skip)]
+    pub storage_key: String,
+    #[serde(skip)]
+    pub mime_type: String,
+}
+
+/// Whose uploads a caller may attach: `None` for administrators (any), else the creator id.
+pub type ResourceOwner = Option<i64>;
+
+fn megabytes(bytes: i64) -> String {
+    format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn check_resource(field: &str, r: &ResourceRow) -> AppResult<()> {
+    if !IMAGE_TYPES.contains(&r.mime_type.as_str()) {
+        return Err(AppError::validation(format!(
+            "{field}: only JPG, PNG and WEBP images are accepted (this file is {})",
+            r.mime_type
+        )));
+    }
+    if r.file_size > MAX_IMAGE_BYTES {
+        return Err(AppError::validation(format!(
+            "{field}: an image may be at most 10 MB (this one is {})",
+            megabytes(r.file_size)
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the attachments against the model, the uploads and the conversation's image budget.
+pub async fn check(
+    state: &AppState,
+    items: Vec<AttachmentIn>,
+    model: &ModelConfigRow,
+    owner: ResourceOwner,
+    images_so_far: i64,
+) -> AppResult<Vec<Image>> {
+    if items.is_empty() {
+        return Ok(vec![]);
+    }
+    let mut images = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let field = format!("attachments[{i}]");
+        match item.kind.as_deref().map(str::trim) {
+            Some(k) if k.eq_ignore_ascii_case("IMAGE") => {}
+            Some(_) => return Err(AppError::validation(format!("{field}.type must be IMAGE"))),
+            None => return Err(AppError::validation(format!("{field}.type is required"))),
+        }
+        let id = item
+            .resource_id
+            .ok_or_else(|| AppError::validation(format!("{field}.resourceId is required")))?;
+        images.push((field, id));
+    }
+    if !model.has_capability("vision") {
+        return Err(AppError::validation(format!(
+            "attachments: the agent's chat model {} does not accept images (its capabilities lack vision)",
+            model.model_name
+        )));
+    }
+    let total = images_so_far + images.len() as i64;
+    if total > MAX_IMAGES_PER_CONVERSATION {
+        return Err(AppError::validation(format!(
+            "attachments: a conversation may hold at most {MAX_IMAGES_PER_CONVERSATION} images \
+             (it has {images_so_far}, this message adds {})",
+            images.len()
+        )));
+    }
+    let mut checked = Vec::with_capacity(images.len());
+    for (field, id) in images {
+        let resource = resource_repo::find(state.db(), id)
+            .await?
+            .filter(|r| owner.is_none_or(|o| r.creator_id == o))
+            .ok_or_else(|| AppError::validation(format!("{field}.resourceId: resource {id} does not exist")))?;
+        check_resource(&field, &resource)?;
+        checked.push(Image {
+            kind: "IMAGE",
+            resource_id: id,
+            storage_key: resource.storage_key,
+            mime_type: resource.mime_type,
+        });
+    }
+    Ok(checked)
+}
+
+/// The images as `data:` URIs for the model.
+pub async fn data_uris(state: &AppState, images: &[Image]) -> Result<Vec<String>, String> {
+    let mut uris = Vec::with_capacity(images.len());
+    for image in images {
+        let bytes = read_all(state.storage(), &image.storage_key, None)
+            .await
+            .map_err(|e| format!("reading image {} failed: {e}", image.resource_id))?;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        uris.push(format!("data:{};base64,{encoded}", image.mime_type));
+    }
+    Ok(uris)
+}

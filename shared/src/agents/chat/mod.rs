@@ -1,0 +1,142 @@
+//! Agent chat: checks everything that can be refused, stores the user's message, then streams
+//! the answer from a task (see `run`), which stores the assistant's message however it ends.
+
+pub mod attachments;
+mod context;
+pub mod events;
+mod prompt;
+mod run;
+pub mod title;
+pub mod tools;
+
+use futures::stream::BoxStream;
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use self::attachments::{AttachmentIn, ResourceOwner};
+pub use self::events::{StreamEvent, TokenUsage};
+use self::tools::Disabled;
+use super::conversation_repo::{self as repo, NewUserMessage};
+use super::{AgentRow, Owner};
+use crate::http::event_stream::spawn_stream;
+use crate::models::gateway::{self, Billing, ModelHandle};
+use crate::models::{quota, ModelType};
+use crate::{validate, AppError, AppResult, AppState};
+
+pub const MAX_CONTENT_CHARS: usize = 32_000;
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatRequest {
+    /// Chosen by the client (a UUID is generated when absent and returned in `done`).
+    pub conversation_id: Option<String>,
+    pub content: Option<String>,
+    /// `[{type: IMAGE, resourceId}]`.
+    pub attachments: Option<Vec<AttachmentIn>>,
+    pub disabled_mcp_server_ids: Option<Vec<i64>>,
+    pub disabled_skill_ids: Option<Vec<i64>>,
+}
+
+/// Who is chatting and who pays.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub owner: Owner,
+    pub billing: Billing,
+    /// Whose uploads may be attached.
+    pub resources: ResourceOwner,
+}
+
+impl Caller {
+    fn user_id(&self) -> Option<i64> {
+        match self.billing {
+            Billing::User(id) => Some(id),
+            Billing::RecordOnly(id) => id,
+        }
+    }
+}
+
+async fn chat_model(state: &AppState, agent: &AgentRow) -> AppResult<ModelHandle> {
+    let model = match agent.chat_model_id {
+        Some(id) => gateway::load(state, id, ModelType::Chat).await,
+        None => gateway::default_model(state, ModelType::Chat).await,
+    };
+    model.map_err(|e| AppError::business(format!("this agent has no usable chat model: {e}")))
+}
+
+fn conversation_key(value: Option<String>) -> AppResult<String> {
+    match validate::optional(value) {
+        Some(key) => {
+            validate::length("conversationId", &key, 1, 128)?;
+            Ok(key)
+        }
+        None => Ok(uuid::Uuid::new_v4().to_string()),
+    }
+}
+
+/// Starts a chat turn: refusals come back as errors with nothing stored; once the user's
+/// message is stored, everything else is reported on the stream.
+pub async fn start(
+    state: &AppState,
+    caller: Caller,
+    agent: AgentRow,
+    req: ChatRequest,
+) -> AppResult<BoxStream<'static, StreamEvent>> {
+    let content = validate::required("content", req.content)?;
+    validate::length("content", &content, 1, MAX_CONTENT_CHARS)?;
+    let key = conversation_key(req.conversation_id)?;
+    let model = chat_model(state, &agent).await?;
+    if let Billing::User(id) = caller.billing {
+        quota::ensure_available(state.db(), id).await?;
+    }
+    let existing = repo::find(state.db(), agent.id, caller.owner, &key).await?;
+    let images_so_far = match &existing {
+        Some(c) => repo::image_count(state.db(), c.id).await?,
+        None => 0,
+    };
+    let images = attachments::check(
+        state,
+        req.attachments.unwrap_or_default(),
+        &model.row,
+        caller.resources,
+        images_so_far,
+    )
+    .await?;
+
+    let (conversation, created) = repo::ensure(state.db(), agent.id, caller.owner, &key).await?;
+    let attachments_json = serde_json::to_value(&images).map_err(|e| AppError::Internal(e.into()))?;
+    let mut tx = state.db().begin().await?;
+    let user_message_id = repo::insert_user_message(
+        &mut *tx,
+        &NewUserMessage {
+            conversation_id: conversation.id,
+            agent_id: agent.id,
+            content: &content,
+            attachments: attachments_json,
+        },
+    )
+    .await?;
+    let assistant_id = repo::insert_assistant_message(&mut *tx, conversation.id, agent.id, model.row.id).await?;
+    if created {
+        repo::set_title(&mut *tx, conversation.id, &title::fallback(&content)).await?;
+    }
+    tx.commit().await?;
+
+    let turn = run::Turn {
+        state: state.clone(),
+        caller,
+        agent,
+        model,
+        conversation_id: conversation.id,
+        conversation_key: key,
+        new_conversation: created,
+        user_message_id,
+        assistant_id,
+        content,
+        images,
+        disabled: Disabled {
+            mcp_server_ids: req.disabled_mcp_server_ids.unwrap_or_default(),
+            skill_ids: req.disabled_skill_ids.unwrap_or_default(),
+        },
+    };
+    Ok(spawn_stream(move |tx| turn.run(tx)))
+}

@@ -1,0 +1,236 @@
+//! One chat turn, streamed: gather context, call the model with tools until it answers
+//! (bounded steps), store the assistant's message however the turn ends.
+
+use std::time::Instant;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio::sync::mpsc::Sender;
+
+use super::attachments::{self, Image};
+use super::events::{StreamEvent, TokenUsage};
+use super::prompt::{self, Context};
+use super::tools::{Disabled, Toolbox};
+use super::{context, title, Caller};
+use crate::agents::conversation_repo::{self as repo, FinishedAnswer};
+use crate::agents::AgentRow;
+use crate::models::client::{ChatEvent, ChatMessage, ChatRequest, ToolCall};
+use crate::models::gateway::{self, ModelHandle};
+use crate::{AppError, AppState};
+
+/// Model calls in one turn; the last one is offered no tools, so the turn always ends.
+pub const MAX_STEPS: usize = 8;
+
+pub(super) struct Turn {
+    pub state: AppState,
+    pub caller: Caller,
+    pub agent: AgentRow,
+    pub model: ModelHandle,
+    pub conversation_id: i64,
+    pub conversation_key: String,
+    pub new_conversation: bool,
+    pub user_message_id: i64,
+    pub assistant_id: i64,
+    pub content: String,
+    pub images: Vec<Image>,
+    pub disabled: Disabled,
+}
+
+/// How a turn ended.
+enum Outcome {
+    Complete,
+    Failed(String),
+    /// The client went away.
+    Stopped,
+}
+
+#[derive(Default)]
+struct Answer {
+    text: String,
+    thinking: String,
+    tool_calls: Vec<Value>,
+    usage: TokenUsage,
+}
+
+/// The stream's sending side; a failed send means the client is gone.
+struct Out {
+    tx: Sender<StreamEvent>,
+}
+
+impl Out {
+    async fn send(&self, event: StreamEvent) -> Result<(), Outcome> {
+        self.tx.send(event).await.map_err(|_| Outcome::Stopped)
+    }
+}
+
+impl Turn {
+    pub async fn run(self, tx: Sender<StreamEvent>) {
+        let started = Instant::now();
+        let out = Out { tx };
+        let mut answer = Answer::default();
+        let outcome = match self.converse(&out, &mut answer).await {
+            Ok(()) => Outcome::Complete,
+            Err(o) => o,
+        };
+        let duration_ms = started.elapsed().as_millis() as u64;
+        self.store(&answer, &outcome, duration_ms).await;
+        match &outcome {
+            Outcome::Complete => {
+                let _ = out
+                    .send(StreamEvent::Done {
+                        conversation_id: self.conversation_key.clone(),
+                        message_id: self.assistant_id,
+                        usage: answer.usage,
+                        duration_ms,
+                    })
+                    .await;
+                if self.new_conversation {
+                    title::generate(
+                        &self.state,
+                        &self.model,
+                        self.caller.billing,
+                        self.conversation_id,
+                        &self.content,
+                        &answer.text,
+                    )
+                    .await;
+                }
+            }
+            Outcome::Failed(message) => {
+                let _ = out
+                    .send(StreamEvent::Error {
+                        code: 500,
+                        message: message.clone(),
+                    })
+                    .await;
+            }
+            Outcome::Stopped => {}
+        }
+    }
+
+    async fn converse(&self, out: &Out, answer: &mut Answer) -> Result<(), Outcome> {
+        let images = attachments::data_uris(&self.state, &self.images)
+            .await
+            .map_err(Outcome::Failed)?;
+        let toolbox = Toolbox::for_agent(&self.state, &self.agent, &self.disabled).await;
+        let ctx = Context {
+            tool_notes: toolbox.prompt_notes.clone(),
+            memories: vec![],
+            knowledge: context::knowledge(&self.state, &self.agent, &self.content, self.caller.user_id()).await,
+        };
+        let history = repo::history(
+            self.state.db(),
+            self.conversation_id,
+            self.user_message_id,
+            i64::from(self.agent.short_term_memory_size),
+        )
+        .await
+        .map_err(|e| Outcome::Failed(format!("loading the conversation failed: {e}")))?;
+        let system = prompt::system_prompt(&self.agent.instruction, &ctx);
+        let mut messages = prompt::messages(system, history, &self.content, images);
+
+        for step in 0..MAX_STEPS {
+            let offer_tools = step + 1 < MAX_STEPS;
+            let req = ChatRequest {
+                messages: messages.clone(),
+                tools: if offer_tools { toolbox.specs().to_vec() } else { vec![] },
+                ..Default::default()
+            };
+            let calls = self.model_step(out, &req, answer).await?;
+            if calls.is_empty() {
+                return Ok(());
+            }
+            messages.push(ChatMessage::assistant_tool_calls(&calls));
+            for call in calls {
+                let result = self.run_tool(out, &toolbox, &call, answer).await?;
+                messages.push(ChatMessage::tool_result(call.id, result));
+            }
+        }
+        Ok(())
+    }
+
+    /// One streamed model call; returns the tools it asked for (none: the answer is complete).
+    async fn model_step(&self, out: &Out, req: &ChatRequest, answer: &mut Answer) -> Result<Vec<ToolCall>, Outcome> {
+        let mut stream = gateway::chat_stream(&self.state, &self.model, self.caller.billing, "chat", req)
+            .await
+            .map_err(|e| Outcome::Failed(AppError::from(e).to_string()))?;
+        let mut calls = vec![];
+        loop {
+            let event = tokio::select! {
+                // Dropping the model stream closes the upstream connection.
+                _ = out.tx.closed() => return Err(Outcome::Stopped),
+                event = stream.next() => event,
+            };
+            match event {
+                None => return Ok(calls),
+                Some(Ok(ChatEvent::Reasoning(t))) => {
+                    answer.thinking.push_str(&t);
+                    out.send(StreamEvent::Thinking { content: t }).await?;
+                }
+                Some(Ok(ChatEvent::Text(t))) => {
+                    answer.text.push_str(&t);
+                    out.send(StreamEvent::Text { content: t }).await?;
+                }
+                Some(Ok(ChatEvent::ToolCalls(c))) => calls.extend(c),
+                Some(Ok(ChatEvent::Usage(u))) => {
+                    answer.usage.prompt_tokens += u.prompt_tokens;
+                    answer.usage.completion_tokens += u.completion_tokens;
+                }
+                Some(Ok(ChatEvent::Finish(_))) => {}
+                Some(Err(e)) => return Err(Outcome::Failed(format!("the model call failed: {e}"))),
+            }
+        }
+    }
+
+    async fn run_tool(
+        &self,
+        out: &Out,
+        toolbox: &Toolbox,
+        call: &ToolCall,
+        answer: &mut Answer,
+    ) -> Result<String, Outcome> {
+        let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
+        let server_id = toolbox.server_of(&call.name);
+        out.send(StreamEvent::ToolCall {
+            name: call.name.clone(),
+            server_id,
+            arguments: arguments.clone(),
+        })
+        .await?;
+        let result = tokio::select! {
+            _ = out.tx.closed() => return Err(Outcome::Stopped),
+            result = toolbox.call(&self.state, &call.name, &arguments) => result,
+        };
+        answer.tool_calls.push(json!({
+            "name": call.name, "serverId": server_id, "arguments": arguments, "ok": result.ok,
+        }));
+        out.send(StreamEvent::ToolResult {
+            name: call.name.clone(),
+            ok: result.ok,
+        })
+        .await?;
+        Ok(result.text)
+    }
+
+    async fn store(&self, answer: &Answer, outcome: &Outcome, duration_ms: u64) {
+        let (status, error) = match outcome {
+            Outcome::Complete => (1, None),
+            Outcome::Failed(m) => (2, Some(m.as_str())),
+            Outcome::Stopped => (3, Some("the client went away before the answer finished")),
+        };
+        let finished = FinishedAnswer {
+            content: &answer.text,
+            thinking: &answer.thinking,
+            tool_calls: Value::Array(answer.tool_calls.clone()),
+            tool_call_count: answer.tool_calls.len() as i32,
+            status,
+            error,
+            prompt_tokens: answer.usage.prompt_tokens as i64,
+            completion_tokens: answer.usage.completion_tokens as i64,
+            duration_ms: duration_ms as i64,
+        };
+        if let Err(e) = repo::finish_assistant_message(self.state.db(), self.assistant_id, &finished).await {
+            tracing::error!(message_id = self.assistant_id, error = %e, "storing the assistant's message failed");
+        }
+    }
+}

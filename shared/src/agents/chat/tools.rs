@@ -1,0 +1,142 @@
+//! The tools an agent offers its model in one chat turn, and their execution.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use crate::agents::web_search::{self, WebSearch};
+use crate::agents::AgentRow;
+use crate::models::client::ToolSpec;
+use crate::AppState;
+
+/// Text handed back to the model from one tool call is cut to this many characters.
+pub const MAX_RESULT_CHARS: usize = 16_000;
+const WEB_RESULTS: usize = 5;
+
+#[derive(Debug, Clone)]
+enum Target {
+    WebSearch,
+}
+
+/// What a tool answered.
+#[derive(Debug, Clone)]
+pub struct ToolOutput {
+    pub text: String,
+    pub ok: bool,
+}
+
+impl ToolOutput {
+    fn failed(message: impl Into<String>) -> Self {
+        Self {
+            text: message.into(),
+            ok: false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Toolbox {
+    specs: Vec<ToolSpec>,
+    targets: HashMap<String, Target>,
+    /// Lines for the system prompt about what the tools give access to.
+    pub prompt_notes: Vec<String>,
+}
+
+/// What a turn switched off for itself.
+#[derive(Debug, Clone, Default)]
+pub struct Disabled {
+    pub mcp_server_ids: Vec<i64>,
+    pub skill_ids: Vec<i64>,
+}
+
+impl Toolbox {
+    /// The agent's tools, minus what the turn disabled.
+    pub async fn for_agent(state: &AppState, agent: &AgentRow, _disabled: &Disabled) -> Self {
+        let mut tools = Self::default();
+        if agent.web_search_enabled && web_search::provider(state).is_some() {
+            tools.add(
+                ToolSpec {
+                    name: "web_search".into(),
+                    description: "Search the web. Returns titles, URLs and snippets of the top results.".into(),
+                    parameters: json!({ "type": "object", "properties": { "query": { "type": "string" } }, "required": ["query"] }),
+                },
+                Target::WebSearch,
+            );
+        }
+        tools
+    }
+
+    fn add(&mut self, spec: ToolSpec, target: Target) {
+        self.targets.insert(spec.name.clone(), target);
+        self.specs.push(spec);
+    }
+
+    pub fn specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    /// The MCP server behind a tool name, for the `tool_call` event.
+    pub fn server_of(&self, _name: &str) -> Option<i64> {
+        None
+    }
+
+    /// Runs a tool; every failure becomes a result the model can read.
+    pub async fn call(&self, state: &AppState, name: &str, arguments: &Value) -> ToolOutput {
+        let Some(target) = self.targets.get(name) else {
+            return ToolOutput::failed(format!("there is no tool named {name}"));
+        };
+        let mut out = match target {
+            Target::WebSearch => web(state, arguments).await,
+        };
+        truncate(&mut out.text);
+        out
+    }
+}
+
+fn truncate(text: &mut String) {
+    if let Some((cut, _)) = text.char_indices().nth(MAX_RESULT_CHARS) {
+        text.truncate(cut);
+        text.push_str("\n[truncated]");
+    }
+}
+
+fn string_arg<'a>(arguments: &'a Value, key: &str) -> Result<&'a str, ToolOutput> {
+    arguments
+        .get(key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ToolOutput::failed(format!("the argument {key} (a string) is required")))
+}
+
+async fn web(state: &AppState, arguments: &Value) -> ToolOutput {
+    let query = match string_arg(arguments, "query") {
+        Ok(q) => q,
+        Err(e) => return e,
+    };
+    let Some(provider) = web_search::provider(state) else {
+        return ToolOutput::failed("web search is not configured");
+    };
+    match provider.search(query, WEB_RESULTS).await {
+        Ok(results) => ToolOutput {
+            text: serde_json::to_string(&results).unwrap_or_default(),
+            ok: true,
+        },
+        Err(e) => ToolOutput::failed(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_results_are_cut() {
+        let mut t = "é".repeat(MAX_RESULT_CHARS + 5);
+        truncate(&mut t);
+        assert!(t.ends_with("[truncated]"));
+        assert_eq!(t.chars().count(), MAX_RESULT_CHARS + "\n[truncated]".len());
+        let e = string_arg(&json!({"query": " "}), "query").unwrap_err();
+        assert!(!e.ok && e.text.contains("query"));
+    }
+}

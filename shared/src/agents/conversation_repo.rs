@@ -1,0 +1,257 @@
+//! SQL of conversations and their messages.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+
+use super::Owner;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ConversationRow {
+    pub id: i64,
+    pub conversation_key: String,
+    pub agent_id: i64,
+    pub title: String,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SummaryRow {
+    pub conversation_key: String,
+    pub title: String,
+    pub user_name: String,
+    pub message_count: i64,
+    pub tool_call_count: i64,
+    pub create_dt: DateTime<Utc>,
+    pub last_message_dt: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MessageRow {
+    pub id: i64,
+    pub role: String,
+    pub content: String,
+    pub thinking: Option<String>,
+    pub attachments: Value,
+    pub tool_calls: Value,
+    pub status: i16,
+    pub create_dt: DateTime<Utc>,
+}
+
+fn push_owner(qb: &mut QueryBuilder<'_, Postgres>, owner: Owner) {
+    match owner {
+        Owner::User(id) => qb.push(" AND c.user_id = ").push_bind(id),
+        Owner::External(id) => qb.push(" AND c.external_user_id = ").push_bind(id),
+    };
+}
+
+/// The owner's conversation with this key.
+pub async fn find(db: &PgPool, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<Option<ConversationRow>> {
+    let mut qb = QueryBuilder::new(
+        "SELECT c.id, c.conversation_key, c.agent_id, c.title FROM conversations c WHERE c.agent_id = ",
+    );
+    qb.push_bind(agent_id).push(" AND c.conversation_key = ").push_bind(key);
+    push_owner(&mut qb, owner);
+    qb.build_query_as().fetch_optional(db).await
+}
+
+/// Any owner's conversation with this key, newest first (for the agent's managers).
+pub async fn find_any(db: &PgPool, agent_id: i64, key: &str) -> sqlx::Result<Option<ConversationRow>> {
+    sqlx::query_as(
+        "SELECT c.id, c.conversation_key, c.agent_id, c.title FROM conversations c
+         WHERE c.agent_id = $1 AND c.conversation_key = $2 ORDER BY c.last_message_dt DESC LIMIT 1",
+    )
+    .bind(agent_id)
+    .bind(key)
+    .fetch_optional(db)
+    .await
+}
+
+/// The owner's conversation with this key, created when new; `true` when it was created.
+pub async fn ensure(db: &PgPool, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<(ConversationRow, bool)> {
+    let inserted: Option<ConversationRow> = sqlx::query_as(
+        "INSERT INTO conversations (agent_id, user_id, external_user_id, conversation_key) VALUES ($1, $2, $3, $4)
+         ON CONFLICT DO NOTHING RETURNING id, conversation_key, agent_id, title",
+    )
+    .bind(agent_id)
+    .bind(owner.user_id())
+    .bind(owner.external_user_id())
+    .bind(key)
+    .fetch_optional(db)
+    .await?;
+    if let Some(row) = inserted {
+        return Ok((row, true));
+    }
+    let row = find(db, agent_id, owner, key).await?.ok_or(sqlx::Error::RowNotFound)?;
+    Ok((row, false))
+}
+
+pub struct SummaryFilter {
+    pub agent_id: i64,
+    /// Only this owner's conversations; `None` for all of the agent's.
+    pub owner: Option<Owner>,
+    pub active: Option<(DateTime<Utc>, DateTime<Utc>)>,
+}
+
+fn push_summary_filter(qb: &mut QueryBuilder<'_, Postgres>, f: &SummaryFilter) {
+    qb.push(" WHERE c.agent_id = ").push_bind(f.agent_id);
+    if let Some(owner) = f.owner {
+        push_owner(qb, owner);
+    }
+    if let Some((start, end)) = f.active {
+        qb.push(" AND c.last_message_dt BETWEEN ")
+            .push_bind(start)
+            .push(" AND ")
+            .push_bind(end);
+    }
+}
+
+pub async fn page(db: &PgPool, f: &SummaryFilter, limit: i64, offset: i64) -> sqlx::Result<(Vec<SummaryRow>, i64)> {
+    let mut count = QueryBuilder::new("SELECT count(*) FROM conversations c");
+    push_summary_filter(&mut count, f);
+    let total: i64 = count.build_query_scalar().fetch_one(db).await?;
+    let mut rows = QueryBuilder::new(
+        "SELECT c.conversation_key, c.title,
+           COALESCE(u.username, NULLIF(e.nickname, ''), e.open_id, '') AS user_name,
+           COALESCE(s.message_count, 0) AS message_count, COALESCE(s.tool_call_count, 0) AS tool_call_count,
+           c.create_dt, c.last_message_dt
+         FROM conversations c
+         LEFT JOIN users u ON u.id = c.user_id
+         LEFT JOIN external_users e ON e.id = c.external_user_id
+         LEFT JOIN LATERAL (SELECT count(*) AS message_count, sum(m.tool_call_count)::BIGINT AS tool_call_count
+                            FROM messages m WHERE m.conversation_id = c.id) s ON TRUE",
+    );
+    push_summary_filter(&mut rows, f);
+    rows.push(" ORDER BY c.last_message_dt DESC, c.id DESC LIMIT ")
+        .push_bind(limit)
+        .push(" OFFSET ")
+        .push_bind(offset);
+    Ok((rows.build_query_as().fetch_all(db).await?, total))
+}
+
+const MESSAGE_COLUMNS: &str = "id, role, content, thinking, attachments, tool_calls, status, create_dt";
+
+pub async fn messages(db: &PgPool, conversation_id: i64) -> sqlx::Result<Vec<MessageRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = $1 ORDER BY id"
+    ))
+    .bind(conversation_id)
+    .fetch_all(db)
+    .await
+}
+
+/// The last `limit` messages before `before_id` that carry text, oldest first.
+pub async fn history(db: &PgPool, conversation_id: i64, before_id: i64, limit: i64) -> sqlx::Result<Vec<MessageRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {MESSAGE_COLUMNS} FROM (SELECT {MESSAGE_COLUMNS} FROM messages
+           WHERE conversation_id = $1 AND id < $2 AND role IN ('user', 'assistant') AND content <> ''
+           ORDER BY id DESC LIMIT $3) t ORDER BY id"
+    ))
+    .bind(conversation_id)
+    .bind(before_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Images already sent in the conversation.
+pub async fn image_count(db: impl PgExecutor<'_>, conversation_id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT COALESCE(sum(jsonb_array_length(attachments)), 0)::BIGINT FROM messages WHERE conversation_id = $1",
+    )
+    .bind(conversation_id)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn delete(db: impl PgExecutor<'_>, conversation_id: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM conversations WHERE id = $1")
+        .bind(conversation_id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+pub async fn set_title(db: impl PgExecutor<'_>, conversation_id: i64, title: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE conversations SET title = $2 WHERE id = $1")
+        .bind(conversation_id)
+        .bind(title)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+pub struct NewUserMessage<'a> {
+    pub conversation_id: i64,
+    pub agent_id: i64,
+    pub content: &'a str,
+    pub attachments: Value,
+}
+
+pub async fn insert_user_message(db: impl PgExecutor<'_>, m: &NewUserMessage<'_>) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "WITH touched AS (UPDATE conversations SET last_message_dt = now() WHERE id = $1)
+         INSERT INTO messages (conversation_id, agent_id, role, content, attachments) VALUES ($1, $2, 'user', $3, $4)
+         RETURNING id",
+    )
+    .bind(m.conversation_id)
+    .bind(m.agent_id)
+    .bind(m.content)
+    .bind(&m.attachments)
+    .fetch_one(db)
+    .await
+}
+
+/// The assistant's row, written before the model is called (status 0, generating).
+pub async fn insert_assistant_message(
+    db: impl PgExecutor<'_>,
+    conversation_id: i64,
+    agent_id: i64,
+    model_id: i64,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO messages (conversation_id, agent_id, role, status, model_id) VALUES ($1, $2, 'assistant', 0, $3)
+         RETURNING id",
+    )
+    .bind(conversation_id)
+    .bind(agent_id)
+    .bind(model_id)
+    .fetch_one(db)
+    .await
+}
+
+/// How an answer ended and what it held.
+pub struct FinishedAnswer<'a> {
+    pub content: &'a str,
+    pub thinking: &'a str,
+    pub tool_calls: Value,
+    pub tool_call_count: i32,
+    /// 1 complete, 2 failed, 3 stopped.
+    pub status: i16,
+    pub error: Option<&'a str>,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub duration_ms: i64,
+}
+
+pub async fn finish_assistant_message(db: &PgPool, id: i64, a: &FinishedAnswer<'_>) -> sqlx::Result<()> {
+    sqlx::query(
+        "WITH touched AS (UPDATE conversations SET last_message_dt = now()
+                          WHERE id = (SELECT conversation_id FROM messages WHERE id = $1))
+         UPDATE messages SET content = $2, thinking = NULLIF($3, ''), tool_calls = $4, tool_call_count = $5,
+           status = $6, error = $7, prompt_tokens = $8, completion_tokens = $9, duration_ms = $10
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(a.content)
+    .bind(a.thinking)
+    .bind(&a.tool_calls)
+    .bind(a.tool_call_count)
+    .bind(a.status)
+    .bind(a.error)
+    .bind(a.prompt_tokens)
+    .bind(a.completion_tokens)
+    .bind(a.duration_ms)
+    .execute(db)
+    .await?;
+    Ok(())
+}

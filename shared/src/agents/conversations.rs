@@ -1,0 +1,115 @@
+//! Conversations of an agent: listing, messages, deletion.
+
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::conversation_repo::{self as repo, ConversationRow, MessageRow, SummaryFilter, SummaryRow};
+use super::period::PeriodQuery;
+use super::{service, Owner};
+use crate::http::{CurrentUser, Page, PageQuery};
+use crate::{time, AppError, AppResult, AppState};
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationSummary {
+    pub conversation_id: String,
+    pub title: String,
+    pub user_name: String,
+    pub message_count: i64,
+    pub tool_call_count: i64,
+    pub create_dt: String,
+    pub last_message_dt: String,
+}
+
+impl From<SummaryRow> for ConversationSummary {
+    fn from(r: SummaryRow) -> Self {
+        Self {
+            conversation_id: r.conversation_key,
+            title: r.title,
+            user_name: r.user_name,
+            message_count: r.message_count,
+            tool_call_count: r.tool_call_count,
+            create_dt: time::datetime(r.create_dt),
+            last_message_dt: time::datetime(r.last_message_dt),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageView {
+    pub id: i64,
+    /// user, assistant or system.
+    pub role: String,
+    pub content: String,
+    /// Assistant messages only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    /// `[{type: IMAGE, resourceId}]` on user messages.
+    pub attachments: Value,
+    /// Tool calls made while answering: `[{name, serverId?, arguments, ok}]`.
+    pub tool_calls: Value,
+    /// 0 generating, 1 complete, 2 failed, 3 stopped (the client went away).
+    pub status: i16,
+    pub create_dt: String,
+}
+
+impl From<MessageRow> for MessageView {
+    fn from(r: MessageRow) -> Self {
+        Self {
+            id: r.id,
+            thinking: r.thinking.filter(|_| r.role == "assistant"),
+            role: r.role,
+            content: r.content,
+            attachments: r.attachments,
+            tool_calls: r.tool_calls,
+            status: r.status,
+            create_dt: time::datetime(r.create_dt),
+        }
+    }
+}
+
+/// The agent's managers (creator, administrators) see every conversation; others their own.
+pub async fn page(
+    state: &AppState,
+    user: &CurrentUser,
+    agent_id: i64,
+    paging: PageQuery,
+    period: PeriodQuery,
+) -> AppResult<Page<ConversationSummary>> {
+    let agent = service::visible(state, user, agent_id).await?;
+    let filter = SummaryFilter {
+        agent_id,
+        owner: (!user.can_manage(agent.creator_id)).then_some(Owner::User(user.id)),
+        active: period.range()?,
+    };
+    let (rows, total) = repo::page(state.db(), &filter, paging.size(), paging.offset()).await?;
+    Ok(Page::new(rows.into_iter().map(Into::into).collect(), paging, total))
+}
+
+/// The caller's own conversation with this id, or (for the agent's managers) anyone's.
+async fn resolve(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str) -> AppResult<ConversationRow> {
+    let agent = service::visible(state, user, agent_id).await?;
+    if let Some(c) = repo::find(state.db(), agent_id, Owner::User(user.id), key).await? {
+        return Ok(c);
+    }
+    if user.can_manage(agent.creator_id) {
+        if let Some(c) = repo::find_any(state.db(), agent_id, key).await? {
+            return Ok(c);
+        }
+    }
+    Err(AppError::not_found("conversation"))
+}
+
+pub async fn messages(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str) -> AppResult<Vec<MessageView>> {
+    let c = resolve(state, user, agent_id, key).await?;
+    let rows = repo::messages(state.db(), c.id).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+pub async fn delete(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str) -> AppResult<()> {
+    let c = resolve(state, user, agent_id, key).await?;
+    repo::delete(state.db(), c.id).await?;
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! `POST /agent/create/stream`: a chat model drafts an agent from a description; each field
+//! is announced as it completes, then the agent is created.
+//!
+//! Lines: `[START]`, `[FIELD_DONE]<field>:<value>`, `[DONE]<agentId>` or `[ERROR]<message>`.
+//! One signal per line, so values are escaped: `\` as `\\`, a newline as `\n`, a carriage
+//! return as `\r`.
+
+use std::collections::HashMap;
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use tokio::sync::mpsc::Sender;
+
+use super::draft_scanner::FieldScanner;
+use super::model::AgentFields;
+use super::service;
+use crate::http::event_stream::spawn_stream;
+use crate::http::CurrentUser;
+use crate::models::client::{ChatEvent, ChatMessage, ChatRequest};
+use crate::models::gateway::{self, Billing, ModelHandle};
+use crate::models::{quota, ModelType};
+use crate::{validate, AppError, AppResult, AppState};
+
+pub const FIELDS: [&str; 5] = ["name", "description", "instruction", "greeting", "avatar"];
+
+const DRAFT_PROMPT: &str = "You design AI assistants. From the user's description, write one JSON object with \
+the string fields name (at most 40 characters), description (one or two sentences), instruction (the assistant's \
+system prompt), greeting (its first message to a user) and avatar (one emoji), in that order. Answer with the JSON \
+object only.";
+
+pub fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r")
+}
+
+/// One emoji-like avatar: short and without letters or digits, else the default.
+fn avatar(value: &str) -> String {
+    let v = value.trim();
+    if v.is_empty() || v.chars().count() > 8 || v.chars().any(|c| c.is_ascii_alphanumeric()) {
+        "🤖".to_owned()
+    } else {
+        v.to_owned()
+    }
+}
+
+fn clean(field: &str, value: String) -> String {
+    if field == "avatar" {
+        avatar(&value)
+    } else {
+        value.trim().to_owned()
+    }
+}
+
+pub async fn start(
+    state: &AppState,
+    user: &CurrentUser,
+    description: Option<String>,
+) -> AppResult<BoxStream<'static, String>> {
+    let description = validate::required("description", description)?;
+    validate::length("description", &description, 1, 2000)?;
+    let model = gateway::default_model(state, ModelType::Chat)
+        .await
+        .map_err(|_| AppError::business("no default CHAT model is configured to draft the agent"))?;
+    quota::ensure_available(state.db(), user.id).await?;
+    let (state, user) = (state.clone(), user.clone());
+    Ok(spawn_stream(move |tx: Sender<String>| async move {
+        let _ = tx.send("[START]\n".to_owned()).await;
+        let line = match draft_and_create(&state, &user, &model, &description, &tx).await {
+            Ok(id) => format!("[DONE]{id}\n"),
+            Err(message) => format!("[ERROR]{}\n", escape(&message)),
+        };
+        let _ = tx.send(line).await;
+    }))
+}
+
+async fn draft_and_create(
+    state: &AppState,
+    user: &CurrentUser,
+    model: &ModelHandle,
+    description: &str,
+    tx: &Sender<String>,
+) -> Result<i64, String> {
+    let req = ChatRequest {
+        messages: vec![ChatMessage::system(DRAFT_PROMPT), ChatMessage::user(description)],
+        ..Default::default()
+    };
+    let mut stream = gateway::chat_stream(state, model, Billing::User(user.id), "agent-draft", &req)
+        .await
+        .map_err(|e| AppError::from(e).to_string())?;
+    let mut scanner = FieldScanner::default();
+    let mut fields: HashMap<&'static str, String> = HashMap::new();
+    while let Some(event) = stream.next().await {
+        let text = match event {
+            Ok(ChatEvent::Text(t)) => t,
+            Ok(_) => continue,
+            Err(e) => return Err(format!("the model call failed: {e}")),
+        };
+        for (key, value) in scanner.feed(&text) {
+            let Some(field) = FIELDS.iter().find(|f| **f == key) else {
+                continue;
+            };
+            let value = clean(field, value);
+            if tx
+                .send(format!("[FIELD_DONE]{field}:{}\n", escape(&value)))
+                .await
+                .is_err()
+            {
+                return Err("the client went away".into());
+            }
+            fields.insert(field, value);
+        }
+    }
+    let name = fields.remove("name").filter(|n| !n.is_empty());
+    let Some(name) = name else {
+        return Err("the model's draft has no name; try a more specific description".into());
+    };
+    let mut take = |f: &str| fields.remove(f);
+    let agent = AgentFields {
+        name: Some(name.chars().take(100).collect()),
+        description: take("description"),
+        instruction: take("instruction"),
+        greeting: take("greeting"),
+        avatar: take("avatar"),
+        chat_model_id: Some(Some(model.row.id)),
+        ..Default::default()
+    };
+    service::create(state, user, agent).await.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_stay_on_one_line() {
+        assert_eq!(escape("a\\b\nc\rd"), "a\\\\b\\nc\\rd");
+        assert_eq!(avatar("robot"), "🤖");
+        assert_eq!(avatar(" 🧭 "), "🧭");
+    }
+}

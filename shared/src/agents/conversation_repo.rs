@@ -66,25 +66,6 @@ pub async fn find_any(db: &PgPool, agent_id: i64, key: &str) -> sqlx::Result<Opt
     .await
 }
 
-/// The owner's conversation with this key, created when new; `true` when it was created.
-pub async fn ensure(db: &PgPool, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<(ConversationRow, bool)> {
-    let inserted: Option<ConversationRow> = sqlx::query_as(
-        "INSERT INTO conversations (agent_id, user_id, external_user_id, conversation_key) VALUES ($1, $2, $3, $4)
-         ON CONFLICT DO NOTHING RETURNING id, conversation_key, agent_id, title",
-    )
-    .bind(agent_id)
-    .bind(owner.user_id())
-    .bind(owner.external_user_id())
-    .bind(key)
-    .fetch_optional(db)
-    .await?;
-    if let Some(row) = inserted {
-        return Ok((row, true));
-    }
-    let row = find(db, agent_id, owner, key).await?.ok_or(sqlx::Error::RowNotFound)?;
-    Ok((row, false))
-}
-
 pub struct SummaryFilter {
     pub agent_id: i64,
     /// Only this owner's conversations; `None` for all of the agent's.
@@ -180,41 +161,59 @@ pub async fn set_title(db: impl PgExecutor<'_>, conversation_id: i64, title: &st
     Ok(())
 }
 
-pub struct NewUserMessage<'a> {
-    pub conversation_id: i64,
+/// A chat turn as it starts: the user's message and the assistant's row (status 0).
+pub struct NewTurn<'a> {
     pub agent_id: i64,
+    pub owner: Owner,
+    pub conversation_key: &'a str,
+    /// Used only when the conversation is new.
+    pub title: &'a str,
     pub content: &'a str,
     pub attachments: Value,
+    pub model_id: i64,
 }
 
-pub async fn insert_user_message(db: impl PgExecutor<'_>, m: &NewUserMessage<'_>) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "WITH touched AS (UPDATE conversations SET last_message_dt = now() WHERE id = $1)
-         INSERT INTO messages (conversation_id, agent_id, role, content, attachments) VALUES ($1, $2, 'user', $3, $4)
-         RETURNING id",
-    )
-    .bind(m.conversation_id)
-    .bind(m.agent_id)
-    .bind(m.content)
-    .bind(&m.attachments)
-    .fetch_one(db)
-    .await
+#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+pub struct StartedTurn {
+    pub conversation_id: i64,
+    /// The conversation was created by this turn.
+    pub created: bool,
+    pub user_message_id: i64,
+    pub assistant_message_id: i64,
 }
 
-/// The assistant's row, written before the model is called (status 0, generating).
-pub async fn insert_assistant_message(
-    db: impl PgExecutor<'_>,
-    conversation_id: i64,
-    agent_id: i64,
-    model_id: i64,
-) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "INSERT INTO messages (conversation_id, agent_id, role, status, model_id) VALUES ($1, $2, 'assistant', 0, $3)
-         RETURNING id",
-    )
-    .bind(conversation_id)
-    .bind(agent_id)
-    .bind(model_id)
+/// Creates or touches the conversation and writes both messages in one statement, so a turn
+/// is stored whole or not at all, in one round trip.
+pub async fn start_turn(db: &PgPool, t: &NewTurn<'_>) -> sqlx::Result<StartedTurn> {
+    // The conflict target must name the partial unique index of the owner's kind.
+    let conflict = match t.owner {
+        Owner::User(_) => "(agent_id, user_id, conversation_key) WHERE user_id IS NOT NULL",
+        Owner::External(_) => "(agent_id, external_user_id, conversation_key) WHERE external_user_id IS NOT NULL",
+    };
+    // The assistant's insert reads the user's, so the user's message gets the lower id.
+    sqlx::query_as(&format!(
+        "WITH c AS (
+           INSERT INTO conversations (agent_id, user_id, external_user_id, conversation_key, title)
+           VALUES ($1, $2, $3, $4, $5)
+           ON CONFLICT {conflict} DO UPDATE SET last_message_dt = now()
+           RETURNING id, (xmax = 0) AS created),
+         u AS (
+           INSERT INTO messages (conversation_id, agent_id, role, content, attachments)
+           SELECT c.id, $1, 'user', $6, $7 FROM c RETURNING id, conversation_id),
+         a AS (
+           INSERT INTO messages (conversation_id, agent_id, role, status, model_id)
+           SELECT u.conversation_id, $1, 'assistant', 0, $8 FROM u RETURNING id)
+         SELECT c.id AS conversation_id, c.created, u.id AS user_message_id, a.id AS assistant_message_id
+         FROM c, u, a"
+    ))
+    .bind(t.agent_id)
+    .bind(t.owner.user_id())
+    .bind(t.owner.external_user_id())
+    .bind(t.conversation_key)
+    .bind(t.title)
+    .bind(t.content)
+    .bind(&t.attachments)
+    .bind(t.model_id)
     .fetch_one(db)
     .await
 }

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use self::attachments::{AttachmentIn, ResourceOwner};
 pub use self::events::{StreamEvent, TokenUsage};
 use self::tools::Disabled;
-use super::conversation_repo::{self as repo, NewUserMessage};
+use super::conversation_repo::{self as repo, NewTurn};
 use super::{AgentRow, Owner};
 use crate::http::event_stream::spawn_stream;
 use crate::models::gateway::{self, Billing, ModelHandle};
@@ -84,53 +84,50 @@ pub async fn start(
     let content = validate::required("content", req.content)?;
     validate::length("content", &content, 1, MAX_CONTENT_CHARS)?;
     let key = conversation_key(req.conversation_id)?;
-    let model = chat_model(state, &agent).await?;
-    if let Billing::User(id) = caller.billing {
-        quota::ensure_available(state.db(), id).await?;
-    }
-    let existing = repo::find(state.db(), agent.id, caller.owner, &key).await?;
-    let images_so_far = match &existing {
-        Some(c) => repo::image_count(state.db(), c.id).await?,
-        None => 0,
+    let quota = async {
+        match caller.billing {
+            Billing::User(id) => quota::ensure_available(state.db(), id).await,
+            Billing::RecordOnly(_) => Ok(()),
+        }
     };
-    let images = attachments::check(
-        state,
-        req.attachments.unwrap_or_default(),
-        &model.row,
-        caller.resources,
-        images_so_far,
-    )
-    .await?;
+    let (model, quota) = tokio::join!(chat_model(state, &agent), quota);
+    let model = model?;
+    quota?;
+    let items = req.attachments.unwrap_or_default();
+    // Only turns with images need to know how many the conversation already holds.
+    let images_so_far = match items.is_empty() {
+        true => 0,
+        false => match repo::find(state.db(), agent.id, caller.owner, &key).await? {
+            Some(c) => repo::image_count(state.db(), c.id).await?,
+            None => 0,
+        },
+    };
+    let images = attachments::check(state, items, &model.row, caller.resources, images_so_far).await?;
 
-    let (conversation, created) = repo::ensure(state.db(), agent.id, caller.owner, &key).await?;
-    let attachments_json = serde_json::to_value(&images).map_err(|e| AppError::Internal(e.into()))?;
-    let mut tx = state.db().begin().await?;
-    let user_message_id = repo::insert_user_message(
-        &mut *tx,
-        &NewUserMessage {
-            conversation_id: conversation.id,
+    let started = repo::start_turn(
+        state.db(),
+        &NewTurn {
             agent_id: agent.id,
+            owner: caller.owner,
+            conversation_key: &key,
+            title: &title::fallback(&content),
             content: &content,
-            attachments: attachments_json,
+            attachments: serde_json::to_value(&images).map_err(|e| AppError::Internal(e.into()))?,
+            model_id: model.row.id,
         },
     )
     .await?;
-    let assistant_id = repo::insert_assistant_message(&mut *tx, conversation.id, agent.id, model.row.id).await?;
-    if created {
-        repo::set_title(&mut *tx, conversation.id, &title::fallback(&content)).await?;
-    }
-    tx.commit().await?;
 
     let turn = run::Turn {
         state: state.clone(),
         caller,
         agent,
         model,
-        conversation_id: conversation.id,
+        conversation_id: started.conversation_id,
         conversation_key: key,
-        new_conversation: created,
-        user_message_id,
-        assistant_id,
+        new_conversation: started.created,
+        user_message_id: started.user_message_id,
+        assistant_id: started.assistant_message_id,
         content,
         images,
         disabled: Disabled {

@@ -49,6 +49,22 @@ pub struct Config {
     pub import_allow_hosts: Vec<String>,
     /// Base URL of a Docling-serve compatible converter, used by the `extparse` parse engine.
     pub extparse_url: Option<String>,
+    pub skill_limits: SkillLimits,
+}
+
+/// What a skill package may hold; anything beyond is refused before it is stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkillLimits {
+    /// Size of an uploaded or rebuilt zip (`SKILL_MAX_PACKAGE_BYTES`, default 10 MiB).
+    pub max_package_bytes: u64,
+    /// Files and directories in a package (`SKILL_MAX_ENTRIES`, default 500).
+    pub max_entries: usize,
+    /// Unpacked size of all files together (`SKILL_MAX_UNPACKED_BYTES`, default 50 MiB).
+    pub max_unpacked_bytes: u64,
+    /// Unpacked / packed size of one entry above 64 KiB (`SKILL_MAX_COMPRESSION_RATIO`, default 100).
+    pub max_compression_ratio: u64,
+    /// One file read or written online, and read for chat (`SKILL_MAX_FILE_BYTES`, default 1 MiB).
+    pub max_file_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +156,13 @@ impl Config {
                 })
                 .unwrap_or_default(),
             extparse_url: get("EXTPARSE_URL").map(|u| u.trim_end_matches('/').to_owned()),
+            skill_limits: SkillLimits {
+                max_package_bytes: parse_num("SKILL_MAX_PACKAGE_BYTES", 10 * 1024 * 1024)?,
+                max_entries: parse_num("SKILL_MAX_ENTRIES", 500)? as usize,
+                max_unpacked_bytes: parse_num("SKILL_MAX_UNPACKED_BYTES", 50 * 1024 * 1024)?,
+                max_compression_ratio: parse_num("SKILL_MAX_COMPRESSION_RATIO", 100)?.max(1),
+                max_file_bytes: parse_num("SKILL_MAX_FILE_BYTES", 1024 * 1024)?,
+            },
         })
     }
 }

@@ -4,10 +4,10 @@
 //! A change based on an outdated `version` (or racing another change) is refused with HTTP 409.
 
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use shared::http::envelope::{Empty, StatusApi, StatusEnvelope, StatusPage, StatusPageEnvelope, StatusResult};
-use shared::http::files::{file_response, Disposition, StoredFile};
+use shared::http::files::{content_disposition, Disposition};
 use shared::http::middleware::status_envelope;
 use shared::http::multipart::{read_form, MultipartBody};
 use shared::http::{CurrentUser, Json, PageQuery, Path, Query};
@@ -106,26 +106,24 @@ struct UploadForm {
     responses((status = 200, body = Env<s::Skill>), (status = 400), (status = 401), (status = 413)))]
 async fn upload(State(state): State<AppState>, user: CurrentUser, multipart: MultipartBody) -> StatusResult<s::Skill> {
     let mut form = read_form(multipart, state.config().skill_limits.max_package_bytes).await?;
-    service::upload(&state, &user, form.take_files("file")).await.map(StatusApi)
+    service::upload(&state, &user, form.take_files("file"))
+        .await
+        .map(StatusApi)
 }
 
 /// The package as a zip file.
 #[utoipa::path(get, path = "/skill/{id}/download", tag = "skills", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, content_type = "application/zip", body = Vec<u8>), (status = 401), (status = 404)))]
-async fn download(
-    State(state): State<AppState>,
-    _user: CurrentUser,
-    Path(id): Path<i64>,
-    headers: HeaderMap,
-) -> AppResult<Response> {
-    let (row, name) = service::download(&state, id).await?;
-    let file = StoredFile {
-        key: &row.storage_key,
-        name: &name,
-        mime: s::storage::CONTENT_TYPE,
-        size: u64::try_from(row.file_size).unwrap_or_default(),
-    };
-    file_response(state.storage(), file, &headers, Disposition::Attachment).await
+async fn download(State(state): State<AppState>, _user: CurrentUser, Path(id): Path<i64>) -> AppResult<Response> {
+    let (name, bytes) = service::download(&state, id).await?;
+    let headers = [
+        (header::CONTENT_TYPE, s::storage::CONTENT_TYPE.to_owned()),
+        (
+            header::CONTENT_DISPOSITION,
+            content_disposition(Disposition::Attachment, &name),
+        ),
+    ];
+    Ok((headers, bytes).into_response())
 }
 
 /// Draft a new `SKILL.md` with the default CHAT model (never saved).

@@ -49,8 +49,7 @@ pub async fn ensure_exist(db: &PgPool, field: &str, ids: &[i64]) -> AppResult<()
 /// binary file; too large: over the cap.
 pub async fn read_text_file(state: &AppState, skill_id: i64, path: &str) -> AppResult<String> {
     let at = path::field("path", path)?;
-    let row = storage::load(state, skill_id).await?;
-    let package = storage::open(state, &row).await?;
+    let (_, package) = storage::current(state, skill_id).await?;
     let data = files::file_bytes(state, &package, &at)?;
     String::from_utf8(data.to_vec()).map_err(|_| AppError::validation(format!("{at} is not a UTF-8 text file")))
 }

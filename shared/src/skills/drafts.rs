@@ -60,10 +60,10 @@ pub async fn generate(state: &AppState, user: &CurrentUser, req: GenerateRequest
 
 pub async fn optimize(state: &AppState, user: &CurrentUser, id: i64, req: OptimizeRequest) -> AppResult<Draft> {
     let need = requirement(req.requirement)?;
-    let row = storage::load(state, id).await?;
+    let (row, package) = storage::current(state, id).await?;
     let current = match validate::optional(req.current_content) {
         Some(text) => text,
-        None => service::skill_md_text(&storage::open(state, &row).await?)?,
+        None => service::skill_md_text(&package)?,
     };
     let declared = front_matter::parse(&current).ok();
     let meta = FrontMatter {
@@ -203,7 +203,10 @@ mod tests {
 
     #[test]
     fn names_from_requirements() {
-        assert_eq!(slug("Summarise PDF invoices, then file them!"), "summarise-pdf-invoices-then-file");
+        assert_eq!(
+            slug("Summarise PDF invoices, then file them!"),
+            "summarise-pdf-invoices-then-file"
+        );
         assert_eq!(slug("总结发票"), "new-skill");
         assert_eq!(summary(&"word ".repeat(100)).chars().count(), 203);
     }

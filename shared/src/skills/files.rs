@@ -9,8 +9,8 @@ use crate::http::CurrentUser;
 use crate::{validate, AppError, AppResult, AppState};
 
 pub async fn tree(state: &AppState, id: i64) -> AppResult<FileNode> {
-    let row = storage::load(state, id).await?;
-    Ok(storage::open(state, &row).await?.tree(&row.name))
+    let (row, package) = storage::current(state, id).await?;
+    Ok(package.tree(&row.name))
 }
 
 fn required_path(field: &str, value: Option<String>) -> AppResult<String> {
@@ -42,8 +42,7 @@ pub(super) fn file_bytes<'p>(state: &AppState, package: &'p Package, at: &str) -
 
 pub async fn read(state: &AppState, id: i64, raw_path: Option<String>) -> AppResult<FileContent> {
     let at = required_path("path", raw_path)?;
-    let row = storage::load(state, id).await?;
-    let package = storage::open(state, &row).await?;
+    let (row, package) = storage::current(state, id).await?;
     let data = file_bytes(state, &package, &at)?;
     let (content, encoding) = match std::str::from_utf8(data) {
         Ok(text) => (text.to_owned(), "utf-8"),
@@ -66,8 +65,8 @@ async fn change(
     expected: Option<i64>,
     edit: impl FnOnce(&mut Package) -> AppResult<()>,
 ) -> AppResult<SkillRow> {
-    let row = storage::editable(state, user, id, expected).await?;
-    let mut package = storage::open(state, &row).await?;
+    let (row, mut package) = storage::current(state, id).await?;
+    storage::may_edit(user, &row, expected)?;
     edit(&mut package)?;
     storage::commit(state, &row, &package).await
 }
@@ -83,7 +82,12 @@ pub async fn write(
 ) -> AppResult<Changed> {
     let at = required_path("path", raw_path)?;
     let content = validate::present("content", req.content)?;
-    let data = match req.encoding.as_deref().map(|e| e.trim().to_ascii_lowercase()).as_deref() {
+    let data = match req
+        .encoding
+        .as_deref()
+        .map(|e| e.trim().to_ascii_lowercase())
+        .as_deref()
+    {
         None | Some("") | Some("utf-8") | Some("utf8") => content.into_bytes(),
         Some("base64") => base64::engine::general_purpose::STANDARD
             .decode(content.trim())

@@ -14,7 +14,8 @@ pub struct FrontMatter {
 /// One top-level key with the lines it spans (continuation lines included).
 struct Entry {
     key: String,
-    value: String,
+    /// Only `name` and `description` must be strings; other keys may hold lists or maps.
+    value: Result<String, String>,
     lines: std::ops::Range<usize>,
 }
 
@@ -60,8 +61,7 @@ fn parse_lines(content: &str) -> Result<Parsed<'_>, String> {
         while i < close && (lines[i].starts_with(' ') || lines[i].starts_with('\t') || lines[i].trim().is_empty()) {
             i += 1;
         }
-        let value = scalar(rest.trim(), &lines[start + 1..i])
-            .map_err(|e| format!("SKILL.md front matter '{key}' {e}"))?;
+        let value = scalar(rest.trim(), &lines[start + 1..i]).map_err(|e| format!("SKILL.md front matter '{key}' {e}"));
         if entries.iter().any(|e| e.key == key) {
             return Err(format!("SKILL.md front matter has '{key}' twice"));
         }
@@ -88,7 +88,11 @@ fn scalar(first: &str, more: &[&str]) -> Result<String, String> {
         let joined = if style == '|' {
             body.join("\n")
         } else {
-            body.iter().filter(|l| !l.is_empty()).copied().collect::<Vec<_>>().join(" ")
+            body.iter()
+                .filter(|l| !l.is_empty())
+                .copied()
+                .collect::<Vec<_>>()
+                .join(" ")
         };
         return Ok(joined.trim().to_owned());
     }
@@ -123,11 +127,16 @@ fn strip_comment(value: &str) -> &str {
 /// Reads and checks `name` (required) and `description` (optional, may be empty).
 pub fn parse(content: &str) -> Result<FrontMatter, String> {
     let parsed = parse_lines(content)?;
-    let get = |key: &str| parsed.entries.iter().find(|e| e.key == key).map(|e| e.value.trim().to_owned());
-    let name = get("name")
+    let get = |key: &str| -> Result<Option<String>, String> {
+        match parsed.entries.iter().find(|e| e.key == key) {
+            None => Ok(None),
+            Some(e) => e.value.clone().map(|v| Some(v.trim().to_owned())),
+        }
+    };
+    let name = get("name")?
         .filter(|n| !n.is_empty())
         .ok_or_else(|| "SKILL.md front matter must have a non-empty 'name'".to_owned())?;
-    let description = get("description").unwrap_or_default();
+    let description = get("description")?.unwrap_or_default();
     check(&name, &description).map_err(|e| format!("SKILL.md front matter {e}"))?;
     Ok(FrontMatter { name, description })
 }
@@ -140,7 +149,9 @@ pub fn check(name: &str, description: &str) -> Result<(), String> {
         ));
     }
     if description.chars().count() > MAX_DESCRIPTION_CHARS {
-        return Err(format!("description must be at most {MAX_DESCRIPTION_CHARS} characters long"));
+        return Err(format!(
+            "description must be at most {MAX_DESCRIPTION_CHARS} characters long"
+        ));
     }
     Ok(())
 }
@@ -195,7 +206,10 @@ pub fn body(content: &str) -> &str {
     match parse_lines(content) {
         Ok(p) => {
             let skip: usize = p.lines[..=p.close].iter().map(|l| l.len() + 1).sum();
-            content.get(skip.min(content.len())..).unwrap_or_default().trim_start_matches(['\r', '\n'])
+            content
+                .get(skip.min(content.len())..)
+                .unwrap_or_default()
+                .trim_start_matches(['\r', '\n'])
         }
         Err(_) => content,
     }
@@ -243,7 +257,8 @@ mod tests {
         assert_eq!(parse(doc).unwrap(), meta("pdf-tools", "Fill PDF forms"));
         let doc = "---\r\nname: \"quoted: name\"\r\ndescription: 'it''s'\r\n---\r\n";
         assert_eq!(parse(doc).unwrap(), meta("quoted: name", "it's"));
-        let doc = "---\nname: x\ndescription: >\n  folded\n  text\nmetadata:\n  a: b\n---\n";
+        let doc =
+            "---\nname: x\ndescription: >\n  folded\n  text\nmetadata:\n  a: b\nallowed-tools: [Read, Bash]\n---\n";
         assert_eq!(parse(doc).unwrap(), meta("x", "folded text"));
         let doc = "---\nname: x\ndescription: |\n  line one\n  line two\n---\n";
         assert_eq!(parse(doc).unwrap().description, "line one\nline two");
@@ -252,7 +267,9 @@ mod tests {
 
     #[test]
     fn refuses_missing_or_malformed() {
-        assert!(parse("# Just markdown").unwrap_err().contains("must start with YAML front matter"));
+        assert!(parse("# Just markdown")
+            .unwrap_err()
+            .contains("must start with YAML front matter"));
         assert!(parse("---\nname: x\n").unwrap_err().contains("not closed"));
         assert!(parse("---\ndescription: d\n---\n").unwrap_err().contains("'name'"));
         assert!(parse("---\nname: \"open\n---\n").unwrap_err().contains("'name'"));

@@ -61,7 +61,8 @@ impl Package {
     /// A package holding only `SKILL.md`.
     pub fn with_skill_md(content: &str) -> Self {
         let mut p = Self::default();
-        p.entries.insert(SKILL_MD.to_owned(), Node::File(content.as_bytes().to_vec()));
+        p.entries
+            .insert(SKILL_MD.to_owned(), Node::File(content.as_bytes().to_vec()));
         p
     }
 
@@ -75,8 +76,8 @@ impl Package {
                 limits.max_package_bytes
             )));
         }
-        let mut archive =
-            ZipArchive::new(Cursor::new(bytes)).map_err(|e| refused(format!("the file is not a valid zip archive ({e})")))?;
+        let mut archive = ZipArchive::new(Cursor::new(bytes))
+            .map_err(|e| refused(format!("the file is not a valid zip archive ({e})")))?;
         if archive.len() > limits.max_entries {
             return Err(too_large(format!(
                 "it has {} entries; the limit is {}",
@@ -87,12 +88,20 @@ impl Package {
         let mut package = Self::default();
         let mut unpacked: u64 = 0;
         for index in 0..archive.len() {
-            let mut entry = archive
-                .by_index(index)
-                .map_err(|e| refused(format!("entry {} cannot be read ({e}); encrypted entries are not supported", index + 1)))?;
-            let raw = entry.name().map(|n| n.into_owned()).unwrap_or_else(|_| String::from_utf8_lossy(entry.name_raw()).into_owned());
+            let mut entry = archive.by_index(index).map_err(|e| {
+                refused(format!(
+                    "entry {} cannot be read ({e}); encrypted entries are not supported",
+                    index + 1
+                ))
+            })?;
+            let raw = entry
+                .name()
+                .map(|n| n.into_owned())
+                .unwrap_or_else(|_| String::from_utf8_lossy(entry.name_raw()).into_owned());
             if entry.is_symlink() {
-                return Err(refused(format!("entry {raw:?} is a symbolic link; links are not allowed")));
+                return Err(refused(format!(
+                    "entry {raw:?} is a symbolic link; links are not allowed"
+                )));
             }
             let clean = path::clean(&raw).map_err(|e| refused(format!("entry path {raw:?} {e}")))?;
             if clean == "__MACOSX" || clean.starts_with("__MACOSX/") {
@@ -402,14 +411,24 @@ mod tests {
         let again = Package::open(&p.to_zip().unwrap(), &limits()).unwrap();
         assert_eq!(again, p);
         let tree = p.tree("a");
-        let names: Vec<&str> = tree.children.as_ref().unwrap().iter().map(|c| c.name.as_str()).collect();
+        let names: Vec<&str> = tree
+            .children
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
         assert_eq!(names, ["scripts", "SKILL.md"]);
         assert_eq!(tree.size, 8 + 16);
     }
 
     #[test]
     fn lifts_a_single_top_folder() {
-        let bytes = zip_of(&[("my-skill/SKILL.md", b"x"), ("my-skill/ref/a.md", b"y"), ("__MACOSX/._x", b"z")]);
+        let bytes = zip_of(&[
+            ("my-skill/SKILL.md", b"x"),
+            ("my-skill/ref/a.md", b"y"),
+            ("__MACOSX/._x", b"z"),
+        ]);
         let p = Package::open(&bytes, &limits()).unwrap();
         assert_eq!(p.file("SKILL.md"), Some(b"x".as_slice()));
         assert_eq!(p.file("ref/a.md"), Some(b"y".as_slice()));
@@ -431,7 +450,8 @@ mod tests {
     #[test]
     fn refuses_symlinks() {
         let mut w = ZipWriter::new(Cursor::new(Vec::new()));
-        w.add_symlink("link", "/etc/passwd", SimpleFileOptions::default()).unwrap();
+        w.add_symlink("link", "/etc/passwd", SimpleFileOptions::default())
+            .unwrap();
         let bytes = w.finish().unwrap().into_inner();
         assert!(message(Package::open(&bytes, &limits())).contains("symbolic link"));
     }

@@ -4,7 +4,7 @@
 
 use super::front_matter::{self, FrontMatter};
 use super::package::{Package, SKILL_MD};
-use super::{repo, storage, CreateSkill, Skill, SkillBrief, SkillFilter, SkillRow, UpdateSkill};
+use super::{repo, storage, CreateSkill, Skill, SkillBrief, SkillFilter, UpdateSkill};
 use crate::http::multipart::UploadedFile;
 use crate::http::{CurrentUser, Page, PageQuery};
 use crate::{validate, AppError, AppResult, AppState};
@@ -49,12 +49,15 @@ pub async fn upload(state: &AppState, user: &CurrentUser, mut files: Vec<Uploade
         .ok_or_else(|| AppError::validation("file is required (a zip package holding SKILL.md)"))?;
     let package = Package::open(&file.bytes, &state.config().skill_limits)?;
     let file_name = file.file_name.trim().chars().take(255).collect::<String>();
-    storage::create(state, user, &package, &file_name).await.map(Skill::from)
+    storage::create(state, user, &package, &file_name)
+        .await
+        .map(Skill::from)
 }
 
 /// Changes name and/or description, in the row and in `SKILL.md`'s front matter.
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: UpdateSkill) -> AppResult<Skill> {
-    let row = storage::editable(state, user, id, req.version).await?;
+    let (row, mut package) = storage::current(state, id).await?;
+    storage::may_edit(user, &row, req.version)?;
     if req.name.is_none() && req.description.is_none() {
         return Ok(row.into());
     }
@@ -67,7 +70,6 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: UpdateSk
         .map(|d| d.trim().to_owned())
         .unwrap_or_else(|| row.description.clone());
     let meta = checked(name, description)?;
-    let mut package = storage::open(state, &row).await?;
     let current = skill_md_text(&package)?;
     let rewritten = front_matter::with_metadata(&current, &meta).map_err(AppError::Validation)?;
     package.write_file(SKILL_MD, rewritten.into_bytes())?;
@@ -86,13 +88,13 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     storage::delete(state, &row).await
 }
 
-/// The row of a skill to download, with the file name to offer.
-pub async fn download(state: &AppState, id: i64) -> AppResult<(SkillRow, String)> {
-    let row = storage::load(state, id).await?;
+/// The zip of a skill and the file name to offer it under.
+pub async fn download(state: &AppState, id: i64) -> AppResult<(String, bytes::Bytes)> {
+    let (row, bytes) = storage::current_bytes(state, id).await?;
     let name = if row.file_name.is_empty() {
         format!("{}.zip", row.name)
     } else {
-        row.file_name.clone()
+        row.file_name
     };
-    Ok((row, name))
+    Ok((name, bytes))
 }

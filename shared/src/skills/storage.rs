@@ -3,15 +3,20 @@
 //! a lost race deletes the new object instead and reports a conflict. Readers therefore
 //! always see one whole package, and no edit silently overwrites another.
 
+use bytes::Bytes;
+
 use super::front_matter::{self, FrontMatter};
 use super::package::{Package, SKILL_MD};
 use super::repo::{self, NewPackage, NewSkill};
 use super::SkillRow;
 use crate::http::CurrentUser;
-use crate::storage::read_all;
+use crate::storage::{read_all, StorageError};
 use crate::{AppError, AppResult, AppState};
 
 pub const CONTENT_TYPE: &str = "application/zip";
+
+/// Reads of a package racing that many changes in a row give up.
+const MAX_READ_ATTEMPTS: usize = 5;
 
 pub async fn load(state: &AppState, id: i64) -> AppResult<SkillRow> {
     repo::find(state.db(), id)
@@ -19,18 +24,24 @@ pub async fn load(state: &AppState, id: i64) -> AppResult<SkillRow> {
         .ok_or_else(|| AppError::not_found("skill"))
 }
 
-/// The skill, if `user` may change it (its creator or an administrator) and, when `expected`
-/// is given, it is still at that version.
+/// The skill, if `user` may change it (see [`may_edit`]).
 pub async fn editable(state: &AppState, user: &CurrentUser, id: i64, expected: Option<i64>) -> AppResult<SkillRow> {
     let row = load(state, id).await?;
+    may_edit(user, &row, expected)?;
+    Ok(row)
+}
+
+/// `user` may change the skill (its creator or an administrator) and, when `expected` is
+/// given, it is still at that version.
+pub fn may_edit(user: &CurrentUser, row: &SkillRow, expected: Option<i64>) -> AppResult<()> {
     if !user.can_manage(row.creator_id) {
         return Err(AppError::Forbidden(
             "only the skill's creator or an administrator may change it".into(),
         ));
     }
     match expected {
-        Some(v) if v != row.version => Err(conflict(id, v, row.version)),
-        _ => Ok(row),
+        Some(v) if v != row.version => Err(conflict(row.id, v, row.version)),
+        _ => Ok(()),
     }
 }
 
@@ -41,9 +52,37 @@ fn conflict(id: i64, had: i64, now: i64) -> AppError {
     ))
 }
 
-pub async fn open(state: &AppState, row: &SkillRow) -> AppResult<Package> {
-    let bytes = read_all(state.storage(), &row.storage_key, None).await?;
-    Package::open(&bytes, &state.config().skill_limits)
+/// The current row and its zipped package. A concurrent change may delete the object the
+/// row pointed at before or while it is read; when the row has moved on, it is read again.
+pub async fn current_bytes(state: &AppState, id: i64) -> AppResult<(SkillRow, Bytes)> {
+    let mut row = load(state, id).await?;
+    for _ in 0..MAX_READ_ATTEMPTS {
+        let failure = match read_all(state.storage(), &row.storage_key, None).await {
+            Ok(bytes) => return Ok((row, bytes)),
+            Err(e) => e,
+        };
+        let now = load(state, id).await?;
+        if now.storage_key == row.storage_key {
+            return Err(match failure {
+                StorageError::NotFound => AppError::Internal(anyhow::anyhow!(
+                    "the package object {} of skill {id} is missing",
+                    row.storage_key
+                )),
+                other => other.into(),
+            });
+        }
+        row = now;
+    }
+    Err(AppError::Conflict(format!(
+        "skill {id} was changed by someone else several times while it was being read; try again"
+    )))
+}
+
+/// The current row and its package, opened with every safety check.
+pub async fn current(state: &AppState, id: i64) -> AppResult<(SkillRow, Package)> {
+    let (row, bytes) = current_bytes(state, id).await?;
+    let package = Package::open(&bytes, &state.config().skill_limits)?;
+    Ok((row, package))
 }
 
 /// The name and description a package declares in its `SKILL.md`.

@@ -909,6 +909,27 @@ async fn ai_drafts_use_the_default_chat_model() {
     );
     assert_eq!(s.snapshot().await, before, "drafts are never saved");
 
+    // A regular user whose quota is used up gets the fallback, and the model is not called.
+    let (uid, user) = s.app.regular_user("quentin").await;
+    sqlx::query("UPDATE users SET tokens = 0 WHERE id = $1")
+        .bind(uid)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let g = s
+        .app
+        .post(
+            "/skill/ai/generate",
+            Some(&user),
+            &json!({ "requirement": "Draft release notes" }),
+        )
+        .await;
+    let w = g.assert_status_ok()["warnings"][0].as_str().unwrap().to_owned();
+    assert!(
+        w.contains("quota is used up") && w.contains("rule-based template"),
+        "{w}"
+    );
+    assert_eq!(server.requests().len(), 3);
     s.app
         .post("/skill/ai/generate", t, &json!({}))
         .await

@@ -53,6 +53,22 @@ pub struct Config {
     pub web_search_url: Option<String>,
     /// Sent as a bearer token to the web search API when set.
     pub web_search_api_key: Option<String>,
+    pub skill_limits: SkillLimits,
+}
+
+/// What a skill package may hold; anything beyond is refused before it is stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkillLimits {
+    /// Size of an uploaded or rebuilt zip (`SKILL_MAX_PACKAGE_BYTES`, default 10 MiB).
+    pub max_package_bytes: u64,
+    /// Files and directories in a package (`SKILL_MAX_ENTRIES`, default 500).
+    pub max_entries: usize,
+    /// Unpacked size of all files together (`SKILL_MAX_UNPACKED_BYTES`, default 50 MiB).
+    pub max_unpacked_bytes: u64,
+    /// Unpacked / packed size of one entry above 64 KiB (`SKILL_MAX_COMPRESSION_RATIO`, default 100).
+    pub max_compression_ratio: u64,
+    /// One file read or written online, and read for chat (`SKILL_MAX_FILE_BYTES`, default 1 MiB).
+    pub max_file_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +162,13 @@ impl Config {
             extparse_url: get("EXTPARSE_URL").map(|u| u.trim_end_matches('/').to_owned()),
             web_search_url: get("WEB_SEARCH_URL").map(|u| u.trim_end_matches('/').to_owned()),
             web_search_api_key: get("WEB_SEARCH_API_KEY"),
+            skill_limits: SkillLimits {
+                max_package_bytes: parse_num("SKILL_MAX_PACKAGE_BYTES", 10 * 1024 * 1024)?,
+                max_entries: parse_num("SKILL_MAX_ENTRIES", 500)? as usize,
+                max_unpacked_bytes: parse_num("SKILL_MAX_UNPACKED_BYTES", 50 * 1024 * 1024)?,
+                max_compression_ratio: parse_num("SKILL_MAX_COMPRESSION_RATIO", 100)?.max(1),
+                max_file_bytes: parse_num("SKILL_MAX_FILE_BYTES", 1024 * 1024)?,
+            },
         })
     }
 }

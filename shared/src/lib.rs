@@ -17,6 +17,7 @@ pub mod models;
 pub mod queue;
 pub mod rag;
 pub mod resources;
+pub mod skills;
 pub mod state;
 pub mod storage;
 pub mod stores;

@@ -31,6 +31,7 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
             )));
         }
     }
+    crate::skills::ensure_exist(state.db(), "skillIds", &d.skill_ids).await?;
     if let Some(app) = &d.app_id {
         if !repo::app_exists(state.db(), app).await? {
             return Err(AppError::validation(format!("appId: app {app} does not exist")));
@@ -39,7 +40,15 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
     Ok(())
 }
 
+fn values<T: serde::Serialize>(items: Vec<T>) -> AppResult<Vec<Value>> {
+    items
+        .into_iter()
+        .map(|i| serde_json::to_value(i).map_err(|e| AppError::Internal(e.into())))
+        .collect()
+}
+
 /// The agent's MCP servers and skills, in the order the agent lists them.
-pub async fn expand(_state: &AppState, _agent: &AgentRow) -> AppResult<(Vec<Value>, Vec<Value>)> {
-    Ok((vec![], vec![]))
+pub async fn expand(state: &AppState, agent: &AgentRow) -> AppResult<(Vec<Value>, Vec<Value>)> {
+    let skills = crate::skills::briefs(state.db(), &agent.skill_ids).await?;
+    Ok((vec![], values(skills)?))
 }

@@ -599,3 +599,111 @@ async fn analytics_match_hand_computed_numbers() {
     assert_eq!(names, ["alice", "bob"]);
     assert_eq!(rows[0]["department"], "");
 }
+
+async fn skill(s: &ChatSetup, name: &str, instructions: &str) -> i64 {
+    let r = s
+        .app
+        .post(
+            "/skill",
+            Some(&s.admin),
+            &json!({ "name": name, "description": format!("{name} skill") }),
+        )
+        .await;
+    let id = r.assert_status_ok()["id"].as_i64().unwrap();
+    let md = format!("---\nname: {name}\ndescription: {name} skill\n---\n{instructions}");
+    s.app
+        .put(
+            &format!("/skill/{id}/files/content?path=SKILL.md"),
+            Some(&s.admin),
+            &json!({ "content": md }),
+        )
+        .await
+        .assert_status_ok();
+    s.app
+        .post(
+            &format!("/skill/{id}/files"),
+            Some(&s.admin),
+            &json!({ "path": "notes/ports.md", "type": "file" }),
+        )
+        .await
+        .assert_status_ok();
+    s.app
+        .put(
+            &format!("/skill/{id}/files/content?path=notes/ports.md"),
+            Some(&s.admin),
+            &json!({ "content": "Port Royal is the home port." }),
+        )
+        .await
+        .assert_status_ok();
+    id
+}
+
+#[tokio::test]
+async fn the_model_loads_a_skill_and_follows_it_and_disabled_skills_are_not_offered() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let pirate = skill(&s, "pirate", "Answer like a pirate: start with ARRR.").await;
+    let other = skill(&s, "poet", "Rhyme.").await;
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Skilled", "chatModelId": model, "skillEnabled": true, "skillIds": [pirate, other] }),
+        )
+        .await;
+    let detail = s.app.get(&format!("/agent/{agent}"), Some(&s.admin)).await;
+    let skills = detail.assert_ok()["skills"].clone();
+    assert_eq!(skills[0]["name"], "pirate");
+    assert_eq!(skills[1]["id"], other);
+
+    let events = s
+        .chat(&s.admin, agent, say("s-1", "CALL load_skill {\"name\": \"pirate\"}"))
+        .await
+        .events();
+    assert_eq!(kinds(&events)[..2], ["tool_call", "tool_result"]);
+    assert_eq!(events[1]["ok"], true);
+    assert_eq!(
+        joined(&events, "text"),
+        "Tool said: Answer like a pirate: start with ARRR."
+    );
+    // The skills were listed in the system prompt, their instructions were not.
+    let first = s.models.requests().into_iter().find(|r| r["stream"] == true).unwrap();
+    let system = first["messages"][0]["content"].as_str().unwrap().to_owned();
+    assert!(
+        system.contains("- pirate: pirate skill") && !system.contains("ARRR"),
+        "{system}"
+    );
+
+    let events = s
+        .chat(
+            &s.admin,
+            agent,
+            say(
+                "s-2",
+                "CALL read_skill_file {\"skill\": \"pirate\", \"path\": \"notes/ports.md\"}",
+            ),
+        )
+        .await
+        .events();
+    assert_eq!(joined(&events, "text"), "Tool said: Port Royal is the home port.");
+
+    let body = json!({ "conversationId": "s-3", "content": "CALL load_skill {\"name\": \"pirate\"}",
+        "disabledSkillIds": [pirate, other] });
+    let events = s.chat(&s.admin, agent, body).await.events();
+    assert_eq!(joined(&events, "text"), "Tool load_skill is not available");
+
+    s.app
+        .put(
+            &format!("/agent/{agent}"),
+            Some(&s.admin),
+            &json!({ "skillIds": [999_999] }),
+        )
+        .await
+        .assert_error(400, 0, "skillIds");
+    // Deleting a skill unbinds it.
+    s.app
+        .delete(&format!("/skill/{other}"), Some(&s.admin))
+        .await
+        .assert_status_ok();
+    let detail = s.app.get(&format!("/agent/{agent}"), Some(&s.admin)).await;
+    assert_eq!(detail.assert_ok()["skillIds"], json!([pirate]));
+}

@@ -11,4 +11,5 @@ mod queues;
 mod resources;
 mod retrieval_quality;
 mod search;
+mod skills;
 mod users;

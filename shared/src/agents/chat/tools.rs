@@ -16,6 +16,10 @@ const WEB_RESULTS: usize = 5;
 #[derive(Debug, Clone)]
 enum Target {
     WebSearch,
+    /// Reads SKILL.md of one of these skills, by name.
+    LoadSkill(HashMap<String, i64>),
+    /// Reads another file of one of these skills.
+    ReadSkillFile(HashMap<String, i64>),
 }
 
 /// What a tool answered.
@@ -51,8 +55,11 @@ pub struct Disabled {
 
 impl Toolbox {
     /// The agent's tools, minus what the turn disabled.
-    pub async fn for_agent(state: &AppState, agent: &AgentRow, _disabled: &Disabled) -> Self {
+    pub async fn for_agent(state: &AppState, agent: &AgentRow, disabled: &Disabled) -> Self {
         let mut tools = Self::default();
+        if agent.skill_enabled {
+            tools.add_skills(state, agent, disabled).await;
+        }
         if agent.web_search_enabled && web_search::provider(state).is_some() {
             tools.add(
                 ToolSpec {
@@ -64,6 +71,52 @@ impl Toolbox {
             );
         }
         tools
+    }
+
+    /// Skills are listed by name and description; their instructions cost context only once
+    /// the model loads them.
+    async fn add_skills(&mut self, state: &AppState, agent: &AgentRow, disabled: &Disabled) {
+        let ids: Vec<i64> = agent
+            .skill_ids
+            .iter()
+            .copied()
+            .filter(|id| !disabled.skill_ids.contains(id))
+            .collect();
+        let skills = match crate::skills::briefs(state.db(), &ids).await {
+            Ok(s) if !s.is_empty() => s,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(agent_id = agent.id, error = %e, "loading the agent's skills failed; chatting without them");
+                return;
+            }
+        };
+        let catalog: Vec<String> = skills
+            .iter()
+            .map(|s| format!("- {}: {}", s.name, s.description))
+            .collect();
+        self.prompt_notes.push(format!(
+            "You have these skills. When one fits the request, call load_skill with its name first and follow \
+             its instructions; read_skill_file reads other files of a skill when its instructions point to them.\n{}",
+            catalog.join("\n")
+        ));
+        let by_name: HashMap<String, i64> = skills.iter().rev().map(|s| (s.name.clone(), s.id)).collect();
+        let names: Vec<&String> = skills.iter().map(|s| &s.name).collect();
+        self.add(
+            ToolSpec {
+                name: "load_skill".into(),
+                description: "Load the instructions (SKILL.md) of one of your skills.".into(),
+                parameters: json!({ "type": "object", "properties": { "name": { "type": "string", "enum": names } }, "required": ["name"] }),
+            },
+            Target::LoadSkill(by_name.clone()),
+        );
+        self.add(
+            ToolSpec {
+                name: "read_skill_file".into(),
+                description: "Read a file of one of your skills, by its path inside the skill.".into(),
+                parameters: json!({ "type": "object", "properties": { "skill": { "type": "string", "enum": names }, "path": { "type": "string" } }, "required": ["skill", "path"] }),
+            },
+            Target::ReadSkillFile(by_name),
+        );
     }
 
     fn add(&mut self, spec: ToolSpec, target: Target) {
@@ -87,6 +140,8 @@ impl Toolbox {
         };
         let mut out = match target {
             Target::WebSearch => web(state, arguments).await,
+            Target::LoadSkill(skills) => skill_file(state, skills, arguments, "name", None).await,
+            Target::ReadSkillFile(skills) => skill_file(state, skills, arguments, "skill", Some("path")).await,
         };
         truncate(&mut out.text);
         out
@@ -123,6 +178,36 @@ async fn web(state: &AppState, arguments: &Value) -> ToolOutput {
             ok: true,
         },
         Err(e) => ToolOutput::failed(e),
+    }
+}
+
+/// A file of a skill: SKILL.md's instructions (without the front matter) or another path.
+async fn skill_file(
+    state: &AppState,
+    skills: &HashMap<String, i64>,
+    arguments: &Value,
+    skill_key: &str,
+    path_key: Option<&str>,
+) -> ToolOutput {
+    let name = match string_arg(arguments, skill_key) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    let Some(&id) = skills.get(name) else {
+        return ToolOutput::failed(format!("there is no skill named {name}"));
+    };
+    let path = match path_key.map(|k| string_arg(arguments, k)) {
+        None => crate::skills::SKILL_MD,
+        Some(Ok(p)) => p,
+        Some(Err(e)) => return e,
+    };
+    match crate::skills::read_text_file(state, id, path).await {
+        Ok(text) if path_key.is_none() => ToolOutput {
+            text: crate::skills::front_matter::body(&text).to_owned(),
+            ok: true,
+        },
+        Ok(text) => ToolOutput { text, ok: true },
+        Err(e) => ToolOutput::failed(e.to_string()),
     }
 }
 

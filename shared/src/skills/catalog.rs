@@ -1,0 +1,55 @@
+//! What other modules use of skills: agent detail and update, and agent chat.
+
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use utoipa::ToSchema;
+
+use super::{files, path, repo, storage};
+use crate::{AppError, AppResult, AppState};
+
+/// A skill as listed for selection and shown in an agent's detail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillBrief {
+    pub id: i64,
+    pub name: String,
+    pub description: String,
+}
+
+/// The skills of `ids` that exist, in the order of `ids` (unknown ids are skipped).
+pub async fn briefs(db: &PgPool, ids: &[i64]) -> AppResult<Vec<SkillBrief>> {
+    Ok(repo::briefs(db, Some(ids)).await?)
+}
+
+/// Which of `ids` exist, in the order of `ids`.
+pub async fn existing_ids(db: &PgPool, ids: &[i64]) -> AppResult<Vec<i64>> {
+    Ok(briefs(db, ids).await?.into_iter().map(|b| b.id).collect())
+}
+
+/// A validation error naming `field` and the ids that do not exist, if any.
+pub async fn ensure_exist(db: &PgPool, field: &str, ids: &[i64]) -> AppResult<()> {
+    let found = existing_ids(db, ids).await?;
+    let missing: Vec<String> = ids
+        .iter()
+        .filter(|id| !found.contains(id))
+        .map(i64::to_string)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(AppError::validation(format!(
+            "{field}: no skill with id {}",
+            missing.join(", ")
+        )))
+    }
+}
+
+/// A UTF-8 text file of a skill's package (`SKILL.md` or any supporting file), at most
+/// `SKILL_MAX_FILE_BYTES` long. Not found: the skill or the file; validation: a bad path or a
+/// binary file; too large: over the cap.
+pub async fn read_text_file(state: &AppState, skill_id: i64, path: &str) -> AppResult<String> {
+    let at = path::field("path", path)?;
+    let (_, package) = storage::current(state, skill_id).await?;
+    let data = files::file_bytes(state, &package, &at)?;
+    String::from_utf8(data.to_vec()).map_err(|_| AppError::validation(format!("{at} is not a UTF-8 text file")))
+}

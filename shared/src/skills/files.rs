@@ -1,0 +1,150 @@
+//! Online editing of a skill's files. Every change rebuilds the package and commits it with
+//! compare-and-swap on the skill's version (see `storage`).
+
+use base64::Engine;
+
+use super::package::{FileNode, Package, SKILL_MD};
+use super::{path, storage, Changed, CreateEntry, FileContent, RenameEntry, SkillRow, WriteFile};
+use crate::http::CurrentUser;
+use crate::{validate, AppError, AppResult, AppState};
+
+pub async fn tree(state: &AppState, id: i64) -> AppResult<FileNode> {
+    let (row, package) = storage::current(state, id).await?;
+    Ok(package.tree(&row.name))
+}
+
+fn required_path(field: &str, value: Option<String>) -> AppResult<String> {
+    path::field(field, &validate::required(field, value)?)
+}
+
+fn too_large(size: u64, limit: u64) -> AppError {
+    AppError::PayloadTooLarge(format!(
+        "the file is {size} bytes; files above {limit} bytes cannot be opened or saved online \
+         (download or upload the package instead)"
+    ))
+}
+
+/// A file's bytes, within the online size limit.
+pub(super) fn file_bytes<'p>(state: &AppState, package: &'p Package, at: &str) -> AppResult<&'p [u8]> {
+    let data = package.file(at).ok_or_else(|| {
+        if package.is_dir(at) {
+            AppError::validation(format!("path {at:?} is a directory, not a file"))
+        } else {
+            AppError::NotFound(format!("no file at path {at:?}"))
+        }
+    })?;
+    let limit = state.config().skill_limits.max_file_bytes;
+    if data.len() as u64 > limit {
+        return Err(too_large(data.len() as u64, limit));
+    }
+    Ok(data)
+}
+
+pub async fn read(state: &AppState, id: i64, raw_path: Option<String>) -> AppResult<FileContent> {
+    let at = required_path("path", raw_path)?;
+    let (row, package) = storage::current(state, id).await?;
+    let data = file_bytes(state, &package, &at)?;
+    let (content, encoding) = match std::str::from_utf8(data) {
+        Ok(text) => (text.to_owned(), "utf-8"),
+        Err(_) => (base64::engine::general_purpose::STANDARD.encode(data), "base64"),
+    };
+    Ok(FileContent {
+        path: at,
+        content,
+        encoding,
+        size: data.len() as u64,
+        version: row.version,
+    })
+}
+
+/// Applies `edit` to the package of a skill `user` may change and commits it.
+async fn change(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+    expected: Option<i64>,
+    edit: impl FnOnce(&mut Package) -> AppResult<()>,
+) -> AppResult<SkillRow> {
+    let (row, mut package) = storage::current(state, id).await?;
+    storage::may_edit(user, &row, expected)?;
+    edit(&mut package)?;
+    storage::commit(state, &row, &package).await
+}
+
+/// Creates or replaces a file. Writing `SKILL.md` updates the skill's name and description
+/// from its front matter, which must stay valid.
+pub async fn write(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+    raw_path: Option<String>,
+    req: WriteFile,
+) -> AppResult<Changed> {
+    let at = required_path("path", raw_path)?;
+    let content = validate::present("content", req.content)?;
+    let data = match req
+        .encoding
+        .as_deref()
+        .map(|e| e.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("") | Some("utf-8") | Some("utf8") => content.into_bytes(),
+        Some("base64") => base64::engine::general_purpose::STANDARD
+            .decode(content.trim())
+            .map_err(|_| AppError::validation("content is not valid base64 (encoding is base64)"))?,
+        Some(_) => return Err(AppError::validation("encoding must be utf-8 or base64")),
+    };
+    let limit = state.config().skill_limits.max_file_bytes;
+    if data.len() as u64 > limit {
+        return Err(too_large(data.len() as u64, limit));
+    }
+    let row = change(state, user, id, req.version, |p| p.write_file(&at, data)).await?;
+    Ok(Changed { version: row.version })
+}
+
+pub async fn create(state: &AppState, user: &CurrentUser, id: i64, req: CreateEntry) -> AppResult<Changed> {
+    let at = required_path("path", req.path)?;
+    let kind = validate::required("type", req.kind)?;
+    let row = change(state, user, id, req.version, |p| {
+        if p.exists(&at) {
+            return Err(AppError::business(format!("path {at:?} already exists")));
+        }
+        match kind.as_str() {
+            "file" => p.write_file(&at, Vec::new()),
+            "directory" => p.create_dir(&at),
+            _ => Err(AppError::validation("type must be file or directory")),
+        }
+    })
+    .await?;
+    Ok(Changed { version: row.version })
+}
+
+fn keep_skill_md(at: &str, what: &str) -> AppResult<()> {
+    if at == SKILL_MD {
+        return Err(AppError::validation(format!(
+            "SKILL.md is the skill's main instruction file and cannot be {what}"
+        )));
+    }
+    Ok(())
+}
+
+pub async fn delete(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+    raw_path: Option<String>,
+    expected: Option<i64>,
+) -> AppResult<Changed> {
+    let at = required_path("path", raw_path)?;
+    keep_skill_md(&at, "deleted")?;
+    let row = change(state, user, id, expected, |p| p.remove(&at)).await?;
+    Ok(Changed { version: row.version })
+}
+
+pub async fn rename(state: &AppState, user: &CurrentUser, id: i64, req: RenameEntry) -> AppResult<Changed> {
+    let from = required_path("oldPath", req.old_path)?;
+    let to = required_path("newPath", req.new_path)?;
+    keep_skill_md(&from, "renamed")?;
+    let row = change(state, user, id, req.version, |p| p.rename(&from, &to)).await?;
+    Ok(Changed { version: row.version })
+}

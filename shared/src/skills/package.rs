@@ -1,0 +1,511 @@
+//! A skill package in memory: opened from a zip with every safety check, edited, and packed
+//! back. Opening refuses zip-slip and absolute paths, symbolic links, encrypted or broken
+//! entries, and zip bombs (too many entries, too much unpacked data, a suspicious compression
+//! ratio, or an entry whose real size differs from its header) before anything is stored.
+
+use std::collections::BTreeMap;
+use std::io::{Cursor, Read, Write};
+
+use serde::Serialize;
+use utoipa::ToSchema;
+use zip::write::SimpleFileOptions;
+use zip::{CompressionMethod, ZipArchive, ZipWriter};
+
+use super::path;
+use crate::config::SkillLimits;
+use crate::AppError;
+
+/// The main instruction file, at the package root.
+pub const SKILL_MD: &str = "SKILL.md";
+
+/// Entries smaller than this are not checked for their compression ratio: small text files
+/// legitimately compress very well.
+const RATIO_CHECK_MIN_BYTES: u64 = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Node {
+    Dir,
+    File(Vec<u8>),
+}
+
+/// Files and directories by path. Every parent directory of a file is present as well.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Package {
+    entries: BTreeMap<String, Node>,
+}
+
+/// A node of the file tree (`type` is `file` or `directory`; the root has an empty path).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileNode {
+    pub name: String,
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Bytes of a file; of all files below a directory.
+    pub size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(no_recursion)]
+    pub children: Option<Vec<FileNode>>,
+}
+
+fn refused(message: String) -> AppError {
+    AppError::Validation(format!("skill package refused: {message}"))
+}
+
+fn too_large(message: String) -> AppError {
+    AppError::PayloadTooLarge(format!("skill package refused: {message}"))
+}
+
+impl Package {
+    /// A package holding only `SKILL.md`.
+    pub fn with_skill_md(content: &str) -> Self {
+        let mut p = Self::default();
+        p.entries
+            .insert(SKILL_MD.to_owned(), Node::File(content.as_bytes().to_vec()));
+        p
+    }
+
+    /// Opens and checks a zip archive. A package whose files all sit in one top-level folder
+    /// holding `SKILL.md` (how most tools zip a folder) is moved up to the root.
+    pub fn open(bytes: &[u8], limits: &SkillLimits) -> Result<Self, AppError> {
+        if bytes.len() as u64 > limits.max_package_bytes {
+            return Err(too_large(format!(
+                "the zip is {} bytes; the limit is {} bytes",
+                bytes.len(),
+                limits.max_package_bytes
+            )));
+        }
+        let mut archive = ZipArchive::new(Cursor::new(bytes))
+            .map_err(|e| refused(format!("the file is not a valid zip archive ({e})")))?;
+        if archive.len() > limits.max_entries {
+            return Err(too_large(format!(
+                "it has {} entries; the limit is {}",
+                archive.len(),
+                limits.max_entries
+            )));
+        }
+        let mut package = Self::default();
+        let mut unpacked: u64 = 0;
+        for index in 0..archive.len() {
+            let mut entry = archive.by_index(index).map_err(|e| {
+                refused(format!(
+                    "entry {} cannot be read ({e}); encrypted entries are not supported",
+                    index + 1
+                ))
+            })?;
+            let raw = entry
+                .name()
+                .map(|n| n.into_owned())
+                .unwrap_or_else(|_| String::from_utf8_lossy(entry.name_raw()).into_owned());
+            if entry.is_symlink() {
+                return Err(refused(format!(
+                    "entry {raw:?} is a symbolic link; links are not allowed"
+                )));
+            }
+            let clean = path::clean(&raw).map_err(|e| refused(format!("entry path {raw:?} {e}")))?;
+            if clean == "__MACOSX" || clean.starts_with("__MACOSX/") {
+                continue;
+            }
+            if entry.is_dir() {
+                package.add(&clean, Node::Dir).map_err(refused)?;
+                continue;
+            }
+            let declared = entry.size();
+            let compressed = entry.compressed_size().max(1);
+            check_ratio(&raw, declared, compressed, limits)?;
+            let room = limits.max_unpacked_bytes.saturating_sub(unpacked);
+            if declared > room {
+                return Err(unpacked_too_large(limits));
+            }
+            // The header can lie: read at most what is left, plus one byte to notice a lie.
+            let mut data = Vec::new();
+            (&mut entry)
+                .take(room.saturating_add(1))
+                .read_to_end(&mut data)
+                .map_err(|e| refused(format!("entry {raw:?} cannot be unpacked ({e})")))?;
+            let real = data.len() as u64;
+            if real > room {
+                return Err(unpacked_too_large(limits));
+            }
+            if real != declared {
+                return Err(refused(format!(
+                    "entry {raw:?} unpacks to {real} bytes but its header says {declared}"
+                )));
+            }
+            check_ratio(&raw, real, compressed, limits)?;
+            unpacked += real;
+            package.add(&clean, Node::File(data)).map_err(refused)?;
+        }
+        package.lift_single_folder();
+        package.check_limits(limits)?;
+        Ok(package)
+    }
+
+    /// Adds an entry from an archive; the same path twice, or a file where a directory is, is
+    /// refused.
+    fn add(&mut self, at: &str, node: Node) -> Result<(), String> {
+        self.ensure_parents(at)?;
+        match (self.entries.get(at), &node) {
+            (None, _) => {
+                self.entries.insert(at.to_owned(), node);
+                Ok(())
+            }
+            (Some(Node::Dir), Node::Dir) => Ok(()),
+            _ => Err(format!("the path {at:?} appears twice")),
+        }
+    }
+
+    fn ensure_parents(&mut self, at: &str) -> Result<(), String> {
+        let mut dir = path::parent(at);
+        while !dir.is_empty() {
+            match self.entries.get(dir) {
+                Some(Node::File(_)) => return Err(format!("{dir:?} is a file, so {at:?} cannot be inside it")),
+                Some(Node::Dir) => {}
+                None => {
+                    self.entries.insert(dir.to_owned(), Node::Dir);
+                }
+            }
+            dir = path::parent(dir);
+        }
+        Ok(())
+    }
+
+    fn lift_single_folder(&mut self) {
+        if self.entries.contains_key(SKILL_MD) {
+            return;
+        }
+        let roots: Vec<&String> = self.entries.keys().filter(|k| !k.contains('/')).collect();
+        let [root] = roots.as_slice() else {
+            return;
+        };
+        let prefix = format!("{root}/");
+        if !matches!(self.entries.get(&format!("{prefix}{SKILL_MD}")), Some(Node::File(_))) {
+            return;
+        }
+        self.entries = std::mem::take(&mut self.entries)
+            .into_iter()
+            .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|rest| (rest.to_owned(), v)))
+            .collect();
+    }
+
+    /// Entry count and unpacked size within the limits (after every edit too).
+    pub fn check_limits(&self, limits: &SkillLimits) -> Result<(), AppError> {
+        if self.entries.len() > limits.max_entries {
+            return Err(too_large(format!(
+                "it would have {} files and directories; the limit is {}",
+                self.entries.len(),
+                limits.max_entries
+            )));
+        }
+        if self.unpacked_size() > limits.max_unpacked_bytes {
+            return Err(unpacked_too_large(limits));
+        }
+        Ok(())
+    }
+
+    fn unpacked_size(&self) -> u64 {
+        self.files().map(|(_, data)| data.len() as u64).sum()
+    }
+
+    fn files(&self) -> impl Iterator<Item = (&String, &Vec<u8>)> {
+        self.entries.iter().filter_map(|(k, v)| match v {
+            Node::File(data) => Some((k, data)),
+            Node::Dir => None,
+        })
+    }
+
+    /// Packs the files (and empty directories) into a zip.
+    pub fn to_zip(&self) -> anyhow::Result<Vec<u8>> {
+        let mut writer = ZipWriter::new(Cursor::new(Vec::new()));
+        let options = SimpleFileOptions::default()
+            .compression_method(CompressionMethod::Deflated)
+            .unix_permissions(0o644);
+        for (at, node) in &self.entries {
+            match node {
+                Node::File(data) => {
+                    writer.start_file(at.as_str(), options)?;
+                    writer.write_all(data)?;
+                }
+                Node::Dir if self.is_empty_dir(at) => {
+                    writer.add_directory(format!("{at}/"), options.unix_permissions(0o755))?;
+                }
+                Node::Dir => {}
+            }
+        }
+        Ok(writer.finish()?.into_inner())
+    }
+
+    fn is_empty_dir(&self, dir: &str) -> bool {
+        let prefix = format!("{dir}/");
+        !self
+            .entries
+            .range(prefix.clone()..)
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(&prefix))
+    }
+
+    /// The bytes of the file at `at`, if it is a file.
+    pub fn file(&self, at: &str) -> Option<&[u8]> {
+        match self.entries.get(at) {
+            Some(Node::File(data)) => Some(data),
+            _ => None,
+        }
+    }
+
+    pub fn is_dir(&self, at: &str) -> bool {
+        matches!(self.entries.get(at), Some(Node::Dir))
+    }
+
+    pub fn exists(&self, at: &str) -> bool {
+        self.entries.contains_key(at)
+    }
+
+    /// The whole tree under a root directory node.
+    pub fn tree(&self, root_name: &str) -> FileNode {
+        let mut root = FileNode {
+            name: root_name.to_owned(),
+            path: String::new(),
+            kind: "directory",
+            size: 0,
+            children: Some(self.children_of("")),
+        };
+        root.size = root.children.iter().flatten().map(|c| c.size).sum();
+        root
+    }
+
+    fn children_of(&self, dir: &str) -> Vec<FileNode> {
+        let mut nodes: Vec<FileNode> = self
+            .entries
+            .iter()
+            .filter(|(k, _)| path::parent(k) == dir)
+            .map(|(k, v)| match v {
+                Node::File(data) => FileNode {
+                    name: path::file_name(k).to_owned(),
+                    path: k.clone(),
+                    kind: "file",
+                    size: data.len() as u64,
+                    children: None,
+                },
+                Node::Dir => {
+                    let children = self.children_of(k);
+                    FileNode {
+                        name: path::file_name(k).to_owned(),
+                        path: k.clone(),
+                        kind: "directory",
+                        size: children.iter().map(|c| c.size).sum(),
+                        children: Some(children),
+                    }
+                }
+            })
+            .collect();
+        nodes.sort_by(|a, b| (a.kind != "directory", &a.name).cmp(&(b.kind != "directory", &b.name)));
+        nodes
+    }
+
+    /// Creates or replaces the file at `at` (parent directories are created).
+    pub fn write_file(&mut self, at: &str, data: Vec<u8>) -> Result<(), AppError> {
+        if self.is_dir(at) {
+            return Err(AppError::validation(format!("path {at:?} is a directory, not a file")));
+        }
+        self.ensure_parents(at).map_err(AppError::Validation)?;
+        self.entries.insert(at.to_owned(), Node::File(data));
+        Ok(())
+    }
+
+    /// Creates an empty directory (and its parents).
+    pub fn create_dir(&mut self, at: &str) -> Result<(), AppError> {
+        self.ensure_parents(at).map_err(AppError::Validation)?;
+        self.entries.insert(at.to_owned(), Node::Dir);
+        Ok(())
+    }
+
+    /// Removes a file, or a directory with everything in it.
+    pub fn remove(&mut self, at: &str) -> Result<(), AppError> {
+        if !self.exists(at) {
+            return Err(AppError::NotFound(format!("no file or directory at path {at:?}")));
+        }
+        self.entries.retain(|k, _| !path::is_within(k, at));
+        Ok(())
+    }
+
+    /// Moves a file or directory (with its contents) to a path that does not exist yet.
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<(), AppError> {
+        if !self.exists(from) {
+            return Err(AppError::NotFound(format!("no file or directory at oldPath {from:?}")));
+        }
+        if self.exists(to) {
+            return Err(AppError::business(format!("newPath {to:?} already exists")));
+        }
+        if path::is_within(to, from) {
+            return Err(AppError::validation(format!(
+                "newPath {to:?} is inside oldPath {from:?}; a directory cannot move into itself"
+            )));
+        }
+        self.ensure_parents(to).map_err(AppError::Validation)?;
+        let moved: Vec<(String, Node)> = self
+            .entries
+            .iter()
+            .filter(|(k, _)| path::is_within(k, from))
+            .map(|(k, v)| (format!("{to}{}", &k[from.len()..]), v.clone()))
+            .collect();
+        self.entries.retain(|k, _| !path::is_within(k, from));
+        self.entries.extend(moved);
+        Ok(())
+    }
+}
+
+fn check_ratio(raw: &str, size: u64, compressed: u64, limits: &SkillLimits) -> Result<(), AppError> {
+    if size >= RATIO_CHECK_MIN_BYTES && size / compressed > limits.max_compression_ratio {
+        return Err(refused(format!(
+            "entry {raw:?} expands {}x ({compressed} to {size} bytes), more than the allowed {}x; \
+             this looks like a zip bomb",
+            size / compressed,
+            limits.max_compression_ratio
+        )));
+    }
+    Ok(())
+}
+
+fn unpacked_too_large(limits: &SkillLimits) -> AppError {
+    too_large(format!(
+        "its files unpack to more than {} bytes",
+        limits.max_unpacked_bytes
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> SkillLimits {
+        SkillLimits {
+            max_package_bytes: 1024 * 1024,
+            max_entries: 20,
+            max_unpacked_bytes: 4 * 1024 * 1024,
+            max_compression_ratio: 100,
+            max_file_bytes: 1024 * 1024,
+        }
+    }
+
+    fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut w = ZipWriter::new(Cursor::new(Vec::new()));
+        let o = SimpleFileOptions::default().compression_method(CompressionMethod::Deflated);
+        for (name, data) in entries {
+            w.start_file(*name, o).unwrap();
+            w.write_all(data).unwrap();
+        }
+        w.finish().unwrap().into_inner()
+    }
+
+    fn message(result: Result<Package, AppError>) -> String {
+        result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn opens_and_round_trips() {
+        let bytes = zip_of(&[("SKILL.md", b"---\nname: a\n---\n"), ("scripts/run.py", b"print(1)")]);
+        let p = Package::open(&bytes, &limits()).unwrap();
+        assert!(p.is_dir("scripts"));
+        assert_eq!(p.file("scripts/run.py"), Some(b"print(1)".as_slice()));
+        let again = Package::open(&p.to_zip().unwrap(), &limits()).unwrap();
+        assert_eq!(again, p);
+        let tree = p.tree("a");
+        let names: Vec<&str> = tree
+            .children
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["scripts", "SKILL.md"]);
+        assert_eq!(tree.size, 8 + 16);
+    }
+
+    #[test]
+    fn lifts_a_single_top_folder() {
+        let bytes = zip_of(&[
+            ("my-skill/SKILL.md", b"x"),
+            ("my-skill/ref/a.md", b"y"),
+            ("__MACOSX/._x", b"z"),
+        ]);
+        let p = Package::open(&bytes, &limits()).unwrap();
+        assert_eq!(p.file("SKILL.md"), Some(b"x".as_slice()));
+        assert_eq!(p.file("ref/a.md"), Some(b"y".as_slice()));
+        assert!(!p.exists("my-skill"));
+    }
+
+    #[test]
+    fn refuses_unsafe_paths() {
+        let slip = zip_of(&[("SKILL.md", b"x"), ("../../evil.sh", b"rm -rf /")]);
+        assert!(message(Package::open(&slip, &limits())).contains("contains '..'"));
+        let abs = zip_of(&[("/etc/cron.d/x", b"x")]);
+        assert!(message(Package::open(&abs, &limits())).contains("is absolute"));
+        let win = zip_of(&[("..\\evil", b"x")]);
+        assert!(message(Package::open(&win, &limits())).contains("backslash"));
+        let dup = zip_of(&[("a", b"x"), ("a/b", b"y")]);
+        assert!(message(Package::open(&dup, &limits())).contains("is a file"));
+    }
+
+    #[test]
+    fn refuses_symlinks() {
+        let mut w = ZipWriter::new(Cursor::new(Vec::new()));
+        w.add_symlink("link", "/etc/passwd", SimpleFileOptions::default())
+            .unwrap();
+        let bytes = w.finish().unwrap().into_inner();
+        assert!(message(Package::open(&bytes, &limits())).contains("symbolic link"));
+    }
+
+    #[test]
+    fn refuses_zip_bombs() {
+        let zeros = vec![0u8; 2 * 1024 * 1024];
+        let bomb = zip_of(&[("SKILL.md", b"x"), ("zeros.bin", &zeros)]);
+        assert!(message(Package::open(&bomb, &limits())).contains("zip bomb"));
+        let lax = SkillLimits {
+            max_compression_ratio: 100_000,
+            max_unpacked_bytes: 1024 * 1024,
+            ..limits()
+        };
+        let err = Package::open(&bomb, &lax).unwrap_err();
+        assert!(matches!(err, AppError::PayloadTooLarge(_)), "{err}");
+        let many: Vec<(String, Vec<u8>)> = (0..21).map(|i| (format!("f{i}"), vec![])).collect();
+        let many: Vec<(&str, &[u8])> = many.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+        assert!(message(Package::open(&zip_of(&many), &limits())).contains("21 entries"));
+        let big = SkillLimits {
+            max_package_bytes: 10,
+            ..limits()
+        };
+        assert!(message(Package::open(&bomb, &big)).contains("the limit is 10 bytes"));
+    }
+
+    #[test]
+    fn refuses_lying_headers_and_garbage() {
+        let mut bytes = zip_of(&[("a.txt", b"hello world")]);
+        // Patch the central directory's uncompressed size (offset 24 in its header) to 5.
+        let cd = bytes.windows(4).rposition(|w| w == [0x50, 0x4b, 0x01, 0x02]).unwrap();
+        bytes[cd + 24..cd + 28].copy_from_slice(&5u32.to_le_bytes());
+        let err = message(Package::open(&bytes, &limits()));
+        assert!(err.contains("skill package refused"), "{err}");
+        assert!(message(Package::open(b"not a zip", &limits())).contains("not a valid zip"));
+    }
+
+    #[test]
+    fn edits() {
+        let mut p = Package::with_skill_md("x");
+        p.write_file("a/b/c.md", b"c".to_vec()).unwrap();
+        p.create_dir("empty").unwrap();
+        assert!(p.write_file("a", b"no".to_vec()).is_err());
+        assert!(p.write_file("SKILL.md/x", b"no".to_vec()).is_err());
+        p.rename("a", "z").unwrap();
+        assert_eq!(p.file("z/b/c.md"), Some(b"c".as_slice()));
+        assert!(!p.exists("a/b"));
+        assert!(p.rename("z", "z/inner").is_err());
+        assert!(p.rename("z", "SKILL.md").is_err());
+        assert!(p.rename("missing", "q").is_err());
+        p.remove("z").unwrap();
+        assert!(!p.exists("z/b/c.md"));
+        let reopened = Package::open(&p.to_zip().unwrap(), &limits()).unwrap();
+        assert!(reopened.is_dir("empty"));
+        assert_eq!(reopened, p);
+    }
+}

@@ -1,0 +1,119 @@
+//! Paths inside a skill package. One rule for zip entries and for paths sent to the file API:
+//! relative, `/`-separated, no `.` or `..` segments, no drive letters or control characters,
+//! so nothing can point outside the package.
+
+use crate::AppError;
+
+const MAX_PATH_CHARS: usize = 512;
+const MAX_DEPTH: usize = 16;
+
+/// Why a path was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("is empty")]
+    Empty,
+    #[error("is absolute; paths are relative to the package root")]
+    Absolute,
+    #[error("contains '..'; paths may not leave the package")]
+    ParentSegment,
+    #[error("contains an empty or '.' segment")]
+    EmptySegment,
+    #[error("contains a backslash; use '/' as the separator")]
+    Backslash,
+    #[error("contains control characters")]
+    Control,
+    #[error("is longer than {MAX_PATH_CHARS} characters or deeper than {MAX_DEPTH} levels")]
+    TooLong,
+}
+
+/// Checks `raw` and returns it normalised (no trailing `/`).
+pub fn clean(raw: &str) -> Result<String, PathError> {
+    if raw.is_empty() {
+        return Err(PathError::Empty);
+    }
+    if raw.chars().any(char::is_control) {
+        return Err(PathError::Control);
+    }
+    if raw.starts_with('/') || has_drive_letter(raw) {
+        return Err(PathError::Absolute);
+    }
+    if raw.contains('\\') {
+        return Err(PathError::Backslash);
+    }
+    let trimmed = raw.strip_suffix('/').unwrap_or(raw);
+    let segments: Vec<&str> = trimmed.split('/').collect();
+    if segments.contains(&"..") {
+        return Err(PathError::ParentSegment);
+    }
+    if segments.iter().any(|s| s.is_empty() || *s == ".") {
+        return Err(PathError::EmptySegment);
+    }
+    if trimmed.chars().count() > MAX_PATH_CHARS || segments.len() > MAX_DEPTH {
+        return Err(PathError::TooLong);
+    }
+    Ok(trimmed.to_owned())
+}
+
+fn has_drive_letter(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
+}
+
+/// A path from the file API, trimmed; the error names the field.
+pub fn field(name: &str, raw: &str) -> Result<String, AppError> {
+    let raw = raw.trim();
+    clean(raw).map_err(|e| AppError::validation(format!("{name} {e}: {raw:?}")))
+}
+
+/// The directory holding `path` ("" for the root).
+pub fn parent(path: &str) -> &str {
+    path.rsplit_once('/').map(|(dir, _)| dir).unwrap_or("")
+}
+
+/// The last segment of `path`.
+pub fn file_name(path: &str) -> &str {
+    path.rsplit_once('/').map(|(_, name)| name).unwrap_or(path)
+}
+
+/// True when `path` is `dir` or lies below it.
+pub fn is_within(path: &str, dir: &str) -> bool {
+    path == dir || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_relative_paths() {
+        assert_eq!(clean("SKILL.md").unwrap(), "SKILL.md");
+        assert_eq!(clean("scripts/run.py").unwrap(), "scripts/run.py");
+        assert_eq!(clean("docs/").unwrap(), "docs");
+        assert_eq!(clean("参考/说明.md").unwrap(), "参考/说明.md");
+    }
+
+    #[test]
+    fn refuses_escapes() {
+        assert_eq!(clean("../evil.sh"), Err(PathError::ParentSegment));
+        assert_eq!(clean("a/../../evil"), Err(PathError::ParentSegment));
+        assert_eq!(clean("a/.."), Err(PathError::ParentSegment));
+        assert_eq!(clean("/etc/passwd"), Err(PathError::Absolute));
+        assert_eq!(clean("C:/Windows/x"), Err(PathError::Absolute));
+        assert_eq!(clean("a\\..\\b"), Err(PathError::Backslash));
+        assert_eq!(clean("a//b"), Err(PathError::EmptySegment));
+        assert_eq!(clean("./a"), Err(PathError::EmptySegment));
+        assert_eq!(clean("a\0b"), Err(PathError::Control));
+        assert_eq!(clean(""), Err(PathError::Empty));
+        assert_eq!(clean(&"a/".repeat(20)), Err(PathError::TooLong));
+    }
+
+    #[test]
+    fn relations() {
+        assert_eq!(parent("a/b/c.md"), "a/b");
+        assert_eq!(parent("c.md"), "");
+        assert_eq!(file_name("a/b/c.md"), "c.md");
+        assert!(is_within("a/b", "a"));
+        assert!(is_within("a", "a"));
+        assert!(!is_within("ab", "a"));
+    }
+}

@@ -1,0 +1,125 @@
+//! SQL of the skill module.
+
+use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+
+use super::{SkillBrief, SkillRow};
+use crate::users::repo::escape_like;
+
+const COLUMNS: &str =
+    "id, name, description, file_name, file_size, storage_key, version, creator_id, create_dt, update_dt";
+
+pub struct NewSkill<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub file_name: &'a str,
+    pub file_size: i64,
+    pub storage_key: &'a str,
+    pub creator_id: i64,
+}
+
+pub async fn insert(db: &PgPool, s: &NewSkill<'_>) -> sqlx::Result<SkillRow> {
+    sqlx::query_as(&format!(
+        "INSERT INTO skills (name, description, file_name, file_size, storage_key, creator_id)
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING {COLUMNS}"
+    ))
+    .bind(s.name)
+    .bind(s.description)
+    .bind(s.file_name)
+    .bind(s.file_size)
+    .bind(s.storage_key)
+    .bind(s.creator_id)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn find(db: &PgPool, id: i64) -> sqlx::Result<Option<SkillRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM skills WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// The new state of a package after an edit.
+pub struct NewPackage<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub file_size: i64,
+    pub storage_key: &'a str,
+}
+
+/// Points the row at a new package if it is still at `version` (compare and swap); None when
+/// someone else changed or deleted it first.
+pub async fn swap_package(db: &PgPool, id: i64, version: i64, p: &NewPackage<'_>) -> sqlx::Result<Option<SkillRow>> {
+    sqlx::query_as(&format!(
+        "UPDATE skills SET name = $3, description = $4, file_size = $5, storage_key = $6,
+                version = version + 1, update_dt = now()
+         WHERE id = $1 AND version = $2 RETURNING {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(version)
+    .bind(p.name)
+    .bind(p.description)
+    .bind(p.file_size)
+    .bind(p.storage_key)
+    .fetch_optional(db)
+    .await
+}
+
+/// Deletes the row and returns its storage key.
+pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("DELETE FROM skills WHERE id = $1 RETURNING storage_key")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// Unbinds a deleted skill from every agent.
+pub async fn unbind_from_agents(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE agents SET skill_ids = array_remove(skill_ids, $1) WHERE $1 = ANY (skill_ids)")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+fn push_filter<'a>(qb: &mut QueryBuilder<'a, Postgres>, keyword: Option<&'a str>) {
+    if let Some(k) = keyword {
+        let pattern = format!("%{}%", escape_like(k));
+        qb.push(" WHERE (name ILIKE ")
+            .push_bind(pattern.clone())
+            .push(" OR description ILIKE ")
+            .push_bind(pattern)
+            .push(")");
+    }
+}
+
+pub async fn page(db: &PgPool, keyword: Option<&str>, limit: i64, offset: i64) -> sqlx::Result<(Vec<SkillRow>, i64)> {
+    let mut count = QueryBuilder::new("SELECT count(*) FROM skills");
+    push_filter(&mut count, keyword);
+    let total: i64 = count.build_query_scalar().fetch_one(db).await?;
+    let mut rows = QueryBuilder::new(format!("SELECT {COLUMNS} FROM skills"));
+    push_filter(&mut rows, keyword);
+    rows.push(" ORDER BY update_dt DESC, id DESC LIMIT ")
+        .push_bind(limit)
+        .push(" OFFSET ")
+        .push_bind(offset);
+    Ok((rows.build_query_as().fetch_all(db).await?, total))
+}
+
+pub async fn briefs(db: &PgPool, ids: Option<&[i64]>) -> sqlx::Result<Vec<SkillBrief>> {
+    let mut qb = QueryBuilder::new("SELECT id, name, description FROM skills");
+    match ids {
+        // In the order asked for (an agent's skills keep the order they were bound in).
+        Some(ids) => {
+            qb.push(" WHERE id = ANY (")
+                .push_bind(ids)
+                .push(") ORDER BY array_position(")
+                .push_bind(ids)
+                .push(", id)");
+        }
+        None => {
+            qb.push(" ORDER BY name, id");
+        }
+    }
+    qb.build_query_as().fetch_all(db).await
+}

@@ -1,0 +1,1012 @@
+//! `/skill`: packages in object storage (filesystem and S3), file editing with optimistic
+//! concurrency, zip safety, AI drafts. Every refusal checks that the database rows and the
+//! stored objects are exactly as before.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Cursor, Read, Write};
+
+use api_tests::model_server::ModelServer;
+use api_tests::{s3_client, spawn_with, with_token, Reply, Store, TestApp};
+use serde_json::{json, Value};
+use zip::write::SimpleFileOptions;
+use zip::{CompressionMethod, ZipArchive, ZipWriter};
+
+const SKILL_MD: &str = "---\nname: pdf-forms\ndescription: Fill in PDF forms from a spreadsheet\nlicense: MIT\n---\n\n# Steps\n\n1. Read the sheet.\n";
+const PNG: &[u8] = &[0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0xff, 0xfe];
+
+struct Setup {
+    app: TestApp,
+    bucket: Option<String>,
+    admin: String,
+}
+
+type Rows = Vec<(i64, String, String, String, i64, String, i64)>;
+
+/// The app on `store` (S3: a bucket of its own, so the objects listed are this test's only),
+/// with small limits so refusals are cheap to provoke.
+async fn setup(store: Store) -> Setup {
+    let bucket = match store {
+        Store::S3 => {
+            let name = format!("skills-{}", uuid::Uuid::new_v4().simple());
+            s3_client()
+                .await
+                .create_bucket()
+                .bucket(&name)
+                .send()
+                .await
+                .expect("create bucket");
+            Some(name)
+        }
+        Store::Filesystem => None,
+    };
+    let mut extra = vec![
+        ("SKILL_MAX_PACKAGE_BYTES", "65536"),
+        ("SKILL_MAX_ENTRIES", "10"),
+        ("SKILL_MAX_UNPACKED_BYTES", "524288"),
+        ("SKILL_MAX_FILE_BYTES", "16384"),
+    ];
+    if let Some(b) = &bucket {
+        extra.push(("S3_BUCKET", b.as_str()));
+    }
+    let app = spawn_with(store, &extra).await;
+    let admin = app.admin_token().await;
+    Setup { app, bucket, admin }
+}
+
+impl Setup {
+    fn t(&self) -> Option<&str> {
+        Some(&self.admin)
+    }
+
+    /// Every stored object key (or file path under the storage directory).
+    async fn objects(&self) -> BTreeSet<String> {
+        match &self.bucket {
+            Some(b) => {
+                let out = s3_client()
+                    .await
+                    .list_objects_v2()
+                    .bucket(b)
+                    .send()
+                    .await
+                    .expect("list");
+                out.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_owned))
+                    .collect()
+            }
+            None => {
+                let root = self.app.storage_dir.path().to_path_buf();
+                let mut found = BTreeSet::new();
+                let mut dirs = vec![root.clone()];
+                while let Some(dir) = dirs.pop() {
+                    for entry in std::fs::read_dir(&dir).expect("read dir") {
+                        let p = entry.expect("entry").path();
+                        if p.is_dir() {
+                            dirs.push(p);
+                        } else {
+                            found.insert(p.strip_prefix(&root).unwrap().display().to_string());
+                        }
+                    }
+                }
+                found
+            }
+        }
+    }
+
+    async fn rows(&self) -> Rows {
+        sqlx::query_as(
+            "SELECT id, name, description, file_name, file_size, storage_key, version FROM skills ORDER BY id",
+        )
+        .fetch_all(&self.app.db)
+        .await
+        .expect("rows")
+    }
+
+    async fn snapshot(&self) -> (Rows, BTreeSet<String>) {
+        (self.rows().await, self.objects().await)
+    }
+
+    async fn upload_as(&self, token: &str, file_name: &str, bytes: Vec<u8>) -> Reply {
+        let form = reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(bytes).file_name(file_name.to_owned()),
+        );
+        let req = self.app.client.post(self.app.url("/skill/upload")).multipart(form);
+        self.app.send(with_token(req, Some(token))).await
+    }
+
+    async fn upload(&self, bytes: Vec<u8>) -> Reply {
+        self.upload_as(&self.admin, "pdf-forms.zip", bytes).await
+    }
+
+    async fn create(&self, name: &str) -> i64 {
+        let r = self
+            .app
+            .post("/skill", self.t(), &json!({ "name": name, "description": "d" }))
+            .await;
+        r.assert_status_ok()["id"].as_i64().expect("id")
+    }
+
+    async fn read(&self, id: i64, path: &str) -> Reply {
+        let url = format!("/skill/{id}/files/content?path={}", urlencode(path));
+        self.app.get(&url, self.t()).await
+    }
+
+    async fn write(&self, token: &str, id: i64, path: &str, body: Value) -> Reply {
+        let url = format!("/skill/{id}/files/content?path={}", urlencode(path));
+        self.app.put(&url, Some(token), &body).await
+    }
+
+    async fn download(&self, id: i64) -> BTreeMap<String, Vec<u8>> {
+        let r = self.app.get(&format!("/skill/{id}/download"), self.t()).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(r.headers["content-type"], "application/zip");
+        unzip(&r.bytes)
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'/' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut w = ZipWriter::new(Cursor::new(Vec::new()));
+    let o = SimpleFileOptions::default().compression_method(CompressionMethod::Deflated);
+    for (name, data) in entries {
+        w.start_file(*name, o).unwrap();
+        w.write_all(data).unwrap();
+    }
+    w.finish().unwrap().into_inner()
+}
+
+/// Files (not directories) of a zip, by path.
+fn unzip(bytes: &[u8]) -> BTreeMap<String, Vec<u8>> {
+    let mut archive = ZipArchive::new(Cursor::new(bytes)).expect("a valid zip");
+    let mut files = BTreeMap::new();
+    for i in 0..archive.len() {
+        let mut f = archive.by_index(i).unwrap();
+        if f.is_dir() {
+            continue;
+        }
+        let mut data = Vec::new();
+        f.read_to_end(&mut data).unwrap();
+        files.insert(f.name().unwrap().into_owned(), data);
+    }
+    files
+}
+
+fn package() -> Vec<u8> {
+    zip_of(&[
+        ("pdf-forms/SKILL.md", SKILL_MD.as_bytes()),
+        ("pdf-forms/scripts/fill.py", b"print('fill')\n"),
+        ("pdf-forms/assets/logo.png", PNG),
+    ])
+}
+
+async fn lifecycle(store: Store) {
+    let s = setup(store).await;
+    let app = &s.app;
+    let id = s.create("release-notes").await;
+    let detail = app.get(&format!("/skill/{id}"), s.t()).await;
+    let d = detail.assert_status_ok().clone();
+    assert_eq!(
+        (d["name"].as_str(), d["description"].as_str(), d["fileName"].as_str()),
+        (Some("release-notes"), Some("d"), Some(""))
+    );
+    assert_eq!(d["version"], 1);
+    let dt = d["createDt"].as_str().unwrap();
+    assert!(dt.len() == 19 && dt.as_bytes()[10] == b'T', "{dt}");
+    assert!(d["fileSize"].as_i64().unwrap() > 0);
+    let starter = s.read(id, "SKILL.md").await;
+    let starter = starter.assert_status_ok()["content"].as_str().unwrap().to_owned();
+    assert!(
+        starter.starts_with("---\nname: release-notes\ndescription: d\n---\n"),
+        "{starter}"
+    );
+
+    let uploaded = s.upload(package()).await;
+    let u = uploaded.assert_status_ok().clone();
+    let up = u["id"].as_i64().unwrap();
+    assert_eq!(
+        (u["name"].as_str(), u["fileName"].as_str()),
+        (Some("pdf-forms"), Some("pdf-forms.zip"))
+    );
+    assert_eq!(u["description"], "Fill in PDF forms from a spreadsheet");
+    assert_eq!(s.objects().await.len(), 2, "one object per skill");
+
+    let page = app.get("/skill/page?page=1&size=1", s.t()).await;
+    page.assert_status_ok();
+    assert_eq!(
+        (
+            page.body["page"].as_i64(),
+            page.body["size"].as_i64(),
+            page.body["total"].as_i64()
+        ),
+        (Some(1), Some(1), Some(2))
+    );
+    assert_eq!(page.body["data"].as_array().unwrap().len(), 1);
+    let found = app.get("/skill/page?keyword=spreadsheet", s.t()).await;
+    let found = found.assert_status_ok().as_array().unwrap().clone();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0]["id"], up);
+    let list = app.get("/skill/list", s.t()).await;
+    assert_eq!(
+        list.assert_status_ok(),
+        &json!([{ "id": up, "name": "pdf-forms", "description": "Fill in PDF forms from a spreadsheet" },
+                { "id": id, "name": "release-notes", "description": "d" }])
+    );
+
+    // Metadata update rewrites SKILL.md's front matter, keeping its other keys and the body.
+    let updated = app
+        .put(
+            &format!("/skill/{up}"),
+            s.t(),
+            &json!({ "name": "pdf-forms-2", "description": "Fill: forms" }),
+        )
+        .await;
+    let v = updated.assert_status_ok();
+    assert_eq!(
+        (v["name"].as_str(), v["version"].as_i64()),
+        (Some("pdf-forms-2"), Some(2))
+    );
+    let md = s.read(up, "SKILL.md").await;
+    let md = md.assert_status_ok()["content"].as_str().unwrap().to_owned();
+    assert_eq!(
+        md,
+        SKILL_MD.replace(
+            "name: pdf-forms\ndescription: Fill in PDF forms from a spreadsheet",
+            "name: pdf-forms-2\ndescription: \"Fill: forms\""
+        )
+    );
+
+    let tree = app.get(&format!("/skill/{up}/files"), s.t()).await;
+    let tree = tree.assert_status_ok();
+    assert_eq!(
+        (tree["type"].as_str(), tree["path"].as_str()),
+        (Some("directory"), Some(""))
+    );
+    let top: Vec<(&str, &str)> = tree["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap(), c["type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        top,
+        [("assets", "directory"), ("scripts", "directory"), ("SKILL.md", "file")]
+    );
+    assert_eq!(tree["children"][1]["children"][0]["size"], 14);
+
+    let png = s.read(up, "assets/logo.png").await;
+    let png = png.assert_status_ok();
+    assert_eq!(png["encoding"], "base64");
+    use base64::Engine;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(png["content"].as_str().unwrap())
+            .unwrap(),
+        PNG
+    );
+
+    let files = s.download(up).await;
+    assert_eq!(
+        files.keys().collect::<Vec<_>>(),
+        ["SKILL.md", "assets/logo.png", "scripts/fill.py"]
+    );
+    let r = app.get(&format!("/skill/{up}/download"), s.t()).await;
+    assert!(r.headers["content-disposition"]
+        .to_str()
+        .unwrap()
+        .contains("pdf-forms.zip"));
+
+    // Deleting removes the object and unbinds the skill from agents in the same transaction.
+    let agent: i64 = sqlx::query_scalar(
+        "INSERT INTO agents (name, creator_id, skill_ids) VALUES ('a', 1, ARRAY[$1, $2]::BIGINT[]) RETURNING id",
+    )
+    .bind(up)
+    .bind(id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    let key_of_up = s.rows().await.into_iter().find(|r| r.0 == up).unwrap().5;
+    app.delete(&format!("/skill/{up}"), s.t()).await.assert_status_ok();
+    assert!(!s
+        .objects()
+        .await
+        .iter()
+        .any(|k| k.contains(key_of_up.trim_start_matches("skills/"))));
+    assert_eq!(s.objects().await.len(), 1);
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT skill_ids FROM agents WHERE id = $1")
+        .bind(agent)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(ids, vec![id]);
+    app.get(&format!("/skill/{up}"), s.t())
+        .await
+        .assert_status_error(404, 404, "skill not found");
+    app.delete(&format!("/skill/{up}"), s.t())
+        .await
+        .assert_status_error(404, 404, "skill not found");
+    app.get("/skill/page", None)
+        .await
+        .assert_status_error(401, 401, "log in");
+
+    // Briefs for agents and chat.
+    let briefs = shared::skills::briefs(&app.db, &[up, id]).await.unwrap();
+    assert_eq!(briefs.iter().map(|b| b.id).collect::<Vec<_>>(), vec![id]);
+    assert_eq!(
+        shared::skills::existing_ids(&app.db, &[999, id]).await.unwrap(),
+        vec![id]
+    );
+    let err = shared::skills::ensure_exist(&app.db, "skillIds", &[id, 999])
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "skillIds: no skill with id 999");
+    let text = shared::skills::read_text_file(&app.state, id, "SKILL.md")
+        .await
+        .unwrap();
+    assert_eq!(text, starter);
+    assert!(shared::skills::read_text_file(&app.state, id, "../x").await.is_err());
+}
+
+#[tokio::test]
+async fn lifecycle_on_filesystem() {
+    lifecycle(Store::Filesystem).await;
+}
+
+#[tokio::test]
+async fn lifecycle_on_s3() {
+    lifecycle(Store::S3).await;
+}
+
+async fn round_trip(store: Store) {
+    let s = setup(store).await;
+    let id = s.upload(package()).await.assert_status_ok()["id"].as_i64().unwrap();
+    let old_key = s.rows().await[0].5.clone();
+    let w = s
+        .write(&s.admin, id, "scripts/fill.py", json!({ "content": "print('v2')\n" }))
+        .await;
+    assert_eq!(w.assert_status_ok()["version"], 2);
+    assert!(
+        !s.objects()
+            .await
+            .iter()
+            .any(|k| k.ends_with(old_key.trim_start_matches("skills/"))),
+        "old package deleted"
+    );
+    let t = s.t();
+    s.app
+        .post(
+            &format!("/skill/{id}/files"),
+            t,
+            &json!({ "path": "docs", "type": "directory" }),
+        )
+        .await
+        .assert_status_ok();
+    s.app
+        .post(
+            &format!("/skill/{id}/files"),
+            t,
+            &json!({ "path": "docs/empty.md", "type": "file" }),
+        )
+        .await
+        .assert_status_ok();
+    s.write(&s.admin, id, "docs/guide.md", json!({ "content": "# Guide\n" }))
+        .await
+        .assert_status_ok();
+    s.write(
+        &s.admin,
+        id,
+        "assets/blob.bin",
+        json!({ "content": "AAEC/w==", "encoding": "base64" }),
+    )
+    .await
+    .assert_status_ok();
+    let r = s
+        .app
+        .put(
+            &format!("/skill/{id}/files/rename"),
+            t,
+            &json!({ "oldPath": "scripts", "newPath": "tools/py" }),
+        )
+        .await;
+    assert!(r.assert_status_ok().is_null());
+    s.app
+        .delete(&format!("/skill/{id}/files?path=assets/logo.png"), t)
+        .await
+        .assert_status_ok();
+    let new_md = SKILL_MD.replace("name: pdf-forms", "name: forms-filler");
+    s.write(&s.admin, id, "SKILL.md", json!({ "content": new_md }))
+        .await
+        .assert_status_ok();
+
+    let files = s.download(id).await;
+    let expected: BTreeMap<String, Vec<u8>> = [
+        ("SKILL.md", new_md.as_bytes().to_vec()),
+        ("assets/blob.bin", vec![0, 1, 2, 255]),
+        ("docs/empty.md", vec![]),
+        ("docs/guide.md", b"# Guide\n".to_vec()),
+        ("tools/py/fill.py", b"print('v2')\n".to_vec()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(files, expected);
+    let rows = s.rows().await;
+    assert_eq!(
+        (rows[0].1.as_str(), rows[0].6),
+        ("forms-filler", 9),
+        "SKILL.md renames the skill; one version per change"
+    );
+    assert_eq!(s.objects().await.len(), 1, "exactly one package object");
+}
+
+#[tokio::test]
+async fn round_trip_on_filesystem() {
+    round_trip(Store::Filesystem).await;
+}
+
+#[tokio::test]
+async fn round_trip_on_s3() {
+    round_trip(Store::S3).await;
+}
+
+fn symlink_zip() -> Vec<u8> {
+    let mut w = ZipWriter::new(Cursor::new(Vec::new()));
+    let o = SimpleFileOptions::default();
+    w.start_file("SKILL.md", o).unwrap();
+    w.write_all(SKILL_MD.as_bytes()).unwrap();
+    w.add_symlink("secrets", "/etc/passwd", o).unwrap();
+    w.finish().unwrap().into_inner()
+}
+
+async fn refusals(store: Store) {
+    let s = setup(store).await;
+    let id = s.upload(package()).await.assert_status_ok()["id"].as_i64().unwrap();
+    let before = s.snapshot().await;
+    let md = SKILL_MD.as_bytes();
+    let zeros = vec![0u8; 2 * 1024 * 1024];
+    let many: Vec<(String, Vec<u8>)> = (0..11).map(|i| (format!("f{i}.txt"), vec![b'x'])).collect();
+    let many: Vec<(&str, &[u8])> = many.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+    // Entries below 64 KiB are not ratio-checked, so these pass one by one but not together.
+    let block = vec![0u8; 63 * 1024];
+    let mut wide: Vec<(String, &[u8])> = (0..9).map(|i| (format!("z{i}.bin"), block.as_slice())).collect();
+    wide.push(("SKILL.md".to_owned(), md));
+    let wide: Vec<(&str, &[u8])> = wide.iter().map(|(n, d)| (n.as_str(), *d)).collect();
+    let noise: Vec<u8> = (0..100_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let uploads: Vec<(Vec<u8>, u16, i64, &str)> = vec![
+        (
+            zip_of(&[("SKILL.md", md), ("../../evil.sh", b"x")]),
+            400,
+            0,
+            "contains '..'",
+        ),
+        (
+            zip_of(&[("SKILL.md", md), ("/etc/cron.d/evil", b"x")]),
+            400,
+            0,
+            "is absolute",
+        ),
+        (symlink_zip(), 400, 0, "symbolic link"),
+        (zip_of(&[("SKILL.md", md), ("zeros.bin", &zeros)]), 400, 0, "zip bomb"),
+        (zip_of(&many), 413, 413, "11 entries"),
+        (zip_of(&wide), 413, 413, "unpack to more than 524288 bytes"),
+        (noise, 413, 413, "exceeds the limit of 65536 bytes"),
+        (zip_of(&[("README.md", b"x")]), 400, 0, "must have a SKILL.md"),
+        (
+            zip_of(&[("SKILL.md", b"# no front matter")]),
+            400,
+            0,
+            "must start with YAML front matter",
+        ),
+        (
+            zip_of(&[("SKILL.md", b"---\nname: [a]\n---\n")]),
+            400,
+            0,
+            "plain string",
+        ),
+        (
+            zip_of(&[("SKILL.md", b"---\ndescription: d\n---\n")]),
+            400,
+            0,
+            "non-empty 'name'",
+        ),
+        (b"PK not a zip".to_vec(), 400, 0, "not a valid zip"),
+    ];
+    for (bytes, http, status, needle) in uploads {
+        s.upload(bytes).await.assert_status_error(http, status, needle);
+        assert_eq!(s.snapshot().await, before, "after refusing upload ({needle})");
+    }
+    let empty = reqwest::multipart::Form::new().text("other", "x");
+    let req = s.app.client.post(s.app.url("/skill/upload")).multipart(empty);
+    s.app
+        .send(with_token(req, s.t()))
+        .await
+        .assert_status_error(400, 0, "file is required");
+
+    let t = s.t();
+    let f = |p: &str| format!("/skill/{id}/files{p}");
+    let big = "x".repeat(16385);
+    let cases: Vec<(Reply, u16, i64, &str)> = vec![
+        (s.read(id, "../SKILL.md").await, 400, 0, "path contains '..'"),
+        (s.read(id, "/etc/passwd").await, 400, 0, "path is absolute"),
+        (s.read(id, "nope.md").await, 404, 404, "no file at path"),
+        (s.read(id, "scripts").await, 400, 0, "is a directory"),
+        (s.app.get(&f("/content"), t).await, 400, 0, "path is required"),
+        (
+            s.write(&s.admin, id, "../../escape.sh", json!({ "content": "x" }))
+                .await,
+            400,
+            0,
+            "contains '..'",
+        ),
+        (
+            s.write(&s.admin, id, "/abs.sh", json!({ "content": "x" })).await,
+            400,
+            0,
+            "is absolute",
+        ),
+        (
+            s.write(&s.admin, id, "a.md", json!({})).await,
+            400,
+            0,
+            "content is required",
+        ),
+        (
+            s.write(&s.admin, id, "a.md", json!({ "content": big })).await,
+            413,
+            413,
+            "16385 bytes",
+        ),
+        (
+            s.write(&s.admin, id, "a.bin", json!({ "content": "%%%", "encoding": "base64" }))
+                .await,
+            400,
+            0,
+            "not valid base64",
+        ),
+        (
+            s.write(&s.admin, id, "a.md", json!({ "content": "x", "encoding": "latin1" }))
+                .await,
+            400,
+            0,
+            "encoding must be",
+        ),
+        (
+            s.write(&s.admin, id, "SKILL.md", json!({ "content": "no front matter" }))
+                .await,
+            400,
+            0,
+            "must start with YAML front matter",
+        ),
+        (
+            s.write(&s.admin, id, "scripts", json!({ "content": "x" })).await,
+            400,
+            0,
+            "is a directory",
+        ),
+        (
+            s.write(&s.admin, id, "SKILL.md/x", json!({ "content": "x" })).await,
+            400,
+            0,
+            "is a file",
+        ),
+        (
+            s.app
+                .post(&f(""), t, &json!({ "path": "scripts/fill.py", "type": "file" }))
+                .await,
+            400,
+            0,
+            "already exists",
+        ),
+        (
+            s.app.post(&f(""), t, &json!({ "path": "x", "type": "link" })).await,
+            400,
+            0,
+            "type must be file or directory",
+        ),
+        (
+            s.app
+                .post(&f(""), t, &json!({ "path": "a/../../b", "type": "file" }))
+                .await,
+            400,
+            0,
+            "contains '..'",
+        ),
+        (s.app.delete(&f("?path=SKILL.md"), t).await, 400, 0, "cannot be deleted"),
+        (
+            s.app.delete(&f("?path=missing"), t).await,
+            404,
+            404,
+            "no file or directory",
+        ),
+        (s.app.delete(&f("?path=../x"), t).await, 400, 0, "contains '..'"),
+        (
+            s.app
+                .put(&f("/rename"), t, &json!({ "oldPath": "SKILL.md", "newPath": "x.md" }))
+                .await,
+            400,
+            0,
+            "cannot be renamed",
+        ),
+        (
+            s.app
+                .put(
+                    &f("/rename"),
+                    t,
+                    &json!({ "oldPath": "scripts", "newPath": "SKILL.md" }),
+                )
+                .await,
+            400,
+            0,
+            "already exists",
+        ),
+        (
+            s.app
+                .put(
+                    &f("/rename"),
+                    t,
+                    &json!({ "oldPath": "scripts", "newPath": "scripts/deeper" }),
+                )
+                .await,
+            400,
+            0,
+            "cannot move into itself",
+        ),
+        (
+            s.app
+                .put(&f("/rename"), t, &json!({ "oldPath": "scripts", "newPath": "../out" }))
+                .await,
+            400,
+            0,
+            "newPath contains '..'",
+        ),
+        (
+            s.app
+                .put(&f("/rename"), t, &json!({ "oldPath": "ghost", "newPath": "x" }))
+                .await,
+            404,
+            404,
+            "no file or directory",
+        ),
+        (
+            s.app.put(&format!("/skill/{id}"), t, &json!({ "name": " " })).await,
+            400,
+            0,
+            "name is required",
+        ),
+        (
+            s.app
+                .put(&format!("/skill/{id}"), t, &json!({ "name": "n".repeat(65) }))
+                .await,
+            400,
+            0,
+            "1 to 64",
+        ),
+        (
+            s.app
+                .put(&format!("/skill/{id}"), t, &json!({ "description": "d".repeat(1025) }))
+                .await,
+            400,
+            0,
+            "at most 1024",
+        ),
+        (
+            s.app.post("/skill", t, &json!({ "description": "d" })).await,
+            400,
+            0,
+            "name is required",
+        ),
+        (s.app.get("/skill/999/files", t).await, 404, 404, "skill not found"),
+    ];
+    for (reply, http, status, needle) in cases {
+        reply.assert_status_error(http, status, needle);
+    }
+    assert_eq!(s.snapshot().await, before, "after the file refusals");
+
+    // Another regular user may read but not change someone else's skill.
+    let (_, other) = s.app.regular_user("otto").await;
+    let o = Some(other.as_str());
+    s.app.get(&format!("/skill/{id}"), o).await.assert_status_ok();
+    s.app.get(&f("/content?path=SKILL.md"), o).await.assert_status_ok();
+    let denied = [
+        s.write(&other, id, "a.md", json!({ "content": "x" })).await,
+        s.app.put(&format!("/skill/{id}"), o, &json!({ "name": "mine" })).await,
+        s.app.delete(&format!("/skill/{id}"), o).await,
+        s.app.delete(&f("?path=scripts"), o).await,
+        s.app
+            .put(&f("/rename"), o, &json!({ "oldPath": "scripts", "newPath": "x" }))
+            .await,
+        s.app.post(&f(""), o, &json!({ "path": "x", "type": "file" })).await,
+    ];
+    for reply in denied {
+        reply.assert_status_error(403, 403, "creator or an administrator");
+    }
+    assert_eq!(s.snapshot().await, before, "after the permission refusals");
+    // Their own skill they may change.
+    let own = s.upload_as(&other, "own.zip", package()).await;
+    let own = own.assert_status_ok()["id"].as_i64().unwrap();
+    s.write(&other, own, "notes.md", json!({ "content": "mine" }))
+        .await
+        .assert_status_ok();
+}
+
+#[tokio::test]
+async fn refusals_change_nothing_on_filesystem() {
+    refusals(Store::Filesystem).await;
+}
+
+#[tokio::test]
+async fn refusals_change_nothing_on_s3() {
+    refusals(Store::S3).await;
+}
+
+async fn concurrent_writes(store: Store) {
+    let s = setup(store).await;
+    let id = s.create("shared-notes").await;
+    // Two editors read version 1; the first save wins, the second is told of the conflict.
+    let v = s.read(id, "SKILL.md").await.assert_status_ok()["version"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(v, 1);
+    let a = s
+        .write(&s.admin, id, "notes.md", json!({ "content": "from A", "version": v }))
+        .await;
+    assert_eq!(a.assert_status_ok()["version"], 2);
+    let before = s.snapshot().await;
+    let b = s
+        .write(&s.admin, id, "notes.md", json!({ "content": "from B", "version": v }))
+        .await;
+    b.assert_status_error(
+        409,
+        409,
+        "changed by someone else (you had version 1, it is now version 2)",
+    );
+    assert_eq!(s.snapshot().await, before, "the loser wrote nothing");
+    assert_eq!(s.read(id, "notes.md").await.assert_status_ok()["content"], "from A");
+    s.app
+        .put(
+            &format!("/skill/{id}/files/rename"),
+            s.t(),
+            &json!({ "oldPath": "notes.md", "newPath": "n.md", "version": 1 }),
+        )
+        .await
+        .assert_status_error(409, 409, "reload it");
+
+    // Racing requests without a version: every success is in the final package, every
+    // failure is a conflict that left nothing behind.
+    let paths: Vec<String> = (0..6).map(|i| format!("race/{i}.md")).collect();
+    let writes = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| s.write(&s.admin, id, p, json!({ "content": format!("writer {i}") })));
+    let replies = futures::future::join_all(writes).await;
+    let mut won = 0;
+    let files = s.download(id).await;
+    for (i, r) in replies.iter().enumerate() {
+        let path = format!("race/{i}.md");
+        if r.status == 200 {
+            won += 1;
+            assert_eq!(
+                files.get(&path).map(Vec::as_slice),
+                Some(format!("writer {i}").as_bytes()),
+                "lost update of {path}"
+            );
+        } else {
+            r.assert_status_error(409, 409, "changed by someone else");
+            assert!(!files.contains_key(&path));
+        }
+    }
+    assert!(won >= 1);
+    assert_eq!(s.rows().await[0].6, 2 + won, "one version per successful write");
+    assert_eq!(s.objects().await.len(), 1, "losers' objects were removed");
+}
+
+#[tokio::test]
+async fn concurrent_writes_on_filesystem() {
+    concurrent_writes(Store::Filesystem).await;
+}
+
+#[tokio::test]
+async fn concurrent_writes_on_s3() {
+    concurrent_writes(Store::S3).await;
+}
+
+async fn chat_model(s: &Setup, server: &ModelServer, key: &str) -> i64 {
+    let p = s.app.provider(&s.admin, &format!("p-{key}")).await;
+    s.app
+        .model(
+            &s.admin,
+            p,
+            "CHAT",
+            key,
+            &server.base_url,
+            json!({ "isDefault": true, "scope": "GLOBAL" }),
+        )
+        .await
+}
+
+async fn usage_rows(app: &TestApp) -> Vec<(String, bool)> {
+    sqlx::query_as("SELECT call_kind, success FROM model_usage ORDER BY id")
+        .fetch_all(&app.db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn ai_drafts_use_the_default_chat_model() {
+    let s = setup(Store::Filesystem).await;
+    let server = ModelServer::start().await;
+    let id = s.upload(package()).await.assert_status_ok()["id"].as_i64().unwrap();
+    chat_model(&s, &server, "chat-echo").await;
+    let before = s.snapshot().await;
+    let t = s.t();
+
+    let g = s
+        .app
+        .post(
+            "/skill/ai/generate",
+            t,
+            &json!({ "requirement": "Turn meeting notes into action items", "name": "action-items" }),
+        )
+        .await;
+    let d = g.assert_status_ok();
+    // The echo model answers without front matter, so the draft keeps its text as instructions.
+    assert_eq!(d["name"], "action-items");
+    assert_eq!(d["description"], "Turn meeting notes into action items");
+    let content = d["skillContent"].as_str().unwrap();
+    assert!(content.starts_with("---\nname: action-items\n"), "{content}");
+    assert!(
+        content.contains("You said: Write a skill for this requirement:\nTurn meeting notes into action items"),
+        "{content}"
+    );
+    assert_eq!(d["warnings"].as_array().unwrap().len(), 1);
+    assert!(d["warnings"][0].as_str().unwrap().contains("no usable front matter"));
+
+    let o = s
+        .app
+        .post(
+            &format!("/skill/{id}/ai/optimize"),
+            t,
+            &json!({ "requirement": "Add error handling", "optimizeInstruction": "be brief" }),
+        )
+        .await;
+    let d = o.assert_status_ok();
+    let content = d["skillContent"].as_str().unwrap();
+    assert!(
+        content.contains("1. Read the sheet."),
+        "the saved SKILL.md was sent: {content}"
+    );
+    assert!(content.contains("Additional instruction: be brief"));
+    assert_eq!(d["name"], "pdf-forms");
+    let o = s
+        .app
+        .post(
+            &format!("/skill/{id}/ai/optimize"),
+            t,
+            &json!({ "requirement": "r", "currentContent": "---\nname: draft-x\n---\nunsaved text" }),
+        )
+        .await;
+    let d = o.assert_status_ok();
+    assert!(d["skillContent"].as_str().unwrap().contains("unsaved text"));
+    assert_eq!(d["name"], "draft-x");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0]["messages"][0]["role"], "system");
+    assert_eq!(
+        usage_rows(&s.app).await,
+        vec![("skill-draft".to_owned(), true); 3],
+        "metered"
+    );
+    assert_eq!(s.snapshot().await, before, "drafts are never saved");
+
+    // A regular user whose quota is used up gets the fallback, and the model is not called.
+    let (uid, user) = s.app.regular_user("quentin").await;
+    sqlx::query("UPDATE users SET tokens = 0 WHERE id = $1")
+        .bind(uid)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let g = s
+        .app
+        .post(
+            "/skill/ai/generate",
+            Some(&user),
+            &json!({ "requirement": "Draft release notes" }),
+        )
+        .await;
+    let w = g.assert_status_ok()["warnings"][0].as_str().unwrap().to_owned();
+    assert!(
+        w.contains("quota is used up") && w.contains("rule-based template"),
+        "{w}"
+    );
+    assert_eq!(server.requests().len(), 3);
+    s.app
+        .post("/skill/ai/generate", t, &json!({}))
+        .await
+        .assert_status_error(400, 0, "requirement is required");
+    s.app
+        .post("/skill/999/ai/optimize", t, &json!({ "requirement": "r" }))
+        .await
+        .assert_status_error(404, 404, "skill not found");
+    s.app
+        .post(
+            &format!("/skill/{id}/ai/optimize"),
+            t,
+            &json!({ "requirement": "r".repeat(4001) }),
+        )
+        .await
+        .assert_status_error(400, 0, "requirement must be");
+}
+
+#[tokio::test]
+async fn ai_drafts_fall_back_without_a_usable_model() {
+    let s = setup(Store::Filesystem).await;
+    let server = ModelServer::start().await;
+    let id = s.upload(package()).await.assert_status_ok()["id"].as_i64().unwrap();
+    let before = s.snapshot().await;
+    let t = s.t();
+    let check_fallbacks = |reason: &'static str| {
+        let s = &s;
+        async move {
+            let g = s
+                .app
+                .post(
+                    "/skill/ai/generate",
+                    t,
+                    &json!({ "requirement": "Summarise PDF invoices each month" }),
+                )
+                .await;
+            let d = g.assert_status_ok();
+            assert_eq!(d["name"], "summarise-pdf-invoices-each-month");
+            let content = d["skillContent"].as_str().unwrap();
+            assert!(
+                content.starts_with(
+                    "---\nname: summarise-pdf-invoices-each-month\ndescription: Summarise PDF invoices each month\n---"
+                ),
+                "{content}"
+            );
+            assert!(content.contains("## Steps"));
+            let w = d["warnings"][0].as_str().unwrap();
+            assert!(w.contains("rule-based template") && w.contains(reason), "{w}");
+
+            let o = s
+                .app
+                .post(
+                    &format!("/skill/{id}/ai/optimize"),
+                    t,
+                    &json!({ "requirement": "shorter" }),
+                )
+                .await;
+            let d = o.assert_status_ok();
+            assert_eq!(d["skillContent"], SKILL_MD, "the current content is kept");
+            assert_eq!(d["name"], "pdf-forms");
+            let w = d["warnings"][0].as_str().unwrap();
+            assert!(w.contains("current content was kept") && w.contains(reason), "{w}");
+        }
+    };
+    check_fallbacks("no default CHAT model").await;
+
+    let failing = chat_model(&s, &server, "chat-500").await;
+    check_fallbacks("the model call failed").await;
+    assert!(usage_rows(&s.app)
+        .await
+        .iter()
+        .all(|(kind, ok)| kind == "skill-draft" && !ok));
+
+    s.app
+        .put(&format!("/ai-model/config/{failing}/disable"), t, &json!({}))
+        .await
+        .assert_status_ok();
+    check_fallbacks("no default CHAT model").await;
+    assert_eq!(s.snapshot().await, before, "drafts are never saved");
+}

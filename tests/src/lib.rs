@@ -2,6 +2,7 @@
 //! Postgres database and either the filesystem store or S3 on LocalStack.
 
 pub mod chat;
+pub mod lambda_emulator;
 pub mod model_server;
 
 use std::collections::HashMap;

@@ -4,6 +4,7 @@ mod agents;
 mod chat;
 mod deployment;
 mod knowledge;
+mod lambda;
 mod model_client;
 mod models;
 mod platform;

@@ -17,6 +17,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(resource_api::router())
         .merge(model_api::router())
         .merge(knowledge_api::router())
+        .merge(mcp_api::router())
 }
 
 /// Runs the queue workers inside this process, as the Lambda event sources would.

@@ -49,6 +49,14 @@ pub struct Config {
     pub import_allow_hosts: Vec<String>,
     /// Base URL of a Docling-serve compatible converter, used by the `extparse` parse engine.
     pub extparse_url: Option<String>,
+    /// MCP: connecting and initializing a session (MCP_CONNECT_TIMEOUT_SECS, default 30).
+    pub mcp_connect_timeout: Duration,
+    /// MCP: one tools/list or tools/call (MCP_CALL_TIMEOUT_SECS, default 60).
+    pub mcp_call_timeout: Duration,
+    /// MCP: how long a server's tool list is reused (MCP_TOOLS_TTL_SECS, default 60).
+    pub mcp_tools_ttl: Duration,
+    /// MCP: the most bytes of tool result text handed to a model (MCP_RESULT_MAX_BYTES, default 65536).
+    pub mcp_result_max_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +148,10 @@ impl Config {
                 })
                 .unwrap_or_default(),
             extparse_url: get("EXTPARSE_URL").map(|u| u.trim_end_matches('/').to_owned()),
+            mcp_connect_timeout: Duration::from_secs(parse_num("MCP_CONNECT_TIMEOUT_SECS", 30)?),
+            mcp_call_timeout: Duration::from_secs(parse_num("MCP_CALL_TIMEOUT_SECS", 60)?),
+            mcp_tools_ttl: Duration::from_secs(parse_num("MCP_TOOLS_TTL_SECS", 60)?),
+            mcp_result_max_bytes: parse_num("MCP_RESULT_MAX_BYTES", 64 * 1024)? as usize,
         })
     }
 }

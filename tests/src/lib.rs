@@ -1,6 +1,7 @@
 //! Test harness: each test gets the real application on a random port, backed by a fresh
 //! Postgres database and either the filesystem store or S3 on LocalStack.
 
+pub mod mcp_servers;
 pub mod model_server;
 
 use std::collections::HashMap;

@@ -106,14 +106,16 @@ impl Failure {
 
     /// Describes an error from its whole source chain; a 401/403 anywhere makes it `unauthorized`.
     pub fn from_error(context: &str, err: &(dyn std::error::Error + 'static)) -> Self {
-        let mut parts = vec![err.to_string()];
+        let mut parts = vec![tidy(&err.to_string())];
         let mut unauthorized = false;
         let mut cause = Some(err);
         while let Some(e) = cause {
             unauthorized |= e.downcast_ref::<AuthRequiredError>().is_some()
                 || matches!(e.downcast_ref::<sse::SseError>(), Some(sse::SseError::Unauthorized(_)));
-            let text = e.to_string();
-            unauthorized |= text.contains("HTTP 401") || text.contains("HTTP 403");
+            let text = tidy(&e.to_string());
+            unauthorized |= ["HTTP 401", "HTTP 403", "Auth required"]
+                .iter()
+                .any(|n| text.contains(n));
             if !parts.iter().any(|p| p.contains(&text)) {
                 parts.push(text);
             }
@@ -135,6 +137,18 @@ impl Failure {
         f.protocol = matches!(err, ServiceError::McpError(_));
         f
     }
+}
+
+/// Drops rmcp's `Transport [<rust type>] error: ` prefixes, which tell a user nothing.
+fn tidy(text: &str) -> String {
+    let mut out = text.to_owned();
+    while let Some(start) = out.find("Transport [") {
+        let Some(len) = out[start..].find("] error: ") else {
+            break;
+        };
+        out.replace_range(start..start + len + "] error: ".len(), "");
+    }
+    out
 }
 
 /// What a pooled session needs to know about its own freshness.
@@ -201,10 +215,12 @@ pub async fn open(
                         .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))),
                 )
                 .envs(env)
-                .args(args)
-                .stderr(std::process::Stdio::null());
-            let transport =
-                TokioChildProcess::new(cmd).map_err(|e| Failure::new(format!("cannot start `{command}`: {e}")))?;
+                .args(args);
+            // Its stderr is not kept: tools print their configuration there, secrets included.
+            let (transport, _) = TokioChildProcess::builder(cmd)
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| Failure::new(format!("cannot start `{command}`: {e}")))?;
             ().serve(transport)
                 .await
                 .map_err(|e| Failure::from_error("cannot initialize the MCP session", &e))?

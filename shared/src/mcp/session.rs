@@ -228,3 +228,25 @@ pub async fn open(
     };
     Ok(Opened { client, renew_at })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tidies_transport_type_names() {
+        assert_eq!(
+            tidy("Send message error Transport [a::B<c::D>] error: Auth required, when send initialize request"),
+            "Send message error Auth required, when send initialize request"
+        );
+        assert_eq!(tidy("plain"), "plain");
+    }
+
+    #[test]
+    fn a_refusal_anywhere_in_the_chain_is_unauthorized() {
+        let f = Failure::from_error("test", &sse::SseError::Unauthorized(401));
+        assert!(f.unauthorized && f.message.ends_with("(authentication failed: check authType and authConfig)"));
+        let f = Failure::from_error("test", &sse::SseError::Failed("HTTP 500".into()));
+        assert!(!f.unauthorized);
+    }
+}

@@ -99,11 +99,23 @@ pub async fn everything(transport: &str) -> Fixture {
 }
 
 /// The Python SDK server that wants a credential: `["bearer", TOKEN]`, `["apikey", HEADER,
-/// VALUE]` or `["jwt", ISSUER]`. Its endpoint is `/mcp`.
+/// VALUE]` or `["jwt", ISSUER]`, over Streamable HTTP at `/mcp`.
 pub async fn guarded(args: &[&str]) -> Fixture {
+    guarded_over("streamable-http", args).await
+}
+
+/// The same server over the SSE transport, at `/sse`.
+pub async fn guarded_sse(args: &[&str]) -> Fixture {
+    guarded_over("sse", args).await
+}
+
+async fn guarded_over(transport: &str, args: &[&str]) -> Fixture {
     let port = free_port();
     let mut cmd = Command::new(tools_dir().join("venv/bin/python"));
-    cmd.arg(fixture("guarded_server.py")).arg(port.to_string()).args(args);
+    cmd.arg(fixture("guarded_server.py"))
+        .arg(port.to_string())
+        .args(args)
+        .env("FIXTURE_TRANSPORT", transport);
     Fixture::start(cmd, port).await
 }
 

@@ -245,7 +245,11 @@ mod tests {
     #[test]
     fn a_refusal_anywhere_in_the_chain_is_unauthorized() {
         let f = Failure::from_error("test", &sse::SseError::Unauthorized(401));
-        assert!(f.unauthorized && f.message.ends_with("(authentication failed: check authType and authConfig)"));
+        assert!(
+            f.unauthorized
+                && f.message
+                    .ends_with("(authentication failed: check authType and authConfig)")
+        );
         let f = Failure::from_error("test", &sse::SseError::Failed("HTTP 500".into()));
         assert!(!f.unauthorized);
     }

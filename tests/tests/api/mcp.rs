@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use api_tests::mcp_servers::{everything, everything_stdio, free_port, guarded, oauth, LogCapture};
+use api_tests::mcp_servers::{everything, everything_stdio, free_port, guarded, guarded_sse, oauth, LogCapture};
 use api_tests::{spawn, spawn_with, Reply, Store, TestApp};
 use serde_json::{json, Value};
 use shared::mcp;
@@ -675,7 +675,7 @@ async fn bearer_and_api_key_servers_need_the_right_credentials() {
     .assert_ok();
     let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
     assert!(
-        ok && d["status"] == "connected" && d["toolCount"] == 2 && d["lastError"].is_null(),
+        ok && d["status"] == "connected" && d["toolCount"] == 3 && d["lastError"].is_null(),
         "{d}"
     );
     // The credential goes with every request, tool calls included.
@@ -724,6 +724,94 @@ async fn bearer_and_api_key_servers_need_the_right_credentials() {
         assert!(!seen.0.contains(secret), "{secret} in a response");
         assert!(!logged.contains(secret), "{secret} in the log");
     }
+}
+
+#[tokio::test]
+async fn sse_servers_get_the_credentials_on_the_stream_and_every_message() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let mut seen = Seen::default();
+    let bearer = guarded_sse(&["bearer", "sse-bearer-secret-1234"]).await;
+    let keyed = guarded_sse(&["apikey", "X-Api-Key", "sse-key-secret-5678"]).await;
+    let servers = [
+        (
+            bearer.url("/sse"),
+            json!({"authType": 2, "authConfig": {"token": "sse-bearer-secret-1234"}}),
+        ),
+        (
+            keyed.url("/sse"),
+            json!({"authType": 1, "authConfig": {"key": "X-Api-Key", "value": "sse-key-secret-5678"}}),
+        ),
+    ];
+    for (i, (url, auth)) in servers.iter().enumerate() {
+        let id = create(&app, &admin, http_server(&format!("sse {i}"), 1, url)).await;
+        let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
+        assert!(
+            !ok && d["status"] == "error" && d["lastError"].as_str().unwrap().contains("authentication failed"),
+            "{d}"
+        );
+        seen.keep(app.put(&format!("/mcp-server/{id}"), Some(&admin), auth).await)
+            .assert_ok();
+        let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
+        assert!(ok && d["status"] == "connected" && d["toolCount"] == 3, "{d}");
+        let sum = mcp::call_tool(&app.state, id, "add", json!({"a": 40, "b": 2}))
+            .await
+            .unwrap();
+        assert_eq!(
+            sum,
+            mcp::ToolOutcome {
+                text: "42".into(),
+                is_error: false
+            }
+        );
+    }
+    assert!(!seen.0.contains("sse-bearer-secret-1234") && !seen.0.contains("sse-key-secret-5678"));
+}
+
+#[tokio::test]
+async fn sessions_are_reused_until_the_server_changes() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let server = guarded(&["bearer", "reuse-token-abcdef"]).await;
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "reused", "transportType": 2, "endpoint": server.url("/mcp"),
+        "authType": 2, "authConfig": {"token": "reuse-token-abcdef"}}),
+    )
+    .await;
+    let session = || async {
+        mcp::call_tool(&app.state, id, "session_id", json!({}))
+            .await
+            .unwrap()
+            .text
+    };
+    let first = session().await;
+    assert_eq!(session().await, first, "one session per server in a process");
+    let tools = mcp::tools_of_servers(&app.state, &[id]).await.unwrap();
+    assert_eq!(tools[0].1.as_ref().unwrap().len(), 3);
+    assert_eq!(session().await, first, "listing tools used the same session");
+
+    app.put(
+        &format!("/mcp-server/{id}"),
+        Some(&admin),
+        &json!({"description": "changed"}),
+    )
+    .await
+    .assert_ok();
+    let second = session().await;
+    assert_ne!(second, first, "an update ends the session");
+    // Another process notices a change by the row's updateDt, without this process's invalidation.
+    sqlx::query("UPDATE mcp_servers SET update_dt = now() + interval '1 second' WHERE id = $1")
+        .bind(id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    assert_ne!(session().await, second, "a newer configuration replaces the session");
+
+    app.delete(&format!("/mcp-server/{id}"), Some(&admin)).await.assert_ok();
+    let gone = mcp::call_tool(&app.state, id, "session_id", json!({})).await.unwrap();
+    assert!(gone.is_error && gone.text.contains("no longer exists"));
 }
 
 #[tokio::test]

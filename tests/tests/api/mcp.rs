@@ -54,7 +54,31 @@ async fn every_validation_rule_is_refused_and_writes_nothing() {
         ),
         (
             json!({"name": long, "transportType": 2, "endpoint": "http://h/mcp"}),
-            "name",
+            "name must be 1 to 100 characters long",
+        ),
+        (
+            json!({"name": "a", "description": "d".repeat(1001), "transportType": 2, "endpoint": "http://h/mcp"}),
+            "description must be 0 to 1000 characters long",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "c".repeat(501)}),
+            "command must be 1 to 500 characters long",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "args": ["a".repeat(2001)]}),
+            "each of args must be at most 2000 characters",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": (0..101).map(|i| (format!("V{i}"), json!("x"))).collect::<serde_json::Map<_, _>>()}),
+            "envVars may hold at most 100 variables",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": {"K": 5}}),
+            "envVars",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 1, "authConfig": {"key": "X-Key", "value": "line\nbreak"}}),
+            "authConfig.value must be a valid HTTP header value",
         ),
         (
             json!({"name": "a", "endpoint": "http://h/mcp"}),

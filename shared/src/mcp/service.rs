@@ -270,6 +270,7 @@ fn validate(
         // Only authConfig sent: it belongs to the stored type.
         (None, Some(raw), Some(a)) => AuthConfig::parse(i64::from(a.code()), Some(raw), Some(a))?,
         (None, None, Some(a)) => a.clone(),
+        (Some(t), None, Some(a)) if t == i64::from(a.code()) => a.clone(),
         (t, raw, _) => AuthConfig::parse(t.unwrap_or(0), raw.as_ref(), stored_auth)?,
     };
     Ok(Valid {

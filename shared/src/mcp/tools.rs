@@ -17,23 +17,21 @@ pub async fn tools_of_servers(
     state: &AppState,
     server_ids: &[i64],
 ) -> AppResult<Vec<(i64, Result<Vec<McpTool>, String>)>> {
-    let mut out = Vec::with_capacity(server_ids.len());
-    for &id in server_ids {
-        let result = match repo::find(state.db(), id).await? {
-            None => Err(format!("MCP server {id} no longer exists")),
-            Some(row) => {
-                let target = Target::open(&row, state.secrets())?;
-                state
-                    .mcp()
-                    .tools(&target, &super::limits(state))
-                    .await
-                    .map(|tools| tools.iter().map(|t| service::tool_of(id, &row.name, t)).collect())
-                    .map_err(|f| format!("MCP server {:?} is unusable: {}", row.name, f.message))
-            }
+    // Side by side: one slow server costs its own timeout, not the sum of all.
+    futures::future::try_join_all(server_ids.iter().map(|&id| async move {
+        let Some(row) = repo::find(state.db(), id).await? else {
+            return Ok((id, Err(format!("MCP server {id} no longer exists"))));
         };
-        out.push((id, result));
-    }
-    Ok(out)
+        let target = Target::open(&row, state.secrets())?;
+        let tools = state
+            .mcp()
+            .tools(&target, &super::limits(state))
+            .await
+            .map(|tools| tools.iter().map(|t| service::tool_of(id, &row.name, t)).collect())
+            .map_err(|f| format!("MCP server {:?} is unusable: {}", row.name, f.message));
+        Ok((id, tools))
+    }))
+    .await
 }
 
 /// Calls one tool. The call is bounded by MCP_CALL_TIMEOUT_SECS (default 60; a timed-out stdio

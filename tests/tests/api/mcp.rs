@@ -322,6 +322,13 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
     let (auth, _) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
     assert!(matches!(auth, mcp::AuthConfig::OAuth2 { client_secret, .. } if client_secret == "new-secret-value"));
 
+    // The same authType without authConfig keeps the stored config.
+    app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authType": 3}))
+        .await
+        .assert_ok();
+    let row = mcp::repo::find(&app.db, id).await.unwrap().unwrap();
+    let (auth, _) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    assert!(matches!(auth, mcp::AuthConfig::OAuth2 { client_secret, .. } if client_secret == "new-secret-value"));
     // Switching the auth type to none drops the stored secret.
     app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authType": 0}))
         .await

@@ -619,17 +619,47 @@ async fn tool_results_are_capped_in_size() {
     );
 }
 
+/// How many processes carry `MCP_TEST_MARKER=<marker>` in their environment.
+fn processes_marked(marker: &str) -> usize {
+    let needle = format!("MCP_TEST_MARKER={marker}");
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| std::fs::read(e.path().join("environ")).ok())
+                .filter(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+async fn until_marked(marker: &str, count: usize) -> bool {
+    for _ in 0..100 {
+        if processes_marked(marker) == count {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
 #[tokio::test]
-async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_replaced() {
+async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
     let app = spawn_with(Store::Filesystem, &[("MCP_CALL_TIMEOUT_SECS", "2")]).await;
     let admin = app.admin_token().await;
     let (command, args) = everything_stdio();
+    let marker = uuid::Uuid::new_v4().to_string();
     let id = create(
         &app,
         &admin,
-        json!({"name": "stdio", "transportType": 3, "command": command, "args": args}),
+        json!({"name": "stdio", "transportType": 3, "command": command, "args": args,
+        "envVars": {"MCP_TEST_MARKER": marker}}),
     )
     .await;
+    let sum = mcp::call_tool(&app.state, id, "get-sum", json!({"a": 1, "b": 1}))
+        .await
+        .unwrap();
+    assert_eq!(sum.text, "The sum of 1 and 1 is 2.");
+    assert_eq!(processes_marked(&marker), 1, "one child for the session");
     let started = std::time::Instant::now();
     let slow = mcp::call_tool(
         &app.state,
@@ -644,11 +674,19 @@ async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_replaced() {
         "{slow:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(5));
-    // The timed-out session (and its process) was dropped; the next call starts a fresh one.
+    assert!(
+        until_marked(&marker, 0).await,
+        "the timed-out session's child is killed"
+    );
+    // The next call starts a fresh session and child.
     let again = mcp::call_tool(&app.state, id, "get-sum", json!({"a": 2, "b": 2}))
         .await
         .unwrap();
     assert_eq!(again.text, "The sum of 2 and 2 is 4.");
+    assert_eq!(processes_marked(&marker), 1);
+    // Deleting the server ends its session and its child.
+    app.delete(&format!("/mcp-server/{id}"), Some(&admin)).await.assert_ok();
+    assert!(until_marked(&marker, 0).await, "a deleted server's child is killed");
 }
 
 /// The status after a test, and the whole detail.

@@ -237,6 +237,7 @@ async fn every_validation_rule_is_refused_and_writes_nothing() {
 
 #[tokio::test]
 async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
+    let logs = LogCapture::start();
     let app = spawn(Store::Filesystem).await;
     let admin = app.admin_token().await;
     let secret = "client-secret-0123456789";
@@ -342,6 +343,14 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
         (Some(1), Some(1), Some(5))
     );
     assert_eq!(p["data"][0]["id"].as_i64(), Some(id));
+    let all = app.get("/mcp-server/page", Some(&admin)).await;
+    let shown = String::from_utf8_lossy(&all.bytes);
+    assert!(shown.contains("env-****efgh"), "{shown}");
+    let logged = logs.text();
+    assert!(logged.contains("/mcp-server"), "the capture works: {logged}");
+    for secret in [secret, "env-secret-abcdefgh", "new-secret-value"] {
+        assert!(!shown.contains(secret) && !logged.contains(secret), "{secret} leaked");
+    }
 }
 
 #[tokio::test]

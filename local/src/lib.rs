@@ -19,6 +19,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(knowledge_api::router())
         .merge(agent_api::router())
         .merge(skill_api::router())
+        .merge(mcp_api::router())
 }
 
 /// Runs the queue workers inside this process, as the Lambda event sources would.

@@ -54,6 +54,14 @@ pub struct Config {
     /// Sent as a bearer token to the web search API when set.
     pub web_search_api_key: Option<String>,
     pub skill_limits: SkillLimits,
+    /// MCP: connecting and initializing a session (MCP_CONNECT_TIMEOUT_SECS, default 30).
+    pub mcp_connect_timeout: Duration,
+    /// MCP: one tools/list or tools/call (MCP_CALL_TIMEOUT_SECS, default 60).
+    pub mcp_call_timeout: Duration,
+    /// MCP: how long a server's tool list is reused (MCP_TOOLS_TTL_SECS, default 60).
+    pub mcp_tools_ttl: Duration,
+    /// MCP: the most bytes of tool result text handed to a model (MCP_RESULT_MAX_BYTES, default 65536).
+    pub mcp_result_max_bytes: usize,
 }
 
 /// What a skill package may hold; anything beyond is refused before it is stored.
@@ -169,6 +177,10 @@ impl Config {
                 max_compression_ratio: parse_num("SKILL_MAX_COMPRESSION_RATIO", 100)?.max(1),
                 max_file_bytes: parse_num("SKILL_MAX_FILE_BYTES", 1024 * 1024)?,
             },
+            mcp_connect_timeout: Duration::from_secs(parse_num("MCP_CONNECT_TIMEOUT_SECS", 30)?),
+            mcp_call_timeout: Duration::from_secs(parse_num("MCP_CALL_TIMEOUT_SECS", 60)?),
+            mcp_tools_ttl: Duration::from_secs(parse_num("MCP_TOOLS_TTL_SECS", 60)?),
+            mcp_result_max_bytes: parse_num("MCP_RESULT_MAX_BYTES", 64 * 1024)? as usize,
         })
     }
 }

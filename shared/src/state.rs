@@ -7,6 +7,7 @@ use sqlx::PgPool;
 use crate::auth::JwtKeys;
 use crate::config::{Config, QueueBackend, StorageBackend};
 use crate::crypto::SecretBox;
+use crate::mcp::McpPool;
 use crate::models::client::ModelClient;
 use crate::queue::{InProcessQueue, Queue, SqsQueue};
 use crate::storage::{FsStore, ObjectStore, S3Store};
@@ -24,6 +25,7 @@ struct Inner {
     secrets: SecretBox,
     jwt: JwtKeys,
     models: ModelClient,
+    mcp: McpPool,
 }
 
 impl AppState {
@@ -57,6 +59,7 @@ impl AppState {
                 secrets,
                 jwt,
                 models: ModelClient::new(),
+                mcp: McpPool::default(),
             }),
         }
     }
@@ -82,6 +85,11 @@ impl AppState {
     /// The process-wide model client (one connection pool).
     pub fn models(&self) -> &ModelClient {
         &self.inner.models
+    }
+
+    /// MCP sessions and tool lists of this process.
+    pub fn mcp(&self) -> &McpPool {
+        &self.inner.mcp
     }
 
     /// The path under which the API is served, e.g. `/api`.

@@ -46,13 +46,16 @@ pub struct Emulator {
     first_poll: Arc<Mutex<Option<Instant>>>,
     init_error: Arc<Mutex<Option<Value>>>,
     started: Instant,
-    child: Child,
+    child: Mutex<Child>,
+    /// The function's log output, shown when something goes wrong.
+    log: tempfile::NamedTempFile,
 }
 
 impl Drop for Emulator {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap_or_else(|p| p.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
@@ -159,6 +162,8 @@ impl Emulator {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let stderr = log.reopen().expect("log file handle");
         let started = Instant::now();
         let child = Command::new(&binary)
             .envs(env.iter().cloned())
@@ -170,7 +175,7 @@ impl Emulator {
             .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{name}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(stderr))
             .spawn()
             .expect("start the function binary");
         Self {
@@ -179,22 +184,35 @@ impl Emulator {
             first_poll: rt.first_poll,
             init_error: rt.init_error,
             started,
-            child,
+            child: Mutex::new(child),
+            log,
         }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 
     /// Time from process start to the function's first request for an event.
     pub async fn init_time(&self) -> Duration {
-        for _ in 0..3000 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
             if let Some(at) = *self.first_poll.lock().unwrap_or_else(|p| p.into_inner()) {
                 return at - self.started;
             }
             if let Some(err) = self.init_error.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-                panic!("the function failed to start: {err}");
+                panic!("the function failed to start: {err}\n{}", self.log_text());
+            }
+            let exited = self.child.lock().unwrap_or_else(|p| p.into_inner()).try_wait();
+            if let Ok(Some(status)) = exited {
+                panic!(
+                    "the function exited ({status}) before asking for an event:\n{}",
+                    self.log_text()
+                );
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        panic!("the function never asked for an event");
+        panic!("the function never asked for an event:\n{}", self.log_text());
     }
 
     /// Invokes the function with `event` and waits for its answer.
@@ -206,10 +224,10 @@ impl Emulator {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone(), tx);
         self.sender.send((id, event)).await.expect("queue the event");
-        tokio::time::timeout(Duration::from_secs(60), rx)
-            .await
-            .expect("the function answered within 60 s")
-            .expect("an answer")
+        match tokio::time::timeout(Duration::from_secs(60), rx).await {
+            Ok(Ok(answer)) => answer,
+            _ => panic!("the function gave no answer within 60 s:\n{}", self.log_text()),
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod lambda_emulator;
+pub mod mcp_servers;
 pub mod model_server;
 
 use std::collections::HashMap;

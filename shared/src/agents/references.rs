@@ -32,6 +32,12 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
         }
     }
     crate::skills::ensure_exist(state.db(), "skillIds", &d.skill_ids).await?;
+    let usable = crate::mcp::usable_ids(state.db(), user, &d.mcp_server_ids).await?;
+    if let Some(id) = d.mcp_server_ids.iter().find(|id| !usable.contains(id)) {
+        return Err(AppError::validation(format!(
+            "mcpServerIds: MCP server {id} does not exist or is not available to you"
+        )));
+    }
     if let Some(app) = &d.app_id {
         if !repo::app_exists(state.db(), app).await? {
             return Err(AppError::validation(format!("appId: app {app} does not exist")));
@@ -49,6 +55,7 @@ fn values<T: serde::Serialize>(items: Vec<T>) -> AppResult<Vec<Value>> {
 
 /// The agent's MCP servers and skills, in the order the agent lists them.
 pub async fn expand(state: &AppState, agent: &AgentRow) -> AppResult<(Vec<Value>, Vec<Value>)> {
+    let servers = crate::mcp::briefs(state.db(), &agent.mcp_server_ids).await?;
     let skills = crate::skills::briefs(state.db(), &agent.skill_ids).await?;
-    Ok((vec![], values(skills)?))
+    Ok((values(servers)?, values(skills)?))
 }

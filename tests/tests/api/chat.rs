@@ -707,3 +707,64 @@ async fn the_model_loads_a_skill_and_follows_it_and_disabled_skills_are_not_offe
     let detail = s.app.get(&format!("/agent/{agent}"), Some(&s.admin)).await;
     assert_eq!(detail.assert_ok()["skillIds"], json!([pirate]));
 }
+
+#[tokio::test]
+async fn the_model_calls_mcp_tools_and_answers_with_their_results() {
+    let s = ChatSetup::new().await;
+    let t = Some(s.admin.as_str());
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let (command, args) = api_tests::mcp_servers::everything_stdio();
+    let server = s
+        .app
+        .post(
+            "/mcp-server",
+            t,
+            &json!({ "name": "everything", "transportType": 3, "command": command, "args": args }),
+        )
+        .await;
+    let server = server.assert_ok().as_i64().expect("server id");
+    let bad = s
+        .app
+        .post(
+            "/agent",
+            t,
+            &json!({ "name": "x", "mcpEnabled": true, "mcpServerIds": [999_999] }),
+        )
+        .await;
+    bad.assert_error(400, 0, "mcpServerIds: MCP server 999999");
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Tooled", "chatModelId": model, "mcpEnabled": true, "mcpServerIds": [server] }),
+        )
+        .await;
+    let detail = s.app.get(&format!("/agent/{agent}"), t).await;
+    assert_eq!(detail.assert_ok()["mcpServers"][0]["id"], server);
+    assert_eq!(detail.assert_ok()["mcpServers"][0]["name"], "everything");
+
+    let events = s
+        .chat(&s.admin, agent, say("m-1", "CALL get-sum {\"a\": 19, \"b\": 23}"))
+        .await
+        .events();
+    assert_eq!(kinds(&events)[..2], ["tool_call", "tool_result"]);
+    assert_eq!(events[0]["name"], format!("mcp{server}__get-sum"));
+    assert_eq!(events[0]["serverId"], server);
+    assert_eq!(events[0]["arguments"], json!({ "a": 19, "b": 23 }));
+    assert_eq!(events[1]["ok"], true);
+    let text = joined(&events, "text");
+    assert!(text.starts_with("Tool said: ") && text.contains("42"), "{text}");
+    let stored = messages(&s, &s.admin, agent, "m-1").await;
+    assert_eq!(stored[1]["toolCalls"][0]["serverId"], server);
+
+    let events = s
+        .chat(&s.admin, agent, say("m-2", "CALL echo {\"message\": \"hello tools\"}"))
+        .await
+        .events();
+    assert!(joined(&events, "text").contains("hello tools"));
+
+    let off = json!({ "conversationId": "m-3", "content": "CALL echo {\"message\": \"x\"}", "disabledMcpServerIds": [server] });
+    let events = s.chat(&s.admin, agent, off).await.events();
+    assert_eq!(joined(&events, "text"), "Tool echo is not available");
+    let analytics = s.app.get(&format!("/agent/{agent}/analytics?range=1d"), t).await;
+    assert_eq!(analytics.assert_ok()["totalToolCalls"], 2);
+}

@@ -5,6 +5,7 @@ mod chat;
 mod deployment;
 mod knowledge;
 mod lambda;
+mod mcp;
 mod model_client;
 mod models;
 mod platform;

@@ -16,6 +16,11 @@ const WEB_RESULTS: usize = 5;
 #[derive(Debug, Clone)]
 enum Target {
     WebSearch,
+    /// A tool of an MCP server, by its own name there.
+    Mcp {
+        server_id: i64,
+        tool: String,
+    },
     /// Reads SKILL.md of one of these skills, by name.
     LoadSkill(HashMap<String, i64>),
     /// Reads another file of one of these skills.
@@ -57,6 +62,9 @@ impl Toolbox {
     /// The agent's tools, minus what the turn disabled.
     pub async fn for_agent(state: &AppState, agent: &AgentRow, disabled: &Disabled) -> Self {
         let mut tools = Self::default();
+        if agent.mcp_enabled {
+            tools.add_mcp(state, agent, disabled).await;
+        }
         if agent.skill_enabled {
             tools.add_skills(state, agent, disabled).await;
         }
@@ -71,6 +79,49 @@ impl Toolbox {
             );
         }
         tools
+    }
+
+    /// The bound servers' tools, named `mcp<serverId>__<tool>` so two servers' tools never
+    /// clash; a server that cannot be reached is skipped for this turn.
+    async fn add_mcp(&mut self, state: &AppState, agent: &AgentRow, disabled: &Disabled) {
+        let ids: Vec<i64> = agent
+            .mcp_server_ids
+            .iter()
+            .copied()
+            .filter(|id| !disabled.mcp_server_ids.contains(id))
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let servers = match crate::mcp::tools_of_servers(state, &ids).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(agent_id = agent.id, error = %e, "listing MCP tools failed; chatting without them");
+                return;
+            }
+        };
+        for (server_id, tools) in servers {
+            let tools = match tools {
+                Ok(t) => t,
+                Err(reason) => {
+                    tracing::warn!(agent_id = agent.id, server_id, %reason, "MCP server unavailable; its tools are skipped");
+                    continue;
+                }
+            };
+            for t in tools {
+                self.add(
+                    ToolSpec {
+                        name: mcp_tool_name(server_id, &t.name),
+                        description: format!("[{}] {}", t.server_name, t.description),
+                        parameters: t.input_schema,
+                    },
+                    Target::Mcp {
+                        server_id,
+                        tool: t.name,
+                    },
+                );
+            }
+        }
     }
 
     /// Skills are listed by name and description; their instructions cost context only once
@@ -129,8 +180,11 @@ impl Toolbox {
     }
 
     /// The MCP server behind a tool name, for the `tool_call` event.
-    pub fn server_of(&self, _name: &str) -> Option<i64> {
-        None
+    pub fn server_of(&self, name: &str) -> Option<i64> {
+        match self.targets.get(name) {
+            Some(Target::Mcp { server_id, .. }) => Some(*server_id),
+            _ => None,
+        }
     }
 
     /// Runs a tool; every failure becomes a result the model can read.
@@ -140,11 +194,37 @@ impl Toolbox {
         };
         let mut out = match target {
             Target::WebSearch => web(state, arguments).await,
+            Target::Mcp { server_id, tool } => mcp(state, *server_id, tool, arguments).await,
             Target::LoadSkill(skills) => skill_file(state, skills, arguments, "name", None).await,
             Target::ReadSkillFile(skills) => skill_file(state, skills, arguments, "skill", Some("path")).await,
         };
         truncate(&mut out.text);
         out
+    }
+}
+
+/// Function names must match `^[a-zA-Z0-9_-]{1,64}$` for OpenAI-compatible models.
+fn mcp_tool_name(server_id: i64, tool: &str) -> String {
+    let clean: String = tool
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("mcp{server_id}__{clean}").chars().take(64).collect()
+}
+
+async fn mcp(state: &AppState, server_id: i64, tool: &str, arguments: &Value) -> ToolOutput {
+    match crate::mcp::call_tool(state, server_id, tool, arguments.clone()).await {
+        Ok(out) => ToolOutput {
+            text: out.text,
+            ok: !out.is_error,
+        },
+        Err(e) => ToolOutput::failed(e.to_string()),
     }
 }
 
@@ -221,6 +301,9 @@ mod tests {
         truncate(&mut t);
         assert!(t.ends_with("[truncated]"));
         assert_eq!(t.chars().count(), MAX_RESULT_CHARS + "\n[truncated]".len());
+        assert_eq!(mcp_tool_name(3, "get-sum"), "mcp3__get-sum");
+        assert_eq!(mcp_tool_name(3, "a.b c"), "mcp3__a_b_c");
+        assert_eq!(mcp_tool_name(3, &"x".repeat(100)).len(), 64);
         let e = string_arg(&json!({"query": " "}), "query").unwrap_err();
         assert!(!e.ok && e.text.contains("query"));
     }

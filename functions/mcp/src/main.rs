@@ -1,0 +1,6 @@
+//! Lambda entry point of the MCP server module.
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    shared::lambda::run_http(mcp_api::router()).await
+}

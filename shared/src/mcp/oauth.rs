@@ -1,0 +1,148 @@
+//! OAuth 2.0 client credentials (authType 3): tokens fetched from `tokenUrl`, cached per
+//! client until shortly before they expire.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// Used when a token response has no `expires_in`.
+const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+/// A token is replaced this long before it expires (at most a tenth of its lifetime).
+const MAX_MARGIN: Duration = Duration::from_secs(30);
+
+pub struct Credentials<'a> {
+    pub client_id: &'a str,
+    pub client_secret: &'a str,
+    pub token_url: &'a str,
+}
+
+impl Credentials<'_> {
+    fn key(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for part in [self.token_url, self.client_id, self.client_secret] {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
+        h.finalize().into()
+    }
+}
+
+/// A token and the moment after which it must not be used for a new session.
+#[derive(Clone)]
+pub struct Token {
+    pub access_token: String,
+    pub renew_at: Instant,
+}
+
+#[derive(Deserialize)]
+struct TokenResponse {
+    access_token: Option<String>,
+    expires_in: Option<u64>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+#[derive(Default)]
+pub struct TokenCache {
+    tokens: Mutex<HashMap<[u8; 32], Token>>,
+}
+
+impl TokenCache {
+    /// The cached token while it is fresh, else a new one from the token endpoint.
+    pub async fn token(&self, http: &reqwest::Client, creds: &Credentials<'_>) -> Result<Token, String> {
+        let key = creds.key();
+        if let Some(t) = self.lock().get(&key).filter(|t| Instant::now() < t.renew_at) {
+            return Ok(t.clone());
+        }
+        let token = fetch(http, creds).await?;
+        self.lock().insert(key, token.clone());
+        Ok(token)
+    }
+
+    /// Drops a token the MCP server refused, so the next use fetches a new one.
+    pub fn forget(&self, creds: &Credentials<'_>) {
+        self.lock().remove(&creds.key());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Token>> {
+        self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+async fn fetch(http: &reqwest::Client, creds: &Credentials<'_>) -> Result<Token, String> {
+    let url = creds.token_url;
+    let requested = Instant::now();
+    let resp = http
+        .post(url)
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", creds.client_id),
+            ("client_secret", creds.client_secret),
+        ])
+        .send()
+        .await
+        .map_err(|e| format!("OAuth2 token endpoint {url} is unreachable: {}", without_url(&e)))?;
+    let status = resp.status();
+    let body: Option<TokenResponse> = resp.json().await.ok();
+    let reason = body
+        .as_ref()
+        .and_then(|b| {
+            b.error
+                .as_deref()
+                .map(|e| format!("{e} {}", b.error_description.as_deref().unwrap_or("")))
+        })
+        .map(|s| format!(" ({})", s.trim()))
+        .unwrap_or_default();
+    if !status.is_success() {
+        return Err(format!(
+            "OAuth2 token endpoint {url} refused the client credentials: HTTP {status}{reason}"
+        ));
+    }
+    let body = body.ok_or_else(|| format!("OAuth2 token endpoint {url} did not answer with JSON"))?;
+    let access_token = body
+        .access_token
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| format!("OAuth2 token endpoint {url} returned no access_token{reason}"))?;
+    let lifetime = body.expires_in.map(Duration::from_secs).unwrap_or(DEFAULT_LIFETIME);
+    Ok(Token {
+        access_token,
+        renew_at: requested + lifetime - margin(lifetime),
+    })
+}
+
+fn margin(lifetime: Duration) -> Duration {
+    (lifetime / 10).min(MAX_MARGIN)
+}
+
+/// reqwest errors name the URL, which is already in the message.
+fn without_url(e: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renews_shortly_before_expiry() {
+        assert_eq!(margin(Duration::from_secs(3600)), MAX_MARGIN);
+        assert_eq!(margin(Duration::from_secs(5)), Duration::from_millis(500));
+        let a = Credentials {
+            client_id: "a",
+            client_secret: "b",
+            token_url: "http://x/token",
+        };
+        let b = Credentials {
+            client_secret: "c",
+            ..a
+        };
+        assert_ne!(a.key(), b.key());
+    }
+}

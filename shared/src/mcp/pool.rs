@@ -1,0 +1,186 @@
+//! Sessions reused per server within a process, and each server's tool list cached briefly.
+//!
+//! A session is replaced when its server's configuration changed (its `update_dt`, so other
+//! processes notice too), when its OAuth2 token is due for renewal, when it failed or timed
+//! out (a stdio child dies with its session), and when the server is updated or deleted here.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
+use tokio::sync::Mutex as AsyncMutex;
+
+use super::oauth::TokenCache;
+use super::session::{self, Client, Failure, Target};
+
+pub struct Limits {
+    pub connect_timeout: Duration,
+    pub call_timeout: Duration,
+    pub tools_ttl: Duration,
+}
+
+struct Live {
+    version: chrono::DateTime<chrono::Utc>,
+    client: Client,
+    renew_at: Option<Instant>,
+    tools: Mutex<Option<(Instant, Arc<Vec<Tool>>)>>,
+}
+
+impl Live {
+    fn usable_for(&self, target: &Target) -> bool {
+        self.version == target.version && !self.client.is_closed() && self.renew_at.is_none_or(|at| Instant::now() < at)
+    }
+}
+
+type Slot = Arc<AsyncMutex<Option<Arc<Live>>>>;
+
+#[derive(Default)]
+pub struct McpPool {
+    slots: Mutex<HashMap<i64, Slot>>,
+    tokens: TokenCache,
+    http: reqwest::Client,
+}
+
+impl McpPool {
+    fn slots(&self) -> MutexGuard<'_, HashMap<i64, Slot>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn slot(&self, id: i64) -> Slot {
+        self.slots().entry(id).or_default().clone()
+    }
+
+    /// Ends the server's session (killing a stdio child) and forgets its tools.
+    pub fn invalidate(&self, id: i64) {
+        if let Some(slot) = self.slots().remove(&id) {
+            if let Ok(mut live) = slot.try_lock() {
+                if let Some(live) = live.take() {
+                    live.client.cancellation_token().cancel();
+                }
+            }
+        }
+    }
+
+    /// Drops `live` if it is still the server's session.
+    async fn discard(&self, id: i64, live: &Arc<Live>) {
+        let slot = self.slot(id);
+        let mut current = slot.lock().await;
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, live)) {
+            current.take();
+        }
+        live.client.cancellation_token().cancel();
+    }
+
+    async fn session(&self, target: &Target, limits: &Limits) -> Result<Arc<Live>, Failure> {
+        let slot = self.slot(target.id);
+        let mut current = slot.lock().await;
+        if let Some(live) = current.as_ref().filter(|l| l.usable_for(target)) {
+            return Ok(live.clone());
+        }
+        if let Some(old) = current.take() {
+            old.client.cancellation_token().cancel();
+        }
+        let opened = tokio::time::timeout(
+            limits.connect_timeout,
+            session::open(target, &self.http, &self.tokens, limits.call_timeout),
+        )
+        .await
+        .map_err(|_| Failure::new(format!("no MCP session within {} s", limits.connect_timeout.as_secs())))??;
+        let live = Arc::new(Live {
+            version: target.version,
+            client: opened.client,
+            renew_at: opened.renew_at,
+            tools: Mutex::new(None),
+        });
+        *current = Some(live.clone());
+        Ok(live)
+    }
+
+    /// Runs `op` on the server's session. A failed session is dropped; a refusal of OAuth2
+    /// credentials is retried once with a newly fetched token.
+    async fn with_session<T, F, Fut>(&self, target: &Target, limits: &Limits, op: F) -> Result<T, Failure>
+    where
+        F: Fn(Arc<Live>) -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let mut retried = false;
+        loop {
+            let result = match self.session(target, limits).await {
+                Ok(live) => {
+                    let result = op(live.clone()).await;
+                    if result.as_ref().is_err_and(|f| !f.protocol) {
+                        self.discard(target.id, &live).await;
+                    }
+                    result
+                }
+                Err(f) => Err(f),
+            };
+            match (result, target.oauth()) {
+                (Err(f), Some(creds)) if f.unauthorized && !retried => {
+                    tracing::info!(
+                        server_id = target.id,
+                        "MCP server refused the OAuth2 token; fetching a new one"
+                    );
+                    self.tokens.forget(&creds);
+                    self.invalidate(target.id);
+                    retried = true;
+                }
+                (result, _) => return result,
+            }
+        }
+    }
+
+    /// The server's tools, from the cache while it is younger than `tools_ttl`.
+    pub async fn tools(&self, target: &Target, limits: &Limits) -> Result<Arc<Vec<Tool>>, Failure> {
+        self.with_session(target, limits, |live| async move {
+            let cached = live
+                .tools
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .filter(|(at, _)| at.elapsed() < limits.tools_ttl)
+                .map(|(_, tools)| tools.clone());
+            if let Some(tools) = cached {
+                return Ok(tools);
+            }
+            let listed = tokio::time::timeout(limits.call_timeout, live.client.list_all_tools())
+                .await
+                .map_err(|_| {
+                    Failure::new(format!(
+                        "tools/list took longer than {} s",
+                        limits.call_timeout.as_secs()
+                    ))
+                })?
+                .map_err(|e| Failure::from_service("tools/list failed", &e))?;
+            let tools = Arc::new(listed);
+            *live.tools.lock().unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), tools.clone()));
+            Ok(tools)
+        })
+        .await
+    }
+
+    pub async fn call(
+        &self,
+        target: &Target,
+        limits: &Limits,
+        params: CallToolRequestParams,
+    ) -> Result<CallToolResult, Failure> {
+        self.with_session(target, limits, |live| {
+            let params = params.clone();
+            async move {
+                tokio::time::timeout(limits.call_timeout, live.client.call_tool(params))
+                    .await
+                    .map_err(|_| {
+                        Failure::new(format!(
+                            "the tool did not answer within {} s (MCP_CALL_TIMEOUT_SECS)",
+                            limits.call_timeout.as_secs()
+                        ))
+                    })?
+                    .map_err(|e| Failure::from_service("tools/call failed", &e))
+            }
+        })
+        .await
+    }
+}

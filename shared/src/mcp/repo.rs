@@ -1,0 +1,186 @@
+//! SQL of MCP servers.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+
+use super::{McpOption, McpRow, McpServerBrief};
+use crate::users::repo::escape_like;
+
+const COLUMNS: &str = "id, name, description, transport_type, endpoint, command, args, env_vars_enc, auth_type, \
+     auth_config_enc, status, last_error, last_connect_dt, tool_count, creator_id, create_dt, update_dt";
+
+/// Who is asking: administrators see every server, others their own and administrators' ones.
+#[derive(Debug, Clone, Copy)]
+pub struct Viewer {
+    pub user_id: i64,
+    pub admin: bool,
+}
+
+fn push_visible(qb: &mut QueryBuilder<'_, Postgres>, viewer: Viewer) {
+    if !viewer.admin {
+        qb.push(" AND (creator_id = ")
+            .push_bind(viewer.user_id)
+            .push(" OR creator_id IN (SELECT id FROM users WHERE role = 1))");
+    }
+}
+
+pub async fn find(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<McpRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM mcp_servers WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn page(
+    db: &PgPool,
+    viewer: Viewer,
+    keyword: Option<&str>,
+    limit: i64,
+    offset: i64,
+) -> sqlx::Result<(Vec<McpRow>, i64)> {
+    let filter = |qb: &mut QueryBuilder<'_, Postgres>| {
+        qb.push(" WHERE TRUE");
+        push_visible(qb, viewer);
+        if let Some(k) = keyword {
+            let pattern = format!("%{}%", escape_like(k));
+            qb.push(" AND (name ILIKE ")
+                .push_bind(pattern.clone())
+                .push(" OR description ILIKE ")
+                .push_bind(pattern)
+                .push(")");
+        }
+    };
+    let mut count = QueryBuilder::new("SELECT count(*) FROM mcp_servers");
+    filter(&mut count);
+    let total: i64 = count.build_query_scalar().fetch_one(db).await?;
+    let mut rows = QueryBuilder::new(format!("SELECT {COLUMNS} FROM mcp_servers"));
+    filter(&mut rows);
+    rows.push(" ORDER BY id DESC LIMIT ")
+        .push_bind(limit)
+        .push(" OFFSET ")
+        .push_bind(offset);
+    Ok((rows.build_query_as().fetch_all(db).await?, total))
+}
+
+pub async fn options(db: &PgPool, viewer: Viewer) -> sqlx::Result<Vec<McpOption>> {
+    let mut qb = QueryBuilder::new("SELECT id, name FROM mcp_servers WHERE TRUE");
+    push_visible(&mut qb, viewer);
+    qb.push(" ORDER BY name");
+    qb.build_query_as().fetch_all(db).await
+}
+
+/// Those of `ids` that exist and that the viewer may use, in the order given.
+pub async fn visible_ids(db: &PgPool, viewer: Viewer, ids: &[i64]) -> sqlx::Result<Vec<i64>> {
+    let mut qb = QueryBuilder::new("SELECT id FROM mcp_servers WHERE id = ANY(");
+    qb.push_bind(ids.to_vec()).push(")");
+    push_visible(&mut qb, viewer);
+    let found: Vec<i64> = qb.build_query_scalar().fetch_all(db).await?;
+    Ok(ids.iter().copied().filter(|id| found.contains(id)).collect())
+}
+
+pub async fn briefs(db: &PgPool, ids: &[i64]) -> sqlx::Result<Vec<McpServerBrief>> {
+    let rows: Vec<McpServerBrief> =
+        sqlx::query_as("SELECT id, name, description, transport_type, status FROM mcp_servers WHERE id = ANY($1)")
+            .bind(ids)
+            .fetch_all(db)
+            .await?;
+    // In the order the agent lists them.
+    Ok(ids
+        .iter()
+        .filter_map(|id| rows.iter().find(|r| r.id == *id).cloned())
+        .collect())
+}
+
+/// Everything a create or an update writes (an update writes the merged, validated whole).
+pub struct Fields<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub transport_type: i16,
+    pub endpoint: Option<&'a str>,
+    pub command: Option<&'a str>,
+    pub args: &'a [String],
+    pub env_vars_enc: Option<&'a str>,
+    pub auth_type: i16,
+    pub auth_config_enc: Option<&'a str>,
+}
+
+pub async fn insert(db: impl PgExecutor<'_>, f: &Fields<'_>, creator_id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO mcp_servers (name, description, transport_type, endpoint, command, args, env_vars_enc,
+             auth_type, auth_config_enc, creator_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+    )
+    .bind(f.name)
+    .bind(f.description)
+    .bind(f.transport_type)
+    .bind(f.endpoint)
+    .bind(f.command)
+    .bind(f.args)
+    .bind(f.env_vars_enc)
+    .bind(f.auth_type)
+    .bind(f.auth_config_enc)
+    .bind(creator_id)
+    .fetch_one(db)
+    .await
+}
+
+/// A changed configuration makes the last test result stale: the status returns to `unknown`.
+pub async fn update(db: impl PgExecutor<'_>, id: i64, f: &Fields<'_>) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE mcp_servers SET name = $2, description = $3, transport_type = $4, endpoint = $5, command = $6,
+             args = $7, env_vars_enc = $8, auth_type = $9, auth_config_enc = $10,
+             status = 'unknown', last_error = NULL, update_dt = clock_timestamp()
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(f.name)
+    .bind(f.description)
+    .bind(f.transport_type)
+    .bind(f.endpoint)
+    .bind(f.command)
+    .bind(f.args)
+    .bind(f.env_vars_enc)
+    .bind(f.auth_type)
+    .bind(f.auth_config_enc)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn mark_connected(db: &PgPool, id: i64, tool_count: i32, at: DateTime<Utc>) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE mcp_servers SET status = 'connected', last_error = NULL, last_connect_dt = $2, tool_count = $3
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(at)
+    .bind(tool_count)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn mark_error(db: &PgPool, id: i64, error: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE mcp_servers SET status = 'error', last_error = $2 WHERE id = $1")
+        .bind(id)
+        .bind(error)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Deletes the server and takes it out of every agent's list, in the caller's transaction.
+pub async fn delete(conn: &mut sqlx::PgConnection, id: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE agents SET mcp_server_ids = array_remove(mcp_server_ids, $1), update_dt = now()
+         WHERE $1 = ANY(mcp_server_ids)",
+    )
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("DELETE FROM mcp_servers WHERE id = $1")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,403 @@
+//! Business rules of MCP servers.
+//!
+//! Who may do what: administrators everything. A regular user sees and uses the servers they
+//! created and those administrators created (a shared catalogue), and changes, deletes and
+//! tests only their own. Only administrators may create or change stdio servers: their
+//! command runs on the service's host.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::repo::{self, Fields, Viewer};
+use super::session::{Target, STDIO};
+use super::*;
+use crate::crypto::{is_masked, SecretBox};
+use crate::error::is_unique_violation;
+use crate::http::{CurrentUser, Page, PageQuery};
+use crate::{validate, AppError, AppResult, AppState};
+
+const MAX_ARGS: usize = 100;
+const MAX_ENV_VARS: usize = 100;
+
+pub fn viewer(user: &CurrentUser) -> Viewer {
+    Viewer {
+        user_id: user.id,
+        admin: user.is_admin(),
+    }
+}
+
+/// The auth config and env vars of a row, decrypted.
+pub fn open_secrets(row: &McpRow, secrets: &SecretBox) -> AppResult<(AuthConfig, BTreeMap<String, String>)> {
+    let auth = match &row.auth_config_enc {
+        Some(sealed) => serde_json::from_str(&secrets.open(sealed)?)
+            .map_err(|e| anyhow::anyhow!("MCP server {}: stored authConfig unreadable: {e}", row.id))?,
+        None => AuthConfig::None,
+    };
+    let env = match &row.env_vars_enc {
+        Some(sealed) => serde_json::from_str(&secrets.open(sealed)?)
+            .map_err(|e| anyhow::anyhow!("MCP server {}: stored envVars unreadable: {e}", row.id))?,
+        None => BTreeMap::new(),
+    };
+    Ok((auth, env))
+}
+
+fn view(state: &AppState, row: McpRow) -> AppResult<McpServerView> {
+    let (auth, env) = open_secrets(&row, state.secrets())?;
+    Ok(McpServerView::new(row, &auth, &env))
+}
+
+/// A row the caller may see, else 404 (servers of other users are not revealed).
+async fn visible(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<McpRow> {
+    let not_found = || AppError::not_found("MCP server");
+    if repo::visible_ids(state.db(), viewer(user), &[id]).await?.is_empty() {
+        return Err(not_found());
+    }
+    repo::find(state.db(), id).await?.ok_or_else(not_found)
+}
+
+/// A row the caller may change: 404 when invisible, 403 when only visible.
+async fn owned(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<McpRow> {
+    let row = visible(state, user, id).await?;
+    if !user.can_manage(row.creator_id) {
+        return Err(AppError::Forbidden(
+            "only the creator or an administrator may change this MCP server".into(),
+        ));
+    }
+    Ok(row)
+}
+
+pub async fn page(
+    state: &AppState,
+    user: &CurrentUser,
+    paging: PageQuery,
+    f: McpFilter,
+) -> AppResult<Page<McpServerView>> {
+    let keyword = validate::optional(f.keyword);
+    let (rows, total) = repo::page(
+        state.db(),
+        viewer(user),
+        keyword.as_deref(),
+        paging.size(),
+        paging.offset(),
+    )
+    .await?;
+    let views = rows.into_iter().map(|r| view(state, r)).collect::<AppResult<_>>()?;
+    Ok(Page::new(views, paging, total))
+}
+
+pub async fn options(state: &AppState, user: &CurrentUser) -> AppResult<Vec<McpOption>> {
+    Ok(repo::options(state.db(), viewer(user)).await?)
+}
+
+pub async fn get(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<McpServerView> {
+    view(state, visible(state, user, id).await?)
+}
+
+/// The fields of a server after validation, secrets sealed.
+struct Valid {
+    name: String,
+    description: String,
+    transport_type: i16,
+    endpoint: Option<String>,
+    command: Option<String>,
+    args: Vec<String>,
+    env_vars_enc: Option<String>,
+    auth_type: i16,
+    auth_config_enc: Option<String>,
+}
+
+impl Valid {
+    fn fields(&self) -> Fields<'_> {
+        Fields {
+            name: &self.name,
+            description: &self.description,
+            transport_type: self.transport_type,
+            endpoint: self.endpoint.as_deref(),
+            command: self.command.as_deref(),
+            args: &self.args,
+            env_vars_enc: self.env_vars_enc.as_deref(),
+            auth_type: self.auth_type,
+            auth_config_enc: self.auth_config_enc.as_deref(),
+        }
+    }
+}
+
+pub fn validate_http_url(field: &str, value: &str) -> AppResult<()> {
+    let ok = reqwest::Url::parse(value)
+        .ok()
+        .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+    if ok {
+        Ok(())
+    } else {
+        Err(AppError::validation(format!(
+            "{field} must be an http:// or https:// URL"
+        )))
+    }
+}
+
+fn transport_type(value: i64) -> AppResult<i16> {
+    match value {
+        1..=3 => Ok(value as i16),
+        _ => Err(AppError::validation(
+            "transportType must be 1 (SSE), 2 (Streamable HTTP) or 3 (stdio)",
+        )),
+    }
+}
+
+fn env_vars(sent: BTreeMap<String, String>, stored: &BTreeMap<String, String>) -> AppResult<BTreeMap<String, String>> {
+    if sent.len() > MAX_ENV_VARS {
+        return Err(AppError::validation(format!(
+            "envVars may hold at most {MAX_ENV_VARS} variables"
+        )));
+    }
+    let mut out = BTreeMap::new();
+    for (key, value) in sent {
+        let valid_name = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_name {
+            return Err(AppError::validation(format!(
+                "envVars key {key:?} must be a variable name (letters, digits and _, not starting with a digit)"
+            )));
+        }
+        let value = if is_masked(&value) {
+            stored.get(&key).cloned().ok_or_else(|| {
+                AppError::validation(format!(
+                    "envVars.{key} is a masked value but no value is stored for it: send the real value"
+                ))
+            })?
+        } else {
+            value
+        };
+        if value.contains('\0') {
+            return Err(AppError::validation(format!(
+                "envVars.{key} must not contain NUL characters"
+            )));
+        }
+        out.insert(key, value);
+    }
+    Ok(out)
+}
+
+/// Checks a create (`stored` = None) or the merge of an update over the stored row. Fields that
+/// belong to the other kind of transport are refused when sent, and dropped when only stored.
+fn validate(
+    state: &AppState,
+    user: &CurrentUser,
+    req: McpServerRequest,
+    stored: Option<(&McpRow, &AuthConfig, &BTreeMap<String, String>)>,
+) -> AppResult<Valid> {
+    let row = stored.map(|s| s.0);
+    let name = match req.name {
+        Some(n) => validate::required("name", Some(n))?,
+        None => match row {
+            Some(r) => r.name.clone(),
+            None => return Err(AppError::validation("name is required")),
+        },
+    };
+    validate::length("name", &name, 1, 100)?;
+    let description = req
+        .description
+        .map(|d| d.trim().to_owned())
+        .or_else(|| row.map(|r| r.description.clone()))
+        .unwrap_or_default();
+    validate::length("description", &description, 0, 1000)?;
+    let transport = match req.transport_type {
+        Some(t) => transport_type(t)?,
+        None => match row {
+            Some(r) => r.transport_type,
+            None => return Err(AppError::validation("transportType is required")),
+        },
+    };
+    let stdio = transport == STDIO;
+    let same_kind = row.is_some_and(|r| (r.transport_type == STDIO) == stdio);
+    if stdio {
+        if req.endpoint.as_deref().is_some_and(|e| !e.trim().is_empty()) {
+            return Err(AppError::validation(
+                "endpoint applies to transportType 1 and 2; stdio (3) takes command and args",
+            ));
+        }
+        if !user.is_admin() {
+            return Err(AppError::Forbidden(
+                "only administrators may configure stdio (transportType 3) servers: their command runs on the service host"
+                    .into(),
+            ));
+        }
+    } else if req.command.as_deref().is_some_and(|c| !c.trim().is_empty())
+        || req.args.as_ref().is_some_and(|a| !a.is_empty())
+        || req.env_vars.as_ref().is_some_and(|e| !e.is_empty())
+    {
+        return Err(AppError::validation(
+            "command, args and envVars apply to transportType 3 (stdio) only",
+        ));
+    }
+    let (endpoint, command, args, env) = if stdio {
+        let command = validate::optional(req.command)
+            .or_else(|| row.filter(|_| same_kind).and_then(|r| r.command.clone()))
+            .ok_or_else(|| AppError::validation("command is required for transportType 3 (stdio)"))?;
+        validate::length("command", &command, 1, 500)?;
+        let args = match req.args {
+            Some(a) => a,
+            None => row.filter(|_| same_kind).map(|r| r.args.clone()).unwrap_or_default(),
+        };
+        if args.len() > MAX_ARGS {
+            return Err(AppError::validation(format!("args may hold at most {MAX_ARGS} items")));
+        }
+        if args.iter().any(|a| a.contains('\0') || a.chars().count() > 2000) {
+            return Err(AppError::validation(
+                "each of args must be at most 2000 characters, without NUL",
+            ));
+        }
+        let stored_env = stored.filter(|_| same_kind).map(|s| s.2.clone()).unwrap_or_default();
+        let env = match req.env_vars {
+            Some(sent) => env_vars(sent, &stored_env)?,
+            None => stored_env,
+        };
+        (None, Some(command), args, env)
+    } else {
+        let endpoint = validate::optional(req.endpoint)
+            .or_else(|| row.filter(|_| same_kind).and_then(|r| r.endpoint.clone()))
+            .ok_or_else(|| {
+                AppError::validation("endpoint is required for transportType 1 (SSE) and 2 (Streamable HTTP)")
+            })?;
+        validate::length("endpoint", &endpoint, 1, 2000)?;
+        validate_http_url("endpoint", &endpoint)?;
+        (Some(endpoint), None, Vec::new(), BTreeMap::new())
+    };
+    let stored_auth = stored.map(|s| s.1);
+    let auth = match (req.auth_type, &req.auth_config, stored_auth) {
+        // Only authConfig sent: it belongs to the stored type.
+        (None, Some(raw), Some(a)) => AuthConfig::parse(i64::from(a.code()), Some(raw), Some(a))?,
+        (None, None, Some(a)) => a.clone(),
+        (Some(t), None, Some(a)) if t == i64::from(a.code()) => a.clone(),
+        (t, raw, _) => AuthConfig::parse(t.unwrap_or(0), raw.as_ref(), stored_auth)?,
+    };
+    Ok(Valid {
+        name,
+        description,
+        transport_type: transport,
+        endpoint,
+        command,
+        args,
+        env_vars_enc: if env.is_empty() {
+            None
+        } else {
+            Some(seal_json(state.secrets(), &env)?)
+        },
+        auth_type: auth.code(),
+        auth_config_enc: if auth == AuthConfig::None {
+            None
+        } else {
+            Some(seal_json(state.secrets(), &auth)?)
+        },
+    })
+}
+
+fn seal_json<T: serde::Serialize>(secrets: &SecretBox, value: &T) -> AppResult<String> {
+    let json = serde_json::to_string(value).map_err(|e| AppError::Internal(e.into()))?;
+    secrets.seal(&json)
+}
+
+fn duplicate(err: sqlx::Error, name: &str) -> AppError {
+    if is_unique_violation(&err, "mcp_servers_name_key") {
+        AppError::business(format!("an MCP server named {name:?} already exists"))
+    } else {
+        err.into()
+    }
+}
+
+pub async fn create(state: &AppState, user: &CurrentUser, req: McpServerRequest) -> AppResult<i64> {
+    let valid = validate(state, user, req, None)?;
+    repo::insert(state.db(), &valid.fields(), user.id)
+        .await
+        .map_err(|e| duplicate(e, &valid.name))
+}
+
+pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: McpServerRequest) -> AppResult<()> {
+    let row = owned(state, user, id).await?;
+    if row.transport_type == STDIO && !user.is_admin() {
+        return Err(AppError::Forbidden(
+            "only administrators may change stdio (transportType 3) servers".into(),
+        ));
+    }
+    let (auth, env) = open_secrets(&row, state.secrets())?;
+    let valid = validate(state, user, req, Some((&row, &auth, &env)))?;
+    repo::update(state.db(), id, &valid.fields())
+        .await
+        .map_err(|e| duplicate(e, &valid.name))?;
+    state.mcp().invalidate(id);
+    Ok(())
+}
+
+pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
+    owned(state, user, id).await?;
+    let mut tx = state.db().begin().await?;
+    repo::delete(&mut tx, id).await?;
+    tx.commit().await?;
+    state.mcp().invalidate(id);
+    Ok(())
+}
+
+fn tool_view(tool: &rmcp::model::Tool) -> ToolView {
+    ToolView {
+        name: tool.name.to_string(),
+        description: tool.description.as_deref().unwrap_or_default().to_owned(),
+        input_schema: Value::Object((*tool.input_schema).clone()),
+    }
+}
+
+/// Connects afresh, lists the tools and records the outcome as the server's status.
+pub async fn test(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<McpTestResult> {
+    let row = owned(state, user, id).await?;
+    let target = Target::open(&row, state.secrets())?;
+    state.mcp().invalidate(id);
+    let started = Instant::now();
+    let outcome = state.mcp().tools(&target, &super::limits(state)).await;
+    let response_time_ms = started.elapsed().as_millis() as u64;
+    match outcome {
+        Ok(tools) => {
+            repo::mark_connected(state.db(), id, tools.len() as i32, chrono::Utc::now()).await?;
+            Ok(McpTestResult {
+                success: true,
+                message: format!("connected; {} tools", tools.len()),
+                response_time_ms,
+                tools: tools.iter().map(tool_view).collect(),
+            })
+        }
+        Err(f) => {
+            let message: String = f.message.chars().take(1000).collect();
+            tracing::info!(server_id = id, error = %message, "MCP connection test failed");
+            repo::mark_error(state.db(), id, &message).await?;
+            Ok(McpTestResult {
+                success: false,
+                message,
+                response_time_ms,
+                tools: Vec::new(),
+            })
+        }
+    }
+}
+
+/// The server's tools (cached briefly); a failure is a business error naming the reason.
+pub async fn tools(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Vec<ToolView>> {
+    let row = visible(state, user, id).await?;
+    let target = Target::open(&row, state.secrets())?;
+    let tools = state
+        .mcp()
+        .tools(&target, &super::limits(state))
+        .await
+        .map_err(|f| AppError::business(format!("MCP server {:?} is unusable: {}", row.name, f.message)))?;
+    Ok(tools.iter().map(tool_view).collect())
+}
+
+pub(super) fn tool_of(row_id: i64, server_name: &str, tool: &rmcp::model::Tool) -> McpTool {
+    let v = tool_view(tool);
+    McpTool {
+        server_id: row_id,
+        server_name: server_name.to_owned(),
+        name: v.name,
+        description: v.description,
+        input_schema: v.input_schema,
+    }
+}

@@ -1,0 +1,997 @@
+//! `/mcp-server` and the MCP client, against real servers: `server-everything` (npm) over
+//! stdio, SSE and Streamable HTTP, the Python SDK with bearer / API-key / JWT checks, and
+//! oauth2-mock-server for client credentials.
+
+use std::time::Duration;
+
+use api_tests::mcp_servers::{everything, everything_stdio, free_port, guarded, guarded_sse, oauth, LogCapture};
+use api_tests::{spawn, spawn_with, Reply, Store, TestApp};
+use serde_json::{json, Value};
+use shared::mcp;
+
+/// The whole table as JSON, to prove a refusal changed nothing.
+async fn snapshot(app: &TestApp) -> Value {
+    sqlx::query_scalar("SELECT COALESCE(json_agg(t ORDER BY id), '[]')::jsonb FROM mcp_servers t")
+        .fetch_one(&app.db)
+        .await
+        .expect("snapshot")
+}
+
+async fn create(app: &TestApp, token: &str, body: Value) -> i64 {
+    let reply = app.post("/mcp-server", Some(token), &body).await;
+    reply.assert_ok().as_i64().expect("id")
+}
+
+fn http_server(name: &str, transport: i64, endpoint: &str) -> Value {
+    json!({"name": name, "transportType": transport, "endpoint": endpoint})
+}
+
+/// Every response body of a test, to search for secrets at the end.
+#[derive(Default)]
+struct Seen(String);
+
+impl Seen {
+    fn keep(&mut self, reply: Reply) -> Reply {
+        self.0.push_str(&String::from_utf8_lossy(&reply.bytes));
+        reply
+    }
+}
+
+#[tokio::test]
+async fn every_validation_rule_is_refused_and_writes_nothing() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let (_, user) = app.regular_user("mcp-user").await;
+    let long = "n".repeat(101);
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            json!({"transportType": 2, "endpoint": "http://h/mcp"}),
+            "name is required",
+        ),
+        (
+            json!({"name": " ", "transportType": 2, "endpoint": "http://h/mcp"}),
+            "name is required",
+        ),
+        (
+            json!({"name": long, "transportType": 2, "endpoint": "http://h/mcp"}),
+            "name must be 1 to 100 characters long",
+        ),
+        (
+            json!({"name": "a", "description": "d".repeat(1001), "transportType": 2, "endpoint": "http://h/mcp"}),
+            "description must be 0 to 1000 characters long",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "c".repeat(501)}),
+            "command must be 1 to 500 characters long",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "args": ["a".repeat(2001)]}),
+            "each of args must be at most 2000 characters",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": (0..101).map(|i| (format!("V{i}"), json!("x"))).collect::<serde_json::Map<_, _>>()}),
+            "envVars may hold at most 100 variables",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": {"K": 5}}),
+            "envVars",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 1, "authConfig": {"key": "X-Key", "value": "line\nbreak"}}),
+            "authConfig.value must be a valid HTTP header value",
+        ),
+        (
+            json!({"name": "a", "endpoint": "http://h/mcp"}),
+            "transportType is required",
+        ),
+        (
+            json!({"name": "a", "transportType": 4, "endpoint": "http://h"}),
+            "transportType must be 1 (SSE), 2 (Streamable HTTP) or 3 (stdio)",
+        ),
+        (json!({"name": "a", "transportType": "two"}), "transportType"),
+        (
+            json!({"name": "a", "transportType": 2}),
+            "endpoint is required for transportType 1 (SSE) and 2 (Streamable HTTP)",
+        ),
+        (
+            json!({"name": "a", "transportType": 1, "endpoint": "not a url"}),
+            "endpoint must be an http:// or https:// URL",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "ftp://h/mcp"}),
+            "endpoint must be an http:// or https:// URL",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h/mcp", "command": "node"}),
+            "command, args and envVars apply to transportType 3 (stdio) only",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h/mcp", "envVars": {"A": "b"}}),
+            "command, args and envVars apply to transportType 3 (stdio) only",
+        ),
+        (
+            json!({"name": "a", "transportType": 3}),
+            "command is required for transportType 3 (stdio)",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "endpoint": "http://h"}),
+            "endpoint applies to transportType 1 and 2",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "args": vec!["a"; 101]}),
+            "args may hold at most 100 items",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": {"1BAD": "v"}}),
+            "envVars key \"1BAD\" must be a variable name",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": {"K": "abcd****wxyz"}}),
+            "envVars.K is a masked value",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 7}),
+            "authType must be 0 (none), 1 (API key header), 2 (bearer token) or 3",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 1}),
+            "authConfig.key, authConfig.value are required for authType 1 (API key header)",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 1, "authConfig": {"key": "X-Key"}}),
+            "authConfig.value is required for authType 1",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 1, "authConfig": {"key": "bad key", "value": "v"}}),
+            "authConfig.key must be a valid HTTP header name",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 1, "authConfig": {"key": "Content-Type", "value": "v"}}),
+            "authConfig.key must not be content-type",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 2, "authConfig": {}}),
+            "authConfig.token is required for authType 2 (bearer token)",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 2, "authConfig": {"token": "Bearer abc"}}),
+            "without the `Bearer ` prefix",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 2, "authConfig": {"token": "abcd****wxyz"}}),
+            "authConfig.token is a masked value",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 3, "authConfig": {"clientId": "c"}}),
+            "authConfig.clientSecret, authConfig.tokenUrl are required for authType 3 (OAuth 2.0 client credentials)",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 3, "authConfig": {"clientId": "c", "clientSecret": "s", "tokenUrl": "nope"}}),
+            "authConfig.tokenUrl must be an http:// or https:// URL",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 0, "authConfig": {"token": "t"}}),
+            "authConfig must be null for authType 0",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 2, "authConfig": "token"}),
+            "authConfig must be an object or null",
+        ),
+    ];
+    for (body, needle) in &cases {
+        let reply = app.post("/mcp-server", Some(&admin), body).await;
+        reply.assert_error(400, 0, needle);
+        assert_eq!(app.count("mcp_servers").await, 0, "nothing written for {body}");
+    }
+
+    // A regular user may not run commands on the service host.
+    let stdio = json!({"name": "local", "transportType": 3, "command": "node"});
+    app.post("/mcp-server", Some(&user), &stdio)
+        .await
+        .assert_error(403, 403, "only administrators");
+    assert_eq!(app.count("mcp_servers").await, 0);
+
+    // Updates: the same rules over the merged record, and a duplicate name.
+    let id = create(&app, &admin, http_server("First", 2, "http://h/mcp")).await;
+    create(&app, &admin, http_server("Second", 1, "http://h/sse")).await;
+    let before = snapshot(&app).await;
+    let updates: Vec<(Value, &str)> = vec![
+        (
+            json!({"name": "second"}),
+            "an MCP server named \"second\" already exists",
+        ),
+        (json!({"name": ""}), "name is required"),
+        (
+            json!({"endpoint": "mailto:x"}),
+            "endpoint must be an http:// or https:// URL",
+        ),
+        (
+            json!({"transportType": 3}),
+            "command is required for transportType 3 (stdio)",
+        ),
+        (json!({"authType": 2}), "authConfig.token is required for authType 2"),
+        (
+            json!({"authConfig": {"token": "t"}}),
+            "authConfig must be null for authType 0",
+        ),
+        (
+            json!({"command": "node"}),
+            "command, args and envVars apply to transportType 3 (stdio) only",
+        ),
+    ];
+    for (body, needle) in &updates {
+        app.put(&format!("/mcp-server/{id}"), Some(&admin), body)
+            .await
+            .assert_error(400, 0, needle);
+        assert_eq!(snapshot(&app).await, before, "nothing changed by {body}");
+    }
+    app.post("/mcp-server", Some(&admin), &http_server("FIRST", 2, "http://h/x"))
+        .await
+        .assert_error(400, 0, "already exists");
+    app.get("/mcp-server/999999", Some(&admin))
+        .await
+        .assert_error(404, 404, "MCP server not found");
+    app.get("/mcp-server/page", None).await.assert_error(401, 401, "log in");
+    assert_eq!(snapshot(&app).await, before);
+}
+
+#[tokio::test]
+async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
+    let logs = LogCapture::start();
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let secret = "client-secret-0123456789";
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "oauth", "description": "d", "transportType": 2, "endpoint": "https://mcp.example.com/mcp",
+               "authType": 3, "authConfig": {"clientId": "cid", "clientSecret": secret, "tokenUrl": "https://id.example.com/token"}}),
+    )
+    .await;
+    let stdio = create(
+        &app,
+        &admin,
+        json!({"name": "tool", "transportType": 3, "command": "node", "args": ["server.js", "--flag"],
+               "envVars": {"API_TOKEN": "env-secret-abcdefgh", "MODE": "x"}}),
+    )
+    .await;
+    let detail = app.get(&format!("/mcp-server/{id}"), Some(&admin)).await;
+    let d = detail.assert_ok();
+    assert_eq!(
+        d["authConfig"],
+        json!({"clientId": "cid", "clientSecret": "clie****6789", "tokenUrl": "https://id.example.com/token"})
+    );
+    assert_eq!(
+        (
+            d["status"].as_str(),
+            d["toolCount"].as_i64(),
+            d["lastConnectDt"].is_null()
+        ),
+        (Some("unknown"), Some(0), true)
+    );
+    assert_eq!(
+        (d["transportType"].as_i64(), d["authType"].as_i64()),
+        (Some(2), Some(3))
+    );
+    let s = app.get(&format!("/mcp-server/{stdio}"), Some(&admin)).await;
+    let s = s.assert_ok();
+    assert_eq!(s["envVars"], json!({"API_TOKEN": "env-****efgh", "MODE": "****"}));
+    assert_eq!(
+        (s["command"].as_str(), s["args"].clone()),
+        (Some("node"), json!(["server.js", "--flag"]))
+    );
+    assert!(s["authConfig"].is_null());
+
+    // Stored sealed: no column holds either secret.
+    let raw = snapshot(&app).await.to_string();
+    assert!(!raw.contains(secret) && !raw.contains("env-secret-abcdefgh"), "{raw}");
+
+    // The masked values sent back keep the stored secrets; a new value replaces one.
+    let mut masked = d.clone();
+    masked["name"] = json!("oauth renamed");
+    app.put(&format!("/mcp-server/{id}"), Some(&admin), &masked)
+        .await
+        .assert_ok();
+    app.put(
+        &format!("/mcp-server/{stdio}"),
+        Some(&admin),
+        &json!({"envVars": {"API_TOKEN": "env-****efgh", "MODE": "y"}}),
+    )
+    .await
+    .assert_ok();
+    let row = mcp::repo::find(&app.db, id).await.unwrap().unwrap();
+    let (auth, _) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    assert_eq!(
+        auth,
+        mcp::AuthConfig::OAuth2 {
+            client_id: "cid".into(),
+            client_secret: secret.into(),
+            token_url: "https://id.example.com/token".into()
+        }
+    );
+    assert_eq!(row.name, "oauth renamed");
+    let row = mcp::repo::find(&app.db, stdio).await.unwrap().unwrap();
+    let (_, env) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    assert_eq!(
+        (env["API_TOKEN"].as_str(), env["MODE"].as_str()),
+        ("env-secret-abcdefgh", "y")
+    );
+    app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authConfig": {"clientId": "cid", "clientSecret": "new-secret-value", "tokenUrl": "https://id.example.com/token"}}))
+        .await
+        .assert_ok();
+    let row = mcp::repo::find(&app.db, id).await.unwrap().unwrap();
+    let (auth, _) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    assert!(matches!(auth, mcp::AuthConfig::OAuth2 { client_secret, .. } if client_secret == "new-secret-value"));
+
+    // The same authType without authConfig keeps the stored config.
+    app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authType": 3}))
+        .await
+        .assert_ok();
+    let row = mcp::repo::find(&app.db, id).await.unwrap().unwrap();
+    let (auth, _) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    assert!(matches!(auth, mcp::AuthConfig::OAuth2 { client_secret, .. } if client_secret == "new-secret-value"));
+    // Switching the auth type to none drops the stored secret.
+    app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authType": 0}))
+        .await
+        .assert_ok();
+    let row = mcp::repo::find(&app.db, id).await.unwrap().unwrap();
+    assert_eq!((row.auth_type, row.auth_config_enc.is_none()), (0, true));
+    let page = app.get("/mcp-server/page?keyword=RENAMED&size=5", Some(&admin)).await;
+    let p = page.assert_ok();
+    assert_eq!(
+        (p["total"].as_i64(), p["page"].as_i64(), p["size"].as_i64()),
+        (Some(1), Some(1), Some(5))
+    );
+    assert_eq!(p["data"][0]["id"].as_i64(), Some(id));
+    let all = app.get("/mcp-server/page", Some(&admin)).await;
+    let shown = String::from_utf8_lossy(&all.bytes);
+    assert!(shown.contains("env-****efgh"), "{shown}");
+    let logged = logs.text();
+    assert!(logged.contains("/mcp-server"), "the capture works: {logged}");
+    for secret in [secret, "env-secret-abcdefgh", "new-secret-value"] {
+        assert!(!shown.contains(secret) && !logged.contains(secret), "{secret} leaked");
+    }
+}
+
+#[tokio::test]
+async fn users_see_their_own_and_administrators_servers_and_change_only_their_own() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let (a_id, alice) = app.regular_user("alice").await;
+    let (_, bob) = app.regular_user("bob").await;
+    let shared_id = create(&app, &admin, http_server("shared", 2, "http://h/mcp")).await;
+    let own = create(&app, &alice, json!({"name": "alice's", "transportType": 1, "endpoint": "http://h/sse", "authType": 2, "authConfig": {"token": "alice-token-123456"}})).await;
+
+    let list = app.get("/mcp-server/list", Some(&bob)).await;
+    assert_eq!(list.assert_ok(), &json!([{"id": shared_id, "name": "shared"}]));
+    let page = app.get("/mcp-server/page", Some(&alice)).await;
+    assert_eq!(page.assert_ok()["total"].as_i64(), Some(2));
+    assert_eq!(
+        app.get("/mcp-server/page", Some(&admin)).await.assert_ok()["total"].as_i64(),
+        Some(2)
+    );
+
+    // Bob cannot see Alice's server at all, and may look at but not change the shared one.
+    let before = snapshot(&app).await;
+    app.get(&format!("/mcp-server/{own}"), Some(&bob))
+        .await
+        .assert_error(404, 404, "not found");
+    app.put(&format!("/mcp-server/{own}"), Some(&bob), &json!({"name": "x"}))
+        .await
+        .assert_error(404, 404, "not found");
+    app.delete(&format!("/mcp-server/{own}"), Some(&bob))
+        .await
+        .assert_error(404, 404, "not found");
+    app.post(&format!("/mcp-server/{own}/test"), Some(&bob), &json!({}))
+        .await
+        .assert_error(404, 404, "not found");
+    app.get(&format!("/mcp-server/{shared_id}"), Some(&bob))
+        .await
+        .assert_ok();
+    app.put(&format!("/mcp-server/{shared_id}"), Some(&bob), &json!({"name": "x"}))
+        .await
+        .assert_error(403, 403, "only the creator");
+    app.delete(&format!("/mcp-server/{shared_id}"), Some(&alice))
+        .await
+        .assert_error(403, 403, "only the creator");
+    assert_eq!(snapshot(&app).await, before);
+
+    // Alice changes her own; the administrator may change anyone's.
+    app.put(
+        &format!("/mcp-server/{own}"),
+        Some(&alice),
+        &json!({"description": "mine"}),
+    )
+    .await
+    .assert_ok();
+    app.put(
+        &format!("/mcp-server/{own}"),
+        Some(&admin),
+        &json!({"description": "checked"}),
+    )
+    .await
+    .assert_ok();
+    let detail = app.get(&format!("/mcp-server/{own}"), Some(&alice)).await;
+    assert_eq!(
+        (
+            detail.assert_ok()["creatorId"].as_i64(),
+            detail.data()["description"].as_str()
+        ),
+        (Some(a_id), Some("checked"))
+    );
+
+    // What agent updates use.
+    let user = |id, role| shared::http::CurrentUser {
+        id,
+        username: String::new(),
+        role,
+    };
+    let bob_user = user(a_id + 1, shared::users::Role::User);
+    assert_eq!(
+        mcp::usable_ids(&app.db, &bob_user, &[own, shared_id, 424242])
+            .await
+            .unwrap(),
+        vec![shared_id]
+    );
+    let alice_user = user(a_id, shared::users::Role::User);
+    assert_eq!(
+        mcp::usable_ids(&app.db, &alice_user, &[own, shared_id]).await.unwrap(),
+        vec![own, shared_id]
+    );
+    let briefs = mcp::briefs(&app.db, &[own, 424242, shared_id]).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&briefs).unwrap(),
+        json!([{"id": own, "name": "alice's", "description": "checked", "transportType": 1, "status": "unknown"},
+               {"id": shared_id, "name": "shared", "description": "", "transportType": 2, "status": "unknown"}])
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_server_takes_it_out_of_agents() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let gone = create(&app, &admin, http_server("gone", 2, "http://h/mcp")).await;
+    let kept = create(&app, &admin, http_server("kept", 2, "http://h/mcp2")).await;
+    let agent: i64 = sqlx::query_scalar(
+        "INSERT INTO agents (name, mcp_enabled, mcp_server_ids, creator_id)
+         VALUES ('helper', TRUE, $1, (SELECT id FROM users WHERE username = 'admin')) RETURNING id",
+    )
+    .bind(vec![gone, kept])
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    app.delete(&format!("/mcp-server/{gone}"), Some(&admin))
+        .await
+        .assert_ok();
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT mcp_server_ids FROM agents WHERE id = $1")
+        .bind(agent)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(ids, vec![kept]);
+    app.get(&format!("/mcp-server/{gone}"), Some(&admin))
+        .await
+        .assert_error(404, 404, "not found");
+    let tools = mcp::tools_of_servers(&app.state, &[gone]).await.unwrap();
+    assert_eq!(
+        tools[0].1.as_ref().unwrap_err(),
+        &format!("MCP server {gone} no longer exists")
+    );
+    let outcome = mcp::call_tool(&app.state, gone, "echo", json!({})).await.unwrap();
+    assert!(
+        outcome.is_error && outcome.text.contains("no longer exists"),
+        "{outcome:?}"
+    );
+}
+
+/// Creates, tests and uses `server-everything` through one transport.
+async fn exercise_everything(app: &TestApp, admin: &str, body: Value) -> i64 {
+    let id = create(app, admin, body).await;
+    let test = app
+        .post(&format!("/mcp-server/{id}/test"), Some(admin), &json!({}))
+        .await;
+    let t = test.assert_ok();
+    assert_eq!(t["success"], true, "{t}");
+    let names: Vec<&str> = t["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["name"].as_str())
+        .collect();
+    assert!(names.contains(&"echo") && names.contains(&"get-sum"), "{names:?}");
+    let echo = t["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "echo")
+        .unwrap();
+    assert_eq!(echo["inputSchema"]["type"], "object");
+    assert!(t["responseTimeMs"].is_u64());
+    let detail = app.get(&format!("/mcp-server/{id}"), Some(admin)).await;
+    let d = detail.assert_ok();
+    assert_eq!(
+        (d["status"].as_str(), d["toolCount"].as_u64()),
+        (Some("connected"), Some(names.len() as u64))
+    );
+    assert!(d["lastConnectDt"].is_string() && d["lastError"].is_null(), "{d}");
+    let listed = app.get(&format!("/mcp-server/{id}/tools"), Some(admin)).await;
+    assert_eq!(listed.assert_ok().as_array().unwrap().len(), names.len());
+
+    let echo = mcp::call_tool(&app.state, id, "echo", json!({"message": "hello 世界"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        echo,
+        mcp::ToolOutcome {
+            text: "Echo: hello 世界".into(),
+            is_error: false
+        }
+    );
+    let sum = mcp::call_tool(&app.state, id, "get-sum", json!({"a": 1, "b": 2}))
+        .await
+        .unwrap();
+    assert_eq!(sum.text, "The sum of 1 and 2 is 3.");
+    let bad = mcp::call_tool(&app.state, id, "get-sum", json!({"a": "one"}))
+        .await
+        .unwrap();
+    assert!(bad.is_error, "{bad:?}");
+    let not_object = mcp::call_tool(&app.state, id, "echo", json!([1])).await.unwrap();
+    assert!(not_object.is_error && not_object.text.contains("must be a JSON object"));
+    id
+}
+
+#[tokio::test]
+async fn server_everything_over_stdio_sse_and_streamable_http() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let sse = everything("sse").await;
+    let http = everything("streamableHttp").await;
+    let (command, args) = everything_stdio();
+    let stdio_id = exercise_everything(
+        &app,
+        &admin,
+        json!({"name": "stdio", "transportType": 3, "command": command, "args": args, "envVars": {"GREETING": "from-env-vars"}}),
+    )
+    .await;
+    let sse_id = exercise_everything(&app, &admin, http_server("sse", 1, &sse.url("/sse"))).await;
+    let http_id = exercise_everything(&app, &admin, http_server("http", 2, &http.url("/mcp"))).await;
+
+    // The stdio child sees its envVars but none of the service's own environment.
+    let env = mcp::call_tool(&app.state, stdio_id, "get-env", json!({}))
+        .await
+        .unwrap();
+    assert!(env.text.contains("from-env-vars"), "{}", env.text);
+    assert!(
+        !env.text.contains("DATABASE_URL") && !env.text.contains("ENCRYPTION_KEY"),
+        "{}",
+        env.text
+    );
+
+    // Chat's view: every server's tools, and the broken one named with its reason.
+    let broken = create(
+        &app,
+        &admin,
+        http_server("broken", 2, &format!("http://127.0.0.1:{}/mcp", free_port())),
+    )
+    .await;
+    let all = mcp::tools_of_servers(&app.state, &[stdio_id, sse_id, http_id, broken])
+        .await
+        .unwrap();
+    assert_eq!(
+        all.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        vec![stdio_id, sse_id, http_id, broken]
+    );
+    for (id, tools) in &all[..3] {
+        let tools = tools.as_ref().unwrap();
+        assert!(tools.iter().all(|t| t.server_id == *id) && tools.iter().any(|t| t.name == "get-sum"));
+    }
+    assert_eq!(all[1].1.as_ref().unwrap()[0].server_name, "sse");
+    let reason = all[3].1.as_ref().unwrap_err();
+    assert!(reason.starts_with("MCP server \"broken\" is unusable"), "{reason}");
+    app.get(&format!("/mcp-server/{broken}/tools"), Some(&admin))
+        .await
+        .assert_error(400, 0, "is unusable");
+    let test = app
+        .post(&format!("/mcp-server/{broken}/test"), Some(&admin), &json!({}))
+        .await;
+    assert_eq!(test.assert_ok()["success"], false);
+    let d = app.get(&format!("/mcp-server/{broken}"), Some(&admin)).await;
+    assert_eq!(d.assert_ok()["status"], "error");
+    assert!(d.data()["lastError"].as_str().is_some_and(|e| !e.is_empty()));
+}
+
+#[tokio::test]
+async fn tool_results_are_capped_in_size() {
+    let app = spawn_with(Store::Filesystem, &[("MCP_RESULT_MAX_BYTES", "16")]).await;
+    let admin = app.admin_token().await;
+    let (command, args) = everything_stdio();
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "stdio", "transportType": 3, "command": command, "args": args}),
+    )
+    .await;
+    let long = mcp::call_tool(
+        &app.state,
+        id,
+        "echo",
+        json!({"message": "a long message past the limit"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        long,
+        mcp::ToolOutcome {
+            text: "Echo: a long mes\n[truncated: the tool returned 35 bytes, the limit is 16]".into(),
+            is_error: false
+        }
+    );
+}
+
+/// How many processes carry `MCP_TEST_MARKER=<marker>` in their environment.
+fn processes_marked(marker: &str) -> usize {
+    let needle = format!("MCP_TEST_MARKER={marker}");
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| std::fs::read(e.path().join("environ")).ok())
+                .filter(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+async fn until_marked(marker: &str, count: usize) -> bool {
+    for _ in 0..100 {
+        if processes_marked(marker) == count {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
+    let app = spawn_with(Store::Filesystem, &[("MCP_CALL_TIMEOUT_SECS", "2")]).await;
+    let admin = app.admin_token().await;
+    let (command, args) = everything_stdio();
+    let marker = uuid::Uuid::new_v4().to_string();
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "stdio", "transportType": 3, "command": command, "args": args,
+        "envVars": {"MCP_TEST_MARKER": marker}}),
+    )
+    .await;
+    let sum = mcp::call_tool(&app.state, id, "get-sum", json!({"a": 1, "b": 1}))
+        .await
+        .unwrap();
+    assert_eq!(sum.text, "The sum of 1 and 1 is 2.");
+    assert_eq!(processes_marked(&marker), 1, "one child for the session");
+    let started = std::time::Instant::now();
+    let slow = mcp::call_tool(
+        &app.state,
+        id,
+        "trigger-long-running-operation",
+        json!({"duration": 10, "steps": 2}),
+    )
+    .await
+    .unwrap();
+    assert!(
+        slow.is_error && slow.text.contains("did not answer within 2 s"),
+        "{slow:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        until_marked(&marker, 0).await,
+        "the timed-out session's child is killed"
+    );
+    // The next call starts a fresh session and child.
+    let again = mcp::call_tool(&app.state, id, "get-sum", json!({"a": 2, "b": 2}))
+        .await
+        .unwrap();
+    assert_eq!(again.text, "The sum of 2 and 2 is 4.");
+    assert_eq!(processes_marked(&marker), 1);
+    // Deleting the server ends its session and its child.
+    app.delete(&format!("/mcp-server/{id}"), Some(&admin)).await.assert_ok();
+    assert!(until_marked(&marker, 0).await, "a deleted server's child is killed");
+}
+
+/// The status after a test, and the whole detail.
+async fn test_status(app: &TestApp, token: &str, id: i64, seen: &mut Seen) -> (bool, Value) {
+    let t = seen.keep(
+        app.post(&format!("/mcp-server/{id}/test"), Some(token), &json!({}))
+            .await,
+    );
+    let success = t.assert_ok()["success"].as_bool().unwrap();
+    let d = seen.keep(app.get(&format!("/mcp-server/{id}"), Some(token)).await);
+    (success, d.assert_ok().clone())
+}
+
+#[tokio::test]
+async fn bearer_and_api_key_servers_need_the_right_credentials() {
+    let logs = LogCapture::start();
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let mut seen = Seen::default();
+    let token = "bearer-secret-7f3a9c2e";
+    let key_value = "apikey-secret-41d8e0b6";
+    let bearer = guarded(&["bearer", token]).await;
+    let keyed = guarded(&["apikey", "X-Api-Key", key_value]).await;
+
+    // Bearer: none, then a wrong token, then the right one.
+    let id = create(&app, &admin, http_server("bearer", 2, &bearer.url("/mcp"))).await;
+    let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
+    assert!(!ok && d["status"] == "error", "{d}");
+    assert!(
+        d["lastError"].as_str().unwrap().contains("authentication failed"),
+        "{d}"
+    );
+    seen.keep(
+        app.put(
+            &format!("/mcp-server/{id}"),
+            Some(&admin),
+            &json!({"authType": 2, "authConfig": {"token": "wrong-token-000000"}}),
+        )
+        .await,
+    )
+    .assert_ok();
+    let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
+    assert!(
+        !ok && d["status"] == "error" && d["lastError"].as_str().unwrap().contains("authentication failed"),
+        "{d}"
+    );
+    seen.keep(
+        app.put(
+            &format!("/mcp-server/{id}"),
+            Some(&admin),
+            &json!({"authConfig": {"token": token}}),
+        )
+        .await,
+    )
+    .assert_ok();
+    let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
+    assert!(
+        ok && d["status"] == "connected" && d["toolCount"] == 3 && d["lastError"].is_null(),
+        "{d}"
+    );
+    // The credential goes with every request, tool calls included.
+    let sum = mcp::call_tool(&app.state, id, "add", json!({"a": 20, "b": 22}))
+        .await
+        .unwrap();
+    assert_eq!(
+        sum,
+        mcp::ToolOutcome {
+            text: "42".into(),
+            is_error: false
+        }
+    );
+    assert!(bearer.count("TOKEN-OK") >= 2);
+
+    // API key header: a wrong value, then the right one.
+    let kid = create(
+        &app,
+        &admin,
+        json!({"name": "keyed", "transportType": 2, "endpoint": keyed.url("/mcp"),
+        "authType": 1, "authConfig": {"key": "X-Api-Key", "value": "wrong-value-000000"}}),
+    )
+    .await;
+    let (ok, d) = test_status(&app, &admin, kid, &mut seen).await;
+    assert!(!ok && d["status"] == "error", "{d}");
+    let mut fixed = d.clone();
+    fixed["authConfig"]["value"] = json!(key_value);
+    seen.keep(app.put(&format!("/mcp-server/{kid}"), Some(&admin), &fixed).await)
+        .assert_ok();
+    let (ok, d) = test_status(&app, &admin, kid, &mut seen).await;
+    assert!(ok && d["status"] == "connected", "{d}");
+    let shout = mcp::call_tool(&app.state, kid, "shout", json!({"text": "quiet"}))
+        .await
+        .unwrap();
+    assert_eq!(shout.text, "QUIET");
+    seen.keep(app.get("/mcp-server/page", Some(&admin)).await).assert_ok();
+    seen.keep(app.get(&format!("/mcp-server/{kid}/tools"), Some(&admin)).await)
+        .assert_ok();
+
+    let logged = logs.text();
+    assert!(
+        logged.contains("MCP connection test failed"),
+        "the capture works: {logged}"
+    );
+    for secret in [token, key_value] {
+        assert!(!seen.0.contains(secret), "{secret} in a response");
+        assert!(!logged.contains(secret), "{secret} in the log");
+    }
+}
+
+#[tokio::test]
+async fn sse_servers_get_the_credentials_on_the_stream_and_every_message() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let mut seen = Seen::default();
+    let bearer = guarded_sse(&["bearer", "sse-bearer-secret-1234"]).await;
+    let keyed = guarded_sse(&["apikey", "X-Api-Key", "sse-key-secret-5678"]).await;
+    let servers = [
+        (
+            bearer.url("/sse"),
+            json!({"authType": 2, "authConfig": {"token": "sse-bearer-secret-1234"}}),
+        ),
+        (
+            keyed.url("/sse"),
+            json!({"authType": 1, "authConfig": {"key": "X-Api-Key", "value": "sse-key-secret-5678"}}),
+        ),
+    ];
+    for (i, (url, auth)) in servers.iter().enumerate() {
+        let id = create(&app, &admin, http_server(&format!("sse {i}"), 1, url)).await;
+        let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
+        assert!(
+            !ok && d["status"] == "error" && d["lastError"].as_str().unwrap().contains("authentication failed"),
+            "{d}"
+        );
+        seen.keep(app.put(&format!("/mcp-server/{id}"), Some(&admin), auth).await)
+            .assert_ok();
+        let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
+        assert!(ok && d["status"] == "connected" && d["toolCount"] == 3, "{d}");
+        let sum = mcp::call_tool(&app.state, id, "add", json!({"a": 40, "b": 2}))
+            .await
+            .unwrap();
+        assert_eq!(
+            sum,
+            mcp::ToolOutcome {
+                text: "42".into(),
+                is_error: false
+            }
+        );
+    }
+    assert!(!seen.0.contains("sse-bearer-secret-1234") && !seen.0.contains("sse-key-secret-5678"));
+}
+
+#[tokio::test]
+async fn sessions_are_reused_until_the_server_changes() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let server = guarded(&["bearer", "reuse-token-abcdef"]).await;
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "reused", "transportType": 2, "endpoint": server.url("/mcp"),
+        "authType": 2, "authConfig": {"token": "reuse-token-abcdef"}}),
+    )
+    .await;
+    let session = || async {
+        mcp::call_tool(&app.state, id, "session_id", json!({}))
+            .await
+            .unwrap()
+            .text
+    };
+    let first = session().await;
+    assert_eq!(session().await, first, "one session per server in a process");
+    let tools = mcp::tools_of_servers(&app.state, &[id]).await.unwrap();
+    assert_eq!(tools[0].1.as_ref().unwrap().len(), 3);
+    assert_eq!(session().await, first, "listing tools used the same session");
+
+    app.put(
+        &format!("/mcp-server/{id}"),
+        Some(&admin),
+        &json!({"description": "changed"}),
+    )
+    .await
+    .assert_ok();
+    let second = session().await;
+    assert_ne!(second, first, "an update ends the session");
+    // Another process notices a change by the row's updateDt, without this process's invalidation.
+    sqlx::query("UPDATE mcp_servers SET update_dt = now() + interval '1 second' WHERE id = $1")
+        .bind(id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    assert_ne!(session().await, second, "a newer configuration replaces the session");
+
+    app.delete(&format!("/mcp-server/{id}"), Some(&admin)).await.assert_ok();
+    let gone = mcp::call_tool(&app.state, id, "session_id", json!({})).await.unwrap();
+    assert!(gone.is_error && gone.text.contains("no longer exists"));
+}
+
+#[tokio::test]
+async fn oauth2_tokens_are_fetched_reused_refreshed_and_refusals_reported() {
+    let logs = LogCapture::start();
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let mut seen = Seen::default();
+    let secret = "oauth-client-secret-93e1";
+    let issuer_server = oauth("platform", secret, 4, 4).await;
+    let issuer = format!("http://localhost:{}", issuer_server.port);
+    let resource = guarded(&["jwt", &issuer]).await;
+    let token_url = issuer_server.url("/token");
+    let body = |client_secret: &str, token_url: &str| {
+        json!({"name": "oauth", "transportType": 2, "endpoint": resource.url("/mcp"), "authType": 3,
+               "authConfig": {"clientId": "platform", "clientSecret": client_secret, "tokenUrl": token_url}})
+    };
+
+    // A client the token endpoint refuses: error status naming the token endpoint.
+    let id = create(&app, &admin, body("not-the-secret-1234", &token_url)).await;
+    let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
+    assert!(!ok && d["status"] == "error", "{d}");
+    let err = d["lastError"].as_str().unwrap();
+    assert!(
+        err.contains("token endpoint")
+            && err.contains("refused the client credentials")
+            && err.contains("invalid_client"),
+        "{err}"
+    );
+    assert_eq!(issuer_server.count("TOKEN-REFUSED"), 1);
+
+    // An unreachable token endpoint is a clear error too.
+    let dead = format!("http://127.0.0.1:{}/token", free_port());
+    seen.keep(
+        app.put(&format!("/mcp-server/{id}"), Some(&admin), &body(secret, &dead))
+            .await,
+    )
+    .assert_ok();
+    let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
+    assert!(
+        !ok && d["lastError"].as_str().unwrap().contains("is unreachable"),
+        "{d}"
+    );
+
+    // The right client: one token, reused while fresh.
+    seen.keep(
+        app.put(&format!("/mcp-server/{id}"), Some(&admin), &body(secret, &token_url))
+            .await,
+    )
+    .assert_ok();
+    let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
+    assert!(ok && d["status"] == "connected", "{d}");
+    let call = || mcp::call_tool(&app.state, id, "add", json!({"a": 1, "b": 1}));
+    assert_eq!(call().await.unwrap().text, "2");
+    assert_eq!(call().await.unwrap().text, "2");
+    assert_eq!(issuer_server.count("TOKEN-ISSUED"), 1, "the token is reused");
+    // After it expires, a new one is fetched before the server would refuse it.
+    tokio::time::sleep(Duration::from_millis(4200)).await;
+    assert_eq!(call().await.unwrap().text, "2");
+    assert_eq!(issuer_server.count("TOKEN-ISSUED"), 2, "refreshed after expiry");
+    assert!(resource.count("TOKEN-OK") >= 4);
+    seen.keep(app.get(&format!("/mcp-server/{id}"), Some(&admin)).await)
+        .assert_ok();
+
+    let logged = logs.text();
+    assert!(
+        !seen.0.contains(secret) && !logged.contains(secret),
+        "client secret leaked"
+    );
+    assert!(!logged.contains("not-the-secret-1234"));
+}
+
+#[tokio::test]
+async fn a_token_the_server_refuses_is_replaced_once() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    // Tokens live 2 s but are advertised for an hour: the client keeps one the server refuses.
+    let issuer_server = oauth("platform", "secret-abcdef-123", 2, 3600).await;
+    let resource = guarded(&["jwt", &format!("http://localhost:{}", issuer_server.port)]).await;
+    let id = create(&app, &admin, json!({"name": "oauth", "transportType": 2, "endpoint": resource.url("/mcp"), "authType": 3,
+        "authConfig": {"clientId": "platform", "clientSecret": "secret-abcdef-123", "tokenUrl": issuer_server.url("/token")}})).await;
+    assert_eq!(
+        mcp::call_tool(&app.state, id, "add", json!({"a": 2, "b": 3}))
+            .await
+            .unwrap()
+            .text,
+        "5"
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after = mcp::call_tool(&app.state, id, "add", json!({"a": 3, "b": 3}))
+        .await
+        .unwrap();
+    assert_eq!(
+        after,
+        mcp::ToolOutcome {
+            text: "6".into(),
+            is_error: false
+        }
+    );
+    assert!(
+        resource.count("TOKEN-REJECTED expired") >= 1,
+        "the server refused the old token"
+    );
+    assert_eq!(issuer_server.count("TOKEN-ISSUED"), 2, "one new token after the 401");
+}

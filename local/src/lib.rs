@@ -18,6 +18,8 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(model_api::router())
         .merge(knowledge_api::router())
         .merge(agent_api::router())
+        .merge(app_api::router())
+        .merge(external_api::router())
 }
 
 /// Runs the queue workers inside this process, as the Lambda event sources would.

@@ -5,12 +5,14 @@
 //! services. Function crates only hold thin handlers and their Lambda entry points.
 
 pub mod agents;
+pub mod apps;
 pub mod app;
 pub mod auth;
 pub mod config;
 pub mod crypto;
 pub mod db;
 pub mod error;
+pub mod external;
 pub mod http;
 pub mod lambda;
 pub mod models;

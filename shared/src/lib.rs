@@ -5,8 +5,8 @@
 //! services. Function crates only hold thin handlers and their Lambda entry points.
 
 pub mod agents;
-pub mod apps;
 pub mod app;
+pub mod apps;
 pub mod auth;
 pub mod config;
 pub mod crypto;

@@ -45,7 +45,11 @@ async fn list(State(state): State<AppState>, _admin: AdminUser) -> ApiResult<Vec
 /// Create an app; the service generates its token (shown in the answer and in the page).
 #[utoipa::path(post, path = "/app", tag = "apps", security(("svc_auth" = [])), request_body = AppInput,
     responses((status = 200, body = Envelope<AppView>), (status = 400), (status = 401), (status = 403)))]
-async fn create(State(state): State<AppState>, AdminUser(user): AdminUser, Json(input): Json<AppInput>) -> ApiResult<AppView> {
+async fn create(
+    State(state): State<AppState>,
+    AdminUser(user): AdminUser,
+    Json(input): Json<AppInput>,
+) -> ApiResult<AppView> {
     service::create(&state, &user, input).await.map(Api)
 }
 
@@ -83,7 +87,11 @@ async fn toggle_status(State(state): State<AppState>, _admin: AdminUser, Path(id
 #[utoipa::path(get, path = "/app/{id}/nodes", tag = "apps", security(("svc_auth" = [])),
     params(("id" = String, Path, description = "the appId string, not the numeric id")),
     responses((status = 200, body = Envelope<Vec<ClientNode>>), (status = 401), (status = 403), (status = 404)))]
-async fn nodes(State(state): State<AppState>, _admin: AdminUser, Path(app_id): Path<String>) -> ApiResult<Vec<ClientNode>> {
+async fn nodes(
+    State(state): State<AppState>,
+    _admin: AdminUser,
+    Path(app_id): Path<String>,
+) -> ApiResult<Vec<ClientNode>> {
     service::nodes(&state, &app_id).await.map(Api)
 }
 

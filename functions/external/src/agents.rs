@@ -1,7 +1,7 @@
 //! Agents the app may use, and an external user's subscriptions.
 
 use axum::extract::State;
-use shared::external::{agents, AgentQuery, ExternalCaller, ExternalAgent, OpenIdQuery, SubscriptionRequest};
+use shared::external::{agents, AgentQuery, ExternalAgent, ExternalCaller, OpenIdQuery, SubscriptionRequest};
 use shared::http::app_credentials::AppCaller;
 use shared::http::envelope::Empty;
 use shared::http::{Api, ApiResult, Envelope, Json, Query};
@@ -20,7 +20,11 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// Enabled agents that run on this app or on no app in particular.
 #[utoipa::path(get, path = "/openapi/v1/agents", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
     params(OpenIdQuery), responses((status = 200, body = Envelope<Vec<ExternalAgent>>), (status = 401)))]
-async fn list(State(state): State<AppState>, app: AppCaller, Query(q): Query<OpenIdQuery>) -> ApiResult<Vec<ExternalAgent>> {
+async fn list(
+    State(state): State<AppState>,
+    app: AppCaller,
+    Query(q): Query<OpenIdQuery>,
+) -> ApiResult<Vec<ExternalAgent>> {
     agents::list(&state, &app, q).await.map(Api)
 }
 
@@ -52,7 +56,11 @@ async fn subscribed(
 /// Subscribe the external user to an agent (idempotent; registers the user on first contact).
 #[utoipa::path(post, path = "/openapi/v1/user/agent", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
     request_body = SubscriptionRequest, responses((status = 200, body = Envelope<Empty>), (status = 400), (status = 401)))]
-async fn subscribe(State(state): State<AppState>, app: AppCaller, Json(req): Json<SubscriptionRequest>) -> ApiResult<Empty> {
+async fn subscribe(
+    State(state): State<AppState>,
+    app: AppCaller,
+    Json(req): Json<SubscriptionRequest>,
+) -> ApiResult<Empty> {
     agents::subscribe(&state, &app, req, true).await?;
     Api::empty()
 }

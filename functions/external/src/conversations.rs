@@ -44,7 +44,11 @@ async fn create(
 #[utoipa::path(delete, path = "/openapi/v1/agent/conversations", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
     params(ConversationQuery),
     responses((status = 200, body = Envelope<Deleted>), (status = 400), (status = 401), (status = 404)))]
-async fn delete(State(state): State<AppState>, app: AppCaller, Query(q): Query<ConversationQuery>) -> ApiResult<Deleted> {
+async fn delete(
+    State(state): State<AppState>,
+    app: AppCaller,
+    Query(q): Query<ConversationQuery>,
+) -> ApiResult<Deleted> {
     conversations::delete(&state, &app, q).await.map(Api)
 }
 

@@ -15,6 +15,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// Register or refresh a client node for 30 s; a kicked node gets `kicked: true` once.
 #[utoipa::path(post, path = "/openapi/v1/node/heartbeat", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
     request_body = Heartbeat, responses((status = 200, body = Envelope<HeartbeatReply>), (status = 400), (status = 401)))]
-async fn heartbeat(State(state): State<AppState>, app: AppCaller, Json(beat): Json<Heartbeat>) -> ApiResult<HeartbeatReply> {
+async fn heartbeat(
+    State(state): State<AppState>,
+    app: AppCaller,
+    Json(beat): Json<Heartbeat>,
+) -> ApiResult<HeartbeatReply> {
     nodes::heartbeat(&state, &app, beat).await.map(Api)
 }

@@ -19,6 +19,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[utoipa::path(post, path = "/openapi/v1/resource/upload", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
     request_body = UploadRequest,
     responses((status = 200, body = Envelope<UploadedImage>), (status = 400), (status = 401), (status = 413)))]
-async fn upload(State(state): State<AppState>, app: AppCaller, Json(req): Json<UploadRequest>) -> ApiResult<UploadedImage> {
+async fn upload(
+    State(state): State<AppState>,
+    app: AppCaller,
+    Json(req): Json<UploadRequest>,
+) -> ApiResult<UploadedImage> {
     upload::upload(&state, &app, req).await.map(Api)
 }

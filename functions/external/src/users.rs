@@ -26,6 +26,10 @@ async fn register(
 /// The registered user with this openId (404 when unknown).
 #[utoipa::path(get, path = "/openapi/v1/user", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
     params(OpenIdQuery), responses((status = 200, body = Envelope<ExternalUserView>), (status = 400), (status = 401), (status = 404)))]
-async fn info(State(state): State<AppState>, app: AppCaller, Query(q): Query<OpenIdQuery>) -> ApiResult<ExternalUserView> {
+async fn info(
+    State(state): State<AppState>,
+    app: AppCaller,
+    Query(q): Query<OpenIdQuery>,
+) -> ApiResult<ExternalUserView> {
     users::info(&state, &app, q.open_id).await.map(Api)
 }

@@ -72,8 +72,12 @@ pub async fn issue(state: &AppState, app_row_id: i64, req: EmbedTokenRequest) ->
         exp: now.timestamp() + ttl,
         typ: KIND.to_owned(),
     };
-    let token = encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes()))
-        .map_err(|e| AppError::Internal(anyhow::Error::new(e).context("signing embed token")))?;
+    let token = encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .map_err(|e| AppError::Internal(anyhow::Error::new(e).context("signing embed token")))?;
     Ok(EmbedToken {
         token,
         token_type: "Svc-Auth",
@@ -97,8 +101,8 @@ pub async fn verify(state: &AppState, token: &str) -> AppResult<EmbedScope> {
     let secret = state.secrets().open(&app.token_enc)?;
     let mut validation = Validation::new(Algorithm::HS256);
     validation.leeway = 5;
-    let data = decode::<Claims>(token, &DecodingKey::from_secret(secret.as_bytes()), &validation)
-        .map_err(|_| refused())?;
+    let data =
+        decode::<Claims>(token, &DecodingKey::from_secret(secret.as_bytes()), &validation).map_err(|_| refused())?;
     if data.claims.typ != KIND || data.claims.app != app.app_id {
         return Err(refused());
     }

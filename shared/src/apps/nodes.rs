@@ -14,7 +14,9 @@ pub const BEAT_EVERY: Duration = Duration::from_secs(10);
 const MAX_LABELS: usize = 32;
 
 fn int(field: &str, value: Option<i64>, default: Option<i64>, min: i64, max: i64) -> AppResult<i32> {
-    let v = value.or(default).ok_or_else(|| AppError::validation(format!("{field} is required")))?;
+    let v = value
+        .or(default)
+        .ok_or_else(|| AppError::validation(format!("{field} is required")))?;
     validate::range(field, v, min, max)?;
     Ok(v as i32)
 }
@@ -29,7 +31,9 @@ pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> Ap
     let active_chats = int("activeChats", beat.active_chats, Some(0), 0, 100_000)?;
     let labels = beat.labels.unwrap_or_default();
     if labels.len() > MAX_LABELS {
-        return Err(AppError::validation(format!("labels may hold at most {MAX_LABELS} entries")));
+        return Err(AppError::validation(format!(
+            "labels may hold at most {MAX_LABELS} entries"
+        )));
     }
     let labels = serde_json::to_value(labels).map_err(|e| AppError::Internal(e.into()))?;
 

@@ -124,6 +124,9 @@ pub async fn toggle_status(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<boo
 }
 
 pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<bool> {
-    let done = sqlx::query("DELETE FROM apps WHERE id = $1").bind(id).execute(db).await?;
+    let done = sqlx::query("DELETE FROM apps WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
     Ok(done.rows_affected() == 1)
 }

@@ -67,7 +67,9 @@ fn view(state: &AppState, row: AppRow) -> AppResult<AppView> {
 }
 
 async fn load(state: &AppState, id: i64) -> AppResult<AppRow> {
-    repo::find(state.db(), id).await?.ok_or_else(|| AppError::not_found("app"))
+    repo::find(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("app"))
 }
 
 /// The app with this string identifier (`Svc-App-Id`).
@@ -91,7 +93,10 @@ pub async fn page(
         created: range.0,
     };
     let (rows, total) = repo::page(state.db(), &f, query.size(), query.offset()).await?;
-    let views = rows.into_iter().map(|r| view(state, r)).collect::<AppResult<Vec<_>>>()?;
+    let views = rows
+        .into_iter()
+        .map(|r| view(state, r))
+        .collect::<AppResult<Vec<_>>>()?;
     Ok(Page::new(views, query, total))
 }
 
@@ -157,7 +162,11 @@ pub async fn toggle_status(state: &AppState, id: i64) -> AppResult<()> {
 
 pub async fn nodes(state: &AppState, app_id: &str) -> AppResult<Vec<ClientNode>> {
     let app = load_by_app_id(state, app_id).await?;
-    Ok(node_repo::of_app(state.db(), app.id).await?.into_iter().map(Into::into).collect())
+    Ok(node_repo::of_app(state.db(), app.id)
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect())
 }
 
 pub async fn all_nodes(state: &AppState) -> AppResult<Vec<ClientNode>> {

@@ -24,9 +24,7 @@ impl ExternalCaller {
             (None, requested) => Ok(requested),
             (Some(scope), None) => Ok(Some(scope.clone())),
             (Some(scope), Some(r)) if *scope == r => Ok(Some(r)),
-            (Some(_), Some(_)) => Err(AppError::Forbidden(
-                "this embed token speaks for another openId".into(),
-            )),
+            (Some(_), Some(_)) => Err(AppError::Forbidden("this embed token speaks for another openId".into())),
         }
     }
 }

@@ -76,7 +76,9 @@ pub async fn create(state: &AppState, app: &AppCaller, req: NewConversation) -> 
 
 /// One conversation (404 when the user has none with this id), or all of the agent's.
 pub async fn delete(state: &AppState, app: &AppCaller, q: ConversationQuery) -> AppResult<Deleted> {
-    let one = validate::optional(q.conversation_id).map(|k| key(Some(k))).transpose()?;
+    let one = validate::optional(q.conversation_id)
+        .map(|k| key(Some(k)))
+        .transpose()?;
     let (agent_id, _, user) = scope(state, app, q.agent_id, q.open_id).await?;
     match (one, user) {
         (Some(_), None) => Err(AppError::not_found("conversation")),
@@ -101,5 +103,9 @@ pub async fn messages(state: &AppState, app: &AppCaller, q: ConversationQuery) -
     let c = conv_repo::find(state.db(), agent_id, Owner::External(user), &k)
         .await?
         .ok_or_else(|| AppError::not_found("conversation"))?;
-    Ok(conv_repo::messages(state.db(), c.id).await?.into_iter().map(Into::into).collect())
+    Ok(conv_repo::messages(state.db(), c.id)
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect())
 }

@@ -54,7 +54,10 @@ pub async fn ensure_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<(
 
 /// Removes a user again (a first chat that was refused leaves nothing behind).
 pub async fn delete_user(db: &PgPool, id: i64) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM external_users WHERE id = $1").bind(id).execute(db).await?;
+    sqlx::query("DELETE FROM external_users WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
     Ok(())
 }
 
@@ -69,7 +72,8 @@ pub async fn find_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<Opt
 }
 
 /// Agents an app may use: enabled ones that run on this app or on none.
-const AGENTS: &str = "SELECT a.id, a.name, a.description, a.avatar, a.greeting, a.preset_questions, u.username AS creator,
+const AGENTS: &str =
+    "SELECT a.id, a.name, a.description, a.avatar, a.greeting, a.preset_questions, u.username AS creator,
        a.view_count, a.is_featured, a.app_id, a.create_dt,
        EXISTS (SELECT 1 FROM external_subscriptions s WHERE s.agent_id = a.id AND s.external_user_id = $2) AS subscribed
      FROM agents a JOIN users u ON u.id = a.creator_id
@@ -137,11 +141,13 @@ pub async fn own_resource(db: impl PgExecutor<'_>, resource_id: i64, user: i64) 
 
 /// Of these resources, the ones the user uploaded.
 pub async fn owned_resources(db: &PgPool, ids: &[i64], user: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar("SELECT resource_id FROM external_resources WHERE resource_id = ANY($1) AND external_user_id = $2")
-        .bind(ids)
-        .bind(user)
-        .fetch_all(db)
-        .await
+    sqlx::query_scalar(
+        "SELECT resource_id FROM external_resources WHERE resource_id = ANY($1) AND external_user_id = $2",
+    )
+    .bind(ids)
+    .bind(user)
+    .fetch_all(db)
+    .await
 }
 
 /// Deletes every conversation of the user with the agent; returns how many.

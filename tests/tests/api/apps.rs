@@ -338,3 +338,46 @@ async fn heartbeats_need_valid_credentials_and_input() {
         .assert_error(401, 401, "disabled");
     assert_eq!(app.count("client_nodes").await, 0);
 }
+
+#[tokio::test]
+async fn openapi_documents_the_app_and_external_routes() {
+    let app = spawn(Store::Filesystem).await;
+    let reply = app
+        .send(app.client.get(format!("{}/api-docs/openapi.json", app.origin)))
+        .await;
+    let paths = reply.body["paths"].as_object().expect("paths");
+    for (path, method) in [
+        ("/api/app/page", "get"),
+        ("/api/app/list", "get"),
+        ("/api/app", "post"),
+        ("/api/app/{id}", "put"),
+        ("/api/app/{id}", "delete"),
+        ("/api/app/{id}/toggle-status", "post"),
+        ("/api/app/{id}/nodes", "get"),
+        ("/api/app/all-nodes", "get"),
+        ("/api/app/{id}/nodes/{hostId}", "delete"),
+        ("/api/openapi/v1/agents", "get"),
+        ("/api/openapi/v1/agent", "get"),
+        ("/api/openapi/v1/user/register", "post"),
+        ("/api/openapi/v1/user", "get"),
+        ("/api/openapi/v1/user/agents", "get"),
+        ("/api/openapi/v1/user/agent", "post"),
+        ("/api/openapi/v1/user/agent", "delete"),
+        ("/api/openapi/v1/agent/conversations", "get"),
+        ("/api/openapi/v1/agent/conversations", "post"),
+        ("/api/openapi/v1/agent/conversations", "delete"),
+        ("/api/openapi/v1/agent/conversations/messages", "get"),
+        ("/api/openapi/v1/resource/upload", "post"),
+        ("/api/openapi/v1/agent/chat", "post"),
+        ("/api/openapi/v1/agent/chat/sync", "post"),
+        ("/api/openapi/v1/embed-token", "get"),
+        ("/api/openapi/v1/embed-token", "post"),
+        ("/api/openapi/v1/node/heartbeat", "post"),
+        ("/api/embed/{agentId}", "get"),
+    ] {
+        assert!(
+            paths.get(path).and_then(|p| p.get(method)).is_some(),
+            "{method} {path} missing from the OpenAPI document"
+        );
+    }
+}

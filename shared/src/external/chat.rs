@@ -7,24 +7,24 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 
 use super::model::{ExternalChatRequest, SyncAnswer};
-use super::{agents, repo, ExternalCaller};
-use crate::agents::chat::{self, Caller, ChatRequest, StreamEvent, MAX_CONTENT_CHARS};
+use super::{agents, repo, users, ExternalCaller};
+use crate::agents::chat::{self, Caller, ChatRequest, StreamEvent};
 use crate::agents::Owner;
 use crate::apps::repo as app_repo;
 use crate::models::gateway::Billing;
-use crate::{validate, AppError, AppResult, AppState};
+use crate::{AppError, AppResult, AppState};
 
 /// How long the synchronous chat waits for the whole answer.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The four required parameters, named together whenever any is missing.
-fn required(req: &ExternalChatRequest, open_id: &Option<String>) -> AppResult<()> {
+/// The four required parameters, named together whenever any is missing; the agent id and openId.
+fn required(req: &ExternalChatRequest, open_id: Option<String>) -> AppResult<(i64, String)> {
     let blank = |v: &Option<String>| v.as_deref().is_none_or(|s| s.trim().is_empty());
     let mut missing = vec![];
     if req.agent_id.is_none() {
         missing.push("agentId");
     }
-    if blank(open_id) {
+    if blank(&open_id) {
         missing.push("openId");
     }
     if blank(&req.conversation_id) {
@@ -33,8 +33,8 @@ fn required(req: &ExternalChatRequest, open_id: &Option<String>) -> AppResult<()
     if blank(&req.content) {
         missing.push("content");
     }
-    if missing.is_empty() {
-        return Ok(());
+    if let (true, Some(agent_id), Some(open_id)) = (missing.is_empty(), req.agent_id, open_id) {
+        return Ok((agent_id, open_id));
     }
     Err(AppError::business(format!(
         "agentId, openId, conversationId and content are required (missing: {})",
@@ -66,13 +66,8 @@ pub async fn start(
     mut req: ExternalChatRequest,
 ) -> AppResult<BoxStream<'static, StreamEvent>> {
     let open_id = caller.open_id(req.open_id.take())?;
-    required(&req, &open_id)?;
-    let (Some(agent_id), Some(open_id)) = (req.agent_id, open_id) else {
-        return Err(AppError::business("agentId and openId are required"));
-    };
-    crate::external::users::check_open_id(Some(open_id.clone()))?;
-    let content = req.content.take().unwrap_or_default();
-    validate::length("content", content.trim(), 1, MAX_CONTENT_CHARS)?;
+    let (agent_id, open_id) = required(&req, open_id)?;
+    let open_id = users::check_open_id(Some(open_id))?;
     let agent = agents::usable(state, &caller.app, agent_id).await?;
     let app = app_repo::find(state.db(), caller.app.id)
         .await?
@@ -88,7 +83,7 @@ pub async fn start(
         };
         let chat_req = ChatRequest {
             conversation_id: req.conversation_id,
-            content: Some(content),
+            content: req.content,
             attachments: req.attachments,
             disabled_mcp_server_ids: req.disabled_mcp_server_ids,
             disabled_skill_ids: req.disabled_skill_ids,

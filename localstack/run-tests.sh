@@ -25,6 +25,9 @@ set -a
 . ".local/$stack/env"
 set +a
 
+step "headless browser"
+bash localstack/install.sh chromium
+
 step "embedding model server"
 embedder_log=$(mktemp)
 embedder_pid=$(bash localstack/embedder.sh start "$embedder_log")

@@ -20,6 +20,8 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(agent_api::router())
         .merge(skill_api::router())
         .merge(mcp_api::router())
+        .merge(app_api::router())
+        .merge(external_api::router())
 }
 
 /// Runs the queue workers inside this process, as the Lambda event sources would.

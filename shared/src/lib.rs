@@ -6,11 +6,13 @@
 
 pub mod agents;
 pub mod app;
+pub mod apps;
 pub mod auth;
 pub mod config;
 pub mod crypto;
 pub mod db;
 pub mod error;
+pub mod external;
 pub mod http;
 pub mod lambda;
 pub mod mcp;

@@ -1,6 +1,8 @@
 //! Test harness: each test gets the real application on a random port, backed by a fresh
 //! Postgres database and either the filesystem store or S3 on LocalStack.
 
+pub mod apps;
+pub mod browser;
 pub mod chat;
 pub mod lambda_emulator;
 pub mod mcp_servers;

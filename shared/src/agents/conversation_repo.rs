@@ -66,6 +66,25 @@ pub async fn find_any(db: &PgPool, agent_id: i64, key: &str) -> sqlx::Result<Opt
     .await
 }
 
+/// The owner's conversation with this key, created (empty) when new; `true` when created.
+pub async fn ensure(db: &PgPool, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<(ConversationRow, bool)> {
+    let inserted: Option<ConversationRow> = sqlx::query_as(
+        "INSERT INTO conversations (agent_id, user_id, external_user_id, conversation_key) VALUES ($1, $2, $3, $4)
+         ON CONFLICT DO NOTHING RETURNING id, conversation_key, agent_id, title",
+    )
+    .bind(agent_id)
+    .bind(owner.user_id())
+    .bind(owner.external_user_id())
+    .bind(key)
+    .fetch_optional(db)
+    .await?;
+    if let Some(row) = inserted {
+        return Ok((row, true));
+    }
+    let row = find(db, agent_id, owner, key).await?.ok_or(sqlx::Error::RowNotFound)?;
+    Ok((row, false))
+}
+
 pub struct SummaryFilter {
     pub agent_id: i64,
     /// Only this owner's conversations; `None` for all of the agent's.
@@ -152,6 +171,17 @@ pub async fn delete(db: impl PgExecutor<'_>, conversation_id: i64) -> sqlx::Resu
     Ok(())
 }
 
+/// Replaces the title only while it is still `placeholder`, so a title someone chose stays.
+pub async fn replace_title(db: &PgPool, conversation_id: i64, placeholder: &str, title: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE conversations SET title = $3 WHERE id = $1 AND title = $2")
+        .bind(conversation_id)
+        .bind(placeholder)
+        .bind(title)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 pub async fn set_title(db: impl PgExecutor<'_>, conversation_id: i64, title: &str) -> sqlx::Result<()> {
     sqlx::query("UPDATE conversations SET title = $2 WHERE id = $1")
         .bind(conversation_id)
@@ -176,7 +206,7 @@ pub struct NewTurn<'a> {
 #[derive(Debug, Clone, Copy, sqlx::FromRow)]
 pub struct StartedTurn {
     pub conversation_id: i64,
-    /// The conversation was created by this turn.
+    /// This is the conversation's first turn (it may have been created empty before).
     pub created: bool,
     pub user_message_id: i64,
     pub assistant_message_id: i64,
@@ -195,8 +225,9 @@ pub async fn start_turn(db: &PgPool, t: &NewTurn<'_>) -> sqlx::Result<StartedTur
         "WITH c AS (
            INSERT INTO conversations (agent_id, user_id, external_user_id, conversation_key, title)
            VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT {conflict} DO UPDATE SET last_message_dt = now()
-           RETURNING id, (xmax = 0) AS created),
+           ON CONFLICT {conflict} DO UPDATE SET last_message_dt = now(),
+             title = CASE WHEN conversations.title = '' THEN EXCLUDED.title ELSE conversations.title END
+           RETURNING id, NOT EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = conversations.id) AS created),
          u AS (
            INSERT INTO messages (conversation_id, agent_id, role, content, attachments)
            SELECT c.id, $1, 'user', $6, $7 FROM c RETURNING id, conversation_id),

@@ -1,8 +1,10 @@
 //! Black-box tests of the API over HTTP. One binary, so the application links once.
 
 mod agents;
+mod apps;
 mod chat;
 mod deployment;
+mod external;
 mod knowledge;
 mod lambda;
 mod mcp;

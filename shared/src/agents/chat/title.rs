@@ -22,7 +22,8 @@ pub fn fallback(first_message: &str) -> String {
     clip(first_message)
 }
 
-/// Asks the chat model for a short title of the first exchange; keeps the fallback on failure.
+/// Asks the chat model for a short title of the first exchange; keeps the fallback on failure
+/// and never replaces a title that is not the fallback (one the client chose).
 pub async fn generate(
     state: &AppState,
     model: &ModelHandle,
@@ -55,7 +56,7 @@ pub async fn generate(
     if title.is_empty() {
         return;
     }
-    if let Err(e) = repo::set_title(state.db(), conversation_id, &title).await {
+    if let Err(e) = repo::replace_title(state.db(), conversation_id, &fallback(question), &title).await {
         tracing::error!(conversation_id, error = %e, "saving the conversation title failed");
     }
 }

@@ -1,0 +1,6 @@
+//! Lambda entry point of the apps module.
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    shared::lambda::run_http(app_api::router()).await
+}

@@ -1,0 +1,58 @@
+//! Embed tokens for partner pages, and the embeddable chat page that uses them.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use shared::apps::embed_token::{self, EmbedToken, EmbedTokenRequest};
+use shared::http::app_credentials::AppCaller;
+use shared::http::{Api, ApiResult, Envelope, Json, Path, Query};
+use shared::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+const PAGE: &str = include_str!("embed_page.html");
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(token_get, token_post))
+        .routes(routes!(page))
+}
+
+/// A chat session token for one openId (query openId, ttlSeconds), sent as `Svc-Auth`.
+#[utoipa::path(get, path = "/openapi/v1/embed-token", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
+    params(EmbedTokenRequest), responses((status = 200, body = Envelope<EmbedToken>), (status = 400), (status = 401)))]
+async fn token_get(
+    State(state): State<AppState>,
+    app: AppCaller,
+    Query(req): Query<EmbedTokenRequest>,
+) -> ApiResult<EmbedToken> {
+    embed_token::issue(&state, app.id, req).await.map(Api)
+}
+
+/// The same, with a JSON body `{openId, ttlSeconds}`.
+#[utoipa::path(post, path = "/openapi/v1/embed-token", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
+    request_body = EmbedTokenRequest, responses((status = 200, body = Envelope<EmbedToken>), (status = 400), (status = 401)))]
+async fn token_post(
+    State(state): State<AppState>,
+    app: AppCaller,
+    Json(req): Json<EmbedTokenRequest>,
+) -> ApiResult<EmbedToken> {
+    embed_token::issue(&state, app.id, req).await.map(Api)
+}
+
+/// The chat page for an iframe: `/embed/{agentId}#token=<embed token>` (optionally `&q=<first
+/// question>`). The page itself holds no data; everything goes through the external chat.
+#[utoipa::path(get, path = "/embed/{agentId}", tag = "external", params(("agentId" = i64, Path)),
+    responses((status = 200, content_type = "text/html", body = String)))]
+async fn page(Path(_agent_id): Path<i64>) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+        ],
+        PAGE,
+    )
+        .into_response()
+}

@@ -1,0 +1,10 @@
+//! Apps (third-party client applications), their client nodes and the embed tokens they sign.
+
+pub mod embed_token;
+pub mod model;
+pub mod node_repo;
+pub mod nodes;
+pub mod repo;
+pub mod service;
+
+pub use model::*;

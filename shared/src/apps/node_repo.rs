@@ -1,0 +1,90 @@
+//! SQL of client nodes and the kicks waiting to be told.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgExecutor, PgPool};
+
+use super::model::NodeRow;
+
+const SELECT: &str = "SELECT n.id, a.app_id, a.app_name, n.host_id, n.host_ip, n.grpc_port, n.max_concurrent,
+       n.active_chats, n.labels, n.expire_dt
+     FROM client_nodes n JOIN apps a ON a.id = n.app_id";
+
+pub async fn of_app(db: &PgPool, app: i64) -> sqlx::Result<Vec<NodeRow>> {
+    sqlx::query_as(&format!("{SELECT} WHERE n.app_id = $1 ORDER BY n.host_id"))
+        .bind(app)
+        .fetch_all(db)
+        .await
+}
+
+pub async fn all(db: &PgPool) -> sqlx::Result<Vec<NodeRow>> {
+    sqlx::query_as(&format!("{SELECT} ORDER BY a.app_id, n.host_id"))
+        .fetch_all(db)
+        .await
+}
+
+pub struct Beat<'a> {
+    pub app: i64,
+    pub host_id: &'a str,
+    pub host_ip: &'a str,
+    pub grpc_port: i32,
+    pub max_concurrent: i32,
+    pub active_chats: i32,
+    pub labels: Value,
+    pub expire_dt: DateTime<Utc>,
+}
+
+pub async fn upsert(db: impl PgExecutor<'_>, b: &Beat<'_>) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO client_nodes (app_id, host_id, host_ip, grpc_port, max_concurrent, active_chats, labels, expire_dt)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (app_id, host_id) DO UPDATE SET host_ip = EXCLUDED.host_ip, grpc_port = EXCLUDED.grpc_port,
+           max_concurrent = EXCLUDED.max_concurrent, active_chats = EXCLUDED.active_chats,
+           labels = EXCLUDED.labels, expire_dt = EXCLUDED.expire_dt, update_dt = now()",
+    )
+    .bind(b.app)
+    .bind(b.host_id)
+    .bind(b.host_ip)
+    .bind(b.grpc_port)
+    .bind(b.max_concurrent)
+    .bind(b.active_chats)
+    .bind(&b.labels)
+    .bind(b.expire_dt)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Removes the node and remembers the kick; false when no such node was registered.
+pub async fn kick(db: &PgPool, app: i64, host_id: &str) -> sqlx::Result<bool> {
+    let mut tx = db.begin().await?;
+    let removed = sqlx::query("DELETE FROM client_nodes WHERE app_id = $1 AND host_id = $2")
+        .bind(app)
+        .bind(host_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if removed == 0 {
+        return Ok(false);
+    }
+    sqlx::query(
+        "INSERT INTO client_node_kicks (app_id, host_id) VALUES ($1, $2)
+         ON CONFLICT (app_id, host_id) DO UPDATE SET kicked_dt = now()",
+    )
+    .bind(app)
+    .bind(host_id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Consumes a pending kick of this node; true when there was one.
+pub async fn take_kick(db: impl PgExecutor<'_>, app: i64, host_id: &str) -> sqlx::Result<bool> {
+    let done = sqlx::query("DELETE FROM client_node_kicks WHERE app_id = $1 AND host_id = $2")
+        .bind(app)
+        .bind(host_id)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}

@@ -1,0 +1,69 @@
+//! Client-node heartbeats: a lease of 30 s renewed by every beat; a kicked node is told so.
+
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::model::{Heartbeat, HeartbeatReply};
+use super::node_repo::{self, Beat};
+use crate::http::app_credentials::AppCaller;
+use crate::{time, validate, AppError, AppResult, AppState};
+
+pub const LEASE: Duration = Duration::from_secs(30);
+pub const BEAT_EVERY: Duration = Duration::from_secs(10);
+const MAX_LABELS: usize = 32;
+
+fn int(field: &str, value: Option<i64>, default: Option<i64>, min: i64, max: i64) -> AppResult<i32> {
+    let v = value
+        .or(default)
+        .ok_or_else(|| AppError::validation(format!("{field} is required")))?;
+    validate::range(field, v, min, max)?;
+    Ok(v as i32)
+}
+
+pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> AppResult<HeartbeatReply> {
+    let host_id = validate::required("hostId", beat.host_id)?;
+    validate::length("hostId", &host_id, 1, 128)?;
+    let host_ip = validate::required("hostIp", beat.host_ip)?;
+    validate::length("hostIp", &host_ip, 1, 255)?;
+    let grpc_port = int("grpcPort", beat.grpc_port, None, 1, 65_535)?;
+    let max_concurrent = int("maxConcurrent", beat.max_concurrent, Some(1), 1, 10_000)?;
+    let active_chats = int("activeChats", beat.active_chats, Some(0), 0, 100_000)?;
+    let labels = beat.labels.unwrap_or_default();
+    if labels.len() > MAX_LABELS {
+        return Err(AppError::validation(format!(
+            "labels may hold at most {MAX_LABELS} entries"
+        )));
+    }
+    let labels = serde_json::to_value(labels).map_err(|e| AppError::Internal(e.into()))?;
+
+    let mut tx = state.db().begin().await?;
+    if node_repo::take_kick(&mut *tx, app.id, &host_id).await? {
+        tx.commit().await?;
+        return Ok(HeartbeatReply {
+            registered: false,
+            kicked: true,
+            expire_dt: None,
+            heartbeat_interval_seconds: BEAT_EVERY.as_secs(),
+        });
+    }
+    let expire_dt = Utc::now() + LEASE;
+    let row = Beat {
+        app: app.id,
+        host_id: &host_id,
+        host_ip: &host_ip,
+        grpc_port,
+        max_concurrent,
+        active_chats,
+        labels,
+        expire_dt,
+    };
+    node_repo::upsert(&mut *tx, &row).await?;
+    tx.commit().await?;
+    Ok(HeartbeatReply {
+        registered: true,
+        kicked: false,
+        expire_dt: Some(time::datetime(expire_dt)),
+        heartbeat_interval_seconds: BEAT_EVERY.as_secs(),
+    })
+}

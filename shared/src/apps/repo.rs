@@ -1,0 +1,132 @@
+//! SQL of apps.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+
+use super::model::{AppFilter, AppRow};
+use crate::users::repo::escape_like;
+
+const SELECT: &str = "SELECT a.id, a.app_id, a.app_name, a.description, a.token_enc, a.route_strategy, a.status,
+       a.creator_id, a.create_dt, a.update_dt,
+       (SELECT count(*) FROM client_nodes n WHERE n.app_id = a.id AND n.expire_dt > now()) AS online_nodes
+     FROM apps a";
+
+pub struct NewApp<'a> {
+    pub app_id: &'a str,
+    pub app_name: &'a str,
+    pub description: Option<&'a str>,
+    pub token_enc: &'a str,
+    pub route_strategy: &'a str,
+    pub creator_id: i64,
+}
+
+pub async fn insert(db: impl PgExecutor<'_>, a: &NewApp<'_>) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO apps (app_id, app_name, description, token_enc, route_strategy, creator_id)
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+    )
+    .bind(a.app_id)
+    .bind(a.app_name)
+    .bind(a.description)
+    .bind(a.token_enc)
+    .bind(a.route_strategy)
+    .bind(a.creator_id)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn find(db: &PgPool, id: i64) -> sqlx::Result<Option<AppRow>> {
+    sqlx::query_as(&format!("{SELECT} WHERE a.id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn find_by_app_id(db: &PgPool, app_id: &str) -> sqlx::Result<Option<AppRow>> {
+    sqlx::query_as(&format!("{SELECT} WHERE a.app_id = $1"))
+        .bind(app_id)
+        .fetch_optional(db)
+        .await
+}
+
+pub struct PageFilter<'a> {
+    pub filter: &'a AppFilter,
+    pub created: Option<(DateTime<Utc>, DateTime<Utc>)>,
+}
+
+fn push_filter<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &PageFilter<'a>) {
+    qb.push(" WHERE TRUE");
+    if let Some(k) = f.filter.keyword.as_deref().map(str::trim).filter(|k| !k.is_empty()) {
+        let pattern = format!("%{}%", escape_like(k));
+        qb.push(" AND (a.app_id ILIKE ")
+            .push_bind(pattern.clone())
+            .push(" OR a.app_name ILIKE ")
+            .push_bind(pattern.clone())
+            .push(" OR a.description ILIKE ")
+            .push_bind(pattern)
+            .push(")");
+    }
+    if let Some(status) = f.filter.status {
+        qb.push(" AND a.status = ").push_bind(status);
+    }
+    if let Some((start, end)) = f.created {
+        qb.push(" AND a.create_dt BETWEEN ")
+            .push_bind(start)
+            .push(" AND ")
+            .push_bind(end);
+    }
+}
+
+pub async fn page(db: &PgPool, f: &PageFilter<'_>, limit: i64, offset: i64) -> sqlx::Result<(Vec<AppRow>, i64)> {
+    let mut count = QueryBuilder::new("SELECT count(*) FROM apps a");
+    push_filter(&mut count, f);
+    let total: i64 = count.build_query_scalar().fetch_one(db).await?;
+    let mut rows = QueryBuilder::new(SELECT);
+    push_filter(&mut rows, f);
+    rows.push(" ORDER BY a.create_dt DESC, a.id DESC LIMIT ")
+        .push_bind(limit)
+        .push(" OFFSET ")
+        .push_bind(offset);
+    Ok((rows.build_query_as().fetch_all(db).await?, total))
+}
+
+pub async fn enabled(db: &PgPool) -> sqlx::Result<Vec<AppRow>> {
+    sqlx::query_as(&format!("{SELECT} WHERE a.status = 1 ORDER BY a.app_name, a.id"))
+        .fetch_all(db)
+        .await
+}
+
+pub async fn update(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    app_name: &str,
+    description: Option<&str>,
+    route_strategy: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE apps SET app_name = $2, description = $3, route_strategy = $4, update_dt = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(app_name)
+    .bind(description)
+    .bind(route_strategy)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn toggle_status(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<bool> {
+    let done = sqlx::query("UPDATE apps SET status = 1 - status, update_dt = now() WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<bool> {
+    let done = sqlx::query("DELETE FROM apps WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}

@@ -1,0 +1,141 @@
+//! External chat: the admin chat's stream, owned by the external user of (app, openId), paid
+//! by nobody (usage is recorded against the app's creator), and its synchronous form.
+
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+
+use super::model::{ExternalChatRequest, SyncAnswer};
+use super::{agents, repo, users, ExternalCaller};
+use crate::agents::chat::{self, Caller, ChatRequest, StreamEvent};
+use crate::agents::Owner;
+use crate::apps::repo as app_repo;
+use crate::models::gateway::Billing;
+use crate::{AppError, AppResult, AppState};
+
+/// How long the synchronous chat waits for the whole answer.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The four required parameters, named together whenever any is missing; the agent id and openId.
+fn required(req: &ExternalChatRequest, open_id: Option<String>) -> AppResult<(i64, String)> {
+    let blank = |v: &Option<String>| v.as_deref().is_none_or(|s| s.trim().is_empty());
+    let mut missing = vec![];
+    if req.agent_id.is_none() {
+        missing.push("agentId");
+    }
+    if blank(&open_id) {
+        missing.push("openId");
+    }
+    if blank(&req.conversation_id) {
+        missing.push("conversationId");
+    }
+    if blank(&req.content) {
+        missing.push("content");
+    }
+    if let (true, Some(agent_id), Some(open_id)) = (missing.is_empty(), req.agent_id, open_id) {
+        return Ok((agent_id, open_id));
+    }
+    Err(AppError::business(format!(
+        "agentId, openId, conversationId and content are required (missing: {})",
+        missing.join(", ")
+    )))
+}
+
+/// Every attachment must be an image this user uploaded through the external API.
+async fn check_owned(state: &AppState, req: &ExternalChatRequest, user: i64) -> AppResult<()> {
+    let items = req.attachments.as_deref().unwrap_or_default();
+    let ids: Vec<i64> = items.iter().filter_map(|a| a.resource_id).collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let owned = repo::owned_resources(state.db(), &ids, user).await?;
+    for (i, item) in items.iter().enumerate() {
+        if let Some(id) = item.resource_id.filter(|id| !owned.contains(id)) {
+            return Err(AppError::validation(format!(
+                "attachments[{i}].resourceId: resource {id} does not exist"
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub async fn start(
+    state: &AppState,
+    caller: &ExternalCaller,
+    mut req: ExternalChatRequest,
+) -> AppResult<BoxStream<'static, StreamEvent>> {
+    let open_id = caller.open_id(req.open_id.take())?;
+    let (agent_id, open_id) = required(&req, open_id)?;
+    let open_id = users::check_open_id(Some(open_id))?;
+    let agent = agents::usable(state, &caller.app, agent_id).await?;
+    let app = app_repo::find(state.db(), caller.app.id)
+        .await?
+        .ok_or_else(|| AppError::unauthorized("app credentials invalid or app disabled"))?;
+
+    let (user, created) = repo::ensure_user(state.db(), caller.app.id, &open_id).await?;
+    let started = async {
+        check_owned(state, &req, user).await?;
+        let chat_caller = Caller {
+            owner: Owner::External(user),
+            billing: Billing::RecordOnly(Some(app.creator_id)),
+            resources: Some(app.creator_id),
+        };
+        let chat_req = ChatRequest {
+            conversation_id: req.conversation_id,
+            content: req.content,
+            attachments: req.attachments,
+            disabled_mcp_server_ids: req.disabled_mcp_server_ids,
+            disabled_skill_ids: req.disabled_skill_ids,
+        };
+        chat::start(state, chat_caller, agent, chat_req).await
+    }
+    .await;
+    if started.is_err() && created {
+        repo::delete_user(state.db(), user).await?;
+    }
+    started
+}
+
+/// Collects the stream into one answer; an `error` line or the timeout fails the call.
+pub async fn sync(state: &AppState, caller: &ExternalCaller, req: ExternalChatRequest) -> AppResult<SyncAnswer> {
+    let mut events = start(state, caller, req).await?;
+    let mut answer = SyncAnswer {
+        conversation_id: String::new(),
+        content: String::new(),
+        thinking: String::new(),
+        duration_ms: 0,
+        usage: Default::default(),
+    };
+    let collect = async {
+        while let Some(event) = events.next().await {
+            match event {
+                StreamEvent::Text { content } => answer.content.push_str(&content),
+                StreamEvent::Thinking { content } => answer.thinking.push_str(&content),
+                StreamEvent::Done {
+                    conversation_id,
+                    usage,
+                    duration_ms,
+                    ..
+                } => {
+                    answer.conversation_id = conversation_id;
+                    answer.usage = usage;
+                    answer.duration_ms = duration_ms;
+                    return Ok(());
+                }
+                StreamEvent::Error { message, .. } => {
+                    return Err(AppError::business(format!("the answer failed: {message}")))
+                }
+                StreamEvent::ToolCall { .. } | StreamEvent::ToolResult { .. } => {}
+            }
+        }
+        Err(AppError::business("the answer ended before it was complete"))
+    };
+    match tokio::time::timeout(SYNC_TIMEOUT, collect).await {
+        Ok(result) => result.map(|()| answer),
+        Err(_) => Err(AppError::business(format!(
+            "the answer took longer than {} s; use the streamed chat for long answers",
+            SYNC_TIMEOUT.as_secs()
+        ))),
+    }
+}

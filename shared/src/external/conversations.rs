@@ -1,0 +1,111 @@
+//! Conversations of one external user with one agent; another openId never sees them.
+
+use super::model::{ConversationCreated, ConversationQuery, Deleted, NewConversation};
+use super::{agents, users};
+use crate::agents::conversation_repo::{self as conv_repo, SummaryFilter};
+use crate::agents::conversations::{ConversationSummary, MessageView};
+use crate::agents::Owner;
+use crate::http::app_credentials::AppCaller;
+use crate::http::{Page, PageQuery};
+use crate::{validate, AppError, AppResult, AppState};
+
+/// The agent (which the app must be allowed to use) and the registered user, if any.
+async fn scope(
+    state: &AppState,
+    app: &AppCaller,
+    agent_id: Option<i64>,
+    open_id: Option<String>,
+) -> AppResult<(i64, String, Option<i64>)> {
+    let agent_id = validate::present("agentId", agent_id)?;
+    let open_id = users::check_open_id(open_id)?;
+    agents::usable(state, app, agent_id).await?;
+    let user = users::existing(state, app, &open_id).await?;
+    Ok((agent_id, open_id, user))
+}
+
+fn key(value: Option<String>) -> AppResult<String> {
+    let key = validate::required("conversationId", value)?;
+    validate::length("conversationId", &key, 1, 128)?;
+    Ok(key)
+}
+
+pub async fn page(
+    state: &AppState,
+    app: &AppCaller,
+    q: ConversationQuery,
+    paging: PageQuery,
+) -> AppResult<Page<ConversationSummary>> {
+    let (agent_id, _, user) = scope(state, app, q.agent_id, q.open_id).await?;
+    let Some(user) = user else {
+        return Ok(Page::new(vec![], paging, 0));
+    };
+    let filter = SummaryFilter {
+        agent_id,
+        owner: Some(Owner::External(user)),
+        active: None,
+    };
+    let (rows, total) = conv_repo::page(state.db(), &filter, paging.size(), paging.offset()).await?;
+    Ok(Page::new(rows.into_iter().map(Into::into).collect(), paging, total))
+}
+
+pub async fn create(state: &AppState, app: &AppCaller, req: NewConversation) -> AppResult<ConversationCreated> {
+    let conversation_id = match validate::optional(req.conversation_id) {
+        Some(k) => key(Some(k))?,
+        None => uuid::Uuid::new_v4().to_string(),
+    };
+    let title = validate::optional(req.title);
+    if let Some(t) = &title {
+        validate::length("title", t, 1, 200)?;
+    }
+    let (agent_id, open_id, _) = scope(state, app, req.agent_id, req.open_id).await?;
+    let user = users::ensure(state, app, &open_id).await?;
+    let (row, created) = conv_repo::ensure(state.db(), agent_id, Owner::External(user), &conversation_id).await?;
+    let title = match title {
+        Some(t) => {
+            conv_repo::set_title(state.db(), row.id, &t).await?;
+            t
+        }
+        None => row.title,
+    };
+    Ok(ConversationCreated {
+        conversation_id,
+        title,
+        created,
+    })
+}
+
+/// One conversation (404 when the user has none with this id), or all of the agent's.
+pub async fn delete(state: &AppState, app: &AppCaller, q: ConversationQuery) -> AppResult<Deleted> {
+    let one = validate::optional(q.conversation_id)
+        .map(|k| key(Some(k)))
+        .transpose()?;
+    let (agent_id, _, user) = scope(state, app, q.agent_id, q.open_id).await?;
+    match (one, user) {
+        (Some(_), None) => Err(AppError::not_found("conversation")),
+        (None, None) => Ok(Deleted { deleted: 0 }),
+        (None, Some(user)) => Ok(Deleted {
+            deleted: super::repo::delete_conversations(state.db(), agent_id, user).await?,
+        }),
+        (Some(k), Some(user)) => {
+            let c = conv_repo::find(state.db(), agent_id, Owner::External(user), &k)
+                .await?
+                .ok_or_else(|| AppError::not_found("conversation"))?;
+            conv_repo::delete(state.db(), c.id).await?;
+            Ok(Deleted { deleted: 1 })
+        }
+    }
+}
+
+pub async fn messages(state: &AppState, app: &AppCaller, q: ConversationQuery) -> AppResult<Vec<MessageView>> {
+    let k = key(q.conversation_id)?;
+    let (agent_id, _, user) = scope(state, app, q.agent_id, q.open_id).await?;
+    let user = user.ok_or_else(|| AppError::not_found("conversation"))?;
+    let c = conv_repo::find(state.db(), agent_id, Owner::External(user), &k)
+        .await?
+        .ok_or_else(|| AppError::not_found("conversation"))?;
+    Ok(conv_repo::messages(state.db(), c.id)
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect())
+}

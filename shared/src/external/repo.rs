@@ -1,0 +1,161 @@
+//! SQL of the external API: external users, their subscriptions, uploads and conversations.
+
+use sqlx::{PgExecutor, PgPool};
+
+use super::model::{ExternalAgentRow, ExternalUserRow};
+
+const USER_COLUMNS: &str = "id, open_id, nickname, avatar, extra, create_dt, update_dt";
+
+pub struct UserData<'a> {
+    pub app: i64,
+    pub open_id: &'a str,
+    pub nickname: Option<&'a str>,
+    pub avatar: Option<&'a str>,
+    pub extra: Option<&'a serde_json::Value>,
+}
+
+#[derive(sqlx::FromRow)]
+struct Upserted {
+    #[sqlx(flatten)]
+    user: ExternalUserRow,
+    created: bool,
+}
+
+/// Creates the user or updates the fields that were sent; `true` when created.
+pub async fn upsert_user(db: &PgPool, u: &UserData<'_>) -> sqlx::Result<(ExternalUserRow, bool)> {
+    let row: Upserted = sqlx::query_as(&format!(
+        "INSERT INTO external_users (app_id, open_id, nickname, avatar, extra)
+         VALUES ($1, $2, COALESCE($3, ''), COALESCE($4, ''), COALESCE($5, '{{}}'::jsonb))
+         ON CONFLICT (app_id, open_id) DO UPDATE SET nickname = COALESCE($3, external_users.nickname),
+           avatar = COALESCE($4, external_users.avatar), extra = COALESCE($5, external_users.extra), update_dt = now()
+         RETURNING {USER_COLUMNS}, (xmax = 0) AS created"
+    ))
+    .bind(u.app)
+    .bind(u.open_id)
+    .bind(u.nickname)
+    .bind(u.avatar)
+    .bind(u.extra)
+    .fetch_one(db)
+    .await?;
+    Ok((row.user, row.created))
+}
+
+/// The user's id, creating a bare user on first contact; `true` when created.
+pub async fn ensure_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<(i64, bool)> {
+    sqlx::query_as(
+        "INSERT INTO external_users (app_id, open_id) VALUES ($1, $2)
+         ON CONFLICT (app_id, open_id) DO UPDATE SET open_id = EXCLUDED.open_id RETURNING id, (xmax = 0)",
+    )
+    .bind(app)
+    .bind(open_id)
+    .fetch_one(db)
+    .await
+}
+
+/// Removes a user again (a first chat that was refused leaves nothing behind).
+pub async fn delete_user(db: &PgPool, id: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM external_users WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+pub async fn find_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<Option<ExternalUserRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {USER_COLUMNS} FROM external_users WHERE app_id = $1 AND open_id = $2"
+    ))
+    .bind(app)
+    .bind(open_id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Agents an app may use: enabled ones that run on this app or on none.
+const AGENTS: &str =
+    "SELECT a.id, a.name, a.description, a.avatar, a.greeting, a.preset_questions, u.username AS creator,
+       a.view_count, a.is_featured, a.app_id, a.create_dt,
+       EXISTS (SELECT 1 FROM external_subscriptions s WHERE s.agent_id = a.id AND s.external_user_id = $2) AS subscribed
+     FROM agents a JOIN users u ON u.id = a.creator_id
+     WHERE a.status = 1 AND (a.app_id IS NULL OR a.app_id = $1)";
+
+/// `viewer` is the external user whose subscriptions are shown (none: 0).
+pub async fn agents(db: &PgPool, app_id: &str, viewer: i64) -> sqlx::Result<Vec<ExternalAgentRow>> {
+    sqlx::query_as(&format!(
+        "{AGENTS} ORDER BY a.is_featured DESC, a.view_count DESC, a.id DESC"
+    ))
+    .bind(app_id)
+    .bind(viewer)
+    .fetch_all(db)
+    .await
+}
+
+pub async fn agent(db: &PgPool, app_id: &str, viewer: i64, id: i64) -> sqlx::Result<Option<ExternalAgentRow>> {
+    sqlx::query_as(&format!("{AGENTS} AND a.id = $3"))
+        .bind(app_id)
+        .bind(viewer)
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn subscribed_agents(db: &PgPool, app_id: &str, viewer: i64) -> sqlx::Result<Vec<ExternalAgentRow>> {
+    sqlx::query_as(&format!(
+        "{AGENTS} AND EXISTS (SELECT 1 FROM external_subscriptions s WHERE s.agent_id = a.id AND s.external_user_id = $2)
+         ORDER BY a.name, a.id"
+    ))
+    .bind(app_id)
+    .bind(viewer)
+    .fetch_all(db)
+    .await
+}
+
+pub async fn subscribe(db: impl PgExecutor<'_>, agent_id: i64, user: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO external_subscriptions (agent_id, external_user_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    )
+    .bind(agent_id)
+    .bind(user)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn unsubscribe(db: impl PgExecutor<'_>, agent_id: i64, user: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM external_subscriptions WHERE agent_id = $1 AND external_user_id = $2")
+        .bind(agent_id)
+        .bind(user)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+pub async fn own_resource(db: impl PgExecutor<'_>, resource_id: i64, user: i64) -> sqlx::Result<()> {
+    sqlx::query("INSERT INTO external_resources (resource_id, external_user_id) VALUES ($1, $2)")
+        .bind(resource_id)
+        .bind(user)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Of these resources, the ones the user uploaded.
+pub async fn owned_resources(db: &PgPool, ids: &[i64], user: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT resource_id FROM external_resources WHERE resource_id = ANY($1) AND external_user_id = $2",
+    )
+    .bind(ids)
+    .bind(user)
+    .fetch_all(db)
+    .await
+}
+
+/// Deletes every conversation of the user with the agent; returns how many.
+pub async fn delete_conversations(db: &PgPool, agent_id: i64, user: i64) -> sqlx::Result<u64> {
+    let done = sqlx::query("DELETE FROM conversations WHERE agent_id = $1 AND external_user_id = $2")
+        .bind(agent_id)
+        .bind(user)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
+}

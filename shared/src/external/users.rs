@@ -1,0 +1,57 @@
+//! External users: a partner's end users, one per app and openId.
+
+use super::model::{ExternalUserView, RegisterRequest};
+use super::repo::{self, UserData};
+use crate::http::app_credentials::AppCaller;
+use crate::{validate, AppError, AppResult, AppState};
+
+pub fn check_open_id(value: Option<String>) -> AppResult<String> {
+    let open_id = validate::required("openId", value)?;
+    validate::length("openId", &open_id, 1, 128)?;
+    Ok(open_id)
+}
+
+fn limited(field: &str, value: Option<String>, max: usize) -> AppResult<Option<String>> {
+    let value = value.map(|v| v.trim().to_owned());
+    if let Some(v) = &value {
+        validate::length(field, v, 0, max)?;
+    }
+    Ok(value)
+}
+
+/// Registers the user, or updates the fields that were sent.
+pub async fn register(state: &AppState, app: &AppCaller, req: RegisterRequest) -> AppResult<ExternalUserView> {
+    let open_id = check_open_id(req.open_id)?;
+    let nickname = limited("nickname", req.nickname, 100)?;
+    let avatar = limited("avatar", req.avatar, 1000)?;
+    if req.extra.as_ref().is_some_and(|e| !e.is_object()) {
+        return Err(AppError::validation("extra must be a JSON object"));
+    }
+    let data = UserData {
+        app: app.id,
+        open_id: &open_id,
+        nickname: nickname.as_deref(),
+        avatar: avatar.as_deref(),
+        extra: req.extra.as_ref(),
+    };
+    let (row, _) = repo::upsert_user(state.db(), &data).await?;
+    Ok(row.into())
+}
+
+pub async fn info(state: &AppState, app: &AppCaller, open_id: Option<String>) -> AppResult<ExternalUserView> {
+    let open_id = check_open_id(open_id)?;
+    repo::find_user(state.db(), app.id, &open_id)
+        .await?
+        .map(Into::into)
+        .ok_or_else(|| AppError::NotFound(format!("external user {open_id} not found")))
+}
+
+/// The user's id if registered (reads never create users).
+pub async fn existing(state: &AppState, app: &AppCaller, open_id: &str) -> AppResult<Option<i64>> {
+    Ok(repo::find_user(state.db(), app.id, open_id).await?.map(|u| u.id))
+}
+
+/// The user's id, registering a bare user on first contact (chat, subscribe, new conversation).
+pub async fn ensure(state: &AppState, app: &AppCaller, open_id: &str) -> AppResult<i64> {
+    Ok(repo::ensure_user(state.db(), app.id, open_id).await?.0)
+}

@@ -1,0 +1,906 @@
+//! `/openapi/v1`: app credentials, external users, subscriptions, conversations, uploads,
+//! streamed and synchronous chat, embed tokens and the embeddable chat page.
+
+use std::time::Duration;
+
+use api_tests::apps::Creds;
+use api_tests::browser::Browser;
+use api_tests::chat::{joined, kinds, ndjson, ChatSetup};
+use api_tests::{Reply, TestApp};
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+const PNG: &[u8] = &[
+    0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, b'I', b'H', b'D', b'R', 1, 2, 3, 4,
+];
+const GIF: &[u8] = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;";
+
+struct Ext {
+    s: ChatSetup,
+    crm: Creds,
+    erp: Creds,
+    /// Enabled, bound to no app.
+    open_agent: i64,
+}
+
+impl Ext {
+    async fn new() -> Self {
+        let s = ChatSetup::new().await;
+        let model = s.chat_model("chat-echo", json!({})).await;
+        let crm = s.app.create_app(&s.admin, "crm").await;
+        let erp = s.app.create_app(&s.admin, "erp").await;
+        let open_agent = s
+            .agent(
+                &s.admin,
+                json!({ "name": "Helper", "chatModelId": model, "greeting": "Hi!" }),
+            )
+            .await;
+        Self {
+            s,
+            crm,
+            erp,
+            open_agent,
+        }
+    }
+
+    fn app(&self) -> &TestApp {
+        &self.s.app
+    }
+
+    async fn chat(&self, creds: &Creds, body: Value) -> Result<Vec<Value>, Reply> {
+        let resp = self
+            .app()
+            .client
+            .post(self.app().url("/openapi/v1/agent/chat"))
+            .header("Svc-App-Id", &creds.app_id)
+            .header("Svc-Token", &creds.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        read_chat(resp).await
+    }
+
+    /// Rows a refused request must not have written.
+    async fn written(&self) -> Vec<i64> {
+        let mut counts = vec![];
+        for table in [
+            "external_users",
+            "external_subscriptions",
+            "conversations",
+            "messages",
+            "resources",
+            "external_resources",
+            "client_nodes",
+        ] {
+            counts.push(self.app().count(table).await);
+        }
+        counts
+    }
+}
+
+async fn read_chat(resp: reqwest::Response) -> Result<Vec<Value>, Reply> {
+    let streamed = resp
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/x-ndjson"));
+    if streamed {
+        Ok(ndjson(&resp.text().await.unwrap()))
+    } else {
+        Err(Reply::read(resp).await)
+    }
+}
+
+fn say(agent: i64, open_id: &str, conversation: &str, content: &str) -> Value {
+    json!({ "agentId": agent, "openId": open_id, "conversationId": conversation, "content": content })
+}
+
+fn image(open_id: &str, bytes: &[u8]) -> Value {
+    json!({ "openId": open_id, "originalName": "pic.png", "fileSize": bytes.len(),
+            "content": base64::engine::general_purpose::STANDARD.encode(bytes) })
+}
+
+#[tokio::test]
+async fn every_endpoint_refuses_missing_wrong_and_disabled_credentials() {
+    let e = Ext::new().await;
+    let agent = e.open_agent;
+    e.app()
+        .ext_post(&e.crm, "/user/register", &json!({ "openId": "u1" }))
+        .await
+        .assert_ok();
+    let before = e.written().await;
+    let gets = [
+        "/agents".to_owned(),
+        format!("/agent?agentId={agent}"),
+        "/user?openId=u1".to_owned(),
+        "/user/agents?openId=u1".to_owned(),
+        format!("/agent/conversations?agentId={agent}&openId=u1"),
+        format!("/agent/conversations/messages?agentId={agent}&openId=u1&conversationId=c"),
+        "/embed-token?openId=u1".to_owned(),
+    ];
+    let posts = [
+        ("/user/register", json!({ "openId": "u2" })),
+        ("/user/agent", json!({ "agentId": agent, "openId": "u2" })),
+        ("/agent/conversations", json!({ "agentId": agent, "openId": "u2" })),
+        ("/resource/upload", image("u2", PNG)),
+        ("/agent/chat", say(agent, "u2", "c", "hi")),
+        ("/agent/chat/sync", say(agent, "u2", "c", "hi")),
+        ("/embed-token", json!({ "openId": "u2" })),
+        (
+            "/node/heartbeat",
+            json!({ "hostId": "n", "hostIp": "10.0.0.1", "grpcPort": 9000 }),
+        ),
+    ];
+    let deletes = [
+        format!("/user/agent?agentId={agent}&openId=u1"),
+        format!("/agent/conversations?agentId={agent}&openId=u1"),
+    ];
+    let wrong = e.crm.token.replace(|c: char| c.is_ascii_alphabetic(), "x");
+    let cases: [(Option<(&str, &str)>, &str); 5] = [
+        (None, "send Svc-App-Id and Svc-Token"),
+        (Some(("crm", "")), "app credentials"),
+        (Some(("crm", &wrong)), "invalid"),
+        (Some(("crm", &e.erp.token)), "invalid"),
+        (Some(("nobody", &e.crm.token)), "invalid"),
+    ];
+    for (creds, needle) in cases {
+        for path in &gets {
+            e.app().ext_get_as(creds, path).await.assert_error(401, 401, needle);
+        }
+        for (path, body) in &posts {
+            e.app()
+                .ext_post_as(creds, path, body)
+                .await
+                .assert_error(401, 401, needle);
+        }
+        for path in &deletes {
+            e.app().ext_delete_as(creds, path).await.assert_error(401, 401, needle);
+        }
+    }
+    // A disabled app is refused with its right token.
+    e.app()
+        .post(
+            &format!("/app/{}/toggle-status", e.crm.id),
+            Some(&e.s.admin),
+            &json!({}),
+        )
+        .await
+        .assert_ok();
+    let creds = Some((e.crm.app_id.as_str(), e.crm.token.as_str()));
+    for path in &gets {
+        e.app().ext_get_as(creds, path).await.assert_error(401, 401, "disabled");
+    }
+    for (path, body) in &posts {
+        e.app()
+            .ext_post_as(creds, path, body)
+            .await
+            .assert_error(401, 401, "disabled");
+    }
+    for path in &deletes {
+        e.app()
+            .ext_delete_as(creds, path)
+            .await
+            .assert_error(401, 401, "disabled");
+    }
+    assert_eq!(e.written().await, before);
+}
+
+#[tokio::test]
+async fn apps_see_unbound_agents_and_their_own_but_not_others_or_disabled_ones() {
+    let e = Ext::new().await;
+    let a = |body| e.s.agent(&e.s.admin, body);
+    let crm_only = a(json!({ "name": "CRM bot", "appId": "crm" })).await;
+    let erp_only = a(json!({ "name": "ERP bot", "appId": "erp" })).await;
+    let off = a(json!({ "name": "Off", "status": 0 })).await;
+
+    let names = |r: Reply| -> Vec<String> {
+        r.assert_ok()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut crm_names = names(e.app().ext_get(&e.crm, "/agents").await);
+    crm_names.sort();
+    assert_eq!(crm_names, ["CRM bot", "Helper"]);
+    let mut erp_names = names(e.app().ext_get(&e.erp, "/agents").await);
+    erp_names.sort();
+    assert_eq!(erp_names, ["ERP bot", "Helper"]);
+
+    let detail = e
+        .app()
+        .ext_get(&e.crm, &format!("/agent?agentId={}", e.open_agent))
+        .await;
+    let detail = detail.assert_ok();
+    assert_eq!(detail["greeting"], "Hi!");
+    assert_eq!(detail["subscribed"], false);
+    assert!(
+        detail.get("instruction").is_none(),
+        "no system prompt for partners: {detail}"
+    );
+    assert_eq!(
+        e.app()
+            .ext_get(&e.crm, &format!("/agent?agentId={crm_only}"))
+            .await
+            .assert_ok()["appId"],
+        "crm"
+    );
+    for hidden in [erp_only, off, 999_999] {
+        e.app()
+            .ext_get(&e.crm, &format!("/agent?agentId={hidden}"))
+            .await
+            .assert_error(400, 0, "agent does not exist or is disabled");
+    }
+    e.app()
+        .ext_get(&e.crm, "/agent")
+        .await
+        .assert_error(400, 0, "agentId is required");
+}
+
+#[tokio::test]
+async fn external_users_register_sync_and_read() {
+    let e = Ext::new().await;
+    let body = json!({ "openId": "u-1", "nickname": "Ann", "avatar": "https://x/a.png", "extra": { "tier": "gold" } });
+    let user = e.app().ext_post(&e.crm, "/user/register", &body).await;
+    let user = user.assert_ok().clone();
+    assert_eq!(user["openId"], "u-1");
+    assert_eq!(user["nickname"], "Ann");
+    assert_eq!(user["extra"], json!({ "tier": "gold" }));
+    // Sync: sent fields change, others are kept.
+    let synced = e
+        .app()
+        .ext_post(
+            &e.crm,
+            "/user/register",
+            &json!({ "openId": "u-1", "nickname": "Annie" }),
+        )
+        .await;
+    let synced = synced.assert_ok();
+    assert_eq!(synced["id"], user["id"]);
+    assert_eq!(
+        (synced["nickname"].clone(), synced["avatar"].clone()),
+        (json!("Annie"), json!("https://x/a.png"))
+    );
+    let info = e.app().ext_get(&e.crm, "/user?openId=u-1").await;
+    assert_eq!(info.assert_ok()["nickname"], "Annie");
+    // Users are per app: erp does not know crm's u-1.
+    e.app()
+        .ext_get(&e.erp, "/user?openId=u-1")
+        .await
+        .assert_error(404, 404, "u-1");
+    assert_eq!(e.app().count("external_users").await, 1);
+
+    for (bad, needle) in [
+        (json!({}), "openId is required"),
+        (json!({ "openId": "x".repeat(129) }), "openId must be 1 to 128"),
+        (json!({ "openId": "u-2", "extra": [1] }), "extra must be a JSON object"),
+        (json!({ "openId": "u-2", "nickname": "n".repeat(101) }), "nickname"),
+    ] {
+        e.app()
+            .ext_post(&e.crm, "/user/register", &bad)
+            .await
+            .assert_error(400, 0, needle);
+    }
+    e.app()
+        .ext_get(&e.crm, "/user")
+        .await
+        .assert_error(400, 0, "openId is required");
+    assert_eq!(e.app().count("external_users").await, 1);
+}
+
+#[tokio::test]
+async fn subscriptions_of_external_users() {
+    let e = Ext::new().await;
+    let agent = e.open_agent;
+    let erp_only =
+        e.s.agent(&e.s.admin, json!({ "name": "ERP bot", "appId": "erp" }))
+            .await;
+    let sub = json!({ "agentId": agent, "openId": "u-1" });
+    e.app().ext_post(&e.crm, "/user/agent", &sub).await.assert_ok();
+    e.app().ext_post(&e.crm, "/user/agent", &sub).await.assert_ok();
+    let mine = e.app().ext_get(&e.crm, "/user/agents?openId=u-1").await;
+    let mine = mine.assert_ok().as_array().unwrap().clone();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0]["subscribed"], true);
+    let listed = e.app().ext_get(&e.crm, "/agents?openId=u-1").await;
+    assert_eq!(listed.assert_ok()[0]["subscribed"], true);
+    let other = e.app().ext_get(&e.crm, "/user/agents?openId=u-2").await;
+    assert_eq!(other.assert_ok(), &json!([]));
+    assert_eq!(e.app().count("external_users").await, 1, "reads never create users");
+
+    let before = e.written().await;
+    e.app()
+        .ext_post(&e.crm, "/user/agent", &json!({ "agentId": erp_only, "openId": "u-3" }))
+        .await
+        .assert_error(400, 0, "agent does not exist or is disabled");
+    e.app()
+        .ext_post(&e.crm, "/user/agent", &json!({ "openId": "u-3" }))
+        .await
+        .assert_error(400, 0, "agentId is required");
+    assert_eq!(e.written().await, before);
+
+    e.app()
+        .ext_delete(&e.crm, &format!("/user/agent?agentId={agent}&openId=u-1"))
+        .await
+        .assert_ok();
+    assert_eq!(
+        e.app().ext_get(&e.crm, "/user/agents?openId=u-1").await.assert_ok(),
+        &json!([])
+    );
+    assert_eq!(e.app().count("external_subscriptions").await, 0);
+}
+
+#[tokio::test]
+async fn conversations_belong_to_one_open_id() {
+    let e = Ext::new().await;
+    let agent = e.open_agent;
+    let made = e
+        .app()
+        .ext_post(
+            &e.crm,
+            "/agent/conversations",
+            &json!({ "agentId": agent, "openId": "ann", "conversationId": "topic", "title": "Plans" }),
+        )
+        .await;
+    let made = made.assert_ok();
+    assert_eq!(
+        (made["conversationId"].clone(), made["created"].clone()),
+        (json!("topic"), json!(true))
+    );
+    let generated = e
+        .app()
+        .ext_post(
+            &e.crm,
+            "/agent/conversations",
+            &json!({ "agentId": agent, "openId": "ann" }),
+        )
+        .await;
+    assert_eq!(generated.assert_ok()["conversationId"].as_str().unwrap().len(), 36);
+
+    // Ann and Bob both talk in a conversation called "topic"; each sees only their own.
+    e.chat(&e.crm, say(agent, "ann", "topic", "ann's secret"))
+        .await
+        .unwrap();
+    e.chat(&e.crm, say(agent, "bob", "topic", "bob's secret"))
+        .await
+        .unwrap();
+    let r = &e;
+    let msgs = move |who: &str| {
+        let path = format!("/agent/conversations/messages?agentId={agent}&openId={who}&conversationId=topic");
+        async move { r.app().ext_get(&r.crm, &path).await }
+    };
+    let ann = msgs("ann").await;
+    let ann = ann.assert_ok().as_array().unwrap().clone();
+    assert_eq!(ann.len(), 2);
+    assert_eq!(ann[0]["content"], "ann's secret");
+    assert_eq!(ann[1]["content"], "You said: ann's secret");
+    let bob = msgs("bob").await;
+    assert!(bob.assert_ok().to_string().contains("bob's secret") && !bob.assert_ok().to_string().contains("ann"));
+    msgs("carol").await.assert_error(404, 404, "conversation");
+    // The same openId in another app is another person.
+    e.app()
+        .ext_get(
+            &e.erp,
+            &format!("/agent/conversations/messages?agentId={agent}&openId=ann&conversationId=topic"),
+        )
+        .await
+        .assert_error(404, 404, "conversation");
+
+    let list = e
+        .app()
+        .ext_get(&e.crm, &format!("/agent/conversations?agentId={agent}&openId=ann"))
+        .await;
+    let list = list.assert_ok();
+    assert_eq!(list["total"], 2);
+    assert_eq!(list["data"][0]["conversationId"], "topic");
+    assert_eq!(list["data"][0]["title"], "Plans");
+    let bob_list = e
+        .app()
+        .ext_get(&e.crm, &format!("/agent/conversations?agentId={agent}&openId=bob"))
+        .await;
+    assert_eq!(bob_list.assert_ok()["total"], 1);
+    let nobody = e
+        .app()
+        .ext_get(&e.crm, &format!("/agent/conversations?agentId={agent}&openId=zed"))
+        .await;
+    assert_eq!(nobody.assert_ok()["total"], 0);
+
+    // Bob cannot delete Ann's conversation; Ann deletes one, then clears the rest.
+    let del = move |who: &str, one: &str| {
+        let path = format!("/agent/conversations?agentId={agent}&openId={who}{one}");
+        async move { r.app().ext_delete(&r.crm, &path).await }
+    };
+    del("carol", "&conversationId=topic")
+        .await
+        .assert_error(404, 404, "conversation");
+    assert_eq!(e.app().count("conversations").await, 3);
+    assert_eq!(del("ann", "&conversationId=topic").await.assert_ok()["deleted"], 1);
+    assert_eq!(del("ann", "").await.assert_ok()["deleted"], 1);
+    assert_eq!(e.app().count("conversations").await, 1, "bob's remains");
+    assert!(msgs("bob").await.assert_ok().as_array().unwrap().len() == 2);
+
+    let before = e.written().await;
+    for (body, needle) in [
+        (json!({ "openId": "ann" }), "agentId is required"),
+        (json!({ "agentId": agent }), "openId is required"),
+        (
+            json!({ "agentId": agent, "openId": "ann", "conversationId": "x".repeat(129) }),
+            "conversationId must be 1 to 128",
+        ),
+        (
+            json!({ "agentId": 999_999, "openId": "new" }),
+            "agent does not exist or is disabled",
+        ),
+    ] {
+        e.app()
+            .ext_post(&e.crm, "/agent/conversations", &body)
+            .await
+            .assert_error(400, 0, needle);
+    }
+    e.app()
+        .ext_get(
+            &e.crm,
+            &format!("/agent/conversations/messages?agentId={agent}&openId=ann"),
+        )
+        .await
+        .assert_error(400, 0, "conversationId is required");
+    assert_eq!(e.written().await, before);
+}
+
+#[tokio::test]
+async fn streamed_and_sync_chat_store_messages_under_the_external_user() {
+    let e = Ext::new().await;
+    let agent = e.open_agent;
+    let events = e.chat(&e.crm, say(agent, "ann", "c-1", "hello there")).await.unwrap();
+    assert_eq!(joined(&events, "text"), "You said: hello there");
+    assert_eq!(kinds(&events).last().unwrap(), "done");
+    assert_eq!(events.last().unwrap()["conversationId"], "c-1");
+
+    let sync = e
+        .app()
+        .ext_post(&e.crm, "/agent/chat/sync", &say(agent, "ann", "c-1", "again"))
+        .await;
+    let sync = sync.assert_ok();
+    assert_eq!(sync["conversationId"], "c-1");
+    assert_eq!(sync["content"], "You said: again");
+    assert_eq!(sync["thinking"], "");
+    assert!(sync["durationMs"].is_u64());
+    assert!(sync["usage"]["promptTokens"].as_u64().unwrap() > 0);
+    assert!(sync["usage"]["completionTokens"].as_u64().unwrap() > 0);
+
+    // Stored under the external user of (crm, ann), never under an admin-API user.
+    let owner: (Option<i64>, String, String) = sqlx::query_as(
+        "SELECT c.user_id, e.open_id, a.app_id FROM conversations c
+         JOIN external_users e ON e.id = c.external_user_id JOIN apps a ON a.id = e.app_id",
+    )
+    .fetch_one(&e.app().db)
+    .await
+    .unwrap();
+    assert_eq!(owner, (None, "ann".to_owned(), "crm".to_owned()));
+    let stored: Vec<(String, String, i16)> = sqlx::query_as("SELECT role, content, status FROM messages ORDER BY id")
+        .fetch_all(&e.app().db)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        [
+            ("user".to_owned(), "hello there".to_owned(), 1),
+            ("assistant".to_owned(), "You said: hello there".to_owned(), 1),
+            ("user".to_owned(), "again".to_owned(), 1),
+            ("assistant".to_owned(), "You said: again".to_owned(), 1),
+        ]
+    );
+    // The second turn carried the first as history.
+    let sent = e.s.models.requests();
+    let last = sent
+        .iter()
+        .rev()
+        .find(|r| r["messages"].to_string().contains("again"))
+        .unwrap();
+    assert!(last["messages"].to_string().contains("hello there"), "{last}");
+}
+
+#[tokio::test]
+async fn chat_refusals_name_the_rule_and_store_nothing() {
+    let e = Ext::new().await;
+    let agent = e.open_agent;
+    let off = e.s.agent(&e.s.admin, json!({ "name": "Off", "status": 0 })).await;
+    let erp_only =
+        e.s.agent(&e.s.admin, json!({ "name": "ERP bot", "appId": "erp" }))
+            .await;
+    let before = e.written().await;
+    let four = "agentId, openId, conversationId and content are required";
+    for path in ["/agent/chat", "/agent/chat/sync"] {
+        for (body, needle) in [
+            (
+                json!({}),
+                format!("{four} (missing: agentId, openId, conversationId, content)"),
+            ),
+            (
+                json!({ "agentId": agent, "openId": "ann", "conversationId": "c" }),
+                format!("{four} (missing: content)"),
+            ),
+            (
+                json!({ "agentId": agent, "conversationId": "c", "content": "hi" }),
+                format!("{four} (missing: openId)"),
+            ),
+            (
+                json!({ "openId": "ann", "conversationId": "c", "content": "hi" }),
+                format!("{four} (missing: agentId)"),
+            ),
+            (
+                json!({ "agentId": agent, "openId": "ann", "content": "hi" }),
+                format!("{four} (missing: conversationId)"),
+            ),
+            (
+                say(off, "ann", "c", "hi"),
+                "agent does not exist or is disabled".to_owned(),
+            ),
+            (
+                say(erp_only, "ann", "c", "hi"),
+                "agent does not exist or is disabled".to_owned(),
+            ),
+            (
+                say(999_999, "ann", "c", "hi"),
+                "agent does not exist or is disabled".to_owned(),
+            ),
+            (
+                say(agent, "ann", &"c".repeat(129), "hi"),
+                "conversationId must be 1 to 128".to_owned(),
+            ),
+            (
+                say(agent, "ann", "c", &"x".repeat(32_001)),
+                "content must be".to_owned(),
+            ),
+            (
+                json!({ "agentId": agent, "openId": "ann", "conversationId": "c", "content": "hi",
+                        "attachments": [{ "type": "IMAGE", "resourceId": 12345 }] }),
+                "attachments[0].resourceId: resource 12345 does not exist".to_owned(),
+            ),
+        ] {
+            e.app()
+                .ext_post(&e.crm, path, &body)
+                .await
+                .assert_error(400, 0, &needle);
+        }
+    }
+    assert_eq!(e.written().await, before);
+}
+
+#[tokio::test]
+async fn images_upload_as_base64_and_only_their_uploader_may_attach_them() {
+    let e = Ext::new().await;
+    let up = e.app().ext_post(&e.crm, "/resource/upload", &image("ann", PNG)).await;
+    let up = up.assert_ok().clone();
+    assert_eq!(up["mimeType"], "image/png");
+    assert_eq!(up["fileSize"], PNG.len());
+    let id = up["resourceId"].as_i64().unwrap();
+    let biz: String = sqlx::query_scalar("SELECT biz_type FROM resources WHERE id = $1")
+        .bind(id)
+        .fetch_one(&e.app().db)
+        .await
+        .unwrap();
+    assert_eq!(biz, "ATTACHMENT");
+    let data_uri = json!({ "openId": "ann", "originalName": "b.png", "fileSize": PNG.len(),
+        "content": format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(PNG)) });
+    e.app()
+        .ext_post(&e.crm, "/resource/upload", &data_uri)
+        .await
+        .assert_ok();
+
+    let before = e.written().await;
+    let files_before = std::fs::read_dir(e.app().storage_dir.path())
+        .map(|d| d.count())
+        .unwrap_or(0);
+    let mut wrong_size = image("ann", PNG);
+    wrong_size["fileSize"] = json!(PNG.len() + 1);
+    let mut too_big = image("ann", PNG);
+    too_big["fileSize"] = json!(10 * 1024 * 1024 + 1);
+    for (body, needle) in [
+        (
+            wrong_size,
+            format!(
+                "fileSize {} does not match the content ({} bytes)",
+                PNG.len() + 1,
+                PNG.len()
+            ),
+        ),
+        (too_big, "fileSize must be between 1 and 10485760".to_owned()),
+        (image("ann", GIF), "only JPG, PNG and WEBP".to_owned()),
+        (
+            json!({ "openId": "ann", "originalName": "a.png", "fileSize": 3, "content": "%%%" }),
+            "content must be base64".to_owned(),
+        ),
+        (
+            json!({ "originalName": "a.png", "fileSize": 3, "content": "AAAA" }),
+            "openId is required".to_owned(),
+        ),
+        (
+            json!({ "openId": "ann", "fileSize": 3, "content": "AAAA" }),
+            "originalName is required".to_owned(),
+        ),
+        (
+            json!({ "openId": "ann", "originalName": "a.png", "content": "AAAA" }),
+            "fileSize is required".to_owned(),
+        ),
+        (
+            json!({ "openId": "ann", "originalName": "a.png", "fileSize": 3 }),
+            "content is required".to_owned(),
+        ),
+    ] {
+        e.app()
+            .ext_post(&e.crm, "/resource/upload", &body)
+            .await
+            .assert_error(400, 0, &needle);
+    }
+    assert_eq!(e.written().await, before);
+    assert_eq!(
+        std::fs::read_dir(e.app().storage_dir.path())
+            .map(|d| d.count())
+            .unwrap_or(0),
+        files_before
+    );
+
+    // Bob cannot attach Ann's image; Ann can (the model then decides on vision support).
+    let with_image = |who: &str| {
+        json!({ "agentId": e.open_agent, "openId": who, "conversationId": "c", "content": "see",
+                "attachments": [{ "type": "IMAGE", "resourceId": id }] })
+    };
+    e.chat(&e.crm, with_image("bob")).await.unwrap_err().assert_error(
+        400,
+        0,
+        &format!("attachments[0].resourceId: resource {id} does not exist"),
+    );
+    e.chat(&e.crm, with_image("ann"))
+        .await
+        .unwrap_err()
+        .assert_error(400, 0, "does not accept images");
+    assert_eq!(e.app().count("messages").await, 0);
+}
+
+async fn embed_token(e: &Ext, open_id: &str) -> String {
+    let t = e
+        .app()
+        .ext_get(&e.crm, &format!("/embed-token?openId={open_id}&ttlSeconds=600"))
+        .await;
+    t.assert_ok()["token"].as_str().unwrap().to_owned()
+}
+
+async fn chat_with_token(e: &Ext, token: &str, body: Value) -> Result<Vec<Value>, Reply> {
+    let resp = e
+        .app()
+        .client
+        .post(e.app().url("/openapi/v1/agent/chat"))
+        .header("Svc-Auth", token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    read_chat(resp).await
+}
+
+#[tokio::test]
+async fn embed_tokens_speak_for_one_open_id_of_one_app() {
+    let e = Ext::new().await;
+    let agent = e.open_agent;
+    let got = e.app().ext_get(&e.crm, "/embed-token?openId=ann").await;
+    let got = got.assert_ok().clone();
+    assert_eq!(got["tokenType"], "Svc-Auth");
+    assert_eq!(got["ttlSeconds"], 3600);
+    assert_eq!(got["openId"], "ann");
+    assert!(got["expiresAt"].is_string());
+    let posted = e
+        .app()
+        .ext_post(&e.crm, "/embed-token", &json!({ "openId": "ann", "ttlSeconds": 60 }))
+        .await;
+    assert_eq!(posted.assert_ok()["ttlSeconds"], 60);
+    for (q, needle) in [
+        ("", "openId is required"),
+        ("openId=a&ttlSeconds=59", "ttlSeconds must be between 60 and 86400"),
+    ] {
+        e.app()
+            .ext_get(&e.crm, &format!("/embed-token?{q}"))
+            .await
+            .assert_error(400, 0, needle);
+    }
+    e.app()
+        .ext_post(&e.crm, "/embed-token", &json!({ "openId": "a", "ttlSeconds": 86_401 }))
+        .await
+        .assert_error(400, 0, "ttlSeconds");
+
+    let token = got["token"].as_str().unwrap().to_owned();
+    // The openId may be omitted (the token's is used) or repeated; another one is refused.
+    let events = chat_with_token(
+        &e,
+        &token,
+        json!({ "agentId": agent, "conversationId": "w", "content": "from the page" }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(joined(&events, "text"), "You said: from the page");
+    let sync = e
+        .app()
+        .send(
+            e.app()
+                .client
+                .post(e.app().url("/openapi/v1/agent/chat/sync"))
+                .header("Svc-Auth", &token)
+                .json(&say(agent, "ann", "w", "sync too")),
+        )
+        .await;
+    assert_eq!(sync.assert_ok()["content"], "You said: sync too");
+    let detail = e
+        .app()
+        .send(
+            e.app()
+                .client
+                .get(e.app().url(&format!("/openapi/v1/agent?agentId={agent}")))
+                .header("Svc-Auth", &token),
+        )
+        .await;
+    assert_eq!(detail.assert_ok()["name"], "Helper");
+    let before = e.written().await;
+    chat_with_token(&e, &token, say(agent, "bob", "w", "impersonate"))
+        .await
+        .unwrap_err()
+        .assert_error(403, 403, "another openId");
+    // An embed token opens only the chat routes, not the app's other endpoints.
+    e.app()
+        .send(
+            e.app()
+                .client
+                .get(e.app().url("/openapi/v1/agents"))
+                .header("Svc-Auth", &token),
+        )
+        .await
+        .assert_error(401, 401, "Svc-App-Id");
+    // Forged, tampered and foreign tokens are refused.
+    let mut tampered = token.clone();
+    tampered.pop();
+    tampered.push(if token.ends_with('A') { 'B' } else { 'A' });
+    for bad in [tampered.as_str(), "not.a.jwt", "x"] {
+        chat_with_token(&e, bad, say(agent, "ann", "w", "hi"))
+            .await
+            .unwrap_err()
+            .assert_error(401, 401, "embed token invalid");
+    }
+    // Disabling the app ends its tokens.
+    e.app()
+        .post(
+            &format!("/app/{}/toggle-status", e.crm.id),
+            Some(&e.s.admin),
+            &json!({}),
+        )
+        .await
+        .assert_ok();
+    chat_with_token(&e, &token, say(agent, "ann", "w", "hi"))
+        .await
+        .unwrap_err()
+        .assert_error(401, 401, "embed token invalid");
+    assert_eq!(e.written().await, before);
+    // Everything the page said is ann's.
+    let owners: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT e.open_id FROM conversations c JOIN external_users e ON e.id = c.external_user_id",
+    )
+    .fetch_all(&e.app().db)
+    .await
+    .unwrap();
+    assert_eq!(owners, ["ann"]);
+}
+
+#[tokio::test]
+async fn the_embed_page_is_self_contained() {
+    let e = Ext::new().await;
+    let page = e
+        .app()
+        .client
+        .get(e.app().url(&format!("/embed/{}", e.open_agent)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<script>") && html.contains("/openapi/v1/agent/chat"));
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http"),
+        "no external assets"
+    );
+    let missing = e
+        .app()
+        .client
+        .get(e.app().url("/embed/not-a-number"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 400);
+}
+
+/// Headless Chromium loads the page with an embed token, greets with the agent, and a message
+/// typed and sent streams back and is rendered as markdown (the model's HTML escaped).
+#[tokio::test]
+async fn the_embed_page_chats_in_a_real_browser() {
+    let e = Ext::new().await;
+    let token = embed_token(&e, "browser-user").await;
+    let url = format!("{}#token={token}", e.app().url(&format!("/embed/{}", e.open_agent)));
+    let browser = Browser::start().await;
+    browser.goto(&url).await;
+    browser
+        .wait_for(
+            "return document.body.dataset.status === 'idle'",
+            Duration::from_secs(20),
+        )
+        .await;
+    assert_eq!(browser.eval("return document.title").await, "Helper");
+    assert_eq!(
+        browser
+            .eval("return document.getElementById('greeting').textContent")
+            .await,
+        "Hi!"
+    );
+
+    browser.type_into("#input", "hello **bold** <b>raw</b>").await;
+    browser.click("#send").await;
+    browser
+        .wait_for(
+            "return !!document.querySelector('.msg.assistant[data-state=done]') && document.body.dataset.status === 'idle'",
+            Duration::from_secs(30),
+        )
+        .await;
+    let answer = browser
+        .eval("return document.querySelector('.msg.assistant').innerHTML")
+        .await;
+    assert_eq!(
+        answer,
+        "<p>You said: hello <strong>bold</strong> &lt;b&gt;raw&lt;/b&gt;</p>"
+    );
+    assert_eq!(
+        browser
+            .eval("return document.querySelector('.msg.user').textContent")
+            .await,
+        "hello **bold** <b>raw</b>"
+    );
+    assert_eq!(
+        browser
+            .eval("return document.querySelectorAll('.msg.error').length")
+            .await,
+        0
+    );
+
+    // A second message continues the same conversation.
+    browser.type_into("#input", "and more").await;
+    browser.click("#send").await;
+    browser
+        .wait_for(
+            "return document.querySelectorAll('.msg.assistant[data-state=done]').length === 2",
+            Duration::from_secs(30),
+        )
+        .await;
+    drop(browser);
+
+    let stored: Vec<(String, String)> = sqlx::query_as(
+        "SELECT c.conversation_key, m.content FROM messages m JOIN conversations c ON c.id = m.conversation_id
+         JOIN external_users u ON u.id = c.external_user_id WHERE u.open_id = 'browser-user' ORDER BY m.id",
+    )
+    .fetch_all(&e.app().db)
+    .await
+    .unwrap();
+    let contents: Vec<&str> = stored.iter().map(|(_, c)| c.as_str()).collect();
+    assert_eq!(
+        contents,
+        [
+            "hello **bold** <b>raw</b>",
+            "You said: hello **bold** <b>raw</b>",
+            "and more",
+            "You said: and more"
+        ]
+    );
+    assert!(
+        stored.iter().all(|(k, _)| *k == stored[0].0),
+        "one conversation: {stored:?}"
+    );
+}

@@ -13,6 +13,7 @@ pub mod db;
 pub mod error;
 pub mod http;
 pub mod lambda;
+pub mod memory;
 pub mod models;
 pub mod queue;
 pub mod rag;

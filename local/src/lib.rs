@@ -17,6 +17,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(resource_api::router())
         .merge(model_api::router())
         .merge(knowledge_api::router())
+        .merge(memory_api::router())
 }
 
 /// Runs the queue workers inside this process, as the Lambda event sources would.
@@ -24,6 +25,9 @@ pub fn start_workers(state: &AppState) {
     state
         .queue()
         .start_worker(QueueName::Ingest, shared::rag::pipeline::handler(state.clone()));
+    state
+        .queue()
+        .start_worker(QueueName::Memory, shared::memory::worker::handler(state.clone()));
 }
 
 /// The complete local application.

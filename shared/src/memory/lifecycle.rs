@@ -18,3 +18,12 @@ pub async fn archive_expired(db: &PgPool) -> sqlx::Result<u64> {
     .await?;
     Ok(done.rows_affected())
 }
+
+/// The scheduled job: archive, and log how many.
+pub fn job(state: crate::AppState) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+    Box::pin(async move {
+        let archived = archive_expired(state.db()).await?;
+        tracing::info!(archived, "expired memories archived");
+        Ok(())
+    })
+}

@@ -55,7 +55,11 @@ pub async fn run_scheduled(
         .map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))?;
     lambda_runtime::run(service_fn(move |_event: LambdaEvent<serde_json::Value>| {
         let state = state.clone();
-        async move { job(state).await.map_err(|e| lambda_runtime::Error::from(format!("{e:#}"))) }
+        async move {
+            job(state)
+                .await
+                .map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))
+        }
     }))
     .await
 }

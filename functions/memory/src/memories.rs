@@ -77,7 +77,11 @@ async fn search(
 #[utoipa::path(get, path = "/memory/{memoryId}", tag = "memory", security(("svc_auth" = [])),
     params(("memoryId" = i64, Path)),
     responses((status = 200, body = Envelope<memory::MemoryView>), (status = 401), (status = 404)))]
-async fn detail(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i64>) -> ApiResult<memory::MemoryView> {
+async fn detail(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(id): Path<i64>,
+) -> ApiResult<memory::MemoryView> {
     service::detail(&state, &user, id).await.map(Api)
 }
 

@@ -123,7 +123,12 @@ impl ConfigRow {
         validate::range("maxRecall", self.max_recall.into(), 1, 100)?;
         validate::range("enterRerankCount", self.enter_rerank_count.into(), 1, 200)?;
         validate::range("extractionInterval", self.extraction_interval.into(), 1, 1000)?;
-        validate::range("maxMemoriesPerExtraction", self.max_memories_per_extraction.into(), 1, 50)?;
+        validate::range(
+            "maxMemoriesPerExtraction",
+            self.max_memories_per_extraction.into(),
+            1,
+            50,
+        )?;
         if let Some(d) = self.memory_expiration_days {
             validate::range("memoryExpirationDays", d.into(), 1, 36500)?;
         }
@@ -142,7 +147,9 @@ impl ConfigRow {
             model("rerankModelId", db, id, ModelType::Reranker).await?;
         }
         if self.rerank_enabled && self.rerank_model_id.is_none() {
-            return Err(AppError::validation("rerankModelId is required when rerankEnabled is true"));
+            return Err(AppError::validation(
+                "rerankModelId is required when rerankEnabled is true",
+            ));
         }
         if let Some(id) = self.extraction_model_id {
             model("extractionModelId", db, id, ModelType::Chat).await?;
@@ -157,7 +164,9 @@ impl ConfigRow {
                     .fetch_one(db)
                     .await?;
                 if !exists {
-                    return Err(AppError::validation(format!("{field}: store instance {id} does not exist")));
+                    return Err(AppError::validation(format!(
+                        "{field}: store instance {id} does not exist"
+                    )));
                 }
             }
         }

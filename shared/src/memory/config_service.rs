@@ -11,7 +11,11 @@ use crate::validate;
 use crate::{AppError, AppResult, AppState};
 
 pub async fn list(state: &AppState) -> AppResult<Vec<ConfigView>> {
-    Ok(config::list(state.db()).await?.into_iter().map(ConfigView::from).collect())
+    Ok(config::list(state.db())
+        .await?
+        .into_iter()
+        .map(ConfigView::from)
+        .collect())
 }
 
 async fn find(state: &AppState, id: i64) -> AppResult<ConfigRow> {
@@ -73,7 +77,9 @@ pub async fn debug(state: &AppState, user: &CurrentUser, id: i64, req: DebugRequ
     let query = validate::required("query", req.query)?;
     validate::length("query", &query, 1, 2000)?;
     if !user.is_admin() && user_id != user.id {
-        return Err(AppError::Forbidden("userId: you may only debug recall of your own memories".into()));
+        return Err(AppError::Forbidden(
+            "userId: you may only debug recall of your own memories".into(),
+        ));
     }
     find(state, id).await?;
     service::agent(state, agent_id).await?;

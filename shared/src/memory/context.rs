@@ -33,7 +33,11 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
     .bind(window)
     .fetch_all(state.db())
     .await?;
-    let last_user = rows.iter().rev().find(|(role, _)| role == "user").map(|(_, c)| c.clone());
+    let last_user = rows
+        .iter()
+        .rev()
+        .find(|(role, _)| role == "user")
+        .map(|(_, c)| c.clone());
     let memories = match (agent.memory_enabled, last_user) {
         (true, Some(query)) if !query.trim().is_empty() => {
             let s = recall::strategy(state, agent.memory_config_id).await?;

@@ -74,11 +74,12 @@ impl ConversationRow {
 const CONVERSATION_COLUMNS: &str = "id, conversation_key, agent_id, user_id, external_user_id";
 
 pub async fn conversation(db: &sqlx::PgPool, id: i64) -> sqlx::Result<Option<Conversation>> {
-    let row: Option<ConversationRow> =
-        sqlx::query_as(&format!("SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(db)
-            .await?;
+    let row: Option<ConversationRow> = sqlx::query_as(&format!(
+        "SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
     Ok(row.and_then(ConversationRow::into_conversation))
 }
 
@@ -217,11 +218,7 @@ async fn ask_model(
         None => gateway::default_model(state, ModelType::Chat).await?,
     };
     let max = s.config.max_memories_per_extraction.clamp(1, 50) as usize;
-    let instructions = s
-        .config
-        .custom_extraction_prompt
-        .as_deref()
-        .unwrap_or(DEFAULT_PROMPT);
+    let instructions = s.config.custom_extraction_prompt.as_deref().unwrap_or(DEFAULT_PROMPT);
     let system = format!(
         "{instructions}\n\n{}",
         OUTPUT_CONTRACT.replace("{max}", &max.to_string())
@@ -239,7 +236,8 @@ async fn ask_model(
         ..ChatRequest::default()
     };
     let answer = gateway::chat(state, &model, recall::billing(owner, true), "memory-extraction", &req).await?;
-    parse(&answer.content, max).map_err(|e| AppError::business(format!("the extraction model's answer was not usable: {e}")))
+    parse(&answer.content, max)
+        .map_err(|e| AppError::business(format!("the extraction model's answer was not usable: {e}")))
 }
 
 /// The memories in the model's answer. The answer must hold a JSON object with a `memories`
@@ -288,7 +286,10 @@ fn cut(s: &str, max: usize) -> String {
 fn item_content(item: &Value) -> Result<Content, String> {
     let memory_type = text(item, &["memoryType", "type"]).to_uppercase();
     if !MEMORY_TYPES.contains(&memory_type.as_str()) {
-        return Err(format!("memoryType {memory_type:?} is not one of {}", MEMORY_TYPES.join(", ")));
+        return Err(format!(
+            "memoryType {memory_type:?} is not one of {}",
+            MEMORY_TYPES.join(", ")
+        ));
     }
     let title = cut(&text(item, &["title"]), MAX_TITLE);
     let content = cut(&text(item, &["content"]), MAX_CONTENT);

@@ -69,7 +69,9 @@ pub async fn embed(
     let dim = s.config.dimension.map(|d| d as usize);
     let out = gateway::embed(state, &s.embedding, billing, texts, kind, dim).await?;
     if out.vectors.len() != texts.len() {
-        return Err(AppError::business("the embedding model returned the wrong number of vectors"));
+        return Err(AppError::business(
+            "the embedding model returned the wrong number of vectors",
+        ));
     }
     Ok(out.vectors)
 }
@@ -155,10 +157,12 @@ pub async fn rank(
         let ranked = gateway::rerank(state, &reranker, billing, query, &docs, docs.len()).await?;
         fused = ranked
             .iter()
-            .filter_map(|h| rows.get(h.index).map(|r| Hit {
-                id: r.id,
-                score: h.score.clamp(0.0, 1.0),
-            }))
+            .filter_map(|h| {
+                rows.get(h.index).map(|r| Hit {
+                    id: r.id,
+                    score: h.score.clamp(0.0, 1.0),
+                })
+            })
             .collect();
     }
     if c.threshold_enabled {

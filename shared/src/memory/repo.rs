@@ -50,7 +50,9 @@ impl Scope {
             q.push(" AND m.status = 'ACTIVE'");
         }
         if !self.types.is_empty() {
-            q.push(" AND m.memory_type = ANY(").push_bind(self.types.clone()).push(")");
+            q.push(" AND m.memory_type = ANY(")
+                .push_bind(self.types.clone())
+                .push(")");
         }
         if let Some(since) = self.since {
             q.push(" AND m.create_dt >= ").push_bind(since);
@@ -311,7 +313,9 @@ pub async fn restated(
             };
             q.push(" OR ");
             similarity(&mut q);
-            q.push(" >= ").push_bind(min_similarity).push(") ORDER BY (m.normalized_key = ");
+            q.push(" >= ")
+                .push_bind(min_similarity)
+                .push(") ORDER BY (m.normalized_key = ");
             q.push_bind(c.normalized_key()).push(") DESC, ");
             similarity(&mut q);
             q.push(" DESC NULLS LAST");

@@ -129,12 +129,22 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
     for model_id in repo::embedding_models(db, &scope).await? {
         let handle = crate::models::gateway::load(state, model_id, crate::models::ModelType::Embedding).await;
         let Ok(handle) = handle else {
-            tracing::warn!(model_id, "memories of an unusable embedding model searched by full text only");
+            tracing::warn!(
+                model_id,
+                "memories of an unusable embedding model searched by full text only"
+            );
             continue;
         };
         let billing = crate::models::gateway::Billing::RecordOnly(Some(user.id));
-        let out = crate::models::gateway::embed(state, &handle, billing, std::slice::from_ref(&query), InputKind::Query, None)
-            .await?;
+        let out = crate::models::gateway::embed(
+            state,
+            &handle,
+            billing,
+            std::slice::from_ref(&query),
+            InputKind::Query,
+            None,
+        )
+        .await?;
         if let Some(v) = out.vectors.first() {
             lists.push(repo::vector_hits(db, &scope, model_id, &vector_literal(v), candidates).await?);
         }
@@ -269,7 +279,9 @@ pub async fn transition(state: &AppState, user: &CurrentUser, id: i64, t: Transi
     let from = Status::parse("status", &m.status)?;
     let to = t.apply(from)?;
     if !repo::set_status(state.db(), id, from.as_str(), to.as_str()).await? {
-        return Err(AppError::business("the memory's status changed meanwhile; reload it and try again"));
+        return Err(AppError::business(
+            "the memory's status changed meanwhile; reload it and try again",
+        ));
     }
     Ok(())
 }

@@ -56,6 +56,10 @@ async fn process(state: &AppState, m: SqsMessage) -> anyhow::Result<()> {
     let written = extract::extract(state, &conv, msg.memory_config_id)
         .await
         .map_err(|e| anyhow::anyhow!("extracting conversation {} failed: {e}", conv.id))?;
-    tracing::info!(conversation_id = conv.id, memories = written.len(), "memories extracted");
+    tracing::info!(
+        conversation_id = conv.id,
+        memories = written.len(),
+        "memories extracted"
+    );
     Ok(())
 }

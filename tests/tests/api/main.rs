@@ -2,6 +2,7 @@
 
 mod deployment;
 mod knowledge;
+mod memory;
 mod model_client;
 mod models;
 mod platform;

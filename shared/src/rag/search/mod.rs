@@ -186,10 +186,7 @@ async fn vector_hits(db: &PgPool, kb: &KbRow, vector: &str, limit: usize) -> App
         .bind(limit as i64)
         .fetch_all(db)
         .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, score)| Hit { id, score })
-        .collect())
+    Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
 }
 
 /// Full-text matches of any query word, ranked by cover density.
@@ -203,10 +200,7 @@ async fn text_hits(db: &PgPool, rag_id: i64, tsquery: &str, limit: usize) -> App
     .bind(limit as i64)
     .fetch_all(db)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, score)| Hit { id, score })
-        .collect())
+    Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
 }
 
 #[derive(sqlx::FromRow)]

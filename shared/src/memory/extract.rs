@@ -155,6 +155,9 @@ async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, afte
         InputKind::Document,
     )
     .await?;
+    if let Some(v) = vectors.first() {
+        repo::ensure_vector_index(db, strategy.embedding.row.id, v.len() as i32).await?;
+    }
     let origin = Origin {
         agent_id: conv.agent_id,
         owner: conv.owner,

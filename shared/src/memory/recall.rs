@@ -11,7 +11,6 @@ use crate::agents::Owner;
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::ModelType;
-use crate::rag::pipeline::vector_literal;
 use crate::rag::search::fusion::{self, Hit};
 use crate::rag::segment;
 use crate::{AppError, AppResult, AppState};
@@ -132,9 +131,8 @@ pub async fn rank(
             0
         })
         .clamp(10, 200);
-    let literal = vector_literal(vector);
     let db = state.db();
-    let dense = repo::vector_hits(db, scope, s.embedding.row.id, &literal, candidates);
+    let dense = repo::vector_hits(db, scope, s.embedding.row.id, vector, candidates);
     let sparse = async {
         match (c.search_engine_enable, segment::or_query(query)) {
             (true, Some(q)) => repo::text_hits(db, scope, &q, candidates).await,

@@ -2,10 +2,15 @@
 //! keeps one user's memories from another is written once.
 
 use chrono::{DateTime, Utc};
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::model::MemoryRow;
 use crate::agents::Owner;
+use crate::rag::bases::repo::{ops, vector_expr};
+use crate::rag::pipeline::vector_literal;
 use crate::rag::search::fusion::Hit;
 
 pub const COLUMNS: &str = "id, agent_id, user_id, external_user_id, conversation_id, conversation_key, memory_type,
@@ -83,26 +88,71 @@ pub async fn list(db: &PgPool, scope: &Scope, limit: i64) -> sqlx::Result<Vec<Me
     q.build_query_as().fetch_all(db).await
 }
 
-/// Nearest memories by cosine similarity among those embedded by `model_id`. An exact scan:
-/// the owner + agent index narrows it to one person's memories, a few thousand rows at most,
-/// and exact results never miss a memory the way a filtered approximate index can.
+/// The cast of a query vector matching [`vector_expr`].
+fn query_cast(dimension: i32) -> String {
+    if dimension > 2000 {
+        format!("halfvec({dimension})")
+    } else {
+        format!("vector({dimension})")
+    }
+}
+
+/// The partial HNSW index over the memories of one embedding model and dimension. DDL takes
+/// no bind parameters: the numbers are our own ids and a vector length, never client text.
+fn index_sql(model_id: i64, dimension: i32) -> String {
+    format!(
+        "CREATE INDEX IF NOT EXISTS memories_hnsw_m{model_id}_d{dimension} ON memories USING hnsw ({} {})
+         WHERE embedding_model_id = {model_id} AND vector_dims(embedding) = {dimension}",
+        vector_expr(dimension),
+        ops(dimension)
+    )
+}
+
+/// Creates the index for a model's memories the first time this process writes one.
+pub async fn ensure_vector_index(db: &PgPool, model_id: i64, dimension: i32) -> sqlx::Result<()> {
+    static DONE: OnceLock<Mutex<HashSet<(i64, i32)>>> = OnceLock::new();
+    let done = DONE.get_or_init(Mutex::default);
+    let known = |d: &Mutex<HashSet<(i64, i32)>>| d.lock().map(|s| s.contains(&(model_id, dimension))).unwrap_or(false);
+    if known(done) {
+        return Ok(());
+    }
+    sqlx::raw_sql(&index_sql(model_id, dimension)).execute(db).await?;
+    if let Ok(mut d) = done.lock() {
+        d.insert((model_id, dimension));
+    }
+    Ok(())
+}
+
+/// Nearest memories by cosine similarity among those embedded by `model_id`, through that
+/// model's partial HNSW index (the model id and dimension are written into the SQL so the
+/// planner can match the index predicate). Iterative index scans keep returning candidates
+/// until the owner filter has let enough through, in exact distance order; for an owner with
+/// few memories the planner takes the owner index and sorts exactly instead.
 pub async fn vector_hits(
     db: &PgPool,
     scope: &Scope,
     model_id: i64,
-    vector: &str,
+    vector: &[f32],
     limit: usize,
 ) -> sqlx::Result<Vec<Hit>> {
-    let mut q = QueryBuilder::new("SELECT m.id, (1 - (m.embedding <=> ");
-    q.push_bind(vector.to_owned())
-        .push("::vector))::float8 FROM memories m WHERE m.embedding_model_id = ")
-        .push_bind(model_id);
+    let dimension = vector.len() as i32;
+    let (expr, cast) = (vector_expr(dimension), query_cast(dimension));
+    let literal = vector_literal(vector);
+    let mut q = QueryBuilder::new(format!("SELECT m.id, (1 - ({expr} <=> "));
+    q.push_bind(literal.clone())
+        .push(format!("::{cast}))::float8 FROM memories m WHERE m.embedding_model_id = {model_id}"))
+        .push(format!(" AND vector_dims(m.embedding) = {dimension}"));
     scope.push(&mut q);
-    q.push(" ORDER BY m.embedding <=> ")
-        .push_bind(vector.to_owned())
-        .push("::vector LIMIT ")
+    q.push(format!(" ORDER BY {expr} <=> "))
+        .push_bind(literal)
+        .push(format!("::{cast} LIMIT "))
         .push_bind(limit as i64);
-    let rows: Vec<(i64, f64)> = q.build_query_as().fetch_all(db).await?;
+    let mut tx = db.begin().await?;
+    sqlx::query("SET LOCAL hnsw.iterative_scan = strict_order")
+        .execute(&mut *tx)
+        .await?;
+    let rows: Vec<(i64, f64)> = q.build_query_as().fetch_all(&mut *tx).await?;
+    tx.commit().await?;
     Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
 }
 

@@ -146,7 +146,7 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
         )
         .await?;
         if let Some(v) = out.vectors.first() {
-            lists.push(repo::vector_hits(db, &scope, model_id, &vector_literal(v), candidates).await?);
+            lists.push(repo::vector_hits(db, &scope, model_id, v, candidates).await?);
         }
     }
     if let Some(tsq) = segment::or_query(&query) {
@@ -234,6 +234,9 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: UpdateRe
         let owner = owner_of(&m)?;
         let text = format!("{}\n{}", c.title, c.content);
         let v = recall::embed(state, &s, recall::billing(owner, false), &[text], InputKind::Document).await?;
+        if let Some(v) = v.first() {
+            repo::ensure_vector_index(state.db(), s.embedding.row.id, v.len() as i32).await?;
+        }
         v.first().map(|v| (s.embedding.row.id, vector_literal(v)))
     } else {
         None

@@ -115,7 +115,9 @@ async fn main() {
         }
     }
     // As the extraction path does when it writes a model's first memory.
-    shared::memory::repo::ensure_vector_index(&app.db, model, 384).await.unwrap();
+    shared::memory::repo::ensure_vector_index(&app.db, model, 384)
+        .await
+        .unwrap();
     sqlx::query("ANALYZE memories").execute(&app.db).await.unwrap();
     println!(
         "loaded {} memories ({MEMORIES} for the measured user) in {:.1} s",

@@ -140,7 +140,9 @@ pub async fn vector_hits(
     let literal = vector_literal(vector);
     let mut q = QueryBuilder::new(format!("SELECT m.id, (1 - ({expr} <=> "));
     q.push_bind(literal.clone())
-        .push(format!("::{cast}))::float8 FROM memories m WHERE m.embedding_model_id = {model_id}"))
+        .push(format!(
+            "::{cast}))::float8 FROM memories m WHERE m.embedding_model_id = {model_id}"
+        ))
         .push(format!(" AND vector_dims(m.embedding) = {dimension}"));
     scope.push(&mut q);
     q.push(format!(" ORDER BY {expr} <=> "))

@@ -387,3 +387,30 @@ pub async fn agents_using(db: &PgPool, id: i64) -> sqlx::Result<i64> {
         .fetch_one(db)
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_changes_only_the_given_fields() {
+        let mut c = ConfigRow::builtin();
+        c.custom_extraction_prompt = Some("old".into());
+        c.apply(ConfigRequest {
+            name: Some("  tuned ".into()),
+            max_recall: Some(8),
+            fusion_strategy: Some("weighted_sum".into()),
+            memory_expiration_days: Some(30),
+            custom_extraction_prompt: Some("  ".into()),
+            ..ConfigRequest::default()
+        });
+        assert_eq!(c.name, "tuned");
+        assert_eq!(c.max_recall, 8);
+        assert_eq!(c.fusion_strategy, "WEIGHTED_SUM");
+        assert_eq!(c.memory_expiration_days, Some(30));
+        // A blank prompt clears the custom one: the built-in prompt applies again.
+        assert_eq!(c.custom_extraction_prompt, None);
+        assert_eq!(c.extraction_interval, 5);
+        assert_eq!(c.dense_weight, 0.7);
+    }
+}

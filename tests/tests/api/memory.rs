@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use api_tests::model_server::ModelServer;
-use api_tests::{spawn, Reply, Store, TestApp};
+use api_tests::{spawn_with, Reply, Store, TestApp};
 use serde_json::{json, Value};
 use shared::agents::Owner;
 
@@ -21,7 +21,11 @@ struct Setup {
 /// The app, the scripted model server with an extraction model, and an embedding model:
 /// the real e5 server when `real_embedder`, else the scripted 8-dimensional one.
 async fn setup(real_embedder: bool) -> Setup {
-    let app = spawn(Store::Filesystem).await;
+    setup_with(real_embedder, Store::Filesystem, &[]).await
+}
+
+async fn setup_with(real_embedder: bool, store: Store, extra: &[(&str, &str)]) -> Setup {
+    let app = spawn_with(store, extra).await;
     let models = ModelServer::start().await;
     let admin = app.admin_token().await;
     let admin_id = app.get("/user", Some(&admin)).await.assert_ok()["id"].as_i64().unwrap();
@@ -310,7 +314,22 @@ async fn wait_for(limit: Duration, mut check: impl AsyncFnMut() -> bool) {
 
 #[tokio::test]
 async fn rounds_queue_an_extraction_that_the_worker_runs_once() {
-    let s = setup(false).await;
+    rounds_queue_an_extraction(setup(false).await).await;
+}
+
+#[tokio::test]
+async fn rounds_queue_an_extraction_through_sqs() {
+    let ingest = api_tests::fresh_sqs_queue(5).await.url;
+    let memory = api_tests::fresh_sqs_queue(5).await.url;
+    let extra = [
+        ("QUEUE_BACKEND", "sqs"),
+        ("SQS_INGEST_QUEUE_URL", ingest.as_str()),
+        ("SQS_MEMORY_QUEUE_URL", memory.as_str()),
+    ];
+    rounds_queue_an_extraction(setup_with(false, Store::S3, &extra).await).await;
+}
+
+async fn rounds_queue_an_extraction(s: Setup) {
     let config = s.config(json!({ "extractionInterval": 2 })).await;
     let agent = s.agent(Some(config)).await;
     let owner = Owner::User(s.admin_id);

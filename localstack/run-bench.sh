@@ -163,6 +163,9 @@ cargo bench --quiet -p api-tests --profile bench-local --bench chat_client
 step "search on 100,000 chunks"
 cargo bench --quiet -p api-tests --profile bench-local --bench search
 
+step "memory recall with 10,000 memories of one user"
+cargo bench --quiet -p api-tests --profile bench-local --bench memory_recall
+
 step "ingestion (real embedding model; the 10,000-row sheet takes several minutes)"
 embedder_pid=$(bash localstack/embedder.sh start "$work/embedder.log")
 EMBEDDING_SERVER_URL=$(bash localstack/embedder.sh url "$work/embedder.log")

@@ -22,6 +22,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(mcp_api::router())
         .merge(app_api::router())
         .merge(external_api::router())
+        .merge(memory_api::router())
 }
 
 /// Runs the queue workers inside this process, as the Lambda event sources would.
@@ -29,6 +30,9 @@ pub fn start_workers(state: &AppState) {
     state
         .queue()
         .start_worker(QueueName::Ingest, shared::rag::pipeline::handler(state.clone()));
+    state
+        .queue()
+        .start_worker(QueueName::Memory, shared::memory::worker::handler(state.clone()));
 }
 
 /// The complete local application.

@@ -42,3 +42,24 @@ pub async fn run_sqs(worker: fn(AppState) -> crate::queue::BatchHandler) -> Resu
     }))
     .await
 }
+
+/// Serves a scheduled job (an EventBridge rule): the event itself carries nothing the job
+/// needs; an error makes the invocation fail, so Lambda retries it.
+pub async fn run_scheduled(
+    job: fn(AppState) -> futures::future::BoxFuture<'static, anyhow::Result<()>>,
+) -> Result<(), lambda_runtime::Error> {
+    use lambda_runtime::{service_fn, LambdaEvent};
+
+    let state = crate::app::start()
+        .await
+        .map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))?;
+    lambda_runtime::run(service_fn(move |_event: LambdaEvent<serde_json::Value>| {
+        let state = state.clone();
+        async move {
+            job(state)
+                .await
+                .map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))
+        }
+    }))
+    .await
+}

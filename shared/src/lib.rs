@@ -16,6 +16,7 @@ pub mod external;
 pub mod http;
 pub mod lambda;
 pub mod mcp;
+pub mod memory;
 pub mod models;
 pub mod queue;
 pub mod rag;

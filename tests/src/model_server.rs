@@ -21,6 +21,8 @@
 //!   answers prose with no JSON
 //! - `chat-split`: answers `{"boundaries": [1, m]}` for a prompt of numbered paragraphs
 //!   `[1] .. [n]`, with m the middle one
+//! - `mem-extract`: memory extraction JSON (in a code fence, as models often answer): one
+//!   memory for every transcript line `user: TYPE: title | content`, confidence 0.9
 //! - `emb-8`: 8-dimensional bag-of-words embeddings
 //! - `emb-384`: 384-dimensional pseudo-random unit vectors (benchmarks)
 //! - `rerank`: word-overlap relevance scores
@@ -216,6 +218,11 @@ fn plan(model: &str, body: &Value) -> Plan {
         };
     }
     match model {
+        "mem-extract" => Plan {
+            reasoning: vec![],
+            text: vec![extraction(&said)],
+            tool: None,
+        },
         "chat-split" => {
             let n = (1..).take_while(|i| said.contains(&format!("[{i}]"))).count();
             let answer = json!({ "boundaries": [1, n / 2 + 1] }).to_string();
@@ -272,6 +279,21 @@ fn plan(model: &str, body: &Value) -> Plan {
     }
 }
 
+/// The extraction answer for a transcript of `role: text` lines.
+fn extraction(transcript: &str) -> String {
+    let memories: Vec<Value> = transcript
+        .lines()
+        .filter_map(|l| l.strip_prefix("user: "))
+        .filter_map(|l| {
+            let (memory_type, rest) = l.split_once(": ")?;
+            let (title, content) = rest.split_once(" | ")?;
+            let tags: Vec<String> = title.split_whitespace().map(str::to_lowercase).collect();
+            Some(json!({ "memoryType": memory_type, "title": title, "content": content, "tags": tags, "confidence": 0.9 }))
+        })
+        .collect();
+    format!("```json\n{}\n```", json!({ "memories": memories }))
+}
+
 async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
     if let Some(refused) = script.refusal(&headers, &body) {
         return refused;
@@ -291,6 +313,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-agent",
             "chat-drafter",
             "chat-drafter-bad",
+            "mem-extract",
         ]
         .contains(&model.as_str());
     if !known {

@@ -31,6 +31,13 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
             )));
         }
     }
+    if let Some(id) = d.memory_config_id {
+        if crate::memory::config::find(state.db(), id).await?.is_none() {
+            return Err(AppError::validation(format!(
+                "memoryConfigId: memory config {id} does not exist"
+            )));
+        }
+    }
     crate::skills::ensure_exist(state.db(), "skillIds", &d.skill_ids).await?;
     let usable = crate::mcp::usable_ids(state.db(), user, &d.mcp_server_ids).await?;
     if let Some(id) = d.mcp_server_ids.iter().find(|id| !usable.contains(id)) {

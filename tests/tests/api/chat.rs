@@ -768,3 +768,98 @@ async fn the_model_calls_mcp_tools_and_answers_with_their_results() {
     let analytics = s.app.get(&format!("/agent/{agent}/analytics?range=1d"), t).await;
     assert_eq!(analytics.assert_ok()["totalToolCalls"], 2);
 }
+
+#[tokio::test]
+async fn chat_rounds_feed_long_term_memory_and_later_turns_recall_it_per_user() {
+    let s = ChatSetup::new().await;
+    let t = Some(s.admin.as_str());
+    let chat = s.chat_model("chat-echo", json!({})).await;
+    let extractor = s.chat_model("mem-extract", json!({})).await;
+    let embedding = s
+        .app
+        .model(
+            &s.admin,
+            s.provider,
+            "EMBEDDING",
+            "emb-8",
+            &s.models.base_url,
+            json!({}),
+        )
+        .await;
+    let config = s
+        .app
+        .post(
+            "/memory/config",
+            t,
+            &json!({ "name": "chat memory", "embeddingModelId": embedding, "extractionModelId": extractor,
+                     "extractionInterval": 1 }),
+        )
+        .await;
+    let config = config.assert_ok().as_i64().unwrap();
+    s.app
+        .post(
+            "/agent",
+            t,
+            &json!({ "name": "x", "memoryEnabled": true, "memoryConfigId": 999_999 }),
+        )
+        .await
+        .assert_error(400, 0, "memoryConfigId: memory config 999999 does not exist");
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Remembers", "chatModelId": chat, "memoryEnabled": true, "memoryConfigId": config }),
+        )
+        .await;
+
+    s.chat(
+        &s.admin,
+        agent,
+        say("mem-1", "PREFERENCE: Drinks | The user drinks green tea"),
+    )
+    .await
+    .events();
+    let mut memories = Value::Null;
+    for _ in 0..100 {
+        memories = s
+            .app
+            .get(&format!("/memory/agent/{agent}"), t)
+            .await
+            .assert_ok()
+            .clone();
+        if memories.as_array().is_some_and(|m| !m.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(memories[0]["title"], "Drinks", "extracted after the round: {memories}");
+    assert_eq!(memories[0]["memoryType"], "PREFERENCE");
+
+    s.chat(&s.admin, agent, say("mem-2", "which drinks do I like"))
+        .await
+        .events();
+    let system_of = |needle: &str| {
+        s.models
+            .requests()
+            .into_iter()
+            .filter(|r| r["model"] == "chat-echo" && r["stream"] == true)
+            .find(|r| r["messages"].to_string().contains(needle))
+            .map(|r| r["messages"][0]["content"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_default()
+    };
+    let system = system_of("which drinks do I like");
+    assert!(
+        system.contains("Drinks: The user drinks green tea"),
+        "recalled into the prompt: {system}"
+    );
+
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 100_000).await;
+    s.chat(&alice, agent, say("mem-3", "which drinks does alice like"))
+        .await
+        .events();
+    let system = system_of("which drinks does alice like");
+    assert!(
+        !system.contains("green tea"),
+        "another user's memories never come back: {system}"
+    );
+}

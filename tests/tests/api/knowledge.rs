@@ -454,12 +454,14 @@ async fn upload_to_indexed_chunks_through_the_in_process_queue() {
 #[tokio::test]
 async fn upload_to_indexed_chunks_through_sqs_and_s3() {
     let queue = api_tests::fresh_sqs_queue(5).await.url;
+    // Its own memory queue: the memory worker polls it and would take ingest messages.
+    let memory_queue = api_tests::fresh_sqs_queue(5).await.url;
     ingest_every_text_type(
         Store::S3,
         &[
             ("QUEUE_BACKEND", "sqs"),
             ("SQS_INGEST_QUEUE_URL", &queue),
-            ("SQS_MEMORY_QUEUE_URL", &queue),
+            ("SQS_MEMORY_QUEUE_URL", &memory_queue),
         ],
     )
     .await;
@@ -962,12 +964,14 @@ async fn office_and_pdf_files_are_indexed_with_structure_pages_and_images() {
 #[tokio::test]
 async fn office_and_pdf_files_are_indexed_through_sqs_and_s3() {
     let queue = api_tests::fresh_sqs_queue(5).await.url;
+    // Its own memory queue: the memory worker polls it and would take ingest messages.
+    let memory_queue = api_tests::fresh_sqs_queue(5).await.url;
     office_and_pdf_files(
         Store::S3,
         &[
             ("QUEUE_BACKEND", "sqs"),
             ("SQS_INGEST_QUEUE_URL", &queue),
-            ("SQS_MEMORY_QUEUE_URL", &queue),
+            ("SQS_MEMORY_QUEUE_URL", &memory_queue),
         ],
     )
     .await;

@@ -8,6 +8,7 @@ mod external;
 mod knowledge;
 mod lambda;
 mod mcp;
+mod memory;
 mod model_client;
 mod models;
 mod platform;

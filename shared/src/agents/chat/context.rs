@@ -1,7 +1,7 @@
-//! Slow context gathered after the stream has started: knowledge-base retrieval (and, with
-//! memory on, the user's long-term memories).
+//! Slow context gathered after the stream has started: knowledge-base retrieval and, with
+//! memory on, the owner's long-term memories.
 
-use crate::agents::AgentRow;
+use crate::agents::{AgentRow, Owner};
 use crate::rag::{bases, search};
 use crate::AppState;
 
@@ -22,6 +22,24 @@ pub async fn knowledge(state: &AppState, agent: &AgentRow, query: &str, user_id:
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(agent_id = agent.id, rag_id, error = %e, "knowledge retrieval failed; answering without it");
+            vec![]
+        }
+    }
+}
+
+/// The owner's memories that bear on this message, as prompt lines; a failing recall is logged
+/// and the turn goes on without it.
+pub async fn memories(state: &AppState, agent: &AgentRow, owner: Owner, query: &str) -> Vec<String> {
+    if !agent.memory_enabled {
+        return vec![];
+    }
+    match crate::memory::recall(state, agent.id, owner, agent.memory_config_id, query).await {
+        Ok(found) => found
+            .into_iter()
+            .map(|m| format!("[{}] {}: {}", m.memory_type, m.title, m.content))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(agent_id = agent.id, error = %e, "memory recall failed; answering without it");
             vec![]
         }
     }

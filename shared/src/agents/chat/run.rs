@@ -84,6 +84,7 @@ impl Turn {
                         duration_ms,
                     })
                     .await;
+                self.remember().await;
                 if self.new_conversation {
                     title::generate(
                         &self.state,
@@ -113,10 +114,14 @@ impl Turn {
             .await
             .map_err(Outcome::Failed)?;
         let toolbox = Toolbox::for_agent(&self.state, &self.agent, &self.disabled).await;
+        let (memories, knowledge) = tokio::join!(
+            context::memories(&self.state, &self.agent, self.caller.owner, &self.content),
+            context::knowledge(&self.state, &self.agent, &self.content, self.caller.user_id()),
+        );
         let ctx = Context {
             tool_notes: toolbox.prompt_notes.clone(),
-            memories: vec![],
-            knowledge: context::knowledge(&self.state, &self.agent, &self.content, self.caller.user_id()).await,
+            memories,
+            knowledge,
         };
         let history = repo::history(
             self.state.db(),
@@ -210,6 +215,24 @@ impl Turn {
         })
         .await?;
         Ok(result.text)
+    }
+
+    /// Counts the round for long-term memory (extraction is queued every `extractionInterval`).
+    async fn remember(&self) {
+        if !self.agent.memory_enabled {
+            return;
+        }
+        let queued = crate::memory::after_round(
+            &self.state,
+            self.agent.id,
+            self.caller.owner,
+            self.conversation_id,
+            self.agent.memory_config_id,
+        )
+        .await;
+        if let Err(e) = queued {
+            tracing::warn!(agent_id = self.agent.id, error = %e, "queueing memory extraction failed");
+        }
     }
 
     async fn store(&self, answer: &Answer, outcome: &Outcome, duration_ms: u64) {

@@ -131,7 +131,8 @@ pub fn vector_expr(dimension: i32) -> String {
     }
 }
 
-fn ops(dimension: i32) -> &'static str {
+/// The operator class of [`vector_expr`] for cosine distance.
+pub fn ops(dimension: i32) -> &'static str {
     if dimension > 2000 {
         "halfvec_cosine_ops"
     } else {

@@ -1,11 +1,12 @@
-//! Combining the vector and full-text rankings into one, with scores in 0-1.
+//! Combining the vector and full-text rankings into one, with scores in 0-1. Used for
+//! knowledge-base chunks and for long-term memories alike: a hit is any row id with a score.
 
 use std::collections::HashMap;
 
-/// A hit of one retriever: chunk id and its raw score, best first.
+/// A hit of one retriever: row id (chunk, memory) and its raw score, best first.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Hit {
-    pub chunk_id: i64,
+    pub id: i64,
     pub score: f64,
 }
 
@@ -15,12 +16,12 @@ pub fn rrf(lists: &[&[Hit]], k: f64) -> Vec<Hit> {
     let mut sums: HashMap<i64, f64> = HashMap::new();
     for list in lists {
         for (rank, hit) in list.iter().enumerate() {
-            *sums.entry(hit.chunk_id).or_default() += 1.0 / (k + rank as f64 + 1.0);
+            *sums.entry(hit.id).or_default() += 1.0 / (k + rank as f64 + 1.0);
         }
     }
     let best = lists.iter().filter(|l| !l.is_empty()).count() as f64 / (k + 1.0);
-    sorted(sums.into_iter().map(|(chunk_id, s)| Hit {
-        chunk_id,
+    sorted(sums.into_iter().map(|(id, s)| Hit {
+        id,
         score: if best > 0.0 { s / best } else { 0.0 },
     }))
 }
@@ -38,11 +39,11 @@ pub fn weighted(dense: &[Hit], sparse: &[Hit], dense_weight: f64) -> Vec<Hit> {
             } else {
                 1.0
             };
-            *sums.entry(hit.chunk_id).or_default() += weight * norm;
+            *sums.entry(hit.id).or_default() += weight * norm;
         }
     }
-    sorted(sums.into_iter().map(|(chunk_id, score)| Hit {
-        chunk_id,
+    sorted(sums.into_iter().map(|(id, score)| Hit {
+        id,
         score: score.clamp(0.0, 1.0),
     }))
 }
@@ -50,7 +51,7 @@ pub fn weighted(dense: &[Hit], sparse: &[Hit], dense_weight: f64) -> Vec<Hit> {
 fn sorted(hits: impl Iterator<Item = Hit>) -> Vec<Hit> {
     let mut v: Vec<Hit> = hits.collect();
     // Ties broken by id so results are stable.
-    v.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.chunk_id.cmp(&b.chunk_id)));
+    v.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
     v
 }
 
@@ -62,7 +63,7 @@ mod tests {
         ids.iter()
             .enumerate()
             .map(|(i, id)| Hit {
-                chunk_id: *id,
+                id: *id,
                 score: 1.0 - i as f64 * 0.1,
             })
             .collect()
@@ -71,7 +72,7 @@ mod tests {
     #[test]
     fn rrf_rewards_agreement_and_normalises() {
         let fused = rrf(&[&hits(&[1, 2, 3]), &hits(&[2, 1, 4])], 60.0);
-        assert_eq!(fused.iter().map(|h| h.chunk_id).collect::<Vec<_>>()[..2], [1, 2]);
+        assert_eq!(fused.iter().map(|h| h.id).collect::<Vec<_>>()[..2], [1, 2]);
         assert!(fused.iter().all(|h| (0.0..=1.0).contains(&h.score)));
         let top = rrf(&[&hits(&[7]), &hits(&[7])], 60.0);
         assert!((top[0].score - 1.0).abs() < 1e-12);
@@ -83,7 +84,7 @@ mod tests {
     #[test]
     fn weighted_mixes_normalised_scores() {
         let fused = weighted(&hits(&[1, 2]), &hits(&[2, 3]), 0.7);
-        assert_eq!(fused[0].chunk_id, 1);
+        assert_eq!(fused[0].id, 1);
         assert!((fused[0].score - 0.7).abs() < 1e-9);
         assert!(fused.iter().all(|h| (0.0..=1.0).contains(&h.score)));
     }

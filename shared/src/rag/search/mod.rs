@@ -144,7 +144,7 @@ pub async fn retrieve(
         fused = ranked
             .iter()
             .map(|h| Hit {
-                chunk_id: rows[h.index].chunk_id,
+                id: rows[h.index].chunk_id,
                 score: h.score.clamp(0.0, 1.0),
             })
             .collect();
@@ -186,10 +186,7 @@ async fn vector_hits(db: &PgPool, kb: &KbRow, vector: &str, limit: usize) -> App
         .bind(limit as i64)
         .fetch_all(db)
         .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(chunk_id, score)| Hit { chunk_id, score })
-        .collect())
+    Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
 }
 
 /// Full-text matches of any query word, ranked by cover density.
@@ -203,10 +200,7 @@ async fn text_hits(db: &PgPool, rag_id: i64, tsquery: &str, limit: usize) -> App
     .bind(limit as i64)
     .fetch_all(db)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(chunk_id, score)| Hit { chunk_id, score })
-        .collect())
+    Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
 }
 
 #[derive(sqlx::FromRow)]
@@ -223,7 +217,7 @@ struct Row {
 
 /// The hits' chunks, in the hits' order, with their scores.
 async fn load(db: &PgPool, hits: &[Hit]) -> AppResult<Vec<SearchResult>> {
-    let ids: Vec<i64> = hits.iter().map(|h| h.chunk_id).collect();
+    let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT c.id AS chunk_id, c.content, c.document_id, d.name AS document_name, c.title, c.page, c.chunk_index,
          c.paragraph_index FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY($1)",
@@ -235,7 +229,7 @@ async fn load(db: &PgPool, hits: &[Hit]) -> AppResult<Vec<SearchResult>> {
     Ok(hits
         .iter()
         .filter_map(|h| {
-            by_id.remove(&h.chunk_id).map(|r| SearchResult {
+            by_id.remove(&h.id).map(|r| SearchResult {
                 chunk_id: r.chunk_id,
                 content: r.content,
                 score: (h.score * 10_000.0).round() / 10_000.0,

@@ -1,0 +1,6 @@
+//! Lambda entry point of the memory module.
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    shared::lambda::run_http(memory_api::router()).await
+}

@@ -1,0 +1,100 @@
+//! `/memory/config`: memory config CRUD and the recall debugger. Any signed-in user may read
+//! configs and create one; only its creator or an administrator may change or delete it.
+
+use super::config::{self, ConfigRequest, ConfigRow, ConfigView};
+use super::model::{DebugRequest, MemoryView};
+use super::repo::{self, Scope};
+use super::{recall, service};
+use crate::agents::Owner;
+use crate::http::CurrentUser;
+use crate::validate;
+use crate::{AppError, AppResult, AppState};
+
+pub async fn list(state: &AppState) -> AppResult<Vec<ConfigView>> {
+    Ok(config::list(state.db())
+        .await?
+        .into_iter()
+        .map(ConfigView::from)
+        .collect())
+}
+
+async fn find(state: &AppState, id: i64) -> AppResult<ConfigRow> {
+    config::find(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("memory config"))
+}
+
+pub async fn detail(state: &AppState, id: i64) -> AppResult<ConfigView> {
+    find(state, id).await.map(ConfigView::from)
+}
+
+pub async fn create(state: &AppState, user: &CurrentUser, req: ConfigRequest) -> AppResult<i64> {
+    validate::required("name", req.name.clone())?;
+    validate::present("embeddingModelId", req.embedding_model_id)?;
+    let mut row = ConfigRow::builtin();
+    row.apply(req);
+    row.creator_id = user.id;
+    row.validate(state.db()).await?;
+    Ok(config::save(state.db(), &row).await?)
+}
+
+async fn managed(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ConfigRow> {
+    let row = find(state, id).await?;
+    if !user.can_manage(row.creator_id) {
+        return Err(AppError::Forbidden(
+            "only the creator of a memory config or an administrator may change it".into(),
+        ));
+    }
+    Ok(row)
+}
+
+pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: ConfigRequest) -> AppResult<()> {
+    let mut row = managed(state, user, id).await?;
+    row.apply(req);
+    row.validate(state.db()).await?;
+    config::save(state.db(), &row).await?;
+    Ok(())
+}
+
+/// Refused while agents are bound to the config: they would silently lose their strategy.
+pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
+    managed(state, user, id).await?;
+    let n = config::agents_using(state.db(), id).await?;
+    if n > 0 {
+        return Err(AppError::business(format!(
+            "memory config {id} is used by {n} agent(s); unbind it first"
+        )));
+    }
+    config::delete(state.db(), id).await?;
+    Ok(())
+}
+
+/// Recalls with config `id` for one user and agent, as chat would, without counting the
+/// access. Users may debug their own memories; administrators anyone's.
+pub async fn debug(state: &AppState, user: &CurrentUser, id: i64, req: DebugRequest) -> AppResult<Vec<MemoryView>> {
+    let agent_id = validate::present("agentId", req.agent_id)?;
+    let user_id = validate::present("userId", req.user_id)?;
+    let query = validate::required("query", req.query)?;
+    validate::length("query", &query, 1, 2000)?;
+    if !user.is_admin() && user_id != user.id {
+        return Err(AppError::Forbidden(
+            "userId: you may only debug recall of your own memories".into(),
+        ));
+    }
+    find(state, id).await?;
+    service::agent(state, agent_id).await?;
+    let owner = Owner::User(user_id);
+    let strategy = recall::strategy(state, Some(id)).await?;
+    let hits = recall::run(state, &Scope::recall(agent_id, owner), &strategy, owner, &query, false).await?;
+    let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
+    let scores: std::collections::HashMap<i64, f64> = hits.iter().map(|h| (h.id, h.score)).collect();
+    Ok(repo::load(state.db(), &ids)
+        .await?
+        .into_iter()
+        .map(|r| {
+            let mut v = MemoryView::from(r);
+            v.relevance_score = scores.get(&v.id).copied().unwrap_or(0.0);
+            v
+        })
+        .collect())
+}

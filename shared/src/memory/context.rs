@@ -1,0 +1,75 @@
+//! What the chat model would be given for the next turn of a conversation: the short-term
+//! window of messages, the recalled memories, and their size in tokens.
+
+use super::model::{ContextPreview, PreviewMemory, PreviewMessage};
+use super::repo::Scope;
+use super::{extract, recall, service};
+use crate::agents::Owner;
+use crate::http::CurrentUser;
+use crate::rag::chunk::count_tokens;
+use crate::{AppError, AppResult, AppState};
+
+/// Above this many tokens the history is summarised or truncated before it is sent.
+pub const CONTEXT_TOKEN_BUDGET: usize = 8000;
+/// Per-message framing tokens of the chat format (role markers, separators).
+const MESSAGE_OVERHEAD: usize = 4;
+
+pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: String) -> AppResult<ContextPreview> {
+    let agent = service::agent(state, agent_id).await?;
+    let owner = Owner::User(user.id);
+    let conv = extract::by_key(state.db(), agent_id, owner, &key)
+        .await?
+        .ok_or_else(|| AppError::not_found("conversation"))?;
+    let window = agent.short_term_memory_size.max(0) as i64;
+    let total: i64 = sqlx::query_scalar("SELECT count(*) FROM messages WHERE conversation_id = $1 AND status = 1")
+        .bind(conv.id)
+        .fetch_one(state.db())
+        .await?;
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT role, content FROM (SELECT id, role, content FROM messages WHERE conversation_id = $1 AND status = 1
+         ORDER BY id DESC LIMIT $2) t ORDER BY id",
+    )
+    .bind(conv.id)
+    .bind(window)
+    .fetch_all(state.db())
+    .await?;
+    let last_user = rows
+        .iter()
+        .rev()
+        .find(|(role, _)| role == "user")
+        .map(|(_, c)| c.clone());
+    let memories = match (agent.memory_enabled, last_user) {
+        (true, Some(query)) if !query.trim().is_empty() => {
+            let s = recall::strategy(state, agent.memory_config_id).await?;
+            // A preview is not a recall: access counts stay as they are.
+            recall::run(state, &Scope::recall(agent_id, owner), &s, owner, &query, false).await?
+        }
+        _ => vec![],
+    };
+    let mut tokens = count_tokens(&agent.instruction);
+    tokens += rows
+        .iter()
+        .map(|(role, content)| count_tokens(role) + count_tokens(content) + MESSAGE_OVERHEAD)
+        .sum::<usize>();
+    tokens += memories
+        .iter()
+        .map(|m| count_tokens(&m.title) + count_tokens(&m.content) + MESSAGE_OVERHEAD)
+        .sum::<usize>();
+    Ok(ContextPreview {
+        compression_applied: total > window || tokens > CONTEXT_TOKEN_BUDGET,
+        estimated_tokens: tokens,
+        messages: rows
+            .into_iter()
+            .map(|(role, content)| PreviewMessage { role, content })
+            .collect(),
+        memories: memories
+            .into_iter()
+            .map(|m| PreviewMemory {
+                id: m.id,
+                title: m.title,
+                content: m.content,
+                memory_type: m.memory_type,
+            })
+            .collect(),
+    })
+}

@@ -1,0 +1,406 @@
+//! Extraction: the new messages of a conversation -> the extraction model -> validated,
+//! typed memories; restatements update the memory they restate. Idempotent: each
+//! conversation remembers the last message it was extracted up to.
+
+use serde_json::Value;
+
+use super::config;
+use super::model::{MemoryRow, MEMORY_TYPES};
+use super::recall::{self, Strategy};
+use super::repo::{self, Content, Embedding, Origin};
+use crate::agents::Owner;
+use crate::models::client::{ChatMessage, ChatRequest, InputKind};
+use crate::models::gateway::{self};
+use crate::models::ModelType;
+use crate::rag::pipeline::vector_literal;
+use crate::{AppError, AppResult, AppState};
+
+/// A new memory whose embedding is at least this close (cosine) to an existing memory of the
+/// same owner, agent and type restates it and updates it instead.
+pub const RESTATEMENT_SIMILARITY: f64 = 0.92;
+/// Messages read per extraction; later ones wait for the next extraction.
+const MAX_MESSAGES: i64 = 200;
+const MAX_TITLE: usize = 200;
+const MAX_CONTENT: usize = 4000;
+const MAX_TAGS: usize = 10;
+
+pub const DEFAULT_PROMPT: &str = "You maintain the long-term memory of an AI assistant about one user. \
+From the conversation below, extract what is worth remembering in later conversations: facts about the user \
+or their work (FACT), decisions taken (DECISION), the user's preferences (PREFERENCE), progress of ongoing tasks \
+(TASK_PROGRESS) and documents, links or sources referred to (REFERENCE). Skip small talk and anything only \
+relevant to this moment. Give each memory a short title naming its subject, so that a later restatement of the \
+same subject gets the same title.";
+
+/// Appended to every prompt, the custom one too: the output contract the service validates.
+const OUTPUT_CONTRACT: &str = "Answer with JSON only, no prose, in this shape: \
+{\"memories\": [{\"memoryType\": \"FACT|DECISION|PREFERENCE|TASK_PROGRESS|REFERENCE\", \"title\": \"...\", \
+\"content\": \"...\", \"category\": \"...\", \"tags\": [\"...\"], \"confidence\": 0.0-1.0}]}. \
+Return at most {max} memories; return {\"memories\": []} when nothing is worth remembering.";
+
+/// A conversation as extraction needs it.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    pub id: i64,
+    pub key: String,
+    pub agent_id: i64,
+    pub owner: Owner,
+}
+
+#[derive(sqlx::FromRow)]
+struct ConversationRow {
+    id: i64,
+    conversation_key: String,
+    agent_id: i64,
+    user_id: Option<i64>,
+    external_user_id: Option<i64>,
+}
+
+impl ConversationRow {
+    fn into_conversation(self) -> Option<Conversation> {
+        let owner = match (self.user_id, self.external_user_id) {
+            (Some(u), _) => Owner::User(u),
+            (None, Some(e)) => Owner::External(e),
+            (None, None) => return None,
+        };
+        Some(Conversation {
+            id: self.id,
+            key: self.conversation_key,
+            agent_id: self.agent_id,
+            owner,
+        })
+    }
+}
+
+const CONVERSATION_COLUMNS: &str = "id, conversation_key, agent_id, user_id, external_user_id";
+
+pub async fn conversation(db: &sqlx::PgPool, id: i64) -> sqlx::Result<Option<Conversation>> {
+    let row: Option<ConversationRow> = sqlx::query_as(&format!(
+        "SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.and_then(ConversationRow::into_conversation))
+}
+
+/// The owner's conversation with the agent under the client's conversation id.
+pub async fn by_key(db: &sqlx::PgPool, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<Option<Conversation>> {
+    let row: Option<ConversationRow> = sqlx::query_as(&format!(
+        "SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE agent_id = $1 AND conversation_key = $2
+         AND user_id IS NOT DISTINCT FROM $3 AND external_user_id IS NOT DISTINCT FROM $4"
+    ))
+    .bind(agent_id)
+    .bind(key)
+    .bind(owner.user_id())
+    .bind(owner.external_user_id())
+    .fetch_optional(db)
+    .await?;
+    Ok(row.and_then(ConversationRow::into_conversation))
+}
+
+/// Extracts the messages added since the last extraction; returns the memories written
+/// (created or updated). A second run over the same messages writes nothing.
+pub async fn extract(state: &AppState, conv: &Conversation, config_id: Option<i64>) -> AppResult<Vec<MemoryRow>> {
+    let db = state.db();
+    sqlx::query("INSERT INTO memory_extractions (conversation_id) VALUES ($1) ON CONFLICT DO NOTHING")
+        .bind(conv.id)
+        .execute(db)
+        .await?;
+    let leased: Option<i64> = sqlx::query_scalar(
+        "UPDATE memory_extractions SET lease_until = now() + interval '5 minutes', update_dt = now()
+         WHERE conversation_id = $1 AND (lease_until IS NULL OR lease_until < now()) RETURNING last_message_id",
+    )
+    .bind(conv.id)
+    .fetch_optional(db)
+    .await?;
+    let Some(after) = leased else {
+        return Err(AppError::business(format!(
+            "conversation {} is being extracted right now; try again shortly",
+            conv.key
+        )));
+    };
+    let outcome = run(state, conv, config_id, after).await;
+    if outcome.is_err() {
+        sqlx::query("UPDATE memory_extractions SET lease_until = NULL WHERE conversation_id = $1")
+            .bind(conv.id)
+            .execute(db)
+            .await?;
+    }
+    outcome
+}
+
+async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, after: i64) -> AppResult<Vec<MemoryRow>> {
+    let db = state.db();
+    let messages: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT id, role, content FROM messages WHERE conversation_id = $1 AND id > $2 AND status = 1
+         AND role IN ('user', 'assistant') ORDER BY id LIMIT $3",
+    )
+    .bind(conv.id)
+    .bind(after)
+    .bind(MAX_MESSAGES)
+    .fetch_all(db)
+    .await?;
+    let Some(last_id) = messages.last().map(|m| m.0) else {
+        finish(db, conv.id, after).await?;
+        return Ok(vec![]);
+    };
+    let strategy = recall::strategy(state, config_id).await?;
+    let found = ask_model(state, &strategy, conv.owner, &messages).await?;
+    let texts: Vec<String> = found.iter().map(|c| format!("{}\n{}", c.title, c.content)).collect();
+    let vectors = recall::embed(
+        state,
+        &strategy,
+        recall::billing(conv.owner, false),
+        &texts,
+        InputKind::Document,
+    )
+    .await?;
+    if let Some(v) = vectors.first() {
+        repo::ensure_vector_index(db, strategy.embedding.row.id, v.len() as i32).await?;
+    }
+    let origin = Origin {
+        agent_id: conv.agent_id,
+        owner: conv.owner,
+        conversation_id: conv.id,
+        conversation_key: conv.key.clone(),
+    };
+    let mut tx = db.begin().await?;
+    let mut written = Vec::new();
+    for (content, vector) in found.iter().zip(&vectors) {
+        let literal = vector_literal(vector);
+        let embedding = Embedding {
+            model_id: strategy.embedding.row.id,
+            vector: &literal,
+        };
+        let existing = repo::restated(
+            &mut *tx,
+            conv.agent_id,
+            conv.owner,
+            content,
+            Some(&embedding),
+            RESTATEMENT_SIMILARITY,
+        )
+        .await?;
+        let id = match existing {
+            Some(id) => {
+                repo::write_content(&mut *tx, id, content, Some(embedding)).await?;
+                id
+            }
+            None => repo::insert(&mut *tx, &origin, content, Some(embedding)).await?,
+        };
+        if !written.contains(&id) {
+            written.push(id);
+        }
+    }
+    finish(&mut *tx, conv.id, last_id).await?;
+    tx.commit().await?;
+    Ok(repo::load(db, &written).await?)
+}
+
+/// Records how far the conversation is extracted and releases the lease.
+async fn finish(db: impl sqlx::PgExecutor<'_>, conversation_id: i64, last_id: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE memory_extractions SET last_message_id = GREATEST(last_message_id, $2), lease_until = NULL,
+         update_dt = now() WHERE conversation_id = $1",
+    )
+    .bind(conversation_id)
+    .bind(last_id)
+    .execute(db)
+    .await
+    .map(|_| ())
+}
+
+async fn ask_model(
+    state: &AppState,
+    s: &Strategy,
+    owner: Owner,
+    messages: &[(i64, String, String)],
+) -> AppResult<Vec<Content>> {
+    let model = match s.config.extraction_model_id {
+        Some(id) => gateway::load(state, id, ModelType::Chat).await?,
+        None => gateway::default_model(state, ModelType::Chat).await?,
+    };
+    let max = s.config.max_memories_per_extraction.clamp(1, 50) as usize;
+    let instructions = s.config.custom_extraction_prompt.as_deref().unwrap_or(DEFAULT_PROMPT);
+    let system = format!(
+        "{instructions}\n\n{}",
+        OUTPUT_CONTRACT.replace("{max}", &max.to_string())
+    );
+    let transcript: Vec<String> = messages
+        .iter()
+        .map(|(_, role, content)| format!("{role}: {content}"))
+        .collect();
+    let req = ChatRequest {
+        messages: vec![
+            ChatMessage::system(system),
+            ChatMessage::user(format!("Conversation:\n{}", transcript.join("\n"))),
+        ],
+        temperature: Some(0.0),
+        ..ChatRequest::default()
+    };
+    let answer = gateway::chat(state, &model, recall::billing(owner, true), "memory-extraction", &req).await?;
+    parse(&answer.content, max)
+        .map_err(|e| AppError::business(format!("the extraction model's answer was not usable: {e}")))
+}
+
+/// The memories in the model's answer. The answer must hold a JSON object with a `memories`
+/// array (or be that array), possibly inside a code fence; items that break the contract
+/// (unknown type, empty title or content) are dropped, the rest trimmed to the limits.
+pub fn parse(answer: &str, max: usize) -> Result<Vec<Content>, String> {
+    let json = json_part(answer).ok_or("it holds no JSON object or array")?;
+    let value: Value = serde_json::from_str(json).map_err(|e| format!("invalid JSON ({e})"))?;
+    let items = match &value {
+        Value::Array(a) => a,
+        Value::Object(o) => o
+            .get("memories")
+            .and_then(Value::as_array)
+            .ok_or("the JSON object has no `memories` array")?,
+        _ => return Err("the JSON is neither an object nor an array".to_owned()),
+    };
+    let mut out = Vec::new();
+    for item in items {
+        match item_content(item) {
+            Ok(c) => out.push(c),
+            Err(why) => tracing::warn!(%why, item = %item, "extracted memory dropped"),
+        }
+    }
+    out.truncate(max);
+    Ok(out)
+}
+
+fn json_part(answer: &str) -> Option<&str> {
+    let start = answer.find(['{', '['])?;
+    let close = if answer[start..].starts_with('{') { '}' } else { ']' };
+    let end = answer.rfind(close)?;
+    (end > start).then(|| &answer[start..=end])
+}
+
+fn text(item: &Value, keys: &[&str]) -> String {
+    keys.iter()
+        .find_map(|k| item.get(*k).and_then(Value::as_str))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn cut(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
+fn item_content(item: &Value) -> Result<Content, String> {
+    let memory_type = text(item, &["memoryType", "type"]).to_uppercase();
+    if !MEMORY_TYPES.contains(&memory_type.as_str()) {
+        return Err(format!(
+            "memoryType {memory_type:?} is not one of {}",
+            MEMORY_TYPES.join(", ")
+        ));
+    }
+    let title = cut(&text(item, &["title"]), MAX_TITLE);
+    let content = cut(&text(item, &["content"]), MAX_CONTENT);
+    if title.is_empty() || content.is_empty() {
+        return Err("title and content must not be empty".to_owned());
+    }
+    let category = match text(item, &["category"]) {
+        c if c.is_empty() => memory_type.to_lowercase(),
+        c => cut(&c, 100),
+    };
+    let mut tags: Vec<String> = item
+        .get("tags")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(|t| cut(t.trim(), 50))
+                .filter(|t| !t.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    tags.dedup();
+    tags.truncate(MAX_TAGS);
+    let confidence = ["confidence", "confidenceScore"]
+        .iter()
+        .find_map(|k| item.get(*k).and_then(Value::as_f64))
+        .unwrap_or(0.8)
+        .clamp(0.0, 1.0);
+    Ok(Content {
+        memory_type,
+        category,
+        title,
+        content,
+        tags,
+        confidence_score: confidence,
+    })
+}
+
+/// Queues an extraction once `extractionInterval` user messages have arrived since the last
+/// extraction (or the last queued one, so later rounds do not queue the same work again).
+pub async fn after_round(state: &AppState, conv: &Conversation, config_id: Option<i64>) -> AppResult<()> {
+    let db = state.db();
+    let interval = config::effective(db, config_id).await?.extraction_interval.max(1);
+    let (rounds, newest): (i64, Option<i64>) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE m.role = 'user'), max(m.id) FROM messages m
+         WHERE m.conversation_id = $1 AND m.id > COALESCE((SELECT GREATEST(last_message_id, queued_message_id)
+         FROM memory_extractions WHERE conversation_id = $1), 0)",
+    )
+    .bind(conv.id)
+    .fetch_one(db)
+    .await?;
+    let Some(newest) = newest.filter(|_| rounds >= interval as i64) else {
+        return Ok(());
+    };
+    let mut tx = db.begin().await?;
+    let claimed: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO memory_extractions (conversation_id, queued_message_id) VALUES ($1, $2)
+         ON CONFLICT (conversation_id) DO UPDATE SET queued_message_id = EXCLUDED.queued_message_id, update_dt = now()
+         WHERE memory_extractions.queued_message_id < EXCLUDED.queued_message_id RETURNING conversation_id",
+    )
+    .bind(conv.id)
+    .bind(newest)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if claimed.is_none() {
+        return Ok(()); // another round queued it meanwhile
+    }
+    super::worker::enqueue(state, conv.id, config_id).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_fenced_json_and_drops_bad_items() {
+        let answer = "Here you go:\n```json\n{\"memories\": [
+            {\"memoryType\": \"preference\", \"title\": \"Editor theme\", \"content\": \"Prefers dark mode\", \"tags\": [\"ui\", \"ui\"], \"confidence\": 1.7},
+            {\"memoryType\": \"OPINION\", \"title\": \"x\", \"content\": \"y\"},
+            {\"type\": \"FACT\", \"title\": \"\", \"content\": \"no title\"},
+            {\"type\": \"FACT\", \"title\": \"Team size\", \"content\": \"Five people\"}
+        ]}\n```";
+        let got = parse(answer, 5).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].memory_type, "PREFERENCE");
+        assert_eq!(got[0].tags, vec!["ui"]);
+        assert_eq!(got[0].confidence_score, 1.0);
+        assert_eq!(got[1].category, "fact");
+        assert_eq!(got[1].confidence_score, 0.8);
+        assert_eq!(parse(answer, 1).unwrap().len(), 1);
+        assert_eq!(parse("[]", 3).unwrap().len(), 0);
+        assert!(parse("no json here", 3).is_err());
+        assert!(parse("{\"other\": 1}", 3).unwrap_err().contains("memories"));
+    }
+
+    #[test]
+    fn restatement_key_ignores_case_and_punctuation() {
+        let c = |title: &str| Content {
+            memory_type: "PREFERENCE".into(),
+            category: String::new(),
+            title: title.into(),
+            content: "x".into(),
+            tags: vec![],
+            confidence_score: 0.5,
+        };
+        assert_eq!(c("Editor theme").normalized_key(), c("editor  THEME!").normalized_key());
+        assert_ne!(c("Editor theme").normalized_key(), c("Editor font").normalized_key());
+    }
+}

@@ -1,0 +1,63 @@
+//! Long-term memory: typed memories extracted from conversations, recalled for chat by the
+//! agent's memory config, managed under `/memory`.
+//!
+//! Chat uses two calls: [`recall`] before answering and [`after_round`] after each round.
+//! An agent with `memoryEnabled` but no `memoryConfigId` runs on the built-in defaults
+//! ([`config::ConfigRow::builtin`]): the default EMBEDDING model for recall, the default CHAT
+//! model for extraction.
+
+pub mod config;
+pub mod config_service;
+pub mod context;
+pub mod extract;
+pub mod lifecycle;
+pub mod model;
+pub mod recall;
+pub mod repo;
+pub mod service;
+pub mod worker;
+
+pub use model::*;
+pub use recall::RecalledMemory;
+
+use crate::agents::Owner;
+use crate::{AppError, AppResult, AppState};
+
+/// The owner's ACTIVE memories of the agent most relevant to `query`, by the config's
+/// strategy (built-in defaults when `memory_config_id` is None); their access count and time
+/// are updated. The caller checks the agent's `memoryEnabled`. A disabled config (status 0)
+/// or a blank query recalls nothing; a missing config or model is an error.
+pub async fn recall(
+    state: &AppState,
+    agent_id: i64,
+    owner: Owner,
+    memory_config_id: Option<i64>,
+    query: &str,
+) -> AppResult<Vec<RecalledMemory>> {
+    if query.trim().is_empty() {
+        return Ok(vec![]);
+    }
+    let strategy = recall::strategy(state, memory_config_id).await?;
+    if strategy.config.status == 0 {
+        return Ok(vec![]);
+    }
+    let scope = repo::Scope::recall(agent_id, owner);
+    recall::run(state, &scope, &strategy, owner, query, true).await
+}
+
+/// Called by chat after each completed round of conversation `conversation_pk`
+/// (conversations.id): queues an extraction on the memory queue once `extractionInterval`
+/// rounds (user messages) have accumulated since the last one. Cheap otherwise (two queries).
+pub async fn after_round(
+    state: &AppState,
+    agent_id: i64,
+    owner: Owner,
+    conversation_pk: i64,
+    memory_config_id: Option<i64>,
+) -> AppResult<()> {
+    let conv = extract::conversation(state.db(), conversation_pk)
+        .await?
+        .filter(|c| c.agent_id == agent_id && c.owner == owner)
+        .ok_or_else(|| AppError::not_found("conversation"))?;
+    extract::after_round(state, &conv, memory_config_id).await
+}

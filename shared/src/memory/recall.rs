@@ -1,0 +1,221 @@
+//! Recall: the memory config's strategy over one scope of memories. Query embedding ->
+//! vector and (optionally) full-text hits -> RRF or weighted fusion -> optional rerank ->
+//! threshold -> top `maxRecall`, with the knowledge-base fusion code.
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::config::{self, ConfigRow};
+use super::repo::{self, Scope};
+use crate::agents::Owner;
+use crate::models::client::{ChatMessage, ChatRequest, InputKind};
+use crate::models::gateway::{self, Billing, ModelHandle};
+use crate::models::ModelType;
+use crate::rag::search::fusion::{self, Hit};
+use crate::rag::segment;
+use crate::{AppError, AppResult, AppState};
+
+/// A memory recalled for a chat turn.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecalledMemory {
+    pub id: i64,
+    pub memory_type: String,
+    pub title: String,
+    pub content: String,
+    /// 0-1, higher is more relevant (fused, or reranked, score).
+    pub score: f64,
+}
+
+/// A memory config ready to run: its settings and its embedding model.
+#[derive(Debug, Clone)]
+pub struct Strategy {
+    pub config: ConfigRow,
+    pub embedding: ModelHandle,
+}
+
+/// The strategy of config `config_id`, or of the built-in defaults (default EMBEDDING model).
+pub async fn strategy(state: &AppState, config_id: Option<i64>) -> AppResult<Strategy> {
+    let config = config::effective(state.db(), config_id).await?;
+    let embedding = match config.embedding_model_id {
+        Some(id) => gateway::load(state, id, ModelType::Embedding).await?,
+        None => gateway::default_model(state, ModelType::Embedding).await?,
+    };
+    Ok(Strategy { config, embedding })
+}
+
+/// Who is billed for memory work on an owner's behalf: the admin-API user, or nobody's quota
+/// for an app's external user (the call is still recorded).
+pub fn billing(owner: Owner, charge: bool) -> Billing {
+    match (owner, charge) {
+        (Owner::User(id), true) => Billing::User(id),
+        (Owner::User(id), false) => Billing::RecordOnly(Some(id)),
+        (Owner::External(_), _) => Billing::RecordOnly(None),
+    }
+}
+
+/// Embeds texts with the strategy's model, as queries or as stored passages.
+pub async fn embed(
+    state: &AppState,
+    s: &Strategy,
+    billing: Billing,
+    texts: &[String],
+    kind: InputKind,
+) -> AppResult<Vec<Vec<f32>>> {
+    if texts.is_empty() {
+        return Ok(vec![]);
+    }
+    let dim = s.config.dimension.map(|d| d as usize);
+    let out = gateway::embed(state, &s.embedding, billing, texts, kind, dim).await?;
+    if out.vectors.len() != texts.len() {
+        return Err(AppError::business(
+            "the embedding model returned the wrong number of vectors",
+        ));
+    }
+    Ok(out.vectors)
+}
+
+/// The query as a standalone search phrase when the config asks for rewriting; the original
+/// query when rewriting is off or fails (recall must not fail a chat turn over it).
+pub async fn rewrite(state: &AppState, s: &Strategy, billing: Billing, query: &str) -> String {
+    if !s.config.rewrite_enabled {
+        return query.to_owned();
+    }
+    let model = match s.config.extraction_model_id {
+        Some(id) => gateway::load(state, id, ModelType::Chat).await,
+        None => gateway::default_model(state, ModelType::Chat).await,
+    };
+    let req = ChatRequest {
+        messages: vec![
+            ChatMessage::system(
+                "Rewrite the user's message as one short standalone search query for facts, preferences and \
+                 decisions remembered about this user. Answer with the query only.",
+            ),
+            ChatMessage::user(query),
+        ],
+        temperature: Some(0.0),
+        ..ChatRequest::default()
+    };
+    let answer = match model {
+        Ok(m) => gateway::chat(state, &m, billing, "memory-rewrite", &req)
+            .await
+            .map_err(AppError::from),
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(r) if !r.content.trim().is_empty() => r.content.trim().to_owned(),
+        Ok(_) => query.to_owned(),
+        Err(e) => {
+            tracing::warn!(error = %e, "query rewrite failed; recalling with the original query");
+            query.to_owned()
+        }
+    }
+}
+
+/// Ranks the scope's memories for `query` whose embedding is `vector`.
+pub async fn rank(
+    state: &AppState,
+    scope: &Scope,
+    s: &Strategy,
+    vector: &[f32],
+    query: &str,
+    billing: Billing,
+) -> AppResult<Vec<Hit>> {
+    let c = &s.config;
+    let max_recall = c.max_recall.clamp(1, 100) as usize;
+    let rerank_id = c.rerank_model_id.filter(|_| c.rerank_enabled);
+    let candidates = (max_recall * 4)
+        .max(if rerank_id.is_some() {
+            c.enter_rerank_count as usize
+        } else {
+            0
+        })
+        .clamp(10, 200);
+    let db = state.db();
+    let dense = repo::vector_hits(db, scope, s.embedding.row.id, vector, candidates);
+    let sparse = async {
+        match (c.search_engine_enable, segment::or_query(query)) {
+            (true, Some(q)) => repo::text_hits(db, scope, &q, candidates).await,
+            _ => Ok(vec![]),
+        }
+    };
+    let (dense, sparse) = tokio::join!(dense, sparse);
+    let (dense, sparse) = (dense?, sparse?);
+    let mut fused = if c.fusion_strategy == "WEIGHTED_SUM" {
+        fusion::weighted(&dense, &sparse, c.dense_weight)
+    } else {
+        fusion::rrf(&[&dense, &sparse], c.rrf_k as f64)
+    };
+    if let Some(rerank_id) = rerank_id {
+        fused.truncate(c.enter_rerank_count.max(1) as usize);
+        let ids: Vec<i64> = fused.iter().map(|h| h.id).collect();
+        let rows = repo::load(db, &ids).await?;
+        let docs: Vec<String> = rows.iter().map(|r| format!("{}\n{}", r.title, r.content)).collect();
+        let reranker = gateway::load(state, rerank_id, ModelType::Reranker).await?;
+        let ranked = gateway::rerank(state, &reranker, billing, query, &docs, docs.len()).await?;
+        fused = ranked
+            .iter()
+            .filter_map(|h| {
+                rows.get(h.index).map(|r| Hit {
+                    id: r.id,
+                    score: h.score.clamp(0.0, 1.0),
+                })
+            })
+            .collect();
+    }
+    if c.threshold_enabled {
+        fused.retain(|h| h.score >= c.similarity_threshold);
+    }
+    fused.truncate(max_recall);
+    Ok(fused)
+}
+
+/// Ranks, loads and (when `count_access`) records the recall on the memories.
+pub async fn recall_with_vector(
+    state: &AppState,
+    scope: &Scope,
+    s: &Strategy,
+    vector: &[f32],
+    query: &str,
+    billing: Billing,
+    count_access: bool,
+) -> AppResult<Vec<RecalledMemory>> {
+    let hits = rank(state, scope, s, vector, query, billing).await?;
+    if hits.is_empty() {
+        return Ok(vec![]);
+    }
+    let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
+    let rows = repo::load(state.db(), &ids).await?;
+    if count_access {
+        repo::touch(state.db(), &hits).await?;
+    }
+    let scores: std::collections::HashMap<i64, f64> = hits.iter().map(|h| (h.id, h.score)).collect();
+    Ok(rows
+        .into_iter()
+        .map(|r| RecalledMemory {
+            score: (scores.get(&r.id).copied().unwrap_or(0.0) * 10_000.0).round() / 10_000.0,
+            id: r.id,
+            memory_type: r.memory_type,
+            title: r.title,
+            content: r.content,
+        })
+        .collect())
+}
+
+/// The whole recall for `query`: rewrite, embed, rank, load.
+pub async fn run(
+    state: &AppState,
+    scope: &Scope,
+    s: &Strategy,
+    owner: Owner,
+    query: &str,
+    count_access: bool,
+) -> AppResult<Vec<RecalledMemory>> {
+    let billing = billing(owner, false);
+    let query = rewrite(state, s, billing, query).await;
+    let vector = embed(state, s, billing, std::slice::from_ref(&query), InputKind::Query)
+        .await?
+        .pop()
+        .ok_or_else(|| AppError::business("the embedding model returned no vector"))?;
+    recall_with_vector(state, scope, s, &vector, &query, billing, count_access).await
+}

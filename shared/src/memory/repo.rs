@@ -1,0 +1,396 @@
+//! SQL of memories. Every list and search goes through a [`Scope`], so the owner filter that
+//! keeps one user's memories from another is written once.
+
+use chrono::{DateTime, Utc};
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
+use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+
+use super::model::MemoryRow;
+use crate::agents::Owner;
+use crate::rag::bases::repo::{ops, vector_expr};
+use crate::rag::pipeline::vector_literal;
+use crate::rag::search::fusion::Hit;
+
+pub const COLUMNS: &str = "id, agent_id, user_id, external_user_id, conversation_id, conversation_key, memory_type,
+    category, title, content, tags, relevance_score, confidence_score, status, access_count, accessed_at, create_dt,
+    update_dt";
+
+/// Which memories a query may see.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    pub agent_id: Option<i64>,
+    /// None: every owner (administrators only).
+    pub owner: Option<Owner>,
+    /// Recall for chat sees ACTIVE memories only; lists and search see every status.
+    pub active_only: bool,
+    pub types: Vec<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub conversation_key: Option<String>,
+}
+
+impl Scope {
+    /// Recall for chat: one owner's ACTIVE memories of one agent.
+    pub fn recall(agent_id: i64, owner: Owner) -> Self {
+        Self {
+            agent_id: Some(agent_id),
+            owner: Some(owner),
+            active_only: true,
+            ..Self::default()
+        }
+    }
+
+    /// Appends ` AND ...` conditions on table alias `m`.
+    fn push(&self, q: &mut QueryBuilder<'_, Postgres>) {
+        if let Some(a) = self.agent_id {
+            q.push(" AND m.agent_id = ").push_bind(a);
+        }
+        match self.owner {
+            Some(Owner::User(id)) => q.push(" AND m.user_id = ").push_bind(id),
+            Some(Owner::External(id)) => q.push(" AND m.external_user_id = ").push_bind(id),
+            None => q,
+        };
+        if self.active_only {
+            q.push(" AND m.status = 'ACTIVE'");
+        }
+        if !self.types.is_empty() {
+            q.push(" AND m.memory_type = ANY(")
+                .push_bind(self.types.clone())
+                .push(")");
+        }
+        if let Some(since) = self.since {
+            q.push(" AND m.create_dt >= ").push_bind(since);
+        }
+        if let Some(key) = &self.conversation_key {
+            q.push(" AND m.conversation_key = ").push_bind(key.clone());
+        }
+    }
+
+    fn select(&self, columns: &str) -> QueryBuilder<'static, Postgres> {
+        let mut q = QueryBuilder::new(format!("SELECT {columns} FROM memories m WHERE TRUE"));
+        self.push(&mut q);
+        q
+    }
+}
+
+pub async fn find(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<MemoryRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM memories WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// Newest first.
+pub async fn list(db: &PgPool, scope: &Scope, limit: i64) -> sqlx::Result<Vec<MemoryRow>> {
+    let mut q = scope.select(COLUMNS);
+    q.push(" ORDER BY m.create_dt DESC, m.id DESC LIMIT ").push_bind(limit);
+    q.build_query_as().fetch_all(db).await
+}
+
+/// The cast of a query vector matching [`vector_expr`].
+fn query_cast(dimension: i32) -> String {
+    if dimension > 2000 {
+        format!("halfvec({dimension})")
+    } else {
+        format!("vector({dimension})")
+    }
+}
+
+/// The partial HNSW index over the memories of one embedding model and dimension. DDL takes
+/// no bind parameters: the numbers are our own ids and a vector length, never client text.
+fn index_sql(model_id: i64, dimension: i32) -> String {
+    format!(
+        "CREATE INDEX IF NOT EXISTS memories_hnsw_m{model_id}_d{dimension} ON memories USING hnsw ({} {})
+         WHERE embedding_model_id = {model_id} AND vector_dims(embedding) = {dimension}",
+        vector_expr(dimension),
+        ops(dimension)
+    )
+}
+
+/// Creates the index for a model's memories the first time this process writes one.
+pub async fn ensure_vector_index(db: &PgPool, model_id: i64, dimension: i32) -> sqlx::Result<()> {
+    static DONE: OnceLock<Mutex<HashSet<(i64, i32)>>> = OnceLock::new();
+    let done = DONE.get_or_init(Mutex::default);
+    let known = |d: &Mutex<HashSet<(i64, i32)>>| d.lock().map(|s| s.contains(&(model_id, dimension))).unwrap_or(false);
+    if known(done) {
+        return Ok(());
+    }
+    sqlx::raw_sql(&index_sql(model_id, dimension)).execute(db).await?;
+    if let Ok(mut d) = done.lock() {
+        d.insert((model_id, dimension));
+    }
+    Ok(())
+}
+
+/// Nearest memories by cosine similarity among those embedded by `model_id`, through that
+/// model's partial HNSW index (the model id and dimension are written into the SQL so the
+/// planner can match the index predicate). Iterative index scans keep returning candidates
+/// until the owner filter has let enough through, in exact distance order; for an owner with
+/// few memories the planner takes the owner index and sorts exactly instead.
+pub async fn vector_hits(
+    db: &PgPool,
+    scope: &Scope,
+    model_id: i64,
+    vector: &[f32],
+    limit: usize,
+) -> sqlx::Result<Vec<Hit>> {
+    let dimension = vector.len() as i32;
+    let (expr, cast) = (vector_expr(dimension), query_cast(dimension));
+    let literal = vector_literal(vector);
+    let mut q = QueryBuilder::new(format!("SELECT m.id, (1 - ({expr} <=> "));
+    q.push_bind(literal.clone())
+        .push(format!(
+            "::{cast}))::float8 FROM memories m WHERE m.embedding_model_id = {model_id}"
+        ))
+        .push(format!(" AND vector_dims(m.embedding) = {dimension}"));
+    scope.push(&mut q);
+    q.push(format!(" ORDER BY {expr} <=> "))
+        .push_bind(literal)
+        .push(format!("::{cast} LIMIT "))
+        .push_bind(limit as i64);
+    let mut tx = db.begin().await?;
+    sqlx::query("SET LOCAL hnsw.iterative_scan = strict_order")
+        .execute(&mut *tx)
+        .await?;
+    let rows: Vec<(i64, f64)> = q.build_query_as().fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
+}
+
+/// Full-text matches of any query word (text segmented like knowledge-base chunks).
+pub async fn text_hits(db: &PgPool, scope: &Scope, tsquery: &str, limit: usize) -> sqlx::Result<Vec<Hit>> {
+    let mut q = QueryBuilder::new("SELECT m.id, ts_rank_cd(m.tsv, q)::float8 FROM memories m, to_tsquery('simple', ");
+    q.push_bind(tsquery.to_owned()).push(") q WHERE m.tsv @@ q");
+    scope.push(&mut q);
+    q.push(" ORDER BY 2 DESC, m.id LIMIT ").push_bind(limit as i64);
+    let rows: Vec<(i64, f64)> = q.build_query_as().fetch_all(db).await?;
+    Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
+}
+
+/// Embedding models that the scope's memories were embedded with (a search embeds the query
+/// once per model).
+pub async fn embedding_models(db: &PgPool, scope: &Scope) -> sqlx::Result<Vec<i64>> {
+    let mut q = scope.select("DISTINCT m.embedding_model_id");
+    q.push(" AND m.embedding_model_id IS NOT NULL LIMIT 5");
+    q.build_query_scalar().fetch_all(db).await
+}
+
+/// The rows of `ids`, in that order.
+pub async fn load(db: &PgPool, ids: &[i64]) -> sqlx::Result<Vec<MemoryRow>> {
+    let rows: Vec<MemoryRow> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM memories WHERE id = ANY($1)"))
+        .bind(ids)
+        .fetch_all(db)
+        .await?;
+    let mut by_id: std::collections::HashMap<i64, MemoryRow> = rows.into_iter().map(|r| (r.id, r)).collect();
+    Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
+}
+
+/// Counts a recall: access count and time, and the score it was recalled with.
+pub async fn touch(db: &PgPool, hits: &[Hit]) -> sqlx::Result<()> {
+    let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
+    let scores: Vec<f64> = hits.iter().map(|h| h.score).collect();
+    sqlx::query(
+        "UPDATE memories m SET access_count = m.access_count + 1, accessed_at = now(), relevance_score = h.score
+         FROM unnest($1::bigint[], $2::float8[]) AS h(id, score) WHERE m.id = h.id",
+    )
+    .bind(ids)
+    .bind(scores)
+    .execute(db)
+    .await
+    .map(|_| ())
+}
+
+/// Moves a memory from `from` to `to` only if it is still in `from`; false when it was not.
+pub async fn set_status(db: &PgPool, id: i64, from: &str, to: &str) -> sqlx::Result<bool> {
+    let n = sqlx::query("UPDATE memories SET status = $3, update_dt = now() WHERE id = $1 AND status = $2")
+        .bind(id)
+        .bind(from)
+        .bind(to)
+        .execute(db)
+        .await?;
+    Ok(n.rows_affected() == 1)
+}
+
+pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM memories WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await
+        .map(|_| ())
+}
+
+/// Text fields of a memory as written by an edit or an extraction.
+#[derive(Debug, Clone)]
+pub struct Content {
+    pub memory_type: String,
+    pub category: String,
+    pub title: String,
+    pub content: String,
+    pub tags: Vec<String>,
+    pub confidence_score: f64,
+}
+
+impl Content {
+    /// Type + lower-cased title words: the key under which a restatement is recognised.
+    pub fn normalized_key(&self) -> String {
+        let words: Vec<String> = crate::rag::segment::tokens(&self.title);
+        format!("{}:{}", self.memory_type, words.join(" "))
+    }
+
+    fn index_text(&self) -> String {
+        crate::rag::segment::for_index(&format!(
+            "{} {} {} {}",
+            self.title,
+            self.content,
+            self.category,
+            self.tags.join(" ")
+        ))
+    }
+}
+
+/// An embedding and the model it came from.
+pub struct Embedding<'a> {
+    pub model_id: i64,
+    pub vector: &'a str,
+}
+
+/// Writes the text, its index and (when given) its embedding; a memory with no embedding
+/// keeps the one it had.
+pub async fn write_content(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    c: &Content,
+    embedding: Option<Embedding<'_>>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE memories SET memory_type = $2, category = $3, title = $4, content = $5, tags = $6,
+         confidence_score = $7, normalized_key = $8, tsv = to_tsvector('simple', $9),
+         embedding = COALESCE($10::vector, embedding), embedding_model_id = COALESCE($11, embedding_model_id),
+         update_dt = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(&c.memory_type)
+    .bind(&c.category)
+    .bind(&c.title)
+    .bind(&c.content)
+    .bind(&c.tags)
+    .bind(c.confidence_score)
+    .bind(c.normalized_key())
+    .bind(c.index_text())
+    .bind(embedding.as_ref().map(|e| e.vector))
+    .bind(embedding.as_ref().map(|e| e.model_id))
+    .execute(db)
+    .await
+    .map(|_| ())
+}
+
+pub async fn set_relevance(db: impl PgExecutor<'_>, id: i64, score: f64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE memories SET relevance_score = $2, update_dt = now() WHERE id = $1")
+        .bind(id)
+        .bind(score)
+        .execute(db)
+        .await
+        .map(|_| ())
+}
+
+/// Where a new memory comes from.
+pub struct Origin {
+    pub agent_id: i64,
+    pub owner: Owner,
+    pub conversation_id: i64,
+    pub conversation_key: String,
+}
+
+pub async fn insert(
+    db: impl PgExecutor<'_>,
+    o: &Origin,
+    c: &Content,
+    embedding: Option<Embedding<'_>>,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO memories (agent_id, user_id, external_user_id, conversation_id, conversation_key, memory_type,
+         category, title, content, tags, confidence_score, normalized_key, tsv, embedding, embedding_model_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, to_tsvector('simple', $13), $14::vector, $15)
+         RETURNING id",
+    )
+    .bind(o.agent_id)
+    .bind(o.owner.user_id())
+    .bind(o.owner.external_user_id())
+    .bind(o.conversation_id)
+    .bind(&o.conversation_key)
+    .bind(&c.memory_type)
+    .bind(&c.category)
+    .bind(&c.title)
+    .bind(&c.content)
+    .bind(&c.tags)
+    .bind(c.confidence_score)
+    .bind(c.normalized_key())
+    .bind(c.index_text())
+    .bind(embedding.as_ref().map(|e| e.vector))
+    .bind(embedding.as_ref().map(|e| e.model_id))
+    .fetch_one(db)
+    .await
+}
+
+/// The memory a new one restates, if any: same owner, agent and type, and either the same
+/// normalised key or an embedding (same model) at least `min_similarity` close.
+pub async fn restated(
+    db: impl PgExecutor<'_>,
+    agent_id: i64,
+    owner: Owner,
+    c: &Content,
+    embedding: Option<&Embedding<'_>>,
+    min_similarity: f64,
+) -> sqlx::Result<Option<i64>> {
+    let mut q = QueryBuilder::new("SELECT m.id FROM memories m WHERE m.memory_type = ");
+    q.push_bind(c.memory_type.clone());
+    Scope {
+        agent_id: Some(agent_id),
+        owner: Some(owner),
+        ..Scope::default()
+    }
+    .push(&mut q);
+    q.push(" AND (m.normalized_key = ").push_bind(c.normalized_key());
+    match embedding {
+        Some(e) => {
+            // CASE, not AND: Postgres may evaluate AND operands in any order, and vectors of
+            // another model (of another length) must never reach the distance operator.
+            let similarity = |q: &mut QueryBuilder<'_, Postgres>| {
+                q.push("(CASE WHEN m.embedding_model_id = ")
+                    .push_bind(e.model_id)
+                    .push(" THEN 1 - (m.embedding <=> ")
+                    .push_bind(e.vector.to_owned())
+                    .push("::vector) END)");
+            };
+            q.push(" OR ");
+            similarity(&mut q);
+            q.push(" >= ")
+                .push_bind(min_similarity)
+                .push(") ORDER BY (m.normalized_key = ");
+            q.push_bind(c.normalized_key()).push(") DESC, ");
+            similarity(&mut q);
+            q.push(" DESC NULLS LAST");
+        }
+        None => {
+            q.push(") ORDER BY m.id");
+        }
+    }
+    q.push(" LIMIT 1");
+    q.build_query_scalar().fetch_optional(db).await
+}
+
+/// (total, per type, recalled at least once) of the memories created in the window, and the
+/// most recalled ids.
+pub async fn stats(db: &PgPool, scope: &Scope) -> sqlx::Result<(Vec<(String, i64)>, i64, Vec<i64>)> {
+    let mut q = scope.select("m.memory_type, count(*)");
+    q.push(" GROUP BY m.memory_type");
+    let by_type: Vec<(String, i64)> = q.build_query_as().fetch_all(db).await?;
+    let mut q = scope.select("count(*)");
+    q.push(" AND m.access_count > 0");
+    let used: i64 = q.build_query_scalar().fetch_one(db).await?;
+    let mut q = scope.select("m.id");
+    q.push(" AND m.access_count > 0 ORDER BY m.access_count DESC, m.id LIMIT 5");
+    let most_used: Vec<i64> = q.build_query_scalar().fetch_all(db).await?;
+    Ok((by_type, used, most_used))
+}

@@ -1,0 +1,1101 @@
+//! Long-term memory: extraction from seeded conversations (scripted extraction model),
+//! idempotence and restatements, the queue path, recall with a real embedding model and owner
+//! isolation, the state table, configs, expiry, stats and the context preview.
+
+use std::time::{Duration, Instant};
+
+use api_tests::model_server::ModelServer;
+use api_tests::{spawn_with, Reply, Store, TestApp};
+use serde_json::{json, Value};
+use shared::agents::Owner;
+
+struct Setup {
+    app: TestApp,
+    models: ModelServer,
+    admin: String,
+    admin_id: i64,
+    embedding_model: i64,
+    chat_model: i64,
+}
+
+/// The app, the scripted model server with an extraction model, and an embedding model:
+/// the real e5 server when `real_embedder`, else the scripted 8-dimensional one.
+async fn setup(real_embedder: bool) -> Setup {
+    setup_with(real_embedder, Store::Filesystem, &[]).await
+}
+
+async fn setup_with(real_embedder: bool, store: Store, extra: &[(&str, &str)]) -> Setup {
+    let app = spawn_with(store, extra).await;
+    let models = ModelServer::start().await;
+    let admin = app.admin_token().await;
+    let admin_id = app.get("/user", Some(&admin)).await.assert_ok()["id"].as_i64().unwrap();
+    let provider = app.provider(&admin, "scripted").await;
+    let chat_model = app
+        .model(&admin, provider, "CHAT", "mem-extract", &models.base_url, json!({}))
+        .await;
+    let embedding_model = if real_embedder {
+        let url = std::env::var("EMBEDDING_SERVER_URL")
+            .expect("EMBEDDING_SERVER_URL must be set: run the tests with `make test`");
+        let options = json!({ "configJson": { "documentInputType": "passage", "queryInputType": "query" } });
+        app.model(&admin, provider, "EMBEDDING", "multilingual-e5-small", &url, options)
+            .await
+    } else {
+        app.model(&admin, provider, "EMBEDDING", "emb-8", &models.base_url, json!({}))
+            .await
+    };
+    Setup {
+        app,
+        models,
+        admin,
+        admin_id,
+        embedding_model,
+        chat_model,
+    }
+}
+
+impl Setup {
+    fn t(&self) -> Option<&str> {
+        Some(self.admin.as_str())
+    }
+
+    async fn config(&self, extra: Value) -> i64 {
+        let mut body = json!({ "name": "memory", "embeddingModelId": self.embedding_model,
+            "extractionModelId": self.chat_model });
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        self.app
+            .post("/memory/config", self.t(), &body)
+            .await
+            .assert_ok()
+            .as_i64()
+            .unwrap()
+    }
+
+    async fn agent(&self, config: Option<i64>) -> i64 {
+        sqlx::query_scalar(
+            "INSERT INTO agents (name, creator_id, memory_enabled, memory_config_id, instruction)
+             VALUES ('helper', $1, TRUE, $2, 'You are a helpful assistant.') RETURNING id",
+        )
+        .bind(self.admin_id)
+        .bind(config)
+        .fetch_one(&self.app.db)
+        .await
+        .unwrap()
+    }
+
+    async fn conversation(&self, agent: i64, owner: Owner, key: &str) -> i64 {
+        sqlx::query_scalar(
+            "INSERT INTO conversations (conversation_key, agent_id, user_id, external_user_id) VALUES ($1, $2, $3, $4)
+             RETURNING id",
+        )
+        .bind(key)
+        .bind(agent)
+        .bind(owner.user_id())
+        .bind(owner.external_user_id())
+        .fetch_one(&self.app.db)
+        .await
+        .unwrap()
+    }
+
+    /// Appends (role, content) messages.
+    async fn say(&self, conversation: i64, agent: i64, messages: &[(&str, &str)]) {
+        for (role, content) in messages {
+            sqlx::query("INSERT INTO messages (conversation_id, agent_id, role, content) VALUES ($1, $2, $3, $4)")
+                .bind(conversation)
+                .bind(agent)
+                .bind(role)
+                .bind(content)
+                .execute(&self.app.db)
+                .await
+                .unwrap();
+        }
+    }
+
+    async fn extract(&self, token: &str, agent: i64, key: &str) -> Reply {
+        self.app
+            .post(
+                &format!("/memory/agent/{agent}/conversations/{key}/extract"),
+                Some(token),
+                &json!({}),
+            )
+            .await
+    }
+
+    async fn external_user(&self, open_id: &str) -> i64 {
+        let app_pk: i64 = sqlx::query_scalar(
+            "INSERT INTO apps (app_id, app_name, token_enc, creator_id) VALUES ($1, 'partner', 'x', $2)
+             ON CONFLICT (app_id) DO UPDATE SET app_name = EXCLUDED.app_name RETURNING id",
+        )
+        .bind("partner-app")
+        .bind(self.admin_id)
+        .fetch_one(&self.app.db)
+        .await
+        .unwrap();
+        sqlx::query_scalar("INSERT INTO external_users (app_id, open_id) VALUES ($1, $2) RETURNING id")
+            .bind(app_pk)
+            .bind(open_id)
+            .fetch_one(&self.app.db)
+            .await
+            .unwrap()
+    }
+
+    /// A memory written by SQL (no embedding), for the tests that do not need extraction.
+    async fn seed_memory(&self, agent: i64, owner: Owner, title: &str, status: &str) -> i64 {
+        sqlx::query_scalar(
+            "INSERT INTO memories (agent_id, user_id, external_user_id, memory_type, title, content, normalized_key, status,
+             conversation_key) VALUES ($1, $2, $3, 'FACT', $4, $4, $4, $5, 'seeded') RETURNING id",
+        )
+        .bind(agent)
+        .bind(owner.user_id())
+        .bind(owner.external_user_id())
+        .bind(title)
+        .bind(status)
+        .fetch_one(&self.app.db)
+        .await
+        .unwrap()
+    }
+
+    async fn memory_count(&self) -> i64 {
+        self.app.count("memories").await
+    }
+}
+
+fn titles(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["title"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn extraction_yields_typed_memories_once_and_restatements_update() {
+    let s = setup(false).await;
+    let config = s
+        .config(
+            json!({ "customExtractionPrompt": "Custom: remember what matters to this user.",
+            "maxMemoriesPerExtraction": 5 }),
+        )
+        .await;
+    let agent = s.agent(Some(config)).await;
+    let owner = Owner::User(s.admin_id);
+    let conv = s.conversation(agent, owner, "conv-1").await;
+    s.say(
+        conv,
+        agent,
+        &[
+            ("user", "PREFERENCE: Editor theme | Prefers a dark theme in the editor"),
+            ("assistant", "Noted, dark theme it is."),
+            ("user", "DECISION: Database | The team chose PostgreSQL for billing"),
+            ("assistant", "Good choice."),
+            ("user", "OPINION: Weather | Nice weather today"),
+            ("user", "TASK_PROGRESS: Migration | Half of the tables are migrated"),
+            ("user", "REFERENCE: Style guide | The style guide lives at wiki/style"),
+            ("user", "FACT: Team size | The team has five engineers"),
+        ],
+    )
+    .await;
+
+    let r = s.extract(&s.admin, agent, "conv-1").await;
+    let data = r.assert_ok();
+    assert_eq!(data["extractedCount"], 5, "{data}");
+    let mut types: Vec<&str> = data["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["memoryType"].as_str().unwrap())
+        .collect();
+    types.sort();
+    assert_eq!(types, ["DECISION", "FACT", "PREFERENCE", "REFERENCE", "TASK_PROGRESS"]);
+    let pref = data["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["memoryType"] == "PREFERENCE")
+        .unwrap()
+        .clone();
+    assert_eq!(pref["title"], "Editor theme");
+    assert_eq!(pref["content"], "Prefers a dark theme in the editor");
+    assert_eq!(pref["tags"], json!(["editor", "theme"]));
+    assert_eq!(pref["confidenceScore"], 0.9);
+    assert_eq!(pref["status"], "ACTIVE");
+    assert_eq!(pref["conversationId"], "conv-1");
+    assert_eq!(pref["userId"], s.admin_id);
+    assert_eq!(pref["agentId"], agent);
+    assert_eq!(pref["category"], "preference");
+    assert!(pref["createDt"].as_str().unwrap().len() == 19);
+    // The custom prompt is what the extraction model was told, with the output contract.
+    let request = s
+        .models
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r["model"] == "mem-extract")
+        .unwrap();
+    let system = request["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.starts_with("Custom: remember what matters to this user."),
+        "{system}"
+    );
+    assert!(system.contains("at most 5 memories"), "{system}");
+
+    // The same messages again: nothing new.
+    let again = s.extract(&s.admin, agent, "conv-1").await;
+    assert_eq!(again.assert_ok()["extractedCount"], 0);
+    assert_eq!(again.assert_ok()["memories"], json!([]));
+    assert_eq!(s.memory_count().await, 5);
+
+    // A restated preference updates the memory it restates.
+    s.say(
+        conv,
+        agent,
+        &[(
+            "user",
+            "PREFERENCE: editor THEME! | Now prefers a light theme in the editor",
+        )],
+    )
+    .await;
+    let restated = s.extract(&s.admin, agent, "conv-1").await;
+    let data = restated.assert_ok();
+    assert_eq!(data["extractedCount"], 1);
+    assert_eq!(data["memories"][0]["id"], pref["id"]);
+    assert_eq!(
+        data["memories"][0]["content"],
+        "Now prefers a light theme in the editor"
+    );
+    assert_eq!(s.memory_count().await, 5);
+
+    // maxMemoriesPerExtraction caps one extraction.
+    s.app
+        .put(
+            &format!("/memory/config/{config}"),
+            s.t(),
+            &json!({ "maxMemoriesPerExtraction": 1 }),
+        )
+        .await
+        .assert_ok();
+    s.say(
+        conv,
+        agent,
+        &[
+            ("user", "FACT: Office | The office is in Lyon"),
+            ("user", "FACT: Language | The team writes Rust"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        s.extract(&s.admin, agent, "conv-1").await.assert_ok()["extractedCount"],
+        1
+    );
+    assert_eq!(s.memory_count().await, 6);
+
+    // Unknown conversation (of this caller) or agent.
+    s.extract(&s.admin, agent, "nope")
+        .await
+        .assert_error(404, 404, "conversation");
+    s.extract(&s.admin, agent + 1000, "conv-1")
+        .await
+        .assert_error(404, 404, "agent");
+    let (_, other) = s.app.regular_user("someone").await;
+    s.extract(&other, agent, "conv-1")
+        .await
+        .assert_error(404, 404, "conversation");
+    assert_eq!(s.memory_count().await, 6);
+}
+
+async fn wait_for(limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "condition not reached within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn rounds_queue_an_extraction_that_the_worker_runs_once() {
+    rounds_queue_an_extraction(setup(false).await).await;
+}
+
+#[tokio::test]
+async fn rounds_queue_an_extraction_through_sqs() {
+    let ingest = api_tests::fresh_sqs_queue(5).await.url;
+    let memory = api_tests::fresh_sqs_queue(5).await.url;
+    let extra = [
+        ("QUEUE_BACKEND", "sqs"),
+        ("SQS_INGEST_QUEUE_URL", ingest.as_str()),
+        ("SQS_MEMORY_QUEUE_URL", memory.as_str()),
+    ];
+    rounds_queue_an_extraction(setup_with(false, Store::S3, &extra).await).await;
+}
+
+async fn rounds_queue_an_extraction(s: Setup) {
+    let config = s.config(json!({ "extractionInterval": 2 })).await;
+    let agent = s.agent(Some(config)).await;
+    let owner = Owner::User(s.admin_id);
+    let conv = s.conversation(agent, owner, "queued").await;
+    let state = &s.app.state;
+
+    s.say(
+        conv,
+        agent,
+        &[
+            ("user", "FACT: Pet | Has a dog called Biscuit"),
+            ("assistant", "Lovely."),
+        ],
+    )
+    .await;
+    shared::memory::after_round(state, agent, owner, conv, Some(config))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(s.memory_count().await, 0, "one round of two: nothing queued yet");
+
+    s.say(
+        conv,
+        agent,
+        &[
+            ("user", "DECISION: Holiday | Going to Norway in June"),
+            ("assistant", "Enjoy."),
+        ],
+    )
+    .await;
+    shared::memory::after_round(state, agent, owner, conv, Some(config))
+        .await
+        .unwrap();
+    // The round is claimed: a repeated call queues nothing more.
+    shared::memory::after_round(state, agent, owner, conv, Some(config))
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(20), async || s.memory_count().await == 2).await;
+    let last: i64 = sqlx::query_scalar("SELECT last_message_id FROM memory_extractions WHERE conversation_id = $1")
+        .bind(conv)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    let newest: i64 = sqlx::query_scalar("SELECT max(id) FROM messages")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(last, newest);
+
+    // Redelivery of the same message: handled, nothing written twice.
+    let worker = shared::memory::worker::handler(state.clone());
+    let body = json!({ "conversationId": conv, "memoryConfigId": config }).to_string();
+    let event = shared::queue::event(vec![
+        shared::queue::message("m-1", &body, 2, None),
+        shared::queue::message("m-2", "not json", 1, None),
+        shared::queue::message("m-3", &json!({ "conversationId": 999_999 }).to_string(), 1, None),
+    ]);
+    let answer = worker(event).await.unwrap();
+    let failed: Vec<&str> = answer
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        ["m-2"],
+        "a bad body fails alone; a deleted conversation is done"
+    );
+    assert_eq!(s.memory_count().await, 2);
+    let models_called = s
+        .models
+        .requests()
+        .iter()
+        .filter(|r| r["model"] == "mem-extract")
+        .count();
+    assert_eq!(models_called, 1, "the redelivery did not call the model again");
+
+    // after_round checks that the conversation is the caller's.
+    let err = shared::memory::after_round(state, agent, Owner::User(s.admin_id + 100), conv, Some(config))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("conversation"), "{err}");
+}
+
+#[tokio::test]
+async fn recall_finds_the_relevant_memory_of_its_owner_only() {
+    let s = setup(true).await;
+    let config = s.config(json!({ "searchEngineEnable": true })).await;
+    let agent = s.agent(Some(config)).await;
+    let (b_id, b_token) = s.app.regular_user("bob").await;
+    sqlx::query("UPDATE users SET tokens = 1000000 WHERE id = $1")
+        .bind(b_id)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let e_id = s.external_user("open-emma").await;
+    let a = Owner::User(s.admin_id);
+    let b = Owner::User(b_id);
+    let e = Owner::External(e_id);
+    let state = &s.app.state;
+
+    let lines: [(Owner, &str, &[&str]); 3] = [
+        (
+            a,
+            "a-1",
+            &[
+                "PREFERENCE: Editor theme | Prefers a dark colour theme in the code editor",
+                "FACT: Pet | Has a golden retriever dog called Biscuit",
+                "DECISION: Database | Chose PostgreSQL for the billing service",
+                "TASK_PROGRESS: Migration | Half of the tables are migrated to the new schema",
+                "REFERENCE: Style guide | The team style guide is at wiki/style",
+            ],
+        ),
+        (
+            b,
+            "b-1",
+            &[
+                "FACT: Pet | Has a cat called Miso",
+                "PREFERENCE: Drinks | Likes green tea",
+            ],
+        ),
+        (e, "e-1", &["FACT: Pet | Has a parrot called Kiwi"]),
+    ];
+    for (owner, key, said) in lines {
+        let conv = s.conversation(agent, owner, key).await;
+        let messages: Vec<(&str, &str)> = said.iter().map(|l| ("user", *l)).collect();
+        s.say(conv, agent, &messages).await;
+        let c = shared::memory::extract::conversation(&s.app.db, conv)
+            .await
+            .unwrap()
+            .unwrap();
+        shared::memory::extract::extract(state, &c, Some(config)).await.unwrap();
+    }
+    assert_eq!(s.memory_count().await, 8);
+    let ids_of = |owner: Owner| {
+        let db = s.app.db.clone();
+        async move {
+            let ids: Vec<i64> = sqlx::query_scalar(
+                "SELECT id FROM memories WHERE user_id IS NOT DISTINCT FROM $1 AND external_user_id IS NOT DISTINCT FROM $2",
+            )
+            .bind(owner.user_id())
+            .bind(owner.external_user_id())
+            .fetch_all(&db)
+            .await
+            .unwrap();
+            ids
+        }
+    };
+    let (a_ids, b_ids, e_ids) = (ids_of(a).await, ids_of(b).await, ids_of(e).await);
+
+    let recall = |owner: Owner, q: &'static str| shared::memory::recall(state, agent, owner, Some(config), q);
+    let got = recall(a, "which colour scheme do I like when coding").await.unwrap();
+    assert_eq!(got[0].title, "Editor theme", "{got:?}");
+    assert_eq!(got[0].memory_type, "PREFERENCE");
+    assert!(got.iter().all(|m| a_ids.contains(&m.id)));
+    // Every recalled memory counts one access.
+    let accessed: Vec<(i64, i64, bool)> =
+        sqlx::query_as("SELECT id, access_count, accessed_at IS NOT NULL FROM memories WHERE user_id = $1 ORDER BY id")
+            .bind(s.admin_id)
+            .fetch_all(&s.app.db)
+            .await
+            .unwrap();
+    for (id, count, at) in accessed {
+        let recalled = got.iter().any(|m| m.id == id);
+        assert_eq!((count, at), (recalled as i64, recalled), "memory {id}");
+    }
+    let dog = recall(a, "what is the name of my dog").await.unwrap();
+    assert_eq!(dog[0].title, "Pet", "{dog:?}");
+    assert!(dog[0].content.contains("Biscuit"));
+    let theme_id = got[0].id;
+
+    // Each owner recalls only their own memories, with an equal question.
+    let bob = recall(b, "what is the name of my dog").await.unwrap();
+    assert!(!bob.is_empty() && bob.iter().all(|m| b_ids.contains(&m.id)), "{bob:?}");
+    assert!(bob[0].content.contains("Miso"));
+    let emma = recall(e, "what is the name of my dog").await.unwrap();
+    assert_eq!(emma.iter().map(|m| m.id).collect::<Vec<_>>(), e_ids);
+
+    // Suppressed and archived memories never come back proactively.
+    s.app
+        .post(&format!("/memory/{theme_id}/suppress"), s.t(), &json!({}))
+        .await
+        .assert_ok();
+    let after = recall(a, "which colour scheme do I like when coding").await.unwrap();
+    assert!(after.iter().all(|m| m.id != theme_id), "{after:?}");
+    s.app
+        .post(&format!("/memory/{}/archive", dog[0].id), s.t(), &json!({}))
+        .await
+        .assert_ok();
+    let after = recall(a, "what is the name of my dog").await.unwrap();
+    assert!(after.iter().all(|m| m.id != dog[0].id && m.id != theme_id), "{after:?}");
+    // ...but an explicit search still finds them, with their status.
+    let found = s
+        .app
+        .post(
+            "/memory/search",
+            s.t(),
+            &json!({ "query": "dark colour theme editor", "agentId": agent }),
+        )
+        .await;
+    let hit = found
+        .assert_ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["id"] == theme_id)
+        .cloned()
+        .unwrap();
+    assert_eq!(hit["status"], "SUPPRESSED");
+    assert!(hit["relevanceScore"].as_f64().unwrap() > 0.0);
+
+    // Over HTTP: Bob sees only his own memories; the administrator sees everyone's.
+    let bobs = s.app.get(&format!("/memory/agent/{agent}"), Some(&b_token)).await;
+    let mut seen: Vec<i64> = bobs
+        .assert_ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_i64().unwrap())
+        .collect();
+    seen.sort();
+    assert_eq!(seen, b_ids);
+    let all = s.app.get(&format!("/memory/agent/{agent}?limit=100"), s.t()).await;
+    assert_eq!(all.assert_ok().as_array().unwrap().len(), 8);
+    s.app
+        .get(&format!("/memory/{theme_id}"), Some(&b_token))
+        .await
+        .assert_error(404, 404, "memory");
+    s.app
+        .post(&format!("/memory/{theme_id}/activate"), Some(&b_token), &json!({}))
+        .await
+        .assert_error(404, 404, "memory");
+    let search = s
+        .app
+        .post(
+            "/memory/search",
+            Some(&b_token),
+            &json!({ "query": "what is the name of my dog" }),
+        )
+        .await;
+    let ids: Vec<i64> = search
+        .assert_ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_i64().unwrap())
+        .collect();
+    assert!(!ids.is_empty() && ids.iter().all(|id| b_ids.contains(id)), "{ids:?}");
+    let none = s.app.get("/memory/conversation/a-1", Some(&b_token)).await;
+    assert_eq!(none.assert_ok(), &json!([]));
+
+    // The debugger recalls with a config for one user: your own, or anyone's as administrator.
+    let debug = |token: Option<String>, user: i64| {
+        let app = &s.app;
+        async move {
+            app.post(
+                &format!("/memory/config/{config}/debug"),
+                token.as_deref(),
+                &json!({ "agentId": agent, "userId": user, "query": "what is the name of my dog" }),
+            )
+            .await
+        }
+    };
+    debug(Some(b_token.clone()), s.admin_id)
+        .await
+        .assert_error(403, 403, "userId");
+    let mine = debug(Some(b_token.clone()), b_id).await;
+    assert!(mine.assert_ok()[0]["content"].as_str().unwrap().contains("Miso"));
+    let as_admin = debug(Some(s.admin.clone()), b_id).await;
+    assert!(as_admin
+        .assert_ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| b_ids.contains(&m["id"].as_i64().unwrap())));
+    s.app
+        .post(
+            &format!("/memory/config/{config}/debug"),
+            s.t(),
+            &json!({ "agentId": agent, "query": "x" }),
+        )
+        .await
+        .assert_error(400, 0, "userId is required");
+}
+
+#[tokio::test]
+async fn the_state_table_is_enforced() {
+    let s = setup(false).await;
+    let agent = s.agent(None).await;
+    let owner = Owner::User(s.admin_id);
+    let id = s.seed_memory(agent, owner, "state", "ACTIVE").await;
+    let status = || {
+        let db = s.app.db.clone();
+        async move {
+            let row: (String, chrono::DateTime<chrono::Utc>) =
+                sqlx::query_as("SELECT status, update_dt FROM memories WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(&db)
+                    .await
+                    .unwrap();
+            row
+        }
+    };
+    let act = |action: &'static str| {
+        let app = &s.app;
+        let t = s.admin.clone();
+        async move { app.post(&format!("/memory/{id}/{action}"), Some(&t), &json!({})).await }
+    };
+    let refused = |action: &'static str, from: &'static str| {
+        let app = &s.app;
+        let t = s.admin.clone();
+        async move {
+            let before = status().await;
+            assert_eq!(before.0, from);
+            let r = app.post(&format!("/memory/{id}/{action}"), Some(&t), &json!({})).await;
+            r.assert_error(400, 0, &format!("cannot {action} a memory that is {from}"));
+            assert_eq!(status().await, before, "a refused {action} changed nothing");
+        }
+    };
+
+    refused("activate", "ACTIVE").await;
+    act("archive").await.assert_ok();
+    assert_eq!(status().await.0, "ARCHIVED");
+    refused("archive", "ARCHIVED").await;
+    refused("suppress", "ARCHIVED").await;
+    act("activate").await.assert_ok();
+    assert_eq!(status().await.0, "ACTIVE");
+    act("suppress").await.assert_ok();
+    assert_eq!(status().await.0, "SUPPRESSED");
+    refused("suppress", "SUPPRESSED").await;
+    refused("archive", "SUPPRESSED").await;
+    act("activate").await.assert_ok();
+    assert_eq!(status().await.0, "ACTIVE");
+
+    // PUT with status: any state to the given one.
+    for to in ["SUPPRESSED", "ARCHIVED", "ARCHIVED", "ACTIVE"] {
+        let r = s
+            .app
+            .put(&format!("/memory/{id}"), s.t(), &json!({ "status": to }))
+            .await;
+        assert_eq!(r.assert_ok()["status"], to);
+        assert_eq!(status().await.0, to);
+    }
+    let before = status().await;
+    s.app
+        .put(&format!("/memory/{id}"), s.t(), &json!({ "status": "GONE" }))
+        .await
+        .assert_error(400, 0, "status must be one of ACTIVE, ARCHIVED, SUPPRESSED");
+    assert_eq!(status().await, before);
+    s.app
+        .post(&format!("/memory/{}/archive", id + 1000), s.t(), &json!({}))
+        .await
+        .assert_error(404, 404, "memory");
+}
+
+#[tokio::test]
+async fn memories_are_edited_listed_and_deleted() {
+    let s = setup(false).await;
+    let config = s.config(json!({})).await;
+    let agent = s.agent(Some(config)).await;
+    let owner = Owner::User(s.admin_id);
+    let conv = s.conversation(agent, owner, "edit").await;
+    s.say(
+        conv,
+        agent,
+        &[
+            ("user", "FACT: City | Lives in Lyon"),
+            ("user", "PREFERENCE: Food | Likes spicy food"),
+        ],
+    )
+    .await;
+    s.extract(&s.admin, agent, "edit").await.assert_ok();
+    let list = s.app.get(&format!("/memory/agent/{agent}?type=fact"), s.t()).await;
+    assert_eq!(titles(list.assert_ok()), ["City"]);
+    let id = list.assert_ok()[0]["id"].as_i64().unwrap();
+    assert_eq!(
+        titles(s.app.get("/memory/conversation/edit?limit=1", s.t()).await.assert_ok()).len(),
+        1
+    );
+    assert_eq!(
+        titles(
+            s.app
+                .get(&format!("/memory/agent/{agent}/recent?days=1"), s.t())
+                .await
+                .assert_ok()
+        )
+        .len(),
+        2
+    );
+
+    // Bad input is refused with the field named, and changes nothing.
+    let before: String = sqlx::query_scalar("SELECT title || content || memory_type FROM memories WHERE id = $1")
+        .bind(id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    for (body, needle) in [
+        (json!({ "title": " " }), "title is required"),
+        (
+            json!({ "memoryType": "OPINION", "title": "x" }),
+            "memoryType must be one of",
+        ),
+        (json!({ "relevanceScore": 2 }), "relevanceScore must be between 0 and 1"),
+        (json!({ "tags": [""] }), "tags must be 1 to 50 characters"),
+        (json!({ "title": 5 }), "title"),
+    ] {
+        s.app
+            .put(&format!("/memory/{id}"), s.t(), &body)
+            .await
+            .assert_error(400, 0, needle);
+    }
+    for (path, needle) in [
+        (format!("/memory/agent/{agent}?type=OPINION"), "type must be one of"),
+        (
+            format!("/memory/agent/{agent}?limit=0"),
+            "limit must be between 1 and 100",
+        ),
+        (
+            format!("/memory/agent/{agent}/recent?days=0"),
+            "days must be between 1 and 3650",
+        ),
+    ] {
+        s.app.get(&path, s.t()).await.assert_error(400, 0, needle);
+    }
+    s.app
+        .post("/memory/search", s.t(), &json!({ "query": "" }))
+        .await
+        .assert_error(400, 0, "query is required");
+    s.app
+        .post("/memory/search", s.t(), &json!({ "query": "x", "types": ["NOPE"] }))
+        .await
+        .assert_error(400, 0, "types must be one of");
+    let after: String = sqlx::query_scalar("SELECT title || content || memory_type FROM memories WHERE id = $1")
+        .bind(id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(before, after);
+
+    // An edit of the text embeds it again.
+    let embedded_before: String = sqlx::query_scalar("SELECT embedding::text FROM memories WHERE id = $1")
+        .bind(id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    let edited = s
+        .app
+        .put(
+            &format!("/memory/{id}"),
+            s.t(),
+            &json!({ "title": "Home town", "content": "Moved to Paris last spring", "memoryType": "FACT",
+                "category": "life", "tags": ["move"], "relevanceScore": 0.4 }),
+        )
+        .await;
+    let m = edited.assert_ok();
+    assert_eq!(
+        (
+            &m["title"],
+            &m["content"],
+            &m["category"],
+            &m["tags"],
+            &m["relevanceScore"]
+        ),
+        (
+            &json!("Home town"),
+            &json!("Moved to Paris last spring"),
+            &json!("life"),
+            &json!(["move"]),
+            &json!(0.4)
+        )
+    );
+    let embedded_after: String = sqlx::query_scalar("SELECT embedding::text FROM memories WHERE id = $1")
+        .bind(id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_ne!(embedded_before, embedded_after);
+    assert_eq!(
+        s.app.get(&format!("/memory/{id}"), s.t()).await.assert_ok()["title"],
+        "Home town"
+    );
+
+    s.app.delete(&format!("/memory/{id}"), s.t()).await.assert_ok();
+    s.app
+        .get(&format!("/memory/{id}"), s.t())
+        .await
+        .assert_error(404, 404, "memory");
+    assert_eq!(s.memory_count().await, 1);
+}
+
+#[tokio::test]
+async fn configs_are_validated_and_managed() {
+    let s = setup(false).await;
+    let t = s.t();
+    let before = s.app.count("memory_configs").await;
+    for (body, needle) in [
+        (json!({ "embeddingModelId": s.embedding_model }), "name is required"),
+        (json!({ "name": "x" }), "embeddingModelId is required"),
+        (
+            json!({ "name": "x", "embeddingModelId": s.chat_model }),
+            "embeddingModelId: model",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": 99999 }),
+            "embeddingModelId: model 99999 does not exist",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "extractionModelId": s.embedding_model }),
+            "extractionModelId: model",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "rerankModelId": s.chat_model }),
+            "rerankModelId: model",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "rerankEnabled": true }),
+            "rerankModelId is required",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "fusionStrategy": "MAX" }),
+            "fusionStrategy must be RRF or WEIGHTED_SUM",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "denseWeight": 1.5 }),
+            "denseWeight must be between 0 and 1",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "maxRecall": 0 }),
+            "maxRecall must be between 1 and 100",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "extractionInterval": 0 }),
+            "extractionInterval must be between",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "memoryExpirationDays": 0 }),
+            "memoryExpirationDays must be between",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "vectorStoreInstanceId": 9999 }),
+            "vectorStoreInstanceId: store instance 9999 does not exist",
+        ),
+        (json!({ "name": "x", "embeddingModelId": "one" }), "embeddingModelId"),
+    ] {
+        s.app
+            .post("/memory/config", t, &body)
+            .await
+            .assert_error(400, 0, needle);
+    }
+    assert_eq!(s.app.count("memory_configs").await, before);
+
+    let id = s
+        .config(json!({ "fusionStrategy": "weighted_sum", "denseWeight": 0.6, "memoryExpirationDays": 30 }))
+        .await;
+    let c = s.app.get(&format!("/memory/config/{id}"), t).await;
+    let c = c.assert_ok();
+    assert_eq!(c["fusionStrategy"], "WEIGHTED_SUM");
+    assert_eq!(c["denseWeight"], 0.6);
+    assert_eq!(c["maxRecall"], 5);
+    assert_eq!(c["extractionInterval"], 5);
+    assert_eq!(c["rrfK"], 60);
+    assert_eq!(c["status"], 1);
+    assert_eq!(c["embeddingModelId"], s.embedding_model);
+
+    s.app
+        .put(
+            &format!("/memory/config/{id}"),
+            t,
+            &json!({ "maxRecall": 8, "rewriteEnabled": true }),
+        )
+        .await
+        .assert_ok();
+    s.app
+        .put(
+            &format!("/memory/config/{id}"),
+            t,
+            &json!({ "similarityThreshold": -1, "maxRecall": 9 }),
+        )
+        .await
+        .assert_error(400, 0, "similarityThreshold must be between 0 and 1");
+    let c = s.app.get(&format!("/memory/config/{id}"), t).await;
+    assert_eq!(
+        (
+            &c.assert_ok()["maxRecall"],
+            &c.assert_ok()["rewriteEnabled"],
+            &c.assert_ok()["denseWeight"]
+        ),
+        (&json!(8), &json!(true), &json!(0.6))
+    );
+    assert_eq!(
+        s.app
+            .get("/memory/config", t)
+            .await
+            .assert_ok()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let (_, other) = s.app.regular_user("carol").await;
+    s.app
+        .put(
+            &format!("/memory/config/{id}"),
+            Some(&other),
+            &json!({ "maxRecall": 2 }),
+        )
+        .await
+        .assert_error(403, 403, "creator");
+    s.app
+        .delete(&format!("/memory/config/{id}"), Some(&other))
+        .await
+        .assert_error(403, 403, "creator");
+
+    let agent = s.agent(Some(id)).await;
+    s.app
+        .delete(&format!("/memory/config/{id}"), t)
+        .await
+        .assert_error(400, 0, "used by 1 agent");
+    sqlx::query("UPDATE agents SET memory_config_id = NULL WHERE id = $1")
+        .bind(agent)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    s.app.delete(&format!("/memory/config/{id}"), t).await.assert_ok();
+    s.app
+        .get(&format!("/memory/config/{id}"), t)
+        .await
+        .assert_error(404, 404, "memory config");
+}
+
+#[tokio::test]
+async fn expired_memories_are_archived_by_the_lifecycle_job() {
+    let s = setup(false).await;
+    let expiring = s.config(json!({ "memoryExpirationDays": 30 })).await;
+    let agent = s.agent(Some(expiring)).await;
+    let keeper = s.agent(None).await;
+    let owner = Owner::User(s.admin_id);
+    let old = s.seed_memory(agent, owner, "old", "ACTIVE").await;
+    let recalled = s.seed_memory(agent, owner, "old but recalled", "ACTIVE").await;
+    let fresh = s.seed_memory(agent, owner, "fresh", "ACTIVE").await;
+    let suppressed = s.seed_memory(agent, owner, "old suppressed", "SUPPRESSED").await;
+    let no_config = s.seed_memory(keeper, owner, "no expiry", "ACTIVE").await;
+    sqlx::query("UPDATE memories SET update_dt = now() - interval '40 days' WHERE id <> $1")
+        .bind(fresh)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE memories SET accessed_at = now() - interval '2 days' WHERE id = $1")
+        .bind(recalled)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+
+    assert_eq!(shared::memory::lifecycle::archive_expired(&s.app.db).await.unwrap(), 1);
+    let statuses: Vec<(i64, String)> = sqlx::query_as("SELECT id, status FROM memories ORDER BY id")
+        .fetch_all(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        statuses,
+        [
+            (old, "ARCHIVED".to_owned()),
+            (recalled, "ACTIVE".to_owned()),
+            (fresh, "ACTIVE".to_owned()),
+            (suppressed, "SUPPRESSED".to_owned()),
+            (no_config, "ACTIVE".to_owned()),
+        ]
+    );
+    // Running again finds nothing more.
+    assert_eq!(shared::memory::lifecycle::archive_expired(&s.app.db).await.unwrap(), 0);
+    shared::memory::lifecycle::job(s.app.state.clone()).await.unwrap();
+}
+
+async fn preview(s: &Setup, agent: i64) -> Reply {
+    let path = format!("/memory/agent/{agent}/conversations/ctx/context-preview");
+    s.app.get(&path, s.t()).await
+}
+
+#[tokio::test]
+async fn stats_and_context_preview() {
+    let s = setup(false).await;
+    let agent = s.agent(None).await;
+    // No config: the built-in defaults with the default EMBEDDING and CHAT models.
+    for model in [s.embedding_model, s.chat_model] {
+        s.app
+            .put(&format!("/ai-model/switch-default/{model}"), s.t(), &json!({}))
+            .await
+            .assert_status_ok();
+    }
+    sqlx::query("UPDATE agents SET short_term_memory_size = 4 WHERE id = $1")
+        .bind(agent)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let owner = Owner::User(s.admin_id);
+    let conv = s.conversation(agent, owner, "ctx").await;
+    s.say(
+        conv,
+        agent,
+        &[
+            ("user", "FACT: Pet | Has a dog called Biscuit"),
+            ("assistant", "Nice."),
+            ("user", "PREFERENCE: Drinks | Likes green tea"),
+            ("assistant", "Noted."),
+        ],
+    )
+    .await;
+    s.extract(&s.admin, agent, "ctx").await.assert_ok();
+
+    let p = preview(&s, agent).await;
+    let d = p.assert_ok();
+    assert_eq!(d["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        d["messages"][0],
+        json!({ "role": "user", "content": "FACT: Pet | Has a dog called Biscuit" })
+    );
+    assert_eq!(d["memories"].as_array().unwrap().len(), 2);
+    assert!(d["memories"][0]["memoryType"].is_string());
+    assert_eq!(d["compressionApplied"], false);
+    let tokens = d["estimatedTokens"].as_u64().unwrap();
+    assert!(tokens > 20 && tokens < 200, "{tokens}");
+    // A preview is not a recall.
+    let accessed: i64 = sqlx::query_scalar("SELECT sum(access_count)::bigint FROM memories")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(accessed, 0);
+
+    s.say(conv, agent, &[("user", "Where is my dog?"), ("assistant", "At home.")])
+        .await;
+    let d = preview(&s, agent).await;
+    let d = d.assert_ok();
+    assert_eq!(d["messages"].as_array().unwrap().len(), 4, "the window is 4 messages");
+    assert_eq!(d["messages"][3]["content"], "At home.");
+    assert_eq!(d["compressionApplied"], true);
+
+    // Stats: recall twice, then count.
+    let recalled = shared::memory::recall(&s.app.state, agent, owner, None, "my dog")
+        .await
+        .unwrap();
+    assert_eq!(recalled.len(), 2);
+    shared::memory::recall(&s.app.state, agent, owner, None, "my dog")
+        .await
+        .unwrap();
+    let stats = s.app.get(&format!("/memory/agent/{agent}/stats"), s.t()).await;
+    let st = stats.assert_ok();
+    assert_eq!(st["totalMemories"], 2);
+    assert_eq!(st["byType"]["FACT"], 1);
+    assert_eq!(st["byType"]["PREFERENCE"], 1);
+    assert_eq!(st["byType"]["DECISION"], 0);
+    assert_eq!(st["retrievalEffectiveness"], 1.0);
+    assert_eq!(st["mostUsed"].as_array().unwrap().len(), 2);
+    assert_eq!(st["dateRange"]["start"].as_str().unwrap().len(), 19);
+    let (_, other) = s.app.regular_user("dave").await;
+    let theirs = s
+        .app
+        .get(&format!("/memory/agent/{agent}/stats?days=7"), Some(&other))
+        .await;
+    assert_eq!(theirs.assert_ok()["totalMemories"], 0);
+    assert_eq!(theirs.assert_ok()["retrievalEffectiveness"], 0.0);
+    s.app
+        .get(
+            &format!("/memory/agent/{agent}/conversations/ctx/context-preview"),
+            Some(&other),
+        )
+        .await
+        .assert_error(404, 404, "conversation");
+}

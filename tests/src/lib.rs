@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod model_server;
+pub mod opensearch_server;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

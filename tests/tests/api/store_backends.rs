@@ -26,15 +26,21 @@ async fn milvus() -> ClientV2 {
         .expect("connect to milvus-lite")
 }
 
-fn collection(kb: i64) -> String {
-    format!("agent_platform_kb_{kb}")
+/// How the service names a base in a shared store: id and creation time in microseconds.
+async fn base_key(s: &KbSetup, kb: i64) -> String {
+    let created: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT create_dt FROM knowledge_bases WHERE id = $1")
+        .bind(kb)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    format!("{kb}_{}", created.timestamp_micros())
 }
 
 /// Chunk ids Milvus holds for a base (all, or of one document), sorted.
-async fn milvus_ids(kb: i64, document: Option<i64>) -> Vec<i64> {
+async fn milvus_ids(collection: &str, document: Option<i64>) -> Vec<i64> {
     let client = milvus().await;
     let exists = client
-        .has_collection(HasCollectionRequest::builder().collection_name(collection(kb)).build().unwrap())
+        .has_collection(HasCollectionRequest::builder().collection_name(collection).build().unwrap())
         .await
         .unwrap()
         .exists();
@@ -48,7 +54,7 @@ async fn milvus_ids(kb: i64, document: Option<i64>) -> Vec<i64> {
     let reply = client
         .query(
             QueryRequest::builder()
-                .collection_name(collection(kb))
+                .collection_name(collection)
                 .filter(filter)
                 .output_fields(["chunk_id"])
                 .consistency_level(ConsistencyLevel::Strong)
@@ -136,13 +142,14 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
                     "maxChunkTokens": 16, "chunkOverlap": 0, "mergeShortSegments": false }),
         )
         .await;
+    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
     let docs = upload_ok(&s, kb, &[("guide.md", GUIDE_MD), ("animals.txt", ANIMALS)]).await;
 
     // Milvus holds one vector per chunk row; the rows keep none.
     let rows = chunk_ids(&s, "rag_id", kb).await;
     assert!(rows.len() >= 4, "{rows:?}");
-    assert_eq!(milvus_ids(kb, None).await, rows);
-    assert_eq!(milvus_ids(kb, Some(docs[0])).await, chunk_ids(&s, "document_id", docs[0]).await);
+    assert_eq!(milvus_ids(&coll, None).await, rows);
+    assert_eq!(milvus_ids(&coll, Some(docs[0])).await, chunk_ids(&s, "document_id", docs[0]).await);
     let in_pg: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND embedding IS NOT NULL")
         .bind(kb)
         .fetch_one(&s.app.db)
@@ -175,9 +182,13 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
         .app
         .post("/rag/qa/stream", t, &json!({ "ragId": kb, "query": "owls hunt at night" }))
         .await;
-    let text = String::from_utf8_lossy(&reply.bytes).into_owned();
+    let events: Vec<Value> = String::from_utf8_lossy(&reply.bytes)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("NDJSON line"))
+        .collect();
+    let text: String = events.iter().filter_map(|e| e["data"].as_str()).collect();
     assert!(text.contains("Owls hunt at night"), "the context came from Milvus: {text}");
-    let done: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let done = events.last().unwrap();
     assert_eq!(done["type"], "done", "{text}");
     assert!(!done["references"].as_array().unwrap().is_empty(), "{done}");
 
@@ -193,20 +204,20 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
 
     // A deleted chunk leaves Milvus.
     s.app.delete(&format!("/chunk/{owl}"), t).await.assert_ok();
-    assert!(!milvus_ids(kb, None).await.contains(&owl));
-    assert_eq!(milvus_ids(kb, None).await, chunk_ids(&s, "rag_id", kb).await);
+    assert!(!milvus_ids(&coll, None).await.contains(&owl));
+    assert_eq!(milvus_ids(&coll, None).await, chunk_ids(&s, "rag_id", kb).await);
 
     // A deleted document takes its vectors along; the other document's stay.
     s.app.delete(&format!("/document/{}", docs[0]), t).await.assert_ok();
-    assert!(milvus_ids(kb, Some(docs[0])).await.is_empty());
-    assert_eq!(milvus_ids(kb, None).await, chunk_ids(&s, "rag_id", kb).await);
-    assert!(!milvus_ids(kb, None).await.is_empty());
+    assert!(milvus_ids(&coll, Some(docs[0])).await.is_empty());
+    assert_eq!(milvus_ids(&coll, None).await, chunk_ids(&s, "rag_id", kb).await);
+    assert!(!milvus_ids(&coll, None).await.is_empty());
 
     // Deleting the base drops its collection.
     s.app.delete(&format!("/rag/{kb}"), t).await.assert_ok();
     let gone = milvus()
         .await
-        .has_collection(HasCollectionRequest::builder().collection_name(collection(kb)).build().unwrap())
+        .has_collection(HasCollectionRequest::builder().collection_name(&coll).build().unwrap())
         .await
         .unwrap()
         .exists();
@@ -221,8 +232,9 @@ async fn milvus_down_fails_clearly_and_writes_nothing() {
     let kb = s
         .kb("Flaky Milvus", json!({ "vectorStoreInstanceId": good, "searchEngineEnable": false }))
         .await;
+    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
     let docs = upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
-    let before = milvus_ids(kb, None).await;
+    let before = milvus_ids(&coll, None).await;
     assert!(!before.is_empty());
 
     // The instance now points at a closed port.
@@ -277,7 +289,7 @@ async fn milvus_down_fails_clearly_and_writes_nothing() {
         )
         .await
         .assert_ok();
-    assert_eq!(milvus_ids(kb, None).await, before);
+    assert_eq!(milvus_ids(&coll, None).await, before);
     assert!(first_content(&search(&s, kb, "owls hunt").await).contains("Owls"));
 }
 
@@ -298,7 +310,7 @@ async fn opensearch_full_text_sends_the_recorded_shapes_and_fuses_its_hits() {
                     "maxChunkTokens": 16, "chunkOverlap": 0, "mergeShortSegments": false }),
         )
         .await;
-    let index = format!("agent-platform-kb-{kb}-text");
+    let index = format!("agent-platform-kb-{}-text", base_key(&s, kb).await);
     let path = format!("/{index}");
     let docs = upload_ok(&s, kb, &[("guide.md", GUIDE_MD), ("animals.txt", ANIMALS)]).await;
     let rows = chunk_ids(&s, "rag_id", kb).await;
@@ -378,7 +390,7 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
         )
         .await;
     upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
-    let index = format!("agent-platform-kb-{kb}-vectors");
+    let index = format!("agent-platform-kb-{}-vectors", base_key(&s, kb).await);
     let mapping = os.mapping(&index).unwrap();
     let field = &mapping["mappings"]["properties"]["embedding"];
     assert_eq!((field["type"].as_str(), field["dimension"].as_i64()), (Some("knn_vector"), Some(8)));

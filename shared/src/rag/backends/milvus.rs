@@ -23,16 +23,16 @@ pub struct MilvusIndex {
     dimension: u32,
 }
 
-/// The collection of a base; prefixed so a shared Milvus can tell ours apart.
-pub fn collection_name(rag_id: i64) -> String {
-    format!("agent_platform_kb_{rag_id}")
+/// The collection of a base, `agent_platform_kb_{id}_{created micros}`.
+pub fn collection_name(kb: &KbRow) -> String {
+    format!("agent_platform_kb_{}", super::base_key(kb))
 }
 
 impl MilvusIndex {
     pub fn new(state: &AppState, row: &StoreRow, kb: &KbRow) -> AppResult<Self> {
         Ok(Self {
             config: config(&super::connection(state, row)?),
-            collection: collection_name(kb.id),
+            collection: collection_name(kb),
             dimension: kb.dimension as u32,
         })
     }

@@ -155,6 +155,12 @@ fn connection(state: &AppState, row: &StoreRow) -> AppResult<stores::Connection>
     Ok(conn)
 }
 
+/// Names a base in a store that other deployments (or test databases) may share: its id plus
+/// its creation time in microseconds, as ids alone repeat across databases.
+pub fn base_key(kb: &KbRow) -> String {
+    format!("{}_{}", kb.id, kb.create_dt.timestamp_micros())
+}
+
 fn base_url(conn: &stores::Connection) -> String {
     let scheme = if conn.use_tls { "https" } else { "http" };
     format!("{scheme}://{}:{}", conn.host, conn.port)

@@ -35,21 +35,21 @@ pub struct OpenSearchIndex {
     kind: Kind,
 }
 
-/// The indexes of a base, `agent-platform-kb-{id}-text` and `-vectors`.
-pub fn index_name(rag_id: i64, suffix: &str) -> String {
-    format!("agent-platform-kb-{rag_id}-{suffix}")
+/// The indexes of a base, `agent-platform-kb-{id}_{created micros}-text` and `-vectors`.
+pub fn index_name(kb: &KbRow, suffix: &str) -> String {
+    format!("agent-platform-kb-{}-{suffix}", super::base_key(kb))
 }
 
 impl OpenSearchIndex {
     pub fn text(state: &AppState, row: &StoreRow, kb: &KbRow) -> AppResult<Self> {
-        Self::new(state, row, index_name(kb.id, "text"), Kind::Text)
+        Self::new(state, row, index_name(kb, "text"), Kind::Text)
     }
 
     pub fn vectors(state: &AppState, row: &StoreRow, kb: &KbRow) -> AppResult<Self> {
         let kind = Kind::Vectors {
             dimension: kb.dimension,
         };
-        Self::new(state, row, index_name(kb.id, "vectors"), kind)
+        Self::new(state, row, index_name(kb, "vectors"), kind)
     }
 
     fn new(state: &AppState, row: &StoreRow, index: String, kind: Kind) -> AppResult<Self> {

@@ -186,8 +186,10 @@ async fn handle(State(shared): State<Shared>, method: Method, uri: Uri, body: By
             scored.truncate(size);
             let hits: Vec<Value> = scored
                 .iter()
-                .map(|(s, id, doc)| json!({ "_index": index, "_id": id, "_score": s,
-                    "_source": { "chunk_id": doc["chunk_id"] } }))
+                .map(|(s, id, doc)| {
+                    json!({ "_index": index, "_id": id, "_score": s,
+                    "_source": { "chunk_id": doc["chunk_id"] } })
+                })
                 .collect();
             let max = scored.first().map(|s| s.0);
             Json(json!({ "took": 2, "timed_out": false,

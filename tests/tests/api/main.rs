@@ -11,6 +11,6 @@ mod queues;
 mod resources;
 mod retrieval_quality;
 mod search;
-mod store_backends;
 mod skills;
+mod store_backends;
 mod users;

@@ -28,11 +28,12 @@ async fn milvus() -> ClientV2 {
 
 /// How the service names a base in a shared store: id and creation time in microseconds.
 async fn base_key(s: &KbSetup, kb: i64) -> String {
-    let created: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT create_dt FROM knowledge_bases WHERE id = $1")
-        .bind(kb)
-        .fetch_one(&s.app.db)
-        .await
-        .unwrap();
+    let created: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT create_dt FROM knowledge_bases WHERE id = $1")
+            .bind(kb)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
     format!("{kb}_{}", created.timestamp_micros())
 }
 
@@ -40,7 +41,12 @@ async fn base_key(s: &KbSetup, kb: i64) -> String {
 async fn milvus_ids(collection: &str, document: Option<i64>) -> Vec<i64> {
     let client = milvus().await;
     let exists = client
-        .has_collection(HasCollectionRequest::builder().collection_name(collection).build().unwrap())
+        .has_collection(
+            HasCollectionRequest::builder()
+                .collection_name(collection)
+                .build()
+                .unwrap(),
+        )
         .await
         .unwrap()
         .exists();
@@ -149,7 +155,10 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
     let rows = chunk_ids(&s, "rag_id", kb).await;
     assert!(rows.len() >= 4, "{rows:?}");
     assert_eq!(milvus_ids(&coll, None).await, rows);
-    assert_eq!(milvus_ids(&coll, Some(docs[0])).await, chunk_ids(&s, "document_id", docs[0]).await);
+    assert_eq!(
+        milvus_ids(&coll, Some(docs[0])).await,
+        chunk_ids(&s, "document_id", docs[0]).await
+    );
     let in_pg: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND embedding IS NOT NULL")
         .bind(kb)
         .fetch_one(&s.app.db)
@@ -180,14 +189,21 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
         .assert_ok();
     let reply = s
         .app
-        .post("/rag/qa/stream", t, &json!({ "ragId": kb, "query": "owls hunt at night" }))
+        .post(
+            "/rag/qa/stream",
+            t,
+            &json!({ "ragId": kb, "query": "owls hunt at night" }),
+        )
         .await;
     let events: Vec<Value> = String::from_utf8_lossy(&reply.bytes)
         .lines()
         .map(|l| serde_json::from_str(l).expect("NDJSON line"))
         .collect();
     let text: String = events.iter().filter_map(|e| e["data"].as_str()).collect();
-    assert!(text.contains("Owls hunt at night"), "the context came from Milvus: {text}");
+    assert!(
+        text.contains("Owls hunt at night"),
+        "the context came from Milvus: {text}"
+    );
     let done = events.last().unwrap();
     assert_eq!(done["type"], "done", "{text}");
     assert!(!done["references"].as_array().unwrap().is_empty(), "{done}");
@@ -195,7 +211,11 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
     // An edited chunk is re-embedded into Milvus: the new words find it.
     let owl = r["results"][0]["chunkId"].as_i64().unwrap();
     s.app
-        .put(&format!("/chunk/{owl}"), t, &json!({ "content": "Badgers dig deep burrows." }))
+        .put(
+            &format!("/chunk/{owl}"),
+            t,
+            &json!({ "content": "Badgers dig deep burrows." }),
+        )
         .await
         .assert_ok();
     let r = search(&s, kb, "badgers dig burrows").await;
@@ -230,7 +250,10 @@ async fn milvus_down_fails_clearly_and_writes_nothing() {
     let t = Some(s.admin.as_str());
     let good = store(&s, 1, 2, milvus_port()).await;
     let kb = s
-        .kb("Flaky Milvus", json!({ "vectorStoreInstanceId": good, "searchEngineEnable": false }))
+        .kb(
+            "Flaky Milvus",
+            json!({ "vectorStoreInstanceId": good, "searchEngineEnable": false }),
+        )
         .await;
     let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
     let docs = upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
@@ -260,7 +283,11 @@ async fn milvus_down_fails_clearly_and_writes_nothing() {
         .put(&format!("/chunk/{chunk}"), t, &json!({ "content": "Changed words." }))
         .await
         .assert_error(400, 0, "Milvus could not index");
-    assert_ne!(s.chunk_texts(docs[0]).await[0], "Changed words.", "the edit rolled back");
+    assert_ne!(
+        s.chunk_texts(docs[0]).await[0],
+        "Changed words.",
+        "the edit rolled back"
+    );
     s.app
         .delete(&format!("/document/{}", docs[0]), t)
         .await
@@ -293,8 +320,15 @@ async fn milvus_down_fails_clearly_and_writes_nothing() {
     assert!(first_content(&search(&s, kb, "owls hunt").await).contains("Owls"));
 }
 
-fn of<'a>(requests: &'a [api_tests::opensearch_server::Recorded], method: &str, path: &str) -> Vec<&'a api_tests::opensearch_server::Recorded> {
-    requests.iter().filter(|r| r.method == method && r.path == path).collect()
+fn of<'a>(
+    requests: &'a [api_tests::opensearch_server::Recorded],
+    method: &str,
+    path: &str,
+) -> Vec<&'a api_tests::opensearch_server::Recorded> {
+    requests
+        .iter()
+        .filter(|r| r.method == method && r.path == path)
+        .collect()
 }
 
 #[tokio::test]
@@ -320,7 +354,10 @@ async fn opensearch_full_text_sends_the_recorded_shapes_and_fuses_its_hits() {
     assert_eq!(of(&reqs, "PUT", &path).len(), 1, "{reqs:?}");
     let mapping = os.mapping(&index).unwrap();
     assert_eq!(mapping["mappings"]["properties"]["content"]["analyzer"], "words");
-    assert_eq!(mapping["settings"]["analysis"]["analyzer"]["words"]["tokenizer"], "whitespace");
+    assert_eq!(
+        mapping["settings"]["analysis"]["analyzer"]["words"]["tokenizer"],
+        "whitespace"
+    );
     assert_eq!(mapping["mappings"]["properties"]["chunk_id"]["type"], "long");
     let bulks = of(&reqs, "POST", &format!("{path}/_bulk"));
     assert_eq!(bulks.len(), 2, "one bulk per document: {reqs:?}");
@@ -359,7 +396,11 @@ async fn opensearch_full_text_sends_the_recorded_shapes_and_fuses_its_hits() {
     // Chunk edit re-indexes one document; chunk and document deletes send delete lines.
     let chunk = rows[0];
     s.app
-        .put(&format!("/chunk/{chunk}"), t, &json!({ "content": "Kestrels hover over fields." }))
+        .put(
+            &format!("/chunk/{chunk}"),
+            t,
+            &json!({ "content": "Kestrels hover over fields." }),
+        )
         .await
         .assert_ok();
     let r = search(&s, kb, "kestrels").await;
@@ -367,7 +408,10 @@ async fn opensearch_full_text_sends_the_recorded_shapes_and_fuses_its_hits() {
     assert_eq!(r["results"][0]["chunkId"], chunk, "{r}");
     s.app.delete(&format!("/chunk/{chunk}"), t).await.assert_ok();
     let last = os.requests().last().unwrap().clone();
-    assert_eq!((last.method.as_str(), last.lines()), ("POST", vec![json!({ "delete": { "_id": chunk.to_string() } })]));
+    assert_eq!(
+        (last.method.as_str(), last.lines()),
+        ("POST", vec![json!({ "delete": { "_id": chunk.to_string() } })])
+    );
     s.app.delete(&format!("/document/{}", docs[1]), t).await.assert_ok();
     assert_eq!(os.ids(&index).unwrap(), chunk_ids(&s, "rag_id", kb).await);
 
@@ -393,23 +437,35 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
     let index = format!("agent-platform-kb-{}-vectors", base_key(&s, kb).await);
     let mapping = os.mapping(&index).unwrap();
     let field = &mapping["mappings"]["properties"]["embedding"];
-    assert_eq!((field["type"].as_str(), field["dimension"].as_i64()), (Some("knn_vector"), Some(8)));
+    assert_eq!(
+        (field["type"].as_str(), field["dimension"].as_i64()),
+        (Some("knn_vector"), Some(8))
+    );
     assert_eq!(field["method"]["space_type"], "cosinesimil");
     assert_eq!(mapping["settings"]["index"]["knn"], true);
     let r = search(&s, kb, "owls hunt at night").await;
     assert!(first_content(&r).contains("Owls"), "{r}");
     let sent = os.requests();
     let knn = of(&sent, "POST", &format!("/{index}/_search")).last().unwrap().lines()[0].clone();
-    assert_eq!(knn["query"]["knn"]["embedding"]["vector"].as_array().unwrap().len(), 8, "{knn}");
+    assert_eq!(
+        knn["query"]["knn"]["embedding"]["vector"].as_array().unwrap().len(),
+        8,
+        "{knn}"
+    );
     assert!(knn["query"]["knn"]["embedding"]["k"].as_u64().is_some());
 
     // A full-text engine that is down: the document fails at indexing, nothing is kept.
     let down = store(&s, 2, 3, 9).await;
     let kb2 = s
-        .kb("Down", json!({ "searchEngineInstanceId": down, "searchEngineEnable": true }))
+        .kb(
+            "Down",
+            json!({ "searchEngineInstanceId": down, "searchEngineEnable": true }),
+        )
         .await;
     let files = [("a.txt", ANIMALS.as_bytes().to_vec())];
-    let id = s.upload(kb2, &files).await.assert_ok()["items"][0]["id"].as_i64().unwrap();
+    let id = s.upload(kb2, &files).await.assert_ok()["items"][0]["id"]
+        .as_i64()
+        .unwrap();
     let d = s.settled(id).await;
     assert_eq!(
         (d["status"].as_str(), d["errorStage"].as_str()),

@@ -43,7 +43,11 @@ impl MilvusIndex {
 
     async fn exists(&self, client: &ClientV2) -> anyhow::Result<bool> {
         let reply = client
-            .has_collection(HasCollectionRequest::builder().collection_name(&self.collection).build()?)
+            .has_collection(
+                HasCollectionRequest::builder()
+                    .collection_name(&self.collection)
+                    .build()?,
+            )
             .await?;
         Ok(reply.exists())
     }
@@ -89,7 +93,11 @@ impl MilvusIndex {
             )
             .await?;
         client
-            .load_collection(LoadCollectionRequest::builder().collection_name(&self.collection).build()?)
+            .load_collection(
+                LoadCollectionRequest::builder()
+                    .collection_name(&self.collection)
+                    .build()?,
+            )
             .await?;
         Ok(())
     }
@@ -169,7 +177,11 @@ impl IndexWrites for MilvusIndex {
         let client = self.client().await?;
         if self.exists(&client).await? {
             client
-                .drop_collection(DropCollectionRequest::builder().collection_name(&self.collection).build()?)
+                .drop_collection(
+                    DropCollectionRequest::builder()
+                        .collection_name(&self.collection)
+                        .build()?,
+                )
                 .await?;
         }
         Ok(())

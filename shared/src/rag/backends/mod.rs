@@ -80,7 +80,10 @@ impl Indexes {
     }
 
     fn all(&self) -> [&dyn IndexWrites; 2] {
-        [self.vector.as_ref() as &dyn IndexWrites, self.text.as_ref() as &dyn IndexWrites]
+        [
+            self.vector.as_ref() as &dyn IndexWrites,
+            self.text.as_ref() as &dyn IndexWrites,
+        ]
     }
 
     /// Writes `entries` to both indexes; on a failure, what was written is removed again.

@@ -125,7 +125,9 @@ impl OpenSearchIndex {
             Kind::Text => json!({
                 "chunk_id": e.chunk_id, "document_id": e.document_id, "content": segment::for_index(e.content)
             }),
-            Kind::Vectors { .. } => json!({ "chunk_id": e.chunk_id, "document_id": e.document_id, "embedding": e.vector }),
+            Kind::Vectors { .. } => {
+                json!({ "chunk_id": e.chunk_id, "document_id": e.document_id, "embedding": e.vector })
+            }
         }
     }
 
@@ -236,7 +238,11 @@ impl IndexWrites for OpenSearchIndex {
         if status.is_success() || status == StatusCode::NOT_FOUND {
             return Ok(());
         }
-        anyhow::bail!("deleting index {} failed: HTTP {status}: {}", self.index, body(reply).await?)
+        anyhow::bail!(
+            "deleting index {} failed: HTTP {status}: {}",
+            self.index,
+            body(reply).await?
+        )
     }
 }
 

@@ -39,7 +39,8 @@ pub struct ChunkView {
     pub chunk_index: i32,
     pub token_count: i32,
     pub content: String,
-    /// Where the vector lives in the store (the chunk id for pgvector).
+    /// Where the vector lives in the store: the chunk id (row for pgvector, primary key in
+    /// Milvus, document id in OpenSearch).
     pub vector_id: String,
     pub vector_status: String,
     #[serde(rename = "type")]

@@ -114,7 +114,8 @@ async fn upload_ok(s: &KbSetup, kb: i64, files: &[(&str, &str)]) -> Vec<i64> {
         .filter_map(|i| i["id"].as_i64())
         .collect();
     for id in &ids {
-        assert_eq!(s.settled(*id).await["status"], "success");
+        let d = s.settled(*id).await;
+        assert_eq!(d["status"], "success", "{d}");
     }
     ids
 }
@@ -293,6 +294,11 @@ async fn milvus_down_fails_clearly_and_writes_nothing() {
         .await
         .assert_error(400, 0, "Milvus");
     assert_eq!(s.chunk_texts(docs[0]).await.len(), before.len(), "the document stays");
+    s.app
+        .delete(&format!("/rag/{kb}"), t)
+        .await
+        .assert_error(400, 0, "Milvus could not drop");
+    s.app.get(&format!("/rag/{kb}"), t).await.assert_ok();
 
     // A new document fails at indexing with the reason and leaves no chunks.
     let files = [("more.txt", b"Herons stand still in shallow water.".to_vec())];
@@ -349,9 +355,11 @@ async fn opensearch_full_text_sends_the_recorded_shapes_and_fuses_its_hits() {
     let docs = upload_ok(&s, kb, &[("guide.md", GUIDE_MD), ("animals.txt", ANIMALS)]).await;
     let rows = chunk_ids(&s, "rag_id", kb).await;
 
-    // The index was created once, with the word analyzer, then filled by bulk requests.
+    // The index was created with the word analyzer, then filled by bulk requests.
     let reqs = os.requests();
-    assert_eq!(of(&reqs, "PUT", &path).len(), 1, "{reqs:?}");
+    // Two documents indexed at once may both find no index; the second create is told it exists.
+    let puts = of(&reqs, "PUT", &path).len();
+    assert!((1..=2).contains(&puts), "{reqs:?}");
     let mapping = os.mapping(&index).unwrap();
     assert_eq!(mapping["mappings"]["properties"]["content"]["analyzer"], "words");
     assert_eq!(

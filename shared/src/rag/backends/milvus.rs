@@ -30,13 +30,16 @@ pub fn collection_name(kb: &KbRow) -> String {
 
 impl MilvusIndex {
     pub fn new(state: &AppState, row: &StoreRow, kb: &KbRow) -> AppResult<Self> {
+        let conn = super::connection(state, row)?;
         Ok(Self {
-            config: config(&super::connection(state, row)?),
+            config: config(&conn),
             collection: collection_name(kb),
             dimension: kb.dimension as u32,
         })
     }
 
+    /// A connection per operation: a cached client would hold a gRPC channel bound to the
+    /// runtime that opened it.
     async fn client(&self) -> anyhow::Result<ClientV2> {
         Ok(ClientV2::new(&self.config).await?)
     }
@@ -71,14 +74,21 @@ impl MilvusIndex {
                     .data_type(DataType::FloatVector)
                     .dimension(self.dimension),
             );
-        client
+        let created = client
             .create_collection(
                 CreateCollectionRequest::builder()
                     .collection_name(&self.collection)
                     .schema(schema)
                     .build()?,
             )
-            .await?;
+            .await;
+        if let Err(e) = created {
+            // Another writer may have created it a moment ago; it indexes and loads it too.
+            if self.exists(client).await? {
+                return Ok(());
+            }
+            return Err(e.into());
+        }
         client
             .create_index(
                 CreateIndexRequest::builder()

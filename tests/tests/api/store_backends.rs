@@ -167,6 +167,14 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
         .unwrap();
     assert_eq!(in_pg, 0, "vectors live in Milvus only");
 
+    // The store cannot change under indexed documents.
+    let list = s.app.get("/store-instance?category=1", t).await.assert_ok().clone();
+    let builtin = list.as_array().unwrap().iter().find(|v| v["builtin"] == true).unwrap()["id"].clone();
+    s.app
+        .put(&format!("/rag/{kb}"), t, &json!({ "vectorStoreInstanceId": builtin }))
+        .await
+        .assert_error(400, 0, "cannot change while the knowledge base has documents");
+
     let r = search(&s, kb, "owls hunt at night").await;
     assert!(first_content(&r).contains("Owls hunt"), "{r}");
     assert!(r["metrics"]["vectorHitCount"].as_u64().unwrap() > 0, "{r}");

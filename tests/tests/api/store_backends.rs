@@ -231,6 +231,29 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
     assert_eq!(r["results"][0]["chunkId"], owl, "{r}");
     assert!(first_content(&r).contains("Badgers"), "{r}");
 
+    // A chunk added by hand goes to Milvus and is found.
+    let added = s
+        .app
+        .post(
+            "/chunk",
+            t,
+            &json!({ "ragId": kb, "documentId": docs[1], "content": "Otters float on their backs." }),
+        )
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    assert!(milvus_ids(&coll, Some(docs[1])).await.contains(&added));
+    let found = search(&s, kb, "otters float").await;
+    assert!(
+        found["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["chunkId"] == added),
+        "{found}"
+    );
+
     // A deleted chunk leaves Milvus.
     s.app.delete(&format!("/chunk/{owl}"), t).await.assert_ok();
     assert!(!milvus_ids(&coll, None).await.contains(&owl));

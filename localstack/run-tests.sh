@@ -7,8 +7,10 @@ cd "$top"
 
 stack=${TEST_STACK:-test}
 embedder_pid=
+milvus_pid=
 cleanup() {
   [ -n "$embedder_pid" ] && kill "$embedder_pid" 2>/dev/null
+  [ -n "$milvus_pid" ] && kill "$milvus_pid" 2>/dev/null
   bash localstack/stack.sh down --clean "$stack" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -38,6 +40,13 @@ echo "$EMBEDDING_SERVER_URL"
 step "MCP test servers"
 bash localstack/install.sh mcp
 export MCP_TOOLS_DIR=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}/mcp
+
+step "Milvus (milvus-lite)"
+milvus_log=$(mktemp)
+milvus_pid=$(bash localstack/milvus.sh start "$milvus_log")
+MILVUS_URL=$(bash localstack/milvus.sh url "$milvus_log")
+export MILVUS_URL
+echo "$MILVUS_URL"
 
 step "clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings

@@ -7,6 +7,7 @@ pub mod chat;
 pub mod lambda_emulator;
 pub mod mcp_servers;
 pub mod model_server;
+pub mod opensearch_server;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -8,6 +8,7 @@ use crate::http::{CurrentUser, Page, PageQuery};
 use crate::models::client::InputKind;
 use crate::models::gateway::{self, Billing};
 use crate::models::ModelType;
+use crate::rag::backends::{store_error, Entry, Indexes};
 use crate::rag::bases::{self, KbRow};
 use crate::{validate, AppError, AppResult, AppState};
 
@@ -38,7 +39,8 @@ pub struct ChunkView {
     pub chunk_index: i32,
     pub token_count: i32,
     pub content: String,
-    /// Where the vector lives in the store (the chunk id for pgvector).
+    /// Where the vector lives in the store: the chunk id (row for pgvector, primary key in
+    /// Milvus, document id in OpenSearch).
     pub vector_id: String,
     pub vector_status: String,
     #[serde(rename = "type")]
@@ -127,7 +129,7 @@ pub async fn page(
 }
 
 /// One embedding of `content` with the base's model, and its token count.
-async fn embed_one(state: &AppState, user: &CurrentUser, kb: &KbRow, content: &str) -> AppResult<(String, i32)> {
+async fn embed_one(state: &AppState, user: &CurrentUser, kb: &KbRow, content: &str) -> AppResult<(Vec<f32>, i32)> {
     let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding).await?;
     let out = gateway::embed(
         state,
@@ -140,12 +142,10 @@ async fn embed_one(state: &AppState, user: &CurrentUser, kb: &KbRow, content: &s
     .await?;
     let vector = out
         .vectors
-        .first()
+        .into_iter()
+        .next()
         .ok_or_else(|| AppError::business("the embedding model returned no vector"))?;
-    Ok((
-        super::pipeline::vector_literal(vector),
-        crate::rag::chunk::count_tokens(content) as i32,
-    ))
+    Ok((vector, crate::rag::chunk::count_tokens(content) as i32))
 }
 
 fn content(value: Option<String>) -> AppResult<String> {
@@ -166,25 +166,34 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) 
         )));
     }
     let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
+    let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
     let id: i64 = sqlx::query_scalar(
-        "INSERT INTO chunks (rag_id, document_id, paragraph_index, chunk_index, content, token_count, embedding, tsv, vector_status)
-         SELECT $1, $2, 0, COALESCE(max(chunk_index) + 1, 0), $3, $4, $5::vector, to_tsvector('simple', $6), 'success'
+        "INSERT INTO chunks (rag_id, document_id, paragraph_index, chunk_index, content, token_count, vector_status)
+         SELECT $1, $2, 0, COALESCE(max(chunk_index) + 1, 0), $3, $4, 'success'
          FROM chunks WHERE document_id = $2 RETURNING id",
     )
     .bind(rag_id)
     .bind(document_id)
     .bind(&content)
     .bind(tokens)
-    .bind(&vector)
-    .bind(crate::rag::segment::for_index(&content))
     .fetch_one(&mut *tx)
     .await?;
     sqlx::query("UPDATE documents SET chunk_count = chunk_count + 1, updated_at = now() WHERE id = $1")
         .bind(document_id)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
+    let entry = Entry {
+        chunk_id: id,
+        document_id,
+        content: &content,
+        vector: &vector,
+    };
+    indexes.put(&mut tx, &[entry]).await.map_err(store_error)?;
+    if let Err(e) = tx.commit().await {
+        indexes.undo(&mut *state.db().acquire().await?, &[id]).await;
+        return Err(e.into());
+    }
     get(state, id).await
 }
 
@@ -213,22 +222,31 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: EditChun
     let content = content(req.content)?;
     let kb = owned_kb(state, user, id).await?;
     let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
-    sqlx::query(
-        "UPDATE chunks SET content = $2, token_count = $3, embedding = $4::vector, tsv = to_tsvector('simple', $5),
-         vector_status = 'success', update_dt = now() WHERE id = $1",
+    let indexes = Indexes::of(state, &kb).await?;
+    let mut tx = state.db().begin().await?;
+    let document_id: i64 = sqlx::query_scalar(
+        "UPDATE chunks SET content = $2, token_count = $3, vector_status = 'success', update_dt = now() WHERE id = $1
+         RETURNING document_id",
     )
     .bind(id)
     .bind(&content)
     .bind(tokens)
-    .bind(&vector)
-    .bind(crate::rag::segment::for_index(&content))
-    .execute(state.db())
+    .fetch_one(&mut *tx)
     .await?;
+    let entry = Entry {
+        chunk_id: id,
+        document_id,
+        content: &content,
+        vector: &vector,
+    };
+    indexes.put(&mut tx, &[entry]).await.map_err(store_error)?;
+    tx.commit().await?;
     get(state, id).await
 }
 
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
-    owned_kb(state, user, id).await?;
+    let kb = owned_kb(state, user, id).await?;
+    let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
     let doc: i64 = sqlx::query_scalar("DELETE FROM chunks WHERE id = $1 RETURNING document_id")
         .bind(id)
@@ -238,6 +256,7 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
         .bind(doc)
         .execute(&mut *tx)
         .await?;
+    indexes.remove(&mut tx, &[id]).await.map_err(store_error)?;
     tx.commit().await?;
     Ok(())
 }

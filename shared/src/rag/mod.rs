@@ -1,5 +1,6 @@
 //! Knowledge bases: documents, parsing, chunking, embeddings and retrieval.
 
+pub mod backends;
 pub mod bases;
 pub mod chunk;
 pub mod chunks;

@@ -86,29 +86,10 @@ pub async fn test(state: &AppState, t: StoreType, conn: &Connection) -> AppResul
             let _ = pg.close().await;
             Ok(())
         }
-        StoreType::Milvus => {
-            let url = format!(
-                "{}://{}:{}/v2/vectordb/collections/list",
-                scheme(conn),
-                conn.host,
-                conn.port
-            );
-            let mut req = state
-                .models()
-                .http()
-                .post(&url)
-                .json(&serde_json::json!({ "dbName": conn.database.as_deref().unwrap_or("default") }));
-            if let (Some(u), Some(p)) = (&conn.username, &conn.password) {
-                req = req.bearer_auth(format!("{u}:{p}"));
-            }
-            let resp = req.timeout(TIMEOUT).send().await.map_err(|e| fail(e.to_string()))?;
-            let status = resp.status();
-            let body: Value = resp.json().await.unwrap_or(Value::Null);
-            if !status.is_success() || body.get("code").and_then(Value::as_i64).is_some_and(|c| c != 0) {
-                return Err(fail(format!("Milvus answered HTTP {status}: {body}")));
-            }
-            Ok(())
-        }
+        StoreType::Milvus => tokio::time::timeout(TIMEOUT * 2, crate::rag::backends::milvus::ping(conn))
+            .await
+            .map_err(|_| fail(format!("no answer from {}:{} within 10 s", conn.host, conn.port)))?
+            .map_err(|e| fail(format!("Milvus: {e:#}"))),
         StoreType::OpenSearch => {
             let url = format!("{}://{}:{}/", scheme(conn), conn.host, conn.port);
             let mut req = state.models().http().get(&url);

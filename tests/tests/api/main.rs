@@ -17,4 +17,5 @@ mod resources;
 mod retrieval_quality;
 mod search;
 mod skills;
+mod store_backends;
 mod users;

@@ -10,7 +10,8 @@ use crate::http::{CurrentUser, Page, PageQuery};
 use crate::models::client::InputKind;
 use crate::models::gateway::{self, Billing};
 use crate::models::ModelType;
-use crate::stores::{self, StoreType, SEARCH_ENGINE, VECTOR_STORE};
+use crate::rag::backends::{store_error, Indexes};
+use crate::stores::{self, SEARCH_ENGINE, VECTOR_STORE};
 use crate::{validate, AppError, AppResult, AppState};
 
 /// A base the caller may use and change, or 404 (others' bases are not revealed).
@@ -129,14 +130,6 @@ async fn store_for(state: &AppState, field: &str, id: Option<i64>, category: i16
             "{field}: store instance {} is not an active {}",
             row.id,
             stores::category_name(category)
-        )));
-    }
-    // Milvus and OpenSearch indexing arrive with the search backends; say so instead of
-    // accepting a base that could never be filled.
-    if !matches!(row.store_type(), StoreType::PgVector | StoreType::PgFullText) {
-        return Err(AppError::validation(format!(
-            "{field}: {} is not supported yet; use the service's PostgreSQL",
-            row.store_type().name()
         )));
     }
     Ok(row.id)
@@ -288,6 +281,14 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         Some(v) => Some(store_for(state, "searchEngineInstanceId", Some(v), SEARCH_ENGINE).await?),
         None => row.search_engine_instance_id,
     };
+    // The entries live in the stores: switching would leave them behind, unsearchable.
+    if (vector_store != row.vector_store_instance_id || search_store != row.search_engine_instance_id)
+        && row.document_count > 0
+    {
+        return Err(AppError::business(
+            "vectorStoreInstanceId and searchEngineInstanceId cannot change while the knowledge base has documents",
+        ));
+    }
     let description = req.description.clone().or(row.description.clone());
     let icon = req.icon.clone().or(row.icon.clone());
     let mut search = row.search_params.0.clone();
@@ -386,11 +387,12 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
 /// Deletes the base with every document, chunk, vector, image and stored file. Objects are
 /// removed before the rows commit: a storage failure leaves everything in place.
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
-    owned(state, user, id).await?;
+    let kb = owned(state, user, id).await?;
+    let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
     let keys = repo::object_keys(&mut *tx, id).await?;
     repo::delete(&mut *tx, id).await?;
-    repo::drop_index(&mut tx, id).await?;
+    indexes.drop_all(&mut tx).await.map_err(store_error)?;
     for key in &keys {
         state.storage().delete(key).await?;
     }

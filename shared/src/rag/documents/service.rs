@@ -8,6 +8,7 @@ use super::repo::{self, NewDoc};
 use super::*;
 use crate::http::files::{file_response, Disposition, StoredFile};
 use crate::http::{CurrentUser, Page, PageQuery};
+use crate::rag::backends::{store_error, Indexes};
 use crate::rag::bases;
 use crate::{AppError, AppResult, AppState};
 
@@ -97,12 +98,15 @@ pub async fn image(state: &AppState, user: &CurrentUser, id: i64, headers: &Head
     .await
 }
 
-/// Deletes the document, its chunks, vectors, images and files; objects go before the rows
-/// commit.
+/// Deletes the document, its chunks, index entries, images and files; entries and objects go
+/// before the rows commit.
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
-    owned(state, user, id).await?;
+    let doc = owned(state, user, id).await?;
+    let kb = bases::service::owned(state, user, doc.rag_id).await?;
+    let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
     let keys = repo::object_keys(&mut *tx, id).await?;
+    indexes.remove_documents(&mut tx, &[id]).await.map_err(store_error)?;
     repo::delete(&mut *tx, id).await?;
     for key in &keys {
         state.storage().delete(key).await?;

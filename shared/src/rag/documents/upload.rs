@@ -8,6 +8,7 @@ use super::repo::{self as doc_repo, NewDoc};
 use super::*;
 use crate::http::multipart::UploadedFile;
 use crate::http::CurrentUser;
+use crate::rag::backends::{store_error, Indexes};
 use crate::rag::bases::{self, KbRow};
 use crate::rag::parse::FileType;
 use crate::resources::repo::{self as res_repo, NewResource};
@@ -366,6 +367,8 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
         }
         if decision == Decision::Overwrite {
             if let Some(old) = item.conflict_document_id {
+                let indexes = Indexes::of(state, &kb).await?;
+                indexes.remove_documents(&mut tx, &[old]).await.map_err(store_error)?;
                 drop_keys.extend(doc_repo::object_keys(&mut *tx, old).await?);
                 doc_repo::delete(&mut *tx, old).await?;
             }

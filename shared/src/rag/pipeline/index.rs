@@ -1,7 +1,8 @@
-//! Writing a document's chunks, vectors and text index in one statement per batch.
+//! Writing a document's chunks (one statement per batch) and their index entries.
 
 use sqlx::PgConnection;
 
+use crate::rag::backends::{Entry, Indexes};
 use crate::rag::chunk::Chunk;
 
 const ROWS_PER_STATEMENT: usize = 1000;
@@ -20,18 +21,21 @@ pub fn vector_literal(v: &[f32]) -> String {
     s
 }
 
-/// Replaces the document's chunks with `chunks` and their `vectors` (same order). Run inside
-/// the caller's transaction so readers see either the old set or the new one.
+/// Replaces the document's chunks with `chunks` and their `vectors` (same order), in the rows
+/// and in the base's indexes. Run inside the caller's transaction so readers see either the
+/// old set or the new one; when an index fails, what it took is removed again and the error
+/// returned for the caller to roll back.
 pub async fn write_chunks(
     conn: &mut PgConnection,
+    indexes: &Indexes,
     rag_id: i64,
     document_id: i64,
     chunks: &[Chunk],
     vectors: &[Vec<f32>],
-) -> sqlx::Result<Vec<i64>> {
-    sqlx::query("DELETE FROM chunks WHERE document_id = $1")
+) -> anyhow::Result<Vec<i64>> {
+    let old: Vec<i64> = sqlx::query_scalar("DELETE FROM chunks WHERE document_id = $1 RETURNING id")
         .bind(document_id)
-        .execute(&mut *conn)
+        .fetch_all(&mut *conn)
         .await?;
     let mut ids = Vec::with_capacity(chunks.len());
     for (start, batch) in chunks
@@ -45,20 +49,12 @@ pub async fn write_chunks(
         let tokens: Vec<i32> = batch.iter().map(|c| c.token_count as i32).collect();
         let titles: Vec<Option<&str>> = batch.iter().map(|c| c.title.as_deref()).collect();
         let pages: Vec<Option<i32>> = batch.iter().map(|c| c.page.map(|p| p as i32)).collect();
-        let embeddings: Vec<String> = vectors[start..start + batch.len()]
-            .iter()
-            .map(|v| vector_literal(v))
-            .collect();
-        let segmented: Vec<String> = batch
-            .iter()
-            .map(|c| crate::rag::segment::for_index(&c.content))
-            .collect();
         let mut batch_ids: Vec<i64> = sqlx::query_scalar(
             "INSERT INTO chunks (rag_id, document_id, paragraph_index, chunk_index, content, token_count, title, page,
-             embedding, tsv, vector_status)
-             SELECT $1, $2, u.p, u.i, u.c, u.t, u.ti, u.pg, u.e::vector, to_tsvector('simple', u.s), 'success'
-             FROM unnest($3::int[], $4::int[], $5::text[], $6::int[], $7::text[], $8::int[], $9::text[], $10::text[])
-                  AS u(p, i, c, t, ti, pg, e, s)
+             vector_status)
+             SELECT $1, $2, u.p, u.i, u.c, u.t, u.ti, u.pg, 'success'
+             FROM unnest($3::int[], $4::int[], $5::text[], $6::int[], $7::text[], $8::int[])
+                  AS u(p, i, c, t, ti, pg)
              RETURNING id",
         )
         .bind(rag_id)
@@ -69,11 +65,28 @@ pub async fn write_chunks(
         .bind(&tokens)
         .bind(&titles)
         .bind(&pages)
-        .bind(&embeddings)
-        .bind(&segmented)
         .fetch_all(&mut *conn)
         .await?;
+        let entries: Vec<Entry<'_>> = batch_ids
+            .iter()
+            .zip(batch)
+            .zip(&vectors[start..start + batch.len()])
+            .map(|((&chunk_id, c), v)| Entry {
+                chunk_id,
+                document_id,
+                content: &c.content,
+                vector: v,
+            })
+            .collect();
+        if let Err(e) = indexes.put(conn, &entries).await {
+            indexes.undo(conn, &ids).await;
+            return Err(e);
+        }
         ids.append(&mut batch_ids);
+    }
+    if let Err(e) = indexes.remove(conn, &old).await {
+        indexes.undo(conn, &ids).await;
+        return Err(e);
     }
     Ok(ids)
 }

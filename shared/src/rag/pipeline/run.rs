@@ -253,6 +253,9 @@ async fn index(
         error: e,
     };
     let image_keys = store_images(state, doc, parsed).await.map_err(transient)?;
+    let indexes = crate::rag::backends::Indexes::of(state, kb)
+        .await
+        .map_err(|e| permanent("indexing", e.to_string()))?;
     let result: anyhow::Result<Vec<String>> = async {
         let mut tx = state.db().begin().await?;
         let current: Option<Uuid> = sqlx::query_scalar("SELECT run_id FROM documents WHERE id = $1 FOR UPDATE")
@@ -262,7 +265,7 @@ async fn index(
         if current != Some(doc.run_id) {
             return Ok(image_keys.clone()); // superseded while we worked: our images are waste
         }
-        super::write_chunks(&mut tx, kb.id, doc.id, written.chunks, written.vectors).await?;
+        super::write_chunks(&mut tx, &indexes, kb.id, doc.id, written.chunks, written.vectors).await?;
         let old_images: Vec<String> = sqlx::query_scalar("DELETE FROM document_images WHERE document_id = $1 RETURNING storage_key")
             .bind(doc.id)
             .fetch_all(&mut *tx)

@@ -17,9 +17,8 @@ use crate::http::CurrentUser;
 use crate::models::client::InputKind;
 use crate::models::gateway::{self, Billing};
 use crate::models::ModelType;
+use crate::rag::backends::{store_error, Indexes};
 use crate::rag::bases::{self, KbRow};
-use crate::rag::pipeline::vector_literal;
-use crate::rag::segment;
 use crate::{AppError, AppResult, AppState};
 
 /// Checks the request and loads the base; failures are code-0 business errors, as the
@@ -97,20 +96,22 @@ pub async fn retrieve(
     .await?;
     let vector = embedded
         .vectors
-        .first()
-        .map(|v| vector_literal(v))
+        .into_iter()
+        .next()
         .ok_or_else(|| AppError::business("the embedding model returned no vector"))?;
     m.embedding_ms = ms(t);
 
-    let dense = timed(vector_hits(state.db(), kb, &vector, candidates));
+    let indexes = Indexes::of(state, kb).await?;
+    let dense = timed(indexes.vector.search(state.db(), &vector, candidates));
     let sparse = timed(async {
-        match (kb.search_engine_enable, segment::or_query(query)) {
-            (true, Some(q)) => text_hits(state.db(), kb.id, &q, candidates).await,
-            _ => Ok(vec![]),
+        if kb.search_engine_enable {
+            indexes.text.search(state.db(), query, candidates).await
+        } else {
+            Ok(vec![])
         }
     });
     let ((dense, dense_ms), (sparse, sparse_ms)) = tokio::join!(dense, sparse);
-    let (dense, sparse) = (dense?, sparse?);
+    let (dense, sparse) = (dense.map_err(store_error)?, sparse.map_err(store_error)?);
     (
         m.vector_search_ms,
         m.bm25_search_ms,
@@ -165,42 +166,6 @@ async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, f64) {
     let t = Instant::now();
     let out = f.await;
     (out, ms(t))
-}
-
-/// Nearest chunks by cosine distance. The base id and dimension are written into the SQL
-/// (integers from our own row) so the planner can use the base's partial HNSW index.
-async fn vector_hits(db: &PgPool, kb: &KbRow, vector: &str, limit: usize) -> AppResult<Vec<Hit>> {
-    let expr = bases::repo::vector_expr(kb.dimension);
-    let cast = if kb.dimension > 2000 {
-        format!("halfvec({})", kb.dimension)
-    } else {
-        format!("vector({})", kb.dimension)
-    };
-    let sql = format!(
-        "SELECT id, (1 - ({expr} <=> $1::{cast}))::float8 AS score FROM chunks
-         WHERE rag_id = {} AND embedding IS NOT NULL ORDER BY {expr} <=> $1::{cast} LIMIT $2",
-        kb.id
-    );
-    let rows: Vec<(i64, f64)> = sqlx::query_as(&sql)
-        .bind(vector)
-        .bind(limit as i64)
-        .fetch_all(db)
-        .await?;
-    Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
-}
-
-/// Full-text matches of any query word, ranked by cover density.
-async fn text_hits(db: &PgPool, rag_id: i64, tsquery: &str, limit: usize) -> AppResult<Vec<Hit>> {
-    let rows: Vec<(i64, f64)> = sqlx::query_as(
-        "SELECT c.id, ts_rank_cd(c.tsv, q)::float8 FROM chunks c, to_tsquery('simple', $2) q
-         WHERE c.rag_id = $1 AND c.tsv @@ q ORDER BY 2 DESC, c.id LIMIT $3",
-    )
-    .bind(rag_id)
-    .bind(tsquery)
-    .bind(limit as i64)
-    .fetch_all(db)
-    .await?;
-    Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
 }
 
 #[derive(sqlx::FromRow)]

@@ -1,0 +1,170 @@
+//! Where a base keeps its vectors and its full-text entries: the service's PostgreSQL
+//! (pgvector, `tsvector`), Milvus or OpenSearch, chosen by the base's store instances. The
+//! pipeline, the chunk editor and search talk to the two traits only; fusion, rerank and
+//! threshold stay in `rag::search` and work the same for every backend.
+//!
+//! Chunk rows (content, titles, pages) always live in PostgreSQL; a backend holds the entries
+//! that find them, keyed by chunk id. Writes happen inside the transaction that writes the
+//! rows, before it commits: when a backend fails the transaction rolls back and what the other
+//! backends already took is removed again, so nothing is half-written.
+
+pub mod milvus;
+mod opensearch;
+mod postgres;
+
+use async_trait::async_trait;
+use sqlx::{PgConnection, PgPool};
+
+use crate::rag::bases::KbRow;
+use crate::rag::search::fusion::Hit;
+use crate::stores::{self, StoreRow, StoreType};
+use crate::{AppError, AppResult, AppState};
+
+/// One chunk as an index sees it.
+pub struct Entry<'a> {
+    pub chunk_id: i64,
+    pub document_id: i64,
+    pub content: &'a str,
+    pub vector: &'a [f32],
+}
+
+/// Writes shared by both kinds of index. `tx` is the transaction writing the chunk rows.
+#[async_trait]
+pub trait IndexWrites: Send + Sync {
+    /// What the errors name, e.g. "Milvus".
+    fn backend(&self) -> &'static str;
+    /// Adds or replaces the entries of these chunks.
+    async fn put(&self, tx: &mut PgConnection, entries: &[Entry<'_>]) -> anyhow::Result<()>;
+    /// Removes the entries of these chunks (ids without entries are ignored).
+    async fn remove(&self, tx: &mut PgConnection, chunk_ids: &[i64]) -> anyhow::Result<()>;
+    /// Removes everything of the base.
+    async fn drop_all(&self, tx: &mut PgConnection) -> anyhow::Result<()>;
+}
+
+#[async_trait]
+pub trait VectorIndex: IndexWrites {
+    /// Nearest chunks by cosine similarity (higher is better), best first.
+    async fn search(&self, db: &PgPool, vector: &[f32], limit: usize) -> anyhow::Result<Vec<Hit>>;
+}
+
+#[async_trait]
+pub trait TextIndex: IndexWrites {
+    /// Chunks matching any word of `query`, best first; raw scores of the engine.
+    async fn search(&self, db: &PgPool, query: &str, limit: usize) -> anyhow::Result<Vec<Hit>>;
+}
+
+/// The vector index and the full-text index of one base.
+pub struct Indexes {
+    pub vector: Box<dyn VectorIndex>,
+    pub text: Box<dyn TextIndex>,
+}
+
+impl Indexes {
+    /// The indexes of `kb`'s store instances.
+    pub async fn of(state: &AppState, kb: &KbRow) -> AppResult<Self> {
+        let vector_row = stores::repo::find(state.db(), kb.vector_store_instance_id).await?;
+        let text_row = match kb.search_engine_instance_id {
+            Some(id) => stores::repo::find(state.db(), id).await?,
+            None => None,
+        };
+        let vector: Box<dyn VectorIndex> = match vector_row.as_ref().map(|r| (r.store_type(), r)) {
+            Some((StoreType::Milvus, row)) => Box::new(milvus::MilvusIndex::new(state, row, kb)?),
+            Some((StoreType::OpenSearch, row)) => Box::new(opensearch::OpenSearchIndex::vectors(state, row, kb)?),
+            _ => Box::new(postgres::PgVectors::new(kb)),
+        };
+        let text: Box<dyn TextIndex> = match text_row.as_ref().map(|r| (r.store_type(), r)) {
+            Some((StoreType::OpenSearch, row)) => Box::new(opensearch::OpenSearchIndex::text(state, row, kb)?),
+            _ => Box::new(postgres::PgText::new(kb)),
+        };
+        Ok(Self { vector, text })
+    }
+
+    fn all(&self) -> [&dyn IndexWrites; 2] {
+        [
+            self.vector.as_ref() as &dyn IndexWrites,
+            self.text.as_ref() as &dyn IndexWrites,
+        ]
+    }
+
+    /// Writes `entries` to both indexes; on a failure, what was written is removed again.
+    pub async fn put(&self, tx: &mut PgConnection, entries: &[Entry<'_>]) -> anyhow::Result<()> {
+        for (i, index) in self.all().into_iter().enumerate() {
+            if let Err(e) = index.put(tx, entries).await {
+                let ids: Vec<i64> = entries.iter().map(|e| e.chunk_id).collect();
+                for written in &self.all()[..i] {
+                    if let Err(undo) = written.remove(tx, &ids).await {
+                        tracing::warn!(error = %undo, backend = written.backend(), "could not undo an index write");
+                    }
+                }
+                return Err(e.context(format!("{} could not index the chunks", index.backend())));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes what a failed transaction had written (its rows are rolled back).
+    pub async fn undo(&self, tx: &mut PgConnection, chunk_ids: &[i64]) {
+        for index in self.all() {
+            if let Err(e) = index.remove(tx, chunk_ids).await {
+                tracing::warn!(error = %e, backend = index.backend(), "could not undo an index write");
+            }
+        }
+    }
+
+    pub async fn remove(&self, tx: &mut PgConnection, chunk_ids: &[i64]) -> anyhow::Result<()> {
+        if chunk_ids.is_empty() {
+            return Ok(());
+        }
+        for index in self.all() {
+            index
+                .remove(tx, chunk_ids)
+                .await
+                .map_err(|e| e.context(format!("{} could not remove the chunks", index.backend())))?;
+        }
+        Ok(())
+    }
+
+    pub async fn drop_all(&self, tx: &mut PgConnection) -> anyhow::Result<()> {
+        for index in self.all() {
+            index
+                .drop_all(tx)
+                .await
+                .map_err(|e| e.context(format!("{} could not drop the base's index", index.backend())))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the entries of every chunk of these documents (their rows go with them).
+    pub async fn remove_documents(&self, tx: &mut PgConnection, document_ids: &[i64]) -> anyhow::Result<()> {
+        let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE document_id = ANY($1)")
+            .bind(document_ids)
+            .fetch_all(&mut *tx)
+            .await?;
+        self.remove(tx, &ids).await
+    }
+}
+
+/// A backend failure as callers see it: a business error (code 0) naming the store.
+pub fn store_error(e: anyhow::Error) -> AppError {
+    AppError::business(format!("the knowledge base's store failed: {e:#}"))
+}
+
+/// The store row's connection settings, with the sealed password opened.
+fn connection(state: &AppState, row: &StoreRow) -> AppResult<stores::Connection> {
+    let mut conn = stores::probe::connection(&row.config, stores::probe::default_port(row.store_type()))?;
+    if let Some(sealed) = &row.password_enc {
+        conn.password = Some(state.secrets().open(sealed)?);
+    }
+    Ok(conn)
+}
+
+/// Names a base in a store that other deployments (or test databases) may share: its id plus
+/// its creation time in microseconds, as ids alone repeat across databases.
+pub fn base_key(kb: &KbRow) -> String {
+    format!("{}_{}", kb.id, kb.create_dt.timestamp_micros())
+}
+
+fn base_url(conn: &stores::Connection) -> String {
+    let scheme = if conn.use_tls { "https" } else { "http" };
+    format!("{scheme}://{}:{}", conn.host, conn.port)
+}

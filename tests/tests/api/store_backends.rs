@@ -1,0 +1,529 @@
+//! Knowledge bases on Milvus (a real milvus-lite server, `MILVUS_URL`) and OpenSearch (the
+//! scripted stand-in of `opensearch_server`, checking the requests our client sends).
+
+use api_tests::opensearch_server::OpenSearchServer;
+use api_tests::{KbSetup, Store};
+use milvus::v2::prelude::*;
+use serde_json::{json, Value};
+
+const GUIDE_MD: &str = "# Install\n\nDownload the package and unpack it.\n\n## Linux\n\nRun the installer as root.\n\n# Use\n\nStart the service with the start command.\n";
+const ANIMALS: &str = "Foxes are small omnivorous mammals.\n\nOwls hunt at night with silent wings.";
+
+fn milvus_url() -> String {
+    std::env::var("MILVUS_URL").expect("MILVUS_URL must be set: run the tests with `make test`")
+}
+
+fn milvus_port() -> u16 {
+    reqwest::Url::parse(&milvus_url())
+        .expect("MILVUS_URL")
+        .port()
+        .expect("MILVUS_URL port")
+}
+
+async fn milvus() -> ClientV2 {
+    ClientV2::new(&ConnectConfig::new().uri(milvus_url()))
+        .await
+        .expect("connect to milvus-lite")
+}
+
+/// How the service names a base in a shared store: id and creation time in microseconds.
+async fn base_key(s: &KbSetup, kb: i64) -> String {
+    let created: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT create_dt FROM knowledge_bases WHERE id = $1")
+            .bind(kb)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    format!("{kb}_{}", created.timestamp_micros())
+}
+
+/// Chunk ids Milvus holds for a base (all, or of one document), sorted.
+async fn milvus_ids(collection: &str, document: Option<i64>) -> Vec<i64> {
+    let client = milvus().await;
+    let exists = client
+        .has_collection(
+            HasCollectionRequest::builder()
+                .collection_name(collection)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap()
+        .exists();
+    if !exists {
+        return vec![];
+    }
+    let filter = match document {
+        Some(d) => format!("document_id == {d}"),
+        None => "chunk_id >= 0".to_owned(),
+    };
+    let reply = client
+        .query(
+            QueryRequest::builder()
+                .collection_name(collection)
+                .filter(filter)
+                .output_fields(["chunk_id"])
+                .consistency_level(ConsistencyLevel::Strong)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut ids: Vec<i64> = reply
+        .results()
+        .rows()
+        .unwrap()
+        .map(|r| match r.get("chunk_id").unwrap() {
+            ResultValue::Int64(id) => id,
+            other => panic!("chunk_id is {other:?}"),
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+async fn store(s: &KbSetup, category: i64, kind: i64, port: u16) -> i64 {
+    s.app
+        .post(
+            "/store-instance",
+            Some(&s.admin),
+            &json!({ "name": format!("store {kind} on {port}"), "category": category, "type": kind,
+                     "config": { "host": "127.0.0.1", "port": port }, "status": 1 }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .expect("store id")
+}
+
+async fn chunk_ids(s: &KbSetup, sql_filter: &str, id: i64) -> Vec<i64> {
+    sqlx::query_scalar(&format!("SELECT id FROM chunks WHERE {sql_filter} = $1 ORDER BY id"))
+        .bind(id)
+        .fetch_all(&s.app.db)
+        .await
+        .unwrap()
+}
+
+async fn upload_ok(s: &KbSetup, kb: i64, files: &[(&str, &str)]) -> Vec<i64> {
+    let files: Vec<(&str, Vec<u8>)> = files.iter().map(|(n, c)| (*n, c.as_bytes().to_vec())).collect();
+    let reply = s.upload(kb, &files).await;
+    let ids: Vec<i64> = reply.assert_ok()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["id"].as_i64())
+        .collect();
+    for id in &ids {
+        let d = s.settled(*id).await;
+        assert_eq!(d["status"], "success", "{d}");
+    }
+    ids
+}
+
+async fn search(s: &KbSetup, kb: i64, query: &str) -> Value {
+    s.app
+        .post(
+            "/rag/search",
+            Some(&s.admin),
+            &json!({ "ragId": kb, "query": query, "debug": true }),
+        )
+        .await
+        .assert_ok()
+        .clone()
+}
+
+fn first_content(r: &Value) -> String {
+    r["results"][0]["content"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let milvus_store = store(&s, 1, 2, milvus_port()).await;
+    // Vector search only: every hit must come from Milvus.
+    let kb = s
+        .kb(
+            "On Milvus",
+            json!({ "vectorStoreInstanceId": milvus_store, "searchEngineEnable": false,
+                    "maxChunkTokens": 16, "chunkOverlap": 0, "mergeShortSegments": false }),
+        )
+        .await;
+    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
+    let docs = upload_ok(&s, kb, &[("guide.md", GUIDE_MD), ("animals.txt", ANIMALS)]).await;
+
+    // Milvus holds one vector per chunk row; the rows keep none.
+    let rows = chunk_ids(&s, "rag_id", kb).await;
+    assert!(rows.len() >= 4, "{rows:?}");
+    assert_eq!(milvus_ids(&coll, None).await, rows);
+    assert_eq!(
+        milvus_ids(&coll, Some(docs[0])).await,
+        chunk_ids(&s, "document_id", docs[0]).await
+    );
+    let in_pg: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND embedding IS NOT NULL")
+        .bind(kb)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(in_pg, 0, "vectors live in Milvus only");
+
+    // The store cannot change under indexed documents.
+    let list = s.app.get("/store-instance?category=1", t).await.assert_ok().clone();
+    let builtin = list.as_array().unwrap().iter().find(|v| v["builtin"] == true).unwrap()["id"].clone();
+    s.app
+        .put(&format!("/rag/{kb}"), t, &json!({ "vectorStoreInstanceId": builtin }))
+        .await
+        .assert_error(400, 0, "cannot change while the knowledge base has documents");
+
+    let r = search(&s, kb, "owls hunt at night").await;
+    assert!(first_content(&r).contains("Owls hunt"), "{r}");
+    assert!(r["metrics"]["vectorHitCount"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["metrics"]["bm25HitCount"], 0);
+    let score = r["results"][0]["score"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&score), "{r}");
+
+    // Q&A retrieves through Milvus too.
+    let provider = s.app.provider(&s.admin, "chat").await;
+    let chat = s
+        .app
+        .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, json!({}))
+        .await;
+    s.app
+        .put(
+            &format!("/rag/{kb}/config"),
+            t,
+            &json!({ "modelParams": { "modelId": chat, "prompt": "CONTEXT<{context}> Q<{query}>" } }),
+        )
+        .await
+        .assert_ok();
+    let reply = s
+        .app
+        .post(
+            "/rag/qa/stream",
+            t,
+            &json!({ "ragId": kb, "query": "owls hunt at night" }),
+        )
+        .await;
+    let events: Vec<Value> = String::from_utf8_lossy(&reply.bytes)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("NDJSON line"))
+        .collect();
+    let text: String = events.iter().filter_map(|e| e["data"].as_str()).collect();
+    assert!(
+        text.contains("Owls hunt at night"),
+        "the context came from Milvus: {text}"
+    );
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "done", "{text}");
+    assert!(!done["references"].as_array().unwrap().is_empty(), "{done}");
+
+    // An edited chunk is re-embedded into Milvus: the new words find it.
+    let owl = r["results"][0]["chunkId"].as_i64().unwrap();
+    s.app
+        .put(
+            &format!("/chunk/{owl}"),
+            t,
+            &json!({ "content": "Badgers dig deep burrows." }),
+        )
+        .await
+        .assert_ok();
+    let r = search(&s, kb, "badgers dig burrows").await;
+    assert_eq!(r["results"][0]["chunkId"], owl, "{r}");
+    assert!(first_content(&r).contains("Badgers"), "{r}");
+
+    // A chunk added by hand goes to Milvus and is found.
+    let added = s
+        .app
+        .post(
+            "/chunk",
+            t,
+            &json!({ "ragId": kb, "documentId": docs[1], "content": "Otters float on their backs." }),
+        )
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    assert!(milvus_ids(&coll, Some(docs[1])).await.contains(&added));
+    let found = search(&s, kb, "otters float").await;
+    assert!(
+        found["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["chunkId"] == added),
+        "{found}"
+    );
+
+    // A deleted chunk leaves Milvus.
+    s.app.delete(&format!("/chunk/{owl}"), t).await.assert_ok();
+    assert!(!milvus_ids(&coll, None).await.contains(&owl));
+    assert_eq!(milvus_ids(&coll, None).await, chunk_ids(&s, "rag_id", kb).await);
+
+    // A deleted document takes its vectors along; the other document's stay.
+    s.app.delete(&format!("/document/{}", docs[0]), t).await.assert_ok();
+    assert!(milvus_ids(&coll, Some(docs[0])).await.is_empty());
+    assert_eq!(milvus_ids(&coll, None).await, chunk_ids(&s, "rag_id", kb).await);
+    assert!(!milvus_ids(&coll, None).await.is_empty());
+
+    // Deleting the base drops its collection.
+    s.app.delete(&format!("/rag/{kb}"), t).await.assert_ok();
+    let gone = milvus()
+        .await
+        .has_collection(HasCollectionRequest::builder().collection_name(&coll).build().unwrap())
+        .await
+        .unwrap()
+        .exists();
+    assert!(!gone, "the collection is dropped with the base");
+}
+
+#[tokio::test]
+async fn milvus_down_fails_clearly_and_writes_nothing() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let good = store(&s, 1, 2, milvus_port()).await;
+    let kb = s
+        .kb(
+            "Flaky Milvus",
+            json!({ "vectorStoreInstanceId": good, "searchEngineEnable": false }),
+        )
+        .await;
+    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
+    let docs = upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
+    let before = milvus_ids(&coll, None).await;
+    assert!(!before.is_empty());
+
+    // The instance now points at a closed port.
+    s.app
+        .put(
+            &format!("/store-instance/{good}"),
+            t,
+            &json!({ "config": { "host": "127.0.0.1", "port": 9 } }),
+        )
+        .await
+        .assert_ok();
+    s.app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": "owls" }))
+        .await
+        .assert_error(400, 0, "Milvus");
+    let chunk = chunk_ids(&s, "rag_id", kb).await[0];
+    s.app
+        .delete(&format!("/chunk/{chunk}"), t)
+        .await
+        .assert_error(400, 0, "Milvus could not remove");
+    assert!(chunk_ids(&s, "rag_id", kb).await.contains(&chunk), "the row stays");
+    s.app
+        .put(&format!("/chunk/{chunk}"), t, &json!({ "content": "Changed words." }))
+        .await
+        .assert_error(400, 0, "Milvus could not index");
+    assert_ne!(
+        s.chunk_texts(docs[0]).await[0],
+        "Changed words.",
+        "the edit rolled back"
+    );
+    s.app
+        .delete(&format!("/document/{}", docs[0]), t)
+        .await
+        .assert_error(400, 0, "Milvus");
+    assert_eq!(s.chunk_texts(docs[0]).await.len(), before.len(), "the document stays");
+    s.app
+        .delete(&format!("/rag/{kb}"), t)
+        .await
+        .assert_error(400, 0, "Milvus could not drop");
+    s.app.get(&format!("/rag/{kb}"), t).await.assert_ok();
+
+    // A new document fails at indexing with the reason and leaves no chunks.
+    let files = [("more.txt", b"Herons stand still in shallow water.".to_vec())];
+    let reply = s.upload(kb, &files).await;
+    let id = reply.assert_ok()["items"][0]["id"].as_i64().unwrap();
+    let d = s.settled(id).await;
+    assert_eq!(
+        (d["status"].as_str(), d["errorStage"].as_str()),
+        (Some("failed"), Some("indexing")),
+        "{d}"
+    );
+    assert!(d["errorMessage"].as_str().unwrap().contains("Milvus"), "{d}");
+    assert!(s.chunk_texts(id).await.is_empty(), "nothing half-written");
+
+    // Back up: nothing was lost or added meanwhile.
+    s.app
+        .put(
+            &format!("/store-instance/{good}"),
+            t,
+            &json!({ "config": { "host": "127.0.0.1", "port": milvus_port() } }),
+        )
+        .await
+        .assert_ok();
+    assert_eq!(milvus_ids(&coll, None).await, before);
+    assert!(first_content(&search(&s, kb, "owls hunt").await).contains("Owls"));
+}
+
+fn of<'a>(
+    requests: &'a [api_tests::opensearch_server::Recorded],
+    method: &str,
+    path: &str,
+) -> Vec<&'a api_tests::opensearch_server::Recorded> {
+    requests
+        .iter()
+        .filter(|r| r.method == method && r.path == path)
+        .collect()
+}
+
+#[tokio::test]
+async fn opensearch_full_text_sends_the_recorded_shapes_and_fuses_its_hits() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let os = OpenSearchServer::start().await;
+    let engine = store(&s, 2, 3, os.port).await;
+    let kb = s
+        .kb(
+            "On OpenSearch",
+            json!({ "searchEngineInstanceId": engine, "searchEngineEnable": true,
+                    "maxChunkTokens": 16, "chunkOverlap": 0, "mergeShortSegments": false }),
+        )
+        .await;
+    let index = format!("agent-platform-kb-{}-text", base_key(&s, kb).await);
+    let path = format!("/{index}");
+    let docs = upload_ok(&s, kb, &[("guide.md", GUIDE_MD), ("animals.txt", ANIMALS)]).await;
+    let rows = chunk_ids(&s, "rag_id", kb).await;
+
+    // The index was created with the word analyzer, then filled by bulk requests.
+    let reqs = os.requests();
+    // Two documents indexed at once may both find no index; the second create is told it exists.
+    let puts = of(&reqs, "PUT", &path).len();
+    assert!((1..=2).contains(&puts), "{reqs:?}");
+    let mapping = os.mapping(&index).unwrap();
+    assert_eq!(mapping["mappings"]["properties"]["content"]["analyzer"], "words");
+    assert_eq!(
+        mapping["settings"]["analysis"]["analyzer"]["words"]["tokenizer"],
+        "whitespace"
+    );
+    assert_eq!(mapping["mappings"]["properties"]["chunk_id"]["type"], "long");
+    let bulks = of(&reqs, "POST", &format!("{path}/_bulk"));
+    assert_eq!(bulks.len(), 2, "one bulk per document: {reqs:?}");
+    assert!(bulks.iter().all(|b| b.query.contains("refresh=wait_for")));
+    let lines = bulks[0].lines();
+    assert_eq!(lines.len() % 2, 0);
+    let id = lines[0]["index"]["_id"].as_str().unwrap().parse::<i64>().unwrap();
+    assert_eq!(lines[1]["chunk_id"], id);
+    assert!(lines[1]["document_id"].as_i64().is_some() && lines[1]["content"].is_string());
+    assert_eq!(os.ids(&index).unwrap(), rows, "every chunk is in OpenSearch");
+    let tsv: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND tsv IS NOT NULL")
+        .bind(kb)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(tsv, 0, "full text lives in OpenSearch only");
+
+    // Search asks OpenSearch with a match query and fuses its BM25 hits with the vectors.
+    let r = search(&s, kb, "installer root").await;
+    let sent = os.requests();
+    let query = of(&sent, "POST", &format!("{path}/_search"))
+        .last()
+        .map(|r| r.lines()[0].clone())
+        .unwrap();
+    assert_eq!(query["query"]["match"]["content"]["query"], "installer root", "{query}");
+    assert_eq!(query["query"]["match"]["content"]["operator"], "or");
+    assert_eq!(query["_source"], json!(["chunk_id"]));
+    assert!(query["size"].as_u64().unwrap() >= 10);
+    assert_eq!(r["metrics"]["bm25HitCount"], 1, "{r}");
+    assert!(r["metrics"]["vectorHitCount"].as_u64().unwrap() > 1, "{r}");
+    assert!(first_content(&r).contains("installer as root"), "{r}");
+    let top = r["results"][0]["score"].as_f64().unwrap();
+    let next = r["results"][1]["score"].as_f64().unwrap();
+    assert!(top > next, "the BM25 hit is lifted by fusion: {r}");
+
+    // Chunk edit re-indexes one document; chunk and document deletes send delete lines.
+    let chunk = rows[0];
+    s.app
+        .put(
+            &format!("/chunk/{chunk}"),
+            t,
+            &json!({ "content": "Kestrels hover over fields." }),
+        )
+        .await
+        .assert_ok();
+    let r = search(&s, kb, "kestrels").await;
+    assert_eq!(r["metrics"]["bm25HitCount"], 1, "{r}");
+    assert_eq!(r["results"][0]["chunkId"], chunk, "{r}");
+    s.app.delete(&format!("/chunk/{chunk}"), t).await.assert_ok();
+    let last = os.requests().last().unwrap().clone();
+    assert_eq!(
+        (last.method.as_str(), last.lines()),
+        ("POST", vec![json!({ "delete": { "_id": chunk.to_string() } })])
+    );
+    s.app.delete(&format!("/document/{}", docs[1]), t).await.assert_ok();
+    assert_eq!(os.ids(&index).unwrap(), chunk_ids(&s, "rag_id", kb).await);
+
+    // Deleting the base deletes its index.
+    s.app.delete(&format!("/rag/{kb}"), t).await.assert_ok();
+    assert_eq!(of(&os.requests(), "DELETE", &path).len(), 1);
+    assert!(os.ids(&index).is_none());
+}
+
+#[tokio::test]
+async fn opensearch_knn_vectors_and_a_down_engine() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let os = OpenSearchServer::start().await;
+    let vectors = store(&s, 1, 3, os.port).await;
+    let kb = s
+        .kb(
+            "kNN",
+            json!({ "vectorStoreInstanceId": vectors, "searchEngineEnable": false }),
+        )
+        .await;
+    upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
+    let index = format!("agent-platform-kb-{}-vectors", base_key(&s, kb).await);
+    let mapping = os.mapping(&index).unwrap();
+    let field = &mapping["mappings"]["properties"]["embedding"];
+    assert_eq!(
+        (field["type"].as_str(), field["dimension"].as_i64()),
+        (Some("knn_vector"), Some(8))
+    );
+    assert_eq!(field["method"]["space_type"], "cosinesimil");
+    assert_eq!(mapping["settings"]["index"]["knn"], true);
+    let r = search(&s, kb, "owls hunt at night").await;
+    assert!(first_content(&r).contains("Owls"), "{r}");
+    let sent = os.requests();
+    let knn = of(&sent, "POST", &format!("/{index}/_search")).last().unwrap().lines()[0].clone();
+    assert_eq!(
+        knn["query"]["knn"]["embedding"]["vector"].as_array().unwrap().len(),
+        8,
+        "{knn}"
+    );
+    assert!(knn["query"]["knn"]["embedding"]["k"].as_u64().is_some());
+
+    // A full-text engine that is down: the document fails at indexing, nothing is kept.
+    let down = store(&s, 2, 3, 9).await;
+    let kb2 = s
+        .kb(
+            "Down",
+            json!({ "searchEngineInstanceId": down, "searchEngineEnable": true }),
+        )
+        .await;
+    let files = [("a.txt", ANIMALS.as_bytes().to_vec())];
+    let id = s.upload(kb2, &files).await.assert_ok()["items"][0]["id"]
+        .as_i64()
+        .unwrap();
+    let d = s.settled(id).await;
+    assert_eq!(
+        (d["status"].as_str(), d["errorStage"].as_str()),
+        (Some("failed"), Some("indexing")),
+        "{d}"
+    );
+    assert!(d["errorMessage"].as_str().unwrap().contains("OpenSearch"), "{d}");
+    assert!(s.chunk_texts(id).await.is_empty());
+    // Search on a base whose engine is down is a code-0 error naming it.
+    s.app
+        .put(
+            &format!("/store-instance/{vectors}"),
+            t,
+            &json!({ "config": { "host": "127.0.0.1", "port": 9 } }),
+        )
+        .await
+        .assert_ok();
+    s.app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": "owls" }))
+        .await
+        .assert_error(400, 0, "store failed");
+}

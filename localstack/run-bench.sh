@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: load-tests POST /api/user/login and GET /api/user on the local server with wrk
-# and prints requests/s, p50 and p99 for each; then runs the chat-client overhead, the search
-# and the ingestion benchmarks (`cargo bench`, against the same stack and a real embedding model). Everything it starts (a Postgres-only stack
+# and prints requests/s, p50 and p99 for each; then runs the chat-client overhead, the search,
+# ingestion, memory recall, agent chat (against LiteLLM) and cold-start benchmarks (`cargo bench`,
+# against the same stack and a real embedding model). Everything it starts (a Postgres-only stack
 # named "bench", the server) is stopped and removed on exit, so each run starts from an empty
 # database and runs can be compared. Results are recorded by hand in docs/benchmarks.md.
 set -euo pipefail
@@ -171,3 +172,19 @@ embedder_pid=$(bash localstack/embedder.sh start "$work/embedder.log")
 EMBEDDING_SERVER_URL=$(bash localstack/embedder.sh url "$work/embedder.log")
 export EMBEDDING_SERVER_URL
 cargo bench --quiet -p api-tests --profile bench-local --bench ingest
+
+step "memory recall on 10,000 memories"
+cargo bench --quiet -p api-tests --profile bench-local --bench memory_recall
+
+step "agent chat: the service against the raw upstream and a LiteLLM proxy"
+litellm_venv=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}/venvs/litellm
+if [[ ! -x $litellm_venv/bin/litellm ]]; then
+  python3 -m venv "$litellm_venv"
+  "$litellm_venv/bin/pip" install -q --disable-pip-version-check 'litellm[proxy]==1.106.2' >&2
+fi
+SERVER_BIN=$bin LITELLM_BIN=$litellm_venv/bin/litellm \
+  cargo bench --quiet -p api-tests --profile bench-local --bench chat_stream
+
+step "function binaries: size, zipped size, init time under the Lambda runtime emulator"
+cargo build --quiet --profile bench-local --workspace --bins
+cargo bench --quiet -p api-tests --profile bench-local --bench cold_start

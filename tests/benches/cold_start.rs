@@ -1,0 +1,70 @@
+//! Per function binary: stripped size, zipped size (the Lambda deployment package: one
+//! `bootstrap` file, deflated), and init time: process start to its first request for an event
+//! at the Lambda Runtime API (config, database pool, migrations check, clients), median and max
+//! of several starts.
+//!
+//! Run with `make bench` (bench-local profile: optimised and stripped like release, without LTO).
+
+use std::io::Write;
+use std::time::Duration;
+
+use api_tests::lambda_emulator::{binary, function_env, Emulator};
+use api_tests::{spawn, Store};
+
+const STARTS: usize = 7;
+
+fn zipped_size(bytes: &[u8]) -> usize {
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut zip = zip::ZipWriter::new(&mut out);
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .unix_permissions(0o755);
+    zip.start_file("bootstrap", options).expect("zip entry");
+    zip.write_all(bytes).expect("zip data");
+    zip.finish().expect("zip finish");
+    out.into_inner().len()
+}
+
+fn functions() -> Vec<String> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../functions");
+    let mut names: Vec<String> = std::fs::read_dir(root)
+        .expect("functions directory")
+        .filter_map(|e| {
+            let manifest = std::fs::read_to_string(e.ok()?.path().join("Cargo.toml")).ok()?;
+            let bin = manifest.split("[[bin]]").nth(1)?;
+            bin.lines()
+                .find_map(|l| l.trim().strip_prefix("name = ").map(|n| n.trim_matches('"').to_owned()))
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn mb(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let app = spawn(Store::Filesystem).await;
+    let env = function_env(&app);
+    println!("| function | binary (MB) | zipped (MB) | init median (ms) | init max (ms) |");
+    println!("|---|---|---|---|---|");
+    for name in functions() {
+        let path = binary(&name);
+        let bytes = std::fs::read(&path).expect("read binary");
+        let mut inits: Vec<Duration> = Vec::with_capacity(STARTS);
+        for _ in 0..STARTS {
+            let f = Emulator::start(path.clone(), &env).await;
+            inits.push(f.init_time().await);
+        }
+        inits.sort();
+        println!(
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            mb(bytes.len()),
+            mb(zipped_size(&bytes)),
+            inits[STARTS / 2].as_secs_f64() * 1000.0,
+            inits[STARTS - 1].as_secs_f64() * 1000.0
+        );
+    }
+}

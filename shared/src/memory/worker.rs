@@ -1,13 +1,11 @@
 //! The memory queue: one message per conversation extraction. The same handler runs as the
 //! memory Lambda worker (SQS, partial batch failures) and inside the local server.
 
-use std::sync::Arc;
-
 use aws_lambda_events::event::sqs::SqsMessage;
 use serde::{Deserialize, Serialize};
 
 use super::extract;
-use crate::queue::{for_each_message, BatchHandler, QueueName};
+use crate::queue::{per_message, BatchHandler, QueueName};
 use crate::{AppError, AppResult, AppState};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -34,19 +32,11 @@ pub async fn enqueue(state: &AppState, conversation_id: i64, memory_config_id: O
 /// The memory worker: messages of a batch run concurrently, failures reported one by one
 /// (redelivered, then dead-lettered after the queue's maxReceiveCount).
 pub fn handler(state: AppState) -> BatchHandler {
-    Arc::new(move |event| {
-        let state = state.clone();
-        Box::pin(async move {
-            Ok(for_each_message(event, |m| {
-                let state = state.clone();
-                async move { process(&state, m).await }
-            })
-            .await)
-        })
-    })
+    per_message(state, process)
 }
 
-async fn process(state: &AppState, m: SqsMessage) -> anyhow::Result<()> {
+async fn process(state: AppState, m: SqsMessage) -> anyhow::Result<()> {
+    let state = &state;
     let body = m.body.as_deref().unwrap_or_default();
     let msg: ExtractMessage =
         serde_json::from_str(body).map_err(|e| anyhow::anyhow!("not a memory extraction message ({e}): {body}"))?;

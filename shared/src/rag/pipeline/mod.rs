@@ -4,12 +4,10 @@
 mod index;
 mod run;
 
-use std::sync::Arc;
-
 use aws_lambda_events::event::sqs::SqsMessage;
 use serde::{Deserialize, Serialize};
 
-use crate::queue::{for_each_message, BatchHandler, QueueName, MAX_RECEIVES};
+use crate::queue::{per_message, BatchHandler, QueueName, MAX_RECEIVES};
 use crate::AppState;
 
 pub use index::{vector_literal, write_chunks};
@@ -37,19 +35,11 @@ pub async fn enqueue(state: &AppState, document_id: i64, run_id: uuid::Uuid) {
 /// The ingest worker: every message of a batch is processed concurrently, failures reported
 /// one by one.
 pub fn handler(state: AppState) -> BatchHandler {
-    Arc::new(move |event| {
-        let state = state.clone();
-        Box::pin(async move {
-            Ok(for_each_message(event, |m| {
-                let state = state.clone();
-                async move { process(&state, m).await }
-            })
-            .await)
-        })
-    })
+    per_message(state, process)
 }
 
-async fn process(state: &AppState, m: SqsMessage) -> anyhow::Result<()> {
+async fn process(state: AppState, m: SqsMessage) -> anyhow::Result<()> {
+    let state = &state;
     let body = m.body.as_deref().unwrap_or_default();
     let msg: IngestMessage =
         serde_json::from_str(body).map_err(|e| anyhow::anyhow!("not an ingest message ({e}): {body}"))?;

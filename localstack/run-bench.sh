@@ -173,9 +173,6 @@ EMBEDDING_SERVER_URL=$(bash localstack/embedder.sh url "$work/embedder.log")
 export EMBEDDING_SERVER_URL
 cargo bench --quiet -p api-tests --profile bench-local --bench ingest
 
-step "memory recall on 10,000 memories"
-cargo bench --quiet -p api-tests --profile bench-local --bench memory_recall
-
 step "agent chat: the service against the raw upstream and a LiteLLM proxy"
 litellm_venv=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}/venvs/litellm
 if [[ ! -x $litellm_venv/bin/litellm ]]; then

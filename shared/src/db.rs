@@ -7,8 +7,6 @@ use sqlx::PgPool;
 
 use crate::config::Config;
 
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
-
 /// Connects and applies pending migrations. Migrations take an advisory lock, so several
 /// functions starting together apply them once.
 pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
@@ -18,7 +16,11 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
         .connect(&config.database_url)
         .await
         .map_err(|e| anyhow::anyhow!("cannot connect to the database: {e}"))?;
-    MIGRATOR
+    let mut migrator = sqlx::migrate!("../migrations");
+    // A rolled-back deployment runs older code on a schema with migrations it does not know;
+    // they only ever add, so that is safe and must not stop the service from starting.
+    migrator.set_ignore_missing(true);
+    migrator
         .run(&pool)
         .await
         .map_err(|e| anyhow::anyhow!("applying migrations failed: {e}"))?;

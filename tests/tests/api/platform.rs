@@ -115,3 +115,22 @@ async fn unknown_routes_and_request_ids() {
     let generated = app.get("/user", None).await;
     assert!(generated.headers.get("x-request-id").is_some());
 }
+
+/// A rolled-back deployment (older code, newer schema) still starts.
+#[tokio::test]
+async fn the_service_starts_on_a_schema_with_migrations_it_does_not_know() {
+    let app = spawn(Store::Filesystem).await;
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+         VALUES (99999999, 'from a newer release', TRUE, '\\x00', 1)",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let pool = shared::db::connect(app.state.config()).await.expect("starts anyway");
+    let users: i64 = sqlx::query_scalar("SELECT count(*) FROM users")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(users, 1);
+}

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api_tests::model_server::{ModelServer, GOOD_KEY};
+use api_tests::{free_port, fresh_database};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -28,13 +29,6 @@ const DURATION: Duration = Duration::from_secs(15);
 
 fn env(key: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| panic!("{key} must be set (run `make bench`)"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// CPU seconds (user + system) a process has used.
@@ -80,18 +74,6 @@ async fn wait_ready(http: &reqwest::Client, url: &str, child: &mut Child) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     panic!("{url} did not become ready");
-}
-
-async fn fresh_database() -> String {
-    let admin_url = env("DATABASE_URL");
-    let name = format!("bench_chat_{}", uuid::Uuid::new_v4().simple());
-    let pool = sqlx::PgPool::connect(&admin_url).await.expect("connect");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&pool)
-        .await
-        .expect("create database");
-    let (base, _) = admin_url.rsplit_once('/').expect("database URL");
-    format!("{base}/{name}")
 }
 
 async fn start_service(http: &reqwest::Client, storage: &std::path::Path) -> Server {

@@ -1,12 +1,13 @@
 //! A headless Chromium driven over WebDriver (chromedriver, installed by
 //! `localstack/install.sh chromium`), enough to load a page, type, click and read the DOM.
 
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+use crate::free_port;
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
@@ -16,13 +17,6 @@ pub struct Browser {
     session: String,
     origin: String,
     _profile: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 impl Browser {

@@ -42,8 +42,21 @@ fn env(key: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| panic!("{key} must be set: run the tests with `make test`"))
 }
 
+/// The first bytes of a PNG file: enough for the service to sniff `image/png`.
+pub const PNG: &[u8] = &[
+    0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, b'I', b'H', b'D', b'R', 1, 2, 3, 4,
+];
+
+/// A free loopback port for a server a test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
 /// A fresh database on the test Postgres server, named uniquely.
-async fn fresh_database() -> String {
+pub async fn fresh_database() -> String {
     let admin_url = env("DATABASE_URL");
     let name = format!("test_{}", uuid::Uuid::new_v4().simple());
     let admin = PgPool::connect(&admin_url).await.expect("connect to the test Postgres");
@@ -237,6 +250,24 @@ impl TestApp {
         let token = login.assert_ok()["token"].as_str().expect("token").to_owned();
         let me = self.get("/user", Some(&token)).await;
         (me.assert_ok()["id"].as_i64().expect("id"), token)
+    }
+
+    /// `POST /resource/upload` of one file, with an optional (bizType, bizId).
+    pub async fn upload_resource(&self, token: &str, name: &str, bytes: Vec<u8>, biz: Option<(&str, &str)>) -> Reply {
+        let mut form = reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(bytes).file_name(name.to_owned()),
+        );
+        if let Some((t, id)) = biz {
+            form = form.text("bizType", t.to_owned()).text("bizId", id.to_owned());
+        }
+        self.send(
+            self.client
+                .post(self.url("/resource/upload"))
+                .header("Svc-Auth", token)
+                .multipart(form),
+        )
+        .await
     }
 
     pub async fn count(&self, table: &str) -> i64 {

@@ -2,6 +2,7 @@
 //! the packages `localstack/install.sh mcp` installs (found through MCP_TOOLS_DIR, else the
 //! default cache path), plus a log capture for checking that no secret is logged.
 
+use crate::free_port;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -32,13 +33,6 @@ fn fixture(name: &str) -> String {
 pub fn everything_stdio() -> (String, Vec<String>) {
     let bin = tools_dir().join("node_modules/.bin/mcp-server-everything");
     (bin.display().to_string(), vec!["stdio".to_owned()])
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// A server process; killed when dropped. Its stdout lines are kept for assertions.

@@ -184,27 +184,11 @@ pub async fn analytics(state: &AppState, user: &CurrentUser, agent_id: i64, q: A
     .await?;
 
     let n = w.buckets as usize;
-    let trend = |pick: &dyn Fn(&BucketRow) -> i64| {
-        let mut t = vec![0; n];
-        for r in &rows {
-            if let Some(slot) = usize::try_from(r.b).ok().and_then(|b| t.get_mut(b)) {
-                *slot = pick(r);
-            }
-        }
-        t
-    };
-    let message_trend = trend(&|r| r.messages);
-    let tool_call_trend = trend(&|r| r.tool_calls);
-    let active_users_trend = trend(&|r| r.active_users);
-    let mut conversation_count_trend = vec![0; n];
-    for (b, count) in &conversations {
-        if let Some(slot) = usize::try_from(*b)
-            .ok()
-            .and_then(|b| conversation_count_trend.get_mut(b))
-        {
-            *slot = *count;
-        }
-    }
+    let trend = |pick: fn(&BucketRow) -> i64| spread(n, rows.iter().map(|r| (r.b, pick(r))));
+    let message_trend = trend(|r| r.messages);
+    let tool_call_trend = trend(|r| r.tool_calls);
+    let active_users_trend = trend(|r| r.active_users);
+    let conversation_count_trend = spread(n, conversations.into_iter());
     Ok(Analytics {
         active_users: totals.active_users,
         conversation_count: conversation_count_trend.iter().sum(),
@@ -221,6 +205,17 @@ pub async fn analytics(state: &AppState, user: &CurrentUser, agent_id: i64, q: A
             end: time::datetime(end - Duration::seconds(1)),
         },
     })
+}
+
+/// One number per bucket from (bucket index, value) pairs; buckets without a pair are zero.
+fn spread(n: usize, values: impl Iterator<Item = (i32, i64)>) -> Vec<i64> {
+    let mut out = vec![0; n];
+    for (b, v) in values {
+        if let Some(slot) = usize::try_from(b).ok().and_then(|b| out.get_mut(b)) {
+            *slot = v;
+        }
+    }
+    out
 }
 
 #[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]

@@ -29,7 +29,8 @@ pub enum Billing {
 }
 
 impl Billing {
-    fn user_id(self) -> Option<i64> {
+    /// The user the call is recorded under, if any.
+    pub fn user_id(self) -> Option<i64> {
         match self {
             Self::User(id) => Some(id),
             Self::RecordOnly(id) => id,

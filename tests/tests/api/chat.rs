@@ -4,13 +4,10 @@
 use std::time::Duration;
 
 use api_tests::chat::{joined, kinds, say, ChatSetup};
+use api_tests::PNG;
 use futures::StreamExt;
-use reqwest::multipart::{Form, Part};
 use serde_json::{json, Value};
 
-const PNG: &[u8] = &[
-    0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, b'I', b'H', b'D', b'R', 1, 2, 3, 4,
-];
 const GIF: &[u8] = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;";
 
 async fn messages(s: &ChatSetup, token: &str, agent: i64, conversation: &str) -> Vec<Value> {
@@ -317,17 +314,7 @@ async fn the_history_window_keeps_the_last_messages_of_the_conversation() {
 }
 
 async fn upload(s: &ChatSetup, token: &str, name: &str, bytes: &[u8]) -> i64 {
-    let form = Form::new().part("file", Part::bytes(bytes.to_vec()).file_name(name.to_owned()));
-    let r = s
-        .app
-        .send(
-            s.app
-                .client
-                .post(s.app.url("/resource/upload"))
-                .header("Svc-Auth", token)
-                .multipart(form),
-        )
-        .await;
+    let r = s.app.upload_resource(token, name, bytes.to_vec(), None).await;
     r.assert_ok()["id"].as_i64().unwrap()
 }
 

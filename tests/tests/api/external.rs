@@ -6,13 +6,10 @@ use std::time::Duration;
 use api_tests::apps::Creds;
 use api_tests::browser::Browser;
 use api_tests::chat::{joined, kinds, ndjson, ChatSetup};
-use api_tests::{Reply, TestApp};
+use api_tests::{Reply, TestApp, PNG};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-const PNG: &[u8] = &[
-    0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, b'I', b'H', b'D', b'R', 1, 2, 3, 4,
-];
 const GIF: &[u8] = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;";
 
 struct Ext {

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use api_tests::mcp_servers::{everything, everything_stdio, free_port, guarded, guarded_sse, oauth, LogCapture};
+use api_tests::free_port;
+use api_tests::mcp_servers::{everything, everything_stdio, guarded, guarded_sse, oauth, LogCapture};
 use api_tests::{spawn, spawn_with, Reply, Store, TestApp};
 use serde_json::{json, Value};
 use shared::mcp;

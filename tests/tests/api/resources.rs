@@ -1,28 +1,14 @@
-use api_tests::{bucket, s3_client, spawn, spawn_with, Store, TestApp};
-use reqwest::multipart::{Form, Part};
+use api_tests::{bucket, s3_client, spawn, spawn_with, Store, TestApp, PNG};
+use reqwest::multipart::Form;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-
-const PNG: &[u8] = &[
-    0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, b'I', b'H', b'D', b'R', 1, 2, 3, 4,
-];
 
 fn sha(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
 async fn upload(app: &TestApp, token: &str, name: &str, bytes: Vec<u8>, biz: Option<(&str, &str)>) -> api_tests::Reply {
-    let mut form = Form::new().part("file", Part::bytes(bytes).file_name(name.to_owned()));
-    if let Some((t, id)) = biz {
-        form = form.text("bizType", t.to_owned()).text("bizId", id.to_owned());
-    }
-    app.send(
-        app.client
-            .post(app.url("/resource/upload"))
-            .header("Svc-Auth", token)
-            .multipart(form),
-    )
-    .await
+    app.upload_resource(token, name, bytes, biz).await
 }
 
 /// The object exists in the app's store (the temp dir or the LocalStack bucket).

@@ -46,15 +46,6 @@ pub struct Caller {
     pub resources: ResourceOwner,
 }
 
-impl Caller {
-    fn user_id(&self) -> Option<i64> {
-        match self.billing {
-            Billing::User(id) => Some(id),
-            Billing::RecordOnly(id) => id,
-        }
-    }
-}
-
 async fn chat_model(state: &AppState, agent: &AgentRow) -> AppResult<ModelHandle> {
     let model = match agent.chat_model_id {
         Some(id) => gateway::load(state, id, ModelType::Chat).await,

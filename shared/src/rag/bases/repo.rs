@@ -1,6 +1,6 @@
 //! SQL of knowledge bases, including the per-base vector index.
 
-use sqlx::{PgConnection, PgExecutor, PgPool};
+use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::{ChunkSettings, KbRow, ModelSettings, ParseSettings, SearchSettings};
 use sqlx::types::Json;
@@ -59,60 +59,47 @@ pub struct KbFields<'a> {
     pub upload_confirm: bool,
 }
 
+const FIELD_COLUMNS: &str = "name, description, icon, embedding_model_id, dimension, vector_store_instance_id,
+    rerank_model_id, search_engine_enable, search_engine_instance_id, chunk_params, parse_params, search_params,
+    model_params, dedup_strategy, dedup_action, upload_confirm";
+
+/// The values of `FIELD_COLUMNS`, in that order.
+fn push_fields<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &KbFields<'a>) {
+    let mut v = qb.separated(", ");
+    v.push_bind(f.name)
+        .push_bind(f.description)
+        .push_bind(f.icon)
+        .push_bind(f.embedding_model_id)
+        .push_bind(f.dimension)
+        .push_bind(f.vector_store_instance_id)
+        .push_bind(f.rerank_model_id)
+        .push_bind(f.search_engine_enable)
+        .push_bind(f.search_engine_instance_id)
+        .push_bind(Json(f.chunk))
+        .push_bind(Json(f.parse))
+        .push_bind(Json(f.search))
+        .push_bind(Json(f.model))
+        .push_bind(f.dedup_strategy)
+        .push_bind(f.dedup_action)
+        .push_bind(f.upload_confirm);
+}
+
 pub async fn insert(db: impl PgExecutor<'_>, f: &KbFields<'_>, creator_id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "INSERT INTO knowledge_bases (name, description, icon, embedding_model_id, dimension, vector_store_instance_id,
-         rerank_model_id, search_engine_enable, search_engine_instance_id, chunk_params, parse_params, search_params,
-         model_params, dedup_strategy, dedup_action, upload_confirm, creator_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id",
-    )
-    .bind(f.name)
-    .bind(f.description)
-    .bind(f.icon)
-    .bind(f.embedding_model_id)
-    .bind(f.dimension)
-    .bind(f.vector_store_instance_id)
-    .bind(f.rerank_model_id)
-    .bind(f.search_engine_enable)
-    .bind(f.search_engine_instance_id)
-    .bind(Json(f.chunk))
-    .bind(Json(f.parse))
-    .bind(Json(f.search))
-    .bind(Json(f.model))
-    .bind(f.dedup_strategy)
-    .bind(f.dedup_action)
-    .bind(f.upload_confirm)
-    .bind(creator_id)
-    .fetch_one(db)
-    .await
+    let mut qb = QueryBuilder::new(format!(
+        "INSERT INTO knowledge_bases ({FIELD_COLUMNS}, creator_id) VALUES ("
+    ));
+    push_fields(&mut qb, f);
+    qb.push(", ").push_bind(creator_id).push(") RETURNING id");
+    qb.build_query_scalar().fetch_one(db).await
 }
 
 pub async fn update(db: impl PgExecutor<'_>, id: i64, f: &KbFields<'_>) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE knowledge_bases SET name = $2, description = $3, icon = $4, embedding_model_id = $5, dimension = $6,
-         vector_store_instance_id = $7, rerank_model_id = $8, search_engine_enable = $9, search_engine_instance_id = $10,
-         chunk_params = $11, parse_params = $12, search_params = $13, model_params = $14, dedup_strategy = $15,
-         dedup_action = $16, upload_confirm = $17, update_dt = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(f.name)
-    .bind(f.description)
-    .bind(f.icon)
-    .bind(f.embedding_model_id)
-    .bind(f.dimension)
-    .bind(f.vector_store_instance_id)
-    .bind(f.rerank_model_id)
-    .bind(f.search_engine_enable)
-    .bind(f.search_engine_instance_id)
-    .bind(Json(f.chunk))
-    .bind(Json(f.parse))
-    .bind(Json(f.search))
-    .bind(Json(f.model))
-    .bind(f.dedup_strategy)
-    .bind(f.dedup_action)
-    .bind(f.upload_confirm)
-    .execute(db)
-    .await?;
+    let mut qb = QueryBuilder::new(format!(
+        "UPDATE knowledge_bases SET ({FIELD_COLUMNS}, update_dt) = ROW("
+    ));
+    push_fields(&mut qb, f);
+    qb.push(", now()) WHERE id = ").push_bind(id);
+    qb.build().execute(db).await?;
     Ok(())
 }
 

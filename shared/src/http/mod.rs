@@ -10,6 +10,7 @@ pub mod extract;
 pub mod files;
 pub mod middleware;
 pub mod multipart;
+pub mod openapi;
 pub mod paging;
 
 pub use auth::{AdminUser, CurrentUser};

@@ -80,6 +80,11 @@ pub async fn read_form(MultipartBody(mut multipart): MultipartBody, max_file_byt
     {
         let name = field.name().unwrap_or_default().to_owned();
         match field.file_name().map(str::to_owned) {
+            Some(file_name) if file_name.contains('\0') => {
+                return Err(AppError::Validation(format!(
+                    "{name}: file name must not contain NUL characters"
+                )));
+            }
             Some(file_name) => {
                 // Read chunk by chunk so an oversized file is refused without being buffered.
                 let mut buf = bytes::BytesMut::new();
@@ -103,6 +108,9 @@ pub async fn read_form(MultipartBody(mut multipart): MultipartBody, max_file_byt
                     return Err(AppError::validation("too many form fields"));
                 }
                 let text = field.text().await.map_err(|e| multipart_error(e, max_file_bytes))?;
+                if text.contains('\0') {
+                    return Err(AppError::Validation(format!("{name}: must not contain NUL characters")));
+                }
                 form.texts.insert(name, text);
             }
         }

@@ -134,3 +134,39 @@ async fn the_service_starts_on_a_schema_with_migrations_it_does_not_know() {
         .unwrap();
     assert_eq!(users, 1);
 }
+
+/// PostgreSQL cannot store a NUL character in text; every entry point refuses one by name
+/// before anything is written.
+#[tokio::test]
+async fn nul_characters_are_refused_by_name_and_change_nothing() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let t = Some(admin.as_str());
+    let id = app.provider(&admin, "openai").await;
+    let before = app.get(&format!("/ai-model/provider/{id}"), t).await;
+
+    app.post(
+        "/ai-model/provider",
+        t,
+        &serde_json::json!({ "providerName": "a\u{0}b", "providerKey": "nul" }),
+    )
+    .await
+    .assert_status_error(400, 0, "providerName: must not contain NUL characters");
+    app.put(
+        &format!("/ai-model/provider/{id}"),
+        t,
+        &serde_json::json!({ "providerName": "renamed", "description": "x\u{0}" }),
+    )
+    .await
+    .assert_status_error(400, 0, "description: must not contain NUL characters");
+    app.get("/agent/page?keyword=a%00b", t)
+        .await
+        .assert_error(400, 0, "keyword: must not contain NUL characters");
+    app.delete("/agent/1%00", t)
+        .await
+        .assert_error(400, 0, "must not contain NUL characters");
+
+    assert_eq!(app.count("model_providers").await, 1);
+    let after = app.get(&format!("/ai-model/provider/{id}"), t).await;
+    assert_eq!(after.assert_status_ok(), before.assert_status_ok());
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Fuzzes every operation of the service's own OpenAPI document with schemathesis, once as an
+# administrator and once as a regular user (both also sending an app's external credentials),
+# against the built `agent-platform` binary on DATABASE_URL. Fails on any 5xx and on any
+# response that breaks the document (status code, content type, headers, body schema).
+#
+#   fuzz-api.sh [BINARY]   env: DATABASE_URL (required), FUZZ_EXAMPLES (default 15)
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+
+: "${DATABASE_URL:?DATABASE_URL must point at a Postgres the service may migrate}"
+bin=${1:-${CARGO_TARGET_DIR:-target}/debug/agent-platform}
+[[ -x $bin ]] || { echo "fuzz: $bin is not built (cargo build --bin agent-platform)" >&2; exit 1; }
+
+bash localstack/install.sh fuzz
+venv=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}/venvs/fuzz
+st=$venv/bin/schemathesis
+# The coverage phase needs Python 3.12+ (CPython 3.11 fails inside its schema walker).
+phases=examples,coverage,fuzzing
+"$venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' || phases=examples,fuzzing
+
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+  [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+base=http://127.0.0.1:$port
+admin_password=$(python3 -c 'import secrets; print(secrets.token_urlsafe(18))')
+env PORT="$port" API_PREFIX=api ADMIN_USERNAME=admin ADMIN_PASSWORD="$admin_password" \
+  STORAGE_BACKEND=fs STORAGE_DIR="$work/storage" QUEUE_BACKEND=memory LOG_FORMAT=json RUST_LOG=warn \
+  JWT_SECRET="$(python3 -c 'import secrets; print(secrets.token_hex(32))')" \
+  ENCRYPTION_KEY="$(python3 -c 'import base64, secrets; print(base64.b64encode(secrets.token_bytes(32)).decode())')" \
+  "$bin" >"$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 100); do
+  curl -fs "$base/health" >/dev/null 2>&1 && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
+  sleep 0.2
+done
+
+# call METHOD PATH JSON [TOKEN] -> the response's `data`, failing on anything but success.
+call() {
+  curl -fsS -X "$1" "$base/api$2" -H 'Content-Type: application/json' ${4:+-H "Svc-Auth: $4"} -d "$3" \
+    | python3 -c 'import json, sys; r = json.load(sys.stdin); assert r.get("code", r.get("status")) in (1, 200), r; print(json.dumps(r["data"]))'
+}
+field() { python3 -c "import json, sys; print(json.load(sys.stdin)[\"$1\"])"; }
+
+admin=$(call POST /user/login "{\"username\":\"admin\",\"password\":\"$admin_password\"}" | field token)
+call POST /user "{\"username\":\"fuzzuser\",\"password\":\"$admin_password\",\"role\":2}" "$admin" >/dev/null
+user=$(call POST /user/login "{\"username\":\"fuzzuser\",\"password\":\"$admin_password\"}" | field token)
+app=$(call POST /app '{"appId":"fuzz-app","appName":"Fuzz"}' "$admin")
+app_token=$(field token <<<"$app")
+
+status=0
+for who in admin user; do
+  token=$admin
+  [[ $who == user ]] && token=$user
+  echo "fuzz: every operation as $who ($phases)"
+  "$st" run "$base/api-docs/openapi.json" --url "$base" \
+    -H "Svc-Auth: $token" -H "Svc-App-Id: fuzz-app" -H "Svc-Token: $app_token" \
+    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+    --phases "$phases" --max-examples "${FUZZ_EXAMPLES:-15}" --workers 2 --seed 1 \
+    >"$work/$who.txt" 2>&1 || status=1
+  sed -n '/= SUMMARY =/,$p' "$work/$who.txt"
+  if [[ $status -ne 0 ]]; then
+    cat "$work/$who.txt" >&2
+    echo "fuzz: server log (last 50 lines)" >&2
+    tail -50 "$work/server.log" >&2
+    exit 1
+  fi
+done

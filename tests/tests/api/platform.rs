@@ -166,7 +166,12 @@ async fn nul_characters_are_refused_by_name_and_change_nothing() {
         .await
         .assert_error(400, 0, "must not contain NUL characters");
 
+    app.upload_resource(&admin, "a.txt", b"hello".to_vec(), Some(("avatar", "x\u{0}")))
+        .await
+        .assert_error(400, 0, "bizId: must not contain NUL characters");
+
     assert_eq!(app.count("model_providers").await, 1);
+    assert_eq!(app.count("resources").await, 0);
     let after = app.get(&format!("/ai-model/provider/{id}"), t).await;
     assert_eq!(after.assert_status_ok(), before.assert_status_ok());
 }

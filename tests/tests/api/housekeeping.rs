@@ -126,7 +126,10 @@ async fn housekeeping_removes_only_what_has_expired() {
         }
     );
 
-    assert_eq!(strings(db, "SELECT token FROM upload_previews").await, [live.clone()]);
+    assert_eq!(
+        strings(db, "SELECT token FROM upload_previews").await,
+        std::slice::from_ref(&live)
+    );
     assert_eq!(strings(db, "SELECT original_name FROM resources").await, ["live.txt"]);
     let storage = app.state.storage();
     assert_eq!(

@@ -13,7 +13,7 @@ pub async fn run_http(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::E
     lambda_http::run(app).await
 }
 
-/// Serves `api` with response streaming (a function URL with `InvokeMode: RESPONSE_STREAM`),
+/// Serves `api` with response streaming (an API Gateway integration in STREAM mode),
 /// so streamed answers reach the client as they are generated instead of all at the end.
 pub async fn run_http_streaming(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::Error> {
     let state = crate::app::start()

@@ -13,6 +13,7 @@ pub mod crypto;
 pub mod db;
 pub mod error;
 pub mod external;
+pub mod housekeeping;
 pub mod http;
 pub mod lambda;
 pub mod mcp;

@@ -253,22 +253,6 @@ pub fn rest_event(method: &str, path: &str, headers: &[(&str, &str)], body: Opti
     })
 }
 
-/// A Lambda function URL event (payload 2.0) for `method path`.
-pub fn function_url_event(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>) -> Value {
-    let headers: serde_json::Map<String, Value> = headers
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
-        .collect();
-    serde_json::json!({
-        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": "", "headers": headers,
-        "requestContext": { "accountId": "anonymous", "apiId": "url1", "domainName": "url1.lambda-url.us-east-1.on.aws",
-            "domainPrefix": "url1", "requestId": "req-2", "routeKey": "$default", "stage": "$default",
-            "time": "01/Jan/2026:00:00:00 +0000", "timeEpoch": 0,
-            "http": { "method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "203.0.113.7", "userAgent": "test" } },
-        "body": body.map(Value::to_string), "isBase64Encoded": false
-    })
-}
-
 /// The environment a function binary needs to share `app`'s database, secrets and files, with
 /// the settings the SAM template gives every function.
 pub fn function_env(app: &crate::TestApp) -> Vec<(String, String)> {

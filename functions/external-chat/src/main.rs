@@ -1,6 +1,6 @@
 //! Lambda entry point of the external chat routes (`/openapi/v1/agent/chat`, `.../chat/sync`)
-//! with response streaming; the function URL also lifts API Gateway's 29 s limit off the
-//! synchronous chat.
+//! with response streaming; the STREAM integration also lifts API Gateway's 29 s limit off
+//! the synchronous chat.
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {

@@ -88,3 +88,23 @@ pub async fn take_kick(db: impl PgExecutor<'_>, app: i64, host_id: &str) -> sqlx
         .await?;
     Ok(done.rows_affected() == 1)
 }
+
+/// Deletes nodes whose lease lapsed more than `kept` ago: they stay listed as offline for that
+/// long, then go.
+pub async fn purge_lapsed(db: &PgPool, kept: std::time::Duration) -> sqlx::Result<u64> {
+    let done = sqlx::query("DELETE FROM client_nodes WHERE expire_dt < now() - make_interval(secs => $1)")
+        .bind(kept.as_secs_f64())
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// Deletes kicks older than `kept` that no heartbeat came to collect; a node back after that
+/// registers afresh.
+pub async fn purge_stale_kicks(db: &PgPool, kept: std::time::Duration) -> sqlx::Result<u64> {
+    let done = sqlx::query("DELETE FROM client_node_kicks WHERE kicked_dt < now() - make_interval(secs => $1)")
+        .bind(kept.as_secs_f64())
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
+}

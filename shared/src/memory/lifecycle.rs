@@ -1,5 +1,5 @@
 //! Expiry: ACTIVE memories unused for longer than their agent's `memoryExpirationDays` are
-//! archived. Run on a schedule (the memory-lifecycle function, EventBridge daily).
+//! archived. Run daily by the housekeeping function.
 
 use sqlx::PgPool;
 
@@ -17,13 +17,4 @@ pub async fn archive_expired(db: &PgPool) -> sqlx::Result<u64> {
     .execute(db)
     .await?;
     Ok(done.rows_affected())
-}
-
-/// The scheduled job: archive, and log how many.
-pub fn job(state: crate::AppState) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
-    Box::pin(async move {
-        let archived = archive_expired(state.db()).await?;
-        tracing::info!(archived, "expired memories archived");
-        Ok(())
-    })
 }

@@ -3,7 +3,7 @@
 pub mod model;
 pub mod repo;
 pub mod service;
-mod throttle;
+pub(crate) mod throttle;
 
 pub use model::*;
 

@@ -203,6 +203,19 @@ pub async fn claim_refresh(db: impl PgExecutor<'_>, hash: &str) -> sqlx::Result<
     .await
 }
 
+/// Deletes the refresh tokens of logins whose every token has expired: none of them can be
+/// used any more, so reuse detection has nothing left to protect. A family with one live token
+/// keeps its used ones, which is what lets a replayed old token revoke the login.
+pub async fn purge_expired_families(db: impl PgExecutor<'_>) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM refresh_tokens WHERE family_id IN
+           (SELECT family_id FROM refresh_tokens GROUP BY family_id HAVING max(expires_at) < now())",
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 pub async fn revoke_family(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Result<()> {
     sqlx::query("UPDATE refresh_tokens SET revoked_at = now() WHERE family_id = $1 AND revoked_at IS NULL")
         .bind(family)

@@ -62,3 +62,17 @@ pub async fn clear(db: &PgPool, key: &str) -> Result<(), AppError> {
         .await?;
     Ok(())
 }
+
+/// Deletes counters that no longer change an answer: not locked now, and with a window older
+/// than the lock period (the next failure would start a new window anyway).
+pub async fn purge_stale(db: &PgPool, lock: Duration) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM login_throttle
+         WHERE (locked_until IS NULL OR locked_until <= now())
+           AND window_start < now() - make_interval(secs => $1)",
+    )
+    .bind(lock.as_secs_f64())
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}

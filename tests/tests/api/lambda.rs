@@ -2,7 +2,7 @@
 //! responses out (one of them streamed), and an SQS batch with a bad message through a worker.
 
 use api_tests::chat::{joined, kinds, ndjson, ChatSetup};
-use api_tests::lambda_emulator::{binary, function_env, function_url_event, rest_event, Answer, Emulator};
+use api_tests::lambda_emulator::{binary, function_env, rest_event, Answer, Emulator};
 use api_tests::{KbSetup, Store};
 use serde_json::{json, Value};
 
@@ -63,7 +63,8 @@ async fn a_chat_streams_through_the_streaming_function() {
         .await;
     let f = Emulator::start(binary("agent-chat"), &function_env(&s.app)).await;
     let body = json!({ "conversationId": "lambda-1", "content": "hi from lambda" });
-    let event = function_url_event(
+    // API Gateway invokes the streaming function with the same REST proxy event as any other.
+    let event = rest_event(
         "POST",
         &format!("/api/agent/{agent}/chat"),
         &[("svc-auth", &s.admin), ("content-type", "application/json")],

@@ -962,7 +962,7 @@ async fn configs_are_validated_and_managed() {
 }
 
 #[tokio::test]
-async fn expired_memories_are_archived_by_the_lifecycle_job() {
+async fn expired_memories_are_archived_by_housekeeping() {
     let s = setup(false).await;
     let expiring = s.config(json!({ "memoryExpirationDays": 30 })).await;
     let agent = s.agent(Some(expiring)).await;
@@ -1001,7 +1001,8 @@ async fn expired_memories_are_archived_by_the_lifecycle_job() {
     );
     // Running again finds nothing more.
     assert_eq!(shared::memory::lifecycle::archive_expired(&s.app.db).await.unwrap(), 0);
-    shared::memory::lifecycle::job(s.app.state.clone()).await.unwrap();
+    let swept = shared::housekeeping::run(&s.app.state).await.unwrap();
+    assert_eq!(swept.archived_memories, 0);
 }
 
 async fn preview(s: &Setup, agent: i64) -> Reply {

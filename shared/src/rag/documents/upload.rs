@@ -95,7 +95,9 @@ pub async fn preview(
         )));
     }
     let (strategy, action) = resolve_dedup(&kb, &options)?;
-    expire_previews(state).await;
+    if let Err(e) = expire_previews(state).await {
+        tracing::warn!(error = %e, "expiring upload previews failed");
+    }
     let mut items: Vec<StoredItem> = Vec::with_capacity(files.len());
     let outcome = store_files(state, user, &kb, files, &mut items).await;
     let outcome = match outcome {
@@ -222,20 +224,16 @@ async fn discard(state: &AppState, items: &[StoredItem]) {
     }
 }
 
-/// Deletes expired previews and their temporary files.
-pub async fn expire_previews(state: &AppState) {
-    let expired: Result<Vec<sqlx::types::Json<Vec<StoredItem>>>, _> =
+/// Deletes expired previews and their temporary files; returns how many previews.
+pub async fn expire_previews(state: &AppState) -> sqlx::Result<usize> {
+    let expired: Vec<sqlx::types::Json<Vec<StoredItem>>> =
         sqlx::query_scalar("DELETE FROM upload_previews WHERE expires_at < now() RETURNING items")
             .fetch_all(state.db())
-            .await;
-    match expired {
-        Ok(rows) => {
-            for items in rows {
-                discard(state, &items.0).await;
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "expiring upload previews failed"),
+            .await?;
+    for items in &expired {
+        discard(state, &items.0).await;
     }
+    Ok(expired.len())
 }
 
 struct Preview {

@@ -1,0 +1,68 @@
+//! The daily clean-up (the housekeeping function, an EventBridge schedule): expired upload
+//! previews and their files, refresh tokens of dead logins, stale login counters, client nodes
+//! long offline and uncollected kicks, and memory expiry. Each job is one function of its own
+//! domain module; this runs them all, so one failing does not keep the others from running.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::AppState;
+
+/// How long a node stays listed as offline after its lease lapsed, and how long a kick waits
+/// for its node's next heartbeat.
+pub const NODE_RETENTION: Duration = Duration::from_secs(7 * 86400);
+
+/// What one run removed or archived.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    pub upload_previews: u64,
+    pub refresh_tokens: u64,
+    pub login_counters: u64,
+    pub client_nodes: u64,
+    pub node_kicks: u64,
+    pub archived_memories: u64,
+}
+
+/// Runs every job; fails, after all have run, when any of them failed.
+pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
+    let db = state.db();
+    let mut failed = Vec::new();
+    let mut done = |job: &'static str, outcome: sqlx::Result<u64>| match outcome {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::error!(job, error = %e, "housekeeping job failed");
+            failed.push(job);
+            0
+        }
+    };
+    let previews = crate::rag::documents::upload::expire_previews(state).await;
+    let swept = Swept {
+        upload_previews: done("upload previews", previews.map(|n| n as u64)),
+        refresh_tokens: done("refresh tokens", crate::users::repo::purge_expired_families(db).await),
+        login_counters: done(
+            "login counters",
+            crate::users::throttle::purge_stale(db, state.config().login_lock).await,
+        ),
+        client_nodes: done(
+            "client nodes",
+            crate::apps::node_repo::purge_lapsed(db, NODE_RETENTION).await,
+        ),
+        node_kicks: done(
+            "node kicks",
+            crate::apps::node_repo::purge_stale_kicks(db, NODE_RETENTION).await,
+        ),
+        archived_memories: done("memory expiry", crate::memory::lifecycle::archive_expired(db).await),
+    };
+    tracing::info!(?swept, "housekeeping done");
+    if failed.is_empty() {
+        Ok(swept)
+    } else {
+        Err(anyhow::anyhow!("housekeeping jobs failed: {}", failed.join(", ")))
+    }
+}
+
+/// The scheduled entry point, as `lambda::run_scheduled` takes it.
+pub fn job(state: AppState) -> BoxFuture<'static, anyhow::Result<()>> {
+    Box::pin(async move { run(&state).await.map(|_| ()) })
+}

@@ -1,0 +1,183 @@
+//! The daily clean-up removes what has expired, and only that: upload previews with their
+//! files, refresh tokens of logins that are wholly expired, stale login counters, nodes long
+//! offline and uncollected kicks. (Memory expiry has its own test in `memory`.)
+
+use api_tests::{KbSetup, Store};
+use serde_json::json;
+
+async fn strings(db: &sqlx::PgPool, sql: &str) -> Vec<String> {
+    sqlx::query_scalar(sql).fetch_all(db).await.unwrap()
+}
+
+async fn run(db: &sqlx::PgPool, sql: &str) {
+    sqlx::query(sql).execute(db).await.unwrap();
+}
+
+#[tokio::test]
+async fn housekeeping_removes_only_what_has_expired() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (app, db) = (&s.app, &s.app.db);
+
+    // Two previews, one of them past its hour.
+    let kb = s.kb("Housekeeping KB", json!({})).await;
+    let old = s.preview(kb, &[("old.txt", b"old".to_vec())], None).await;
+    let old = old.assert_ok()["previewToken"].as_str().unwrap().to_owned();
+    let live = s.preview(kb, &[("live.txt", b"live".to_vec())], None).await;
+    let live = live.assert_ok()["previewToken"].as_str().unwrap().to_owned();
+    let key_of = |name: &'static str| async move {
+        sqlx::query_scalar::<_, String>("SELECT storage_key FROM resources WHERE original_name = $1")
+            .bind(name)
+            .fetch_one(db)
+            .await
+            .unwrap()
+    };
+    let (old_key, live_key) = (key_of("old.txt").await, key_of("live.txt").await);
+    sqlx::query("UPDATE upload_previews SET expires_at = now() - interval '1 minute' WHERE token = $1")
+        .bind(&old)
+        .execute(db)
+        .await
+        .unwrap();
+
+    // Refresh tokens: the admin's login (live), a login wholly expired, and a login with an
+    // expired used token and a live one.
+    let admin_id: i64 = sqlx::query_scalar("SELECT id FROM users WHERE username = 'admin'")
+        .fetch_one(db)
+        .await
+        .unwrap();
+    for (family, hash, expires) in [
+        (
+            "00000000-0000-0000-0000-00000000dead",
+            "dead-1",
+            "now() - interval '20 days'",
+        ),
+        (
+            "00000000-0000-0000-0000-00000000dead",
+            "dead-2",
+            "now() - interval '1 day'",
+        ),
+        (
+            "00000000-0000-0000-0000-0000000a11fe",
+            "alive-old",
+            "now() - interval '1 day'",
+        ),
+        (
+            "00000000-0000-0000-0000-0000000a11fe",
+            "alive-new",
+            "now() + interval '1 day'",
+        ),
+    ] {
+        sqlx::query(&format!(
+            "INSERT INTO refresh_tokens (family_id, user_id, token_hash, expires_at) VALUES ($1::uuid, $2, $3, {expires})"
+        ))
+        .bind(family)
+        .bind(admin_id)
+        .bind(hash)
+        .execute(db)
+        .await
+        .unwrap();
+    }
+    let tokens_before = app.count("refresh_tokens").await;
+
+    // Login counters: stale, locked now, and counting in the current window.
+    run(
+        db,
+        "INSERT INTO login_throttle (key, failures, window_start, locked_until) VALUES
+           ('u:stale', 3, now() - interval '1 hour', NULL),
+           ('u:lock-over', 0, now() - interval '20 minutes', now() - interval '5 minutes'),
+           ('u:locked', 0, now() - interval '1 minute', now() + interval '14 minutes'),
+           ('u:counting', 2, now() - interval '1 minute', NULL)",
+    )
+    .await;
+
+    // Nodes: online, offline for a day (still listed), offline for eight days (gone); kicks
+    // of a day and of eight days.
+    let crm = app.create_app(&s.admin, "crm").await;
+    for host in ["online", "offline-1d", "offline-8d"] {
+        app.heartbeat(&crm, host).await.assert_ok();
+    }
+    run(
+        db,
+        "UPDATE client_nodes SET expire_dt = now() - interval '1 day' WHERE host_id = 'offline-1d'",
+    )
+    .await;
+    run(
+        db,
+        "UPDATE client_nodes SET expire_dt = now() - interval '8 days' WHERE host_id = 'offline-8d'",
+    )
+    .await;
+    run(
+        db,
+        "INSERT INTO client_node_kicks (app_id, host_id, kicked_dt)
+         SELECT id, k.host, k.at FROM apps, (VALUES ('kicked-1d', now() - interval '1 day'),
+                                                    ('kicked-8d', now() - interval '8 days')) AS k(host, at)",
+    )
+    .await;
+
+    let swept = shared::housekeeping::run(&app.state).await.unwrap();
+    assert_eq!(
+        swept,
+        shared::housekeeping::Swept {
+            upload_previews: 1,
+            refresh_tokens: 2,
+            login_counters: 2,
+            client_nodes: 1,
+            node_kicks: 1,
+            archived_memories: 0,
+        }
+    );
+
+    assert_eq!(
+        strings(db, "SELECT token FROM upload_previews").await,
+        std::slice::from_ref(&live)
+    );
+    assert_eq!(strings(db, "SELECT original_name FROM resources").await, ["live.txt"]);
+    let storage = app.state.storage();
+    assert_eq!(
+        storage.head(&old_key).await.unwrap(),
+        None,
+        "the expired preview's file is gone"
+    );
+    assert_eq!(storage.head(&live_key).await.unwrap(), Some(4));
+    assert_eq!(app.count("refresh_tokens").await, tokens_before - 2);
+    assert_eq!(
+        strings(
+            db,
+            "SELECT token_hash FROM refresh_tokens WHERE token_hash LIKE 'dead-%'"
+        )
+        .await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        strings(
+            db,
+            "SELECT token_hash FROM refresh_tokens WHERE token_hash LIKE 'alive-%' ORDER BY 1"
+        )
+        .await,
+        ["alive-new", "alive-old"]
+    );
+    assert_eq!(
+        strings(db, "SELECT key FROM login_throttle ORDER BY key").await,
+        ["u:counting", "u:locked"]
+    );
+    assert_eq!(
+        strings(db, "SELECT host_id FROM client_nodes ORDER BY host_id").await,
+        ["offline-1d", "online"]
+    );
+    assert_eq!(
+        strings(db, "SELECT host_id FROM client_node_kicks").await,
+        ["kicked-1d"]
+    );
+
+    // The live preview still commits; a second run finds nothing.
+    let items = json!([{ "tempResourceId": sqlx::query_scalar::<_, i64>("SELECT id FROM resources").fetch_one(db).await.unwrap(), "decision": "NEW" }]);
+    app.post(
+        "/document/upload/commit",
+        Some(&s.admin),
+        &json!({ "previewToken": live, "items": items }),
+    )
+    .await
+    .assert_ok();
+    let again = shared::housekeeping::run(&app.state).await.unwrap();
+    assert_eq!(again, shared::housekeeping::Swept::default());
+    shared::housekeeping::job(app.state.clone()).await.unwrap();
+}

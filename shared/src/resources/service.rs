@@ -216,6 +216,7 @@ pub async fn complete_upload(
         .await?
     };
     let mime = sniff_mime(&head, &name);
+    state.storage().keep(&key).await?;
     let new = NewResource {
         storage_key: &key,
         original_name: &name,

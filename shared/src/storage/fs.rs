@@ -142,6 +142,11 @@ impl ObjectStore for FsStore {
         })
     }
 
+    /// Files on disk have no lifecycle rule to escape.
+    async fn keep(&self, _key: &str) -> Result<(), StorageError> {
+        Ok(())
+    }
+
     async fn check(&self) -> Result<(), StorageError> {
         tokio::fs::metadata(&self.root).await.map_err(io_err("storage root"))?;
         Ok(())

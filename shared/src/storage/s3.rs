@@ -31,6 +31,9 @@ impl S3Store {
     }
 }
 
+/// The tag presigned uploads arrive with; infra/template.yaml expires objects carrying it.
+const STAGED_TAG: &str = "staged=true";
+
 fn other<E: std::error::Error + Send + Sync + 'static>(what: &'static str) -> impl FnOnce(E) -> StorageError {
     move |e| StorageError::Other(anyhow::Error::new(e).context(what))
 }
@@ -95,6 +98,7 @@ impl ObjectStore for S3Store {
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
+            .tagging(STAGED_TAG)
             .presigned(config)
             .await
             .map_err(other("s3 presign put_object"))?;
@@ -103,6 +107,17 @@ impl ObjectStore for S3Store {
             url: req.uri().to_owned(),
             headers,
         })
+    }
+
+    async fn keep(&self, key: &str) -> Result<(), StorageError> {
+        self.client
+            .delete_object_tagging()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(other("s3 delete_object_tagging"))?;
+        Ok(())
     }
 
     async fn check(&self) -> Result<(), StorageError> {

@@ -250,6 +250,21 @@ async fn page_filters() {
     );
 }
 
+async fn object_tags(key: &str) -> Vec<(String, String)> {
+    let tags = s3_client()
+        .await
+        .get_object_tagging()
+        .bucket(bucket())
+        .key(key)
+        .send()
+        .await
+        .expect("object tagging");
+    tags.tag_set()
+        .iter()
+        .map(|t| (t.key().to_owned(), t.value().to_owned()))
+        .collect()
+}
+
 async fn presigned_upload(store: Store) {
     let app = spawn(store).await;
     let (user_id, token) = app.regular_user("big").await;
@@ -277,15 +292,18 @@ async fn presigned_upload(store: Store) {
         .assert_error(400, 0, "storageKey");
     assert_eq!(app.count("resources").await, 0);
 
-    let put = app
-        .client
-        .put(&url)
-        .header("content-type", "application/pdf")
-        .body(bytes.clone())
-        .send()
-        .await
-        .unwrap();
+    // The client sends every header the answer lists, as the API documents.
+    let mut put = app.client.put(&url).body(bytes.clone());
+    for (name, value) in presigned["headers"].as_object().expect("headers") {
+        put = put.header(name, value.as_str().expect("header value"));
+    }
+    let put = put.send().await.unwrap();
     assert!(put.status().is_success(), "PUT to the presigned URL: {}", put.status());
+    // On S3 the upload is staged (expired by the bucket's lifecycle rule) until registered.
+    let is_s3 = matches!(store, Store::S3);
+    if is_s3 {
+        assert_eq!(object_tags(&key).await, vec![("staged".to_owned(), "true".to_owned())]);
+    }
     let done = app.post("/resource/upload/complete", Some(&token), &complete).await;
     let r = done.assert_ok().clone();
     assert_eq!(
@@ -294,6 +312,9 @@ async fn presigned_upload(store: Store) {
     );
     let download = app.get(&format!("/resource/{}/download", r["id"]), Some(&token)).await;
     assert_eq!(sha(&download.bytes), sha(&bytes));
+    if is_s3 {
+        assert!(object_tags(&key).await.is_empty(), "a registered upload is kept");
+    }
 
     // Registering twice, or someone else's key, is refused.
     app.post("/resource/upload/complete", Some(&token), &complete)

@@ -94,6 +94,11 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
             if store == Store::S3 { "s3" } else { "fs" }.into(),
         ),
     ]);
+    // Counted on every request like in production, but never reached by a test that does not
+    // set its own limits: some tests and benchmarks send thousands of requests a minute.
+    for key in ["RATE_LIMIT_USER_REQUESTS", "RATE_LIMIT_APP_REQUESTS"] {
+        vars.insert(key.into(), "1000000".into());
+    }
     if store == Store::S3 {
         vars.insert("S3_BUCKET".into(), env("S3_BUCKET"));
     }
@@ -268,6 +273,21 @@ impl TestApp {
                 .multipart(form),
         )
         .await
+    }
+
+    /// Another instance of the service on its own port, with its own connection pool, over the
+    /// same database and storage (as two Lambda instances of one function); returns its base URL.
+    pub async fn second_instance(&self) -> String {
+        let state = AppState::build(self.state.config().clone())
+            .await
+            .expect("second instance state");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = local_server::build_app(state);
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
+        });
+        format!("http://{addr}/api")
     }
 
     pub async fn count(&self, table: &str) -> i64 {

@@ -11,6 +11,7 @@ pub mod files;
 pub mod middleware;
 pub mod multipart;
 pub mod paging;
+pub mod rate_limit;
 
 pub use auth::{AdminUser, CurrentUser};
 pub use envelope::{Api, ApiResult, Envelope};

@@ -13,6 +13,7 @@ mod model_client;
 mod models;
 mod platform;
 mod queues;
+mod quotas;
 mod rate_limits;
 mod resources;
 mod retrieval_quality;

@@ -129,6 +129,17 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
     }
 }
 
+/// Serves the app of `state` on a free port; returns its base URL.
+async fn serve(state: AppState) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = local_server::build_app(state);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
+    });
+    format!("http://{addr}/api")
+}
+
 fn rand_bytes() -> [u8; 32] {
     let mut b = [0u8; 32];
     for (i, x) in uuid::Uuid::new_v4()
@@ -281,13 +292,20 @@ impl TestApp {
         let state = AppState::build(self.state.config().clone())
             .await
             .expect("second instance state");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let app = local_server::build_app(state);
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
-        });
-        format!("http://{addr}/api")
+        serve(state).await
+    }
+
+    /// Another instance over the same database whose object store is `storage` (one that is
+    /// unreachable, say); returns its base URL.
+    pub async fn instance_with_storage(&self, storage: std::sync::Arc<dyn shared::storage::ObjectStore>) -> String {
+        let queue = std::sync::Arc::new(shared::queue::InProcessQueue::default());
+        serve(AppState::from_parts(
+            self.state.config().clone(),
+            self.db.clone(),
+            storage,
+            queue,
+        ))
+        .await
     }
 
     pub async fn count(&self, table: &str) -> i64 {

@@ -5,6 +5,7 @@ mod apps;
 mod chat;
 mod deployment;
 mod external;
+mod faults;
 mod knowledge;
 mod lambda;
 mod mcp;

@@ -4,7 +4,7 @@
 # Outside the checkout so a fresh clone on the same machine reuses compiled dependencies.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/agent-platform/target
 
-.PHONY: run test stop bench lint-template
+.PHONY: run test stop bench lint-template faults
 
 run:
 	@bash localstack/run-service.sh
@@ -21,3 +21,9 @@ bench:
 
 lint-template:
 	@bash localstack/lint-template.sh
+
+# The fault test that restarts Postgres, run alone (`make test` runs tests side by side).
+faults:
+	@S=$${TEST_STACK:-faults}; bash localstack/stack.sh up $$S >/dev/null && set -a && . .local/$$S/env && set +a && \
+	  unset PG_PORT && FAULT_PG_RESTART="bash $(CURDIR)/localstack/stack.sh pg-restart $$S" \
+	  cargo test -p api-tests --test api -- --ignored --nocapture faults::

@@ -33,6 +33,7 @@ base=http://127.0.0.1:$port
 admin_password=$(python3 -c 'import secrets; print(secrets.token_urlsafe(18))')
 env PORT="$port" API_PREFIX=api ADMIN_USERNAME=admin ADMIN_PASSWORD="$admin_password" \
   STORAGE_BACKEND=fs STORAGE_DIR="$work/storage" QUEUE_BACKEND=memory LOG_FORMAT=json RUST_LOG=warn \
+  RATE_LIMIT_USER_REQUESTS=0 RATE_LIMIT_APP_REQUESTS=0 \
   JWT_SECRET="$(python3 -c 'import secrets; print(secrets.token_hex(32))')" \
   ENCRYPTION_KEY="$(python3 -c 'import base64, secrets; print(base64.b64encode(secrets.token_bytes(32)).decode())')" \
   "$bin" >"$work/server.log" 2>&1 &

@@ -2,7 +2,7 @@
 # A named local stack for dev and tests: Postgres 18 + pgvector, and LocalStack (S3, SQS)
 # or moto where no Python 3.13 exists.
 #
-#   stack.sh up|down|status|env [NAME] [--clean]     NAME defaults to dev (tests use test)
+#   stack.sh up|down|status|env|pg-restart [NAME] [--clean]   NAME defaults to dev (tests use test)
 #
 #   PG_PORT, AWS_PORT   use these ports (refused if taken); default: first free from 54330 / 45660
 #   STACK_AWS           auto (default) | localstack | moto | none (Postgres only)
@@ -256,7 +256,16 @@ cmd_env() {
   cat "$ENVF"
 }
 
+# Stops Postgres for PG_DOWN_SECS (default 2) and starts it again on its port: fault tests.
+cmd_pg_restart() {
+  pg_running || die "Postgres of stack $NAME is not running"
+  stop_pg
+  sleep "${PG_DOWN_SECS:-2}"
+  PG_PORT=$(read_file pg.port) start_pg
+}
+
 case $CMD in
   up | down | status | env) "cmd_$CMD" ;;
-  *) die "usage: $0 up|down|status|env [NAME] [--clean]" ;;
+  pg-restart) cmd_pg_restart ;;
+  *) die "usage: $0 up|down|status|env|pg-restart [NAME] [--clean]" ;;
 esac

@@ -1,21 +1,24 @@
 //! Assembling routers into a served application: the same code for the local server and for
 //! every Lambda function.
 
+use axum::middleware::from_fn_with_state;
 use axum::Router;
 use utoipa::openapi::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::config::Config;
 use crate::http::middleware::with_request_tracing;
+use crate::http::rate_limit;
 use crate::AppState;
 
-/// Mounts `api` under the configured prefix, adds request tracing, and returns the router
-/// with the OpenAPI document of everything mounted.
+/// Mounts `api` under the configured prefix, adds rate limits and request tracing, and returns
+/// the router with the OpenAPI document of everything mounted.
 pub fn assemble(api: OpenApiRouter<AppState>, state: AppState) -> (Router, OpenApi) {
     let prefix = state.base_path();
     let (router, mut openapi) = OpenApiRouter::new().nest(&prefix, api).split_for_parts();
     crate::http::openapi::finish(&mut openapi);
-    (with_request_tracing(router.with_state(state)), openapi)
+    let limited = router.layer(from_fn_with_state(state.clone(), rate_limit::limit));
+    (with_request_tracing(limited.with_state(state)), openapi)
 }
 
 /// Process start-up shared by every binary: logging, crypto provider, config, state (pool,

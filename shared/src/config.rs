@@ -62,6 +62,22 @@ pub struct Config {
     pub mcp_tools_ttl: Duration,
     /// MCP: the most bytes of tool result text handed to a model (MCP_RESULT_MAX_BYTES, default 65536).
     pub mcp_result_max_bytes: usize,
+    pub rate_limits: RateLimits,
+    /// Completion tokens held from a regular user's quota for one model call that sets no
+    /// maxTokens of its own (`QUOTA_COMPLETION_RESERVE_TOKENS`, default 8192); the call is
+    /// capped at what was held, so concurrent calls cannot spend past the quota.
+    pub quota_completion_reserve: u64,
+}
+
+/// Requests per window per caller; 0 turns a limit off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateLimits {
+    /// `RATE_LIMIT_WINDOW_SECS`, default 60.
+    pub window_secs: u32,
+    /// Per admin-API user, by JWT subject (`RATE_LIMIT_USER_REQUESTS`, default 1200).
+    pub per_user: u32,
+    /// Per app on the external API, embed tokens included (`RATE_LIMIT_APP_REQUESTS`, default 6000).
+    pub per_app: u32,
 }
 
 /// What a skill package may hold; anything beyond is refused before it is stored.
@@ -181,6 +197,12 @@ impl Config {
             mcp_call_timeout: Duration::from_secs(parse_num("MCP_CALL_TIMEOUT_SECS", 60)?),
             mcp_tools_ttl: Duration::from_secs(parse_num("MCP_TOOLS_TTL_SECS", 60)?),
             mcp_result_max_bytes: parse_num("MCP_RESULT_MAX_BYTES", 64 * 1024)? as usize,
+            rate_limits: RateLimits {
+                window_secs: parse_num("RATE_LIMIT_WINDOW_SECS", 60)?.clamp(1, 86_400) as u32,
+                per_user: parse_num("RATE_LIMIT_USER_REQUESTS", 1200)?.min(u64::from(u32::MAX)) as u32,
+                per_app: parse_num("RATE_LIMIT_APP_REQUESTS", 6000)?.min(u64::from(u32::MAX)) as u32,
+            },
+            quota_completion_reserve: parse_num("QUOTA_COMPLETION_RESERVE_TOKENS", 8192)?.max(1),
         })
     }
 }

@@ -27,6 +27,9 @@ pub enum AppError {
     PayloadTooLarge(String),
     #[error("{message}")]
     RateLimited { message: String, retry_after_secs: u64 },
+    /// A backing service (database, object storage) cannot be reached; the cause is logged.
+    #[error("{message}")]
+    Unavailable { message: String, cause: anyhow::Error },
     /// Anything the client cannot fix; logged with its cause, shown as a generic message.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -66,6 +69,7 @@ impl AppError {
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -86,16 +90,38 @@ impl AppError {
     }
 }
 
+impl AppError {
+    pub fn unavailable(what: &str, cause: anyhow::Error) -> Self {
+        Self::Unavailable {
+            message: format!("{what} is unavailable right now; nothing was changed, try again shortly"),
+            cause,
+        }
+    }
+}
+
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
-        Self::Internal(anyhow::Error::new(err).context("database"))
+        // Lost or refused connections (a restart, a failover) are worth a retry; the rest is a bug.
+        let unreachable = matches!(
+            err,
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+        );
+        let cause = anyhow::Error::new(err).context("database");
+        match unreachable {
+            true => Self::unavailable("the database", cause),
+            false => Self::Internal(cause),
+        }
     }
 }
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        if let Self::Internal(cause) = &self {
-            tracing::error!(error = ?cause, "request failed");
+        match &self {
+            Self::Internal(cause) => tracing::error!(error = ?cause, "request failed"),
+            Self::Unavailable { cause, .. } => {
+                tracing::warn!(error = ?cause, "request failed: a backing service is unavailable")
+            }
+            _ => {}
         }
         let info = ErrorInfo {
             code: self.code(),

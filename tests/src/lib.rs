@@ -94,6 +94,11 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
             if store == Store::S3 { "s3" } else { "fs" }.into(),
         ),
     ]);
+    // Counted on every request like in production, but never reached by a test that does not
+    // set its own limits: some tests and benchmarks send thousands of requests a minute.
+    for key in ["RATE_LIMIT_USER_REQUESTS", "RATE_LIMIT_APP_REQUESTS"] {
+        vars.insert(key.into(), "1000000".into());
+    }
     if store == Store::S3 {
         vars.insert("S3_BUCKET".into(), env("S3_BUCKET"));
     }
@@ -122,6 +127,17 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
         state,
         storage_dir,
     }
+}
+
+/// Serves the app of `state` on a free port; returns its base URL.
+async fn serve(state: AppState) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = local_server::build_app(state);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
+    });
+    format!("http://{addr}/api")
 }
 
 fn rand_bytes() -> [u8; 32] {
@@ -267,6 +283,28 @@ impl TestApp {
                 .header("Svc-Auth", token)
                 .multipart(form),
         )
+        .await
+    }
+
+    /// Another instance of the service on its own port, with its own connection pool, over the
+    /// same database and storage (as two Lambda instances of one function); returns its base URL.
+    pub async fn second_instance(&self) -> String {
+        let state = AppState::build(self.state.config().clone())
+            .await
+            .expect("second instance state");
+        serve(state).await
+    }
+
+    /// Another instance over the same database whose object store is `storage` (one that is
+    /// unreachable, say); returns its base URL.
+    pub async fn instance_with_storage(&self, storage: std::sync::Arc<dyn shared::storage::ObjectStore>) -> String {
+        let queue = std::sync::Arc::new(shared::queue::InProcessQueue::default());
+        serve(AppState::from_parts(
+            self.state.config().clone(),
+            self.db.clone(),
+            storage,
+            queue,
+        ))
         .await
     }
 

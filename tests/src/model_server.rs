@@ -9,7 +9,9 @@
 //!   is in the conversation, then answers with it
 //! - `chat-cut`: two chunks, then the connection ends without finishing
 //! - `chat-error`: one chunk, then an `error` event
+//! - `chat-garbage`: two chunks, then a line that is not JSON
 //! - `chat-flaky`: 429 on the first call, then like `chat-echo`
+//! - `chat-429`: always HTTP 429
 //! - `chat-500`: always HTTP 500
 //! - `chat-slow`: waits 300 ms before each chunk
 //! - `chat-bench-N`: N one-token chunks as fast as possible
@@ -306,7 +308,9 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-tools",
             "chat-cut",
             "chat-error",
+            "chat-garbage",
             "chat-flaky",
+            "chat-429",
             "chat-500",
             "chat-slow",
             "chat-split",
@@ -325,7 +329,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "The server had an error while processing your request",
         );
     }
-    if model == "chat-flaky" && script.flaky_calls.fetch_add(1, Ordering::SeqCst) == 0 {
+    if model == "chat-429" || (model == "chat-flaky" && script.flaky_calls.fetch_add(1, Ordering::SeqCst) == 0) {
         return error(StatusCode::TOO_MANY_REQUESTS, "Rate limit reached");
     }
     let p = plan(&model, &body);
@@ -344,6 +348,11 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
     match model.as_str() {
         "chat-cut" => {
             events.extend(text.take(2));
+            return sse(events, Duration::ZERO, &script);
+        }
+        "chat-garbage" => {
+            events.extend(text.take(2));
+            events.push("data: {\"choices\": [{\"delta\": <html>502 Bad Gateway</html>\n\n".to_owned());
             return sse(events, Duration::ZERO, &script);
         }
         "chat-error" => {

@@ -18,7 +18,8 @@ use crate::http::event_stream::spawn_stream;
 use crate::http::CurrentUser;
 use crate::models::client::{ChatEvent, ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing, ModelHandle};
-use crate::models::{quota, ModelType};
+use crate::models::quota::Hold;
+use crate::models::ModelType;
 use crate::{validate, AppError, AppResult, AppState};
 
 pub const FIELDS: [&str; 5] = ["name", "description", "instruction", "greeting", "avatar"];
@@ -60,11 +61,17 @@ pub async fn start(
     let model = gateway::default_model(state, ModelType::Chat)
         .await
         .map_err(|_| AppError::business("no default CHAT model is configured to draft the agent"))?;
-    quota::ensure_available(state.db(), user.id).await?;
+    // Held now so that a user without quota is refused before the stream starts.
+    let hold = gateway::hold(
+        state,
+        Billing::User(user.id),
+        gateway::turn_estimate(state, &model, &description),
+    )
+    .await?;
     let (state, user) = (state.clone(), user.clone());
     Ok(spawn_stream(move |tx: Sender<String>| async move {
         let _ = tx.send("[START]\n".to_owned()).await;
-        let line = match draft_and_create(&state, &user, &model, &description, &tx).await {
+        let line = match draft_and_create(&state, &user, &model, hold, &description, &tx).await {
             Ok(id) => format!("[DONE]{id}\n"),
             Err(message) => format!("[ERROR]{}\n", escape(&message)),
         };
@@ -76,6 +83,7 @@ async fn draft_and_create(
     state: &AppState,
     user: &CurrentUser,
     model: &ModelHandle,
+    hold: Hold,
     description: &str,
     tx: &Sender<String>,
 ) -> Result<i64, String> {
@@ -83,7 +91,7 @@ async fn draft_and_create(
         messages: vec![ChatMessage::system(DRAFT_PROMPT), ChatMessage::user(description)],
         ..Default::default()
     };
-    let mut stream = gateway::chat_stream(state, model, Billing::User(user.id), "agent-draft", &req)
+    let mut stream = gateway::chat_stream_held(state, model, Billing::User(user.id), hold, "agent-draft", &req)
         .await
         .map_err(|e| AppError::from(e).to_string())?;
     let mut scanner = FieldScanner::default();

@@ -33,6 +33,18 @@ impl FromRequestParts<AppState> for ExternalCaller {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        // The rate limiter may have authenticated the request already.
+        if let Some(caller) = parts.extensions.get::<ExternalCaller>() {
+            return Ok(caller.clone());
+        }
+        let caller = Self::authenticate(parts, state).await?;
+        parts.extensions.insert(caller.clone());
+        Ok(caller)
+    }
+}
+
+impl ExternalCaller {
+    async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
         let has_app_headers = parts.headers.contains_key("svc-app-id") || parts.headers.contains_key("svc-token");
         if !has_app_headers {
             if let Some(token) = token_from(parts) {

@@ -17,6 +17,18 @@ impl FromRequestParts<AppState> for AppCaller {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        // The rate limiter may have authenticated the request already.
+        if let Some(caller) = parts.extensions.get::<AppCaller>() {
+            return Ok(caller.clone());
+        }
+        let caller = Self::authenticate(parts, state).await?;
+        parts.extensions.insert(caller.clone());
+        Ok(caller)
+    }
+}
+
+impl AppCaller {
+    async fn authenticate(parts: &Parts, state: &AppState) -> Result<Self, AppError> {
         let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
         let (Some(app_id), Some(token)) = (header("svc-app-id"), header("svc-token")) else {
             return Err(AppError::unauthorized(

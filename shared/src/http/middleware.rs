@@ -29,6 +29,16 @@ pub fn with_request_tracing<S: Clone + Send + Sync + 'static>(router: Router<S>)
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
 }
 
+/// Modules that answer in `{status, message, data}` (they add `status_envelope` to their
+/// routes); `path` is relative to the API prefix. Layers around every module use it to render
+/// their own refusals in the module's envelope.
+pub fn uses_status_envelope(path: &str) -> bool {
+    ["/ai-model", "/skill"].iter().any(|m| {
+        path.strip_prefix(m)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
 /// Re-renders error responses as `{status, message, data: null}` (model and skill modules).
 pub async fn status_envelope(response: Response) -> Response {
     let Some(info) = response.extensions().get::<ErrorInfo>().cloned() else {

@@ -12,6 +12,7 @@ pub mod middleware;
 pub mod multipart;
 pub mod openapi;
 pub mod paging;
+pub mod rate_limit;
 
 pub use auth::{AdminUser, CurrentUser};
 pub use envelope::{Api, ApiResult, Envelope};

@@ -1,15 +1,17 @@
-//! Every model call of the service goes through here: resolve the config, check the caller's
-//! quota, call, record usage, deduct tokens.
+//! Every model call of the service goes through here: resolve the config, hold tokens of the
+//! caller's quota, call (capped at what is held), record usage, settle the hold to what was used.
 
 use std::time::Instant;
 
 use futures::StreamExt;
 
 use super::client::{
-    ChatEvent, ChatRequest, ChatResponse, ChatStream, Embeddings, Endpoint, InputKind, ModelError, RerankHit, Usage,
+    ChatEvent, ChatRequest, ChatResponse, ChatStream, ContentPart, Embeddings, Endpoint, InputKind, MessageContent,
+    ModelError, RerankHit, Usage,
 };
+use super::quota::{self, Hold};
 use super::usage::{self, UsageRecord};
-use super::{quota, repo, ModelConfigRow, ModelType};
+use super::{repo, ModelConfigRow, ModelType};
 use crate::{AppError, AppResult, AppState};
 
 /// A model config ready to call.
@@ -100,42 +102,130 @@ pub async fn default_model(state: &AppState, model_type: ModelType) -> AppResult
     Ok(ModelHandle { row, endpoint })
 }
 
-async fn before_call(state: &AppState, billing: Billing) -> Result<(), CallError> {
-    if let Billing::User(id) = billing {
-        quota::ensure_available(state.db(), id).await?;
+/// Holds up to `want` tokens for `billing`'s user (refused when none are left); unlimited for
+/// administrators and record-only calls.
+pub async fn hold(state: &AppState, billing: Billing, want: u64) -> AppResult<Hold> {
+    match billing {
+        Billing::User(id) => Hold::take(state.db(), id, want).await,
+        Billing::RecordOnly(_) => Ok(Hold::unlimited(state.db())),
     }
-    Ok(())
 }
 
-/// Records the call and, when `charge`, deducts its tokens; failures to record are logged,
-/// never returned, so bookkeeping cannot fail a user's answer.
-async fn after_call(state: &AppState, model: &ModelConfigRow, billing: Billing, mut record: UsageRecord, charge: bool) {
+/// What a chat turn holds before anything is stored: the question and a full answer. The first
+/// model call tops it up to the size of its real request.
+pub fn turn_estimate(state: &AppState, model: &ModelHandle, question: &str) -> u64 {
+    let question = ChatRequest {
+        messages: vec![super::client::ChatMessage::user(question)],
+        ..Default::default()
+    };
+    let (prompt, answer) = chat_size(state, model, &question);
+    prompt + answer
+}
+
+/// Tokens per image when holding quota: a data URI's size says little about what a model charges.
+const IMAGE_TOKENS: u64 = 1_500;
+
+/// An upper estimate of tokens for `bytes` of text: one per 3 bytes (English runs about 4 per
+/// token, CJK about 3 bytes per token), so a hold rarely falls short.
+fn text_tokens(bytes: usize) -> u64 {
+    bytes.div_ceil(3) as u64
+}
+
+/// An upper estimate of a chat request's prompt tokens, for holding quota.
+fn prompt_bound(req: &ChatRequest) -> u64 {
+    let mut bytes = serde_json::to_string(&req.tools).map(|s| s.len()).unwrap_or(0);
+    let mut images = 0;
+    for m in &req.messages {
+        bytes += 8 + m
+            .tool_calls
+            .iter()
+            .map(|c| c.function.name.len() + c.function.arguments.len())
+            .sum::<usize>();
+        match &m.content {
+            Some(MessageContent::Text(t)) => bytes += t.len(),
+            Some(MessageContent::Parts(parts)) => {
+                for part in parts {
+                    match part {
+                        ContentPart::Text { text } => bytes += text.len(),
+                        ContentPart::ImageUrl { .. } => images += 1,
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+    text_tokens(bytes) + images * IMAGE_TOKENS
+}
+
+/// The tokens a chat call may need: its prompt (estimated from above) and its longest answer.
+fn chat_size(state: &AppState, model: &ModelHandle, req: &ChatRequest) -> (u64, u64) {
+    let answer = req
+        .max_tokens
+        .or_else(|| model.endpoint.option_u64("maxTokens"))
+        .unwrap_or(state.config().quota_completion_reserve);
+    (prompt_bound(req), answer)
+}
+
+/// Tops `hold` up for `req` and caps the answer at what is held; refuses when the hold cannot
+/// even cover the prompt.
+async fn fit(
+    state: &AppState,
+    model: &ModelHandle,
+    hold: &mut Hold,
+    req: &ChatRequest,
+) -> Result<ChatRequest, CallError> {
+    let mut req = req.clone();
+    if hold.limit().is_none() {
+        return Ok(req);
+    }
+    let (prompt, answer) = chat_size(state, model, &req);
+    hold.top_up(prompt + answer).await?;
+    let held = hold.limit().unwrap_or(0);
+    if held <= prompt {
+        return Err(quota::too_small(held, prompt + 1).into());
+    }
+    req.max_tokens = Some(answer.min(held - prompt));
+    Ok(req)
+}
+
+/// Holds what a chat call may need and fits the request to the hold.
+async fn hold_chat(
+    state: &AppState,
+    model: &ModelHandle,
+    billing: Billing,
+    req: &ChatRequest,
+) -> Result<(Hold, ChatRequest), CallError> {
+    let (prompt, answer) = chat_size(state, model, req);
+    let mut hold = hold(state, billing, prompt + answer).await?;
+    let req = fit(state, model, &mut hold, req).await?;
+    Ok((hold, req))
+}
+
+/// Records the call and settles the hold: to its tokens when `charge`, to nothing otherwise.
+/// Failures to record are logged, never returned, so bookkeeping cannot fail a user's answer.
+async fn after_call(state: &AppState, model: &ModelConfigRow, hold: Hold, mut record: UsageRecord, charge: bool) {
     record.cost = usage::cost(model, record.usage);
     if let Err(e) = usage::record(state.db(), &record).await {
         tracing::error!(error = %e, model_id = model.id, "recording model usage failed");
     }
-    if let (Billing::User(id), true) = (billing, charge) {
-        let used = record.usage.prompt_tokens + record.usage.completion_tokens;
-        if let Err(e) = quota::deduct(state.db(), id, used).await {
-            tracing::error!(error = %e, user_id = id, "deducting tokens failed");
-        }
-    }
+    let used = record.usage.prompt_tokens + record.usage.completion_tokens;
+    hold.settle(if charge { used } else { 0 }).await;
 }
 
 fn start(model: &ModelHandle, billing: Billing, kind: &'static str) -> (UsageRecord, Instant) {
     (UsageRecord::new(&model.row, billing.user_id(), kind), Instant::now())
 }
 
-/// Runs one non-streamed call with the quota check before it and the bookkeeping after it.
+/// Runs one non-streamed call on its hold, and settles the hold after it.
 async fn metered<T>(
     state: &AppState,
     model: &ModelHandle,
     billing: Billing,
+    hold: Hold,
     kind: &'static str,
     call: impl std::future::Future<Output = Result<T, ModelError>>,
     usage_of: impl Fn(&T) -> Usage,
 ) -> Result<T, CallError> {
-    before_call(state, billing).await?;
     let (mut record, started) = start(model, billing, kind);
     let outcome = call.await;
     record.latency_ms = started.elapsed().as_millis() as i64;
@@ -144,7 +234,7 @@ async fn metered<T>(
         Err(e) => record.error = Some(e.to_string()),
     }
     let charge = record.error.is_none();
-    after_call(state, &model.row, billing, record, charge).await;
+    after_call(state, &model.row, hold, record, charge).await;
     Ok(outcome?)
 }
 
@@ -155,15 +245,9 @@ pub async fn chat(
     kind: &'static str,
     req: &ChatRequest,
 ) -> Result<ChatResponse, CallError> {
-    metered(
-        state,
-        model,
-        billing,
-        kind,
-        state.models().chat(&model.endpoint, req),
-        |r| r.usage,
-    )
-    .await
+    let (hold, req) = hold_chat(state, model, billing, req).await?;
+    let call = state.models().chat(&model.endpoint, &req);
+    metered(state, model, billing, hold, kind, call, |r| r.usage).await
 }
 
 pub async fn embed(
@@ -174,8 +258,9 @@ pub async fn embed(
     input: InputKind,
     expected_dim: Option<usize>,
 ) -> Result<Embeddings, CallError> {
+    let hold = hold(state, billing, text_tokens(texts.iter().map(String::len).sum())).await?;
     let call = state.models().embed(&model.endpoint, texts, input, expected_dim);
-    metered(state, model, billing, "embedding", call, |e| Usage {
+    metered(state, model, billing, hold, "embedding", call, |e| Usage {
         prompt_tokens: e.prompt_tokens,
         completion_tokens: 0,
     })
@@ -190,8 +275,10 @@ pub async fn rerank(
     documents: &[String],
     top_n: usize,
 ) -> Result<Vec<RerankHit>, CallError> {
+    let want = text_tokens(query.len() + documents.iter().map(String::len).sum::<usize>());
+    let hold = hold(state, billing, want).await?;
     let call = state.models().rerank(&model.endpoint, query, documents, top_n);
-    metered(state, model, billing, "rerank", call, |_| Usage::default()).await
+    metered(state, model, billing, hold, "rerank", call, |_| Usage::default()).await
 }
 
 /// A streamed answer whose usage is recorded when it ends, fails, or is dropped by a client
@@ -203,7 +290,32 @@ pub async fn chat_stream(
     kind: &'static str,
     req: &ChatRequest,
 ) -> Result<ChatStream, CallError> {
-    before_call(state, billing).await?;
+    let (hold, req) = hold_chat(state, model, billing, req).await?;
+    stream_on(state, model, billing, hold, kind, &req).await
+}
+
+/// `chat_stream` on tokens held beforehand (topped up as the request needs), so a caller can
+/// refuse before it stores anything.
+pub async fn chat_stream_held(
+    state: &AppState,
+    model: &ModelHandle,
+    billing: Billing,
+    mut hold: Hold,
+    kind: &'static str,
+    req: &ChatRequest,
+) -> Result<ChatStream, CallError> {
+    let req = fit(state, model, &mut hold, req).await?;
+    stream_on(state, model, billing, hold, kind, &req).await
+}
+
+async fn stream_on(
+    state: &AppState,
+    model: &ModelHandle,
+    billing: Billing,
+    hold: Hold,
+    kind: &'static str,
+    req: &ChatRequest,
+) -> Result<ChatStream, CallError> {
     let (record, started) = start(model, billing, kind);
     let prompt_chars: usize = req
         .messages
@@ -213,7 +325,7 @@ pub async fn chat_stream(
     let mut meter = Meter {
         state: state.clone(),
         model: model.row.clone(),
-        billing,
+        hold: Some(hold),
         record,
         started,
         prompt_chars,
@@ -251,7 +363,7 @@ pub async fn chat_stream(
 struct Meter {
     state: AppState,
     model: ModelConfigRow,
-    billing: Billing,
+    hold: Option<Hold>,
     record: UsageRecord,
     started: Instant,
     prompt_chars: usize,
@@ -288,14 +400,12 @@ impl Meter {
             };
         }
         self.record.latency_ms = self.started.elapsed().as_millis() as i64;
-        let (state, model, billing, record) = (
-            self.state.clone(),
-            self.model.clone(),
-            self.billing,
-            self.record.clone(),
-        );
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        let (state, model, record) = (self.state.clone(), self.model.clone(), self.record.clone());
         // A failed or abandoned stream is charged for what it produced before it stopped.
-        let task = async move { after_call(&state, &model, billing, record, true).await };
+        let task = async move { after_call(&state, &model, hold, record, true).await };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(task);

@@ -1,44 +1,155 @@
 //! Token quotas: regular users spend `tokens` until `expireDt`; administrators are not limited.
+//!
+//! A model call first holds tokens: they leave the user's `tokens` in one statement that can
+//! only take what is there, and the call is capped at what it holds. When it ends the hold is
+//! settled: what the call used stays spent, the rest goes back. So concurrent calls can never
+//! spend more than the quota, and `tokens` always shows what is free right now.
 
 use sqlx::PgPool;
 
 use crate::{AppError, AppResult};
 
-/// Refuses a regular user whose quota is used up or expired, before any upstream call.
-pub async fn ensure_available(db: &PgPool, user_id: i64) -> AppResult<()> {
-    let row: Option<(i16, i64, bool)> =
-        sqlx::query_as("SELECT role, tokens, COALESCE(expire_dt < now(), FALSE) FROM users WHERE id = $1")
-            .bind(user_id)
-            .fetch_optional(db)
-            .await?;
-    let Some((role, tokens, expired)) = row else {
-        return Err(AppError::unauthorized("the user no longer exists; please log in again"));
-    };
-    if role == 1 {
-        return Ok(());
-    }
-    if expired {
-        return Err(AppError::Forbidden(
-            "your token quota has expired; ask an administrator to renew it".into(),
-        ));
-    }
-    if tokens <= 0 {
-        return Err(AppError::Forbidden(
-            "your token quota is used up; ask an administrator for more".into(),
-        ));
-    }
-    Ok(())
+/// Tokens held from a user's quota for one model call (or one chat turn's first call).
+/// Dropped unsettled, it gives everything back.
+#[derive(Debug)]
+pub struct Hold {
+    db: PgPool,
+    /// None: not limited (administrators, calls recorded for statistics only).
+    user_id: Option<i64>,
+    held: u64,
 }
 
-/// Deducts what a call used (never below zero; administrators keep their count).
-pub async fn deduct(db: &PgPool, user_id: i64, tokens: u64) -> sqlx::Result<()> {
-    if tokens == 0 {
-        return Ok(());
+impl Hold {
+    pub fn unlimited(db: &PgPool) -> Self {
+        Self {
+            db: db.clone(),
+            user_id: None,
+            held: 0,
+        }
     }
-    sqlx::query("UPDATE users SET tokens = GREATEST(tokens - $2, 0) WHERE id = $1 AND role = 2")
+
+    /// Holds up to `want` tokens of the user's quota; refuses a user with none left, an
+    /// expired quota, or who no longer exists.
+    pub async fn take(db: &PgPool, user_id: i64, want: u64) -> AppResult<Self> {
+        let grab = grab(db, user_id, want).await?;
+        let Some(grab) = grab else {
+            return Err(AppError::unauthorized("the user no longer exists; please log in again"));
+        };
+        if grab.role == 1 {
+            return Ok(Self::unlimited(db));
+        }
+        if grab.expired {
+            return Err(AppError::Forbidden(
+                "your token quota has expired; ask an administrator to renew it".into(),
+            ));
+        }
+        if grab.taken == 0 {
+            return Err(used_up());
+        }
+        Ok(Self {
+            db: db.clone(),
+            user_id: Some(user_id),
+            held: grab.taken,
+        })
+    }
+
+    /// Holds more, up to `want` in all, with whatever the quota still has; never refuses.
+    pub async fn top_up(&mut self, want: u64) -> AppResult<()> {
+        let Some(user_id) = self.user_id else {
+            return Ok(());
+        };
+        if want > self.held {
+            if let Some(grab) = grab(&self.db, user_id, want - self.held).await? {
+                self.held += grab.taken;
+            }
+        }
+        Ok(())
+    }
+
+    /// The most tokens the call may use; None when not limited.
+    pub fn limit(&self) -> Option<u64> {
+        self.user_id.map(|_| self.held)
+    }
+
+    /// Keeps `used` tokens spent and gives back the rest of the hold. A call that used more
+    /// than it held (an estimate fell short) pays the difference from what is free, never
+    /// below zero.
+    pub async fn settle(mut self, used: u64) {
+        let (Some(user_id), held) = (self.user_id.take(), self.held) else {
+            return;
+        };
+        settle(&self.db, user_id, held, used).await;
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let Some(user_id) = self.user_id.take() else {
+            return;
+        };
+        let (db, held) = (self.db.clone(), self.held);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move { settle(&db, user_id, held, 0).await });
+            }
+            Err(_) => tracing::error!(user_id, held, "held tokens not given back: no runtime"),
+        }
+    }
+}
+
+fn used_up() -> AppError {
+    AppError::Forbidden("your token quota is used up; ask an administrator for more".into())
+}
+
+/// The refusal when what is held does not even cover the request's prompt.
+pub fn too_small(held: u64, needed: u64) -> AppError {
+    AppError::Forbidden(format!(
+        "your token quota is used up: {held} tokens left, this request needs about {needed}; ask an administrator for more"
+    ))
+}
+
+struct Grab {
+    role: i16,
+    expired: bool,
+    taken: u64,
+}
+
+/// Takes up to `want` tokens from a regular user with an unexpired quota, in one statement: the
+/// row lock makes concurrent grabs queue, and each sees what the previous one left.
+async fn grab(db: &PgPool, user_id: i64, want: u64) -> sqlx::Result<Option<Grab>> {
+    let row: Option<(i16, bool, Option<i64>)> = sqlx::query_as(
+        "WITH cur AS (
+             SELECT id, role, tokens, COALESCE(expire_dt < now(), FALSE) AS expired
+             FROM users WHERE id = $1 FOR UPDATE
+         ), taken AS (
+             UPDATE users u SET tokens = u.tokens - LEAST($2, cur.tokens)
+             FROM cur WHERE u.id = cur.id AND cur.role = 2 AND NOT cur.expired AND cur.tokens > 0
+             RETURNING LEAST($2, cur.tokens) AS n
+         )
+         SELECT cur.role, cur.expired, (SELECT n FROM taken) FROM cur",
+    )
+    .bind(user_id)
+    .bind(want.min(i64::MAX as u64) as i64)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|(role, expired, taken)| Grab {
+        role,
+        expired,
+        taken: taken.unwrap_or(0).max(0) as u64,
+    }))
+}
+
+async fn settle(db: &PgPool, user_id: i64, held: u64, used: u64) {
+    if held == used {
+        return;
+    }
+    let outcome = sqlx::query("UPDATE users SET tokens = GREATEST(tokens + $2 - $3, 0) WHERE id = $1")
         .bind(user_id)
-        .bind(tokens as i64)
+        .bind(held as i64)
+        .bind(used as i64)
         .execute(db)
-        .await?;
-    Ok(())
+        .await;
+    if let Err(e) = outcome {
+        tracing::error!(error = %e, user_id, held, used, "settling held tokens failed");
+    }
 }

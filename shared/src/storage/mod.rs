@@ -59,6 +59,9 @@ pub struct PresignedPut {
 pub enum StorageError {
     #[error("object not found")]
     NotFound,
+    /// The store could not be reached (connection refused, timed out).
+    #[error("storage unreachable: {0:#}")]
+    Unavailable(anyhow::Error),
     #[error("storage failure: {0:#}")]
     Other(#[from] anyhow::Error),
 }
@@ -67,6 +70,7 @@ impl From<StorageError> for crate::AppError {
     fn from(err: StorageError) -> Self {
         match err {
             StorageError::NotFound => crate::AppError::NotFound("stored file not found".into()),
+            StorageError::Unavailable(e) => crate::AppError::unavailable("file storage", e),
             StorageError::Other(e) => crate::AppError::Internal(e.context("object storage")),
         }
     }

@@ -38,6 +38,20 @@ fn other<E: std::error::Error + Send + Sync + 'static>(what: &'static str) -> im
     move |e| StorageError::Other(anyhow::Error::new(e).context(what))
 }
 
+/// Like `other`, but a request that never reached S3 (refused, timed out) is `Unavailable`.
+fn failed<E, R>(what: &'static str) -> impl FnOnce(SdkError<E, R>) -> StorageError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    move |e| match e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => {
+            StorageError::Unavailable(anyhow::Error::new(e).context(what))
+        }
+        e => other(what)(e),
+    }
+}
+
 #[async_trait]
 impl ObjectStore for S3Store {
     fn kind(&self) -> StorageKind {
@@ -53,7 +67,7 @@ impl ObjectStore for S3Store {
             .body(S3Body::from(body))
             .send()
             .await
-            .map_err(other("s3 put_object"))?;
+            .map_err(failed("s3 put_object"))?;
         Ok(())
     }
 
@@ -64,7 +78,7 @@ impl ObjectStore for S3Store {
         }
         let out = req.send().await.map_err(|e| match &e {
             SdkError::ServiceError(se) if se.err().is_no_such_key() => StorageError::NotFound,
-            _ => other("s3 get_object")(e),
+            _ => failed("s3 get_object")(e),
         })?;
         Ok(Box::pin(ReaderStream::new(out.body.into_async_read())))
     }
@@ -73,7 +87,7 @@ impl ObjectStore for S3Store {
         match self.client.head_object().bucket(&self.bucket).key(key).send().await {
             Ok(out) => Ok(Some(out.content_length().unwrap_or(0).max(0) as u64)),
             Err(SdkError::ServiceError(se)) if se.err().is_not_found() => Ok(None),
-            Err(e) => Err(other("s3 head_object")(e)),
+            Err(e) => Err(failed("s3 head_object")(e)),
         }
     }
 
@@ -84,7 +98,7 @@ impl ObjectStore for S3Store {
             .key(key)
             .send()
             .await
-            .map_err(other("s3 delete_object"))?;
+            .map_err(failed("s3 delete_object"))?;
         Ok(())
     }
 
@@ -126,7 +140,7 @@ impl ObjectStore for S3Store {
             .bucket(&self.bucket)
             .send()
             .await
-            .map_err(other("s3 head_bucket"))?;
+            .map_err(failed("s3 head_bucket"))?;
         Ok(())
     }
 }

@@ -233,6 +233,72 @@ async fn an_upstream_failure_mid_stream_ends_with_an_error_line_and_keeps_the_pa
     );
 }
 
+/// Every way a model endpoint fails, for a regular user with a quota: an error line, the
+/// partial answer stored as failed, and the quota charged exactly what the calls used (a
+/// refused call nothing).
+#[tokio::test]
+async fn model_failures_end_with_an_error_keep_the_partial_answer_and_charge_only_what_was_used() {
+    const QUOTA: i64 = 100_000;
+    let s = ChatSetup::new().await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, QUOTA).await;
+    let charged = || async {
+        let (left, used): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT tokens FROM users WHERE id = $1),
+                    (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0)::bigint FROM model_usage WHERE user_id = $1)",
+        )
+        .bind(alice_id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+        (QUOTA - left, used)
+    };
+    // (model, text streamed before the failure, what the stored error says)
+    let cases = [
+        ("chat-429", "", "rate"),
+        ("chat-500", "", "500"),
+        ("chat-error", "You ", "overloaded"),
+        ("chat-cut", "You said: ", "ended"),
+        ("chat-garbage", "You said: ", "not json"),
+    ];
+    for (i, (key, partial, cause)) in cases.into_iter().enumerate() {
+        let model = s.chat_model(key, json!({})).await;
+        let agent = s.agent(&s.admin, json!({ "name": key, "chatModelId": model })).await;
+        let (before, _) = charged().await;
+        let conversation = format!("f-{i}");
+        let events = s
+            .chat(&alice, agent, say(&conversation, "one two three"))
+            .await
+            .events();
+        assert_eq!(events.last().unwrap()["type"], "error", "{key}: {events:?}");
+        assert_eq!(joined(&events, "text"), partial, "{key}");
+        let stored = messages(&s, &alice, agent, &conversation).await;
+        assert_eq!((stored.len(), &stored[1]["status"]), (2, &json!(2)), "{key}: failed");
+        assert_eq!(stored[1]["content"], partial, "{key}: the partial answer is kept");
+        let error: String = sqlx::query_scalar("SELECT error FROM messages WHERE id = $1")
+            .bind(stored[1]["id"].as_i64().unwrap())
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+        assert!(error.to_lowercase().contains(cause), "{key}: {error}");
+        // Settling runs in the background: wait until the books agree.
+        let mut books = charged().await;
+        for _ in 0..50 {
+            if books.0 == books.1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            books = charged().await;
+        }
+        assert_eq!(books.0, books.1, "{key}: charged exactly what the calls used");
+        if partial.is_empty() {
+            assert_eq!(books.0, before, "{key}: nothing generated, nothing charged");
+        } else {
+            assert!(books.0 > before, "{key}: the partial answer is paid for");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_client_disconnect_stops_the_upstream_and_keeps_the_partial_answer() {
     let s = ChatSetup::new().await;

@@ -20,7 +20,7 @@ use super::conversation_repo::{self as repo, NewTurn};
 use super::{AgentRow, Owner};
 use crate::http::event_stream::spawn_stream;
 use crate::models::gateway::{self, Billing, ModelHandle};
-use crate::models::{quota, ModelType};
+use crate::models::ModelType;
 use crate::{validate, AppError, AppResult, AppState};
 
 pub const MAX_CONTENT_CHARS: usize = 32_000;
@@ -75,15 +75,10 @@ pub async fn start(
     let content = validate::required("content", req.content)?;
     validate::length("content", &content, 1, MAX_CONTENT_CHARS)?;
     let key = conversation_key(req.conversation_id)?;
-    let quota = async {
-        match caller.billing {
-            Billing::User(id) => quota::ensure_available(state.db(), id).await,
-            Billing::RecordOnly(_) => Ok(()),
-        }
-    };
-    let (model, quota) = tokio::join!(chat_model(state, &agent), quota);
-    let model = model?;
-    quota?;
+    // The tokens of the first model call are held now, so a chat the quota cannot pay for is
+    // refused before anything is stored; the call itself tops them up to its real size.
+    let model = chat_model(state, &agent).await?;
+    let hold = gateway::hold(state, caller.billing, gateway::turn_estimate(state, &model, &content)).await?;
     let items = req.attachments.unwrap_or_default();
     // Only turns with images need to know how many the conversation already holds.
     let images_so_far = match items.is_empty() {
@@ -114,6 +109,7 @@ pub async fn start(
         caller,
         agent,
         model,
+        hold: Some(hold),
         conversation_id: started.conversation_id,
         conversation_key: key,
         new_conversation: started.created,

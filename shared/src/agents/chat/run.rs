@@ -16,6 +16,7 @@ use crate::agents::conversation_repo::{self as repo, FinishedAnswer};
 use crate::agents::AgentRow;
 use crate::models::client::{ChatEvent, ChatMessage, ChatRequest, ToolCall};
 use crate::models::gateway::{self, ModelHandle};
+use crate::models::quota::Hold;
 use crate::{AppError, AppState};
 
 /// Model calls in one turn; the last one is offered no tools, so the turn always ends.
@@ -26,6 +27,8 @@ pub(super) struct Turn {
     pub caller: Caller,
     pub agent: AgentRow,
     pub model: ModelHandle,
+    /// Tokens held for the first model call when the turn was accepted.
+    pub hold: Option<Hold>,
     pub conversation_id: i64,
     pub conversation_key: String,
     pub new_conversation: bool,
@@ -64,11 +67,12 @@ impl Out {
 }
 
 impl Turn {
-    pub async fn run(self, tx: Sender<StreamEvent>) {
+    pub async fn run(mut self, tx: Sender<StreamEvent>) {
         let started = Instant::now();
         let out = Out { tx };
         let mut answer = Answer::default();
-        let outcome = match self.converse(&out, &mut answer).await {
+        let hold = self.hold.take();
+        let outcome = match self.converse(&out, &mut answer, hold).await {
             Ok(()) => Outcome::Complete,
             Err(o) => o,
         };
@@ -109,7 +113,8 @@ impl Turn {
         }
     }
 
-    async fn converse(&self, out: &Out, answer: &mut Answer) -> Result<(), Outcome> {
+    /// Dropping `hold` unused (the turn failed before its first model call) gives it back.
+    async fn converse(&self, out: &Out, answer: &mut Answer, mut hold: Option<Hold>) -> Result<(), Outcome> {
         let images = attachments::data_uris(&self.state, &self.images)
             .await
             .map_err(Outcome::Failed)?;
@@ -141,7 +146,7 @@ impl Turn {
                 tools: if offer_tools { toolbox.specs().to_vec() } else { vec![] },
                 ..Default::default()
             };
-            let calls = self.model_step(out, &req, answer).await?;
+            let calls = self.model_step(out, &req, answer, hold.take()).await?;
             if calls.is_empty() {
                 return Ok(());
             }
@@ -155,10 +160,19 @@ impl Turn {
     }
 
     /// One streamed model call; returns the tools it asked for (none: the answer is complete).
-    async fn model_step(&self, out: &Out, req: &ChatRequest, answer: &mut Answer) -> Result<Vec<ToolCall>, Outcome> {
-        let mut stream = gateway::chat_stream(&self.state, &self.model, self.caller.billing, "chat", req)
-            .await
-            .map_err(|e| Outcome::Failed(AppError::from(e).to_string()))?;
+    async fn model_step(
+        &self,
+        out: &Out,
+        req: &ChatRequest,
+        answer: &mut Answer,
+        hold: Option<Hold>,
+    ) -> Result<Vec<ToolCall>, Outcome> {
+        let (state, model, billing) = (&self.state, &self.model, self.caller.billing);
+        let stream = match hold {
+            Some(hold) => gateway::chat_stream_held(state, model, billing, hold, "chat", req).await,
+            None => gateway::chat_stream(state, model, billing, "chat", req).await,
+        };
+        let mut stream = stream.map_err(|e| Outcome::Failed(AppError::from(e).to_string()))?;
         let mut calls = vec![];
         loop {
             let event = tokio::select! {

@@ -49,7 +49,7 @@ impl Endpoint {
         }
     }
 
-    fn option_u64(&self, key: &str) -> Option<u64> {
+    pub(crate) fn option_u64(&self, key: &str) -> Option<u64> {
         self.options.get(key).and_then(Value::as_u64)
     }
 

@@ -1,0 +1,99 @@
+//! Request rate limits per caller, counted in Postgres so that every function instance shares
+//! one count: admin-API users by their JWT subject, external-API apps by `Svc-App-Id` (embed
+//! tokens count to their app). A refusal is 429 with `Retry-After`. Requests that carry no
+//! valid credentials are not counted here; they are refused by authentication (and logins have
+//! their own throttle).
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::auth::token_from;
+use super::middleware::{status_envelope, uses_status_envelope};
+use crate::external::caller::ExternalCaller;
+use crate::{AppError, AppState};
+
+/// Who is counted, and their limit per window.
+struct Subject {
+    key: String,
+    noun: &'static str,
+    limit: u32,
+}
+
+/// Counts the request against its caller and refuses it once the caller's window is full.
+pub async fn limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    let refusal = match subject(&mut parts, &state).await {
+        Some(subject) if subject.limit > 0 => check(&state, &subject).await.err(),
+        _ => None,
+    };
+    let Some(refusal) = refusal else {
+        return next.run(Request::from_parts(parts, body)).await;
+    };
+    let response = refusal.into_response();
+    let module_path = parts.uri.path().strip_prefix(&state.base_path()).unwrap_or_default();
+    match uses_status_envelope(module_path) {
+        true => status_envelope(response).await,
+        false => response,
+    }
+}
+
+/// The authenticated caller of the request. What the extractors learn here is kept in the
+/// request, so the handler does not authenticate twice.
+async fn subject(parts: &mut Parts, state: &AppState) -> Option<Subject> {
+    let limits = &state.config().rate_limits;
+    let app_headers = parts.headers.contains_key("svc-app-id") || parts.headers.contains_key("svc-token");
+    if !app_headers {
+        if let Some(claims) = token_from(parts).and_then(|t| state.jwt().verify_access(t).ok()) {
+            return Some(Subject {
+                key: format!("u:{}", claims.sub),
+                noun: "user",
+                limit: limits.per_user,
+            });
+        }
+    }
+    let caller = ExternalCaller::from_request_parts(parts, state).await.ok()?;
+    Some(Subject {
+        key: format!("a:{}", caller.app.id),
+        noun: "app",
+        limit: limits.per_app,
+    })
+}
+
+/// One upsert per request: a fixed window per caller, restarted when its time is up. A failing
+/// counter lets the request through (logged): the limit protects the service, it must not be
+/// the reason it fails.
+async fn check(state: &AppState, subject: &Subject) -> Result<(), AppError> {
+    let window = state.config().rate_limits.window_secs;
+    let counted: Result<(i32, f64), sqlx::Error> = sqlx::query_as(
+        "INSERT INTO rate_limit_windows AS w (key, window_start, hits)
+         VALUES ($1, to_timestamp((floor(extract(epoch FROM now()) / $2) * $2)::float8), 1)
+         ON CONFLICT (key) DO UPDATE SET
+           hits = CASE WHEN w.window_start >= EXCLUDED.window_start THEN w.hits + 1 ELSE 1 END,
+           window_start = GREATEST(w.window_start, EXCLUDED.window_start)
+         RETURNING hits, extract(epoch FROM window_start + make_interval(secs => $2) - now())::float8",
+    )
+    .bind(&subject.key)
+    .bind(window as i32)
+    .fetch_one(state.db())
+    .await;
+    let (hits, left) = match counted {
+        Ok(row) => row,
+        Err(e) => {
+            tracing::warn!(error = %e, key = %subject.key, "rate limit counter unavailable; request let through");
+            return Ok(());
+        }
+    };
+    if hits <= subject.limit as i32 {
+        return Ok(());
+    }
+    let retry_after_secs = (left.ceil() as u64).max(1);
+    Err(AppError::RateLimited {
+        message: format!(
+            "too many requests: this {} may send {} requests per {} seconds; try again in {} seconds",
+            subject.noun, subject.limit, window, retry_after_secs
+        ),
+        retry_after_secs,
+    })
+}

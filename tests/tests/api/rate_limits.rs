@@ -1,0 +1,125 @@
+//! Request rate limits: per admin-API user and per external app (embed tokens included),
+//! shared by every instance through Postgres; 429 with Retry-After in the module's envelope.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use api_tests::{spawn_with, Reply, Store, TestApp};
+use serde_json::json;
+
+const WINDOW: u64 = 2;
+
+async fn limited() -> TestApp {
+    spawn_with(
+        Store::Filesystem,
+        &[
+            ("RATE_LIMIT_WINDOW_SECS", "2"),
+            ("RATE_LIMIT_USER_REQUESTS", "5"),
+            ("RATE_LIMIT_APP_REQUESTS", "4"),
+        ],
+    )
+    .await
+}
+
+/// Waits for the start of the next window, so a short burst falls into one window.
+async fn next_window() {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let into = now.as_millis() as u64 % (WINDOW * 1000);
+    tokio::time::sleep(Duration::from_millis(WINDOW * 1000 - into + 50)).await;
+}
+
+#[track_caller]
+fn assert_limited(r: &Reply, noun: &str) {
+    r.assert_error(429, 429, &format!("this {noun} may send"));
+    let retry: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=WINDOW).contains(&retry), "Retry-After {retry}");
+}
+
+#[tokio::test]
+async fn each_user_has_its_own_limit_on_every_instance_and_may_retry_after_the_window() {
+    let app = limited().await;
+    let admin = app.admin_token().await;
+    let (_, alice) = app.regular_user("alice").await;
+    let other = app.second_instance().await;
+
+    next_window().await;
+    // Five requests spread over two instances fill the admin's window; the sixth is refused on both.
+    for i in 0..5 {
+        let base = if i % 2 == 0 { &app.base } else { &other };
+        let r = app
+            .send(app.client.get(format!("{base}/user")).header("Svc-Auth", &admin))
+            .await;
+        r.assert_ok();
+    }
+    let refused = app.get("/user", Some(&admin)).await;
+    assert_limited(&refused, "user");
+    assert!(refused.msg().contains("5 requests per 2 seconds"), "{}", refused.msg());
+    let on_other = app
+        .send(app.client.get(format!("{other}/user")).header("Svc-Auth", &admin))
+        .await;
+    assert_limited(&on_other, "user");
+    // The `/ai-model` module answers in its own envelope.
+    let model = app.get("/ai-model/providers", Some(&admin)).await;
+    assert_eq!(model.status, 429);
+    assert_eq!(model.body["status"], 429);
+    assert!(model.body["message"].as_str().unwrap().contains("too many requests"));
+    assert!(model.body["data"].is_null() && model.headers.contains_key("retry-after"));
+    // Another user is not affected, and a refused request changed nothing.
+    app.get("/user", Some(&alice)).await.assert_ok();
+    let refused_create = app
+        .post(
+            "/user",
+            Some(&admin),
+            &json!({ "username": "bob", "password": "bob-password-1", "role": 2 }),
+        )
+        .await;
+    assert_eq!(refused_create.status, 429);
+    assert_eq!(app.count("users").await, 2);
+
+    let wait: u64 = refused.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    app.get("/user", Some(&admin)).await.assert_ok();
+}
+
+#[tokio::test]
+async fn each_app_has_its_own_limit_and_its_embed_tokens_count_to_it() {
+    let app = limited().await;
+    let admin = app.admin_token().await;
+    let crm = app.create_app(&admin, "crm").await;
+    let erp = app.create_app(&admin, "erp").await;
+    let token = app.ext_get(&crm, "/embed-token?openId=ann").await.assert_ok()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    next_window().await;
+    for _ in 0..2 {
+        app.ext_get(&crm, "/agents").await.assert_ok();
+    }
+    // Two requests with the app's embed token use up the rest of the app's window.
+    for _ in 0..2 {
+        let r = app
+            .send(
+                app.client
+                    .get(app.url("/openapi/v1/agent?openId=ann"))
+                    .header("Svc-Auth", &token),
+            )
+            .await;
+        assert_ne!(r.status, 429, "{:?}", r.body);
+    }
+    assert_limited(&app.ext_get(&crm, "/agents").await, "app");
+    let embed = app
+        .send(
+            app.client
+                .get(app.url("/openapi/v1/agent?openId=ann"))
+                .header("Svc-Auth", &token),
+        )
+        .await;
+    assert_limited(&embed, "app");
+    // The other app, and the admin API, are not affected; wrong credentials are refused by
+    // authentication, not counted.
+    app.ext_get(&erp, "/agents").await.assert_ok();
+    app.get("/user", Some(&admin)).await.assert_ok();
+    app.ext_get_as(Some(("crm", "wrong-token")), "/agents")
+        .await
+        .assert_error(401, 401, "invalid");
+}

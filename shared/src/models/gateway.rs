@@ -1,12 +1,15 @@
 //! Every model call of the service goes through here: resolve the config, check the caller's
 //! quota, call, record usage, deduct tokens.
 
+use std::sync::Arc;
 use std::time::Instant;
 
+use async_trait::async_trait;
 use futures::StreamExt;
 
 use super::client::{
-    ChatEvent, ChatRequest, ChatResponse, ChatStream, Embeddings, Endpoint, InputKind, ModelError, RerankHit, Usage,
+    self, ChatEvent, ChatRequest, ChatResponse, ChatStream, Embeddings, Endpoint, InputKind, ModelError, RerankHit,
+    Usage,
 };
 use super::usage::{self, UsageRecord};
 use super::{quota, repo, ModelConfigRow, ModelType};
@@ -17,6 +20,36 @@ use crate::{AppError, AppResult, AppState};
 pub struct ModelHandle {
     pub row: ModelConfigRow,
     pub endpoint: Endpoint,
+    /// Where chat calls run when not in this process (an app's client nodes).
+    pub via: Option<Arc<dyn ChatTransport>>,
+}
+
+impl ModelHandle {
+    pub fn new(row: ModelConfigRow, endpoint: Endpoint) -> Self {
+        Self {
+            row,
+            endpoint,
+            via: None,
+        }
+    }
+
+    /// The same model with its chat calls run by `via`.
+    pub fn via(self, via: Arc<dyn ChatTransport>) -> Self {
+        Self { via: Some(via), ..self }
+    }
+
+    async fn open_chat_stream(&self, state: &AppState, req: &ChatRequest) -> Result<ChatStream, ModelError> {
+        match &self.via {
+            Some(via) => via.chat_stream(&self.endpoint, req).await,
+            None => state.models().chat_stream(&self.endpoint, req).await,
+        }
+    }
+}
+
+/// Runs streamed chat calls somewhere else; metering and quota stay with the gateway.
+#[async_trait]
+pub trait ChatTransport: Send + Sync + std::fmt::Debug {
+    async fn chat_stream(&self, endpoint: &Endpoint, req: &ChatRequest) -> Result<ChatStream, ModelError>;
 }
 
 /// Who pays for a call.
@@ -87,7 +120,7 @@ pub async fn load(state: &AppState, id: i64, expected: ModelType) -> AppResult<M
         return Err(AppError::business(format!("model {} is disabled", row.model_name)));
     }
     let endpoint = endpoint_of(state, &row)?;
-    Ok(ModelHandle { row, endpoint })
+    Ok(ModelHandle::new(row, endpoint))
 }
 
 /// The default model of a type, or a message saying none is configured.
@@ -97,7 +130,7 @@ pub async fn default_model(state: &AppState, model_type: ModelType) -> AppResult
         .filter(|r| r.is_enabled)
         .ok_or_else(|| AppError::business(format!("no default {} model is configured", model_type.as_str())))?;
     let endpoint = endpoint_of(state, &row)?;
-    Ok(ModelHandle { row, endpoint })
+    Ok(ModelHandle::new(row, endpoint))
 }
 
 async fn before_call(state: &AppState, billing: Billing) -> Result<(), CallError> {
@@ -155,15 +188,13 @@ pub async fn chat(
     kind: &'static str,
     req: &ChatRequest,
 ) -> Result<ChatResponse, CallError> {
-    metered(
-        state,
-        model,
-        billing,
-        kind,
-        state.models().chat(&model.endpoint, req),
-        |r| r.usage,
-    )
-    .await
+    let call = async {
+        match &model.via {
+            Some(_) => client::collect(model.open_chat_stream(state, req).await?).await,
+            None => state.models().chat(&model.endpoint, req).await,
+        }
+    };
+    metered(state, model, billing, kind, call, |r| r.usage).await
 }
 
 pub async fn embed(
@@ -221,7 +252,7 @@ pub async fn chat_stream(
         reported: false,
         done: false,
     };
-    let inner = match state.models().chat_stream(&model.endpoint, req).await {
+    let inner = match model.open_chat_stream(state, req).await {
         Ok(s) => s,
         Err(e) => {
             meter.record.error = Some(e.to_string());

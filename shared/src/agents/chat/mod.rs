@@ -18,6 +18,7 @@ pub use self::events::{StreamEvent, TokenUsage};
 use self::tools::Disabled;
 use super::conversation_repo::{self as repo, NewTurn};
 use super::{AgentRow, Owner};
+use crate::apps::routing::NodeRoute;
 use crate::http::event_stream::spawn_stream;
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::{quota, ModelType};
@@ -82,7 +83,10 @@ pub async fn start(
         }
     };
     let (model, quota) = tokio::join!(chat_model(state, &agent), quota);
-    let model = model?;
+    let model = match &agent.app_id {
+        Some(app_id) => model?.via(NodeRoute::new(state, app_id, &key)),
+        None => model?,
+    };
     quota?;
     let items = req.attachments.unwrap_or_default();
     // Only turns with images need to know how many the conversation already holds.

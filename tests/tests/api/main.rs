@@ -3,6 +3,7 @@
 mod agents;
 mod apps;
 mod chat;
+mod client_nodes;
 mod deployment;
 mod external;
 mod knowledge;

@@ -104,7 +104,7 @@ impl std::fmt::Debug for NodeRoute {
 }
 
 impl NodeRoute {
-    pub fn new(state: &AppState, app_id: &str, conversation: &str) -> Arc<dyn ChatTransport> {
+    pub fn for_conversation(state: &AppState, app_id: &str, conversation: &str) -> Arc<dyn ChatTransport> {
         Arc::new(Self {
             state: state.clone(),
             app_id: app_id.to_owned(),

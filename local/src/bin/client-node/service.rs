@@ -33,24 +33,20 @@ impl Drop for Busy {
 }
 
 impl Node {
-    fn check_caller<T>(&self, req: &Request<T>) -> Result<(), Status> {
+    /// The caller sent this node's app credentials.
+    fn is_platform<T>(&self, req: &Request<T>) -> bool {
         let header = |name: &str| req.metadata().get(name).and_then(|v| v.to_str().ok());
-        let ok = header("svc-app-id") == Some(self.config.app_id.as_str())
-            && header("svc-token") == Some(self.config.app_token.as_str());
-        match ok {
-            true => Ok(()),
-            false => Err(Status::unauthenticated(
-                "svc-app-id and svc-token must be this node's app credentials",
-            )),
-        }
+        header("svc-app-id") == Some(self.config.app_id.as_str())
+            && header("svc-token") == Some(self.config.app_token.as_str())
     }
 
-    fn take_slot(&self) -> Result<Busy, Status> {
+    /// A slot for one more call, unless the node is serving its maximum already.
+    fn take_slot(&self) -> Option<Busy> {
         let max = self.config.max_concurrent;
         self.active
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
-            .map_err(|_| Status::resource_exhausted(format!("this node serves at most {max} calls at once")))?;
-        Ok(Busy(self.active.clone()))
+            .ok()?;
+        Some(Busy(self.active.clone()))
     }
 
     /// The node's upstream settings win over what the platform names.
@@ -79,8 +75,17 @@ impl ClientNode for Node {
     type ChatStream = DeltaStream;
 
     async fn chat(&self, req: Request<ChatRequest>) -> Result<Response<DeltaStream>, Status> {
-        self.check_caller(&req)?;
-        let busy = self.take_slot()?;
+        if !self.is_platform(&req) {
+            return Err(Status::unauthenticated(
+                "svc-app-id and svc-token must be this node's app credentials",
+            ));
+        }
+        let busy = self.take_slot().ok_or_else(|| {
+            Status::resource_exhausted(format!(
+                "this node serves at most {} calls at once",
+                self.config.max_concurrent
+            ))
+        })?;
         let (target, chat) = node_wire::decode_request(req.into_inner());
         let endpoint = self.endpoint(&target);
         let models = self.models.clone();

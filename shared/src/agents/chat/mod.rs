@@ -84,7 +84,7 @@ pub async fn start(
     };
     let (model, quota) = tokio::join!(chat_model(state, &agent), quota);
     let model = match &agent.app_id {
-        Some(app_id) => model?.via(NodeRoute::new(state, app_id, &key)),
+        Some(app_id) => model?.via(NodeRoute::for_conversation(state, app_id, &key)),
         None => model?,
     };
     quota?;

@@ -2,9 +2,13 @@
 
 pub mod embed_token;
 pub mod model;
+pub mod node_client;
+pub mod node_proto;
 pub mod node_repo;
+pub mod node_wire;
 pub mod nodes;
 pub mod repo;
+pub mod routing;
 pub mod service;
 
 pub use model::*;

@@ -17,6 +17,16 @@ pub async fn of_app(db: &PgPool, app: i64) -> sqlx::Result<Vec<NodeRow>> {
         .await
 }
 
+/// The nodes whose lease has not run out, by hostId.
+pub async fn online_of_app(db: &PgPool, app: i64) -> sqlx::Result<Vec<NodeRow>> {
+    sqlx::query_as(&format!(
+        "{SELECT} WHERE n.app_id = $1 AND n.expire_dt > now() ORDER BY n.host_id"
+    ))
+    .bind(app)
+    .fetch_all(db)
+    .await
+}
+
 pub async fn all(db: &PgPool) -> sqlx::Result<Vec<NodeRow>> {
     sqlx::query_as(&format!("{SELECT} ORDER BY a.app_id, n.host_id"))
         .fetch_all(db)

@@ -49,6 +49,28 @@ pub async fn find_by_app_id(db: &PgPool, app_id: &str) -> sqlx::Result<Option<Ap
         .await
 }
 
+/// What routing a model call needs of an app; `cursor` is this call's ROUND_ROBIN ticket.
+#[derive(Debug, sqlx::FromRow)]
+pub struct RouteTicket {
+    pub id: i64,
+    pub route_strategy: String,
+    pub token_enc: String,
+    pub cursor: i64,
+}
+
+/// Loads the app and, for ROUND_ROBIN, takes the next cursor value in the same statement.
+pub async fn route_ticket(db: &PgPool, app_id: &str) -> sqlx::Result<Option<RouteTicket>> {
+    sqlx::query_as(
+        "WITH a AS (SELECT id, route_strategy, token_enc FROM apps WHERE app_id = $1),
+              c AS (UPDATE apps SET route_cursor = route_cursor + 1
+                    WHERE id = (SELECT id FROM a) AND route_strategy = 'ROUND_ROBIN' RETURNING route_cursor)
+         SELECT a.id, a.route_strategy, a.token_enc, COALESCE((SELECT route_cursor FROM c), 0) AS cursor FROM a",
+    )
+    .bind(app_id)
+    .fetch_optional(db)
+    .await
+}
+
 pub struct PageFilter<'a> {
     pub filter: &'a AppFilter,
     pub created: Option<(DateTime<Utc>, DateTime<Utc>)>,

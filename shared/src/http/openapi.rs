@@ -39,7 +39,11 @@ fn add_common_errors(operation: &mut Operation, has_path_params: bool) {
         (has_path_params, "404", "No such resource, or not visible to the caller"),
         (has_body, "413", "Request body too large"),
         (true, "429", "Too many requests; see Retry-After"),
-        (true, "503", "The database or file storage is unreachable; nothing was changed"),
+        (
+            true,
+            "503",
+            "The database or file storage is unreachable; nothing was changed",
+        ),
     ];
     for (applies, status, description) in common {
         if applies {

@@ -1,13 +1,15 @@
 //! Every model call of the service goes through here: resolve the config, hold tokens of the
 //! caller's quota, call (capped at what is held), record usage, settle the hold to what was used.
 
+use std::sync::Arc;
 use std::time::Instant;
 
+use async_trait::async_trait;
 use futures::StreamExt;
 
 use super::client::{
-    ChatEvent, ChatRequest, ChatResponse, ChatStream, ContentPart, Embeddings, Endpoint, InputKind, MessageContent,
-    ModelError, RerankHit, Usage,
+    self, ChatEvent, ChatRequest, ChatResponse, ChatStream, ContentPart, Embeddings, Endpoint, InputKind,
+    MessageContent, ModelError, RerankHit, Usage,
 };
 use super::quota::{self, Hold};
 use super::usage::{self, UsageRecord};
@@ -19,6 +21,36 @@ use crate::{AppError, AppResult, AppState};
 pub struct ModelHandle {
     pub row: ModelConfigRow,
     pub endpoint: Endpoint,
+    /// Where chat calls run when not in this process (an app's client nodes).
+    pub via: Option<Arc<dyn ChatTransport>>,
+}
+
+impl ModelHandle {
+    pub fn new(row: ModelConfigRow, endpoint: Endpoint) -> Self {
+        Self {
+            row,
+            endpoint,
+            via: None,
+        }
+    }
+
+    /// The same model with its chat calls run by `via`.
+    pub fn via(self, via: Arc<dyn ChatTransport>) -> Self {
+        Self { via: Some(via), ..self }
+    }
+
+    async fn open_chat_stream(&self, state: &AppState, req: &ChatRequest) -> Result<ChatStream, ModelError> {
+        match &self.via {
+            Some(via) => via.chat_stream(&self.endpoint, req).await,
+            None => state.models().chat_stream(&self.endpoint, req).await,
+        }
+    }
+}
+
+/// Runs streamed chat calls somewhere else; metering and quota stay with the gateway.
+#[async_trait]
+pub trait ChatTransport: Send + Sync + std::fmt::Debug {
+    async fn chat_stream(&self, endpoint: &Endpoint, req: &ChatRequest) -> Result<ChatStream, ModelError>;
 }
 
 /// Who pays for a call.
@@ -89,7 +121,7 @@ pub async fn load(state: &AppState, id: i64, expected: ModelType) -> AppResult<M
         return Err(AppError::business(format!("model {} is disabled", row.model_name)));
     }
     let endpoint = endpoint_of(state, &row)?;
-    Ok(ModelHandle { row, endpoint })
+    Ok(ModelHandle::new(row, endpoint))
 }
 
 /// The default model of a type, or a message saying none is configured.
@@ -99,7 +131,7 @@ pub async fn default_model(state: &AppState, model_type: ModelType) -> AppResult
         .filter(|r| r.is_enabled)
         .ok_or_else(|| AppError::business(format!("no default {} model is configured", model_type.as_str())))?;
     let endpoint = endpoint_of(state, &row)?;
-    Ok(ModelHandle { row, endpoint })
+    Ok(ModelHandle::new(row, endpoint))
 }
 
 /// Holds up to `want` tokens for `billing`'s user (refused when none are left); unlimited for
@@ -246,7 +278,12 @@ pub async fn chat(
     req: &ChatRequest,
 ) -> Result<ChatResponse, CallError> {
     let (hold, req) = hold_chat(state, model, billing, req).await?;
-    let call = state.models().chat(&model.endpoint, &req);
+    let call = async {
+        match &model.via {
+            Some(_) => client::collect(model.open_chat_stream(state, &req).await?).await,
+            None => state.models().chat(&model.endpoint, &req).await,
+        }
+    };
     metered(state, model, billing, hold, kind, call, |r| r.usage).await
 }
 
@@ -333,7 +370,7 @@ async fn stream_on(
         reported: false,
         done: false,
     };
-    let inner = match state.models().chat_stream(&model.endpoint, req).await {
+    let inner = match model.open_chat_stream(state, req).await {
         Ok(s) => s,
         Err(e) => {
             meter.record.error = Some(e.to_string());

@@ -8,10 +8,8 @@ use super::{ModelConfigRow, ModelType, TestResult};
 use crate::{AppResult, AppState};
 
 pub async fn run(state: &AppState, row: ModelConfigRow, user_id: i64) -> AppResult<TestResult> {
-    let model = ModelHandle {
-        endpoint: gateway::endpoint_of(state, &row)?,
-        row,
-    };
+    let endpoint = gateway::endpoint_of(state, &row)?;
+    let model = ModelHandle::new(row, endpoint);
     let billing = Billing::RecordOnly(Some(user_id));
     let started = Instant::now();
     let outcome: Result<String, CallError> = match model.row.model_type() {

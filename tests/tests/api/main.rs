@@ -3,10 +3,11 @@
 mod agents;
 mod apps;
 mod chat;
+mod client_nodes;
 mod deployment;
 mod external;
-mod housekeeping;
 mod faults;
+mod housekeeping;
 mod knowledge;
 mod lambda;
 mod mcp;

@@ -18,6 +18,7 @@ pub use self::events::{StreamEvent, TokenUsage};
 use self::tools::Disabled;
 use super::conversation_repo::{self as repo, NewTurn};
 use super::{AgentRow, Owner};
+use crate::apps::routing::NodeRoute;
 use crate::http::event_stream::spawn_stream;
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::ModelType;
@@ -77,7 +78,12 @@ pub async fn start(
     let key = conversation_key(req.conversation_id)?;
     // The tokens of the first model call are held now, so a chat the quota cannot pay for is
     // refused before anything is stored; the call itself tops them up to its real size.
-    let model = chat_model(state, &agent).await?;
+    let model = match &agent.app_id {
+        Some(app_id) => chat_model(state, &agent)
+            .await?
+            .via(NodeRoute::for_conversation(state, app_id, &key)),
+        None => chat_model(state, &agent).await?,
+    };
     let hold = gateway::hold(state, caller.billing, gateway::turn_estimate(state, &model, &content)).await?;
     let items = req.attachments.unwrap_or_default();
     // Only turns with images need to know how many the conversation already holds.

@@ -279,6 +279,21 @@ impl ModelClient {
     }
 }
 
+/// Reads a whole streamed answer into one, for calls that want it at once.
+pub async fn collect(mut stream: ChatStream) -> Result<ChatResponse, ModelError> {
+    let mut answer = ChatResponse::default();
+    while let Some(event) = stream.next().await {
+        match event? {
+            ChatEvent::Reasoning(t) => answer.reasoning.push_str(&t),
+            ChatEvent::Text(t) => answer.content.push_str(&t),
+            ChatEvent::ToolCalls(c) => answer.tool_calls.extend(c),
+            ChatEvent::Usage(u) => answer.usage = u,
+            ChatEvent::Finish(reason) => answer.finish_reason = reason,
+        }
+    }
+    Ok(answer)
+}
+
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
 #[derive(Default)]

@@ -23,6 +23,9 @@ pub enum ModelError {
     BadRequest(String),
     #[error("the model endpoint answered something unexpected: {0}")]
     Protocol(String),
+    /// The call was to run on an app's client nodes and none could take it.
+    #[error("{0}")]
+    NoClientNode(String),
 }
 
 impl ModelError {

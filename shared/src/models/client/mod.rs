@@ -62,7 +62,7 @@ impl Endpoint {
     }
 
     /// How long to wait for the first byte, and between stream chunks.
-    fn timeout(&self) -> Duration {
+    pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.option_u64("timeoutSecs").unwrap_or(60).clamp(1, 600))
     }
 

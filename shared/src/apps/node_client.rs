@@ -1,0 +1,178 @@
+//! One chat call to one client node over gRPC: connect, wait for the node to accept the call,
+//! then relay its deltas as model events. Also counts the calls this process has running on
+//! each node, which routing adds to what the node last reported.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use tonic::metadata::MetadataValue;
+use tonic::transport::Endpoint as GrpcEndpoint;
+
+use super::node_proto::{self as pb, chat_delta::Kind, client_node_client::ClientNodeClient};
+use super::node_wire::DeltaDecoder;
+use super::NodeRow;
+use crate::models::client::{ChatEvent, ChatStream, ModelError};
+
+/// How long a node has to connect and accept a call before the next node gets it.
+pub const ACCEPT_WITHIN: Duration = Duration::from_secs(5);
+
+/// Calls this process has running, by node address.
+static IN_FLIGHT: LazyLock<Mutex<HashMap<String, usize>>> = LazyLock::new(Default::default);
+
+/// `ip:port` of a node (IPv6 addresses bracketed).
+pub fn address(node: &NodeRow) -> String {
+    match node.host_ip.contains(':') && !node.host_ip.starts_with('[') {
+        true => format!("[{}]:{}", node.host_ip, node.grpc_port),
+        false => format!("{}:{}", node.host_ip, node.grpc_port),
+    }
+}
+
+/// Calls this process has running on the node.
+pub fn in_flight(node: &NodeRow) -> usize {
+    let map = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+    map.get(&address(node)).copied().unwrap_or(0)
+}
+
+/// One running call; counted from the first attempt until its stream is dropped.
+struct Slot(String);
+
+impl Slot {
+    fn take(addr: String) -> Self {
+        *IN_FLIGHT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(addr.clone())
+            .or_default() += 1;
+        Self(addr)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut map = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.0) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&self.0);
+            }
+        }
+    }
+}
+
+/// The app credentials a node checks on every call.
+pub struct Credentials<'a> {
+    pub app_id: &'a str,
+    pub token: &'a str,
+}
+
+/// Starts the call on `node`; an error (the node cannot be reached, refused, or did not accept
+/// within [`ACCEPT_WITHIN`]) means nothing was generated and another node may be tried.
+pub async fn open(
+    node: &NodeRow,
+    creds: &Credentials<'_>,
+    request: pb::ChatRequest,
+    idle: Duration,
+) -> Result<ChatStream, String> {
+    let addr = address(node);
+    let slot = Slot::take(addr.clone());
+    let accepted = tokio::time::timeout(ACCEPT_WITHIN, accept(&addr, creds, request))
+        .await
+        .map_err(|_| format!("did not accept the call within {ACCEPT_WITHIN:?}"))??;
+    let relay = Relay {
+        inner: accepted,
+        decoder: DeltaDecoder::default(),
+        pending: VecDeque::new(),
+        host: node.host_id.clone(),
+        idle,
+        done: false,
+        _slot: slot,
+    };
+    Ok(Box::pin(futures::stream::unfold(relay, |mut r| async move {
+        let item = r.next_event().await?;
+        Some((item, r))
+    })))
+}
+
+async fn accept(
+    addr: &str,
+    creds: &Credentials<'_>,
+    request: pb::ChatRequest,
+) -> Result<tonic::Streaming<pb::ChatDelta>, String> {
+    let channel = GrpcEndpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| format!("bad address {addr}: {e}"))?
+        .connect_timeout(ACCEPT_WITHIN)
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    let mut call = tonic::Request::new(request);
+    let header = |v: &str| MetadataValue::try_from(v).map_err(|_| "the app credentials are not ASCII".to_owned());
+    call.metadata_mut().insert("svc-app-id", header(creds.app_id)?);
+    call.metadata_mut().insert("svc-token", header(creds.token)?);
+    let mut stream = ClientNodeClient::new(channel)
+        .chat(call)
+        .await
+        .map_err(|s| format!("refused the call: {:?} {}", s.code(), s.message()))?
+        .into_inner();
+    match stream.message().await {
+        Ok(Some(pb::ChatDelta {
+            kind: Some(Kind::Accepted(_)),
+        })) => Ok(stream),
+        Ok(Some(_)) => Err("answered without accepting the call first".to_owned()),
+        Ok(None) => Err("closed the call without accepting it".to_owned()),
+        Err(s) => Err(format!("failed before accepting: {:?} {}", s.code(), s.message())),
+    }
+}
+
+struct Relay {
+    inner: tonic::Streaming<pb::ChatDelta>,
+    decoder: DeltaDecoder,
+    pending: VecDeque<Result<ChatEvent, ModelError>>,
+    host: String,
+    idle: Duration,
+    /// Nothing more will be read from the node.
+    done: bool,
+    _slot: Slot,
+}
+
+impl Relay {
+    async fn next_event(&mut self) -> Option<Result<ChatEvent, ModelError>> {
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                return Some(ev);
+            }
+            if self.done {
+                return None;
+            }
+            match tokio::time::timeout(self.idle, self.inner.message()).await {
+                Err(_) => self.fail(ModelError::Timeout(format!(
+                    "client node {} sent nothing for {:?}",
+                    self.host, self.idle
+                ))),
+                Ok(Err(status)) => self.fail(ModelError::Network(format!(
+                    "client node {} broke off the answer: {}",
+                    self.host,
+                    status.message()
+                ))),
+                Ok(Ok(None)) if self.decoder.finished() => self.done = true,
+                Ok(Ok(None)) => self.fail(ModelError::Protocol(format!(
+                    "client node {} ended the answer before the model finished",
+                    self.host
+                ))),
+                Ok(Ok(Some(delta))) => {
+                    for ev in self.decoder.decode(delta) {
+                        // A node's error is the last thing it says.
+                        self.done |= ev.is_err();
+                        self.pending.push_back(ev);
+                    }
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, err: ModelError) {
+        self.pending.push_back(Err(err));
+        self.done = true;
+    }
+}

@@ -44,6 +44,10 @@ pub struct Config {
     pub login_max_failures: i32,
     pub login_ip_max_failures: i32,
     pub login_lock: Duration,
+    /// How long an ingest worker holds a document without a sign of life (`INGEST_LEASE_SECS`,
+    /// default 120); every stage and embedding group renews it, so a killed worker's document
+    /// is free again soon, long before the queue redelivers.
+    pub ingest_lease: Duration,
     /// Hosts that URL imports may reach even though they resolve to private or loopback
     /// addresses (tests, trusted intranet sources).
     pub import_allow_hosts: Vec<String>,
@@ -175,6 +179,7 @@ impl Config {
             login_max_failures: parse_num("LOGIN_MAX_FAILURES", 5)? as i32,
             login_ip_max_failures: parse_num("LOGIN_IP_MAX_FAILURES", 50)? as i32,
             login_lock: Duration::from_secs(parse_num("LOGIN_LOCK_SECS", 900)?),
+            ingest_lease: Duration::from_secs(parse_num("INGEST_LEASE_SECS", 120)?.max(1)),
             import_allow_hosts: get("IMPORT_URL_ALLOW_HOSTS")
                 .map(|v| {
                     v.split(',')

@@ -215,6 +215,13 @@ impl Emulator {
         panic!("the function never asked for an event:\n{}", self.log_text());
     }
 
+    /// Kills the function process at once, as a Lambda timeout or crash would.
+    pub fn kill(&self) {
+        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// Invokes the function with `event` and waits for its answer.
     pub async fn invoke(&self, event: Value) -> Answer {
         let id = uuid::Uuid::new_v4().to_string();
@@ -229,6 +236,21 @@ impl Emulator {
             _ => panic!("the function gave no answer within 60 s:\n{}", self.log_text()),
         }
     }
+}
+
+/// An SQS event as Lambda delivers a batch: one record per (message id, body).
+pub fn sqs_event(messages: &[(&str, String)]) -> Value {
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|(id, body)| {
+            serde_json::json!({ "messageId": id, "receiptHandle": format!("rh-{id}"), "body": body,
+                "attributes": { "ApproximateReceiveCount": "1", "SentTimestamp": "0", "SenderId": "x",
+                                "ApproximateFirstReceiveTimestamp": "0" },
+                "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:ingest", "awsRegion": "us-east-1" })
+        })
+        .collect();
+    serde_json::json!({ "Records": records })
 }
 
 /// An API Gateway REST proxy event for `method path` on stage `prod`.

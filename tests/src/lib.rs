@@ -504,6 +504,25 @@ impl KbSetup {
             .expect("kb id")
     }
 
+    /// Puts a processed document back in the queue's hands as a new run with no chunks, as if
+    /// its message were waiting for a worker; returns the run id the message must carry.
+    pub async fn requeue(&self, doc: i64) -> uuid::Uuid {
+        let run = sqlx::query_scalar(
+            "UPDATE documents SET status = 'pending', progress = 0, run_id = gen_random_uuid(), lease_until = NULL
+             WHERE id = $1 RETURNING run_id",
+        )
+        .bind(doc)
+        .fetch_one(&self.app.db)
+        .await
+        .expect("requeue the document");
+        sqlx::query("DELETE FROM chunks WHERE document_id = $1")
+            .bind(doc)
+            .execute(&self.app.db)
+            .await
+            .expect("drop its chunks");
+        run
+    }
+
     /// Uploads files for preview: (file name, bytes).
     pub async fn preview(&self, rag_id: i64, files: &[(&str, Vec<u8>)], dedup: Option<(i64, i64)>) -> Reply {
         self.app.preview_documents(&self.admin, rag_id, files, dedup).await

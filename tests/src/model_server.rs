@@ -25,7 +25,7 @@
 //!   `[1] .. [n]`, with m the middle one
 //! - `mem-extract`: memory extraction JSON (in a code fence, as models often answer): one
 //!   memory for every transcript line `user: TYPE: title | content`, confidence 0.9
-//! - `emb-8`: 8-dimensional bag-of-words embeddings
+//! - `emb-8`: 8-dimensional bag-of-words embeddings; `emb-8-slow` the same after 1 s
 //! - `emb-384`: 384-dimensional pseudo-random unit vectors (benchmarks)
 //! - `rerank`: word-overlap relevance scores
 //! - `GET /search?q=..&format=json`: a SearXNG-shaped web search answering three results
@@ -473,7 +473,11 @@ async fn embeddings(State(script): State<Script>, headers: HeaderMap, Json(body)
     if let Some(refused) = script.refusal(&headers, &body) {
         return refused;
     }
-    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    let mut model = body["model"].as_str().unwrap_or_default().to_owned();
+    if model == "emb-8-slow" {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        model = "emb-8".to_owned();
+    }
     if model != "emb-8" && model != "emb-384" {
         return error(
             StatusCode::NOT_FOUND,

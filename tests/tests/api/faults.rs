@@ -1,10 +1,12 @@
-//! Faults of backing services: object storage unreachable during uploads, and (run alone,
-//! ignored by default) the database restarted under load.
+//! Faults of backing services: object storage unreachable during uploads, an ingest worker
+//! killed in the middle of a document, and (run alone, ignored by default) the database
+//! restarted under load.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use api_tests::lambda_emulator::{binary, function_env, sqs_event, Answer, Emulator};
 use api_tests::{bucket, free_port, KbSetup, Reply, Store, PNG};
 use serde_json::json;
 use shared::storage::S3Store;
@@ -202,4 +204,89 @@ async fn the_service_recovers_from_a_postgres_restart_under_load_without_a_resta
         created.len(),
         unacknowledged.len()
     );
+}
+
+/// A worker killed while embedding a document (a Lambda crash or timeout) leaves no chunk
+/// behind and loses its lease within `INGEST_LEASE_SECS`; the redelivered message is refused
+/// while the lease holds, then does the document exactly once.
+#[tokio::test]
+async fn a_worker_killed_mid_document_is_redone_once_by_the_redelivery() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let provider = s.app.provider(&s.admin, "slow").await;
+    let slow = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "EMBEDDING",
+            "emb-8-slow",
+            &s.models.base_url,
+            json!({}),
+        )
+        .await;
+    let kb = s.kb("crash", json!({ "embeddingModelId": slow })).await;
+    let text = (1..=40)
+        .map(|i| format!("Paragraph {i} tells how worker number {i} indexes documents."))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let commit = s.upload(kb, &[("crash.txt", text.into_bytes())]).await;
+    let doc = commit.assert_ok()["items"][0]["id"].as_i64().expect("document id");
+    s.settled(doc).await;
+    let expected = s.chunk_texts(doc).await;
+    assert!(!expected.is_empty());
+    let run = s.requeue(doc).await;
+    let message = || sqs_event(&[("m1", json!({ "documentId": doc, "runId": run }).to_string())]);
+    let state = || async {
+        sqlx::query_as::<_, (String, i64)>(
+            "SELECT status, (SELECT count(*) FROM chunks WHERE document_id = $1) FROM documents WHERE id = $1",
+        )
+        .bind(doc)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap()
+    };
+
+    let mut env = function_env(&s.app);
+    env.push(("INGEST_LEASE_SECS".to_owned(), "5".to_owned()));
+    let first = Emulator::start(binary("ingest-worker"), &env).await;
+    let run_first = first.invoke(message());
+    tokio::pin!(run_first);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        tokio::select! {
+            _ = &mut run_first => panic!("the worker finished before it could be killed"),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        if state().await.0 == "embedding" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker never reached the embedding stage"
+        );
+    }
+    first.kill();
+    assert_eq!(
+        state().await,
+        ("embedding".to_owned(), 0),
+        "a killed run writes no chunks"
+    );
+
+    let second = Emulator::start(binary("ingest-worker"), &env).await;
+    let Answer::Json(refused) = second.invoke(message()).await else {
+        panic!("the worker answers with a batch response");
+    };
+    assert_eq!(
+        refused,
+        json!({ "batchItemFailures": [{ "itemIdentifier": "m1" }] }),
+        "the dead worker's lease still holds: the message goes back to the queue"
+    );
+
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let Answer::Json(done) = second.invoke(message()).await else {
+        panic!("the worker answers with a batch response");
+    };
+    assert_eq!(done, json!({ "batchItemFailures": [] }));
+    assert_eq!(state().await, ("success".to_owned(), expected.len() as i64));
+    assert_eq!(s.chunk_texts(doc).await, expected, "every chunk once, none lost");
 }

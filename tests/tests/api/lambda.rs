@@ -2,7 +2,7 @@
 //! responses out (one of them streamed), and an SQS batch with a bad message through a worker.
 
 use api_tests::chat::{joined, kinds, ndjson, ChatSetup};
-use api_tests::lambda_emulator::{binary, function_env, rest_event, Answer, Emulator};
+use api_tests::lambda_emulator::{binary, function_env, rest_event, sqs_event, Answer, Emulator};
 use api_tests::{KbSetup, Store};
 use serde_json::{json, Value};
 
@@ -94,32 +94,13 @@ async fn the_ingest_worker_reports_the_bad_message_of_a_batch_and_does_the_good_
         .await;
     let doc = commit.assert_ok()["items"][0]["id"].as_i64().expect("document id");
     s.settled(doc).await;
-    // Put the document back in the queue's hands, as a new run the worker must do.
-    let run: uuid::Uuid = sqlx::query_scalar(
-        "UPDATE documents SET status = 'pending', progress = 0, run_id = gen_random_uuid() WHERE id = $1 RETURNING run_id",
-    )
-    .bind(doc)
-    .fetch_one(&s.app.db)
-    .await
-    .unwrap();
-    sqlx::query("DELETE FROM chunks WHERE document_id = $1")
-        .bind(doc)
-        .execute(&s.app.db)
-        .await
-        .unwrap();
+    let run = s.requeue(doc).await;
 
     let f = Emulator::start(binary("ingest-worker"), &function_env(&s.app)).await;
-    let record = |id: &str, body: String| {
-        json!({ "messageId": id, "receiptHandle": format!("rh-{id}"), "body": body,
-            "attributes": { "ApproximateReceiveCount": "1", "SentTimestamp": "0", "SenderId": "x",
-                            "ApproximateFirstReceiveTimestamp": "0" },
-            "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
-            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:ingest", "awsRegion": "us-east-1" })
-    };
-    let event = json!({ "Records": [
-        record("good", json!({ "documentId": doc, "runId": run }).to_string()),
-        record("bad", "not a message".to_owned()),
-    ]});
+    let event = sqs_event(&[
+        ("good", json!({ "documentId": doc, "runId": run }).to_string()),
+        ("bad", "not a message".to_owned()),
+    ]);
     let Answer::Json(answer) = f.invoke(event).await else {
         panic!("the worker answers with a batch response");
     };

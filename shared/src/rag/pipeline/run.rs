@@ -45,11 +45,12 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool) -> a
         return Ok(()); // superseded by a newer run, or this run already finished
     }
     let leased: Option<i64> = sqlx::query_scalar(
-        "UPDATE documents SET lease_until = now() + interval '15 minutes', updated_at = now()
+        "UPDATE documents SET lease_until = now() + make_interval(secs => $3), updated_at = now()
          WHERE id = $1 AND run_id = $2 AND (lease_until IS NULL OR lease_until < now()) RETURNING id",
     )
     .bind(doc.id)
     .bind(doc.run_id)
+    .bind(lease_secs(state))
     .fetch_optional(db)
     .await?;
     if leased.is_none() {
@@ -81,19 +82,28 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool) -> a
     }
 }
 
+fn lease_secs(state: &AppState) -> f64 {
+    state.config().ingest_lease.as_secs_f64()
+}
+
+/// Records progress and renews the lease: a worker that stops reporting loses the document.
 async fn set_stage(state: &AppState, doc: &DocRow, status: &str, progress: i32) -> Result<(), Stop> {
-    sqlx::query("UPDATE documents SET status = $3, progress = $4, updated_at = now() WHERE id = $1 AND run_id = $2")
-        .bind(doc.id)
-        .bind(doc.run_id)
-        .bind(status)
-        .bind(progress)
-        .execute(state.db())
-        .await
-        .map(|_| ())
-        .map_err(|e| Stop::Transient {
-            stage: "parsing",
-            error: e.into(),
-        })
+    sqlx::query(
+        "UPDATE documents SET status = $3, progress = $4, lease_until = now() + make_interval(secs => $5),
+         updated_at = now() WHERE id = $1 AND run_id = $2",
+    )
+    .bind(doc.id)
+    .bind(doc.run_id)
+    .bind(status)
+    .bind(progress)
+    .bind(lease_secs(state))
+    .execute(state.db())
+    .await
+    .map(|_| ())
+    .map_err(|e| Stop::Transient {
+        stage: "parsing",
+        error: e.into(),
+    })
 }
 
 fn ms(since: Instant) -> u64 {

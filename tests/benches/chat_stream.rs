@@ -11,13 +11,14 @@
 //!
 //! Run with `make bench` (it builds the server, installs LiteLLM and sets the variables).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use api_tests::bench_server::{cpu_seconds, percentile_ms, start_service, wait_ready, Server, ADMIN_PASSWORD};
+use api_tests::free_port;
 use api_tests::model_server::{ModelServer, GOOD_KEY};
-use api_tests::{free_port, fresh_database};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -26,19 +27,6 @@ const WARMUP: usize = 30;
 const ROUNDS: usize = 300;
 const CONCURRENCY: usize = 32;
 const DURATION: Duration = Duration::from_secs(15);
-
-fn env(key: &str) -> String {
-    std::env::var(key).unwrap_or_else(|_| panic!("{key} must be set (run `make bench`)"))
-}
-
-/// CPU seconds (user + system) a process has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process stat");
-    let after_name = &stat[stat.rfind(')').expect("stat format") + 2..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
-    ticks / 100.0
-}
 
 /// Sum over the process and its children (LiteLLM may fork workers).
 fn tree_cpu_seconds(pid: u32) -> f64 {
@@ -49,56 +37,6 @@ fn tree_cpu_seconds(pid: u32) -> f64 {
         }
     }
     total
-}
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn wait_ready(http: &reqwest::Client, url: &str, child: &mut Child) {
-    for _ in 0..600 {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{url}: the process exited with {status}");
-        }
-        if http.get(url).send().await.is_ok_and(|r| r.status().is_success()) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("{url} did not become ready");
-}
-
-async fn start_service(http: &reqwest::Client, storage: &std::path::Path) -> Server {
-    let port = free_port();
-    let mut child = Command::new(env("SERVER_BIN"))
-        .env("PORT", port.to_string())
-        .env("DATABASE_URL", fresh_database().await)
-        .env("JWT_SECRET", "b".repeat(64))
-        .env("ENCRYPTION_KEY", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
-        .env("ADMIN_USERNAME", "admin")
-        .env("ADMIN_PASSWORD", "bench-password")
-        .env("STORAGE_BACKEND", "fs")
-        .env("STORAGE_DIR", storage)
-        .env("QUEUE_BACKEND", "memory")
-        .env("DB_MAX_CONNECTIONS", "20")
-        // Counted as in production, but the load comes from one user far above the default.
-        .env("RATE_LIMIT_USER_REQUESTS", "1000000")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the service");
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(http, &format!("{base}/health"), &mut child).await;
-    Server { child, base }
 }
 
 async fn start_litellm(http: &reqwest::Client, upstream: &str, model: &str, dir: &std::path::Path) -> Option<Server> {
@@ -179,11 +117,6 @@ impl Target {
     }
 }
 
-fn percentile(values: &mut [Duration], p: f64) -> f64 {
-    values.sort();
-    values[((values.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0
-}
-
 /// Streams completed in DURATION with CONCURRENCY in flight, and the server's CPU seconds.
 async fn sustained(http: &reqwest::Client, target: &Target, pid: u32) -> (usize, f64) {
     let done = Arc::new(AtomicUsize::new(0));
@@ -218,13 +151,14 @@ async fn main() {
         .build()
         .expect("client");
 
-    let service = start_service(&http, dir.path()).await;
+    // Counted as in production, but the load comes from one user far above the default.
+    let (service, _) = start_service(&http, dir.path(), &[("RATE_LIMIT_USER_REQUESTS", "1000000")]).await;
     let api = format!("{}/api", service.base);
     let login = json_post(
         &http,
         &format!("{api}/user/login"),
         None,
-        json!({ "username": "admin", "password": "bench-password" }),
+        json!({ "username": "admin", "password": ADMIN_PASSWORD }),
     )
     .await;
     let token = login["data"]["token"].as_str().expect("token").to_owned();
@@ -294,23 +228,23 @@ async fn main() {
     println!("|---|---|---|---|---|");
     println!(
         "| raw upstream | {:.2} | {:.2} | - | - |",
-        percentile(&mut raw_t, 0.5),
-        percentile(&mut raw_t, 0.99)
+        percentile_ms(&mut raw_t, 0.5),
+        percentile_ms(&mut raw_t, 0.99)
     );
     println!(
         "| service `/agent/{{id}}/chat` | {:.2} | {:.2} | {:.2} | {:.2} |",
-        percentile(&mut svc_t, 0.5),
-        percentile(&mut svc_t, 0.99),
-        percentile(&mut svc_added, 0.5),
-        percentile(&mut svc_added, 0.99)
+        percentile_ms(&mut svc_t, 0.5),
+        percentile_ms(&mut svc_t, 0.99),
+        percentile_ms(&mut svc_added, 0.5),
+        percentile_ms(&mut svc_added, 0.99)
     );
     if !lite_t.is_empty() {
         println!(
             "| LiteLLM proxy | {:.2} | {:.2} | {:.2} | {:.2} |",
-            percentile(&mut lite_t, 0.5),
-            percentile(&mut lite_t, 0.99),
-            percentile(&mut lite_added, 0.5),
-            percentile(&mut lite_added, 0.99)
+            percentile_ms(&mut lite_t, 0.5),
+            percentile_ms(&mut lite_t, 0.99),
+            percentile_ms(&mut lite_added, 0.5),
+            percentile_ms(&mut lite_added, 0.99)
         );
     }
 

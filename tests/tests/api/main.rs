@@ -11,6 +11,7 @@ mod mcp;
 mod memory;
 mod model_client;
 mod models;
+mod permissions;
 mod platform;
 mod queues;
 mod resources;

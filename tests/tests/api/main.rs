@@ -5,6 +5,7 @@ mod apps;
 mod chat;
 mod deployment;
 mod external;
+mod hostile_input;
 mod knowledge;
 mod lambda;
 mod mcp;

@@ -19,5 +19,6 @@ mod resources;
 mod retrieval_quality;
 mod search;
 mod skills;
+mod ssrf;
 mod store_backends;
 mod users;

@@ -51,6 +51,9 @@ pub struct Config {
     /// Hosts that URL imports may reach even though they resolve to private or loopback
     /// addresses (tests, trusted intranet sources).
     pub import_allow_hosts: Vec<String>,
+    /// Networks that model, MCP and OAuth calls may not reach (`OUTBOUND_DENY_CIDRS`,
+    /// default link-local and cloud metadata addresses; `none` for no limit).
+    pub outbound_deny: crate::outbound::DenyList,
     /// Base URL of a Docling-serve compatible converter, used by the `extparse` parse engine.
     pub extparse_url: Option<String>,
     /// Base URL of a SearXNG-compatible JSON search API, used by agents with web search on.
@@ -188,6 +191,12 @@ impl Config {
                         .collect()
                 })
                 .unwrap_or_default(),
+            outbound_deny: crate::outbound::DenyList::parse(
+                get("OUTBOUND_DENY_CIDRS")
+                    .as_deref()
+                    .unwrap_or(crate::outbound::DEFAULT_DENY),
+            )
+            .map_err(ConfigError)?,
             extparse_url: get("EXTPARSE_URL").map(|u| u.trim_end_matches('/').to_owned()),
             web_search_url: get("WEB_SEARCH_URL").map(|u| u.trim_end_matches('/').to_owned()),
             web_search_api_key: get("WEB_SEARCH_API_KEY"),

@@ -19,6 +19,7 @@ pub mod lambda;
 pub mod mcp;
 pub mod memory;
 pub mod models;
+pub mod outbound;
 pub mod queue;
 pub mod rag;
 pub mod resources;

@@ -50,6 +50,10 @@ impl AppState {
     pub fn from_parts(config: Config, db: PgPool, storage: Arc<dyn ObjectStore>, queue: Arc<dyn Queue>) -> Self {
         let secrets = SecretBox::new(&config.encryption_key);
         let jwt = JwtKeys::new(&config.jwt_secret, config.access_token_ttl);
+        let (models, mcp) = (
+            ModelClient::guarded(&config.outbound_deny),
+            McpPool::guarded(&config.outbound_deny),
+        );
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -58,8 +62,8 @@ impl AppState {
                 queue,
                 secrets,
                 jwt,
-                models: ModelClient::new(),
-                mcp: McpPool::default(),
+                models,
+                mcp,
             }),
         }
     }

@@ -9,6 +9,7 @@ pub mod lambda_emulator;
 pub mod mcp_servers;
 pub mod model_server;
 pub mod opensearch_server;
+pub mod snapshot;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -39,6 +39,9 @@ async fn detail(
     Query(mut q): Query<AgentQuery>,
 ) -> ApiResult<ExternalAgent> {
     q.open_id = caller.open_id(q.open_id.take())?;
+    if let Some(id) = q.agent_id {
+        caller.check_agent(id)?;
+    }
     agents::detail(&state, &caller.app, q).await.map(Api)
 }
 

@@ -18,7 +18,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(page))
 }
 
-/// A chat session token for one openId (query openId, ttlSeconds), sent as `Svc-Auth`.
+/// A chat session token for one openId (query openId, ttlSeconds, optional agentId binding
+/// it to one agent), sent as `Svc-Auth`.
 #[utoipa::path(get, path = "/openapi/v1/embed-token", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
     params(EmbedTokenRequest), responses((status = 200, body = Envelope<EmbedToken>), (status = 400), (status = 401)))]
 async fn token_get(
@@ -26,10 +27,10 @@ async fn token_get(
     app: AppCaller,
     Query(req): Query<EmbedTokenRequest>,
 ) -> ApiResult<EmbedToken> {
-    embed_token::issue(&state, app.id, req).await.map(Api)
+    embed_token::issue(&state, &app, req).await.map(Api)
 }
 
-/// The same, with a JSON body `{openId, ttlSeconds}`.
+/// The same, with a JSON body `{openId, ttlSeconds, agentId}`.
 #[utoipa::path(post, path = "/openapi/v1/embed-token", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
     request_body = EmbedTokenRequest, responses((status = 200, body = Envelope<EmbedToken>), (status = 400), (status = 401)))]
 async fn token_post(
@@ -37,7 +38,7 @@ async fn token_post(
     app: AppCaller,
     Json(req): Json<EmbedTokenRequest>,
 ) -> ApiResult<EmbedToken> {
-    embed_token::issue(&state, app.id, req).await.map(Api)
+    embed_token::issue(&state, &app, req).await.map(Api)
 }
 
 /// The chat page for an iframe: `/embed/{agentId}#token=<embed token>` (optionally `&q=<first

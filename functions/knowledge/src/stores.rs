@@ -82,7 +82,7 @@ async fn delete(State(state): State<AppState>, user: CurrentUser, Path(id): Path
 
 /// Connect to a store for real; true on success, an error saying what failed otherwise.
 #[utoipa::path(post, path = "/store-instance/test", tag = "knowledge", security(("svc_auth" = [])), request_body = StoreTestRequest,
-    responses((status = 200, body = Envelope<bool>), (status = 400), (status = 401)))]
-async fn test(State(state): State<AppState>, _user: CurrentUser, Json(req): Json<StoreTestRequest>) -> ApiResult<bool> {
-    service::test(&state, req).await.map(Api)
+    responses((status = 200, body = Envelope<bool>), (status = 400), (status = 401), (status = 403)))]
+async fn test(State(state): State<AppState>, user: CurrentUser, Json(req): Json<StoreTestRequest>) -> ApiResult<bool> {
+    service::test(&state, &user, req).await.map(Api)
 }

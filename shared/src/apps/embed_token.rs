@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::repo;
+use crate::http::app_credentials::AppCaller;
 use crate::{time, validate, AppError, AppResult, AppState};
 
 pub const DEFAULT_TTL_SECONDS: i64 = 3600;
@@ -20,6 +21,9 @@ struct Claims {
     app: String,
     /// The openId the token speaks for.
     sub: String,
+    /// The only agent the token may reach, when it was issued for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    agt: Option<i64>,
     iat: i64,
     exp: i64,
     typ: String,
@@ -33,6 +37,8 @@ pub struct EmbedTokenRequest {
     pub open_id: Option<String>,
     /// 60-86400, default 3600.
     pub ttl_seconds: Option<i64>,
+    /// Optional: binds the token to this agent (one the app may use), as for an embed page.
+    pub agent_id: Option<i64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -44,6 +50,8 @@ pub struct EmbedToken {
     pub expires_at: String,
     pub ttl_seconds: i64,
     pub open_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<i64>,
 }
 
 /// Who an accepted embed token speaks for.
@@ -52,22 +60,27 @@ pub struct EmbedScope {
     pub app_row_id: i64,
     pub app_id: String,
     pub open_id: String,
+    pub agent_id: Option<i64>,
 }
 
 fn refused() -> AppError {
     AppError::unauthorized("embed token invalid or expired; ask the partner for a new one")
 }
 
-pub async fn issue(state: &AppState, app_row_id: i64, req: EmbedTokenRequest) -> AppResult<EmbedToken> {
+pub async fn issue(state: &AppState, caller: &AppCaller, req: EmbedTokenRequest) -> AppResult<EmbedToken> {
     let open_id = crate::external::users::check_open_id(req.open_id)?;
     let ttl = req.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS);
     validate::range("ttlSeconds", ttl, MIN_TTL_SECONDS, MAX_TTL_SECONDS)?;
-    let app = repo::find(state.db(), app_row_id).await?.ok_or_else(refused)?;
+    if let Some(agent_id) = req.agent_id {
+        crate::external::agents::usable(state, caller, agent_id).await?;
+    }
+    let app = repo::find(state.db(), caller.id).await?.ok_or_else(refused)?;
     let secret = state.secrets().open(&app.token_enc)?;
     let now = Utc::now();
     let claims = Claims {
         app: app.app_id,
         sub: open_id.clone(),
+        agt: req.agent_id,
         iat: now.timestamp(),
         exp: now.timestamp() + ttl,
         typ: KIND.to_owned(),
@@ -84,6 +97,7 @@ pub async fn issue(state: &AppState, app_row_id: i64, req: EmbedTokenRequest) ->
         expires_at: time::datetime(now + chrono::Duration::seconds(ttl)),
         ttl_seconds: ttl,
         open_id,
+        agent_id: req.agent_id,
     })
 }
 
@@ -110,5 +124,6 @@ pub async fn verify(state: &AppState, token: &str) -> AppResult<EmbedScope> {
         app_row_id: app.id,
         app_id: app.app_id,
         open_id: data.claims.sub,
+        agent_id: data.claims.agt,
     })
 }

@@ -14,6 +14,8 @@ pub struct ExternalCaller {
     pub app: AppCaller,
     /// Set for embed tokens: the only openId this caller may speak for.
     pub scope: Option<String>,
+    /// Set for embed tokens issued for one agent: the only agent this caller may reach.
+    pub agent_scope: Option<i64>,
 }
 
 impl ExternalCaller {
@@ -25,6 +27,16 @@ impl ExternalCaller {
             (Some(scope), None) => Ok(Some(scope.clone())),
             (Some(scope), Some(r)) if *scope == r => Ok(Some(r)),
             (Some(_), Some(_)) => Err(AppError::Forbidden("this embed token speaks for another openId".into())),
+        }
+    }
+
+    /// Refuses an agent outside an agent-bound embed token.
+    pub fn check_agent(&self, agent_id: i64) -> Result<(), AppError> {
+        match self.agent_scope {
+            Some(scope) if scope != agent_id => {
+                Err(AppError::Forbidden("this embed token is for another agent".into()))
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -55,10 +67,15 @@ impl ExternalCaller {
                         app_id: scope.app_id,
                     },
                     scope: Some(scope.open_id),
+                    agent_scope: scope.agent_id,
                 });
             }
         }
         let app = AppCaller::from_request_parts(parts, state).await?;
-        Ok(Self { app, scope: None })
+        Ok(Self {
+            app,
+            scope: None,
+            agent_scope: None,
+        })
     }
 }

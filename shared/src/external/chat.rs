@@ -67,6 +67,7 @@ pub async fn start(
 ) -> AppResult<BoxStream<'static, StreamEvent>> {
     let open_id = caller.open_id(req.open_id.take())?;
     let (agent_id, open_id) = required(&req, open_id)?;
+    caller.check_agent(agent_id)?;
     let open_id = users::check_open_id(Some(open_id))?;
     let agent = agents::usable(state, &caller.app, agent_id).await?;
     let app = app_repo::find(state.db(), caller.app.id)

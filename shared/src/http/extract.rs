@@ -3,6 +3,7 @@
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
@@ -27,9 +28,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
                 "request body must be JSON (Content-Type: application/json)",
             ));
         }
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|e| AppError::PayloadTooLarge(format!("request body could not be read: {e}")))?;
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                // The limit is the route's (2 MiB unless a router sets its own).
+                AppError::PayloadTooLarge("request body exceeds the size limit of this endpoint".into())
+            } else {
+                AppError::validation(format!("request body could not be read: {e}"))
+            }
+        })?;
         parse_json(&bytes).map(Json)
     }
 }

@@ -6,7 +6,8 @@ use utoipa::{IntoParams, ToSchema};
 pub const DEFAULT_PAGE_SIZE: i64 = 10;
 pub const MAX_PAGE_SIZE: i64 = 100;
 
-/// `page` (default 1) and `size` (default 10, at most 100; larger values are clamped).
+/// `page` (default 1) and `size` (default 10, at most 100; larger values are clamped, values
+/// below 1 give the default).
 #[derive(Debug, Default, Clone, Copy, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
@@ -21,8 +22,10 @@ impl PageQuery {
         self.page.filter(|p| *p >= 1).unwrap_or(1)
     }
     pub fn size(&self) -> i64 {
+        // decisions.md: below 1 means "not given", so the default, not a one-row page.
         self.size
-            .map(|s| s.clamp(1, MAX_PAGE_SIZE))
+            .filter(|s| *s >= 1)
+            .map(|s| s.min(MAX_PAGE_SIZE))
             .unwrap_or(DEFAULT_PAGE_SIZE)
     }
     pub fn offset(&self) -> i64 {
@@ -80,6 +83,11 @@ mod tests {
             size: Some(100),
         };
         assert!(q.offset() > 0);
+        let q = PageQuery {
+            page: Some(-5),
+            size: Some(0),
+        };
+        assert_eq!((q.page(), q.size()), (1, DEFAULT_PAGE_SIZE));
     }
 }
 

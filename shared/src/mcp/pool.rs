@@ -13,7 +13,8 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::oauth::TokenCache;
-use super::session::{self, Client, Failure, Target};
+use super::session::{self, Client, Failure, Target, Transport};
+use crate::outbound::DenyList;
 
 pub struct Limits {
     pub connect_timeout: Duration,
@@ -41,9 +42,20 @@ pub struct McpPool {
     slots: Mutex<HashMap<i64, Slot>>,
     tokens: TokenCache,
     http: reqwest::Client,
+    deny: DenyList,
 }
 
 impl McpPool {
+    /// A pool whose HTTP calls (SSE, OAuth tokens) never reach the denied networks.
+    pub fn guarded(deny: &DenyList) -> Self {
+        let http = deny.guard(reqwest::Client::builder()).build().unwrap_or_default();
+        Self {
+            http,
+            deny: deny.clone(),
+            ..Self::default()
+        }
+    }
+
     fn slots(&self) -> MutexGuard<'_, HashMap<i64, Slot>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -81,6 +93,14 @@ impl McpPool {
         }
         if let Some(old) = current.take() {
             old.client.cancellation_token().cancel();
+        }
+        // The Streamable HTTP transport brings its own HTTP client, so its host is checked
+        // again here, where a name that now resolves to a denied network is caught.
+        if let Transport::StreamableHttp(url) = &target.transport {
+            self.deny
+                .check_url("endpoint", url)
+                .await
+                .map_err(|e| Failure::new(e.to_string()))?;
         }
         let opened = tokio::time::timeout(
             limits.connect_timeout,

@@ -182,7 +182,7 @@ fn env_vars(sent: BTreeMap<String, String>, stored: &BTreeMap<String, String>) -
 
 /// Checks a create (`stored` = None) or the merge of an update over the stored row. Fields that
 /// belong to the other kind of transport are refused when sent, and dropped when only stored.
-fn validate(
+async fn validate(
     state: &AppState,
     user: &CurrentUser,
     req: McpServerRequest,
@@ -273,6 +273,13 @@ fn validate(
         (Some(t), None, Some(a)) if t == i64::from(a.code()) => a.clone(),
         (t, raw, _) => AuthConfig::parse(t.unwrap_or(0), raw.as_ref(), stored_auth)?,
     };
+    let deny = &state.config().outbound_deny;
+    if let Some(e) = &endpoint {
+        deny.check_url("endpoint", e).await?;
+    }
+    if let AuthConfig::OAuth2 { token_url, .. } = &auth {
+        deny.check_url("authConfig.tokenUrl", token_url).await?;
+    }
     Ok(Valid {
         name,
         description,
@@ -308,7 +315,7 @@ fn duplicate(err: sqlx::Error, name: &str) -> AppError {
 }
 
 pub async fn create(state: &AppState, user: &CurrentUser, req: McpServerRequest) -> AppResult<i64> {
-    let valid = validate(state, user, req, None)?;
+    let valid = validate(state, user, req, None).await?;
     repo::insert(state.db(), &valid.fields(), user.id)
         .await
         .map_err(|e| duplicate(e, &valid.name))
@@ -322,7 +329,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: McpServe
         ));
     }
     let (auth, env) = open_secrets(&row, state.secrets())?;
-    let valid = validate(state, user, req, Some((&row, &auth, &env)))?;
+    let valid = validate(state, user, req, Some((&row, &auth, &env))).await?;
     repo::update(state.db(), id, &valid.fields())
         .await
         .map_err(|e| duplicate(e, &valid.name))?;

@@ -156,12 +156,12 @@ fn parse_scope(value: &str) -> AppResult<&'static str> {
     }
 }
 
-fn validate_endpoint(url: &str) -> AppResult<()> {
+async fn validate_endpoint(state: &AppState, url: &str) -> AppResult<()> {
     let parsed = reqwest::Url::parse(url).map_err(|_| AppError::validation("apiEndpoint must be an http(s) URL"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err(AppError::validation("apiEndpoint must be an http(s) URL"));
     }
-    Ok(())
+    state.config().outbound_deny.check_url("apiEndpoint", url).await
 }
 
 /// Known `configJson` keys must have the right types; unknown keys are kept as they are.
@@ -299,7 +299,7 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
         return Err(AppError::validation("apiKey must be the real key, not a masked value"));
     }
     let api_endpoint = validate::required("apiEndpoint", req.api_endpoint)?;
-    validate_endpoint(&api_endpoint)?;
+    validate_endpoint(state, &api_endpoint).await?;
     if let Some(c) = &req.config_json {
         validate_config_json(c)?;
     }
@@ -355,7 +355,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     let model_key = non_blank("modelKey", req.model_key)?;
     let api_endpoint = non_blank("apiEndpoint", req.api_endpoint)?;
     if let Some(e) = &api_endpoint {
-        validate_endpoint(e)?;
+        validate_endpoint(state, e).await?;
     }
     if let Some(c) = &req.config_json {
         validate_config_json(c)?;

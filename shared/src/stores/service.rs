@@ -190,7 +190,10 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     Ok(())
 }
 
-pub async fn test(state: &AppState, req: StoreTestRequest) -> AppResult<bool> {
+/// Administrators only, like registering an instance: the probe connects to any host and
+/// port it is given, which would let anyone map the service's network.
+pub async fn test(state: &AppState, user: &CurrentUser, req: StoreTestRequest) -> AppResult<bool> {
+    user.require_admin()?;
     let name = validate::required("type", req.store_type)?;
     let t = StoreType::from_name(&name)
         .ok_or_else(|| AppError::validation("type must be PGVECTOR, MILVUS, OPENSEARCH or PG_FULLTEXT"))?;

@@ -8,6 +8,7 @@ mod error;
 mod rerank;
 mod sse;
 
+use crate::outbound::DenyList;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
@@ -84,13 +85,17 @@ impl Default for ModelClient {
 
 impl ModelClient {
     pub fn new() -> Self {
-        let http = reqwest::Client::builder()
+        Self::guarded(&DenyList::default())
+    }
+
+    /// A client that never connects to the denied networks (see [`crate::outbound`]).
+    pub fn guarded(deny: &DenyList) -> Self {
+        let builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .pool_idle_timeout(Duration::from_secs(90))
             .tcp_nodelay(true)
-            .user_agent(concat!("agent-platform/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
+            .user_agent(concat!("agent-platform/", env!("CARGO_PKG_VERSION")));
+        let http = deny.guard(builder).build().unwrap_or_else(|_| reqwest::Client::new());
         Self { http }
     }
 

@@ -7,8 +7,7 @@ use utoipa::openapi::{OpenApi, ResponseBuilder};
 
 pub fn finish(openapi: &mut OpenApi) {
     add_security_schemes(openapi);
-    for (path, item) in openapi.paths.paths.iter_mut() {
-        let has_path_params = path.contains('{');
+    for item in openapi.paths.paths.values_mut() {
         let operations = [
             &mut item.get,
             &mut item.put,
@@ -20,12 +19,12 @@ pub fn finish(openapi: &mut OpenApi) {
             &mut item.trace,
         ];
         for operation in operations.into_iter().flatten() {
-            add_common_errors(operation, has_path_params);
+            add_common_errors(operation);
         }
     }
 }
 
-fn add_common_errors(operation: &mut Operation, has_path_params: bool) {
+fn add_common_errors(operation: &mut Operation) {
     let secured = operation.security.as_ref().is_some_and(|s| !s.is_empty());
     let has_body = operation.request_body.is_some();
     let common = [
@@ -36,7 +35,11 @@ fn add_common_errors(operation: &mut Operation, has_path_params: bool) {
         ),
         (secured, "401", "Missing, expired or invalid credentials"),
         (secured, "403", "The caller may not do this"),
-        (has_path_params, "404", "No such resource, or not visible to the caller"),
+        (
+            true,
+            "404",
+            "No such resource (named in the path or referenced by the request), or not visible to the caller",
+        ),
         (has_body, "413", "Request body too large"),
         (true, "429", "Too many requests; see Retry-After"),
         (

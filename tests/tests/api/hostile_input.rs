@@ -374,9 +374,10 @@ async fn header_injection_in_mcp_api_key_headers_is_refused() {
             server(json!("X-Key"), json!("v\r\nX-Admin: 1")),
             "authConfig.value must be a valid HTTP header value",
         ),
+        // A NUL is refused for every JSON field before any module sees it.
         (
             server(json!("X-Key"), json!("v\u{0}")),
-            "authConfig.value must be a valid HTTP header value",
+            "authConfig.value: must not contain NUL characters",
         ),
         (server(json!("Host"), json!("evil")), "authConfig.key must not be host"),
     ] {

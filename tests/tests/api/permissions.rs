@@ -744,6 +744,7 @@ struct TwoApps {
     crm: Creds,
     erp: Creds,
     erp_agent: i64,
+    model: i64,
 }
 
 async fn two_apps() -> TwoApps {
@@ -762,7 +763,13 @@ async fn two_apps() -> TwoApps {
         .ext_post(&erp, "/agent/conversations", &conversation)
         .await
         .assert_ok();
-    TwoApps { s, crm, erp, erp_agent }
+    TwoApps {
+        s,
+        crm,
+        erp,
+        erp_agent,
+        model,
+    }
 }
 
 #[tokio::test]
@@ -847,14 +854,19 @@ async fn an_embed_token_opens_only_its_agent_and_its_open_id() {
     let other_agent =
         t.s.agent(&t.s.admin, json!({ "name": "Other ERP bot", "appId": "erp" }))
             .await;
+    // An agent bound to no app (any app may use it): a bound one runs on its app's client
+    // nodes, which this test does not start.
+    let open_agent =
+        t.s.agent(&t.s.admin, json!({ "name": "Open bot", "chatModelId": t.model }))
+            .await;
     let issued = app
         .ext_post(
             &t.erp,
             "/embed-token",
-            &json!({ "openId": "erp-user", "agentId": t.erp_agent }),
+            &json!({ "openId": "erp-user", "agentId": open_agent }),
         )
         .await;
-    assert_eq!(issued.assert_ok()["agentId"], t.erp_agent);
+    assert_eq!(issued.assert_ok()["agentId"], open_agent);
     let token = issued.data()["token"].as_str().unwrap().to_owned();
     // An agent the app may not use cannot be put into a token.
     app.ext_post(
@@ -891,7 +903,7 @@ async fn an_embed_token_opens_only_its_agent_and_its_open_id() {
         (
             "POST",
             "/openapi/v1/agent/chat/sync".to_owned(),
-            Some(json!({ "agentId": t.erp_agent, "openId": "someone-else", "conversationId": "x", "content": "hi" })),
+            Some(json!({ "agentId": open_agent, "openId": "someone-else", "conversationId": "x", "content": "hi" })),
             "another openId",
         ),
     ];
@@ -904,7 +916,7 @@ async fn an_embed_token_opens_only_its_agent_and_its_open_id() {
     let ok = with_token(
         "POST",
         "/openapi/v1/agent/chat/sync".to_owned(),
-        Some(json!({ "agentId": t.erp_agent, "conversationId": "x", "content": "hi" })),
+        Some(json!({ "agentId": open_agent, "conversationId": "x", "content": "hi" })),
     )
     .await;
     assert_eq!(ok.assert_ok()["content"], "You said: hi");

@@ -88,6 +88,31 @@ impl ChatSetup {
     }
 
     /// Creates an agent as `token`; returns its id.
+    pub async fn embedding_model(&self, key: &str) -> i64 {
+        self.app
+            .model(
+                &self.admin,
+                self.provider,
+                "EMBEDDING",
+                key,
+                &self.models.base_url,
+                json!({}),
+            )
+            .await
+    }
+
+    /// A user's tokens left and the tokens their recorded model calls used.
+    pub async fn tokens_left_and_used(&self, user_id: i64) -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT (SELECT tokens FROM users WHERE id = $1),
+                    (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0)::bigint FROM model_usage WHERE user_id = $1)",
+        )
+        .bind(user_id)
+        .fetch_one(&self.app.db)
+        .await
+        .expect("tokens left and used")
+    }
+
     pub async fn agent(&self, token: &str, body: Value) -> i64 {
         self.app
             .post("/agent", Some(token), &body)

@@ -1,14 +1,12 @@
 //! Translation between the model client's chat types and the client-node proto, both ways:
 //! the platform encodes requests and decodes deltas, a node does the opposite.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 use super::node_proto::{self as pb, chat_delta::Kind as DeltaKind, error::Kind as ErrorKind};
 use crate::models::client::{
     ChatEvent, ChatMessage, ChatRequest, ContentPart, Endpoint, FunctionCall, ImageUrl, MessageContent, ModelError,
-    ToolCall, ToolCallOut, ToolSpec, Usage,
+    ToolCallOut, ToolCallParts, ToolSpec, Usage,
 };
 
 /// The request a node receives for a chat call to `ep` (its API key stays with the platform).
@@ -201,18 +199,11 @@ fn decode_error(e: pb::Error) -> ModelError {
     }
 }
 
-#[derive(Default)]
-struct PartialCall {
-    id: String,
-    name: String,
-    arguments: String,
-}
-
 /// Turns a node's deltas back into model events; tool-call fragments are assembled by index
 /// and emitted whole when the model finishes, as the model client does.
 #[derive(Default)]
 pub struct DeltaDecoder {
-    tools: BTreeMap<u32, PartialCall>,
+    tools: ToolCallParts,
     finished: bool,
 }
 
@@ -228,7 +219,7 @@ impl DeltaDecoder {
             Some(DeltaKind::Text(t)) => vec![Ok(ChatEvent::Text(t))],
             Some(DeltaKind::Reasoning(t)) => vec![Ok(ChatEvent::Reasoning(t))],
             Some(DeltaKind::ToolCall(c)) => {
-                let slot = self.tools.entry(c.index).or_default();
+                let slot = self.tools.part(c.index.into());
                 if slot.id.is_empty() {
                     slot.id = c.id;
                 }
@@ -253,22 +244,7 @@ impl DeltaDecoder {
     }
 
     fn flush_tools(&mut self) -> Vec<Result<ChatEvent, ModelError>> {
-        if self.tools.is_empty() {
-            return vec![];
-        }
-        let calls = std::mem::take(&mut self.tools)
-            .into_values()
-            .map(|p| ToolCall {
-                id: p.id,
-                name: p.name,
-                arguments: if p.arguments.trim().is_empty() {
-                    "{}".to_owned()
-                } else {
-                    p.arguments
-                },
-            })
-            .collect();
-        vec![Ok(ChatEvent::ToolCalls(calls))]
+        self.tools.take().into_iter().map(Ok).collect()
     }
 }
 
@@ -277,6 +253,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::models::client::ToolCall;
 
     fn endpoint() -> Endpoint {
         Endpoint {

@@ -59,17 +59,7 @@ async fn agents_are_created_read_changed_and_deleted() {
 async fn every_bad_field_is_refused_by_name_and_nothing_changes() {
     let s = ChatSetup::new().await;
     let t = Some(s.admin.as_str());
-    let embedding = s
-        .app
-        .model(
-            &s.admin,
-            s.provider,
-            "EMBEDDING",
-            "emb-8",
-            &s.models.base_url,
-            json!({}),
-        )
-        .await;
+    let embedding = s.embedding_model("emb-8").await;
     let id = s.agent(&s.admin, json!({ "name": "Stable" })).await;
     let before = s.app.get(&format!("/agent/{id}"), t).await.assert_ok().clone();
     let cases = [
@@ -308,16 +298,7 @@ async fn chat_models_lists_enabled_chat_models_with_capabilities() {
     s.app
         .put(&format!("/ai-model/config/{off}/disable"), Some(&s.admin), &json!({}))
         .await;
-    s.app
-        .model(
-            &s.admin,
-            s.provider,
-            "EMBEDDING",
-            "emb-8",
-            &s.models.base_url,
-            json!({}),
-        )
-        .await;
+    s.embedding_model("emb-8").await;
     let r = s.app.get("/agent/chat-models", Some(&s.admin)).await;
     let options = r.assert_ok().as_array().unwrap().clone();
     assert_eq!(options.len(), 1, "{options:?}");

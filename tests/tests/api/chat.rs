@@ -243,14 +243,7 @@ async fn model_failures_end_with_an_error_keep_the_partial_answer_and_charge_onl
     let (alice_id, alice) = s.app.regular_user("alice").await;
     s.set_quota(alice_id, QUOTA).await;
     let charged = || async {
-        let (left, used): (i64, i64) = sqlx::query_as(
-            "SELECT (SELECT tokens FROM users WHERE id = $1),
-                    (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0)::bigint FROM model_usage WHERE user_id = $1)",
-        )
-        .bind(alice_id)
-        .fetch_one(&s.app.db)
-        .await
-        .unwrap();
+        let (left, used) = s.tokens_left_and_used(alice_id).await;
         (QUOTA - left, used)
     };
     // (model, text streamed before the failure, what the stored error says)
@@ -828,17 +821,7 @@ async fn chat_rounds_feed_long_term_memory_and_later_turns_recall_it_per_user() 
     let t = Some(s.admin.as_str());
     let chat = s.chat_model("chat-echo", json!({})).await;
     let extractor = s.chat_model("mem-extract", json!({})).await;
-    let embedding = s
-        .app
-        .model(
-            &s.admin,
-            s.provider,
-            "EMBEDDING",
-            "emb-8",
-            &s.models.base_url,
-            json!({}),
-        )
-        .await;
+    let embedding = s.embedding_model("emb-8").await;
     let config = s
         .app
         .post(

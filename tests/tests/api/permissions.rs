@@ -427,16 +427,7 @@ struct Owned {
 async fn owned_by(s: &ChatSetup, token: &str, user_id: i64) -> Owned {
     let app = &s.app;
     let chat_model = s.chat_model("chat-echo", json!({})).await;
-    let embedding = app
-        .model(
-            &s.admin,
-            s.provider,
-            "EMBEDDING",
-            "emb-8",
-            &s.models.base_url,
-            json!({}),
-        )
-        .await;
+    let embedding = s.embedding_model("emb-8").await;
     let personal_model = app
         .model(
             token,

@@ -70,14 +70,7 @@ async fn concurrent_chats_never_spend_more_than_the_quota_and_the_refused_store_
     let mut last = (i64::MIN, i64::MIN);
     for _ in 0..50 {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let now: (i64, i64) = sqlx::query_as(
-            "SELECT (SELECT tokens FROM users WHERE id = $1),
-                    (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0)::bigint FROM model_usage WHERE user_id = $1)",
-        )
-        .bind(alice_id)
-        .fetch_one(&s.app.db)
-        .await
-        .unwrap();
+        let now = s.tokens_left_and_used(alice_id).await;
         if now == last && now.0 + now.1 == QUOTA {
             break;
         }

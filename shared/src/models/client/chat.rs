@@ -267,7 +267,7 @@ impl ModelClient {
             body: Box::pin(resp.bytes_stream()),
             decoder: SseDecoder::default(),
             pending: VecDeque::new(),
-            tools: BTreeMap::new(),
+            tools: ToolCallParts::default(),
             finished: false,
             done: false,
             idle: ep.timeout(),
@@ -296,18 +296,49 @@ pub async fn collect(mut stream: ChatStream) -> Result<ChatResponse, ModelError>
 
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
+/// One tool call as its fragments arrive.
 #[derive(Default)]
-struct PartialCall {
-    id: String,
-    name: String,
-    arguments: String,
+pub struct PartialCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Tool-call fragments assembled by index, handed out whole when the model finishes.
+#[derive(Default)]
+pub struct ToolCallParts(BTreeMap<u64, PartialCall>);
+
+impl ToolCallParts {
+    pub fn part(&mut self, index: u64) -> &mut PartialCall {
+        self.0.entry(index).or_default()
+    }
+
+    /// The assembled calls, if any came; empty arguments become `{}`.
+    pub fn take(&mut self) -> Option<ChatEvent> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let calls = std::mem::take(&mut self.0)
+            .into_values()
+            .map(|p| ToolCall {
+                id: p.id,
+                name: p.name,
+                arguments: if p.arguments.trim().is_empty() {
+                    "{}".to_owned()
+                } else {
+                    p.arguments
+                },
+            })
+            .collect();
+        Some(ChatEvent::ToolCalls(calls))
+    }
 }
 
 struct StreamState {
     body: ByteStream,
     decoder: SseDecoder,
     pending: VecDeque<Result<ChatEvent, ModelError>>,
-    tools: BTreeMap<u64, PartialCall>,
+    tools: ToolCallParts,
     /// A finish_reason was seen.
     finished: bool,
     /// Nothing more will be emitted.
@@ -408,7 +439,7 @@ impl StreamState {
     fn collect_tools(&mut self, calls: &[Value]) {
         for (pos, c) in calls.iter().enumerate() {
             let index = c.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
-            let slot = self.tools.entry(index).or_default();
+            let slot = self.tools.part(index);
             if let Some(id) = c.get("id").and_then(Value::as_str) {
                 slot.id = id.to_owned();
             }
@@ -422,21 +453,8 @@ impl StreamState {
     }
 
     fn flush_tools(&mut self) {
-        if self.tools.is_empty() {
-            return;
+        if let Some(calls) = self.tools.take() {
+            self.pending.push_back(Ok(calls));
         }
-        let calls = std::mem::take(&mut self.tools)
-            .into_values()
-            .map(|p| ToolCall {
-                id: p.id,
-                name: p.name,
-                arguments: if p.arguments.trim().is_empty() {
-                    "{}".to_owned()
-                } else {
-                    p.arguments
-                },
-            })
-            .collect();
-        self.pending.push_back(Ok(ChatEvent::ToolCalls(calls)));
     }
 }

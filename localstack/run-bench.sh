@@ -48,15 +48,8 @@ fi
 wrk --version 2>&1 | head -1 >&2 || true
 
 step "backing services (stack '$stack', Postgres only)"
-# A stack left over from an interrupted run would keep its database: start from nothing.
-bash localstack/stack.sh down --clean "$stack" >/dev/null 2>&1 || true
-# A PG_PORT from a sourced env file of another stack would be taken as a request for that port.
-env -u PG_PORT -u AWS_PORT STACK_AWS=none bash localstack/stack.sh up "$stack" >/dev/null
-set -a
-# shellcheck disable=SC1090
-. ".local/$stack/env"
-set +a
-unset PG_PORT
+# shellcheck source=localstack/fresh-postgres.sh
+. localstack/fresh-postgres.sh "$stack"
 
 step "build (profile bench-local)"
 cargo build --profile bench-local --bin agent-platform

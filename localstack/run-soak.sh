@@ -12,13 +12,8 @@ stack=soak
 trap 'bash localstack/stack.sh down --clean "$stack" >/dev/null 2>&1 || true' EXIT
 trap 'exit 130' INT TERM
 
-bash localstack/stack.sh down --clean "$stack" >/dev/null 2>&1 || true
-env -u PG_PORT -u AWS_PORT STACK_AWS=none bash localstack/stack.sh up "$stack" >/dev/null
-set -a
-# shellcheck disable=SC1090
-. ".local/$stack/env"
-set +a
-unset PG_PORT
+# shellcheck source=localstack/fresh-postgres.sh
+. localstack/fresh-postgres.sh "$stack"
 
 cargo build --quiet --profile bench-local --bin agent-platform
 SERVER_BIN=$CARGO_TARGET_DIR/bench-local/agent-platform \

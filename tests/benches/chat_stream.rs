@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api_tests::model_server::{ModelServer, GOOD_KEY};
+use api_tests::percentile::percentile;
 use api_tests::{free_port, fresh_database};
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -177,9 +178,9 @@ impl Target {
     }
 }
 
-fn percentile(values: &mut [Duration], p: f64) -> f64 {
-    values.sort();
-    values[((values.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0
+/// The percentile in milliseconds.
+fn pct_ms(values: &mut [Duration], p: f64) -> f64 {
+    percentile(values, p).as_secs_f64() * 1000.0
 }
 
 /// Streams completed in DURATION with CONCURRENCY in flight, and the server's CPU seconds.
@@ -292,23 +293,23 @@ async fn main() {
     println!("|---|---|---|---|---|");
     println!(
         "| raw upstream | {:.2} | {:.2} | - | - |",
-        percentile(&mut raw_t, 0.5),
-        percentile(&mut raw_t, 0.99)
+        pct_ms(&mut raw_t, 0.5),
+        pct_ms(&mut raw_t, 0.99)
     );
     println!(
         "| service `/agent/{{id}}/chat` | {:.2} | {:.2} | {:.2} | {:.2} |",
-        percentile(&mut svc_t, 0.5),
-        percentile(&mut svc_t, 0.99),
-        percentile(&mut svc_added, 0.5),
-        percentile(&mut svc_added, 0.99)
+        pct_ms(&mut svc_t, 0.5),
+        pct_ms(&mut svc_t, 0.99),
+        pct_ms(&mut svc_added, 0.5),
+        pct_ms(&mut svc_added, 0.99)
     );
     if !lite_t.is_empty() {
         println!(
             "| LiteLLM proxy | {:.2} | {:.2} | {:.2} | {:.2} |",
-            percentile(&mut lite_t, 0.5),
-            percentile(&mut lite_t, 0.99),
-            percentile(&mut lite_added, 0.5),
-            percentile(&mut lite_added, 0.99)
+            pct_ms(&mut lite_t, 0.5),
+            pct_ms(&mut lite_t, 0.99),
+            pct_ms(&mut lite_added, 0.5),
+            pct_ms(&mut lite_added, 0.99)
         );
     }
 

@@ -4,10 +4,12 @@
 pub mod apps;
 pub mod browser;
 pub mod chat;
+pub mod corpus;
 pub mod lambda_emulator;
 pub mod mcp_servers;
 pub mod model_server;
 pub mod opensearch_server;
+pub mod percentile;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

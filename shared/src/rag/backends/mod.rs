@@ -10,7 +10,7 @@
 
 pub mod milvus;
 mod opensearch;
-mod postgres;
+pub mod postgres;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};

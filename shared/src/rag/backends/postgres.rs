@@ -57,26 +57,8 @@ impl IndexWrites for PgVectors {
 
 #[async_trait]
 impl VectorIndex for PgVectors {
-    /// The base id and dimension are written into the SQL (integers from our own row) so the
-    /// planner can use the base's partial HNSW index.
     async fn search(&self, db: &PgPool, vector: &[f32], limit: usize) -> anyhow::Result<Vec<Hit>> {
-        let expr = bases::repo::vector_expr(self.dimension);
-        let cast = if self.dimension > 2000 {
-            format!("halfvec({})", self.dimension)
-        } else {
-            format!("vector({})", self.dimension)
-        };
-        let sql = format!(
-            "SELECT id, (1 - ({expr} <=> $1::{cast}))::float8 AS score FROM chunks
-             WHERE rag_id = {} AND embedding IS NOT NULL ORDER BY {expr} <=> $1::{cast} LIMIT $2",
-            self.rag_id
-        );
-        let rows: Vec<(i64, f64)> = sqlx::query_as(&sql)
-            .bind(vector_literal(vector))
-            .bind(limit as i64)
-            .fetch_all(db)
-            .await?;
-        Ok(hits(rows))
+        Ok(vector_hits(db, self.rag_id, self.dimension, vector, limit).await?)
     }
 }
 
@@ -121,22 +103,49 @@ impl IndexWrites for PgText {
 
 #[async_trait]
 impl TextIndex for PgText {
-    /// Any query word, ranked by cover density.
     async fn search(&self, db: &PgPool, query: &str, limit: usize) -> anyhow::Result<Vec<Hit>> {
-        let Some(tsquery) = segment::or_query(query) else {
-            return Ok(vec![]);
-        };
-        let rows: Vec<(i64, f64)> = sqlx::query_as(
-            "SELECT c.id, ts_rank_cd(c.tsv, q)::float8 FROM chunks c, to_tsquery('simple', $2) q
-             WHERE c.rag_id = $1 AND c.tsv @@ q ORDER BY 2 DESC, c.id LIMIT $3",
-        )
-        .bind(self.rag_id)
-        .bind(tsquery)
+        Ok(text_hits(db, self.rag_id, query, limit).await?)
+    }
+}
+
+/// Nearest chunks of base `rag_id` by cosine similarity. The base id and dimension are written
+/// into the SQL (integers from our own row) so the planner can use the base's partial HNSW
+/// index. Public so the search benchmark runs the very statement the service runs.
+pub async fn vector_hits(db: &PgPool, rag_id: i64, dimension: i32, vector: &[f32], limit: usize) -> sqlx::Result<Vec<Hit>> {
+    let expr = bases::repo::vector_expr(dimension);
+    let cast = if dimension > 2000 {
+        format!("halfvec({dimension})")
+    } else {
+        format!("vector({dimension})")
+    };
+    let sql = format!(
+        "SELECT id, (1 - ({expr} <=> $1::{cast}))::float8 AS score FROM chunks
+         WHERE rag_id = {rag_id} AND embedding IS NOT NULL ORDER BY {expr} <=> $1::{cast} LIMIT $2"
+    );
+    let rows: Vec<(i64, f64)> = sqlx::query_as(&sql)
+        .bind(vector_literal(vector))
         .bind(limit as i64)
         .fetch_all(db)
         .await?;
-        Ok(hits(rows))
-    }
+    Ok(hits(rows))
+}
+
+/// Chunks of base `rag_id` matching any word of `query`, ranked by cover density. Public so
+/// the search benchmark and the retrieval-quality test run the very statement the service runs.
+pub async fn text_hits(db: &PgPool, rag_id: i64, query: &str, limit: usize) -> sqlx::Result<Vec<Hit>> {
+    let Some(tsquery) = segment::or_query(query) else {
+        return Ok(vec![]);
+    };
+    let rows: Vec<(i64, f64)> = sqlx::query_as(
+        "SELECT c.id, ts_rank_cd(c.tsv, q)::float8 FROM chunks c, to_tsquery('simple', $2) q
+         WHERE c.rag_id = $1 AND c.tsv @@ q ORDER BY 2 DESC, c.id LIMIT $3",
+    )
+    .bind(rag_id)
+    .bind(tsquery)
+    .bind(limit as i64)
+    .fetch_all(db)
+    .await?;
+    Ok(hits(rows))
 }
 
 fn hits(rows: Vec<(i64, f64)>) -> Vec<Hit> {

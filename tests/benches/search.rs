@@ -115,9 +115,9 @@ async fn main() {
         .await
         .unwrap();
     }
-    sqlx::query("UPDATE knowledge_bases SET chunk_count = $2 WHERE id = $1")
-        .bind(kb)
-        .bind(CHUNKS)
+    sqlx::query("UPDATE documents SET chunk_count = $2 WHERE id = $1")
+        .bind(doc_id)
+        .bind(CHUNKS as i32)
         .execute(&mut *conn)
         .await
         .unwrap();

@@ -9,13 +9,13 @@ pub const VOCABULARY: usize = 5_000;
 
 /// The most frequent words of English, in rank order: they take the top ranks.
 const FUNCTION_WORDS: &[&str] = &[
-    "the", "of", "and", "to", "a", "in", "is", "that", "for", "it", "as", "with", "on", "be", "by", "this",
-    "are", "or", "from", "at", "an", "not", "can", "which", "you", "when", "if", "has", "was", "will",
+    "the", "of", "and", "to", "a", "in", "is", "that", "for", "it", "as", "with", "on", "be", "by", "this", "are",
+    "or", "from", "at", "an", "not", "can", "which", "you", "when", "if", "has", "was", "will",
 ];
 
 const ONSETS: &[&str] = &[
-    "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "br", "cl", "dr", "gr",
-    "pl", "st", "tr", "sh", "ch",
+    "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "br", "cl", "dr", "gr", "pl", "st",
+    "tr", "sh", "ch",
 ];
 const VOWELS: &[&str] = &["a", "e", "i", "o", "u", "ai", "ou", "ea"];
 const CODAS: &[&str] = &["", "", "n", "r", "s", "t", "l", "x", "nd", "st"];

@@ -114,7 +114,13 @@ const DEFAULT_EF_SEARCH: usize = 40;
 /// Nearest chunks of base `rag_id` by cosine similarity. The base id and dimension are written
 /// into the SQL (integers from our own row) so the planner can use the base's partial HNSW
 /// index. Public so the search benchmark runs the very statement the service runs.
-pub async fn vector_hits(db: &PgPool, rag_id: i64, dimension: i32, vector: &[f32], limit: usize) -> sqlx::Result<Vec<Hit>> {
+pub async fn vector_hits(
+    db: &PgPool,
+    rag_id: i64,
+    dimension: i32,
+    vector: &[f32],
+    limit: usize,
+) -> sqlx::Result<Vec<Hit>> {
     let expr = bases::repo::vector_expr(dimension);
     let cast = if dimension > 2000 {
         format!("halfvec({dimension})")

@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use api_tests::model_server::{ModelServer, GOOD_KEY};
+use api_tests::percentile::percentile;
 use futures::StreamExt;
 use serde_json::json;
 use shared::models::client::{ChatEvent, ChatMessage, ChatRequest, Endpoint, ModelClient};
@@ -71,11 +72,6 @@ async fn client(client: &ModelClient, ep: &Endpoint, req: &ChatRequest) -> Sampl
         first,
         per_token: (total - first) / TOKENS as u32,
     }
-}
-
-fn percentile(values: &mut [Duration], p: f64) -> Duration {
-    values.sort();
-    values[((values.len() - 1) as f64 * p).round() as usize]
 }
 
 fn micros(d: Duration) -> f64 {

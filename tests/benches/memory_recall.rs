@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use api_tests::model_server::{wide_embedding, ModelServer};
+use api_tests::percentile::percentile;
 use api_tests::{spawn, Store};
 use serde_json::json;
 use shared::agents::Owner;
@@ -41,11 +42,6 @@ const WORDS: &[&str] = &[
     "puppy",
 ];
 const TYPES: &[&str] = &["FACT", "DECISION", "PREFERENCE", "TASK_PROGRESS", "REFERENCE"];
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -165,9 +161,9 @@ async fn main() {
         println!(
             "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
             times.len(),
-            pct(&mut times, 0.5),
-            pct(&mut times, 0.95),
-            pct(&mut times, 0.99),
+            percentile(&mut times, 0.5),
+            percentile(&mut times, 0.95),
+            percentile(&mut times, 0.99),
             mean
         );
         if !stage.is_empty() {
@@ -175,9 +171,9 @@ async fn main() {
             println!(
                 "| vector search stage only | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 stage.len(),
-                pct(&mut stage, 0.5),
-                pct(&mut stage, 0.95),
-                pct(&mut stage, 0.99),
+                percentile(&mut stage, 0.5),
+                percentile(&mut stage, 0.95),
+                percentile(&mut stage, 0.99),
                 mean
             );
         }

@@ -92,6 +92,5 @@ pub fn rss_mib(pid: u32) -> f64 {
 
 /// The `p` quantile (0..=1) of `values`, in milliseconds; sorts `values`.
 pub fn percentile_ms(values: &mut [Duration], p: f64) -> f64 {
-    values.sort();
-    values[((values.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0
+    crate::percentile::percentile(values, p).as_secs_f64() * 1000.0
 }

@@ -5,10 +5,12 @@ pub mod apps;
 pub mod bench_server;
 pub mod browser;
 pub mod chat;
+pub mod corpus;
 pub mod lambda_emulator;
 pub mod mcp_servers;
 pub mod model_server;
 pub mod opensearch_server;
+pub mod percentile;
 pub mod snapshot;
 
 use std::collections::HashMap;

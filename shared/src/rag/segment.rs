@@ -68,15 +68,20 @@ pub fn for_index(text: &str) -> String {
     tokens(text).join(" ")
 }
 
-/// A `to_tsquery('simple', ...)` expression matching any token. Tokens are alphanumeric
-/// (or CJK words), so quoting them keeps the query syntax safe.
-pub fn or_query(text: &str) -> Option<String> {
+/// The distinct tokens of `text` as `to_tsquery('simple', ...)` operands. Tokens are
+/// alphanumeric (or CJK words), so quoting them keeps the query syntax safe.
+pub fn query_terms(text: &str) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
-    let terms: Vec<String> = tokens(text)
+    tokens(text)
         .into_iter()
         .filter(|t| seen.insert(t.clone()))
         .map(|t| format!("'{}'", t.replace('\'', "")))
-        .collect();
+        .collect()
+}
+
+/// A `to_tsquery('simple', ...)` expression matching any token.
+pub fn or_query(text: &str) -> Option<String> {
+    let terms = query_terms(text);
     (!terms.is_empty()).then(|| terms.join(" | "))
 }
 
@@ -99,5 +104,6 @@ mod tests {
         );
         assert_eq!(or_query("a a b").as_deref(), Some("'a' | 'b'"));
         assert_eq!(or_query("!!!"), None);
+        assert_eq!(query_terms("a B a"), vec!["'a'", "'b'"]);
     }
 }

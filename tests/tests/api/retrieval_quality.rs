@@ -189,18 +189,20 @@ async fn hybrid_recall_at_5_is_at_least_the_better_single_retriever() {
     // Full text alone, ranked exactly as the service ranks its full-text side.
     let mut text_only = Vec::new();
     for (q, _) in QUERIES {
-        let names: Vec<String> = match shared::rag::segment::or_query(q) {
-            Some(tsq) => sqlx::query_scalar(
-                "SELECT d.name FROM chunks c JOIN documents d ON d.id = c.document_id, to_tsquery('simple', $2) q
-                 WHERE c.rag_id = $1 AND c.tsv @@ q ORDER BY ts_rank_cd(c.tsv, q) DESC, c.id LIMIT 5",
-            )
-            .bind(kb)
-            .bind(tsq)
-            .fetch_all(&app.db)
+        let hits = shared::rag::backends::postgres::text_hits(&app.db, kb, q, 5)
             .await
-            .unwrap(),
-            None => vec![],
-        };
+            .unwrap();
+        let mut names = Vec::new();
+        for hit in hits {
+            let name: String = sqlx::query_scalar(
+                "SELECT d.name FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1",
+            )
+            .bind(hit.id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+            names.push(name);
+        }
         text_only.push(names);
     }
     let (h, v, f) = (recall(&hybrid), recall(&vector_only), recall(&text_only));

@@ -10,7 +10,7 @@
 
 pub mod milvus;
 mod opensearch;
-mod postgres;
+pub mod postgres;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
@@ -62,7 +62,11 @@ pub struct Indexes {
 impl Indexes {
     /// The indexes of `kb`'s store instances.
     pub async fn of(state: &AppState, kb: &KbRow) -> AppResult<Self> {
-        let vector_row = stores::repo::find(state.db(), kb.vector_store_instance_id).await?;
+        let builtin = kb.vector_store_type.and_then(|c| StoreType::from_code(c.into())) == Some(StoreType::PgVector);
+        let vector_row = match builtin {
+            true => None,
+            false => stores::repo::find(state.db(), kb.vector_store_instance_id).await?,
+        };
         let text_row = match kb.search_engine_instance_id {
             Some(id) => stores::repo::find(state.db(), id).await?,
             None => None,

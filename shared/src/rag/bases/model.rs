@@ -18,6 +18,8 @@ pub struct KbRow {
     pub embedding_model_name: Option<String>,
     pub dimension: i32,
     pub vector_store_instance_id: i64,
+    /// The vector store's type code, so search needs no second lookup for the built-in one.
+    pub vector_store_type: Option<i16>,
     pub rerank_model_id: Option<i64>,
     pub search_engine_enable: bool,
     pub search_engine_instance_id: Option<i64>,

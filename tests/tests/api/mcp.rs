@@ -23,6 +23,13 @@ async fn create(app: &TestApp, token: &str, body: Value) -> i64 {
     reply.assert_ok().as_i64().expect("id")
 }
 
+/// A server's row as stored, with its auth config and environment opened.
+async fn stored(app: &TestApp, id: i64) -> (mcp::McpRow, mcp::AuthConfig, std::collections::BTreeMap<String, String>) {
+    let row = mcp::repo::find(&app.db, id).await.unwrap().unwrap();
+    let (auth, env) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    (row, auth, env)
+}
+
 fn http_server(name: &str, transport: i64, endpoint: &str) -> Value {
     json!({"name": name, "transportType": transport, "endpoint": endpoint})
 }
@@ -300,8 +307,7 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
     )
     .await
     .assert_ok();
-    let row = mcp::repo::find(&app.db, id).await.unwrap().unwrap();
-    let (auth, _) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    let (row, auth, _) = stored(&app, id).await;
     assert_eq!(
         auth,
         mcp::AuthConfig::OAuth2 {
@@ -311,8 +317,7 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
         }
     );
     assert_eq!(row.name, "oauth renamed");
-    let row = mcp::repo::find(&app.db, stdio).await.unwrap().unwrap();
-    let (_, env) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    let (_, _, env) = stored(&app, stdio).await;
     assert_eq!(
         (env["API_TOKEN"].as_str(), env["MODE"].as_str()),
         ("env-secret-abcdefgh", "y")
@@ -320,16 +325,14 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
     app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authConfig": {"clientId": "cid", "clientSecret": "new-secret-value", "tokenUrl": "https://id.example.com/token"}}))
         .await
         .assert_ok();
-    let row = mcp::repo::find(&app.db, id).await.unwrap().unwrap();
-    let (auth, _) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    let (_, auth, _) = stored(&app, id).await;
     assert!(matches!(auth, mcp::AuthConfig::OAuth2 { client_secret, .. } if client_secret == "new-secret-value"));
 
     // The same authType without authConfig keeps the stored config.
     app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authType": 3}))
         .await
         .assert_ok();
-    let row = mcp::repo::find(&app.db, id).await.unwrap().unwrap();
-    let (auth, _) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    let (_, auth, _) = stored(&app, id).await;
     assert!(matches!(auth, mcp::AuthConfig::OAuth2 { client_secret, .. } if client_secret == "new-secret-value"));
     // Switching the auth type to none drops the stored secret.
     app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authType": 0}))

@@ -21,7 +21,7 @@ impl Drop for Server {
     }
 }
 
-pub fn env(key: &str) -> String {
+fn env(key: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| panic!("{key} must be set (run `make bench`)"))
 }
 

@@ -66,9 +66,10 @@ async fn concurrent_chats_never_spend_more_than_the_quota_and_the_refused_store_
     assert_eq!(keys, expected);
     assert_eq!(s.app.count("messages").await, 2 * answered.len() as i64);
 
-    // Background settling (titles, stream meters) finishes within moments.
+    // Background settling (titles, stream meters) finishes within moments; on a loaded
+    // machine it can take seconds, so wait up to 15 s for it (the assertions are unchanged).
     let mut last = (i64::MIN, i64::MIN);
-    for _ in 0..50 {
+    for _ in 0..150 {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let now = s.tokens_left_and_used(alice_id).await;
         if now == last && now.0 + now.1 == QUOTA {

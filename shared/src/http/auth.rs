@@ -19,6 +19,15 @@ pub struct CurrentUser {
 }
 
 impl CurrentUser {
+    /// From the `(id, username, role)` of the user's row.
+    pub fn from_identity((id, username, role): (i64, String, i16)) -> Self {
+        Self {
+            id,
+            username,
+            role: Role::from_code(role),
+        }
+    }
+
     pub fn is_admin(&self) -> bool {
         self.role == Role::Admin
     }
@@ -58,11 +67,7 @@ impl FromRequestParts<AppState> for CurrentUser {
         let user = user_repo::find_identity(state.db(), claims.sub)
             .await?
             .ok_or_else(|| AppError::unauthorized("the user of this token no longer exists; please log in again"))?;
-        let current = CurrentUser {
-            id: user.0,
-            username: user.1,
-            role: Role::from_code(user.2),
-        };
+        let current = CurrentUser::from_identity(user);
         parts.extensions.insert(current.clone());
         Ok(current)
     }

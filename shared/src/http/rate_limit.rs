@@ -9,7 +9,7 @@ use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::auth::token_from;
+use super::auth::{token_from, CurrentUser};
 use super::middleware::{status_envelope, uses_status_envelope};
 use crate::external::caller::ExternalCaller;
 use crate::{AppError, AppState};
@@ -19,13 +19,23 @@ struct Subject {
     key: String,
     noun: &'static str,
     limit: u32,
+    /// The user of a verified token, whose row the count reads too.
+    user: Option<i64>,
 }
 
 /// Counts the request against its caller and refuses it once the caller's window is full.
 pub async fn limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let (mut parts, body) = req.into_parts();
     let refusal = match subject(&mut parts, &state).await {
-        Some(subject) if subject.limit > 0 => check(&state, &subject).await.err(),
+        Some(subject) if subject.limit > 0 => match check(&state, &subject).await {
+            Ok(user) => {
+                if let Some(user) = user {
+                    parts.extensions.insert(user);
+                }
+                None
+            }
+            Err(refusal) => Some(refusal),
+        },
         _ => None,
     };
     let Some(refusal) = refusal else {
@@ -39,8 +49,8 @@ pub async fn limit(State(state): State<AppState>, req: Request, next: Next) -> R
     }
 }
 
-/// The authenticated caller of the request. What the extractors learn here is kept in the
-/// request, so the handler does not authenticate twice.
+/// The authenticated caller of the request. What the extractors learn here (the app, and the
+/// user through `check`) is kept in the request, so the handler does not authenticate twice.
 async fn subject(parts: &mut Parts, state: &AppState) -> Option<Subject> {
     let limits = &state.config().rate_limits;
     let app_headers = parts.headers.contains_key("svc-app-id") || parts.headers.contains_key("svc-token");
@@ -50,6 +60,7 @@ async fn subject(parts: &mut Parts, state: &AppState) -> Option<Subject> {
                 key: format!("u:{}", claims.sub),
                 noun: "user",
                 limit: limits.per_user,
+                user: Some(claims.sub),
             });
         }
     }
@@ -58,35 +69,46 @@ async fn subject(parts: &mut Parts, state: &AppState) -> Option<Subject> {
         key: format!("a:{}", caller.app.id),
         noun: "app",
         limit: limits.per_app,
+        user: None,
     })
 }
 
-/// One upsert per request: a fixed window per caller, restarted when its time is up. A failing
-/// counter lets the request through (logged): the limit protects the service, it must not be
-/// the reason it fails.
-async fn check(state: &AppState, subject: &Subject) -> Result<(), AppError> {
+/// One upsert per request: a fixed window per caller, restarted when its time is up. For a
+/// user the same statement reads the identity authentication needs, which it then takes from
+/// the request instead of asking again (one round trip, not two). A failing counter lets the
+/// request through (logged): the limit protects the service, it must not be the reason it
+/// fails.
+async fn check(state: &AppState, subject: &Subject) -> Result<Option<CurrentUser>, AppError> {
     let window = state.config().rate_limits.window_secs;
-    let counted: Result<(i32, f64), sqlx::Error> = sqlx::query_as(
-        "INSERT INTO rate_limit_windows AS w (key, window_start, hits)
-         VALUES ($1, to_timestamp((floor(extract(epoch FROM now()) / $2) * $2)::float8), 1)
-         ON CONFLICT (key) DO UPDATE SET
-           hits = CASE WHEN w.window_start >= EXCLUDED.window_start THEN w.hits + 1 ELSE 1 END,
-           window_start = GREATEST(w.window_start, EXCLUDED.window_start)
-         RETURNING hits, extract(epoch FROM window_start + make_interval(secs => $2) - now())::float8",
+    type Counted = (i32, f64, Option<i64>, Option<String>, Option<i16>);
+    let counted: Result<Counted, sqlx::Error> = sqlx::query_as(
+        "WITH counted AS (
+             INSERT INTO rate_limit_windows AS w (key, window_start, hits)
+             VALUES ($1, to_timestamp((floor(extract(epoch FROM now()) / $2) * $2)::float8), 1)
+             ON CONFLICT (key) DO UPDATE SET
+               hits = CASE WHEN w.window_start >= EXCLUDED.window_start THEN w.hits + 1 ELSE 1 END,
+               window_start = GREATEST(w.window_start, EXCLUDED.window_start)
+             RETURNING hits, extract(epoch FROM window_start + make_interval(secs => $2) - now())::float8 AS left_secs
+         )
+         SELECT c.hits, c.left_secs, u.id, u.username, u.role FROM counted c LEFT JOIN users u ON u.id = $3",
     )
     .bind(&subject.key)
     .bind(window as i32)
+    .bind(subject.user)
     .fetch_one(state.db())
     .await;
-    let (hits, left) = match counted {
+    let (hits, left, id, username, role) = match counted {
         Ok(row) => row,
         Err(e) => {
             tracing::warn!(error = %e, key = %subject.key, "rate limit counter unavailable; request let through");
-            return Ok(());
+            return Ok(None);
         }
     };
     if hits <= subject.limit as i32 {
-        return Ok(());
+        return Ok(id
+            .zip(username)
+            .zip(role)
+            .map(|((id, name), role)| CurrentUser::from_identity((id, name, role))));
     }
     let retry_after_secs = (left.ceil() as u64).max(1);
     Err(AppError::RateLimited {

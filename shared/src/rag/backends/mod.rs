@@ -62,14 +62,15 @@ pub struct Indexes {
 impl Indexes {
     /// The indexes of `kb`'s store instances.
     pub async fn of(state: &AppState, kb: &KbRow) -> AppResult<Self> {
-        let builtin = kb.vector_store_type.and_then(|c| StoreType::from_code(c.into())) == Some(StoreType::PgVector);
-        let vector_row = match builtin {
+        // The built-in stores need no row: their type came with the base.
+        let is = |code: Option<i16>, builtin| code.and_then(|c| StoreType::from_code(c.into())) == Some(builtin);
+        let vector_row = match is(kb.vector_store_type, StoreType::PgVector) {
             true => None,
             false => stores::repo::find(state.db(), kb.vector_store_instance_id).await?,
         };
         let text_row = match kb.search_engine_instance_id {
-            Some(id) => stores::repo::find(state.db(), id).await?,
-            None => None,
+            Some(id) if !is(kb.search_engine_type, StoreType::PgFullText) => stores::repo::find(state.db(), id).await?,
+            _ => None,
         };
         let vector: Box<dyn VectorIndex> = match vector_row.as_ref().map(|r| (r.store_type(), r)) {
             Some((StoreType::Milvus, row)) => Box::new(milvus::MilvusIndex::new(state, row, kb)?),

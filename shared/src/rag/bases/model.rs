@@ -23,6 +23,8 @@ pub struct KbRow {
     pub rerank_model_id: Option<i64>,
     pub search_engine_enable: bool,
     pub search_engine_instance_id: Option<i64>,
+    /// The search engine's type code, for the same reason.
+    pub search_engine_type: Option<i16>,
     pub status: String,
     pub chunk_params: sqlx::types::Json<ChunkSettings>,
     pub parse_params: sqlx::types::Json<ParseSettings>,

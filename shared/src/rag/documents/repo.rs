@@ -149,15 +149,30 @@ pub async fn mark_failed(
     Ok(())
 }
 
-/// Images of the given documents, in document and image order.
-pub async fn images_of(db: &PgPool, document_ids: &[i64]) -> sqlx::Result<Vec<ImageRow>> {
-    sqlx::query_as(
-        "SELECT i.id, i.rag_id, i.document_id, i.chunk_id, i.resource_id, i.image_index, i.caption, i.figure_no,
-         i.figure_title, i.section_title, d.name AS document_name, i.ocr_text, i.source_page, i.create_dt, i.update_dt
-         FROM document_images i JOIN documents d ON d.id = i.document_id
-         WHERE i.document_id = ANY($1) ORDER BY i.document_id, i.image_index",
-    )
-    .bind(document_ids)
+const IMAGE_COLUMNS: &str = "i.id, i.rag_id, i.document_id, i.chunk_id, i.resource_id, i.image_index, i.caption,
+    i.figure_no, i.figure_title, i.section_title, d.name AS document_name, i.ocr_text, i.source_page, i.create_dt,
+    i.update_dt";
+
+/// Images of a document, in image order.
+pub async fn images_of(db: &PgPool, document_id: i64) -> sqlx::Result<Vec<ImageRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {IMAGE_COLUMNS} FROM document_images i JOIN documents d ON d.id = i.document_id
+         WHERE i.document_id = $1 ORDER BY i.image_index"
+    ))
+    .bind(document_id)
+    .fetch_all(db)
+    .await
+}
+
+/// Images of the documents the given chunks belong to, in document and image order. Keyed by
+/// chunk so search can run it beside loading the chunks.
+pub async fn images_of_chunks(db: &PgPool, chunk_ids: &[i64]) -> sqlx::Result<Vec<ImageRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {IMAGE_COLUMNS} FROM document_images i JOIN documents d ON d.id = i.document_id
+         WHERE i.document_id IN (SELECT c.document_id FROM chunks c WHERE c.id = ANY($1))
+         ORDER BY i.document_id, i.image_index"
+    ))
+    .bind(chunk_ids)
     .fetch_all(db)
     .await
 }

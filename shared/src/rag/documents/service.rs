@@ -60,7 +60,7 @@ pub async fn serve(
 
 pub async fn images(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Vec<DocImageView>> {
     owned(state, user, id).await?;
-    Ok(repo::images_of(state.db(), &[id])
+    Ok(repo::images_of(state.db(), id)
         .await?
         .into_iter()
         .map(|row| {

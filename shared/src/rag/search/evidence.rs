@@ -3,24 +3,17 @@
 //! (CONTEXT_MATCH).
 
 use super::{ImageEvidence, SearchResult};
-use crate::rag::documents::repo::{images_of, ImageRow};
+use crate::rag::documents::repo::ImageRow;
 use crate::rag::segment;
 use crate::AppState;
 
 /// Images per result, at most.
 const PER_RESULT: usize = 3;
 
-/// Attaches evidence to `results` in place.
-pub async fn attach(state: &AppState, query: &str, results: &mut [SearchResult]) -> sqlx::Result<()> {
-    let mut documents: Vec<i64> = results.iter().map(|r| r.document_id).collect();
-    documents.sort_unstable();
-    documents.dedup();
-    if documents.is_empty() {
-        return Ok(());
-    }
-    let images = images_of(state.db(), &documents).await?;
+/// Attaches evidence from `images` (those of the results' documents) to `results` in place.
+pub fn attach(state: &AppState, query: &str, images: &[ImageRow], results: &mut [SearchResult]) {
     if images.is_empty() {
-        return Ok(());
+        return;
     }
     let terms = segment::tokens(query);
     for result in results.iter_mut() {
@@ -35,7 +28,6 @@ pub async fn attach(state: &AppState, query: &str, results: &mut [SearchResult])
         found.truncate(PER_RESULT);
         result.images = found;
     }
-    Ok(())
 }
 
 fn evidence(

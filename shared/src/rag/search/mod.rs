@@ -19,6 +19,7 @@ use crate::models::gateway::{self, Billing};
 use crate::models::ModelType;
 use crate::rag::backends::{store_error, Indexes};
 use crate::rag::bases::{self, KbRow};
+use crate::rag::documents::repo::images_of_chunks;
 use crate::{AppError, AppResult, AppState};
 
 /// Checks the request and loads the base; failures are code-0 business errors, as the
@@ -155,8 +156,11 @@ pub async fn retrieve(
         fused.retain(|h| h.score >= settings.threshold);
     }
     fused.truncate(result_count);
-    let mut results = load(state.db(), &fused).await?;
-    evidence::attach(state, query, &mut results).await?;
+    // The rows and their documents' images are read at once, on two connections.
+    let ids: Vec<i64> = fused.iter().map(|h| h.id).collect();
+    let (results, images) = tokio::join!(load(state.db(), &fused), images_of_chunks(state.db(), &ids));
+    let mut results = results?;
+    evidence::attach(state, query, &images?, &mut results);
     m.final_count = results.len();
     m.total_ms = ms(total);
     Ok((results, m))

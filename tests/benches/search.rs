@@ -156,6 +156,8 @@ async fn main() {
 
     let (mut http, mut internal) = (Series::default(), Series::default());
     let (mut vector, mut text, mut both) = (Series::default(), Series::default(), Series::default());
+    // Queries of the base's stop words only: full text finds nothing for them (by design).
+    let mut stop_only = 0;
     for (i, q) in queries.iter().enumerate() {
         let embedding = wide_embedding(q);
         // Alternate which side runs first, so neither always finds the other's pages cached.
@@ -175,20 +177,23 @@ async fn main() {
                 }
                 continue;
             }
-            let begin = Instant::now();
-            let v = vector_hits(&app.db, kb, 384, &embedding, CANDIDATES).await.unwrap();
-            let v_ms = ms(begin.elapsed());
-            let begin = Instant::now();
-            let f = text_hits(&app.db, kb, q, CANDIDATES).await.unwrap();
-            let f_ms = ms(begin.elapsed());
+            // Both at once first: it is what the service is compared with, so it must meet the
+            // query's pages as cold as the service does when it goes first. The two alone run
+            // after it, warm.
             let begin = Instant::now();
             let (a, b) = tokio::join!(
                 vector_hits(&app.db, kb, 384, &embedding, CANDIDATES),
                 text_hits(&app.db, kb, q, CANDIDATES)
             );
             let both_ms = ms(begin.elapsed());
+            let begin = Instant::now();
+            let v = vector_hits(&app.db, kb, 384, &embedding, CANDIDATES).await.unwrap();
+            let v_ms = ms(begin.elapsed());
+            let begin = Instant::now();
+            let f = text_hits(&app.db, kb, q, CANDIDATES).await.unwrap();
+            let f_ms = ms(begin.elapsed());
             assert_eq!(v.len(), CANDIDATES);
-            assert!(!f.is_empty());
+            stop_only += usize::from(f.is_empty() && i >= WARMUP);
             assert_eq!((a.unwrap().len(), b.unwrap().len()), (v.len(), f.len()));
             if i >= WARMUP {
                 vector.0.push(v_ms);
@@ -211,6 +216,7 @@ async fn main() {
         percentile(&mut shares, 0.9),
         percentile(&mut shares, 0.0)
     );
+    println!("queries of stop words only (full text finds nothing): {stop_only}");
     println!("| measure | p50 ms | p99 ms |");
     println!("|---|---|---|");
     let s50 = http.row("service: POST /rag/search over HTTP, minus embeddingMs");

@@ -555,6 +555,23 @@ impl KbSetup {
         }
     }
 
+    /// Rows where the base word counts (`rag_terms`) differ from a count over the chunks as
+    /// they are now: 0 when the triggers kept them exact.
+    pub async fn word_count_drift(&self) -> i64 {
+        sqlx::query_scalar(
+            "WITH actual AS (
+                 SELECT c.rag_id, w.term, count(*)::int AS chunks
+                 FROM chunks c, LATERAL (SELECT '' AS term UNION ALL SELECT unnest(tsvector_to_array(c.tsv))) w
+                 WHERE c.tsv IS NOT NULL GROUP BY 1, 2
+             )
+             SELECT count(*) FROM ((SELECT * FROM actual EXCEPT SELECT * FROM rag_terms)
+                                   UNION ALL (SELECT * FROM rag_terms EXCEPT SELECT * FROM actual)) d",
+        )
+        .fetch_one(&self.app.db)
+        .await
+        .expect("compare word counts")
+    }
+
     /// Chunk texts of a document in order, read from the database.
     pub async fn chunk_texts(&self, doc_id: i64) -> Vec<String> {
         sqlx::query_scalar("SELECT content FROM chunks WHERE document_id = $1 ORDER BY chunk_index")

@@ -70,7 +70,7 @@ pub fn for_index(text: &str) -> String {
 
 /// The distinct tokens of `text` as `to_tsquery('simple', ...)` operands. Tokens are
 /// alphanumeric (or CJK words), so quoting them keeps the query syntax safe.
-pub fn query_terms(text: &str) -> Vec<String> {
+fn query_terms(text: &str) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     tokens(text)
         .into_iter()

@@ -817,6 +817,7 @@ async fn chunks_by_hand_are_embedded() {
         .assert_ok();
     let v2 = vector(&s.app).await.expect("embedded again");
     assert_ne!(v1, v2);
+    assert_eq!(s.word_count_drift().await, 0, "word counts follow an edited chunk");
     assert_eq!(
         s.app.get(&format!("/document/{id}"), t).await.assert_ok()["chunkCount"],
         before as i64 + 1
@@ -839,10 +840,77 @@ async fn chunks_by_hand_are_embedded() {
         .assert_error(400, 0, "content is required");
     s.app.delete(&format!("/chunk/{chunk}"), t).await.assert_ok();
     assert_eq!(s.chunk_texts(id).await.len(), before);
+    assert_eq!(s.word_count_drift().await, 0, "word counts follow a deleted chunk");
     s.app
         .delete(&format!("/chunk/{chunk}"), t)
         .await
         .assert_error(404, 404, "chunk not found");
+}
+
+/// The word counts full-text search plans with stay exact through every way chunks change:
+/// documents indexed at once (writers of one base take turns, so none deadlocks), reprocessed,
+/// deleted.
+#[tokio::test]
+async fn word_counts_follow_every_chunk_write() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s
+        .kb("Counted", json!({ "maxChunkTokens": 16, "chunkOverlap": 0 }))
+        .await;
+    let other = s.kb("Other", json!({})).await;
+    let files: Vec<(String, Vec<u8>)> = (0..6)
+        .map(|i| {
+            (
+                format!("d{i}.txt"),
+                format!("{NOTES_TXT}\n\nDocument number {i} about foxes.").into_bytes(),
+            )
+        })
+        .collect();
+    let named: Vec<(&str, Vec<u8>)> = files.iter().map(|(n, b)| (n.as_str(), b.clone())).collect();
+    let ids = doc_ids(&s.upload(kb, &named).await).await;
+    let theirs = doc_ids(&s.upload(other, &[("g.md", GUIDE_MD.as_bytes().to_vec())]).await).await;
+    for id in ids.iter().chain(&theirs) {
+        assert_eq!(s.settled(*id).await["status"], "success");
+    }
+    assert_eq!(s.word_count_drift().await, 0);
+    let count = |term: &'static str, rag: i64| {
+        let db = s.app.db.clone();
+        async move {
+            sqlx::query_scalar::<_, i32>("SELECT chunks FROM rag_terms WHERE rag_id = $1 AND term = $2")
+                .bind(rag)
+                .bind(term)
+                .fetch_optional(&db)
+                .await
+                .unwrap()
+        }
+    };
+    let chunks: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1")
+        .bind(kb)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(count("", kb).await, Some(chunks as i32), "the base's chunk count");
+    assert_eq!(count("foxes", kb).await, Some(6));
+    assert_eq!(count("foxes", other).await, None, "counts are per base");
+
+    s.app
+        .post(&format!("/document/{}/reprocess", ids[0]), t, &json!({}))
+        .await
+        .assert_ok();
+    assert_eq!(s.settled(ids[0]).await["status"], "success");
+    assert_eq!(s.word_count_drift().await, 0, "after reprocessing");
+    s.app.delete(&format!("/document/{}", ids[1]), t).await.assert_ok();
+    assert_eq!(s.word_count_drift().await, 0, "after deleting a document");
+    assert_eq!(count("foxes", kb).await, Some(5));
+
+    s.app.delete(&format!("/rag/{kb}"), t).await.assert_ok();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM rag_terms WHERE rag_id = $1")
+        .bind(kb)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "a deleted base leaves no counts");
+    assert_eq!(s.word_count_drift().await, 0, "the other base is untouched");
 }
 
 async fn deleting_leaves_nothing(store: Store) {
@@ -879,6 +947,7 @@ async fn deleting_leaves_nothing(store: Store) {
         "chunks",
         "document_images",
         "upload_previews",
+        "rag_terms",
     ] {
         assert_eq!(s.app.count(table).await, 0, "{table} emptied");
     }

@@ -192,6 +192,67 @@ async fn search_rules_of_the_spec() {
         .assert_error(400, 0, "does not exist");
 }
 
+/// In a large base, a word in more than half of the chunks is a stop word there: alone it
+/// finds nothing by full text, and next to a rare word it does not drown it. A common word that
+/// is not a stop word still finds chunks.
+#[tokio::test]
+async fn common_words_of_a_large_base() {
+    let (s, kb) = indexed(json!({})).await;
+    let t = Some(s.admin.as_str());
+    let doc: i64 = sqlx::query_scalar("SELECT id FROM documents WHERE rag_id = $1 LIMIT 1")
+        .bind(kb)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    // 12,000 chunks written straight into the table, as the search benchmark does: all hold
+    // "filler", every second one "even", three of them "needle".
+    sqlx::query(
+        "INSERT INTO chunks (rag_id, document_id, chunk_index, content, token_count, tsv, vector_status)
+         SELECT $1, $2, 1000 + g, x.text, 3, to_tsvector('simple', x.text), 'success'
+         FROM generate_series(1, 12000) g,
+              LATERAL (SELECT 'filler ' || CASE WHEN g % 2 = 0 THEN 'even ' ELSE '' END
+                              || CASE WHEN g % 4000 = 0 THEN 'needle ' ELSE '' END || g AS text) x",
+    )
+    .bind(kb)
+    .bind(doc)
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    assert_eq!(s.word_count_drift().await, 0);
+    s.app
+        .put(
+            &format!("/rag/{kb}/config"),
+            t,
+            &json!({ "searchParams": { "resultCount": 10 } }),
+        )
+        .await
+        .assert_ok();
+    let search = |query: &'static str| {
+        let app = &s.app;
+        async move {
+            app.post("/rag/search", t, &json!({ "ragId": kb, "query": query, "debug": true }))
+                .await
+                .assert_ok()
+                .clone()
+        }
+    };
+    let stop = search("filler").await;
+    assert_eq!(stop["metrics"]["bm25HitCount"], 0, "{stop}");
+    assert!(!contents(&stop).is_empty(), "vector search still answers: {stop}");
+    let rare = search("filler needle").await;
+    assert_eq!(rare["metrics"]["bm25HitCount"], 3, "{rare}");
+    let found = contents(&rare);
+    for n in ["4000", "8000", "12000"] {
+        assert!(
+            found.iter().any(|c| c == &format!("filler even needle {n}")),
+            "{n}: {found:?}"
+        );
+    }
+    let common = search("even").await;
+    assert!(common["metrics"]["bm25HitCount"].as_u64().unwrap() > 0, "{common}");
+    assert!(contents(&common).iter().any(|c| c.contains("even")), "{common}");
+}
+
 #[tokio::test]
 async fn rerank_reorders_the_candidates() {
     let (s, kb) = indexed(json!({ "maxChunkTokens": 16, "chunkOverlap": 0, "mergeShortSegments": false })).await;

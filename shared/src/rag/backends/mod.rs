@@ -11,6 +11,7 @@
 pub mod milvus;
 mod opensearch;
 pub mod postgres;
+mod word_plan;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};

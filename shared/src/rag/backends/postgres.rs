@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
 
-use super::{Entry, IndexWrites, TextIndex, VectorIndex};
+use super::{word_plan, Entry, IndexWrites, TextIndex, VectorIndex};
 use crate::rag::bases::{self, KbRow};
 use crate::rag::pipeline::vector_literal;
 use crate::rag::search::fusion::Hit;
@@ -149,57 +149,65 @@ pub async fn vector_hits(
     Ok(hits(rows))
 }
 
-/// Candidate rows all query words may take together: a word's list is `CANDIDATE_ROWS / words`
+/// Candidate rows all listed words may take together: a word's list is `CANDIDATE_ROWS / words`
 /// rows, kept within `PER_WORD`. A word matching fewer chunks contributes all of them.
 const CANDIDATE_ROWS: usize = 1_200;
 const PER_WORD: std::ops::RangeInclusive<usize> = 100..=400;
 
-/// Chunks of base `rag_id` matching any word of `query`, ranked by cover density
-/// (`ts_rank_cd`), without ranking every match: with stop words in the query nearly every
-/// chunk matches, and reading and ranking each `tsvector` costs microseconds.
+/// Chunks of base `rag_id` matching words of `query`, ranked by cover density (`ts_rank_cd`),
+/// without ranking every match: with common words in the query nearly every chunk matches,
+/// and reading and ranking a `tsvector` costs microseconds.
 ///
-/// Each word's matches come from the GIN index, at most a per-word share of rows (all of them
-/// for a word rarer than that), plus the chunks matching every word. A chunk's bound is the
-/// sum over the lists it is in of the word's rarity, `ln(1 + share / list length)`, so chunks
-/// with rare words come first; the best `5 x limit` (at least 100) by that bound are ranked by
-/// `ts_rank_cd`, which only then reads their `tsvector`s. A chunk that matches only common
-/// words and is not in their lists is not considered. One statement, one round trip.
+/// The base's word statistics decide which words' GIN lists are read (`word_plan`: short
+/// lists only, stop words of the base never). Candidates are each listed word's matches (at
+/// most a per-word share of rows) plus the chunks holding every word; a chunk's bound is the
+/// summed weight (IDF) of the lists it is in, or of every word. The best `5 x limit` (at least
+/// 100) by that bound are ranked by `ts_rank_cd`, which only then reads their `tsvector`s.
 ///
-/// Public so the search benchmark and the retrieval-quality test run the very statement the
+/// Public so the search benchmark and the retrieval-quality test run the very statements the
 /// service runs.
 pub async fn text_hits(db: &PgPool, rag_id: i64, query: &str, limit: usize) -> sqlx::Result<Vec<Hit>> {
-    let terms = segment::query_terms(query);
-    if terms.is_empty() {
+    let words = segment::for_index(query);
+    if words.is_empty() {
         return Ok(vec![]);
     }
-    let per_word = (CANDIDATE_ROWS / terms.len()).clamp(*PER_WORD.start(), *PER_WORD.end());
+    let Some(plan) = word_plan::plan(&word_plan::lookup(db, rag_id, &words).await?) else {
+        return Ok(vec![]);
+    };
+    let per_word = (CANDIDATE_ROWS / plan.listed.len()).clamp(*PER_WORD.start(), *PER_WORD.end());
+    let operands: Vec<&str> = plan.listed.iter().map(|l| l.operand.as_str()).collect();
+    let weights: Vec<f64> = plan.listed.iter().map(|l| l.weight).collect();
+    let (every, every_weight) = plan.every.unzip();
     let rows: Vec<(i64, f64)> = sqlx::query_as(
         "WITH lists AS (
-             SELECT x.ids, ln(1 + $3::float8 / cardinality(x.ids)) AS w
-             FROM unnest($2::text[]) AS t(term),
+             SELECT x.ids, t.w
+             FROM unnest($2::text[], $3::float8[]) AS t(term, w),
              LATERAL (SELECT array_agg(m.id) AS ids FROM (SELECT c.id FROM chunks c
-                      WHERE c.rag_id = $1 AND c.tsv @@ to_tsquery('simple', t.term) LIMIT $3) m) x
+                      WHERE c.rag_id = $1 AND c.tsv @@ to_tsquery('simple', t.term) LIMIT $4) m) x
              WHERE x.ids IS NOT NULL
          ),
          hits AS (
              SELECT id, w, false AS every FROM lists, unnest(lists.ids) AS id
              UNION ALL
-             SELECT m.id, (SELECT sum(w) FROM lists), true FROM (SELECT c.id FROM chunks c
-                 WHERE c.rag_id = $1 AND c.tsv @@ to_tsquery('simple', $4) LIMIT $3) m
+             SELECT m.id, $6, true FROM (SELECT c.id FROM chunks c
+                 WHERE $5::text IS NOT NULL AND c.rag_id = $1 AND c.tsv @@ to_tsquery('simple', $5)
+                 LIMIT $4) m
          ),
          best AS (
              SELECT id, greatest(sum(w) FILTER (WHERE NOT every), max(w) FILTER (WHERE every)) AS bound
-             FROM hits GROUP BY id ORDER BY bound DESC, id LIMIT $5
+             FROM hits GROUP BY id ORDER BY bound DESC, id LIMIT $7
          )
-         SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('simple', $6))::float8 AS score
-         FROM best JOIN chunks c ON c.id = best.id ORDER BY score DESC, c.id LIMIT $7",
+         SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('simple', $8))::float8 AS score
+         FROM best JOIN chunks c ON c.id = best.id ORDER BY score DESC, c.id LIMIT $9",
     )
     .bind(rag_id)
-    .bind(&terms)
+    .bind(&operands)
+    .bind(&weights)
     .bind(per_word as i64)
-    .bind(terms.join(" & "))
+    .bind(every)
+    .bind(every_weight)
     .bind((limit * 5).max(100) as i64)
-    .bind(terms.join(" | "))
+    .bind(&plan.ranked)
     .bind(limit as i64)
     .fetch_all(db)
     .await?;

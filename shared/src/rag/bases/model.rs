@@ -36,6 +36,8 @@ pub struct KbRow {
     pub creator_id: i64,
     pub document_count: i64,
     pub chunk_count: i64,
+    /// Whether any document of the base has saved images (search skips image evidence if not).
+    pub has_images: bool,
     pub create_dt: DateTime<Utc>,
     pub update_dt: DateTime<Utc>,
 }

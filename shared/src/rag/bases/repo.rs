@@ -14,6 +14,7 @@ const SELECT: &str =
     k.upload_confirm, k.creator_id,
     (SELECT count(*) FROM documents d WHERE d.rag_id = k.id) AS document_count,
     (SELECT coalesce(sum(d.chunk_count), 0)::int8 FROM documents d WHERE d.rag_id = k.id) AS chunk_count,
+    EXISTS (SELECT 1 FROM document_images i WHERE i.rag_id = k.id) AS has_images,
     (SELECT s.store_type FROM store_instances s WHERE s.id = k.vector_store_instance_id) AS vector_store_type,
     (SELECT s.store_type FROM store_instances s WHERE s.id = k.search_engine_instance_id) AS search_engine_type,
     k.create_dt, k.update_dt

@@ -156,9 +156,16 @@ pub async fn retrieve(
         fused.retain(|h| h.score >= settings.threshold);
     }
     fused.truncate(result_count);
-    // The rows and their documents' images are read at once, on two connections.
+    // The rows and their documents' images are read at once, on two connections; a base
+    // without images skips the second read.
     let ids: Vec<i64> = fused.iter().map(|h| h.id).collect();
-    let (results, images) = tokio::join!(load(state.db(), &fused), images_of_chunks(state.db(), &ids));
+    let images = async {
+        match kb.has_images {
+            true => images_of_chunks(state.db(), &ids).await,
+            false => Ok(vec![]),
+        }
+    };
+    let (results, images) = tokio::join!(load(state.db(), &fused), images);
     let mut results = results?;
     evidence::attach(state, query, &images?, &mut results);
     m.final_count = results.len();

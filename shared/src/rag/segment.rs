@@ -68,20 +68,20 @@ pub fn for_index(text: &str) -> String {
     tokens(text).join(" ")
 }
 
-/// The distinct tokens of `text` as `to_tsquery('simple', ...)` operands. Tokens are
-/// alphanumeric (or CJK words), so quoting them keeps the query syntax safe.
-fn query_terms(text: &str) -> Vec<String> {
-    let mut seen = std::collections::HashSet::new();
-    tokens(text)
-        .into_iter()
-        .filter(|t| seen.insert(t.clone()))
-        .map(|t| format!("'{}'", t.replace('\'', "")))
-        .collect()
+/// `word` as a quoted `to_tsquery` operand (quotes and backslashes doubled, as its syntax
+/// wants), so no word can change the query's syntax.
+pub fn tsquery_operand(word: &str) -> String {
+    format!("'{}'", word.replace('\\', "\\\\").replace('\'', "''"))
 }
 
-/// A `to_tsquery('simple', ...)` expression matching any token.
+/// A `to_tsquery('simple', ...)` expression matching any distinct token.
 pub fn or_query(text: &str) -> Option<String> {
-    let terms = query_terms(text);
+    let mut seen = std::collections::HashSet::new();
+    let terms: Vec<String> = tokens(text)
+        .into_iter()
+        .filter(|t| seen.insert(t.clone()))
+        .map(|t| tsquery_operand(&t))
+        .collect();
     (!terms.is_empty()).then(|| terms.join(" | "))
 }
 
@@ -104,6 +104,7 @@ mod tests {
         );
         assert_eq!(or_query("a a b").as_deref(), Some("'a' | 'b'"));
         assert_eq!(or_query("!!!"), None);
-        assert_eq!(query_terms("a B a"), vec!["'a'", "'b'"]);
+        assert_eq!(or_query("a B a").as_deref(), Some("'a' | 'b'"));
+        assert_eq!(tsquery_operand("o'k\\"), "'o''k\\\\'");
     }
 }

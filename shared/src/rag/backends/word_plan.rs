@@ -10,6 +10,8 @@
 
 use sqlx::PgPool;
 
+use crate::rag::segment::tsquery_operand;
+
 /// Longest index list read for a word when the query has rarer ones. At about 0.2 µs an entry,
 /// a list this long costs about a millisecond.
 pub const LIST_MAX: i64 = 5_000;
@@ -80,7 +82,7 @@ pub fn plan(stats: &WordStats) -> Option<Plan> {
     words.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
     let rarest = words.first()?.1;
     let weight = |count: i64| (1.0 + n / count as f64).ln();
-    let operands: Vec<String> = words.iter().map(|(w, _)| operand(w)).collect();
+    let operands: Vec<String> = words.iter().map(|(w, _)| tsquery_operand(w)).collect();
     let listed: Vec<Listed> = words
         .iter()
         .zip(&operands)
@@ -99,11 +101,6 @@ pub fn plan(stats: &WordStats) -> Option<Plan> {
         every,
         ranked: operands.join(" | "),
     })
-}
-
-/// `word` as a quoted `to_tsquery` operand (quotes and backslashes doubled, as its syntax wants).
-fn operand(word: &str) -> String {
-    format!("'{}'", word.replace('\\', "\\\\").replace('\'', "''"))
 }
 
 #[cfg(test)]
@@ -167,10 +164,5 @@ mod tests {
         let p = plan(&stats(10, &[("zzz", 0), ("a", 2)])).unwrap();
         assert_eq!(listed(&p), ["'a'"]);
         assert_eq!(p.every, None);
-    }
-
-    #[test]
-    fn operands_are_quoted() {
-        assert_eq!(operand("o'k\\"), "'o''k\\\\'");
     }
 }

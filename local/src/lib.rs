@@ -52,3 +52,25 @@ pub fn build_app(state: AppState) -> Router {
         .merge(Scalar::with_url("/api-docs", openapi));
     router.merge(docs).merge(health::router(state))
 }
+
+/// Serves `app` on `listener` until `shutdown` resolves. Every accepted socket has Nagle's
+/// algorithm off: a streamed answer writes small frames, and on a kept-alive connection Nagle
+/// would hold each first frame back until the client's delayed ACK (about 40 ms).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot turn Nagle's algorithm off on a connection");
+        }
+    });
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}

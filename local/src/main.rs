@@ -1,7 +1,5 @@
 //! `agent-platform`: runs the whole API locally on 127.0.0.1:$PORT.
 
-use std::net::SocketAddr;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let state = shared::app::start().await?;
@@ -19,10 +17,9 @@ async fn main() -> anyhow::Result<()> {
     if let (Some(user), Some(_)) = (&state.config().admin_username, &state.config().admin_password) {
         println!("Admin login:        {user} (password from ADMIN_PASSWORD)");
     }
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    local_server::serve(listener, app, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
     Ok(())
 }

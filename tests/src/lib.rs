@@ -14,7 +14,6 @@ pub mod percentile;
 pub mod snapshot;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -120,7 +119,7 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
     let app = local_server::build_app(state.clone());
     local_server::start_workers(&state);
     tokio::spawn(async move {
-        let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
+        let _ = local_server::serve(listener, app, std::future::pending()).await;
     });
     let origin = format!("http://{addr}");
     TestApp {
@@ -139,7 +138,7 @@ async fn serve(state: AppState) -> String {
     let addr = listener.local_addr().expect("addr");
     let app = local_server::build_app(state);
     tokio::spawn(async move {
-        let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
+        let _ = local_server::serve(listener, app, std::future::pending()).await;
     });
     format!("http://{addr}/api")
 }
@@ -555,13 +554,14 @@ impl KbSetup {
         }
     }
 
-    /// Rows where the base word counts (`rag_terms`) differ from a count over the chunks as
-    /// they are now: 0 when the triggers kept them exact.
+    /// Rows where the base word counts and lengths (`rag_terms`) differ from a count over the
+    /// chunks as they are now: 0 when the triggers kept them exact.
     pub async fn word_count_drift(&self) -> i64 {
         sqlx::query_scalar(
             "WITH actual AS (
-                 SELECT c.rag_id, w.term, count(*)::int AS chunks
-                 FROM chunks c, LATERAL (SELECT '' AS term UNION ALL SELECT unnest(tsvector_to_array(c.tsv))) w
+                 SELECT c.rag_id, w.term, count(*)::int AS chunks, sum(w.tokens)::int8 AS tokens
+                 FROM chunks c, LATERAL (SELECT '' AS term, tsvector_token_count(c.tsv) AS tokens
+                                         UNION ALL SELECT unnest(tsvector_to_array(c.tsv)), 0) w
                  WHERE c.tsv IS NOT NULL GROUP BY 1, 2
              )
              SELECT count(*) FROM ((SELECT * FROM actual EXCEPT SELECT * FROM rag_terms)

@@ -7,6 +7,7 @@ use sqlx::PgPool;
 use utoipa::ToSchema;
 
 use crate::models::{repo as model_repo, ModelType};
+use crate::rag::search::fusion;
 use crate::validate;
 use crate::{time, AppError, AppResult};
 
@@ -71,8 +72,8 @@ impl ConfigRow {
             rerank_enabled: false,
             threshold_enabled: false,
             similarity_threshold: 0.5,
-            dense_weight: 0.7,
-            fusion_strategy: "RRF".to_owned(),
+            dense_weight: fusion::DEFAULT_DENSE_WEIGHT,
+            fusion_strategy: fusion::DEFAULT_STRATEGY.to_owned(),
             custom_extraction_prompt: None,
             creator_id: 0,
             create_dt: now,
@@ -399,18 +400,18 @@ mod tests {
         c.apply(ConfigRequest {
             name: Some("  tuned ".into()),
             max_recall: Some(8),
-            fusion_strategy: Some("weighted_sum".into()),
+            fusion_strategy: Some("rrf".into()),
             memory_expiration_days: Some(30),
             custom_extraction_prompt: Some("  ".into()),
             ..ConfigRequest::default()
         });
         assert_eq!(c.name, "tuned");
         assert_eq!(c.max_recall, 8);
-        assert_eq!(c.fusion_strategy, "WEIGHTED_SUM");
+        assert_eq!(c.fusion_strategy, "RRF");
         assert_eq!(c.memory_expiration_days, Some(30));
         // A blank prompt clears the custom one: the built-in prompt applies again.
         assert_eq!(c.custom_extraction_prompt, None);
         assert_eq!(c.extraction_interval, 5);
-        assert_eq!(c.dense_weight, 0.7);
+        assert_eq!(c.dense_weight, fusion::DEFAULT_DENSE_WEIGHT);
     }
 }

@@ -12,7 +12,6 @@ use crate::models::client::{ChatMessage, ChatRequest, InputKind};
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::ModelType;
 use crate::rag::search::fusion::{self, Hit};
-use crate::rag::segment;
 use crate::{AppError, AppResult, AppState};
 
 /// A memory recalled for a chat turn.
@@ -134,18 +133,14 @@ pub async fn rank(
     let db = state.db();
     let dense = repo::vector_hits(db, scope, s.embedding.row.id, vector, candidates);
     let sparse = async {
-        match (c.search_engine_enable, segment::or_query(query)) {
-            (true, Some(q)) => repo::text_hits(db, scope, &q, candidates).await,
-            _ => Ok(vec![]),
+        match c.search_engine_enable {
+            true => repo::text_hits(db, scope, query, candidates).await,
+            false => Ok(vec![]),
         }
     };
     let (dense, sparse) = tokio::join!(dense, sparse);
     let (dense, sparse) = (dense?, sparse?);
-    let mut fused = if c.fusion_strategy == "WEIGHTED_SUM" {
-        fusion::weighted(&dense, &sparse, c.dense_weight)
-    } else {
-        fusion::rrf(&[&dense, &sparse], c.rrf_k as f64)
-    };
+    let mut fused = fusion::fuse(&c.fusion_strategy, &dense, &sparse, c.rrf_k as f64, c.dense_weight);
     if let Some(rerank_id) = rerank_id {
         fused.truncate(c.enter_rerank_count.max(1) as usize);
         let ids: Vec<i64> = fused.iter().map(|h| h.id).collect();

@@ -2,7 +2,7 @@
 //! keeps one user's memories from another is written once.
 
 use chrono::{DateTime, Utc};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
@@ -11,7 +11,9 @@ use super::model::MemoryRow;
 use crate::agents::Owner;
 use crate::rag::bases::repo::{ops, vector_expr};
 use crate::rag::pipeline::vector_literal;
+use crate::rag::search::bm25;
 use crate::rag::search::fusion::Hit;
+use crate::rag::segment;
 
 pub const COLUMNS: &str = "id, agent_id, user_id, external_user_id, conversation_id, conversation_key, memory_type,
     category, title, content, tags, relevance_score, confidence_score, status, access_count, accessed_at, create_dt,
@@ -158,14 +160,42 @@ pub async fn vector_hits(
     Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
 }
 
-/// Full-text matches of any query word (text segmented like knowledge-base chunks).
-pub async fn text_hits(db: &PgPool, scope: &Scope, tsquery: &str, limit: usize) -> sqlx::Result<Vec<Hit>> {
-    let mut q = QueryBuilder::new("SELECT m.id, ts_rank_cd(m.tsv, q)::float8 FROM memories m, to_tsquery('simple', ");
-    q.push_bind(tsquery.to_owned()).push(") q WHERE m.tsv @@ q");
+/// Full-text matches of any word of `query` (text analysed like knowledge-base chunks), best
+/// first by BM25 with the statistics of the scope itself: its memory count, average length and
+/// how many of its memories hold each word. A scope is one owner's memories, small enough to
+/// count on every recall.
+pub async fn text_hits(db: &PgPool, scope: &Scope, query: &str, limit: usize) -> sqlx::Result<Vec<Hit>> {
+    let (Some(tsquery), words) = (segment::or_query(query), segment::distinct(query)) else {
+        return Ok(vec![]);
+    };
+    let mut q = QueryBuilder::new(
+        "SELECT m.id, tsvector_token_count(m.tsv) AS len,
+                coalesce(array_agg(u.lexeme) FILTER (WHERE u.lexeme = ANY(",
+    );
+    q.push_bind(words.clone())
+        .push(")), '{}') AS words, coalesce(array_agg(cardinality(u.positions)) FILTER (WHERE u.lexeme = ANY(")
+        .push_bind(words)
+        .push(")), '{}') AS counts FROM memories m, unnest(m.tsv) AS u WHERE m.tsv @@ ")
+        .push_bind(tsquery)
+        .push("::tsquery");
     scope.push(&mut q);
-    q.push(" ORDER BY 2 DESC, m.id LIMIT ").push_bind(limit as i64);
-    let rows: Vec<(i64, f64)> = q.build_query_as().fetch_all(db).await?;
-    Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect())
+    q.push(" GROUP BY m.id");
+    let matches: Vec<bm25::Candidate> = q.build_query_as().fetch_all(db).await?;
+    if matches.is_empty() {
+        return Ok(vec![]);
+    }
+    let mut q = scope.select("count(*)::float8, coalesce(avg(tsvector_token_count(m.tsv)), 0)::float8");
+    q.push(" AND m.tsv IS NOT NULL");
+    let (docs, avg_len): (f64, f64) = q.build_query_as().fetch_one(db).await?;
+    let mut df: HashMap<&str, f64> = HashMap::new();
+    for word in matches.iter().flat_map(|m| &m.words) {
+        *df.entry(word).or_default() += 1.0;
+    }
+    let weights: HashMap<String, f64> = df
+        .into_iter()
+        .map(|(w, n)| (w.to_owned(), bm25::idf(docs, n)))
+        .collect();
+    Ok(bm25::rank(&weights, avg_len, &matches, limit))
 }
 
 /// Embedding models that the scope's memories were embedded with (a search embeds the query
@@ -238,8 +268,9 @@ impl Content {
         format!("{}:{}", self.memory_type, words.join(" "))
     }
 
+    /// The `tsvector` literal of what full-text recall searches.
     fn index_text(&self) -> String {
-        crate::rag::segment::for_index(&format!(
+        crate::rag::segment::tsvector(&format!(
             "{} {} {} {}",
             self.title,
             self.content,
@@ -265,7 +296,7 @@ pub async fn write_content(
 ) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE memories SET memory_type = $2, category = $3, title = $4, content = $5, tags = $6,
-         confidence_score = $7, normalized_key = $8, tsv = to_tsvector('simple', $9),
+         confidence_score = $7, normalized_key = $8, tsv = $9::tsvector,
          embedding = COALESCE($10::vector, embedding), embedding_model_id = COALESCE($11, embedding_model_id),
          update_dt = now() WHERE id = $1",
     )
@@ -311,7 +342,7 @@ pub async fn insert(
     sqlx::query_scalar(
         "INSERT INTO memories (agent_id, user_id, external_user_id, conversation_id, conversation_key, memory_type,
          category, title, content, tags, confidence_score, normalized_key, tsv, embedding, embedding_model_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, to_tsvector('simple', $13), $14::vector, $15)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::tsvector, $14::vector, $15)
          RETURNING id",
     )
     .bind(o.agent_id)

@@ -12,7 +12,6 @@ use crate::http::CurrentUser;
 use crate::models::client::InputKind;
 use crate::rag::pipeline::vector_literal;
 use crate::rag::search::fusion::{self, Hit};
-use crate::rag::segment;
 use crate::validate;
 use crate::{AppError, AppResult, AppState};
 
@@ -102,7 +101,7 @@ pub async fn recent(state: &AppState, user: &CurrentUser, agent_id: i64, q: Rece
 
 /// Semantic + full-text search over the caller's memories of every status. The query is
 /// embedded once per embedding model the memories were stored with; the rankings are fused
-/// by RRF. Searching is not a recall: access counts stay as they are.
+/// with the default weights of recall. Searching is not a recall: access counts stay as they are.
 pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) -> AppResult<Vec<MemoryHit>> {
     let query = validate::required("query", req.query)?;
     validate::length("query", &query, 1, 2000)?;
@@ -125,7 +124,7 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
     };
     let db = state.db();
     let candidates = (limit as usize * 4).clamp(10, 200);
-    let mut lists: Vec<Vec<Hit>> = Vec::new();
+    let mut dense: Vec<Vec<Hit>> = Vec::new();
     for model_id in repo::embedding_models(db, &scope).await? {
         let handle = crate::models::gateway::load(state, model_id, crate::models::ModelType::Embedding).await;
         let Ok(handle) = handle else {
@@ -146,14 +145,17 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
         )
         .await?;
         if let Some(v) = out.vectors.first() {
-            lists.push(repo::vector_hits(db, &scope, model_id, v, candidates).await?);
+            dense.push(repo::vector_hits(db, &scope, model_id, v, candidates).await?);
         }
     }
-    if let Some(tsq) = segment::or_query(&query) {
-        lists.push(repo::text_hits(db, &scope, &tsq, candidates).await?);
-    }
-    let refs: Vec<&[Hit]> = lists.iter().map(Vec::as_slice).collect();
-    let mut fused = fusion::rrf(&refs, 60.0);
+    let sparse = repo::text_hits(db, &scope, &query, candidates).await?;
+    // Memories of several embedding models have rankings that cannot be compared by score:
+    // those are joined by rank first.
+    let dense = match dense.len() {
+        0 | 1 => dense.pop().unwrap_or_default(),
+        _ => fusion::rrf(&dense.iter().map(Vec::as_slice).collect::<Vec<_>>(), 60.0),
+    };
+    let mut fused = fusion::weighted(&dense, &sparse, fusion::DEFAULT_DENSE_WEIGHT);
     fused.truncate(limit as usize);
     let scores: std::collections::HashMap<i64, f64> = fused.iter().map(|h| (h.id, h.score)).collect();
     let ids: Vec<i64> = fused.iter().map(|h| h.id).collect();

@@ -8,6 +8,7 @@ use sqlx::{PgConnection, PgPool};
 use super::{word_plan, Entry, IndexWrites, TextIndex, VectorIndex};
 use crate::rag::bases::{self, KbRow};
 use crate::rag::pipeline::vector_literal;
+use crate::rag::search::bm25;
 use crate::rag::search::fusion::Hit;
 use crate::rag::segment;
 
@@ -80,9 +81,9 @@ impl IndexWrites for PgText {
 
     async fn put(&self, tx: &mut PgConnection, entries: &[Entry<'_>]) -> anyhow::Result<()> {
         let ids: Vec<i64> = entries.iter().map(|e| e.chunk_id).collect();
-        let words: Vec<String> = entries.iter().map(|e| segment::for_index(e.content)).collect();
+        let words: Vec<String> = entries.iter().map(|e| segment::tsvector(e.content)).collect();
         sqlx::query(
-            "UPDATE chunks SET tsv = to_tsvector('simple', u.s) FROM unnest($1::bigint[], $2::text[]) AS u(id, s)
+            "UPDATE chunks SET tsv = u.s::tsvector FROM unnest($1::bigint[], $2::text[]) AS u(id, s)
              WHERE chunks.id = u.id",
         )
         .bind(&ids)
@@ -154,20 +155,22 @@ pub async fn vector_hits(
 const CANDIDATE_ROWS: usize = 1_200;
 const PER_WORD: std::ops::RangeInclusive<usize> = 100..=400;
 
-/// Chunks of base `rag_id` matching words of `query`, ranked by cover density (`ts_rank_cd`),
-/// without ranking every match: with common words in the query nearly every chunk matches,
-/// and reading and ranking a `tsvector` costs microseconds.
+/// Chunks of base `rag_id` matching words of `query`, ranked by Okapi BM25 (`bm25`), without
+/// scoring every match: with common words in the query nearly every chunk matches, and reading
+/// a `tsvector` costs microseconds.
 ///
 /// The base's word statistics decide which words' GIN lists are read (`word_plan`: short
 /// lists only, stop words of the base never). Candidates are each listed word's matches (at
 /// most a per-word share of rows) plus the chunks holding every word; a chunk's bound is the
 /// summed weight (IDF) of the lists it is in, or of every word. The best `5 x limit` (at least
-/// 100) by that bound are ranked by `ts_rank_cd`, which only then reads their `tsvector`s.
+/// 100) by that bound are scored by BM25 over every query word, which only then reads their
+/// `tsvector`s: a word's count in a chunk is its number of positions, the chunk's length the
+/// sum of them.
 ///
 /// Public so the search benchmark and the retrieval-quality test run the very statements the
 /// service runs.
 pub async fn text_hits(db: &PgPool, rag_id: i64, query: &str, limit: usize) -> sqlx::Result<Vec<Hit>> {
-    let words = segment::for_index(query);
+    let words = segment::distinct(query);
     if words.is_empty() {
         return Ok(vec![]);
     }
@@ -178,27 +181,31 @@ pub async fn text_hits(db: &PgPool, rag_id: i64, query: &str, limit: usize) -> s
     let operands: Vec<&str> = plan.listed.iter().map(|l| l.operand.as_str()).collect();
     let weights: Vec<f64> = plan.listed.iter().map(|l| l.weight).collect();
     let (every, every_weight) = plan.every.unzip();
-    let rows: Vec<(i64, f64)> = sqlx::query_as(
+    let scored: Vec<&str> = plan.ranked.keys().map(String::as_str).collect();
+    let candidates: Vec<bm25::Candidate> = sqlx::query_as(
         "WITH lists AS (
              SELECT x.ids, t.w
              FROM unnest($2::text[], $3::float8[]) AS t(term, w),
              LATERAL (SELECT array_agg(m.id) AS ids FROM (SELECT c.id FROM chunks c
-                      WHERE c.rag_id = $1 AND c.tsv @@ to_tsquery('simple', t.term) LIMIT $4) m) x
+                      WHERE c.rag_id = $1 AND c.tsv @@ t.term::tsquery LIMIT $4) m) x
              WHERE x.ids IS NOT NULL
          ),
          hits AS (
              SELECT id, w, false AS every FROM lists, unnest(lists.ids) AS id
              UNION ALL
              SELECT m.id, $6, true FROM (SELECT c.id FROM chunks c
-                 WHERE $5::text IS NOT NULL AND c.rag_id = $1 AND c.tsv @@ to_tsquery('simple', $5)
+                 WHERE $5::text IS NOT NULL AND c.rag_id = $1 AND c.tsv @@ $5::tsquery
                  LIMIT $4) m
          ),
          best AS (
              SELECT id, greatest(sum(w) FILTER (WHERE NOT every), max(w) FILTER (WHERE every)) AS bound
              FROM hits GROUP BY id ORDER BY bound DESC, id LIMIT $7
          )
-         SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('simple', $8))::float8 AS score
-         FROM best JOIN chunks c ON c.id = best.id ORDER BY score DESC, c.id LIMIT $9",
+         SELECT c.id, sum(greatest(cardinality(u.positions), 1))::int8 AS len,
+                coalesce(array_agg(u.lexeme) FILTER (WHERE u.lexeme = ANY($8)), '{}') AS words,
+                coalesce(array_agg(cardinality(u.positions)) FILTER (WHERE u.lexeme = ANY($8)), '{}') AS counts
+         FROM best JOIN chunks c ON c.id = best.id, unnest(c.tsv) AS u
+         GROUP BY c.id",
     )
     .bind(rag_id)
     .bind(&operands)
@@ -207,11 +214,10 @@ pub async fn text_hits(db: &PgPool, rag_id: i64, query: &str, limit: usize) -> s
     .bind(every)
     .bind(every_weight)
     .bind((limit * 5).max(100) as i64)
-    .bind(&plan.ranked)
-    .bind(limit as i64)
+    .bind(&scored)
     .fetch_all(db)
     .await?;
-    Ok(hits(rows))
+    Ok(bm25::rank(&plan.ranked, plan.avg_len, &candidates, limit))
 }
 
 fn hits(rows: Vec<(i64, f64)>) -> Vec<Hit> {

@@ -5,11 +5,14 @@
 //! A word's GIN list costs time in proportion to its length, and a long list carries little
 //! evidence: a word in most chunks barely tells them apart. So only short lists are read; a
 //! query made of long-listed words only reads the shortest of them. Words in more than half of
-//! a large base are that base's stop words: under BM25's Robertson-Spärck Jones weight they
-//! count for nothing or less, so they neither find nor rank chunks.
+//! a large base are that base's stop words: their lists are never read, so alone they find
+//! nothing, and in the BM25 score of the chunks other words found they weigh next to nothing.
+
+use std::collections::HashMap;
 
 use sqlx::PgPool;
 
+use crate::rag::search::bm25;
 use crate::rag::segment::tsquery_operand;
 
 /// Longest index list read for a word when the query has rarer ones. At about 0.2 µs an entry,
@@ -21,29 +24,31 @@ pub const LIST_MAX: i64 = 5_000;
 pub struct WordStats {
     /// Chunks of the base with a text entry.
     pub chunks: i64,
-    /// Each distinct word of the query (as indexed) and the chunks holding it.
+    /// Their words, repeats included (BM25's average length is `tokens / chunks`).
+    pub tokens: i64,
+    /// Each distinct word of the query and the chunks holding it.
     pub words: Vec<(String, i64)>,
 }
 
-/// The words of `text` (already segmented) as `to_tsvector('simple', ...)` indexes them, with
-/// their counts in base `rag_id`.
-pub async fn lookup(db: &PgPool, rag_id: i64, text: &str) -> sqlx::Result<WordStats> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT t.term, coalesce(s.chunks, 0)::int8
-         FROM unnest(array_append(tsvector_to_array(to_tsvector('simple', $2)), '')) AS t(term)
+/// The distinct `words` of a query (as `segment` cuts them) with their counts in base `rag_id`.
+pub async fn lookup(db: &PgPool, rag_id: i64, words: &[String]) -> sqlx::Result<WordStats> {
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT t.term, coalesce(s.chunks, 0)::int8, coalesce(s.tokens, 0)
+         FROM unnest(array_append($2::text[], '')) AS t(term)
          LEFT JOIN rag_terms s ON s.rag_id = $1 AND s.term = t.term",
     )
     .bind(rag_id)
-    .bind(text)
+    .bind(words)
     .fetch_all(db)
     .await?;
     let mut stats = WordStats {
         chunks: 0,
+        tokens: 0,
         words: Vec::with_capacity(rows.len()),
     };
-    for (term, count) in rows {
+    for (term, count, tokens) in rows {
         match term.is_empty() {
-            true => stats.chunks = count,
+            true => (stats.chunks, stats.tokens) = (count, tokens),
             false => stats.words.push((term, count)),
         }
     }
@@ -66,13 +71,23 @@ pub struct Plan {
     /// `None` when a single word is searched or when every list is long (the conjunction
     /// would walk them all).
     pub every: Option<(String, f64)>,
-    /// The words candidates are ranked by, `a | b`.
-    pub ranked: String,
+    /// Every word of the query found in the base, with its BM25 weight: candidates are
+    /// scored by all of them, stop words included (they weigh little).
+    pub ranked: HashMap<String, f64>,
+    /// The base's average chunk length in words.
+    pub avg_len: f64,
 }
 
 /// The plan for `stats`, or `None` when no word can find anything.
 pub fn plan(stats: &WordStats) -> Option<Plan> {
     let n = stats.chunks.max(1) as f64;
+    let weight = |count: i64| bm25::idf(n, count as f64);
+    let ranked: HashMap<String, f64> = stats
+        .words
+        .iter()
+        .filter(|(_, count)| *count > 0)
+        .map(|(w, count)| (w.clone(), weight(*count)))
+        .collect();
     let mut words: Vec<(String, i64)> = stats
         .words
         .iter()
@@ -81,7 +96,6 @@ pub fn plan(stats: &WordStats) -> Option<Plan> {
         .collect();
     words.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
     let rarest = words.first()?.1;
-    let weight = |count: i64| (1.0 + n / count as f64).ln();
     let operands: Vec<String> = words.iter().map(|(w, _)| tsquery_operand(w)).collect();
     let listed: Vec<Listed> = words
         .iter()
@@ -99,7 +113,8 @@ pub fn plan(stats: &WordStats) -> Option<Plan> {
     Some(Plan {
         listed,
         every,
-        ranked: operands.join(" | "),
+        ranked,
+        avg_len: stats.tokens as f64 / n,
     })
 }
 
@@ -110,6 +125,7 @@ mod tests {
     fn stats(chunks: i64, words: &[(&str, i64)]) -> WordStats {
         WordStats {
             chunks,
+            tokens: chunks * 10,
             words: words.iter().map(|(w, c)| ((*w).to_owned(), *c)).collect(),
         }
     }
@@ -126,12 +142,14 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(listed(&p), ["'pond'", "'drunt'"]);
-        assert_eq!(p.ranked, "'pond' | 'drunt' | 'gait'");
+        assert_eq!(p.ranked.len(), 4, "stop words are scored too");
+        assert!(p.ranked["the"] < p.ranked["gait"] && p.ranked["gait"] < p.ranked["pond"]);
+        assert!((p.avg_len - 10.0).abs() < 1e-9);
         let (every, weight) = p.every.unwrap();
         assert_eq!(every, "'pond' & 'drunt' & 'gait'");
         let expected: f64 = [400.0_f64, 4_000.0, 42_000.0]
             .iter()
-            .map(|c| (1.0 + 100_000.0 / c).ln())
+            .map(|c| bm25::idf(100_000.0, *c))
             .sum();
         assert!((weight - expected).abs() < 1e-9);
         assert!(p.listed[0].weight > p.listed[1].weight);
@@ -142,7 +160,7 @@ mod tests {
         let p = plan(&stats(100_000, &[("you", 57_000), ("gait", 42_000), ("drea", 31_000)])).unwrap();
         assert_eq!(listed(&p), ["'drea'"]);
         assert_eq!(p.every, None);
-        assert_eq!(p.ranked, "'drea' | 'gait'");
+        assert_eq!(p.ranked.len(), 3);
     }
 
     #[test]

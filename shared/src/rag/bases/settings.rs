@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::rag::chunk::{ChunkMode, ChunkParams};
+use crate::rag::search::fusion;
 use crate::{AppError, AppResult};
 
 /// How documents are cut into chunks.
@@ -150,9 +151,9 @@ impl Default for SearchSettings {
             enter_rerank_count: 20,
             threshold_enabled: false,
             threshold: 0.0,
-            fusion_strategy: "RRF".into(),
+            fusion_strategy: fusion::DEFAULT_STRATEGY.into(),
             rrf_k: 60,
-            dense_weight: 0.7,
+            dense_weight: fusion::DEFAULT_DENSE_WEIGHT,
             question_rewrite: false,
         }
     }

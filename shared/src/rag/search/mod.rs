@@ -1,6 +1,7 @@
 //! Hybrid retrieval: query embedding -> vector search and full-text search in parallel ->
 //! fusion (RRF or weighted) -> optional rerank -> threshold -> top N, each stage timed.
 
+pub mod bm25;
 pub mod evidence;
 pub mod fusion;
 pub mod model;
@@ -121,11 +122,13 @@ pub async fn retrieve(
     ) = (dense_ms, sparse_ms, dense.len(), sparse.len());
 
     let t = Instant::now();
-    let mut fused = if settings.fusion_strategy == "WEIGHTED_SUM" {
-        fusion::weighted(&dense, &sparse, settings.dense_weight)
-    } else {
-        fusion::rrf(&[&dense, &sparse], settings.rrf_k as f64)
-    };
+    let mut fused = fusion::fuse(
+        &settings.fusion_strategy,
+        &dense,
+        &sparse,
+        settings.rrf_k as f64,
+        settings.dense_weight,
+    );
     m.fusion_ms = ms(t);
 
     if let Some(rerank_id) = rerank_model {

@@ -634,6 +634,55 @@ async fn commit_reports_conflicts_that_changed_since_the_preview() {
         .assert_error(400, 0, "items[0].decision must be");
 }
 
+/// A preview may override the base's dedup rules; its commit re-checks with those rules, so
+/// nothing changed in between means nothing to confirm.
+#[tokio::test]
+async fn commit_rechecks_with_the_rules_of_its_preview() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    // The base's own rules: by content, reject.
+    let kb = s.kb("Rules", json!({ "dedupStrategy": 2, "dedupAction": 0 })).await;
+    let twins = [("b.txt", b"same passage".to_vec()), ("c.txt", b"same passage".to_vec())];
+    let p = s.preview(kb, &twins, Some((0, 0))).await.assert_ok().clone();
+    let verdicts: Vec<(&str, &str)> = p["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["decision"].as_str().unwrap(), i["matchType"].as_str().unwrap()))
+        .collect();
+    assert_eq!(verdicts, [("NEW", "NONE"), ("NEW", "NONE")]);
+    let items: Vec<Value> = p["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| json!({ "tempResourceId": i["tempResourceId"], "decision": "NEW" }))
+        .collect();
+    let body = json!({ "previewToken": p["previewToken"], "items": items });
+    let done = s.app.post("/document/upload/commit", t, &body).await;
+    let r = done.assert_ok().clone();
+    assert_eq!(r["conflictChanged"], false, "{r}");
+    assert!(r["items"].as_array().unwrap().iter().all(|i| i["id"].is_i64()), "{r}");
+    assert_eq!(s.app.count("documents").await, 2);
+
+    // A real change still counts under the preview's rules: by name, and another upload
+    // takes the name in between.
+    let one = [("d.txt", b"first".to_vec())];
+    let stale = s.preview(kb, &one, Some((1, 0))).await.assert_ok().clone();
+    let other = s.preview(kb, &[("d.txt", b"second".to_vec())], Some((0, 0))).await;
+    let other = other.assert_ok().clone();
+    let commit = |p: &Value| json!({ "previewToken": p["previewToken"], "items": [{ "tempResourceId": p["items"][0]["tempResourceId"], "decision": "NEW" }] });
+    let c = s.app.post("/document/upload/commit", t, &commit(&other)).await;
+    assert_eq!(c.assert_ok()["conflictChanged"], false);
+    let c = s.app.post("/document/upload/commit", t, &commit(&stale)).await;
+    let r = c.assert_ok().clone();
+    assert_eq!(r["conflictChanged"], true, "{r}");
+    assert_eq!(
+        (r["items"][0]["decision"].as_str(), r["items"][0]["matchType"].as_str()),
+        (Some("REJECT"), Some("BY_NAME"))
+    );
+    assert_eq!(s.app.count("documents").await, 3, "the stale commit committed nothing");
+}
+
 #[tokio::test]
 async fn failures_are_precise_and_leave_nothing_half_indexed() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;

@@ -106,7 +106,7 @@ pub async fn preview(
     };
     let token = uuid::Uuid::new_v4().simple().to_string();
     let saved = match outcome {
-        Ok(()) => save_preview(state, &token, &kb, user, &items).await,
+        Ok(()) => save_preview(state, &token, &kb, user, (strategy, action), &items).await,
         Err(e) => Err(e),
     };
     if let Err(e) = saved {
@@ -125,17 +125,21 @@ async fn save_preview(
     token: &str,
     kb: &KbRow,
     user: &CurrentUser,
+    (strategy, action): (i16, i16),
     items: &[StoredItem],
 ) -> AppResult<()> {
     let json = serde_json::to_value(items).map_err(|e| AppError::Internal(e.into()))?;
     sqlx::query(
-        "INSERT INTO upload_previews (token, rag_id, creator_id, items, expires_at) VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO upload_previews (token, rag_id, creator_id, items, expires_at, dedup_strategy, dedup_action)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(token)
     .bind(kb.id)
     .bind(user.id)
     .bind(json)
     .bind(chrono::Utc::now() + PREVIEW_TTL)
+    .bind(strategy)
+    .bind(action)
     .execute(state.db())
     .await?;
     Ok(())
@@ -240,16 +244,21 @@ struct Preview {
     rag_id: i64,
     creator_id: i64,
     items: Vec<StoredItem>,
+    /// The dedup strategy and action the preview decided with; `None` for previews made
+    /// before they were stored.
+    rules: Option<(i16, i16)>,
 }
 
 async fn load_preview(conn: &mut sqlx::PgConnection, user: &CurrentUser, token: &str) -> AppResult<Preview> {
-    let row: Option<(i64, i64, sqlx::types::Json<Vec<StoredItem>>)> = sqlx::query_as(
-        "SELECT rag_id, creator_id, items FROM upload_previews WHERE token = $1 AND expires_at > now() FOR UPDATE",
+    type Row = (i64, i64, sqlx::types::Json<Vec<StoredItem>>, Option<i16>, Option<i16>);
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT rag_id, creator_id, items, dedup_strategy, dedup_action FROM upload_previews
+         WHERE token = $1 AND expires_at > now() FOR UPDATE",
     )
     .bind(token)
     .fetch_optional(&mut *conn)
     .await?;
-    let (rag_id, creator_id, items) =
+    let (rag_id, creator_id, items, strategy, action) =
         row.ok_or_else(|| AppError::NotFound("previewToken not found or expired; upload the files again".into()))?;
     if !user.can_manage(creator_id) {
         return Err(AppError::NotFound(
@@ -260,6 +269,7 @@ async fn load_preview(conn: &mut sqlx::PgConnection, user: &CurrentUser, token: 
         rag_id,
         creator_id,
         items: items.0,
+        rules: strategy.zip(action),
     })
 }
 
@@ -310,10 +320,10 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
             )));
         }
     }
-    // Decide again against the base as it is now: if another commit changed a match, the
-    // client must confirm the new picture.
+    // Decide again against the base as it is now, by the rules the preview was made with: if
+    // another upload or delete changed a match, the client must confirm the new picture.
     let mut fresh = preview.items.clone();
-    let (strategy, action) = (kb.dedup_strategy, kb.dedup_action);
+    let (strategy, action) = preview.rules.unwrap_or((kb.dedup_strategy, kb.dedup_action));
     decide_all(state, &kb, strategy, action, &mut fresh).await?;
     let changed = fresh.iter().zip(&preview.items).any(|(a, b)| {
         (a.item.match_type, a.item.conflict_document_id) != (b.item.match_type, b.item.conflict_document_id)

@@ -93,11 +93,12 @@ async fn main() {
                 .map(|c| shared::rag::pipeline::vector_literal(&wide_embedding(c)))
                 .collect();
             let types: Vec<&str> = range.clone().map(|i| TYPES[(i % 5) as usize]).collect();
+            let words: Vec<String> = contents.iter().map(|c| shared::rag::segment::tsvector(c)).collect();
             sqlx::query(
                 "INSERT INTO memories (agent_id, user_id, memory_type, title, content, normalized_key, tsv, embedding,
                  embedding_model_id, conversation_key)
-                 SELECT $1, $2, u.t, left(u.c, 30), u.c, u.t || ':' || u.c, to_tsvector('simple', u.c), u.e::vector, $3, 'bench'
-                 FROM unnest($4::text[], $5::text[], $6::text[]) AS u(c, e, t)",
+                 SELECT $1, $2, u.t, left(u.c, 30), u.c, u.t || ':' || u.c, u.w::tsvector, u.e::vector, $3, 'bench'
+                 FROM unnest($4::text[], $5::text[], $6::text[], $7::text[]) AS u(c, e, t, w)",
             )
             .bind(agent)
             .bind(owner)
@@ -105,6 +106,7 @@ async fn main() {
             .bind(&contents)
             .bind(&vectors)
             .bind(&types)
+            .bind(&words)
             .execute(&app.db)
             .await
             .unwrap();

@@ -95,14 +95,14 @@ async fn main() {
                 corpus.text(len)
             })
             .collect();
-        let words: Vec<String> = contents.iter().map(|c| shared::rag::segment::for_index(c)).collect();
+        let words: Vec<String> = contents.iter().map(|c| shared::rag::segment::tsvector(c)).collect();
         let vectors: Vec<String> = contents
             .iter()
             .map(|c| shared::rag::pipeline::vector_literal(&wide_embedding(c)))
             .collect();
         sqlx::query(
             "INSERT INTO chunks (rag_id, document_id, chunk_index, content, token_count, embedding, tsv, vector_status)
-             SELECT $1, $2, u.i, u.c, 300, u.e::vector, to_tsvector('simple', u.w), 'success'
+             SELECT $1, $2, u.i, u.c, 300, u.e::vector, u.w::tsvector, 'success'
              FROM unnest($3::int[], $4::text[], $5::text[], $6::text[]) AS u(i, c, w, e)",
         )
         .bind(kb)
@@ -145,7 +145,7 @@ async fn main() {
     for q in &queries {
         let tsq = shared::rag::segment::or_query(q).unwrap();
         let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND tsv @@ to_tsquery('simple', $2)")
+            sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND tsv @@ $2::tsquery")
                 .bind(kb)
                 .bind(tsq)
                 .fetch_one(&app.db)

@@ -144,13 +144,12 @@ async fn main() {
     let mut matched = Vec::new();
     for q in &queries {
         let tsq = shared::rag::segment::or_query(q).unwrap();
-        let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND tsv @@ $2::tsquery")
-                .bind(kb)
-                .bind(tsq)
-                .fetch_one(&app.db)
-                .await
-                .unwrap();
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND tsv @@ $2::tsquery")
+            .bind(kb)
+            .bind(tsq)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
         matched.push(n as f64 / CHUNKS as f64 * 100.0);
     }
 

@@ -12,6 +12,35 @@ use utoipa_axum::routes;
 
 const PAGE: &str = include_str!("embed_page.html");
 
+/// The page's policy: its own inline script and style (by hash) and calls to this origin,
+/// nothing else, so an answer that slipped markup past the escaping could run no script and
+/// load nothing. Any page may frame it: it is made for partners' iframes.
+fn content_security_policy() -> &'static str {
+    static POLICY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    POLICY.get_or_init(|| {
+        format!(
+            "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; base-uri 'none'; \
+             form-action 'none'; frame-ancestors *",
+            inline_hash("script"),
+            inline_hash("style")
+        )
+    })
+}
+
+/// `sha256-<base64>` of the page's inline `<tag>` element, as CSP source expressions name it.
+fn inline_hash(tag: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let open = format!("<{tag}>");
+    let body = PAGE
+        .split_once(open.as_str())
+        .and_then(|(_, rest)| rest.split_once(format!("</{tag}>").as_str()))
+        .map(|(body, _)| body)
+        .unwrap_or_default();
+    let digest = sha2::Sha256::digest(body.as_bytes());
+    format!("sha256-{}", base64::engine::general_purpose::STANDARD.encode(digest))
+}
+
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(token_get, token_post))
@@ -49,6 +78,7 @@ async fn page(Path(_agent_id): Path<i64>) -> Response {
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, content_security_policy()),
             (header::CACHE_CONTROL, "no-cache"),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
             (header::REFERRER_POLICY, "no-referrer"),

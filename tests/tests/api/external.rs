@@ -801,8 +801,35 @@ async fn the_embed_page_is_self_contained() {
         .to_str()
         .unwrap()
         .starts_with("text/html"));
+    // Its own inline script and style by hash, calls to this origin, nothing else.
+    let policy = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
     let html = page.text().await.unwrap();
     assert!(html.contains("<script>") && html.contains("/openapi/v1/agent/chat"));
+    let hash = |tag: &str| {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        let body = html
+            .split(&format!("<{tag}>"))
+            .nth(1)
+            .unwrap()
+            .split(&format!("</{tag}>"))
+            .next()
+            .unwrap();
+        format!(
+            "'sha256-{}'",
+            base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(body))
+        )
+    };
+    for part in [
+        "default-src 'none'".to_owned(),
+        format!("script-src {}", hash("script")),
+        format!("style-src {}", hash("style")),
+        "connect-src 'self'".to_owned(),
+        "frame-ancestors *".to_owned(),
+    ] {
+        assert!(policy.contains(&part), "{part} not in {policy}");
+    }
+    assert!(!policy.contains("unsafe"), "{policy}");
     assert!(
         !html.contains("src=\"http") && !html.contains("href=\"http"),
         "no external assets"
@@ -838,6 +865,17 @@ async fn the_embed_page_chats_in_a_real_browser() {
             .eval("return document.getElementById('greeting').textContent")
             .await,
         "Hi!"
+    );
+
+    // The policy holds in the browser: a script injected into the page does not run.
+    assert_eq!(
+        browser
+            .eval(
+                "var s = document.createElement('script'); s.textContent = 'window.injected = 1'; \
+                 document.body.appendChild(s); return String(window.injected)"
+            )
+            .await,
+        "undefined"
     );
 
     browser.type_into("#input", "hello **bold** <b>raw</b>").await;

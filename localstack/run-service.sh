@@ -49,4 +49,8 @@ fi
 echo "Backends: $backends; database $DATABASE_URL" >&2
 echo "Admin login: $ADMIN_USERNAME / $ADMIN_PASSWORD" >&2
 echo "Try: curl -s -X POST http://127.0.0.1:$PORT/$API_PREFIX/user/login -H 'Content-Type: application/json' -d '{\"username\":\"$ADMIN_USERNAME\",\"password\":\"$ADMIN_PASSWORD\"}'" >&2
+# Build first with cargo's progress shown (a fresh machine compiles for a few minutes), then
+# run quietly: the server prints its URL when it listens.
+echo "Building the service (the first build takes a few minutes)..." >&2
+cargo build --bin agent-platform
 exec cargo run --quiet --bin agent-platform

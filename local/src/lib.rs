@@ -3,12 +3,11 @@
 
 mod health;
 
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Router;
 use shared::queue::QueueName;
 use shared::AppState;
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_scalar::{Scalar, Servable};
+use utoipa_swagger_ui::SwaggerUi;
 
 /// Every module's routes, as the Lambda functions serve them one by one.
 pub fn api() -> OpenApiRouter<AppState> {
@@ -41,15 +40,15 @@ pub fn build_app(state: AppState) -> Router {
     openapi.info.title = "Agent Platform API".to_owned();
     openapi.info.version = env!("CARGO_PKG_VERSION").to_owned();
     openapi.info.description = Some("Admin API (Svc-Auth) and external API (Svc-App-Id + Svc-Token).".to_owned());
-    let docs = Router::new()
-        .route(
-            "/api-docs/openapi.json",
-            get({
-                let openapi = openapi.clone();
-                move || async move { Json(openapi) }
-            }),
-        )
-        .merge(Scalar::with_url("/api-docs", openapi));
+    // utoipa fills these from the crate's authors and licence; the document speaks for the
+    // service, not for whoever wrote a library.
+    openapi.info.contact = None;
+    openapi.info.license = None;
+    // Swagger UI's files are compiled into the binary, so the page works without internet
+    // (inside a VPC); it serves the document at /api-docs/openapi.json.
+    let docs: Router = SwaggerUi::new("/api-docs")
+        .url("/api-docs/openapi.json", openapi)
+        .into();
     router.merge(docs).merge(health::router(state))
 }
 

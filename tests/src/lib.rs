@@ -2,6 +2,7 @@
 //! Postgres database and either the filesystem store or S3 on LocalStack.
 
 pub mod apps;
+pub mod beir;
 pub mod bench_server;
 pub mod browser;
 pub mod chat;

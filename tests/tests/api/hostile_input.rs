@@ -386,3 +386,57 @@ async fn header_injection_in_mcp_api_key_headers_is_refused() {
     }
     app.snapshot().await.assert_unchanged_since(&before, "header injection");
 }
+
+/// A workbook whose one sheet is `sheet_data` and whose shared string table is `strings`.
+fn workbook(sheet_data: &str, strings: &str) -> Vec<u8> {
+    use shared::rag::parse::fixtures;
+    const MAIN: &str = "http://schemas.openxmlformats.org/spreadsheetml/2006/main";
+    let base = fixtures::xlsx(&[("Sheet", vec![vec!["Name".to_owned()], vec!["x".to_owned()]])]);
+    let sheet = format!(r#"<worksheet xmlns="{MAIN}"><sheetData>{sheet_data}</sheetData></worksheet>"#);
+    let base = fixtures::with_zip_entry(&base, "xl/worksheets/sheet1.xml", sheet.as_bytes());
+    let strings = format!(r#"<sst xmlns="{MAIN}" {strings}</sst>"#);
+    fixtures::with_zip_entry(&base, "xl/sharedStrings.xml", strings.as_bytes())
+}
+
+#[tokio::test]
+async fn hostile_workbooks_fail_their_document_and_the_server_keeps_answering() {
+    let s = api_tests::KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Sheets", json!({})).await;
+    // Two cells at opposite corners: read as a range, 17 billion cells, and the process aborted.
+    let corners = workbook(
+        r#"<row r="1"><c r="A1" t="s"><v>0</v></c></row><row r="1048576"><c r="A1048576" t="s"><v>1</v></c><c r="XFD1048576"><v>7</v></c></row>"#,
+        r#"uniqueCount="2"><si><t>Name</t></si><si><t>Ann</t></si>"#,
+    );
+    // A shared string table claiming a hundred billion entries: calamine reserved room for them.
+    let claims = workbook(
+        r#"<row r="1"><c r="A1" t="s"><v>0</v></c></row><row r="2"><c r="A2" t="s"><v>1</v></c></row>"#,
+        r#"uniqueCount="100000000000"><si><t>Name</t></si><si><t>Ann</t></si>"#,
+    );
+    assert!(corners.len() < 4096 && claims.len() < 4096, "small files");
+    let reply = s.upload(kb, &[("corners.xlsx", corners), ("claims.xlsx", claims)]).await;
+    let ids: Vec<i64> = reply.assert_ok()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["id"].as_i64())
+        .collect();
+    assert_eq!(ids.len(), 2, "{:?}", reply.body);
+
+    let corners = s.settled(ids[0]).await;
+    assert_eq!(corners["status"], "success", "{corners}");
+    let text = s.chunk_texts(ids[0]).await.concat();
+    assert!(text.contains("Name: Ann; column 16384: 7"), "{text}");
+
+    let claims = s.settled(ids[1]).await;
+    assert_eq!(
+        (claims["status"].as_str(), claims["errorStage"].as_str()),
+        (Some("failed"), Some("parsing")),
+        "{claims}"
+    );
+    let msg = claims["errorMessage"].as_str().unwrap_or_default();
+    assert!(msg.contains("more than 2000000 shared strings"), "{msg}");
+    assert!(s.chunk_texts(ids[1]).await.is_empty());
+
+    // Still serving.
+    s.app.get(&format!("/rag/{kb}"), Some(&s.admin)).await.assert_ok();
+}

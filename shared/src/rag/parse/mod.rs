@@ -10,6 +10,7 @@ mod docx;
 pub mod fixtures;
 mod html;
 mod image_collector;
+mod limits;
 mod markdown;
 mod outline;
 mod pdf;

@@ -440,3 +440,21 @@ async fn hostile_workbooks_fail_their_document_and_the_server_keeps_answering() 
     // Still serving.
     s.app.get(&format!("/rag/{kb}"), Some(&s.admin)).await.assert_ok();
 }
+
+#[tokio::test]
+async fn non_ascii_mcp_tokens_are_refused_and_the_server_keeps_answering() {
+    let app = api_tests::spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let before = app.snapshot().await;
+    // Byte 7 of each falls inside a multi-byte character: the `Bearer ` prefix check sliced
+    // there and panicked, which in a release build aborted the process.
+    for token in ["bearerétoken", "beare€x-token", "abc🔑defgh"] {
+        let body = json!({ "name": "m", "transportType": 2, "endpoint": "http://127.0.0.1:9/mcp",
+                           "authType": 2, "authConfig": { "token": token } });
+        let r = app.post("/mcp-server", Some(&admin), &body).await;
+        assert_refused(&r, 400, "authConfig.token must be visible ASCII", token);
+    }
+    app.snapshot().await.assert_unchanged_since(&before, "non-ASCII tokens");
+    let r = app.get("/agent/page", Some(&admin)).await;
+    assert_eq!(r.status, 200, "still serving: {:?}", r.body);
+}

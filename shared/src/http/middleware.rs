@@ -93,8 +93,14 @@ mod tests {
     async fn a_panicking_handler_answers_500_and_the_next_request_is_served() {
         let app = catch_panics(
             Router::new()
-                .route("/boom", get(|| async { panic!("slice out of a char boundary") as &'static str }))
-                .route("/owned", get(|| async { std::panic::panic_any(format!("code {}", 7)) as &'static str }))
+                .route(
+                    "/boom",
+                    get(|| async { panic!("slice out of a char boundary") as &'static str }),
+                )
+                .route(
+                    "/owned",
+                    get(|| async { std::panic::panic_any(format!("code {}", 7)) as &'static str }),
+                )
                 .route("/fine", get(|| async { "ok" })),
         );
         for path in ["/boom", "/owned"] {

@@ -112,7 +112,11 @@ impl AuthConfig {
                     _ => None,
                 })?;
                 // Compared as bytes: a slice of the string at byte 7 panics inside a multi-byte character.
-                if token.as_bytes().get(..7).is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"bearer ")) {
+                if token
+                    .as_bytes()
+                    .get(..7)
+                    .is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"bearer "))
+                {
                     return Err(AppError::validation(
                         "authConfig.token must be the token alone, without the `Bearer ` prefix",
                     ));

@@ -413,7 +413,9 @@ async fn hostile_workbooks_fail_their_document_and_the_server_keeps_answering() 
         r#"uniqueCount="100000000000"><si><t>Name</t></si><si><t>Ann</t></si>"#,
     );
     assert!(corners.len() < 4096 && claims.len() < 4096, "small files");
-    let reply = s.upload(kb, &[("corners.xlsx", corners), ("claims.xlsx", claims)]).await;
+    let reply = s
+        .upload(kb, &[("corners.xlsx", corners), ("claims.xlsx", claims)])
+        .await;
     let ids: Vec<i64> = reply.assert_ok()["items"]
         .as_array()
         .unwrap()

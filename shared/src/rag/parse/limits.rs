@@ -9,7 +9,7 @@ use super::ParseError;
 
 /// Bytes a document may unpack to in total: zip parts of docx and xlsx, PDF page content.
 /// Real office files and PDFs unpack to a few MiB of XML or drawing operators per 100 pages.
-pub(super) const MAX_UNPACKED_BYTES: usize = 256 * 1024 * 1024;
+pub const MAX_UNPACKED_BYTES: usize = 256 * 1024 * 1024;
 
 /// Cells read from a workbook, all sheets together: a sheet's declared size is never trusted,
 /// only the cells it holds count.
@@ -59,7 +59,11 @@ pub(super) struct Budget {
 impl Budget {
     /// `what` names the quantity in the message, e.g. "unpacked size".
     pub(super) fn new(limit: usize, what: &'static str) -> Self {
-        Self { left: limit, limit, what }
+        Self {
+            left: limit,
+            limit,
+            what,
+        }
     }
 
     pub(super) fn left(&self) -> usize {

@@ -22,6 +22,9 @@ mod zip_entries;
 
 use crate::rag::document::ParsedDocument;
 
+/// What one document may unpack to; also the cap on a converted document fetched from elsewhere.
+pub use limits::MAX_UNPACKED_BYTES;
+
 /// The file formats a knowledge base accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileType {

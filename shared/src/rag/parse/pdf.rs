@@ -174,7 +174,9 @@ fn page_text(
         .collect();
     let limit = MAX_PAGE_CONTENT_BYTES.min(unpacked.left());
     let content = match document.get_page_content_with_limit(page_id, limit) {
-        Err(lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. })) if limit < MAX_PAGE_CONTENT_BYTES => {
+        Err(lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. }))
+            if limit < MAX_PAGE_CONTENT_BYTES =>
+        {
             return Err(PageError::TooLarge(unpacked.exceeded()))
         }
         Err(lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. })) => {

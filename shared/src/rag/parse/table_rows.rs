@@ -112,7 +112,10 @@ mod tests {
     #[test]
     fn sparse_rows_find_their_headers() {
         let header = vec![(0, "Id".to_owned()), (16_383, "Last".to_owned())];
-        let rows = vec![header, vec![(0, "1".to_owned()), (7, "g".to_owned()), (16_383, "z".to_owned())]];
+        let rows = vec![
+            header,
+            vec![(0, "1".to_owned()), (7, "g".to_owned()), (16_383, "z".to_owned())],
+        ];
         let got = render("s", rows.into_iter());
         assert_eq!(got[0].text, "Id: 1; column 8: g; Last: z");
     }

@@ -109,7 +109,11 @@ fn check_count(
     max: usize,
     what: &'static str,
 ) -> Result<(), ParseError> {
-    let too_many = || ParseError(format!("the workbook is too large to index: it has more than {max} {what}"));
+    let too_many = || {
+        ParseError(format!(
+            "the workbook is too large to index: it has more than {max} {what}"
+        ))
+    };
     let mut reader = quick_xml::Reader::from_reader(xml);
     let mut count = 0usize;
     let mut root = true;
@@ -290,7 +294,9 @@ mod tests {
             .collect();
         let bytes = workbook_with_sheet(&rows);
         assert!(parse_within(&bytes, &small(11, 1 << 20, 1 << 20)).is_ok());
-        let err = parse_within(&bytes, &small(10, 1 << 20, 1 << 20)).unwrap_err().to_string();
+        let err = parse_within(&bytes, &small(10, 1 << 20, 1 << 20))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("number of cells exceeds the limit of 10"), "{err}");
     }
 
@@ -305,7 +311,9 @@ mod tests {
         let many: String = (0..11).map(|i| format!("<si><t>{i}</t></si>")).collect();
         let strings = format!(r#"<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">{many}</sst>"#);
         let bytes = fixtures::with_zip_entry(&base, "xl/sharedStrings.xml", strings.as_bytes());
-        let err = parse_within(&bytes, &small(10, 1 << 20, 1 << 20)).unwrap_err().to_string();
+        let err = parse_within(&bytes, &small(10, 1 << 20, 1 << 20))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("more than 10 shared strings"), "{err}");
     }
 
@@ -325,7 +333,9 @@ mod tests {
         );
         let bytes = fixtures::with_zip_entry(&with_strings, "xl/worksheets/sheet1.xml", sheet.as_bytes());
         assert!(bytes.len() < 4096, "a small file: {}", bytes.len());
-        let err = parse_within(&bytes, &small(1000, 100_000, 1 << 20)).unwrap_err().to_string();
+        let err = parse_within(&bytes, &small(1000, 100_000, 1 << 20))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("text exceeds the limit of 100000"), "{err}");
     }
 
@@ -337,7 +347,9 @@ mod tests {
         let bytes = fixtures::with_zip_entry(&bytes, "xl/padding2.xml", &padding);
         assert!(parse_within(&bytes, &small(1000, 1 << 20, 200_000)).is_ok());
         // Each part fits; the two together do not.
-        let err = parse_within(&bytes, &small(1000, 1 << 20, 100_000)).unwrap_err().to_string();
+        let err = parse_within(&bytes, &small(1000, 1 << 20, 100_000))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unpacked size exceeds the limit of 100000"), "{err}");
     }
 

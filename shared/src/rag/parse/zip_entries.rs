@@ -6,7 +6,7 @@ use std::io::{Cursor, Read};
 use zip::result::ZipError;
 use zip::ZipArchive;
 
-use super::limits::{Budget, Limits};
+use super::limits::Budget;
 
 pub(super) struct ZipEntries<'a> {
     archive: ZipArchive<Cursor<&'a [u8]>>,
@@ -21,10 +21,6 @@ pub(super) enum Entry {
 }
 
 impl<'a> ZipEntries<'a> {
-    pub(super) fn open(bytes: &'a [u8]) -> Result<Self, ZipError> {
-        Self::with_budget(bytes, Limits::DOCUMENT.unpacked())
-    }
-
     pub(super) fn with_budget(bytes: &'a [u8], unpacked: Budget) -> Result<Self, ZipError> {
         Ok(Self {
             archive: ZipArchive::new(Cursor::new(bytes))?,
@@ -74,15 +70,20 @@ impl<'a> ZipEntries<'a> {
 mod tests {
     use super::*;
     use crate::rag::parse::fixtures;
+    use crate::rag::parse::limits::Limits;
+
+    fn open(bytes: &[u8]) -> Result<ZipEntries<'_>, ZipError> {
+        ZipEntries::with_budget(bytes, Limits::DOCUMENT.unpacked())
+    }
 
     #[test]
     fn entries_are_read_within_the_cap() {
         let bytes = fixtures::zip_archive(&[("a.txt", b"hello".as_slice())]);
-        let mut entries = ZipEntries::open(&bytes).unwrap();
+        let mut entries = open(&bytes).unwrap();
         assert!(matches!(entries.read("a.txt", 5).unwrap(), Entry::Bytes(b) if b == b"hello"));
         assert!(matches!(entries.read("a.txt", 4).unwrap(), Entry::TooLarge));
         assert!(matches!(entries.read("b.txt", 4).unwrap(), Entry::Missing));
-        assert!(ZipEntries::open(b"PK\x03\x04garbage").is_err());
+        assert!(open(b"PK\x03\x04garbage").is_err());
     }
 
     #[test]
@@ -92,7 +93,11 @@ mod tests {
         assert!(matches!(entries.read("a.txt", 5).unwrap(), Entry::Bytes(_)));
         // Each part fits its own cap; together they do not.
         assert!(matches!(entries.read("b.txt", 5).unwrap(), Entry::TooLarge));
-        assert_eq!(entries.budget().left(), 3, "a part refused by its declared size costs nothing");
+        assert_eq!(
+            entries.budget().left(),
+            3,
+            "a part refused by its declared size costs nothing"
+        );
         assert!(matches!(entries.read("a.txt", 5).unwrap(), Entry::TooLarge));
     }
 }

@@ -460,3 +460,46 @@ async fn non_ascii_mcp_tokens_are_refused_and_the_server_keeps_answering() {
     let r = app.get("/agent/page", Some(&admin)).await;
     assert_eq!(r.status, 200, "still serving: {:?}", r.body);
 }
+
+#[tokio::test]
+async fn knowledge_base_dimensions_past_what_pgvector_indexes_are_400_and_write_nothing() {
+    let app = api_tests::spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let provider = app.provider(&admin, "p").await;
+    let emb = app
+        .model(&admin, provider, "EMBEDDING", "emb", "http://127.0.0.1:9/v1", json!({}))
+        .await;
+    let kb = app
+        .post(
+            "/rag",
+            Some(&admin),
+            &json!({ "name": "kb", "embeddingModelId": emb, "dimensionOfVectorModel": 8 }),
+        )
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let before = app.snapshot().await;
+    // 4001 failed the index creation with a 500; 4294967297 wrapped to 1 on update.
+    for dimension in [json!(4001), json!(16000), json!(0), json!(-5), json!(4_294_967_297_i64)] {
+        let body = json!({ "name": "big", "embeddingModelId": emb, "dimensionOfVectorModel": dimension });
+        let r = app.post("/rag", Some(&admin), &body).await;
+        assert_refused(
+            &r,
+            400,
+            "dimensionOfVectorModel must be between 1 and 4000",
+            &format!("create {dimension}"),
+        );
+        let body = json!({ "dimensionOfVectorModel": dimension });
+        let r = app.put(&format!("/rag/{kb}"), Some(&admin), &body).await;
+        assert_refused(
+            &r,
+            400,
+            "dimensionOfVectorModel must be between 1 and 4000",
+            &format!("update {dimension}"),
+        );
+    }
+    app.snapshot().await.assert_unchanged_since(&before, "bad dimensions");
+    let r = app.get(&format!("/rag/{kb}"), Some(&admin)).await;
+    assert_eq!(r.assert_ok()["dimensionOfVectorModel"], 8);
+}

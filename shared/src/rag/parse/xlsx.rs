@@ -92,17 +92,25 @@ fn check_package(bytes: &[u8], limits: &Limits) -> Result<(), ParseError> {
         };
         let lower = name.to_ascii_lowercase();
         if lower.ends_with("sharedstrings.xml") {
-            check_count(&xml, &["si"], Some("uniqueCount"), limits.cells, "shared strings")?;
+            check_count(
+                &name,
+                &xml,
+                &["si"],
+                Some("uniqueCount"),
+                limits.cells,
+                "shared strings",
+            )?;
         } else if lower.ends_with("styles.xml") {
-            check_count(&xml, &["xf", "numFmt"], None, MAX_STYLES, "cell formats")?;
+            check_count(&name, &xml, &["xf", "numFmt"], None, MAX_STYLES, "cell formats")?;
         }
     }
     Ok(())
 }
 
-/// Counts the elements called `names` in `xml`, and the number the `declared` attribute of the
-/// root claims, against `max`.
+/// Counts the elements called `names` in `xml` (the part `part`), and the number the `declared`
+/// attribute of the root claims, against `max`.
 fn check_count(
+    part: &str,
     xml: &[u8],
     names: &[&str],
     declared: Option<&str>,
@@ -115,13 +123,17 @@ fn check_count(
         ))
     };
     let mut reader = quick_xml::Reader::from_reader(xml);
+    // As lenient as calamine's reader: an error here that calamine reads past would stop the count.
+    let config = reader.config_mut();
+    config.check_end_names = false;
+    config.check_comments = false;
     let mut count = 0usize;
     let mut root = true;
     loop {
-        // Broken XML is calamine's to report, with the part's name.
-        let Ok(event) = reader.read_event() else {
-            return Ok(());
-        };
+        // Refused rather than left to calamine: what it reads past an error here would be uncounted.
+        let event = reader
+            .read_event()
+            .map_err(|err| ParseError(format!("not a valid xlsx file: broken XML in {part}: {err}")))?;
         let element = match event {
             Event::Start(element) | Event::Empty(element) => element,
             Event::Eof => return Ok(()),

@@ -7,18 +7,20 @@ use utoipa::openapi::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::config::Config;
-use crate::http::middleware::with_request_tracing;
+use crate::http::middleware::{catch_panics, with_request_tracing};
 use crate::http::rate_limit;
 use crate::AppState;
 
-/// Mounts `api` under the configured prefix, adds rate limits and request tracing, and returns
-/// the router with the OpenAPI document of everything mounted.
+/// Mounts `api` under the configured prefix, adds rate limits, a 500 for a panicking handler and
+/// request tracing, and returns the router with the OpenAPI document of everything mounted.
 pub fn assemble(api: OpenApiRouter<AppState>, state: AppState) -> (Router, OpenApi) {
     let prefix = state.base_path();
     let (router, mut openapi) = OpenApiRouter::new().nest(&prefix, api).split_for_parts();
     crate::http::openapi::finish(&mut openapi);
     let limited = router.layer(from_fn_with_state(state.clone(), rate_limit::limit));
-    (with_request_tracing(limited.with_state(state)), openapi)
+    // Inside the tracing layers, so the 500 is logged with the request's id.
+    let guarded = catch_panics(limited);
+    (with_request_tracing(guarded.with_state(state)), openapi)
 }
 
 /// Process start-up shared by every binary: logging, crypto provider, config, state (pool,

@@ -29,6 +29,7 @@ pub mod storage;
 pub mod stores;
 pub mod telemetry;
 pub mod time;
+pub mod upstream;
 pub mod users;
 pub mod validate;
 

@@ -26,6 +26,23 @@ pub fn length(field: &str, value: &str, min: usize, max: usize) -> Result<(), Ap
     Ok(())
 }
 
+/// The largest vector dimension the service can index: pgvector's HNSW takes `vector` up to
+/// 2000 dimensions and `halfvec` up to 4000, which is what knowledge bases and memories use
+/// above 2000.
+pub const MAX_VECTOR_DIMENSION: i32 = 4000;
+
+/// A `dimensionOfVectorModel` the HNSW index can be built for. Checked before any narrowing,
+/// so a number past i32 cannot wrap into range.
+pub fn vector_dimension(requested: i64) -> Result<i32, AppError> {
+    match i32::try_from(requested) {
+        Ok(d) if (1..=MAX_VECTOR_DIMENSION).contains(&d) => Ok(d),
+        _ => Err(AppError::validation(format!(
+            "dimensionOfVectorModel must be between 1 and {MAX_VECTOR_DIMENSION}: pgvector indexes vectors \
+             of up to 2000 dimensions, and up to {MAX_VECTOR_DIMENSION} stored at half precision"
+        ))),
+    }
+}
+
 pub fn email(field: &str, value: &str) -> Result<(), AppError> {
     let ok = value.len() <= 254
         && !value.chars().any(char::is_whitespace)
@@ -69,5 +86,22 @@ mod tests {
         assert!(email("email", "a@b").is_err());
         assert!(email("email", "a b@c.de").is_err());
         assert!(range("days", 0, 1, 10).unwrap_err().to_string().starts_with("days"));
+    }
+
+    #[test]
+    fn vector_dimensions_past_what_pgvector_indexes_are_refused_by_name() {
+        assert_eq!(vector_dimension(1).unwrap(), 1);
+        assert_eq!(vector_dimension(2000).unwrap(), 2000);
+        assert_eq!(vector_dimension(4000).unwrap(), 4000);
+        // 4294967297 wraps to 1 as an i32: the check comes before the narrowing.
+        for bad in [0, -1, 4001, 16_000, 4_294_967_297, i64::MAX] {
+            let err = vector_dimension(bad).unwrap_err();
+            assert_eq!(err.code(), 0, "{bad}: a validation failure");
+            assert!(
+                err.to_string()
+                    .starts_with("dimensionOfVectorModel must be between 1 and 4000"),
+                "{bad}: {err}"
+            );
+        }
     }
 }

@@ -5,6 +5,8 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::upstream::{read_body, MAX_BODY_BYTES};
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct WebResult {
     pub title: String,
@@ -41,9 +43,10 @@ impl WebSearch for Searxng {
         if !resp.status().is_success() {
             return Err(format!("web search answered HTTP {}", resp.status().as_u16()));
         }
-        let body: Value = resp
-            .json()
+        let bytes = read_body(resp, MAX_BODY_BYTES)
             .await
+            .map_err(|e| format!("web search: {e}"))?;
+        let body: Value = serde_json::from_slice(&bytes)
             .map_err(|e| format!("web search answered something other than JSON: {e}"))?;
         Ok(parse_results(&body, limit))
     }

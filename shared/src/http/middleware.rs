@@ -6,10 +6,12 @@ use axum::http::{HeaderName, Request};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::json;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::error::ErrorInfo;
+use crate::AppError;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -27,6 +29,22 @@ pub fn with_request_tracing<S: Clone + Send + Sync + 'static>(router: Router<S>)
             tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path())
         }))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// Answers a request whose handler panicked with the 500 envelope. Without it the panic ends the
+/// connection with no answer, and where panics abort, the whole process with every request on it.
+pub fn catch_panics<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
+    router.layer(CatchPanicLayer::custom(panic_response))
+}
+
+fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned());
+    // Internal: the message is logged with the request's span, the client sees the generic one.
+    AppError::Internal(anyhow::anyhow!("the handler panicked: {what}")).into_response()
 }
 
 /// Modules that answer in `{status, message, data}` (they add `status_envelope` to their
@@ -55,4 +73,46 @@ pub async fn status_envelope(response: Response) -> Response {
         }
     }
     rendered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    async fn call(app: &Router, path: &str) -> (u16, serde_json::Value) {
+        let request = Request::builder().uri(path).body(Body::empty()).unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, serde_json::from_slice(&body).unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_and_the_next_request_is_served() {
+        let app = catch_panics(
+            Router::new()
+                .route(
+                    "/boom",
+                    get(|| async { panic!("slice out of a char boundary") as &'static str }),
+                )
+                .route(
+                    "/owned",
+                    get(|| async { std::panic::panic_any(format!("code {}", 7)) as &'static str }),
+                )
+                .route("/fine", get(|| async { "ok" })),
+        );
+        for path in ["/boom", "/owned"] {
+            let (status, body) = call(&app, path).await;
+            assert_eq!(status, 500, "{path}");
+            assert_eq!(body["code"], 500, "{path}: {body}");
+            assert_eq!(body["data"], serde_json::Value::Null);
+            let msg = body["msg"].as_str().unwrap_or_default();
+            assert!(msg.contains("internal server error"), "{msg}");
+            assert!(!msg.contains("char boundary"), "the panic message stays in the log");
+        }
+        let request = Request::builder().uri("/fine").body(Body::empty()).unwrap();
+        assert_eq!(app.clone().oneshot(request).await.unwrap().status(), 200);
+    }
 }

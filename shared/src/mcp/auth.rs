@@ -95,9 +95,11 @@ impl AuthConfig {
                     Self::ApiKey { value, .. } => Some(value),
                     _ => None,
                 })?;
-                http::HeaderValue::from_str(&value).map_err(|_| {
-                    AppError::validation("authConfig.value must be a valid HTTP header value (visible ASCII)")
-                })?;
+                if !value.is_ascii() || http::HeaderValue::from_str(&value).is_err() {
+                    return Err(AppError::validation(
+                        "authConfig.value must be a valid HTTP header value (visible ASCII)",
+                    ));
+                }
                 Ok(Self::ApiKey {
                     key: name.as_str().to_owned(),
                     value,
@@ -109,13 +111,20 @@ impl AuthConfig {
                     Self::Bearer { token } => Some(token),
                     _ => None,
                 })?;
-                if token.len() >= 7 && token[..7].eq_ignore_ascii_case("bearer ") {
+                // Compared as bytes: a slice of the string at byte 7 panics inside a multi-byte character.
+                if token
+                    .as_bytes()
+                    .get(..7)
+                    .is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"bearer "))
+                {
                     return Err(AppError::validation(
                         "authConfig.token must be the token alone, without the `Bearer ` prefix",
                     ));
                 }
-                http::HeaderValue::from_str(&token)
-                    .map_err(|_| AppError::validation("authConfig.token must be visible ASCII"))?;
+                // HeaderValue takes any byte above 0x7f as opaque, so ASCII is checked on its own.
+                if !token.is_ascii() || http::HeaderValue::from_str(&token).is_err() {
+                    return Err(AppError::validation("authConfig.token must be visible ASCII"));
+                }
                 Ok(Self::Bearer { token })
             }
             3 => {
@@ -254,6 +263,18 @@ mod tests {
         assert!(err(2, json!({"token": "Bearer abc"})).contains("without the `Bearer ` prefix"));
         assert!(err(3, json!({"clientId": "a", "clientSecret": "b", "tokenUrl": "ftp://x"})).contains("tokenUrl"));
         assert!(err(2, json!({"token": 5})).contains("must be a string"));
+    }
+
+    #[test]
+    fn non_ascii_tokens_are_refused_not_a_panic() {
+        // Byte 7 falls inside "é" (bytes 6 and 7), inside "€" and inside the emoji.
+        for token in ["bearerétoken", "beare€x-token", "abc🔑defgh", "é", "ééééééé"] {
+            let err = err(2, json!({ "token": token }));
+            assert!(err.contains("visible ASCII"), "{token}: {err}");
+        }
+        assert!(err(2, json!({"token": "BEARER abc"})).contains("without the `Bearer ` prefix"));
+        let err = err(1, json!({"key": "X-Api-Key", "value": "clé-secrète"}));
+        assert!(err.contains("visible ASCII"), "{err}");
     }
 
     #[test]

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use crate::upstream::{read_body, BodyError, MAX_BODY_BYTES};
+
 /// Used when a token response has no `expires_in`.
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 /// A token is replaced this long before it expires (at most a tenth of its lifetime).
@@ -86,7 +88,12 @@ async fn fetch(http: &reqwest::Client, creds: &Credentials<'_>) -> Result<Token,
         .await
         .map_err(|e| format!("OAuth2 token endpoint {url} is unreachable: {}", without_url(&e)))?;
     let status = resp.status();
-    let body: Option<TokenResponse> = resp.json().await.ok();
+    // A token answer is a few hundred bytes; a server streaming more is not a token endpoint.
+    let body: Option<TokenResponse> = match read_body(resp, MAX_BODY_BYTES).await {
+        Ok(bytes) => serde_json::from_slice(&bytes).ok(),
+        Err(e @ BodyError::TooLarge(_)) => return Err(format!("OAuth2 token endpoint {url}: {e}")),
+        Err(BodyError::Network(_)) => None,
+    };
     let reason = body
         .as_ref()
         .and_then(|b| {

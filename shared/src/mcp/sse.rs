@@ -13,6 +13,8 @@ use rmcp::service::RoleClient;
 use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 
+use crate::upstream::{SseDecoder, SseEvent};
+
 #[derive(Debug, thiserror::Error)]
 pub enum SseError {
     #[error("HTTP {0}: the server refused the credentials")]
@@ -85,7 +87,14 @@ pub async fn connect(
     }
     let (tx, inbox) = mpsc::channel(64);
     let reader = tokio::spawn(async move {
-        while let Some(Ok(ev)) = events.next().await {
+        while let Some(next) = events.next().await {
+            let ev = match next {
+                Ok(ev) => ev,
+                Err(e) => {
+                    tracing::warn!(error = %e, "MCP SSE: the event stream failed; the session ends");
+                    break;
+                }
+            };
             if ev.event != "message" && !ev.event.is_empty() {
                 continue;
             }
@@ -142,90 +151,44 @@ impl Transport<RoleClient> for SseTransport {
     }
 }
 
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Event {
-    event: String,
-    data: String,
-}
-
-/// Splits a byte stream into server-sent events (fields `event` and `data`; others ignored).
+/// Splits a byte stream into server-sent events; the stream ends after its first error.
 fn events<E: std::fmt::Display>(
     bytes: impl Stream<Item = Result<bytes::Bytes, E>>,
-) -> impl Stream<Item = Result<Event, String>> {
-    let parser = Parser::default();
+) -> impl Stream<Item = Result<SseEvent, String>> {
     bytes
-        .scan(parser, |parser, chunk| {
-            let out: Vec<Result<Event, String>> = match chunk {
-                Ok(b) => parser.feed(&b).into_iter().map(Ok).collect(),
+        .scan(Some(SseDecoder::default()), |decoder, chunk| {
+            let Some(parser) = decoder.as_mut() else {
+                return futures::future::ready(None);
+            };
+            let out: Vec<Result<SseEvent, String>> = match chunk.map(|b| parser.feed(&b)) {
+                Ok(Ok(events)) => events.into_iter().map(Ok).collect(),
+                Ok(Err(too_large)) => vec![Err(too_large.to_string())],
                 Err(e) => vec![Err(e.to_string())],
             };
+            if out.iter().any(Result::is_err) {
+                *decoder = None;
+            }
             futures::future::ready(Some(futures::stream::iter(out)))
         })
         .flatten()
-}
-
-#[derive(Default)]
-struct Parser {
-    pending: Vec<u8>,
-    current: Event,
-    has_data: bool,
-}
-
-impl Parser {
-    fn feed(&mut self, chunk: &[u8]) -> Vec<Event> {
-        self.pending.extend_from_slice(chunk);
-        let mut out = Vec::new();
-        while let Some(pos) = self.pending.iter().position(|b| *b == b'\n') {
-            let raw: Vec<u8> = self.pending.drain(..=pos).collect();
-            let line = String::from_utf8_lossy(&raw);
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.is_empty() {
-                if self.has_data {
-                    out.push(std::mem::take(&mut self.current));
-                }
-                self.current = Event::default();
-                self.has_data = false;
-                continue;
-            }
-            let (field, value) = line.split_once(':').unwrap_or((line, ""));
-            let value = value.strip_prefix(' ').unwrap_or(value);
-            match field {
-                "event" => self.current.event = value.to_owned(),
-                "data" => {
-                    if self.has_data {
-                        self.current.data.push('\n');
-                    }
-                    self.current.data.push_str(value);
-                    self.has_data = true;
-                }
-                _ => {}
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn parses_events_across_chunks() {
-        let mut p = Parser::default();
-        assert!(p.feed(b"event: endpoint\r\nda").is_empty());
-        let evs = p.feed(b"ta: /message?sessionId=1\r\n\r\n: ping\n\ndata: {\"a\":\ndata: 1}\n\n");
-        assert_eq!(
-            evs,
-            vec![
-                Event {
-                    event: "endpoint".into(),
-                    data: "/message?sessionId=1".into()
-                },
-                Event {
-                    event: String::new(),
-                    data: "{\"a\":\n1}".into()
-                },
-            ]
-        );
+    #[tokio::test]
+    async fn the_stream_ends_with_an_error_past_the_line_cap() {
+        let line = bytes::Bytes::from(vec![b'x'; crate::upstream::MAX_SSE_LINE_BYTES + 1]);
+        let chunks = vec![
+            Ok::<_, String>(bytes::Bytes::from_static(b"event: endpoint\ndata: /m\n\ndata: ")),
+            Ok(line),
+            Ok(bytes::Bytes::from_static(b"\n\ndata: later\n\n")),
+        ];
+        let got: Vec<_> = events(futures::stream::iter(chunks)).collect().await;
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].as_ref().map(|e| e.data.as_str()), Ok("/m"));
+        let err = got[1].as_ref().unwrap_err();
+        assert!(err.contains("a line larger than 8 MiB"), "{err}");
     }
 }

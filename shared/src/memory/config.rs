@@ -119,7 +119,7 @@ impl ConfigRow {
         validate::length("name", &self.name, 1, 100)?;
         validate::range("status", self.status.into(), 0, 1)?;
         if let Some(d) = self.dimension {
-            validate::range("dimensionOfVectorModel", d.into(), 1, 16000)?;
+            validate::vector_dimension(d.into())?;
         }
         validate::range("maxRecall", self.max_recall.into(), 1, 100)?;
         validate::range("enterRerankCount", self.enter_rerank_count.into(), 1, 200)?;

@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use crate::rag::bases::ParseSettings;
 use crate::rag::document::ParsedDocument;
-use crate::rag::parse::{self, ParseOptions};
+use crate::rag::parse::{self, ParseOptions, MAX_UNPACKED_BYTES as MAX_CONVERTED_BYTES};
+use crate::upstream::{read_body, BodyError};
 use crate::AppState;
 
 /// Conversion can take minutes for long scanned documents.
@@ -64,9 +65,12 @@ pub async fn convert(
             "the extparse endpoint answered HTTP {status}"
         )));
     }
-    let body: Value = resp
-        .json()
-        .await
+    // The answer is the converted document, so it is held to what a document may unpack to.
+    let bytes = read_body(resp, MAX_CONVERTED_BYTES).await.map_err(|e| match e {
+        BodyError::TooLarge(_) => ExtparseError::Fail(format!("the extparse answer is too large to index: {e}")),
+        BodyError::Network(e) => ExtparseError::Retry(format!("reading the extparse answer failed: {e}")),
+    })?;
+    let body: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ExtparseError::Retry(format!("the extparse answer is not JSON: {e}")))?;
     if !status.is_success()
         || body["status"]

@@ -386,3 +386,120 @@ async fn header_injection_in_mcp_api_key_headers_is_refused() {
     }
     app.snapshot().await.assert_unchanged_since(&before, "header injection");
 }
+
+/// A workbook whose one sheet is `sheet_data` and whose shared string table is `strings`.
+fn workbook(sheet_data: &str, strings: &str) -> Vec<u8> {
+    use shared::rag::parse::fixtures;
+    const MAIN: &str = "http://schemas.openxmlformats.org/spreadsheetml/2006/main";
+    let base = fixtures::xlsx(&[("Sheet", vec![vec!["Name".to_owned()], vec!["x".to_owned()]])]);
+    let sheet = format!(r#"<worksheet xmlns="{MAIN}"><sheetData>{sheet_data}</sheetData></worksheet>"#);
+    let base = fixtures::with_zip_entry(&base, "xl/worksheets/sheet1.xml", sheet.as_bytes());
+    let strings = format!(r#"<sst xmlns="{MAIN}" {strings}</sst>"#);
+    fixtures::with_zip_entry(&base, "xl/sharedStrings.xml", strings.as_bytes())
+}
+
+#[tokio::test]
+async fn hostile_workbooks_fail_their_document_and_the_server_keeps_answering() {
+    let s = api_tests::KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Sheets", json!({})).await;
+    // Two cells at opposite corners: read as a range, 17 billion cells, and the process aborted.
+    let corners = workbook(
+        r#"<row r="1"><c r="A1" t="s"><v>0</v></c></row><row r="1048576"><c r="A1048576" t="s"><v>1</v></c><c r="XFD1048576"><v>7</v></c></row>"#,
+        r#"uniqueCount="2"><si><t>Name</t></si><si><t>Ann</t></si>"#,
+    );
+    // A shared string table claiming a hundred billion entries: calamine reserved room for them.
+    let claims = workbook(
+        r#"<row r="1"><c r="A1" t="s"><v>0</v></c></row><row r="2"><c r="A2" t="s"><v>1</v></c></row>"#,
+        r#"uniqueCount="100000000000"><si><t>Name</t></si><si><t>Ann</t></si>"#,
+    );
+    assert!(corners.len() < 4096 && claims.len() < 4096, "small files");
+    let reply = s
+        .upload(kb, &[("corners.xlsx", corners), ("claims.xlsx", claims)])
+        .await;
+    let ids: Vec<i64> = reply.assert_ok()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["id"].as_i64())
+        .collect();
+    assert_eq!(ids.len(), 2, "{:?}", reply.body);
+
+    let corners = s.settled(ids[0]).await;
+    assert_eq!(corners["status"], "success", "{corners}");
+    let text = s.chunk_texts(ids[0]).await.concat();
+    assert!(text.contains("Name: Ann; column 16384: 7"), "{text}");
+
+    let claims = s.settled(ids[1]).await;
+    assert_eq!(
+        (claims["status"].as_str(), claims["errorStage"].as_str()),
+        (Some("failed"), Some("parsing")),
+        "{claims}"
+    );
+    let msg = claims["errorMessage"].as_str().unwrap_or_default();
+    assert!(msg.contains("more than 2000000 shared strings"), "{msg}");
+    assert!(s.chunk_texts(ids[1]).await.is_empty());
+
+    // Still serving.
+    s.app.get(&format!("/rag/{kb}"), Some(&s.admin)).await.assert_ok();
+}
+
+#[tokio::test]
+async fn non_ascii_mcp_tokens_are_refused_and_the_server_keeps_answering() {
+    let app = api_tests::spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let before = app.snapshot().await;
+    // Byte 7 of each falls inside a multi-byte character: the `Bearer ` prefix check sliced
+    // there and panicked, which in a release build aborted the process.
+    for token in ["bearerétoken", "beare€x-token", "abc🔑defgh"] {
+        let body = json!({ "name": "m", "transportType": 2, "endpoint": "http://127.0.0.1:9/mcp",
+                           "authType": 2, "authConfig": { "token": token } });
+        let r = app.post("/mcp-server", Some(&admin), &body).await;
+        assert_refused(&r, 400, "authConfig.token must be visible ASCII", token);
+    }
+    app.snapshot().await.assert_unchanged_since(&before, "non-ASCII tokens");
+    let r = app.get("/agent/page", Some(&admin)).await;
+    assert_eq!(r.status, 200, "still serving: {:?}", r.body);
+}
+
+#[tokio::test]
+async fn knowledge_base_dimensions_past_what_pgvector_indexes_are_400_and_write_nothing() {
+    let app = api_tests::spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let provider = app.provider(&admin, "p").await;
+    let emb = app
+        .model(&admin, provider, "EMBEDDING", "emb", "http://127.0.0.1:9/v1", json!({}))
+        .await;
+    let kb = app
+        .post(
+            "/rag",
+            Some(&admin),
+            &json!({ "name": "kb", "embeddingModelId": emb, "dimensionOfVectorModel": 8 }),
+        )
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let before = app.snapshot().await;
+    // 4001 failed the index creation with a 500; 4294967297 wrapped to 1 on update.
+    for dimension in [json!(4001), json!(16000), json!(0), json!(-5), json!(4_294_967_297_i64)] {
+        let body = json!({ "name": "big", "embeddingModelId": emb, "dimensionOfVectorModel": dimension });
+        let r = app.post("/rag", Some(&admin), &body).await;
+        assert_refused(
+            &r,
+            400,
+            "dimensionOfVectorModel must be between 1 and 4000",
+            &format!("create {dimension}"),
+        );
+        let body = json!({ "dimensionOfVectorModel": dimension });
+        let r = app.put(&format!("/rag/{kb}"), Some(&admin), &body).await;
+        assert_refused(
+            &r,
+            400,
+            "dimensionOfVectorModel must be between 1 and 4000",
+            &format!("update {dimension}"),
+        );
+    }
+    app.snapshot().await.assert_unchanged_since(&before, "bad dimensions");
+    let r = app.get(&format!("/rag/{kb}"), Some(&admin)).await;
+    assert_eq!(r.assert_ok()["dimensionOfVectorModel"], 8);
+}

@@ -10,8 +10,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::error::upstream_message;
-use super::sse::SseDecoder;
 use super::{snippet, Endpoint, ModelClient, ModelError};
+use crate::upstream::SseDecoder;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ChatMessage {
@@ -360,15 +360,16 @@ impl StreamState {
                     "no data for {:?} in the middle of the answer",
                     self.idle
                 ))),
-                Ok(Some(Ok(bytes))) => {
-                    for data in self.decoder.feed(&bytes) {
-                        self.on_data(&data);
-                    }
-                }
+                Ok(Some(Ok(bytes))) => match self.decoder.feed(&bytes) {
+                    Ok(events) => events.iter().for_each(|event| self.on_data(&event.data)),
+                    Err(e) => self.fail(ModelError::Protocol(e.to_string())),
+                },
                 Ok(Some(Err(e))) => self.fail(ModelError::Network(format!("the answer stream broke: {e}"))),
                 Ok(None) => {
-                    if let Some(data) = self.decoder.finish() {
-                        self.on_data(&data);
+                    match self.decoder.finish() {
+                        Ok(Some(event)) => self.on_data(&event.data),
+                        Ok(None) => {}
+                        Err(e) => self.fail(ModelError::Protocol(e.to_string())),
                     }
                     if !self.done {
                         if self.finished {

@@ -6,9 +6,9 @@ mod chat;
 mod embed;
 mod error;
 mod rerank;
-mod sse;
 
 use crate::outbound::DenyList;
+use crate::upstream::{read_body, BodyError, MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES};
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
@@ -152,10 +152,13 @@ impl ModelClient {
     /// Posts and reads the whole JSON answer.
     async fn post_json(&self, ep: &Endpoint, path: &str, body: &Value) -> Result<Value, ModelError> {
         let resp = self.post(ep, path, body).await?;
-        let bytes = tokio::time::timeout(ep.timeout(), resp.bytes())
+        let bytes = tokio::time::timeout(ep.timeout(), read_body(resp, MAX_BODY_BYTES))
             .await
             .map_err(|_| ModelError::Timeout("the model endpoint stopped sending its answer".into()))?
-            .map_err(|e| ModelError::Network(format!("reading the answer failed: {e}")))?;
+            .map_err(|e| match e {
+                BodyError::TooLarge(_) => ModelError::Protocol(e.to_string()),
+                BodyError::Network(e) => ModelError::Network(format!("reading the answer failed: {e}")),
+            })?;
         serde_json::from_slice(&bytes).map_err(|_| {
             ModelError::Protocol(format!(
                 "the answer is not JSON: {}",
@@ -175,8 +178,8 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 async fn read_error_body(resp: Response, limit: Duration) -> String {
-    match tokio::time::timeout(limit, resp.text()).await {
-        Ok(Ok(t)) => t,
+    match tokio::time::timeout(limit, read_body(resp, MAX_ERROR_BODY_BYTES)).await {
+        Ok(Ok(body)) => String::from_utf8_lossy(&body).into_owned(),
         _ => String::new(),
     }
 }

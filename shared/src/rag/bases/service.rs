@@ -172,10 +172,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     )
     .await?;
     let dimension = match req.dimension_of_vector_model {
-        Some(d) => {
-            validate::range("dimensionOfVectorModel", d, 1, 16000)?;
-            d as i32
-        }
+        Some(d) => validate::vector_dimension(d)?,
         None => probe_dimension(state, user, model_id).await?,
     };
     let (description, icon) = (validate::optional(req.description), validate::optional(req.icon));
@@ -230,9 +227,16 @@ async fn probe_dimension(state: &AppState, user: &CurrentUser, model_id: i64) ->
             AppError::from(e)
         ))
     })?;
-    out.dimension()
-        .map(|d| d as i32)
-        .ok_or_else(|| AppError::validation("embeddingModelId: the model returned no vector"))
+    let probed = out
+        .dimension()
+        .ok_or_else(|| AppError::validation("embeddingModelId: the model returned no vector"))?;
+    validate::vector_dimension(i64::try_from(probed).unwrap_or(i64::MAX)).map_err(|_| {
+        AppError::validation(format!(
+            "embeddingModelId: the model's vectors have {probed} dimensions, more than the {} a knowledge base can index; \
+             send a smaller dimensionOfVectorModel if the model can shorten them",
+            validate::MAX_VECTOR_DIMENSION
+        ))
+    })
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbRequest) -> AppResult<()> {
@@ -252,7 +256,10 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     settings.chunk.params()?;
     settings.parse.check()?;
     let model_id = req.embedding_model_id.unwrap_or(row.embedding_model_id);
-    let dimension = req.dimension_of_vector_model.map(|d| d as i32).unwrap_or(row.dimension);
+    let dimension = match req.dimension_of_vector_model {
+        Some(d) => validate::vector_dimension(d)?,
+        None => row.dimension,
+    };
     if (model_id != row.embedding_model_id || dimension != row.dimension) && row.document_count > 0 {
         return Err(AppError::business(
             "embeddingModelId and dimensionOfVectorModel cannot change while the knowledge base has documents",
@@ -261,7 +268,6 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     if model_id != row.embedding_model_id {
         check_model(state, "embeddingModelId", model_id, ModelType::Embedding).await?;
     }
-    validate::range("dimensionOfVectorModel", i64::from(dimension), 1, 16000)?;
     if let Some(id) = settings
         .chunk
         .chunk_model_id

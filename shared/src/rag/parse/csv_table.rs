@@ -1,5 +1,6 @@
 //! CSV: the first row is the header, each data row becomes a "header: value" line.
 
+use super::limits::Limits;
 use super::{table_rows, text_decode, ParseError};
 use crate::rag::document::ParsedDocument;
 
@@ -12,11 +13,11 @@ pub(super) fn parse(file_name: &str, bytes: &[u8]) -> Result<ParsedDocument, Par
         .from_reader(text.as_bytes());
     let rows = reader
         .records()
-        .map(|record| record.map(|record| record.iter().map(str::to_owned).collect::<Vec<_>>()))
+        .map(|record| record.map(|record| table_rows::dense(record.iter().map(str::to_owned))))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|err| ParseError(format!("not a valid CSV file: {err}")))?;
     Ok(ParsedDocument {
-        sections: table_rows::sections(file_name, rows.into_iter()),
+        sections: table_rows::sections(file_name, rows.into_iter(), &mut Limits::DOCUMENT.text())?,
         ..ParsedDocument::default()
     })
 }

@@ -13,18 +13,24 @@ use quick_xml::{NsReader, XmlVersion};
 use zip::result::ZipError;
 
 use super::image_collector::{ImageCollector, ImagePlace};
+use super::limits::{self, Limits};
 use super::outline::Outline;
 use super::zip_entries::{Entry, ZipEntries};
 use super::{ParseError, ParseOptions};
 use crate::rag::document::{ParsedDocument, SectionKind};
 
-/// Unpacked size above which an XML part is refused: far beyond any real document's text.
+/// Unpacked size above which an XML part is refused: far beyond any real document's text. All
+/// parts together are held to [`super::limits::MAX_UNPACKED_BYTES`] as well.
 const MAX_XML_BYTES: usize = 200 * 1024 * 1024;
 
 const DOCUMENT_PART: &str = "word/document.xml";
 
 pub(super) fn parse(bytes: &[u8], options: &ParseOptions) -> Result<ParsedDocument, ParseError> {
-    let mut entries = ZipEntries::open(bytes).map_err(invalid)?;
+    parse_within(bytes, options, &Limits::DOCUMENT)
+}
+
+fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result<ParsedDocument, ParseError> {
+    let mut entries = ZipEntries::with_budget(bytes, limits.unpacked()).map_err(invalid)?;
     let document = match entries.read(DOCUMENT_PART, MAX_XML_BYTES).map_err(invalid)? {
         Entry::Bytes(bytes) => bytes,
         Entry::Missing => {
@@ -32,7 +38,12 @@ pub(super) fn parse(bytes: &[u8], options: &ParseOptions) -> Result<ParsedDocume
                 "not a valid docx file: it has no word/document.xml (is it a Word document?)",
             ))
         }
-        Entry::TooLarge => return Err(ParseError::new("the docx file's text is too large to index")),
+        Entry::TooLarge => {
+            return Err(ParseError(format!(
+                "the docx file's text is too large to index: its {DOCUMENT_PART} unpacks to more than {}",
+                limits::amount(MAX_XML_BYTES.min(limits.unpacked_bytes))
+            )))
+        }
     };
     // Without styles.xml the built-in style ids still mark headings, so a broken one is not fatal.
     let styles = match entries.read("word/styles.xml", MAX_XML_BYTES) {
@@ -571,6 +582,35 @@ mod tests {
         };
         assert_eq!(parse(&bytes, &one).unwrap().images.len(), 1);
         assert!(parse(&bytes, &ParseOptions::default()).unwrap().images.is_empty());
+    }
+
+    #[test]
+    fn all_parts_together_are_held_to_the_document_limit() {
+        let picture = vec![b'x'; 50_000];
+        let bytes = fixtures::docx(&[
+            DocxBlock::Paragraph("Intro"),
+            DocxBlock::Image {
+                bytes: &picture,
+                description: None,
+            },
+            DocxBlock::Image {
+                bytes: &picture,
+                description: None,
+            },
+        ]);
+        let limits = |unpacked_bytes| Limits {
+            unpacked_bytes,
+            ..Limits::DOCUMENT
+        };
+        // Each picture fits the per-image cap; only the first fits what the text left of the total.
+        let document = parse_within(&bytes, &options_with_images(), &limits(70_000)).unwrap();
+        assert_eq!(document.images.len(), 1);
+        assert_eq!(document.sections[0].text, "Intro");
+        let err = parse_within(&bytes, &options_with_images(), &limits(100)).unwrap_err();
+        assert!(
+            err.to_string().contains("word/document.xml unpacks to more than 100"),
+            "{err}"
+        );
     }
 
     #[test]

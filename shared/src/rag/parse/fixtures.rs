@@ -17,6 +17,25 @@ pub fn zip_archive(entries: &[(&str, &[u8])]) -> Vec<u8> {
     writer.finish().expect("finish zip").into_inner()
 }
 
+/// `archive` with the entry `name` replaced by `content` (or added), for hostile files no
+/// builder here would write.
+pub fn with_zip_entry(archive: &[u8], name: &str, content: &[u8]) -> Vec<u8> {
+    let mut reader = zip::ZipArchive::new(Cursor::new(archive)).expect("read zip");
+    let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
+    for index in 0..reader.len() {
+        let mut file = reader.by_index(index).expect("zip entry");
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes).expect("unzip entry");
+        let entry_name = file.name().expect("zip entry name").into_owned();
+        if entry_name != name {
+            entries.push((entry_name, bytes));
+        }
+    }
+    entries.push((name.to_owned(), content.to_vec()));
+    let entries: Vec<(&str, &[u8])> = entries.iter().map(|(n, b)| (n.as_str(), b.as_slice())).collect();
+    zip_archive(&entries)
+}
+
 /// A 1x1 transparent PNG.
 pub fn png() -> Vec<u8> {
     base64::engine::general_purpose::STANDARD

@@ -10,6 +10,7 @@ mod docx;
 pub mod fixtures;
 mod html;
 mod image_collector;
+mod limits;
 mod markdown;
 mod outline;
 mod pdf;
@@ -20,6 +21,9 @@ mod xlsx;
 mod zip_entries;
 
 use crate::rag::document::ParsedDocument;
+
+/// What one document may unpack to; also the cap on a converted document fetched from elsewhere.
+pub use limits::MAX_UNPACKED_BYTES;
 
 /// The file formats a knowledge base accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

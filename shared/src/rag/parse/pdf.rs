@@ -9,23 +9,51 @@
 use std::collections::BTreeMap;
 
 use lopdf::content::Content;
-use lopdf::{Document, Encoding, Object, ObjectId, DEFAULT_MAX_DECOMPRESSED_SIZE};
+use lopdf::{DecompressError, Document, Encoding, LoadOptions, Object, ObjectId};
 
 use super::image_collector::{ImageCollector, ImagePlace};
+use super::limits::{Budget, Limits};
 use super::{ParseError, ParseOptions};
 use crate::rag::document::{ParsedDocument, Section, SectionKind};
 
 /// Kerning in a TJ array wider than this (thousandths of an em) is a word gap.
 const WORD_GAP: f32 = 200.0;
 
+/// Decompressed drawing operators of one page. Decoded, each operator takes some 40 times the
+/// bytes of its text ("n" becomes a 48-byte operation and an allocation), so this is what
+/// bounds the memory one page takes; text pages need well under 1 MiB, a dense vector drawing
+/// a few MiB.
+const MAX_PAGE_CONTENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// One font's encoding data (a ToUnicode map): a few KiB, a few hundred for large CJK fonts.
+const MAX_FONT_BYTES: usize = 4 * 1024 * 1024;
+
+/// One object or cross-reference stream unpacked while the file loads.
+const MAX_LOAD_STREAM_BYTES: usize = 64 * 1024 * 1024;
+
 pub(super) fn parse(bytes: &[u8], options: &ParseOptions) -> Result<ParsedDocument, ParseError> {
-    let document = Document::load_mem(bytes).map_err(|err| ParseError(format!("not a valid PDF file: {err}")))?;
+    parse_within(bytes, options, &Limits::DOCUMENT)
+}
+
+fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result<ParsedDocument, ParseError> {
+    let load = LoadOptions::with_max_decompressed_size(MAX_LOAD_STREAM_BYTES);
+    let document = Document::load_mem_with_options(bytes, load).map_err(|err| match err {
+        lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. }) => ParseError(format!(
+            "the document is too large to index: one of its streams unpacks to more than {} MiB",
+            MAX_LOAD_STREAM_BYTES / (1024 * 1024)
+        )),
+        err => ParseError(format!("not a valid PDF file: {err}")),
+    })?;
     if document.is_encrypted() {
         return Err(ParseError::new(
             "the PDF is password-protected: remove the password and upload it again",
         ));
     }
     let pages = document.get_pages();
+    // Pages are bounded one by one above and together here: a page tree can list one heavy
+    // page thousands of times.
+    let mut unpacked = limits.unpacked();
+    let mut text = limits.text();
     let mut sections = Vec::new();
     let mut images = ImageCollector::new(options);
     for (&number, &page_id) in &pages {
@@ -38,8 +66,10 @@ pub(super) fn parse(bytes: &[u8], options: &ParseOptions) -> Result<ParsedDocume
                 "not a valid PDF file: page {number} (object {id} {generation}) is missing or damaged"
             )));
         }
-        let text = page_text(&document, page_id)
-            .map_err(|err| ParseError(format!("not a valid PDF file: page {number}: {err}")))?;
+        let text = page_text(&document, page_id, &mut unpacked, &mut text).map_err(|err| match err {
+            PageError::Pdf(err) => ParseError(format!("not a valid PDF file: page {number}: {err}")),
+            PageError::TooLarge(err) => err,
+        })?;
         if !text.trim().is_empty() {
             sections.push(Section {
                 kind: SectionKind::Paragraph,
@@ -115,18 +145,49 @@ impl PageText {
     }
 }
 
-fn page_text(document: &Document, page_id: ObjectId) -> Result<String, lopdf::Error> {
+enum PageError {
+    Pdf(lopdf::Error),
+    TooLarge(ParseError),
+}
+
+impl From<lopdf::Error> for PageError {
+    fn from(err: lopdf::Error) -> Self {
+        Self::Pdf(err)
+    }
+}
+
+fn page_text(
+    document: &Document,
+    page_id: ObjectId,
+    unpacked: &mut Budget,
+    text: &mut Budget,
+) -> Result<String, PageError> {
     let fonts = document.get_page_fonts(page_id)?;
     // A font whose encoding cannot be read only loses its own text.
     let encodings: BTreeMap<Vec<u8>, Encoding> = fonts
         .into_iter()
         .filter_map(|(name, font)| {
-            font.get_font_encoding_with_limit(document, DEFAULT_MAX_DECOMPRESSED_SIZE)
+            font.get_font_encoding_with_limit(document, MAX_FONT_BYTES)
                 .ok()
                 .map(|encoding| (name, encoding))
         })
         .collect();
-    let content = document.get_page_content_with_limit(page_id, DEFAULT_MAX_DECOMPRESSED_SIZE)?;
+    let limit = MAX_PAGE_CONTENT_BYTES.min(unpacked.left());
+    let content = match document.get_page_content_with_limit(page_id, limit) {
+        Err(lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. }))
+            if limit < MAX_PAGE_CONTENT_BYTES =>
+        {
+            return Err(PageError::TooLarge(unpacked.exceeded()))
+        }
+        Err(lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. })) => {
+            return Err(PageError::TooLarge(ParseError(format!(
+                "the document is too large to index: a page's drawing unpacks to more than {} MiB",
+                MAX_PAGE_CONTENT_BYTES / (1024 * 1024)
+            ))))
+        }
+        other => other?,
+    };
+    unpacked.charge(content.len()).map_err(PageError::TooLarge)?;
     let content = Content::decode(&content)?;
 
     let mut page = PageText::default();
@@ -175,7 +236,12 @@ fn page_text(document: &Document, page_id: ObjectId) -> Result<String, lopdf::Er
             "T*" => page.gap(Gap::Line),
             _ => {}
         }
+        // A font can map one byte to a long string, so the text can outgrow its operators.
+        if page.text.len() > text.left() {
+            return Err(PageError::TooLarge(text.exceeded()));
+        }
     }
+    text.charge(page.text.len()).map_err(PageError::TooLarge)?;
     Ok(page.text)
 }
 
@@ -306,6 +372,45 @@ mod tests {
         document.save_to(&mut bytes).unwrap();
         let err = parse(&bytes, &ParseOptions::default()).unwrap_err();
         assert!(err.to_string().contains("password"), "{err}");
+    }
+
+    fn small(unpacked_bytes: usize, text_bytes: usize) -> Limits {
+        Limits {
+            unpacked_bytes,
+            text_bytes,
+            ..Limits::DOCUMENT
+        }
+    }
+
+    #[test]
+    fn pages_share_one_budget_for_their_unpacked_drawing() {
+        let page = "x".repeat(400);
+        let bytes = fixtures::pdf(&[&page, &page, &page]);
+        assert!(parse_within(&bytes, &ParseOptions::default(), &small(2000, 1 << 20)).is_ok());
+        // Each page fits; three of them do not.
+        let err = parse_within(&bytes, &ParseOptions::default(), &small(1000, 1 << 20))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unpacked size exceeds the limit of 1000"), "{err}");
+    }
+
+    #[test]
+    fn pages_share_one_budget_for_their_text() {
+        let page = "x".repeat(400);
+        let bytes = fixtures::pdf(&[&page, &page, &page]);
+        let err = parse_within(&bytes, &ParseOptions::default(), &small(1 << 20, 1000))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("text exceeds the limit of 1000"), "{err}");
+    }
+
+    #[test]
+    fn a_page_drawing_more_than_its_cap_is_refused() {
+        let page = "x".repeat(MAX_PAGE_CONTENT_BYTES);
+        let err = parse(&fixtures::pdf(&["fine", &page]), &ParseOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a page's drawing unpacks to more than 8 MiB"), "{err}");
     }
 
     #[test]

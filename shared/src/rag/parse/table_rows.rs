@@ -3,19 +3,41 @@
 //! Naming each value by its column keeps a row meaningful on its own once the chunker has cut the
 //! table apart from its header.
 
+use super::limits::Budget;
+use super::ParseError;
 use crate::rag::document::{Section, SectionKind};
 
 /// Rows per section, so a large table is not one giant section.
 const ROWS_PER_SECTION: usize = 50;
 
+/// A row as (0-based column, value) pairs in column order. Sparse, because a sheet may hold a
+/// cell in its last column: spelling out the empty ones would cost 16384 strings per row.
+pub(super) type Row = Vec<(usize, String)>;
+
+/// A dense row (every column, in order) as a [`Row`].
+pub(super) fn dense(cells: impl IntoIterator<Item = String>) -> Row {
+    cells.into_iter().enumerate().collect()
+}
+
 /// Turns a table whose first row is the header into sections titled `title`. Empty cells are left
-/// out; a column without a header is called "column N".
-pub(super) fn sections(title: &str, mut rows: impl Iterator<Item = Vec<String>>) -> Vec<Section> {
+/// out; a column without a header is called "column N". The header is repeated in every row, so
+/// a long header over many rows multiplies: the rendered text is charged to `text`.
+pub(super) fn sections(
+    title: &str,
+    mut rows: impl Iterator<Item = Row>,
+    text: &mut Budget,
+) -> Result<Vec<Section>, ParseError> {
     let Some(header) = rows.next() else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
-    let lines: Vec<String> = rows.filter_map(|row| render_row(&header, &row)).collect();
-    lines
+    let mut lines = Vec::new();
+    for row in rows {
+        if let Some(line) = render_row(&header, &row) {
+            text.charge(line.len() + 1)?;
+            lines.push(line);
+        }
+    }
+    Ok(lines
         .chunks(ROWS_PER_SECTION)
         .map(|chunk| Section {
             kind: SectionKind::Table,
@@ -23,21 +45,24 @@ pub(super) fn sections(title: &str, mut rows: impl Iterator<Item = Vec<String>>)
             title: Some(title.to_owned()),
             page: None,
         })
-        .collect()
+        .collect())
 }
 
-fn render_row(header: &[String], row: &[String]) -> Option<String> {
+fn render_row(header: &Row, row: &Row) -> Option<String> {
     let fields: Vec<String> = row
         .iter()
-        .enumerate()
-        .filter_map(|(i, value)| {
+        .filter_map(|(column, value)| {
             let value = one_line(value);
             if value.is_empty() {
                 return None;
             }
-            let name = header.get(i).map(|name| one_line(name)).unwrap_or_default();
+            let name = header
+                .binary_search_by_key(column, |(header_column, _)| *header_column)
+                .ok()
+                .map(|at| one_line(&header[at].1))
+                .unwrap_or_default();
             let name = if name.is_empty() {
-                format!("column {}", i + 1)
+                format!("column {}", column + 1)
             } else {
                 name
             };
@@ -55,9 +80,14 @@ fn one_line(cell: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rag::parse::limits::Limits;
 
-    fn row(cells: &[&str]) -> Vec<String> {
-        cells.iter().map(|c| c.to_string()).collect()
+    fn row(cells: &[&str]) -> Row {
+        dense(cells.iter().map(|c| c.to_string()))
+    }
+
+    fn render(title: &str, rows: impl Iterator<Item = Row>) -> Vec<Section> {
+        sections(title, rows, &mut Limits::DOCUMENT.text()).unwrap()
     }
 
     #[test]
@@ -69,7 +99,7 @@ mod tests {
             row(&["", "", ""]),
             row(&["Cy", "New\nYork"]),
         ];
-        let got = sections("people.csv", rows.into_iter());
+        let got = render("people.csv", rows.into_iter());
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].kind, SectionKind::Table);
         assert_eq!(got[0].title.as_deref(), Some("people.csv"));
@@ -80,11 +110,31 @@ mod tests {
     }
 
     #[test]
+    fn sparse_rows_find_their_headers() {
+        let header = vec![(0, "Id".to_owned()), (16_383, "Last".to_owned())];
+        let rows = vec![
+            header,
+            vec![(0, "1".to_owned()), (7, "g".to_owned()), (16_383, "z".to_owned())],
+        ];
+        let got = render("s", rows.into_iter());
+        assert_eq!(got[0].text, "Id: 1; column 8: g; Last: z");
+    }
+
+    #[test]
     fn big_tables_are_split() {
-        let rows = std::iter::once(row(&["n"])).chain((0..120).map(|i| vec![i.to_string()]));
-        let got = sections("t", rows);
+        let rows = std::iter::once(row(&["n"])).chain((0..120).map(|i| row(&[&i.to_string()])));
+        let got = render("t", rows);
         let lengths: Vec<_> = got.iter().map(|s| s.text.lines().count()).collect();
         assert_eq!(lengths, [50, 50, 20]);
         assert!(got[2].text.ends_with("n: 119"));
+    }
+
+    #[test]
+    fn a_long_header_repeated_over_many_rows_stops_at_the_text_budget() {
+        let header = row(&[&"h".repeat(1000)]);
+        // An endless table: only the budget can stop it.
+        let rows = std::iter::once(header).chain(std::iter::repeat_with(|| row(&["x"])));
+        let err = sections("t", rows, &mut Budget::new(100_000, "text")).unwrap_err();
+        assert!(err.to_string().contains("text exceeds the limit"), "{err}");
     }
 }

@@ -422,6 +422,8 @@ struct Owned {
     memory: i64,
     memory_config: i64,
     resource: i64,
+    /// A file of a knowledge-base upload preview that was never committed.
+    staged_file: i64,
 }
 
 async fn owned_by(s: &ChatSetup, token: &str, user_id: i64) -> Owned {
@@ -514,7 +516,14 @@ async fn owned_by(s: &ChatSetup, token: &str, user_id: i64) -> Owned {
         .assert_ok()["id"]
         .as_i64()
         .unwrap();
+    let staged_file = app
+        .preview_documents(token, kb, &[("draft.txt", b"An unfinished secret.".to_vec())], None)
+        .await
+        .assert_ok()["items"][0]["tempResourceId"]
+        .as_i64()
+        .unwrap();
     Owned {
+        staged_file,
         personal_model,
         agent,
         conversation: "secret-talk".to_owned(),
@@ -537,7 +546,7 @@ async fn one_user_cannot_reach_or_change_anothers_private_things() {
     let (_, bob) = app.regular_user("bob").await;
     s.set_quota(alice_id, 100_000).await;
     let a = owned_by(&s, &alice, alice_id).await;
-    let (m, ag, c, kb, d, ch, sk, mc, me, cf, r) = (
+    let (m, ag, c, kb, d, ch, sk, mc, me, cf, r, st) = (
         a.personal_model,
         a.agent,
         &a.conversation,
@@ -549,6 +558,7 @@ async fn one_user_cannot_reach_or_change_anothers_private_things() {
         a.memory,
         a.memory_config,
         a.resource,
+        a.staged_file,
     );
     // (method, path, body, HTTP status): 404 where the thing is private (its id reveals
     // nothing), 403 where others may see it but not change it (agents, skills, memory configs),
@@ -691,7 +701,12 @@ async fn one_user_cannot_reach_or_change_anothers_private_things() {
             json!({ "agentId": ag, "userId": alice_id, "query": "secret" }),
             403,
         ),
+        ("GET", format!("/resource/{r}/preview"), json!(null), 404),
+        ("GET", format!("/resource/{r}/download"), json!(null), 404),
         ("DELETE", format!("/resource/{r}"), json!(null), 404),
+        ("GET", format!("/resource/{st}/preview"), json!(null), 404),
+        ("GET", format!("/resource/{st}/download"), json!(null), 404),
+        ("DELETE", format!("/resource/{st}"), json!(null), 404),
     ];
     let before = app.snapshot().await;
     for (method, path, body, status) in &cases {

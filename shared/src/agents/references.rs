@@ -13,15 +13,7 @@ use crate::{AppError, AppResult, AppState};
 /// Each reference must exist and be usable by the caller; the error names the field.
 pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppResult<()> {
     if let Some(id) = d.chat_model_id {
-        let usable = models::service::visible_config(state, user, id)
-            .await
-            .ok()
-            .filter(|m| m.model_type() == ModelType::Chat && m.is_enabled);
-        if usable.is_none() {
-            return Err(AppError::validation(format!(
-                "chatModelId: {id} is not an enabled CHAT model you can use"
-            )));
-        }
+        models::service::usable_config(state, user, "chatModelId", id, ModelType::Chat).await?;
     }
     if let Some(id) = d.rag_id {
         let kb = bases::repo::find(state.db(), id).await?;
@@ -32,10 +24,19 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
         }
     }
     if let Some(id) = d.memory_config_id {
-        if crate::memory::config::find(state.db(), id).await?.is_none() {
-            return Err(AppError::validation(format!(
-                "memoryConfigId: memory config {id} does not exist"
-            )));
+        let config = crate::memory::config::find(state.db(), id)
+            .await?
+            .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?;
+        // Configs are shared, but the agent's chats run the config's models: binding one must
+        // not hand the agent a model (and its key) that the caller could not pick directly.
+        for (model, model_type) in [
+            (config.embedding_model_id, ModelType::Embedding),
+            (config.extraction_model_id, ModelType::Chat),
+            (config.rerank_model_id, ModelType::Reranker),
+        ] {
+            if let Some(model) = model {
+                models::service::usable_config(state, user, "memoryConfigId", model, model_type).await?;
+            }
         }
     }
     crate::skills::ensure_exist(state.db(), "skillIds", &d.skill_ids).await?;

@@ -63,8 +63,7 @@ fn push_readable(qb: &mut QueryBuilder<'_, Postgres>, reader: Reader) {
     qb.push(" AND NOT EXISTS (SELECT 1 FROM external_resources e WHERE e.resource_id = resources.id)");
     qb.push(" AND (creator_id = ").push_bind(reader.user_id);
     if reader.admin {
-        qb.push(" OR biz_type IS DISTINCT FROM ")
-            .push_bind(KB_PREVIEW_BIZ_TYPE);
+        qb.push(" OR biz_type IS DISTINCT FROM ").push_bind(KB_PREVIEW_BIZ_TYPE);
     }
     qb.push(")");
 }

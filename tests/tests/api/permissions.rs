@@ -927,3 +927,238 @@ async fn an_embed_token_opens_only_its_agent_and_its_open_id() {
     .await;
     assert_eq!(ok.assert_ok()["content"], "You said: hi");
 }
+
+/// Another user's PERSONAL model cannot be put to work anywhere a model id is taken (it would
+/// spend its owner's API key), and the refusal reads exactly like an unknown id's or a wrong
+/// type's, so it does not even tell that the model exists. The owner may use it everywhere.
+#[tokio::test]
+async fn another_users_personal_model_is_refused_everywhere_like_an_unknown_id() {
+    let s = ChatSetup::new().await;
+    let app = &s.app;
+    let (alice_id, alice) = app.regular_user("alice").await;
+    let (bob_id, bob) = app.regular_user("bob").await;
+    let url = s.models.base_url.clone();
+    let personal = |token: &str, model_type: &'static str, key: &'static str| {
+        let (token, url) = (token.to_owned(), url.clone());
+        async move {
+            app.model(
+                &token,
+                s.provider,
+                model_type,
+                key,
+                &url,
+                json!({ "scope": "PERSONAL" }),
+            )
+            .await
+        }
+    };
+    let chat = personal(&alice, "CHAT", "chat-echo").await;
+    let embedding = personal(&alice, "EMBEDDING", "emb-8").await;
+    let reranker = personal(&alice, "RERANKER", "rerank").await;
+    let global_embedding = s.embedding_model("emb-8").await;
+    let global_chat = s.chat_model("chat-echo", json!({})).await;
+    let bobs_kb = app
+        .post(
+            "/rag",
+            Some(&bob),
+            &json!({ "name": "bob's", "embeddingModelId": global_embedding, "dimensionOfVectorModel": 8 }),
+        )
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let kb_body = move |field: &str, id: i64| {
+        let mut body = json!({ "name": "x", "embeddingModelId": global_embedding, "dimensionOfVectorModel": 8 });
+        body[field] = json!(id);
+        body
+    };
+    let memory_body = move |field: &str, id: i64| {
+        let mut body = json!({ "name": "x", "embeddingModelId": global_embedding });
+        body[field] = json!(id);
+        body
+    };
+    // (method, path, body with the model id, field named in the answer, model type)
+    type Place = (
+        &'static str,
+        String,
+        Box<dyn Fn(i64) -> Value>,
+        &'static str,
+        &'static str,
+    );
+    let places: Vec<Place> = vec![
+        (
+            "POST",
+            "/rag".into(),
+            Box::new(move |id| kb_body("embeddingModelId", id)),
+            "embeddingModelId",
+            "EMBEDDING",
+        ),
+        (
+            "POST",
+            "/rag".into(),
+            Box::new(move |id| kb_body("chunkModelId", id)),
+            "chunkModelId",
+            "CHAT",
+        ),
+        (
+            "POST",
+            "/rag".into(),
+            Box::new(move |id| kb_body("rerankModelId", id)),
+            "rerankModelId",
+            "RERANKER",
+        ),
+        (
+            "PUT",
+            format!("/rag/{bobs_kb}"),
+            Box::new(|id| json!({ "chunkModelId": id })),
+            "chunkModelId",
+            "CHAT",
+        ),
+        (
+            "PUT",
+            format!("/rag/{bobs_kb}/config"),
+            Box::new(|id| json!({ "modelParams": { "modelId": id } })),
+            "modelParams.modelId",
+            "CHAT",
+        ),
+        (
+            "PUT",
+            format!("/rag/{bobs_kb}/config"),
+            Box::new(|id| json!({ "searchParams": { "rerankModelId": id } })),
+            "searchParams.rerankModelId",
+            "RERANKER",
+        ),
+        (
+            "PUT",
+            format!("/rag/{bobs_kb}/config"),
+            Box::new(|id| json!({ "chunkParams": { "chunkModelId": id } })),
+            "chunkParams.chunkModelId",
+            "CHAT",
+        ),
+        (
+            "POST",
+            "/memory/config".into(),
+            Box::new(move |id| memory_body("embeddingModelId", id)),
+            "embeddingModelId",
+            "EMBEDDING",
+        ),
+        (
+            "POST",
+            "/memory/config".into(),
+            Box::new(move |id| memory_body("extractionModelId", id)),
+            "extractionModelId",
+            "CHAT",
+        ),
+        (
+            "POST",
+            "/memory/config".into(),
+            Box::new(move |id| memory_body("rerankModelId", id)),
+            "rerankModelId",
+            "RERANKER",
+        ),
+        (
+            "POST",
+            "/agent".into(),
+            Box::new(|id| json!({ "name": "x", "chatModelId": id })),
+            "chatModelId",
+            "CHAT",
+        ),
+    ];
+    let of_type = |t: &str| match t {
+        "CHAT" => chat,
+        "EMBEDDING" => embedding,
+        _ => reranker,
+    };
+    let before = app.snapshot().await;
+    for (method, path, body, field, model_type) in &places {
+        let expected =
+            |id: i64| format!("{field}: model {id} does not exist or is not an enabled {model_type} model you can use");
+        // Alice's model of the right type, a visible model of the wrong type, an unknown id.
+        let wrong_type = if *model_type == "EMBEDDING" {
+            global_chat
+        } else {
+            global_embedding
+        };
+        for id in [of_type(model_type), wrong_type, 987_654] {
+            let r = call(app, method, path, &[("Svc-Auth", &bob)], Some(&body(id))).await;
+            assert_eq!(
+                (r.status, any_code(&r), r.body["msg"].as_str()),
+                (400, Some(0), Some(expected(id).as_str())),
+                "bob: {method} {path} with {field} {id}"
+            );
+        }
+    }
+    app.snapshot()
+        .await
+        .assert_unchanged_since(&before, "bob's attempts with alice's models");
+
+    // Alice herself may use her models everywhere.
+    let kb = app
+        .post(
+            "/rag",
+            Some(&alice),
+            &json!({ "name": "mine", "embeddingModelId": embedding, "chunkModelId": chat,
+                     "rerankModelId": reranker, "dimensionOfVectorModel": 8 }),
+        )
+        .await;
+    let kb = kb.assert_ok()["id"].as_i64().unwrap();
+    app.put(
+        &format!("/rag/{kb}/config"),
+        Some(&alice),
+        &json!({ "modelParams": { "modelId": chat }, "searchParams": { "rerankModelId": reranker } }),
+    )
+    .await
+    .assert_ok();
+    let config = app
+        .post(
+            "/memory/config",
+            Some(&alice),
+            &json!({ "name": "mine", "embeddingModelId": embedding, "extractionModelId": chat, "rerankModelId": reranker }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let agent = s
+        .agent(&alice, json!({ "name": "Alice's own", "chatModelId": chat }))
+        .await;
+    // Alice's memory config runs her models: bob cannot give it to his agent either.
+    let r = app
+        .post(
+            "/agent",
+            Some(&bob),
+            &json!({ "name": "x", "memoryEnabled": true, "memoryConfigId": config }),
+        )
+        .await;
+    r.assert_error(
+        400,
+        0,
+        &format!("memoryConfigId: model {embedding} does not exist or is not an enabled EMBEDDING model"),
+    );
+
+    // Bob chatting with alice's agent runs on her model; his usage stats do not name it.
+    s.set_quota(alice_id, 100_000).await;
+    s.set_quota(bob_id, 100_000).await;
+    s.chat(&bob, agent, say("bob-talk", "hello")).await.events();
+    let used: i64 = sqlx::query_scalar("SELECT count(*) FROM model_usage WHERE user_id = $1 AND model_id = $2")
+        .bind(bob_id)
+        .bind(chat)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(used > 0, "bob's chat ran on alice's model");
+    let stats = app.get("/ai-model/usage/user-stats", Some(&bob)).await;
+    let listed: Vec<i64> = stats
+        .assert_status_ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["modelId"].as_i64().unwrap())
+        .collect();
+    assert!(
+        !listed.contains(&chat),
+        "bob's stats list alice's model: {:?}",
+        stats.body
+    );
+    assert_eq!(stats.body["total"].as_i64(), Some(listed.len() as i64));
+}

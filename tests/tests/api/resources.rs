@@ -375,7 +375,11 @@ async fn only_the_owner_and_administrators_read_a_resource_and_others_get_the_un
     // A knowledge-base upload preview, left pending: its files are temporary resources.
     let embedding = s.embedding_model("emb-8").await;
     let kb = app
-        .post("/rag", Some(&alice), &json!({ "name": "diary", "embeddingModelId": embedding }))
+        .post(
+            "/rag",
+            Some(&alice),
+            &json!({ "name": "diary", "embeddingModelId": embedding }),
+        )
         .await
         .assert_ok()["id"]
         .as_i64()

@@ -10,7 +10,8 @@ use crate::models::{self, ModelType};
 use crate::rag::bases;
 use crate::{AppError, AppResult, AppState};
 
-/// Each reference must exist and be usable by the caller; the error names the field.
+/// Each reference must exist and be usable by the caller; the error names the field. The app
+/// binding is checked apart (`check_app`): it is the one reference kept as it is on update.
 pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppResult<()> {
     if let Some(id) = d.chat_model_id {
         models::service::usable_config(state, user, "chatModelId", id, ModelType::Chat).await?;
@@ -46,10 +47,24 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
             "mcpServerIds: MCP server {id} does not exist or is not available to you"
         )));
     }
-    if let Some(app) = &d.app_id {
-        if !repo::app_exists(state.db(), app).await? {
-            return Err(AppError::validation(format!("appId: app {app} does not exist")));
-        }
+    Ok(())
+}
+
+/// Binding an agent to an app sends its chats to the app's client nodes, so only
+/// administrators bind. A regular user naming any app gets the answer of an unknown one, so
+/// app ids tell them nothing. Keeping the app an agent already has is not a new binding (an
+/// administrator may bind a user's agent, and its owner may still edit the rest).
+pub async fn check_app(
+    state: &AppState,
+    user: &CurrentUser,
+    app: Option<&str>,
+    current: Option<&str>,
+) -> AppResult<()> {
+    let Some(app) = app.filter(|a| Some(*a) != current) else {
+        return Ok(());
+    };
+    if !user.is_admin() || !repo::app_exists(state.db(), app).await? {
+        return Err(AppError::validation(format!("appId: app {app} does not exist")));
     }
     Ok(())
 }

@@ -1162,3 +1162,48 @@ async fn another_users_personal_model_is_refused_everywhere_like_an_unknown_id()
     );
     assert_eq!(stats.body["total"].as_i64(), Some(listed.len() as i64));
 }
+
+/// Binding an agent to an app sends its chats (and its model config's settings) to the app's
+/// client nodes: only administrators bind, and a regular user naming a real app gets the
+/// answer of an unknown one. An owner may still edit an agent an administrator bound.
+#[tokio::test]
+async fn only_administrators_bind_agents_to_apps_and_app_ids_stay_unknown_to_others() {
+    let s = ChatSetup::new().await;
+    let app = &s.app;
+    app.create_app(&s.admin, "crm").await;
+    let (_, bob) = app.regular_user("bob").await;
+    let agent = s.agent(&bob, json!({ "name": "Bob's bot" })).await;
+    let before = app.snapshot().await;
+    for app_id in ["crm", "nope"] {
+        let expected = format!("appId: app {app_id} does not exist");
+        for (method, path) in [("POST", "/agent".to_owned()), ("PUT", format!("/agent/{agent}"))] {
+            let body = json!({ "name": "Bound", "appId": app_id });
+            let r = call(app, method, &path, &[("Svc-Auth", &bob)], Some(&body)).await;
+            assert_eq!(
+                (r.status, any_code(&r), r.body["msg"].as_str()),
+                (400, Some(0), Some(expected.as_str())),
+                "bob: {method} {path} with appId {app_id}"
+            );
+        }
+    }
+    app.snapshot()
+        .await
+        .assert_unchanged_since(&before, "bob binding agents to apps");
+
+    // An administrator binds bob's agent; bob still edits the rest of it.
+    let bound = app
+        .put(&format!("/agent/{agent}"), Some(&s.admin), &json!({ "appId": "crm" }))
+        .await;
+    assert_eq!(bound.assert_ok()["appId"], "crm");
+    let renamed = app
+        .put(
+            &format!("/agent/{agent}"),
+            Some(&bob),
+            &json!({ "name": "Renamed", "appId": "crm" }),
+        )
+        .await;
+    assert_eq!(
+        (renamed.assert_ok()["name"].as_str(), renamed.data()["appId"].as_str()),
+        (Some("Renamed"), Some("crm"))
+    );
+}

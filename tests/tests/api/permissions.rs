@@ -1207,3 +1207,74 @@ async fn only_administrators_bind_agents_to_apps_and_app_ids_stay_unknown_to_oth
         (Some("Renamed"), Some("crm"))
     );
 }
+
+/// What others' MCP servers give away: a regular user sees an administrator's shared server as
+/// a catalogue entry (not its endpoint, arguments or credentials), and a name used by another
+/// user's private server is free to take, so a refused name never tells that one exists.
+#[tokio::test]
+async fn mcp_servers_show_others_no_configuration_and_their_names_tell_nothing() {
+    let app = &api_tests::spawn(api_tests::Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let (_, alice) = app.regular_user("alice").await;
+    let (_, bob) = app.regular_user("bob").await;
+    let create = |token: &str, body: Value| {
+        let token = token.to_owned();
+        async move {
+            app.post("/mcp-server", Some(&token), &body)
+                .await
+                .assert_ok()
+                .as_i64()
+                .unwrap()
+        }
+    };
+    let endpoint = "http://10.1.2.3:3001/mcp?key=endpoint-secret";
+    let http = create(
+        &admin,
+        json!({ "name": "shared-http", "transportType": 2, "endpoint": endpoint,
+                "authType": 2, "authConfig": { "token": "bearer-secret-123456" } }),
+    )
+    .await;
+    let args = json!(["server.js", "--token", "arg-secret"]);
+    let stdio = create(
+        &admin,
+        json!({ "name": "shared-stdio", "transportType": 3, "command": "node", "args": args,
+                "envVars": { "API_TOKEN": "env-secret-abcdefgh" } }),
+    )
+    .await;
+    create(
+        &alice,
+        json!({ "name": "alice-private", "transportType": 2, "endpoint": "http://127.0.0.1:9/mcp" }),
+    )
+    .await;
+
+    for id in [http, stdio] {
+        let r = app.get(&format!("/mcp-server/{id}"), Some(&bob)).await;
+        let d = r.assert_ok();
+        assert_eq!(
+            (&d["endpoint"], &d["args"], &d["envVars"], &d["authConfig"]),
+            (&Value::Null, &json!([]), &json!({}), &Value::Null),
+            "bob: GET /mcp-server/{id}"
+        );
+    }
+    let page = app.get("/mcp-server/page", Some(&bob)).await;
+    assert_eq!(page.assert_ok()["total"].as_i64(), Some(2));
+    let shown = String::from_utf8_lossy(&page.bytes);
+    for hidden in ["endpoint-secret", "10.1.2.3", "arg-secret", "****"] {
+        assert!(!shown.contains(hidden), "bob's page shows {hidden}: {shown}");
+    }
+    // Their creator (and any administrator) still sees the whole configuration.
+    let d = app.get(&format!("/mcp-server/{http}"), Some(&admin)).await;
+    assert_eq!(d.assert_ok()["endpoint"], endpoint);
+    let d = app.get(&format!("/mcp-server/{stdio}"), Some(&admin)).await;
+    assert_eq!(d.assert_ok()["args"], args);
+
+    // Alice's private name is free for bob; a name he can see is not.
+    let http_body = |name: &str| json!({ "name": name, "transportType": 2, "endpoint": "http://127.0.0.1:9/mcp" });
+    create(&bob, http_body("Alice-Private")).await;
+    app.post("/mcp-server", Some(&bob), &http_body("SHARED-HTTP"))
+        .await
+        .assert_error(400, 0, "name: an MCP server named \"SHARED-HTTP\" already exists");
+    app.post("/mcp-server", Some(&bob), &http_body("alice-PRIVATE"))
+        .await
+        .assert_error(400, 0, "name: an MCP server named \"alice-PRIVATE\" already exists");
+}

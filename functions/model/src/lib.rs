@@ -311,7 +311,7 @@ async fn user_stats(
     user: CurrentUser,
     Query(p): Query<PageNumQuery>,
 ) -> AppResult<StatusPage<m::UsageStat>> {
-    service::usage_stats(&state, Some(user.id), p.into())
+    service::usage_stats(&state, Some(&user), p.into())
         .await
         .map(StatusPage)
 }

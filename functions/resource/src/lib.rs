@@ -71,30 +71,31 @@ async fn page(
     service::page(&state, &user, paging, filter, range).await.map(Api)
 }
 
-/// The file inline, with its MIME type; supports Range requests.
+/// The file inline, with its MIME type; supports Range requests. Your own files (administrators:
+/// every uploaded file); anything else answers 404.
 #[utoipa::path(get, path = "/resource/{id}/preview", tag = "resources", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, description = "the file's bytes"), (status = 206, description = "a byte range"),
               (status = 401), (status = 404), (status = 416)))]
 async fn preview(
     State(state): State<AppState>,
-    _user: CurrentUser,
+    user: CurrentUser,
     Path(id): Path<i64>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    service::serve(&state, id, &headers, Disposition::Inline).await
+    service::serve(&state, &user, id, &headers, Disposition::Inline).await
 }
 
-/// The file as an attachment download; supports Range requests.
+/// The file as an attachment download; supports Range requests. Readable as for preview.
 #[utoipa::path(get, path = "/resource/{id}/download", tag = "resources", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, description = "the file's bytes"), (status = 206, description = "a byte range"),
               (status = 401), (status = 404), (status = 416)))]
 async fn download(
     State(state): State<AppState>,
-    _user: CurrentUser,
+    user: CurrentUser,
     Path(id): Path<i64>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    service::serve(&state, id, &headers, Disposition::Attachment).await
+    service::serve(&state, &user, id, &headers, Disposition::Attachment).await
 }
 
 /// Delete a resource: its stored object and its record.

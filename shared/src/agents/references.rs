@@ -10,18 +10,11 @@ use crate::models::{self, ModelType};
 use crate::rag::bases;
 use crate::{AppError, AppResult, AppState};
 
-/// Each reference must exist and be usable by the caller; the error names the field.
+/// Each reference must exist and be usable by the caller; the error names the field. The app
+/// binding is checked apart (`check_app`): it is the one reference kept as it is on update.
 pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppResult<()> {
     if let Some(id) = d.chat_model_id {
-        let usable = models::service::visible_config(state, user, id)
-            .await
-            .ok()
-            .filter(|m| m.model_type() == ModelType::Chat && m.is_enabled);
-        if usable.is_none() {
-            return Err(AppError::validation(format!(
-                "chatModelId: {id} is not an enabled CHAT model you can use"
-            )));
-        }
+        models::service::usable_config(state, user, "chatModelId", id, ModelType::Chat).await?;
     }
     if let Some(id) = d.rag_id {
         let kb = bases::repo::find(state.db(), id).await?;
@@ -32,10 +25,19 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
         }
     }
     if let Some(id) = d.memory_config_id {
-        if crate::memory::config::find(state.db(), id).await?.is_none() {
-            return Err(AppError::validation(format!(
-                "memoryConfigId: memory config {id} does not exist"
-            )));
+        let config = crate::memory::config::find(state.db(), id)
+            .await?
+            .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?;
+        // Configs are shared, but the agent's chats run the config's models: binding one must
+        // not hand the agent a model (and its key) that the caller could not pick directly.
+        for (model, model_type) in [
+            (config.embedding_model_id, ModelType::Embedding),
+            (config.extraction_model_id, ModelType::Chat),
+            (config.rerank_model_id, ModelType::Reranker),
+        ] {
+            if let Some(model) = model {
+                models::service::usable_config(state, user, "memoryConfigId", model, model_type).await?;
+            }
         }
     }
     crate::skills::ensure_exist(state.db(), "skillIds", &d.skill_ids).await?;
@@ -45,10 +47,24 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
             "mcpServerIds: MCP server {id} does not exist or is not available to you"
         )));
     }
-    if let Some(app) = &d.app_id {
-        if !repo::app_exists(state.db(), app).await? {
-            return Err(AppError::validation(format!("appId: app {app} does not exist")));
-        }
+    Ok(())
+}
+
+/// Binding an agent to an app sends its chats to the app's client nodes, so only
+/// administrators bind. A regular user naming any app gets the answer of an unknown one, so
+/// app ids tell them nothing. Keeping the app an agent already has is not a new binding (an
+/// administrator may bind a user's agent, and its owner may still edit the rest).
+pub async fn check_app(
+    state: &AppState,
+    user: &CurrentUser,
+    app: Option<&str>,
+    current: Option<&str>,
+) -> AppResult<()> {
+    let Some(app) = app.filter(|a| Some(*a) != current) else {
+        return Ok(());
+    };
+    if !user.is_admin() || !repo::app_exists(state.db(), app).await? {
+        return Err(AppError::validation(format!("appId: app {app} does not exist")));
     }
     Ok(())
 }

@@ -170,7 +170,9 @@ async fn apply(state: &AppState, user: &CurrentUser, mut data: AgentData, f: Age
         data.memory_config_id = id;
     }
     if let Some(app) = f.app_id {
-        data.app_id = validate::optional(app);
+        let app = validate::optional(app);
+        references::check_app(state, user, app.as_deref(), data.app_id.as_deref()).await?;
+        data.app_id = app;
     }
     if let Some(ids) = f.mcp_server_ids {
         data.mcp_server_ids = dedup(ids);

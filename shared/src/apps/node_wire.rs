@@ -9,12 +9,13 @@ use crate::models::client::{
     ToolCallOut, ToolCallParts, ToolSpec, Usage,
 };
 
-/// The request a node receives for a chat call to `ep` (its API key stays with the platform).
+/// The request a node receives for a chat call to `ep`. Neither its API key nor its base URL
+/// leaves the platform: the URL is whatever the model config's author typed, and a node calls
+/// its own upstream with its own key.
 pub fn encode_request(ep: &Endpoint, req: &ChatRequest, conversation_id: &str) -> pb::ChatRequest {
     pb::ChatRequest {
         model: Some(pb::ModelTarget {
             model: ep.model.clone(),
-            base_url: ep.base_url.clone(),
             options_json: ep.options.to_string(),
         }),
         messages: req.messages.iter().map(encode_message).collect(),
@@ -265,7 +266,7 @@ mod tests {
     }
 
     #[test]
-    fn a_request_survives_the_trip_without_its_key() {
+    fn a_request_survives_the_trip_without_its_key_or_endpoint() {
         let call = ToolCall {
             id: "c1".into(),
             name: "get_weather".into(),
@@ -287,7 +288,11 @@ mod tests {
             max_tokens: Some(30),
         };
         let wire = encode_request(&endpoint(), &req, "conv-1");
-        assert!(!format!("{wire:?}").contains("sk-secret"));
+        let shown = format!("{wire:?}");
+        assert!(
+            !shown.contains("sk-secret") && !shown.contains("models.example"),
+            "{shown}"
+        );
         let (target, back) = decode_request(wire);
         assert_eq!(target.model, "chat-echo");
         assert_eq!(target.options_json, r#"{"temperature":0.2}"#);

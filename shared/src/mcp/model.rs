@@ -32,7 +32,8 @@ pub struct McpRow {
     pub update_dt: DateTime<Utc>,
 }
 
-/// An MCP server as reads show it: secrets in `authConfig` and every `envVars` value masked.
+/// An MCP server as reads show it: secrets in `authConfig` and every `envVars` value masked;
+/// to users who may not change the server, its catalogue entry only (see `catalogue`).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct McpServerView {
@@ -81,6 +82,23 @@ impl McpServerView {
             create_dt: time::datetime(row.create_dt),
             update_dt: time::datetime(row.update_dt),
         }
+    }
+}
+
+impl McpServerView {
+    /// What users see of a server they may use but not change (an administrator's): what it
+    /// is and whether it works, not where it lives or how it is started. Endpoints and
+    /// arguments often carry tokens or internal addresses, and the last error quotes them.
+    pub fn catalogue(row: McpRow) -> Self {
+        let row = McpRow {
+            endpoint: None,
+            args: Vec::new(),
+            env_vars_enc: None,
+            auth_config_enc: None,
+            last_error: None,
+            ..row
+        };
+        Self::new(row, &AuthConfig::None, &BTreeMap::new())
     }
 }
 

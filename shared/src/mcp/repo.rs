@@ -69,6 +69,27 @@ pub async fn options(db: &PgPool, viewer: Viewer) -> sqlx::Result<Vec<McpOption>
     qb.build_query_as().fetch_all(db).await
 }
 
+/// Whether a server other than `except` named `name` (any case) is one the viewer can see or
+/// one of `creator_id`'s (the owner of the server being named: names are unique per creator).
+pub async fn visible_name_taken(
+    db: &PgPool,
+    viewer: Viewer,
+    creator_id: i64,
+    name: &str,
+    except: Option<i64>,
+) -> sqlx::Result<bool> {
+    let mut qb = QueryBuilder::new("SELECT EXISTS (SELECT 1 FROM mcp_servers WHERE lower(name) = lower(");
+    qb.push_bind(name.to_owned()).push(")");
+    if let Some(id) = except {
+        qb.push(" AND id <> ").push_bind(id);
+    }
+    // push_visible appends "AND (...)" (nothing for administrators) to the TRUE.
+    qb.push(" AND (creator_id = ").push_bind(creator_id).push(" OR (TRUE");
+    push_visible(&mut qb, viewer);
+    qb.push(")))");
+    qb.build_query_scalar().fetch_one(db).await
+}
+
 /// Those of `ids` that exist and that the viewer may use, in the order given.
 pub async fn visible_ids(db: &PgPool, viewer: Viewer, ids: &[i64]) -> sqlx::Result<Vec<i64>> {
     let mut qb = QueryBuilder::new("SELECT id FROM mcp_servers WHERE id = ANY(");

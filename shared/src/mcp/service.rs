@@ -43,7 +43,12 @@ pub fn open_secrets(row: &McpRow, secrets: &SecretBox) -> AppResult<(AuthConfig,
     Ok((auth, env))
 }
 
-fn view(state: &AppState, row: McpRow) -> AppResult<McpServerView> {
+/// The server as `user` may see it: whoever may change it sees its whole configuration,
+/// everyone else (users looking at an administrator's server) the catalogue entry only.
+fn view(state: &AppState, user: &CurrentUser, row: McpRow) -> AppResult<McpServerView> {
+    if !user.can_manage(row.creator_id) {
+        return Ok(McpServerView::catalogue(row));
+    }
     let (auth, env) = open_secrets(&row, state.secrets())?;
     Ok(McpServerView::new(row, &auth, &env))
 }
@@ -83,7 +88,10 @@ pub async fn page(
         paging.offset(),
     )
     .await?;
-    let views = rows.into_iter().map(|r| view(state, r)).collect::<AppResult<_>>()?;
+    let views = rows
+        .into_iter()
+        .map(|r| view(state, user, r))
+        .collect::<AppResult<_>>()?;
     Ok(Page::new(views, paging, total))
 }
 
@@ -92,7 +100,7 @@ pub async fn options(state: &AppState, user: &CurrentUser) -> AppResult<Vec<McpO
 }
 
 pub async fn get(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<McpServerView> {
-    view(state, visible(state, user, id).await?)
+    view(state, user, visible(state, user, id).await?)
 }
 
 /// The fields of a server after validation, secrets sealed.
@@ -306,16 +314,37 @@ fn seal_json<T: serde::Serialize>(secrets: &SecretBox, value: &T) -> AppResult<S
     secrets.seal(&json)
 }
 
+fn name_taken(name: &str) -> AppError {
+    AppError::business(format!("name: an MCP server named {name:?} already exists"))
+}
+
 fn duplicate(err: sqlx::Error, name: &str) -> AppError {
-    if is_unique_violation(&err, "mcp_servers_name_key") {
-        AppError::business(format!("an MCP server named {name:?} already exists"))
+    if is_unique_violation(&err, "mcp_servers_creator_name_key") {
+        name_taken(name)
     } else {
         err.into()
     }
 }
 
+/// Names are unique among the servers the caller can see, and only those can clash: a clash
+/// with another user's private server would tell that it exists. (The database keeps names
+/// unique per creator; this check adds the administrators' shared ones.)
+async fn check_name_free(
+    state: &AppState,
+    user: &CurrentUser,
+    name: &str,
+    creator_id: i64,
+    except: Option<i64>,
+) -> AppResult<()> {
+    if repo::visible_name_taken(state.db(), viewer(user), creator_id, name, except).await? {
+        return Err(name_taken(name));
+    }
+    Ok(())
+}
+
 pub async fn create(state: &AppState, user: &CurrentUser, req: McpServerRequest) -> AppResult<i64> {
     let valid = validate(state, user, req, None).await?;
+    check_name_free(state, user, &valid.name, user.id, None).await?;
     repo::insert(state.db(), &valid.fields(), user.id)
         .await
         .map_err(|e| duplicate(e, &valid.name))
@@ -330,6 +359,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: McpServe
     }
     let (auth, env) = open_secrets(&row, state.secrets())?;
     let valid = validate(state, user, req, Some((&row, &auth, &env))).await?;
+    check_name_free(state, user, &valid.name, row.creator_id, Some(id)).await?;
     repo::update(state.db(), id, &valid.fields())
         .await
         .map_err(|e| duplicate(e, &valid.name))?;
@@ -390,11 +420,14 @@ pub async fn test(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Mc
 pub async fn tools(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Vec<ToolView>> {
     let row = visible(state, user, id).await?;
     let target = Target::open(&row, state.secrets())?;
-    let tools = state
-        .mcp()
-        .tools(&target, &super::limits(state))
-        .await
-        .map_err(|f| AppError::business(format!("MCP server {:?} is unusable: {}", row.name, f.message)))?;
+    let tools = state.mcp().tools(&target, &super::limits(state)).await.map_err(|f| {
+        // The reason often quotes the endpoint, which only those who may change the server see.
+        let reason = match user.can_manage(row.creator_id) {
+            true => f.message,
+            false => "its creator can test it for the reason".to_owned(),
+        };
+        AppError::business(format!("MCP server {:?} is unusable: {reason}", row.name))
+    })?;
     Ok(tools.iter().map(tool_view).collect())
 }
 

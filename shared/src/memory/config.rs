@@ -6,10 +6,11 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::ToSchema;
 
-use crate::models::{repo as model_repo, ModelType};
+use crate::http::CurrentUser;
+use crate::models::{self, ModelType};
 use crate::rag::search::fusion;
 use crate::validate;
-use crate::{time, AppError, AppResult};
+use crate::{time, AppError, AppResult, AppState};
 
 pub const FUSION_STRATEGIES: [&str; 2] = ["RRF", "WEIGHTED_SUM"];
 
@@ -114,8 +115,9 @@ impl ConfigRow {
         );
     }
 
-    /// Every rule of a config, checked on the merged result of a create or an update.
-    pub async fn validate(&self, db: &PgPool) -> AppResult<()> {
+    /// Every rule of a config, checked on the merged result of a create or an update
+    /// (`before`: the stored config an update starts from).
+    pub async fn validate(&self, state: &AppState, user: &CurrentUser, before: Option<&ConfigRow>) -> AppResult<()> {
         validate::length("name", &self.name, 1, 100)?;
         validate::range("status", self.status.into(), 0, 1)?;
         if let Some(d) = self.dimension {
@@ -143,18 +145,38 @@ impl ConfigRow {
             validate::length("customExtractionPrompt", p, 1, 8000)?;
         }
         let embedding = validate::present("embeddingModelId", self.embedding_model_id)?;
-        model("embeddingModelId", db, embedding, ModelType::Embedding).await?;
-        if let Some(id) = self.rerank_model_id {
-            model("rerankModelId", db, id, ModelType::Reranker).await?;
-        }
         if self.rerank_enabled && self.rerank_model_id.is_none() {
             return Err(AppError::validation(
                 "rerankModelId is required when rerankEnabled is true",
             ));
         }
-        if let Some(id) = self.extraction_model_id {
-            model("extractionModelId", db, id, ModelType::Chat).await?;
+        // Only ids this request sets are checked: one already stored was checked when it was
+        // set, and re-checking would lock a config whose model was disabled since.
+        for (field, id, model_type, stored) in [
+            (
+                "embeddingModelId",
+                Some(embedding),
+                ModelType::Embedding,
+                before.and_then(|b| b.embedding_model_id),
+            ),
+            (
+                "rerankModelId",
+                self.rerank_model_id,
+                ModelType::Reranker,
+                before.and_then(|b| b.rerank_model_id),
+            ),
+            (
+                "extractionModelId",
+                self.extraction_model_id,
+                ModelType::Chat,
+                before.and_then(|b| b.extraction_model_id),
+            ),
+        ] {
+            if let Some(id) = id.filter(|id| Some(*id) != stored) {
+                models::service::usable_config(state, user, field, id, model_type).await?;
+            }
         }
+        let db = state.db();
         for (field, id) in [
             ("vectorStoreInstanceId", self.vector_store_instance_id),
             ("searchEngineInstanceId", self.search_engine_instance_id),
@@ -181,21 +203,6 @@ fn unit(field: &str, v: f64) -> AppResult<()> {
     } else {
         Err(AppError::validation(format!("{field} must be between 0 and 1")))
     }
-}
-
-/// The model must exist and be of the type the field needs.
-async fn model(field: &str, db: &PgPool, id: i64, expected: ModelType) -> AppResult<()> {
-    let row = model_repo::config(db, id)
-        .await?
-        .ok_or_else(|| AppError::validation(format!("{field}: model {id} does not exist")))?;
-    if row.model_type() != expected {
-        return Err(AppError::validation(format!(
-            "{field}: model {id} is a {} model, not {}",
-            row.model_type,
-            expected.as_str()
-        )));
-    }
-    Ok(())
 }
 
 /// Body of POST and PUT /memory/config: every field optional on update; `name` and

@@ -34,7 +34,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: ConfigRequest) ->
     let mut row = ConfigRow::builtin();
     row.apply(req);
     row.creator_id = user.id;
-    row.validate(state.db()).await?;
+    row.validate(state, user, None).await?;
     Ok(config::save(state.db(), &row).await?)
 }
 
@@ -49,9 +49,10 @@ async fn managed(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Con
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: ConfigRequest) -> AppResult<()> {
-    let mut row = managed(state, user, id).await?;
+    let before = managed(state, user, id).await?;
+    let mut row = before.clone();
     row.apply(req);
-    row.validate(state.db()).await?;
+    row.validate(state, user, Some(&before)).await?;
     config::save(state.db(), &row).await?;
     Ok(())
 }

@@ -110,7 +110,7 @@ pub struct ModelConfigView {
     pub model_key: String,
     pub model_type: String,
     pub adapter_key: String,
-    /// Masked, e.g. `sk-a****wxyz`.
+    /// Masked, e.g. `****wxyz`.
     pub api_key: String,
     pub api_endpoint: String,
     pub description: Option<String>,

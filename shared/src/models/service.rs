@@ -126,15 +126,40 @@ pub async fn set_provider_enabled(state: &AppState, user: &CurrentUser, id: i64,
 
 // ---- model configs ----
 
+/// GLOBAL configs are everyone's; a PERSONAL one is its creator's (and administrators').
+fn can_see(user: &CurrentUser, row: &ModelConfigRow) -> bool {
+    row.scope != "PERSONAL" || user.can_manage(row.creator_id)
+}
+
 /// A config the caller may see, or 404.
 pub async fn visible_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ModelConfigRow> {
-    let row = repo::config(state.db(), id)
+    repo::config(state.db(), id)
         .await?
-        .ok_or_else(|| AppError::not_found("model config"))?;
-    if row.scope == "PERSONAL" && !user.can_manage(row.creator_id) {
-        return Err(AppError::not_found("model config"));
-    }
-    Ok(row)
+        .filter(|row| can_see(user, row))
+        .ok_or_else(|| AppError::not_found("model config"))
+}
+
+/// The one rule for a model id taken from a request (to store it or to call it): an enabled
+/// config of type `t` that `user` can see. An unknown id, another user's PERSONAL model, a
+/// disabled one and one of the wrong type all get the same validation error naming `field`,
+/// so the answer never tells whether someone else's model exists. Otherwise a user could put
+/// another user's PERSONAL model (and so its API key) to work in their own base or config.
+pub async fn usable_config(
+    state: &AppState,
+    user: &CurrentUser,
+    field: &str,
+    id: i64,
+    t: ModelType,
+) -> AppResult<ModelConfigRow> {
+    repo::config(state.db(), id)
+        .await?
+        .filter(|row| can_see(user, row) && row.model_type() == t && row.is_enabled)
+        .ok_or_else(|| {
+            AppError::validation(format!(
+                "{field}: model {id} does not exist or is not an enabled {} model you can use",
+                t.as_str()
+            ))
+        })
 }
 
 /// A config the caller may change: administrators any, others their own PERSONAL ones.
@@ -481,7 +506,13 @@ pub async fn model_stat(state: &AppState, user: &CurrentUser, id: i64) -> AppRes
     Ok(usage::for_model(state.db(), &row).await?)
 }
 
-pub async fn usage_stats(state: &AppState, user_id: Option<i64>, paging: PageQuery) -> AppResult<Page<UsageStat>> {
-    let (rows, total) = usage::per_model(state.db(), user_id, paging.size(), paging.offset()).await?;
+/// Per-model usage: the caller's own calls on models they can see (`Some`), or everyone's
+/// (`None`, administrators).
+pub async fn usage_stats(
+    state: &AppState,
+    caller: Option<&CurrentUser>,
+    paging: PageQuery,
+) -> AppResult<Page<UsageStat>> {
+    let (rows, total) = usage::per_model(state.db(), caller.map(visibility), paging.size(), paging.offset()).await?;
     Ok(Page::new(rows, paging, total))
 }

@@ -3,6 +3,7 @@
 use sqlx::{PgPool, Postgres, QueryBuilder};
 
 use super::client::Usage;
+use super::repo::Visibility;
 use super::{ModelConfigRow, UsageStat};
 
 /// One upstream call, as recorded.
@@ -110,16 +111,26 @@ pub async fn for_model(db: &PgPool, model: &ModelConfigRow) -> sqlx::Result<Usag
     }))
 }
 
-/// Per-model stats, of one user's calls or of everyone's, paged.
+/// Per-model stats, paged: of everyone's calls (`None`), or of one user's calls on the models
+/// that user can see. A user's calls may run on another user's PERSONAL model (chatting with
+/// an agent its owner built on it); listing those would show the model's name and provider to
+/// someone who cannot see the model.
 pub async fn per_model(
     db: &PgPool,
-    user_id: Option<i64>,
+    caller: Option<Visibility>,
     limit: i64,
     offset: i64,
 ) -> sqlx::Result<(Vec<UsageStat>, i64)> {
     let filter = |qb: &mut QueryBuilder<'_, Postgres>| {
-        if let Some(u) = user_id {
-            qb.push(" AND u.user_id = ").push_bind(u);
+        if let Some(v) = caller {
+            qb.push(" AND u.user_id = ").push_bind(v.user_id);
+            if !v.is_admin {
+                qb.push(
+                    " AND u.model_id IN (SELECT c.id FROM model_configs c WHERE c.scope = 'GLOBAL' OR c.creator_id = ",
+                )
+                .push_bind(v.user_id)
+                .push(")");
+            }
         }
     };
     let mut count =

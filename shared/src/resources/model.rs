@@ -6,6 +6,10 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::{time, AppState};
 
+/// `bizType` of the files a knowledge-base upload preview stores until it is committed or
+/// cancelled. Reserved: `/resource` uploads may not use it, so the tag always means that.
+pub const KB_PREVIEW_BIZ_TYPE: &str = "RAG_UPLOAD_PREVIEW";
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ResourceRow {
     pub id: i64,

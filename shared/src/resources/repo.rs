@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
-use super::{ResourceFilter, ResourceRow};
+use super::{ResourceFilter, ResourceRow, KB_PREVIEW_BIZ_TYPE};
 use crate::users::repo::escape_like;
 
 const COLUMNS: &str =
@@ -46,11 +46,42 @@ pub async fn find(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<Resou
         .await
 }
 
-pub async fn find_for_update(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<ResourceRow>> {
-    sqlx::query_as(&format!("SELECT {COLUMNS} FROM resources WHERE id = $1 FOR UPDATE"))
-        .bind(id)
-        .fetch_optional(db)
-        .await
+/// Who is reading through `/resource`.
+#[derive(Debug, Clone, Copy)]
+pub struct Reader {
+    pub user_id: i64,
+    pub admin: bool,
+}
+
+/// The rows `reader` may read, list and delete through `/resource`. An external user's image
+/// carries the app creator as `creator_id` only so that the row has an owner; it belongs to
+/// the external user, who never comes through `/resource`, so nobody reads it here. A
+/// knowledge-base upload preview is a staging copy of someone's upload in progress: only the
+/// uploader reads it (administrators see the committed document through the base instead).
+/// Everything else: its owner, and administrators.
+fn push_readable(qb: &mut QueryBuilder<'_, Postgres>, reader: Reader) {
+    qb.push(" AND NOT EXISTS (SELECT 1 FROM external_resources e WHERE e.resource_id = resources.id)");
+    qb.push(" AND (creator_id = ").push_bind(reader.user_id);
+    if reader.admin {
+        qb.push(" OR biz_type IS DISTINCT FROM ").push_bind(KB_PREVIEW_BIZ_TYPE);
+    }
+    qb.push(")");
+}
+
+/// The resource if `reader` may read it; None exactly as for an unknown id.
+pub async fn find_readable(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    reader: Reader,
+    for_update: bool,
+) -> sqlx::Result<Option<ResourceRow>> {
+    let mut qb = QueryBuilder::new(format!("SELECT {COLUMNS} FROM resources WHERE id = "));
+    qb.push_bind(id);
+    push_readable(&mut qb, reader);
+    if for_update {
+        qb.push(" FOR UPDATE");
+    }
+    qb.build_query_as().fetch_optional(db).await
 }
 
 pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
@@ -62,16 +93,14 @@ pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
 }
 
 pub struct PageFilter<'a> {
-    pub creator_id: Option<i64>,
+    pub reader: Reader,
     pub filter: &'a ResourceFilter,
     pub created: Option<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 fn push_filter<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &'a PageFilter<'a>) {
     qb.push(" WHERE TRUE");
-    if let Some(id) = f.creator_id {
-        qb.push(" AND creator_id = ").push_bind(id);
-    }
+    push_readable(qb, f.reader);
     if let Some(t) = &f.filter.biz_type {
         qb.push(" AND biz_type = ").push_bind(t);
     }

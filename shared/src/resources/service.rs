@@ -6,7 +6,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
 
-use super::repo::{self, NewResource, PageFilter};
+use super::repo::{self, NewResource, PageFilter, Reader};
 use super::*;
 use crate::http::date_range::DatetimeRange;
 use crate::http::files::{file_response, Disposition, StoredFile};
@@ -56,8 +56,21 @@ fn biz_type(value: Option<String>) -> AppResult<Option<String>> {
     let value = validate::optional(value);
     if let Some(v) = &value {
         validate::length("bizType", v, 1, 64)?;
+        // Read rules treat this tag specially; a user's own upload must not wear it.
+        if v.eq_ignore_ascii_case(KB_PREVIEW_BIZ_TYPE) {
+            return Err(AppError::validation(format!(
+                "bizType {KB_PREVIEW_BIZ_TYPE} is reserved for knowledge-base uploads"
+            )));
+        }
     }
     Ok(value)
+}
+
+fn reader(user: &CurrentUser) -> Reader {
+    Reader {
+        user_id: user.id,
+        admin: user.is_admin(),
+    }
 }
 
 /// Stores the bytes, then the row; a failed insert removes the stored object again.
@@ -112,7 +125,7 @@ pub async fn page(
     range: DatetimeRange,
 ) -> AppResult<Page<ResourceView>> {
     let f = PageFilter {
-        creator_id: (!user.is_admin()).then_some(user.id),
+        reader: reader(user),
         filter: &filter,
         created: range.0,
     };
@@ -124,10 +137,16 @@ pub async fn page(
     ))
 }
 
-/// Any signed-in user may read a resource by id (they back avatars and attachments of
-/// shared agents); listing and deleting stay with the owner.
-pub async fn serve(state: &AppState, id: i64, headers: &HeaderMap, kind: Disposition) -> AppResult<Response> {
-    let row = repo::find(state.db(), id)
+/// The file, to its owner and administrators (see `repo::Reader` for the files nobody else
+/// reads); to anyone else exactly the 404 of an unknown id, so ids reveal nothing.
+pub async fn serve(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+    headers: &HeaderMap,
+    kind: Disposition,
+) -> AppResult<Response> {
+    let row = repo::find_readable(state.db(), id, reader(user), false)
         .await?
         .ok_or_else(|| AppError::not_found("resource"))?;
     let file = StoredFile {
@@ -140,14 +159,12 @@ pub async fn serve(state: &AppState, id: i64, headers: &HeaderMap, kind: Disposi
 }
 
 /// Deletes the object and the row together: the row is only removed once the object is gone.
+/// Whoever may read a resource may delete it; others get the 404 of an unknown id.
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
     let mut tx = state.db().begin().await?;
-    let row = repo::find_for_update(&mut *tx, id)
+    let row = repo::find_readable(&mut *tx, id, reader(user), true)
         .await?
         .ok_or_else(|| AppError::not_found("resource"))?;
-    if !user.can_manage(row.creator_id) {
-        return Err(AppError::not_found("resource"));
-    }
     repo::delete(&mut *tx, id).await?;
     state.storage().delete(&row.storage_key).await?;
     tx.commit().await?;

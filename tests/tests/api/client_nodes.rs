@@ -331,3 +331,45 @@ async fn with_no_node_online_the_chat_ends_with_an_error_naming_the_app() {
     assert_eq!(rows, [("user".to_owned(), 1), ("assistant".to_owned(), 2)]);
     t.nothing_ran_locally();
 }
+
+/// The reference node calls only its own upstream with its own key: without `UPSTREAM_URL` it
+/// refuses to start (it used to call whatever URL the platform named, and model configs, whose
+/// URL that was, are written by users).
+#[tokio::test]
+async fn the_reference_node_refuses_to_start_without_its_own_upstream() {
+    let t = Setup::new("ROUND_ROBIN", "chat-echo", &[]).await;
+    let mut child = Command::new(binary("client-node"))
+        .env("PLATFORM_URL", &t.s.app.base)
+        .env("APP_ID", &t.creds.app_id)
+        .env("APP_TOKEN", &t.creds.token)
+        .env("HOST_ID", "no-upstream")
+        .env("HOST_IP", "127.0.0.1")
+        .env("GRPC_LISTEN", "127.0.0.1:0")
+        .env("UPSTREAM_API_KEY", GOOD_KEY)
+        .env_remove("UPSTREAM_URL")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client-node");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("node status") {
+            break Some(status);
+        }
+        if start.elapsed() > Duration::from_secs(15) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("a node without UPSTREAM_URL started and kept running");
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).unwrap();
+    assert!(!status.success(), "exit status {status}");
+    assert!(stderr.contains("--upstream-url (UPSTREAM_URL) is required"), "{stderr}");
+    assert!(t.nodes_view().await.is_empty(), "it never registered");
+}

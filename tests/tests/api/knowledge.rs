@@ -216,7 +216,7 @@ async fn store_instances() {
         .as_i64()
         .unwrap();
     let got = app.get(&format!("/store-instance/{id}"), t).await.assert_ok().clone();
-    assert_eq!(got["config"]["password"], "sekr****rd-1");
+    assert_eq!(got["config"]["password"], "****rd-1");
     let raw: String = sqlx::query_scalar("SELECT password_enc FROM store_instances WHERE id = $1")
         .bind(id)
         .fetch_one(&app.db)

@@ -267,7 +267,7 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
     let d = detail.assert_ok();
     assert_eq!(
         d["authConfig"],
-        json!({"clientId": "cid", "clientSecret": "clie****6789", "tokenUrl": "https://id.example.com/token"})
+        json!({"clientId": "cid", "clientSecret": "****6789", "tokenUrl": "https://id.example.com/token"})
     );
     assert_eq!(
         (
@@ -283,7 +283,7 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
     );
     let s = app.get(&format!("/mcp-server/{stdio}"), Some(&admin)).await;
     let s = s.assert_ok();
-    assert_eq!(s["envVars"], json!({"API_TOKEN": "env-****efgh", "MODE": "****"}));
+    assert_eq!(s["envVars"], json!({"API_TOKEN": "****efgh", "MODE": "****"}));
     assert_eq!(
         (s["command"].as_str(), s["args"].clone()),
         (Some("node"), json!(["server.js", "--flag"]))
@@ -303,7 +303,7 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
     app.put(
         &format!("/mcp-server/{stdio}"),
         Some(&admin),
-        &json!({"envVars": {"API_TOKEN": "env-****efgh", "MODE": "y"}}),
+        &json!({"envVars": {"API_TOKEN": "****efgh", "MODE": "y"}}),
     )
     .await
     .assert_ok();
@@ -349,7 +349,7 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
     assert_eq!(p["data"][0]["id"].as_i64(), Some(id));
     let all = app.get("/mcp-server/page", Some(&admin)).await;
     let shown = String::from_utf8_lossy(&all.bytes);
-    assert!(shown.contains("env-****efgh"), "{shown}");
+    assert!(shown.contains("****efgh"), "{shown}");
     let logged = logs.text();
     assert!(logged.contains("/mcp-server"), "the capture works: {logged}");
     for secret in [secret, "env-secret-abcdefgh", "new-secret-value"] {

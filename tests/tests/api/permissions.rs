@@ -422,6 +422,8 @@ struct Owned {
     memory: i64,
     memory_config: i64,
     resource: i64,
+    /// A file of a knowledge-base upload preview that was never committed.
+    staged_file: i64,
 }
 
 async fn owned_by(s: &ChatSetup, token: &str, user_id: i64) -> Owned {
@@ -514,7 +516,14 @@ async fn owned_by(s: &ChatSetup, token: &str, user_id: i64) -> Owned {
         .assert_ok()["id"]
         .as_i64()
         .unwrap();
+    let staged_file = app
+        .preview_documents(token, kb, &[("draft.txt", b"An unfinished secret.".to_vec())], None)
+        .await
+        .assert_ok()["items"][0]["tempResourceId"]
+        .as_i64()
+        .unwrap();
     Owned {
+        staged_file,
         personal_model,
         agent,
         conversation: "secret-talk".to_owned(),
@@ -537,7 +546,7 @@ async fn one_user_cannot_reach_or_change_anothers_private_things() {
     let (_, bob) = app.regular_user("bob").await;
     s.set_quota(alice_id, 100_000).await;
     let a = owned_by(&s, &alice, alice_id).await;
-    let (m, ag, c, kb, d, ch, sk, mc, me, cf, r) = (
+    let (m, ag, c, kb, d, ch, sk, mc, me, cf, r, st) = (
         a.personal_model,
         a.agent,
         &a.conversation,
@@ -549,6 +558,7 @@ async fn one_user_cannot_reach_or_change_anothers_private_things() {
         a.memory,
         a.memory_config,
         a.resource,
+        a.staged_file,
     );
     // (method, path, body, HTTP status): 404 where the thing is private (its id reveals
     // nothing), 403 where others may see it but not change it (agents, skills, memory configs),
@@ -691,7 +701,12 @@ async fn one_user_cannot_reach_or_change_anothers_private_things() {
             json!({ "agentId": ag, "userId": alice_id, "query": "secret" }),
             403,
         ),
+        ("GET", format!("/resource/{r}/preview"), json!(null), 404),
+        ("GET", format!("/resource/{r}/download"), json!(null), 404),
         ("DELETE", format!("/resource/{r}"), json!(null), 404),
+        ("GET", format!("/resource/{st}/preview"), json!(null), 404),
+        ("GET", format!("/resource/{st}/download"), json!(null), 404),
+        ("DELETE", format!("/resource/{st}"), json!(null), 404),
     ];
     let before = app.snapshot().await;
     for (method, path, body, status) in &cases {
@@ -911,4 +926,355 @@ async fn an_embed_token_opens_only_its_agent_and_its_open_id() {
     )
     .await;
     assert_eq!(ok.assert_ok()["content"], "You said: hi");
+}
+
+/// Another user's PERSONAL model cannot be put to work anywhere a model id is taken (it would
+/// spend its owner's API key), and the refusal reads exactly like an unknown id's or a wrong
+/// type's, so it does not even tell that the model exists. The owner may use it everywhere.
+#[tokio::test]
+async fn another_users_personal_model_is_refused_everywhere_like_an_unknown_id() {
+    let s = ChatSetup::new().await;
+    let app = &s.app;
+    let (alice_id, alice) = app.regular_user("alice").await;
+    let (bob_id, bob) = app.regular_user("bob").await;
+    let url = s.models.base_url.clone();
+    let personal = |token: &str, model_type: &'static str, key: &'static str| {
+        let (token, url) = (token.to_owned(), url.clone());
+        async move {
+            app.model(
+                &token,
+                s.provider,
+                model_type,
+                key,
+                &url,
+                json!({ "scope": "PERSONAL" }),
+            )
+            .await
+        }
+    };
+    let chat = personal(&alice, "CHAT", "chat-echo").await;
+    let embedding = personal(&alice, "EMBEDDING", "emb-8").await;
+    let reranker = personal(&alice, "RERANKER", "rerank").await;
+    let global_embedding = s.embedding_model("emb-8").await;
+    let global_chat = s.chat_model("chat-echo", json!({})).await;
+    let bobs_kb = app
+        .post(
+            "/rag",
+            Some(&bob),
+            &json!({ "name": "bob's", "embeddingModelId": global_embedding, "dimensionOfVectorModel": 8 }),
+        )
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let kb_body = move |field: &str, id: i64| {
+        let mut body = json!({ "name": "x", "embeddingModelId": global_embedding, "dimensionOfVectorModel": 8 });
+        body[field] = json!(id);
+        body
+    };
+    let memory_body = move |field: &str, id: i64| {
+        let mut body = json!({ "name": "x", "embeddingModelId": global_embedding });
+        body[field] = json!(id);
+        body
+    };
+    // (method, path, body with the model id, field named in the answer, model type)
+    type Place = (
+        &'static str,
+        String,
+        Box<dyn Fn(i64) -> Value>,
+        &'static str,
+        &'static str,
+    );
+    let places: Vec<Place> = vec![
+        (
+            "POST",
+            "/rag".into(),
+            Box::new(move |id| kb_body("embeddingModelId", id)),
+            "embeddingModelId",
+            "EMBEDDING",
+        ),
+        (
+            "POST",
+            "/rag".into(),
+            Box::new(move |id| kb_body("chunkModelId", id)),
+            "chunkModelId",
+            "CHAT",
+        ),
+        (
+            "POST",
+            "/rag".into(),
+            Box::new(move |id| kb_body("rerankModelId", id)),
+            "rerankModelId",
+            "RERANKER",
+        ),
+        (
+            "PUT",
+            format!("/rag/{bobs_kb}"),
+            Box::new(|id| json!({ "chunkModelId": id })),
+            "chunkModelId",
+            "CHAT",
+        ),
+        (
+            "PUT",
+            format!("/rag/{bobs_kb}/config"),
+            Box::new(|id| json!({ "modelParams": { "modelId": id } })),
+            "modelParams.modelId",
+            "CHAT",
+        ),
+        (
+            "PUT",
+            format!("/rag/{bobs_kb}/config"),
+            Box::new(|id| json!({ "searchParams": { "rerankModelId": id } })),
+            "searchParams.rerankModelId",
+            "RERANKER",
+        ),
+        (
+            "PUT",
+            format!("/rag/{bobs_kb}/config"),
+            Box::new(|id| json!({ "chunkParams": { "chunkModelId": id } })),
+            "chunkParams.chunkModelId",
+            "CHAT",
+        ),
+        (
+            "POST",
+            "/memory/config".into(),
+            Box::new(move |id| memory_body("embeddingModelId", id)),
+            "embeddingModelId",
+            "EMBEDDING",
+        ),
+        (
+            "POST",
+            "/memory/config".into(),
+            Box::new(move |id| memory_body("extractionModelId", id)),
+            "extractionModelId",
+            "CHAT",
+        ),
+        (
+            "POST",
+            "/memory/config".into(),
+            Box::new(move |id| memory_body("rerankModelId", id)),
+            "rerankModelId",
+            "RERANKER",
+        ),
+        (
+            "POST",
+            "/agent".into(),
+            Box::new(|id| json!({ "name": "x", "chatModelId": id })),
+            "chatModelId",
+            "CHAT",
+        ),
+    ];
+    let of_type = |t: &str| match t {
+        "CHAT" => chat,
+        "EMBEDDING" => embedding,
+        _ => reranker,
+    };
+    let before = app.snapshot().await;
+    for (method, path, body, field, model_type) in &places {
+        let expected =
+            |id: i64| format!("{field}: model {id} does not exist or is not an enabled {model_type} model you can use");
+        // Alice's model of the right type, a visible model of the wrong type, an unknown id.
+        let wrong_type = if *model_type == "EMBEDDING" {
+            global_chat
+        } else {
+            global_embedding
+        };
+        for id in [of_type(model_type), wrong_type, 987_654] {
+            let r = call(app, method, path, &[("Svc-Auth", &bob)], Some(&body(id))).await;
+            assert_eq!(
+                (r.status, any_code(&r), r.body["msg"].as_str()),
+                (400, Some(0), Some(expected(id).as_str())),
+                "bob: {method} {path} with {field} {id}"
+            );
+        }
+    }
+    app.snapshot()
+        .await
+        .assert_unchanged_since(&before, "bob's attempts with alice's models");
+
+    // Alice herself may use her models everywhere.
+    let kb = app
+        .post(
+            "/rag",
+            Some(&alice),
+            &json!({ "name": "mine", "embeddingModelId": embedding, "chunkModelId": chat,
+                     "rerankModelId": reranker, "dimensionOfVectorModel": 8 }),
+        )
+        .await;
+    let kb = kb.assert_ok()["id"].as_i64().unwrap();
+    app.put(
+        &format!("/rag/{kb}/config"),
+        Some(&alice),
+        &json!({ "modelParams": { "modelId": chat }, "searchParams": { "rerankModelId": reranker } }),
+    )
+    .await
+    .assert_ok();
+    let config = app
+        .post(
+            "/memory/config",
+            Some(&alice),
+            &json!({ "name": "mine", "embeddingModelId": embedding, "extractionModelId": chat, "rerankModelId": reranker }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let agent = s
+        .agent(&alice, json!({ "name": "Alice's own", "chatModelId": chat }))
+        .await;
+    // Alice's memory config runs her models: bob cannot give it to his agent either.
+    let r = app
+        .post(
+            "/agent",
+            Some(&bob),
+            &json!({ "name": "x", "memoryEnabled": true, "memoryConfigId": config }),
+        )
+        .await;
+    r.assert_error(
+        400,
+        0,
+        &format!("memoryConfigId: model {embedding} does not exist or is not an enabled EMBEDDING model"),
+    );
+
+    // Bob chatting with alice's agent runs on her model; his usage stats do not name it.
+    s.set_quota(alice_id, 100_000).await;
+    s.set_quota(bob_id, 100_000).await;
+    s.chat(&bob, agent, say("bob-talk", "hello")).await.events();
+    let used: i64 = sqlx::query_scalar("SELECT count(*) FROM model_usage WHERE user_id = $1 AND model_id = $2")
+        .bind(bob_id)
+        .bind(chat)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(used > 0, "bob's chat ran on alice's model");
+    let stats = app.get("/ai-model/usage/user-stats", Some(&bob)).await;
+    let listed: Vec<i64> = stats
+        .assert_status_ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["modelId"].as_i64().unwrap())
+        .collect();
+    assert!(
+        !listed.contains(&chat),
+        "bob's stats list alice's model: {:?}",
+        stats.body
+    );
+    assert_eq!(stats.body["total"].as_i64(), Some(listed.len() as i64));
+}
+
+/// Binding an agent to an app sends its chats (and its model config's settings) to the app's
+/// client nodes: only administrators bind, and a regular user naming a real app gets the
+/// answer of an unknown one. An owner may still edit an agent an administrator bound.
+#[tokio::test]
+async fn only_administrators_bind_agents_to_apps_and_app_ids_stay_unknown_to_others() {
+    let s = ChatSetup::new().await;
+    let app = &s.app;
+    app.create_app(&s.admin, "crm").await;
+    let (_, bob) = app.regular_user("bob").await;
+    let agent = s.agent(&bob, json!({ "name": "Bob's bot" })).await;
+    let before = app.snapshot().await;
+    for app_id in ["crm", "nope"] {
+        let expected = format!("appId: app {app_id} does not exist");
+        for (method, path) in [("POST", "/agent".to_owned()), ("PUT", format!("/agent/{agent}"))] {
+            let body = json!({ "name": "Bound", "appId": app_id });
+            let r = call(app, method, &path, &[("Svc-Auth", &bob)], Some(&body)).await;
+            assert_eq!(
+                (r.status, any_code(&r), r.body["msg"].as_str()),
+                (400, Some(0), Some(expected.as_str())),
+                "bob: {method} {path} with appId {app_id}"
+            );
+        }
+    }
+    app.snapshot()
+        .await
+        .assert_unchanged_since(&before, "bob binding agents to apps");
+
+    // An administrator binds bob's agent; bob still edits the rest of it.
+    let bound = app
+        .put(&format!("/agent/{agent}"), Some(&s.admin), &json!({ "appId": "crm" }))
+        .await;
+    assert_eq!(bound.assert_ok()["appId"], "crm");
+    let renamed = app
+        .put(
+            &format!("/agent/{agent}"),
+            Some(&bob),
+            &json!({ "name": "Renamed", "appId": "crm" }),
+        )
+        .await;
+    assert_eq!(
+        (renamed.assert_ok()["name"].as_str(), renamed.data()["appId"].as_str()),
+        (Some("Renamed"), Some("crm"))
+    );
+}
+
+/// What others' MCP servers give away: a regular user sees an administrator's shared server as
+/// a catalogue entry (not its endpoint, arguments or credentials), and a name used by another
+/// user's private server is free to take, so a refused name never tells that one exists.
+#[tokio::test]
+async fn mcp_servers_show_others_no_configuration_and_their_names_tell_nothing() {
+    let app = &api_tests::spawn(api_tests::Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let (_, alice) = app.regular_user("alice").await;
+    let (_, bob) = app.regular_user("bob").await;
+    let create = |token: &str, body: Value| {
+        let token = token.to_owned();
+        async move {
+            app.post("/mcp-server", Some(&token), &body)
+                .await
+                .assert_ok()
+                .as_i64()
+                .unwrap()
+        }
+    };
+    let endpoint = "http://10.1.2.3:3001/mcp?key=endpoint-secret";
+    let http = create(
+        &admin,
+        json!({ "name": "shared-http", "transportType": 2, "endpoint": endpoint,
+                "authType": 2, "authConfig": { "token": "bearer-secret-123456" } }),
+    )
+    .await;
+    let args = json!(["server.js", "--token", "arg-secret"]);
+    let stdio = create(
+        &admin,
+        json!({ "name": "shared-stdio", "transportType": 3, "command": "node", "args": args,
+                "envVars": { "API_TOKEN": "env-secret-abcdefgh" } }),
+    )
+    .await;
+    create(
+        &alice,
+        json!({ "name": "alice-private", "transportType": 2, "endpoint": "http://127.0.0.1:9/mcp" }),
+    )
+    .await;
+
+    for id in [http, stdio] {
+        let r = app.get(&format!("/mcp-server/{id}"), Some(&bob)).await;
+        let d = r.assert_ok();
+        assert_eq!(
+            (&d["endpoint"], &d["args"], &d["envVars"], &d["authConfig"]),
+            (&Value::Null, &json!([]), &json!({}), &Value::Null),
+            "bob: GET /mcp-server/{id}"
+        );
+    }
+    let page = app.get("/mcp-server/page", Some(&bob)).await;
+    assert_eq!(page.assert_ok()["total"].as_i64(), Some(2));
+    let shown = String::from_utf8_lossy(&page.bytes);
+    for hidden in ["endpoint-secret", "10.1.2.3", "arg-secret", "****"] {
+        assert!(!shown.contains(hidden), "bob's page shows {hidden}: {shown}");
+    }
+    // Their creator (and any administrator) still sees the whole configuration.
+    let d = app.get(&format!("/mcp-server/{http}"), Some(&admin)).await;
+    assert_eq!(d.assert_ok()["endpoint"], endpoint);
+    let d = app.get(&format!("/mcp-server/{stdio}"), Some(&admin)).await;
+    assert_eq!(d.assert_ok()["args"], args);
+
+    // Alice's private name is free for bob; a name he can see is not.
+    let http_body = |name: &str| json!({ "name": name, "transportType": 2, "endpoint": "http://127.0.0.1:9/mcp" });
+    create(&bob, http_body("Alice-Private")).await;
+    app.post("/mcp-server", Some(&bob), &http_body("SHARED-HTTP"))
+        .await
+        .assert_error(400, 0, "name: an MCP server named \"SHARED-HTTP\" already exists");
+    app.post("/mcp-server", Some(&bob), &http_body("alice-PRIVATE"))
+        .await
+        .assert_error(400, 0, "name: an MCP server named \"alice-PRIVATE\" already exists");
 }

@@ -355,3 +355,111 @@ async fn forged_direct_upload_urls_are_refused() {
     reply.assert_error(403, 403, "invalid or expired");
     assert!(walk(app.storage_dir.path()).is_empty());
 }
+
+/// Reads of a resource belong to its owner and administrators; everyone else gets the answer
+/// of an unknown id. Files of a knowledge-base upload preview are read by their uploader only,
+/// and external users' images by nobody through `/resource` (not even the administrator whose
+/// app stored them).
+#[tokio::test]
+async fn only_the_owner_and_administrators_read_a_resource_and_others_get_the_unknown_id_answer() {
+    let s = api_tests::chat::ChatSetup::new().await;
+    let app = &s.app;
+    let admin = &s.admin;
+    let (_, alice) = app.regular_user("alice").await;
+    let (_, bob) = app.regular_user("bob").await;
+    let bytes = b"alice's private notes".to_vec();
+    let own = upload(app, &alice, "notes.txt", bytes.clone(), None).await.assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+
+    // A knowledge-base upload preview, left pending: its files are temporary resources.
+    let embedding = s.embedding_model("emb-8").await;
+    let kb = app
+        .post(
+            "/rag",
+            Some(&alice),
+            &json!({ "name": "diary", "embeddingModelId": embedding }),
+        )
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let preview = app
+        .preview_documents(&alice, kb, &[("diary.txt", b"Dear diary, a secret.".to_vec())], None)
+        .await;
+    let staged = preview.assert_ok()["items"][0]["tempResourceId"].as_i64().unwrap();
+
+    // An external user's image, stored under the administrator who created the app.
+    let crm = app.create_app(admin, "crm").await;
+    let image = json!({ "openId": "ann", "originalName": "a.png", "fileSize": PNG.len(),
+        "content": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, PNG) });
+    let external = app.ext_post(&crm, "/resource/upload", &image).await.assert_ok()["resourceId"]
+        .as_i64()
+        .unwrap();
+
+    let unknown = app.get("/resource/987654/download", Some(&bob)).await;
+    unknown.assert_error(404, 404, "resource not found");
+    let before = app.snapshot().await;
+    let refusals = [
+        (&bob, own, "another user's upload"),
+        (&bob, staged, "another user's upload preview"),
+        (admin, staged, "a user's upload preview, to an administrator"),
+        (&bob, external, "an external user's image"),
+        (&alice, external, "an external user's image"),
+        (admin, external, "an external user's image, to the app's creator"),
+    ];
+    for (token, id, what) in refusals {
+        for route in ["preview", "download"] {
+            let r = app.get(&format!("/resource/{id}/{route}"), Some(token)).await;
+            assert_eq!((r.status, &r.body), (404, &unknown.body), "{route} of {what}");
+        }
+        let r = app.delete(&format!("/resource/{id}"), Some(token)).await;
+        assert_eq!((r.status, &r.body), (404, &unknown.body), "delete of {what}");
+    }
+    app.snapshot()
+        .await
+        .assert_unchanged_since(&before, "reads and deletes of others' resources");
+
+    // The owner reads her upload and her preview file; an administrator her upload.
+    for (token, id, expected) in [
+        (&alice, own, bytes.clone()),
+        (admin, own, bytes.clone()),
+        (&alice, staged, b"Dear diary, a secret.".to_vec()),
+    ] {
+        for route in ["preview", "download"] {
+            let r = app.get(&format!("/resource/{id}/{route}"), Some(token)).await;
+            assert_eq!(r.status, 200, "{route} of {id}: {:?}", r.body);
+            assert_eq!(sha(&r.bytes), sha(&expected));
+        }
+    }
+
+    // Lists follow the same rule.
+    let ids = |token: &str| {
+        let token = token.to_owned();
+        async move {
+            let page = app.get("/resource/page?size=100", Some(&token)).await;
+            let mut ids: Vec<i64> = page.assert_ok()["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_i64().unwrap())
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(ids(&alice).await, vec![own, staged]);
+    assert_eq!(ids(admin).await, vec![own]);
+    assert_eq!(ids(&bob).await, Vec::<i64>::new());
+
+    // The preview tag cannot be borrowed to hide an upload from administrators.
+    upload(
+        app,
+        &alice,
+        "hidden.txt",
+        b"x".to_vec(),
+        Some(("RAG_UPLOAD_PREVIEW", "1")),
+    )
+    .await
+    .assert_error(400, 0, "bizType RAG_UPLOAD_PREVIEW is reserved");
+}

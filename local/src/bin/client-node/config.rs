@@ -16,8 +16,9 @@ pub struct Config {
     pub host_ip: String,
     pub grpc_listen: SocketAddr,
     pub max_concurrent: usize,
-    /// The OpenAI-compatible endpoint model calls go to; empty: the platform's model endpoint.
-    pub upstream_url: Option<String>,
+    /// The OpenAI-compatible endpoint model calls go to. Required: the platform names no
+    /// endpoint (a model config's URL is user input, and this node's key must not follow it).
+    pub upstream_url: String,
     pub upstream_api_key: String,
     /// Replaces the model the platform asks for; empty: that model.
     pub upstream_model: Option<String>,
@@ -33,7 +34,7 @@ Settings (flag or environment variable):
   --host-ip          HOST_IP           the address the platform reaches this node on (default 127.0.0.1)
   --grpc-listen      GRPC_LISTEN       where to serve gRPC (default 0.0.0.0:50051; port 0 picks one)
   --max-concurrent   MAX_CONCURRENT    calls served at once (default 4)
-  --upstream-url     UPSTREAM_URL      OpenAI-compatible base URL (default: the one the platform names)
+  --upstream-url     UPSTREAM_URL      OpenAI-compatible base URL this node calls (required)
   --upstream-api-key UPSTREAM_API_KEY  its API key
   --upstream-model   UPSTREAM_MODEL    model to call instead of the one the platform names
   --labels           LABELS            k=v,k=v reported with every heartbeat";
@@ -94,7 +95,12 @@ impl Config {
                 .parse()
                 .with_context(|| format!("--grpc-listen must be host:port, not {grpc_listen:?}"))?,
             max_concurrent,
-            upstream_url: s.get("upstream-url"),
+            upstream_url: s.get("upstream-url").ok_or_else(|| {
+                anyhow!(
+                    "--upstream-url (UPSTREAM_URL) is required: the node calls its own model endpoint \
+                     with its own UPSTREAM_API_KEY; the platform does not name one\n\n{USAGE}"
+                )
+            })?,
             upstream_api_key: s.get("upstream-api-key").unwrap_or_default(),
             upstream_model: s.get("upstream-model"),
             labels: labels(&s.get("labels").unwrap_or_default())?,

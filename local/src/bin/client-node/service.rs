@@ -49,14 +49,10 @@ impl Node {
         Some(Busy(self.active.clone()))
     }
 
-    /// The node's upstream settings win over what the platform names.
+    /// Always the node's own upstream and key; the platform only names the model.
     fn endpoint(&self, target: &shared::apps::node_proto::ModelTarget) -> Endpoint {
         Endpoint {
-            base_url: self
-                .config
-                .upstream_url
-                .clone()
-                .unwrap_or_else(|| target.base_url.clone()),
+            base_url: self.config.upstream_url.clone(),
             api_key: self.config.upstream_api_key.clone(),
             model: self
                 .config

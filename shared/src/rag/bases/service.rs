@@ -106,13 +106,11 @@ fn dedup(field: &str, value: i64, max: i64) -> AppResult<i16> {
     Ok(value as i16)
 }
 
-/// Checks that a referenced model exists, is enabled and has the expected type.
-async fn check_model(state: &AppState, field: &str, id: i64, t: ModelType) -> AppResult<()> {
-    gateway::load(state, id, t).await.map(|_| ()).map_err(|e| match e {
-        AppError::NotFound(_) => AppError::validation(format!("{field}: model {id} does not exist")),
-        AppError::Validation(m) | AppError::Business(m) => AppError::validation(format!("{field}: {m}")),
-        other => other,
-    })
+/// A referenced model must be one the caller may use (see `models::service::usable_config`).
+async fn check_model(state: &AppState, user: &CurrentUser, field: &str, id: i64, t: ModelType) -> AppResult<()> {
+    crate::models::service::usable_config(state, user, field, id, t)
+        .await
+        .map(|_| ())
 }
 
 /// Resolves a store instance for a category: the given one (checked) or the default.
@@ -139,7 +137,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     let name = validate::required("name", req.name.clone())?;
     validate::length("name", &name, 1, 100)?;
     let model_id = validate::present("embeddingModelId", req.embedding_model_id)?;
-    check_model(state, "embeddingModelId", model_id, ModelType::Embedding).await?;
+    check_model(state, user, "embeddingModelId", model_id, ModelType::Embedding).await?;
     let settings = apply_flat(
         &req,
         Settings {
@@ -150,10 +148,10 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     settings.chunk.params()?;
     settings.parse.check()?;
     if let Some(id) = settings.chunk.chunk_model_id {
-        check_model(state, "chunkModelId", id, ModelType::Chat).await?;
+        check_model(state, user, "chunkModelId", id, ModelType::Chat).await?;
     }
     if let Some(id) = req.rerank_model_id {
-        check_model(state, "rerankModelId", id, ModelType::Reranker).await?;
+        check_model(state, user, "rerankModelId", id, ModelType::Reranker).await?;
     }
     let dedup_strategy = dedup("dedupStrategy", req.dedup_strategy.unwrap_or(2), 3)?;
     let dedup_action = dedup("dedupAction", req.dedup_action.unwrap_or(0), 2)?;
@@ -266,18 +264,18 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         ));
     }
     if model_id != row.embedding_model_id {
-        check_model(state, "embeddingModelId", model_id, ModelType::Embedding).await?;
+        check_model(state, user, "embeddingModelId", model_id, ModelType::Embedding).await?;
     }
     if let Some(id) = settings
         .chunk
         .chunk_model_id
         .filter(|m| Some(*m) != row.chunk_params.0.chunk_model_id)
     {
-        check_model(state, "chunkModelId", id, ModelType::Chat).await?;
+        check_model(state, user, "chunkModelId", id, ModelType::Chat).await?;
     }
     let rerank = req.rerank_model_id.or(row.rerank_model_id);
     if let Some(r) = req.rerank_model_id {
-        check_model(state, "rerankModelId", r, ModelType::Reranker).await?;
+        check_model(state, user, "rerankModelId", r, ModelType::Reranker).await?;
     }
     let vector_store = match req.vector_store_instance_id {
         Some(v) => store_for(state, "vectorStoreInstanceId", Some(v), VECTOR_STORE).await?,
@@ -344,6 +342,12 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         None => row.chunk_params.0.clone(),
     };
     chunk.params()?;
+    if let Some(id) = chunk
+        .chunk_model_id
+        .filter(|m| Some(*m) != row.chunk_params.0.chunk_model_id)
+    {
+        check_model(state, user, "chunkParams.chunkModelId", id, ModelType::Chat).await?;
+    }
     let parse = match &req.parse_params {
         Some(p) => merge(&row.parse_params.0, p, "parseParams")?,
         None => row.parse_params.0.clone(),
@@ -358,7 +362,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         .rerank_model_id
         .filter(|r| Some(*r) != row.search_params.0.rerank_model_id)
     {
-        check_model(state, "searchParams.rerankModelId", r, ModelType::Reranker).await?;
+        check_model(state, user, "searchParams.rerankModelId", r, ModelType::Reranker).await?;
     }
     let model = match &req.model_params {
         Some(p) => merge(&row.model_params.0, p, "modelParams")?,
@@ -366,7 +370,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
     };
     model.check()?;
     if let Some(m) = model.model_id.filter(|m| Some(*m) != row.model_params.0.model_id) {
-        check_model(state, "modelParams.modelId", m, ModelType::Chat).await?;
+        check_model(state, user, "modelParams.modelId", m, ModelType::Chat).await?;
     }
     let fields = KbFields {
         name: &row.name,

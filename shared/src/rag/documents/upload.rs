@@ -17,7 +17,6 @@ use crate::{AppError, AppResult, AppState};
 
 const PREVIEW_TTL: Duration = Duration::from_secs(3600);
 pub const MAX_FILES: usize = 20;
-const PREVIEW_BIZ_TYPE: &str = "RAG_UPLOAD_PREVIEW";
 
 /// Options a preview request may override.
 pub struct PreviewOptions {
@@ -170,7 +169,7 @@ async fn store_files(
                 file_size: size,
                 mime_type: &mime,
                 storage_type: state.storage().kind().as_str(),
-                biz_type: Some(PREVIEW_BIZ_TYPE),
+                biz_type: Some(crate::resources::KB_PREVIEW_BIZ_TYPE),
                 biz_id: Some(kb.id),
                 content_hash: Some(&hash),
                 creator_id: user.id,

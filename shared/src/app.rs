@@ -17,6 +17,8 @@ pub fn assemble(api: OpenApiRouter<AppState>, state: AppState) -> (Router, OpenA
     let prefix = state.base_path();
     let (router, mut openapi) = OpenApiRouter::new().nest(&prefix, api).split_for_parts();
     crate::http::openapi::finish(&mut openapi);
+    // An unknown path answers in the envelope too, like every other failure.
+    let router = router.fallback(|| async { crate::AppError::NotFound("no such route".into()) });
     let limited = router.layer(from_fn_with_state(state.clone(), rate_limit::limit));
     // Inside the tracing layers, so the 500 is logged with the request's id.
     let guarded = catch_panics(limited);

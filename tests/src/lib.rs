@@ -126,7 +126,13 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
     TestApp {
         base: format!("{origin}/api"),
         origin,
-        client: reqwest::Client::new(),
+        // A hung request fails its test with a clear error instead of running into CI's limit;
+        // the bound is per read, so long streams that keep sending are not cut.
+        client: reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .read_timeout(std::time::Duration::from_secs(120))
+            .build()
+            .expect("test HTTP client"),
         db: state.db().clone(),
         state,
         storage_dir,

@@ -879,8 +879,13 @@ async fn chat_rounds_feed_long_term_memory_and_later_turns_recall_it_per_user() 
             .into_iter()
             .filter(|r| r["model"] == "chat-echo" && r["stream"] == true)
             .find(|r| r["messages"].to_string().contains(needle))
-            .map(|r| r["messages"][0]["content"].as_str().unwrap_or_default().to_owned())
-            .unwrap_or_default()
+            .map(|r| {
+                r["messages"][0]["content"]
+                    .as_str()
+                    .expect("a system prompt")
+                    .to_owned()
+            })
+            .unwrap_or_else(|| panic!("no chat request to the model holds {needle:?}"))
     };
     let system = system_of("which drinks do I like");
     assert!(

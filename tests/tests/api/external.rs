@@ -587,9 +587,8 @@ async fn images_upload_as_base64_and_only_their_uploader_may_attach_them() {
         .assert_ok();
 
     let before = e.written().await;
-    let files_before = std::fs::read_dir(e.app().storage_dir.path())
-        .map(|d| d.count())
-        .unwrap_or(0);
+    // Every stored object, at any depth (uploads land under resources/).
+    let files_before = e.app().snapshot().await.files;
     let mut wrong_size = image("ann", PNG);
     wrong_size["fileSize"] = json!(PNG.len() + 1);
     let mut too_big = image("ann", PNG);
@@ -632,12 +631,7 @@ async fn images_upload_as_base64_and_only_their_uploader_may_attach_them() {
             .assert_error(400, 0, &needle);
     }
     assert_eq!(e.written().await, before);
-    assert_eq!(
-        std::fs::read_dir(e.app().storage_dir.path())
-            .map(|d| d.count())
-            .unwrap_or(0),
-        files_before
-    );
+    assert_eq!(e.app().snapshot().await.files, files_before);
 
     // Bob cannot attach Ann's image; Ann can (the model then decides on vision support).
     let with_image = |who: &str| {

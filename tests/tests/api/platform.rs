@@ -137,6 +137,10 @@ async fn unknown_routes_and_request_ids() {
     assert_eq!(reply.headers["x-request-id"], "req-123");
     let generated = app.get("/user", None).await;
     assert!(generated.headers.get("x-request-id").is_some());
+    // An unknown route answers 404 in the envelope, with a request id too.
+    let unknown = app.get("/no-such-route", None).await;
+    unknown.assert_error(404, 404, "");
+    assert!(unknown.headers.get("x-request-id").is_some());
 }
 
 /// A rolled-back deployment (older code, newer schema) still starts.

@@ -63,7 +63,8 @@ for who in admin user; do
   [[ $who == user ]] && token=$user
   echo "fuzz: every operation as $who ($phases)"
   # From the scratch directory: schemathesis keeps a cache in its working directory.
-  (cd "$work" && "$st" run "$base/api-docs/openapi.json" --url "$base" \
+  # Bounded: a hung request would otherwise hold CI to its limit with no clue.
+  (cd "$work" && timeout 1200 "$st" run "$base/api-docs/openapi.json" --url "$base" \
     -H "Svc-Auth: $token" -H "Svc-App-Id: fuzz-app" -H "Svc-Token: $app_token" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
     --phases "$phases" --max-examples "${FUZZ_EXAMPLES:-15}" --workers 2 --seed 1 \

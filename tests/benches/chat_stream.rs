@@ -240,6 +240,8 @@ impl Target {
 /// One table row.
 struct Row {
     target: &'static str,
+    /// One of the service's own paths (the goals are about these).
+    service: bool,
     conn: Conn,
     concurrency: usize,
     timings: Vec<Timing>,
@@ -312,6 +314,7 @@ async fn sequential(http: &reqwest::Client, raw: &Target, target: &Target, pid: 
     let raw_busy: Duration = raw_t.iter().map(|t| t.end).sum();
     let raw_row = Row {
         target: raw.name(),
+        service: false,
         conn,
         concurrency: 1,
         timings: raw_t,
@@ -321,6 +324,7 @@ async fn sequential(http: &reqwest::Client, raw: &Target, target: &Target, pid: 
     };
     let row = Row {
         target: target.name(),
+        service: target.is_service(),
         conn,
         concurrency: 1,
         timings,
@@ -357,6 +361,7 @@ async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, c
     let n = timings.len() as f64;
     Row {
         target: target.name(),
+        service: target.is_service(),
         conn,
         concurrency: CONCURRENCY,
         timings,
@@ -586,10 +591,7 @@ async fn main() {
     }
 
     println!("\ngoals (each against the raw upstream of the same run):");
-    for row in rows
-        .iter()
-        .filter(|r| r.target != raw.name() && r.target != "LiteLLM proxy")
-    {
+    for row in rows.iter().filter(|r| r.service) {
         let reference = raw_of(row.conn, row.concurrency);
         let who = format!("{}, {}, concurrency {}", row.target, row.conn.label(), row.concurrency);
         if row.concurrency == 1 {

@@ -5,17 +5,24 @@
 # against the same stack and a real embedding model). Everything it starts (a Postgres-only stack
 # named "bench", the server) is stopped and removed on exit, so each run starts from an empty
 # database and runs can be compared. Results are recorded by hand in docs/benchmarks.md.
+#
+# `run-bench.sh chat` (`make bench-chat`) runs only the agent chat benchmark: the Postgres-only
+# stack, the server build, LiteLLM and chat_stream. BENCH_STACK names the stack (default bench),
+# so that a run does not take down another checkout's.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 # Same shared build cache as the Makefile, also when the script is run directly.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/agent-platform/target}
-stack=bench
+stack=${BENCH_STACK:-bench}
 duration=${BENCH_DURATION:-20s}
 
 step() { printf '\n== %s\n' "$*" >&2; }
 die() { echo "bench: ERROR: $*" >&2; exit 1; }
+
+only=${1:-all}
+[[ $only == all || $only == chat ]] || die "usage: run-bench.sh [chat]"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/agent-platform-bench.XXXXXX")
 server_pid=
@@ -35,6 +42,33 @@ trap cleanup EXIT
 # Turn signals into a normal exit so the EXIT trap stops the server and the stack.
 trap 'exit 130' INT TERM
 
+step "backing services (stack '$stack', Postgres only)"
+# shellcheck source=localstack/fresh-postgres.sh
+. localstack/fresh-postgres.sh "$stack"
+
+step "build (profile bench-local)"
+cargo build --profile bench-local --bin agent-platform
+# Cargo's own answer: a cargo wrapper may choose another target directory than the one above.
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+bin=$target_dir/bench-local/agent-platform
+[[ -x $bin ]] || die "no binary at $bin"
+
+bench_chat() {
+  step "agent chat: the service against the raw upstream and a LiteLLM proxy"
+  local litellm_venv=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}/venvs/litellm
+  if [[ ! -x $litellm_venv/bin/litellm ]]; then
+    python3 -m venv "$litellm_venv"
+    "$litellm_venv/bin/pip" install -q --disable-pip-version-check 'litellm[proxy]==1.106.2' >&2
+  fi
+  SERVER_BIN=$bin LITELLM_BIN=$litellm_venv/bin/litellm \
+    cargo bench --quiet -p api-tests --profile bench-local --bench chat_stream
+}
+if [[ $only == chat ]]; then
+  bench_chat
+  exit 0
+fi
+
 step "wrk"
 if ! command -v wrk >/dev/null; then
   sudo=()
@@ -46,15 +80,6 @@ if ! command -v wrk >/dev/null; then
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk </dev/null >/dev/null
 fi
 wrk --version 2>&1 | head -1 >&2 || true
-
-step "backing services (stack '$stack', Postgres only)"
-# shellcheck source=localstack/fresh-postgres.sh
-. localstack/fresh-postgres.sh "$stack"
-
-step "build (profile bench-local)"
-cargo build --profile bench-local --bin agent-platform
-bin=$CARGO_TARGET_DIR/bench-local/agent-platform
-[[ -x $bin ]] || die "no binary at $bin"
 
 # Fresh secrets per run: tokens from earlier runs must not be accepted, nothing is kept.
 eval "$(python3 - <<'PY'
@@ -166,14 +191,7 @@ EMBEDDING_SERVER_URL=$(bash localstack/embedder.sh url "$work/embedder.log")
 export EMBEDDING_SERVER_URL
 cargo bench --quiet -p api-tests --profile bench-local --bench ingest
 
-step "agent chat: the service against the raw upstream and a LiteLLM proxy"
-litellm_venv=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}/venvs/litellm
-if [[ ! -x $litellm_venv/bin/litellm ]]; then
-  python3 -m venv "$litellm_venv"
-  "$litellm_venv/bin/pip" install -q --disable-pip-version-check 'litellm[proxy]==1.106.2' >&2
-fi
-SERVER_BIN=$bin LITELLM_BIN=$litellm_venv/bin/litellm \
-  cargo bench --quiet -p api-tests --profile bench-local --bench chat_stream
+bench_chat
 
 step "function binaries: size, zipped size, init time under the Lambda runtime emulator"
 cargo build --quiet --profile bench-local --workspace --bins

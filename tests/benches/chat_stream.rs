@@ -1,22 +1,36 @@
-//! Agent chat through the service against the raw scripted upstream and a LiteLLM proxy on the
-//! same upstream, in one run:
-//! - added time to first token: service (or LiteLLM) minus raw upstream, sequential, p50/p99;
-//! - sustained streams: CONCURRENCY streams in flight for DURATION, completed streams per
-//!   second and per CPU-second of the server process (`/proc/<pid>/stat`).
+//! Agent chat as users get it: time to first token AT THE CLIENT, through the service and a
+//! LiteLLM proxy, against the raw scripted upstream, all in one run.
+//!
+//! First, a guard that fails the run (exit 1): the SECOND chat on one kept-alive connection (a
+//! hand-driven HTTP/1.1 socket, so it is truly the same connection) must not wait more than
+//! 20 ms between its response headers and its first line. That was the Nagle / delayed-ACK
+//! stall of about 40 ms a socket without TCP_NODELAY gives every answer after the first.
+//!
+//! Then, for each path (raw upstream, `POST /api/agent/{id}/chat`, the external API's
+//! `POST /api/openapi/v1/agent/chat` with app credentials, LiteLLM), on kept-alive connections
+//! (one pooled client reused across requests, as browsers and HTTP client libraries do) and on
+//! a new connection per request, at concurrency 1 and CONCURRENCY:
+//! - first token p50/p99 at the client, and the time added over the raw upstream;
+//! - streams/s and streams per CPU-second of the server process (`/proc/<pid>/stat`);
+//! - the time after the last token until the stream ends (stored messages, memory round, title).
+//!
+//! At concurrency 1 each path alternates with the raw upstream round by round ("added" is the
+//! round's difference), so the path's connection is reused back to back, as a pooled client
+//! does under load. At CONCURRENCY "added" is the difference of the percentiles.
 //!
 //! The service is the `agent-platform` binary (SERVER_BIN, built with the bench-local profile)
 //! on a fresh database of DATABASE_URL's server; LiteLLM runs from LITELLM_BIN (skipped when
 //! unset). Every service chat does its real work: agent and model lookups, quota, history (20
 //! messages), the stored user and assistant messages.
 //!
-//! Run with `make bench` (it builds the server, installs LiteLLM and sets the variables).
+//! Run with `make bench-chat` (only this benchmark) or `make bench`.
 
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use api_tests::bench_server::{cpu_seconds, percentile_ms, start_service, wait_ready, Server, ADMIN_PASSWORD};
+use api_tests::bench_server::{
+    cpu_seconds, percentile_ms, start_service, wait_ready, OneConnection, Server, ADMIN_PASSWORD,
+};
 use api_tests::free_port;
 use api_tests::model_server::{ModelServer, GOOD_KEY};
 use futures::StreamExt;
@@ -26,7 +40,10 @@ const TOKENS: usize = 50;
 const WARMUP: usize = 30;
 const ROUNDS: usize = 300;
 const CONCURRENCY: usize = 32;
-const DURATION: Duration = Duration::from_secs(15);
+const DURATION: Duration = Duration::from_secs(10);
+/// Well under the ~40 ms of a delayed ACK, well over a loaded machine's scheduling noise.
+const GUARD_LIMIT: Duration = Duration::from_millis(20);
+const OPEN_ID: &str = "bench-user";
 
 /// Sum over the process and its children (LiteLLM may fork workers).
 fn tree_cpu_seconds(pid: u32) -> f64 {
@@ -75,69 +92,325 @@ async fn json_post(http: &reqwest::Client, url: &str, token: Option<&str>, body:
     req.send().await.expect("request").json().await.expect("json")
 }
 
+/// How the client reaches the server.
+#[derive(Clone, Copy, PartialEq)]
+enum Conn {
+    /// One pooled client reused across requests.
+    KeptAlive,
+    /// A new TCP connection per request (no idle connections kept).
+    New,
+}
+
+impl Conn {
+    fn label(self) -> &'static str {
+        match self {
+            Conn::KeptAlive => "kept-alive",
+            Conn::New => "new per request",
+        }
+    }
+
+    fn client(self) -> reqwest::Client {
+        let idle = match self {
+            Conn::KeptAlive => CONCURRENCY * 2,
+            Conn::New => 0,
+        };
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(idle)
+            .build()
+            .expect("client")
+    }
+}
+
 /// One way of asking for the same answer.
 #[derive(Clone)]
 enum Target {
-    Raw { url: String, body: Value },
-    Service { url: String, token: String },
-    Litellm { url: String, body: Value },
+    Raw {
+        url: String,
+        body: Value,
+    },
+    Service {
+        url: String,
+        token: String,
+    },
+    External {
+        url: String,
+        app_id: String,
+        app_token: String,
+        agent_id: i64,
+    },
+    Litellm {
+        url: String,
+        body: Value,
+    },
+}
+
+/// When the parts of one streamed answer arrived, from the request's start.
+struct Timing {
+    first: Duration,
+    last: Duration,
+    /// The end-of-answer marker (`done` line, `[DONE]` event).
+    done: Duration,
+    end: Duration,
+}
+
+/// Occurrences of `pat` in `buf` that end after `old` (bytes already scanned).
+fn new_matches(buf: &[u8], old: usize, pat: &[u8]) -> usize {
+    let from = old.saturating_sub(pat.len() - 1);
+    buf[from..].windows(pat.len()).filter(|w| *w == pat).count()
 }
 
 impl Target {
-    /// Streams one answer; returns the time to its first answer token.
-    async fn stream(&self, http: &reqwest::Client, conversation: &str) -> Duration {
-        let start = Instant::now();
-        let resp = match self {
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Raw { .. } => "raw upstream",
+            Target::Service { .. } => "service `/agent/{id}/chat`",
+            Target::External { .. } => "external `/openapi/v1/agent/chat`",
+            Target::Litellm { .. } => "LiteLLM proxy",
+        }
+    }
+
+    fn is_service(&self) -> bool {
+        matches!(self, Target::Service { .. } | Target::External { .. })
+    }
+
+    fn request(&self, http: &reqwest::Client, conversation: &str) -> reqwest::RequestBuilder {
+        match self {
             Target::Raw { url, body } | Target::Litellm { url, body } => {
-                http.post(url).bearer_auth(GOOD_KEY).json(body).send().await
+                http.post(url).bearer_auth(GOOD_KEY).json(body)
             }
-            Target::Service { url, token } => {
-                http.post(url)
-                    .header("Svc-Auth", token)
-                    .json(&json!({ "conversationId": conversation, "content": "benchmark" }))
-                    .send()
-                    .await
-            }
+            Target::Service { url, token } => http
+                .post(url)
+                .header("Svc-Auth", token)
+                .json(&json!({ "conversationId": conversation, "content": "benchmark" })),
+            Target::External {
+                url,
+                app_id,
+                app_token,
+                agent_id,
+            } => http
+                .post(url)
+                .header("Svc-App-Id", app_id)
+                .header("Svc-Token", app_token)
+                .json(&json!({ "agentId": agent_id, "openId": OPEN_ID,
+                               "conversationId": conversation, "content": "benchmark" })),
         }
-        .expect("stream request");
-        assert!(resp.status().is_success(), "status {}", resp.status());
+    }
+
+    fn done_marker(&self) -> &'static [u8] {
+        if self.is_service() {
+            b"\"type\":\"done\""
+        } else {
+            b"[DONE]"
+        }
+    }
+
+    /// Streams one answer and reads it to the end.
+    async fn stream(&self, http: &reqwest::Client, conversation: &str) -> Timing {
+        let start = Instant::now();
+        let resp = self.request(http, conversation).send().await.expect("stream request");
+        assert!(resp.status().is_success(), "{}: status {}", self.name(), resp.status());
         let mut body = resp.bytes_stream();
-        let mut first = None;
-        let mut tokens = 0usize;
+        let (mut buf, mut tokens) = (Vec::new(), 0usize);
+        let (mut first, mut last, mut done) = (None, None, None);
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.expect("chunk");
-            let n = chunk.windows(4).filter(|w| w == b"tok ").count();
-            if n > 0 && first.is_none() {
-                first = Some(start.elapsed());
+            let old = buf.len();
+            buf.extend_from_slice(&chunk.expect("chunk"));
+            let at = start.elapsed();
+            let n = new_matches(&buf, old, b"tok ");
+            if n > 0 {
+                first.get_or_insert(at);
+                last = Some(at);
+                tokens += n;
             }
-            tokens += n;
+            if done.is_none() && new_matches(&buf, old, self.done_marker()) > 0 {
+                done = Some(at);
+            }
         }
-        assert_eq!(tokens, TOKENS, "a whole answer");
-        first.expect("a first token")
+        assert_eq!(tokens, TOKENS, "{}: a whole answer", self.name());
+        let end = start.elapsed();
+        Timing {
+            first: first.expect("a first token"),
+            last: last.expect("a last token"),
+            done: done.unwrap_or(end),
+            end,
+        }
     }
 }
 
-/// Streams completed in DURATION with CONCURRENCY in flight, and the server's CPU seconds.
-async fn sustained(http: &reqwest::Client, target: &Target, pid: u32) -> (usize, f64) {
-    let done = Arc::new(AtomicUsize::new(0));
-    let cpu_before = tree_cpu_seconds(pid);
-    let deadline = Instant::now() + DURATION;
+/// One table row.
+struct Row {
+    target: &'static str,
+    /// One of the service's own paths (the goals are about these).
+    service: bool,
+    conn: Conn,
+    concurrency: usize,
+    timings: Vec<Timing>,
+    /// Per-round differences to the raw upstream (concurrency 1 only).
+    added: Vec<Duration>,
+    streams_per_s: f64,
+    /// None for the raw upstream, which runs inside this process.
+    per_cpu_s: Option<f64>,
+}
+
+impl Row {
+    fn first(&self) -> Vec<Duration> {
+        self.timings.iter().map(|t| t.first).collect()
+    }
+
+    fn first_ms(&self, p: f64) -> f64 {
+        percentile_ms(&mut self.first(), p)
+    }
+
+    /// Added first-token time at quantile `p` over `raw` of the same run.
+    fn added_ms(&self, raw: &Row, p: f64) -> f64 {
+        if self.added.is_empty() {
+            self.first_ms(p) - raw.first_ms(p)
+        } else {
+            percentile_ms(&mut self.added.clone(), p)
+        }
+    }
+
+    fn print(&self, raw: &Row) {
+        let mut tail: Vec<_> = self.timings.iter().map(|t| t.end.saturating_sub(t.last)).collect();
+        let mut after_done: Vec<_> = self.timings.iter().map(|t| t.end.saturating_sub(t.done)).collect();
+        let added = if std::ptr::eq(self, raw) {
+            "- | -".to_owned()
+        } else {
+            format!("{:.2} | {:.2}", self.added_ms(raw, 0.5), self.added_ms(raw, 0.99))
+        };
+        println!(
+            "| {} | {} | {} | {:.2} | {:.2} | {added} | {:.1} | {} | {:.2} / {:.2} | {:.2} |",
+            self.target,
+            self.conn.label(),
+            self.concurrency,
+            self.first_ms(0.5),
+            self.first_ms(0.99),
+            self.streams_per_s,
+            self.per_cpu_s.map_or("-".to_owned(), |v| format!("{v:.0}")),
+            percentile_ms(&mut tail, 0.5),
+            percentile_ms(&mut tail, 0.99),
+            percentile_ms(&mut after_done, 0.99),
+        );
+    }
+}
+
+/// ROUNDS streams of `target`, each after one of `raw` on the same client (the pair's
+/// difference is the added time); `pid` is the server process whose CPU is counted.
+async fn sequential(http: &reqwest::Client, raw: &Target, target: &Target, pid: Option<u32>, conn: Conn) -> (Row, Row) {
+    let (mut raw_t, mut timings, mut added) = (vec![], vec![], vec![]);
+    let mut busy = Duration::ZERO;
+    let cpu_before = pid.map(tree_cpu_seconds);
+    for _ in 0..ROUNDS {
+        let r = raw.stream(http, "ttfb").await;
+        let t = target.stream(http, "ttfb").await;
+        added.push(t.first.saturating_sub(r.first));
+        busy += t.end;
+        raw_t.push(r);
+        timings.push(t);
+    }
+    let per_cpu_s = pid
+        .zip(cpu_before)
+        .map(|(p, before)| ROUNDS as f64 / (tree_cpu_seconds(p) - before).max(0.01));
+    let raw_busy: Duration = raw_t.iter().map(|t| t.end).sum();
+    let raw_row = Row {
+        target: raw.name(),
+        service: false,
+        conn,
+        concurrency: 1,
+        timings: raw_t,
+        added: vec![],
+        streams_per_s: ROUNDS as f64 / raw_busy.as_secs_f64(),
+        per_cpu_s: None,
+    };
+    let row = Row {
+        target: target.name(),
+        service: target.is_service(),
+        conn,
+        concurrency: 1,
+        timings,
+        added,
+        streams_per_s: ROUNDS as f64 / busy.as_secs_f64(),
+        per_cpu_s,
+    };
+    (raw_row, row)
+}
+
+/// CONCURRENCY streams in flight for DURATION; `pid` is the server process whose CPU is counted.
+async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, conn: Conn) -> Row {
+    let cpu_before = pid.map(tree_cpu_seconds);
+    let started = Instant::now();
+    let deadline = started + DURATION;
     let workers: Vec<_> = (0..CONCURRENCY)
         .map(|i| {
-            let (http, target, done) = (http.clone(), target.clone(), done.clone());
+            let (http, target) = (http.clone(), target.clone());
             tokio::spawn(async move {
                 let conversation = format!("load-{i}");
+                let mut timings = vec![];
                 while Instant::now() < deadline {
-                    target.stream(&http, &conversation).await;
-                    done.fetch_add(1, Ordering::Relaxed);
+                    timings.push(target.stream(&http, &conversation).await);
                 }
+                timings
             })
         })
         .collect();
+    let mut timings = vec![];
     for w in workers {
-        w.await.expect("worker");
+        timings.extend(w.await.expect("worker"));
     }
-    (done.load(Ordering::Relaxed), tree_cpu_seconds(pid) - cpu_before)
+    let secs = started.elapsed().as_secs_f64();
+    let n = timings.len() as f64;
+    Row {
+        target: target.name(),
+        service: target.is_service(),
+        conn,
+        concurrency: CONCURRENCY,
+        timings,
+        added: vec![],
+        streams_per_s: n / secs,
+        per_cpu_s: pid
+            .zip(cpu_before)
+            .map(|(p, before)| n / (tree_cpu_seconds(p) - before).max(0.01)),
+    }
+}
+
+/// The guard: the second chat on one hand-driven connection, per service path. Returns the
+/// worst of the values (each a median over three connections, so one scheduling hiccup on a
+/// busy machine does not fail the run while a stall on every connection does).
+async fn keepalive_guard(base: &str, agent: (&str, &str), external: (&str, &[(&str, &str)], Value)) -> Duration {
+    let (agent_path, token) = agent;
+    let agent_headers = [("Svc-Auth", token)];
+    let agent_body = json!({ "conversationId": "guard", "content": "benchmark" });
+    let (ext_path, ext_headers, ext_body) = external;
+    let mut worst = Duration::ZERO;
+    for (name, path, headers, body) in [
+        ("service", agent_path, &agent_headers[..], agent_body),
+        ("external", ext_path, ext_headers, ext_body),
+    ] {
+        let body = body.to_string().into_bytes();
+        let mut seconds = vec![];
+        for _ in 0..3 {
+            let mut conn = OneConnection::open(base).await;
+            let first = conn.post_stream(path, headers, &body).await;
+            let second = conn.post_stream(path, headers, &body).await;
+            println!(
+                "keep-alive guard, {name}: headers -> first line {:.2} ms on a connection's first chat, {:.2} ms on its second",
+                first.as_secs_f64() * 1000.0,
+                second.as_secs_f64() * 1000.0
+            );
+            seconds.push(second);
+        }
+        seconds.sort();
+        worst = worst.max(seconds[1]);
+    }
+    worst
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "FAIL"
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -146,13 +419,18 @@ async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let upstream = ModelServer::start().await;
     let model = format!("chat-bench-{TOKENS}");
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(64)
-        .build()
-        .expect("client");
+    let http = Conn::KeptAlive.client();
 
-    // Counted as in production, but the load comes from one user far above the default.
-    let (service, _) = start_service(&http, dir.path(), &[("RATE_LIMIT_USER_REQUESTS", "1000000")]).await;
+    // Counted as in production, but the load comes from one user and one app far above the defaults.
+    let (service, _) = start_service(
+        &http,
+        dir.path(),
+        &[
+            ("RATE_LIMIT_USER_REQUESTS", "1000000"),
+            ("RATE_LIMIT_APP_REQUESTS", "1000000"),
+        ],
+    )
+    .await;
     let api = format!("{}/api", service.base);
     let login = json_post(
         &http,
@@ -186,6 +464,40 @@ async fn main() {
     )
     .await;
     let agent_id = agent["data"].as_i64().expect("agent id");
+    // An agent bound to no app is open to every app (docs/external.md).
+    let app = json_post(
+        &http,
+        &format!("{api}/app"),
+        Some(&token),
+        json!({ "appId": "bench", "appName": "bench app" }),
+    )
+    .await;
+    let app_id = app["data"]["appId"].as_str().expect("appId").to_owned();
+    let app_token = app["data"]["token"].as_str().expect("app token").to_owned();
+
+    let agent_path = format!("/api/agent/{agent_id}/chat");
+    let ext_path = "/api/openapi/v1/agent/chat";
+    let guard = keepalive_guard(
+        &service.base,
+        (&agent_path, &token),
+        (
+            ext_path,
+            &[("Svc-App-Id", &app_id), ("Svc-Token", &app_token)],
+            json!({ "agentId": agent_id, "openId": OPEN_ID, "conversationId": "guard", "content": "benchmark" }),
+        ),
+    )
+    .await;
+    let guard_ok = guard <= GUARD_LIMIT;
+    println!(
+        "keep-alive guard: second chat on one connection waits {:.2} ms between headers and first line (limit {} ms): {}\n",
+        guard.as_secs_f64() * 1000.0,
+        GUARD_LIMIT.as_millis(),
+        verdict(guard_ok)
+    );
+    if !guard_ok {
+        drop(service);
+        std::process::exit(1);
+    }
 
     let openai_body =
         json!({ "model": model, "stream": true, "messages": [{ "role": "user", "content": "benchmark" }] });
@@ -193,82 +505,118 @@ async fn main() {
         url: format!("{}/chat/completions", upstream.base_url),
         body: openai_body.clone(),
     };
-    let svc = Target::Service {
-        url: format!("{api}/agent/{agent_id}/chat"),
-        token,
-    };
+    let service_pid = service.child.id();
     let litellm = start_litellm(&http, &upstream.base_url, &model, dir.path()).await;
-    let lite = litellm.as_ref().map(|l| Target::Litellm {
-        url: format!("{}/v1/chat/completions", l.base),
-        body: openai_body,
-    });
-
-    for _ in 0..WARMUP {
-        raw.stream(&http, "ttfb").await;
-        svc.stream(&http, "ttfb").await;
-        if let Some(l) = &lite {
-            l.stream(&http, "ttfb").await;
-        }
-    }
-    let (mut raw_t, mut svc_t, mut lite_t, mut svc_added, mut lite_added) = (vec![], vec![], vec![], vec![], vec![]);
-    for _ in 0..ROUNDS {
-        let r = raw.stream(&http, "ttfb").await;
-        let s = svc.stream(&http, "ttfb").await;
-        raw_t.push(r);
-        svc_t.push(s);
-        svc_added.push(s.saturating_sub(r));
-        if let Some(l) = &lite {
-            let t = l.stream(&http, "ttfb").await;
-            lite_t.push(t);
-            lite_added.push(t.saturating_sub(r));
-        }
-    }
-    println!("agent chat: {ROUNDS} sequential streams of {TOKENS} tokens each, zero upstream delay (ms)");
-    println!("| path | first token p50 | first token p99 | added over raw p50 | added over raw p99 |");
-    println!("|---|---|---|---|---|");
-    println!(
-        "| raw upstream | {:.2} | {:.2} | - | - |",
-        percentile_ms(&mut raw_t, 0.5),
-        percentile_ms(&mut raw_t, 0.99)
-    );
-    println!(
-        "| service `/agent/{{id}}/chat` | {:.2} | {:.2} | {:.2} | {:.2} |",
-        percentile_ms(&mut svc_t, 0.5),
-        percentile_ms(&mut svc_t, 0.99),
-        percentile_ms(&mut svc_added, 0.5),
-        percentile_ms(&mut svc_added, 0.99)
-    );
-    if !lite_t.is_empty() {
-        println!(
-            "| LiteLLM proxy | {:.2} | {:.2} | {:.2} | {:.2} |",
-            percentile_ms(&mut lite_t, 0.5),
-            percentile_ms(&mut lite_t, 0.99),
-            percentile_ms(&mut lite_added, 0.5),
-            percentile_ms(&mut lite_added, 0.99)
-        );
+    let mut targets = vec![
+        (
+            Target::Service {
+                url: format!("{api}/agent/{agent_id}/chat"),
+                token,
+            },
+            Some(service_pid),
+        ),
+        (
+            Target::External {
+                url: format!("{}{ext_path}", service.base),
+                app_id,
+                app_token,
+                agent_id,
+            },
+            Some(service_pid),
+        ),
+    ];
+    if let Some(l) = &litellm {
+        let target = Target::Litellm {
+            url: format!("{}/v1/chat/completions", l.base),
+            body: openai_body,
+        };
+        targets.push((target, Some(l.child.id())));
     }
 
+    let mut rows = vec![];
+    for conn in [Conn::KeptAlive, Conn::New] {
+        let http = conn.client();
+        for _ in 0..WARMUP {
+            raw.stream(&http, "ttfb").await;
+            for (t, _) in &targets {
+                t.stream(&http, "ttfb").await;
+            }
+        }
+        let mut raw_rows = vec![];
+        for (t, pid) in &targets {
+            let (raw_row, row) = sequential(&http, &raw, t, *pid, conn).await;
+            raw_rows.push(raw_row);
+            rows.push(row);
+        }
+        // One raw row at concurrency 1: all its rounds, across the paths it alternated with.
+        let mut raw_row = raw_rows.remove(0);
+        for r in raw_rows {
+            raw_row.timings.extend(r.timings);
+        }
+        rows.push(raw_row);
+        rows.push(concurrent(&http, &raw, None, conn).await);
+        for (t, pid) in &targets {
+            rows.push(concurrent(&http, t, *pid, conn).await);
+        }
+    }
+
     println!(
-        "\nsustained: {CONCURRENCY} streams in flight for {}s",
+        "agent chat: {TOKENS}-token answers, zero upstream delay; concurrency 1 = {ROUNDS} streams per path, \
+         concurrency {CONCURRENCY} = {}s per path (ms)",
         DURATION.as_secs()
     );
-    println!("| server | streams/s | server CPU s | streams per CPU-second |");
-    println!("|---|---|---|---|");
-    let (n, cpu) = sustained(&http, &svc, service.child.id()).await;
-    let secs = DURATION.as_secs_f64();
     println!(
-        "| service | {:.1} | {cpu:.2} | {:.1} |",
-        n as f64 / secs,
-        n as f64 / cpu.max(0.01)
+        "| path | connection | concurrency | first token p50 | first token p99 | added p50 | added p99 | streams/s | streams per server CPU-s | after last token p50 / p99 | after done line p99 |"
     );
-    if let (Some(server), Some(target)) = (&litellm, &lite) {
-        let (n, cpu) = sustained(&http, target, server.child.id()).await;
-        println!(
-            "| LiteLLM proxy | {:.1} | {cpu:.2} | {:.1} |",
-            n as f64 / secs,
-            n as f64 / cpu.max(0.01)
-        );
-    } else {
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let raw_of = |conn: Conn, concurrency: usize| {
+        rows.iter()
+            .find(|r| r.target == raw.name() && r.conn == conn && r.concurrency == concurrency)
+            .expect("a raw row")
+    };
+    for conn in [Conn::KeptAlive, Conn::New] {
+        for concurrency in [1, CONCURRENCY] {
+            let reference = raw_of(conn, concurrency);
+            reference.print(reference);
+            for row in rows
+                .iter()
+                .filter(|r| r.conn == conn && r.concurrency == concurrency && !std::ptr::eq(*r, reference))
+            {
+                row.print(reference);
+            }
+        }
+    }
+    if litellm.is_none() {
         println!("(LITELLM_BIN unset: LiteLLM not measured)");
+    }
+
+    println!("\ngoals (each against the raw upstream of the same run):");
+    for row in rows.iter().filter(|r| r.service) {
+        let reference = raw_of(row.conn, row.concurrency);
+        let who = format!("{}, {}, concurrency {}", row.target, row.conn.label(), row.concurrency);
+        if row.concurrency == 1 {
+            let (p50, p99) = (row.added_ms(reference, 0.5), row.added_ms(reference, 0.99));
+            println!(
+                "  {}: {who}: added first token p50 {p50:.2} ms < 2 ms",
+                verdict(p50 < 2.0)
+            );
+            println!(
+                "  {}: {who}: added first token p99 {p99:.2} ms < 10 ms",
+                verdict(p99 < 10.0)
+            );
+        } else {
+            let (p99, limit) = (row.first_ms(0.99), 3.0 * reference.first_ms(0.99) + 10.0);
+            println!(
+                "  {}: {who}: first token p99 {p99:.2} ms < 3 x raw p99 + 10 ms = {limit:.2} ms",
+                verdict(p99 < limit)
+            );
+            if row.conn == Conn::KeptAlive {
+                let per_cpu = row.per_cpu_s.unwrap_or(0.0);
+                println!(
+                    "  {}: {who}: {per_cpu:.0} streams per server CPU-second >= 1,000",
+                    verdict(per_cpu >= 1000.0)
+                );
+            }
+        }
     }
 }

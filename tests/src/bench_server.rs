@@ -94,3 +94,94 @@ pub fn rss_mib(pid: u32) -> f64 {
 pub fn percentile_ms(values: &mut [Duration], p: f64) -> f64 {
     crate::percentile::percentile(values, p).as_secs_f64() * 1000.0
 }
+
+/// One HTTP/1.1 connection driven by hand, so that successive requests are known to share one
+/// TCP socket (a pooling client may open another one at will). Only what the chat guard
+/// needs: a request with a body, a chunked streamed answer read to its end.
+pub struct OneConnection {
+    stream: tokio::net::TcpStream,
+    host: String,
+    buf: Vec<u8>,
+    /// When the last read returned: the arrival time of everything in `buf` read by it.
+    read_at: std::time::Instant,
+}
+
+impl OneConnection {
+    /// Connects to `base` (`http://127.0.0.1:PORT`).
+    pub async fn open(base: &str) -> Self {
+        let host = base.strip_prefix("http://").expect("an http:// base URL").to_owned();
+        let stream = tokio::net::TcpStream::connect(&host).await.expect("connect");
+        Self {
+            stream,
+            host,
+            buf: Vec::new(),
+            read_at: std::time::Instant::now(),
+        }
+    }
+
+    async fn fill(&mut self) {
+        use tokio::io::AsyncReadExt;
+        let mut chunk = [0u8; 16 * 1024];
+        let n = self.stream.read(&mut chunk).await.expect("read");
+        assert!(n > 0, "the server closed the connection mid-answer");
+        self.read_at = std::time::Instant::now();
+        self.buf.extend_from_slice(&chunk[..n]);
+    }
+
+    /// Reads until `buf` holds `needle`; returns the index just past it.
+    async fn read_past(&mut self, needle: &[u8]) -> usize {
+        loop {
+            if let Some(i) = self.buf.windows(needle.len()).position(|w| w == needle) {
+                return i + needle.len();
+            }
+            self.fill().await;
+        }
+    }
+
+    /// POSTs JSON `body` to `path` with `headers` and reads the chunked answer to its end.
+    /// Returns the time from the arrival of the response headers to the arrival of the first
+    /// complete body line (zero when both came in one read).
+    pub async fn post_stream(&mut self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Duration {
+        use tokio::io::AsyncWriteExt;
+        let mut req = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            self.host,
+            body.len()
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body);
+        // One write: the request must not itself wait on Nagle.
+        self.stream.write_all(&bytes).await.expect("write request");
+
+        let head_end = self.read_past(b"\r\n\r\n").await;
+        let headers_at = self.read_at;
+        let head = String::from_utf8_lossy(&self.buf[..head_end]).to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "answer: {head}");
+        assert!(head.contains("transfer-encoding: chunked"), "a streamed answer: {head}");
+        self.buf.drain(..head_end);
+
+        let mut first_line = None;
+        loop {
+            let size_end = self.read_past(b"\r\n").await;
+            let size_text = String::from_utf8_lossy(&self.buf[..size_end - 2]).into_owned();
+            let size_hex = size_text.split(';').next().unwrap_or_default().trim();
+            let size = usize::from_str_radix(size_hex, 16).expect("a chunk size");
+            // Chunk data and its CRLF; the last chunk (size 0) is followed by an empty trailer line.
+            while self.buf.len() < size_end + size + 2 {
+                self.fill().await;
+            }
+            if first_line.is_none() && self.buf[size_end..size_end + size].contains(&b'\n') {
+                first_line = Some(self.read_at.saturating_duration_since(headers_at));
+            }
+            self.buf.drain(..size_end + size + 2);
+            if size == 0 {
+                break;
+            }
+        }
+        first_line.expect("an answer line")
+    }
+}

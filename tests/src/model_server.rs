@@ -80,8 +80,10 @@ impl ModelServer {
             .await
             .expect("bind model server");
         let addr = listener.local_addr().expect("addr");
+        // Served like the service (Nagle off): a real provider streams without a delayed-ACK
+        // stall, and a stalled reference would hide the service's own in "added" times.
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = local_server::serve(listener, app, std::future::pending()).await;
         });
         Self {
             origin: format!("http://{addr}"),

@@ -399,3 +399,79 @@ async fn secrets_are_never_stored_in_plain_text() {
     assert_eq!(stored.len(), 1);
     assert!(!stored[0].contains(&refresh) && stored[0].len() == 64);
 }
+
+/// Logs in with `X-Forwarded-For: address`.
+async fn login_from(app: &TestApp, address: &str, username: &str, password: &str) -> api_tests::Reply {
+    let body = json!({ "username": username, "password": password });
+    app.send(
+        app.client
+            .post(app.url("/user/login"))
+            .header("x-forwarded-for", address)
+            .json(&body),
+    )
+    .await
+}
+
+/// 25 wrong passwords at once, each claiming another address: the header is the client's word
+/// and counts for nothing without a trusted proxy, and counting is atomic, so exactly
+/// LOGIN_MAX_FAILURES (5) are checked and the other 20 refused.
+#[tokio::test]
+async fn concurrent_failures_with_forged_addresses_are_throttled_exactly() {
+    let app = app().await;
+    let addresses: Vec<String> = (0..25).map(|i| format!("203.0.113.{i}")).collect();
+    let attempts = addresses.iter().map(|a| login_from(&app, a, ADMIN_USERNAME, "wrong"));
+    let replies = futures::future::join_all(attempts).await;
+    let unauthorized = replies.iter().filter(|r| r.status == 401).count();
+    let refused = replies.iter().filter(|r| r.status == 429).count();
+    assert_eq!(
+        (unauthorized, refused),
+        (5, 20),
+        "{:?}",
+        replies.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    app.login(ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_error(429, 429, "too many failed logins");
+}
+
+/// Behind one trusted proxy: failures from one address lock that address for the account, not
+/// the owner elsewhere; failures from many addresses lock the account at the higher bound, but
+/// not from an address the owner logged in from before.
+#[tokio::test]
+async fn someone_elses_failures_do_not_lock_the_owner_out() {
+    let app = api_tests::spawn_with(
+        Store::Filesystem,
+        &[("TRUSTED_PROXY_HOPS", "1"), ("LOGIN_ACCOUNT_MAX_FAILURES", "8")],
+    )
+    .await;
+    login_from(&app, "192.0.2.10", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_ok();
+    for _ in 0..5 {
+        login_from(&app, "198.51.100.7", ADMIN_USERNAME, "wrong")
+            .await
+            .assert_error(401, 401, "incorrect");
+    }
+    login_from(&app, "198.51.100.7", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_error(429, 429, "too many failed logins");
+    // A new address is fine until the account-wide bound (8) is used up.
+    login_from(&app, "192.0.2.20", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_ok();
+    for i in 0..3 {
+        login_from(&app, &format!("198.51.100.{}", 20 + i), ADMIN_USERNAME, "wrong")
+            .await
+            .assert_error(401, 401, "incorrect");
+    }
+    login_from(&app, "192.0.2.30", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_error(429, 429, "too many failed logins");
+    // The addresses the owner logged in from still work.
+    login_from(&app, "192.0.2.10", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_ok();
+    login_from(&app, "192.0.2.20", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_ok();
+}

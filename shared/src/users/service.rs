@@ -86,7 +86,7 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
         return Err(AppError::unauthorized(BAD_LOGIN));
     };
     throttle::succeeded(state.db(), &counters, user.id, ip).await?;
-    let token = state.jwt().issue_access(user.id, user.role)?;
+    let token = state.jwt().issue_access(user.id, user.role, user.token_version)?;
     let refresh_token = new_refresh(state, state.db(), uuid::Uuid::new_v4(), user.id).await?;
     Ok(LoginResult {
         token,
@@ -134,7 +134,7 @@ pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPa
     let refresh_token = new_refresh(state, &mut *tx, row.family_id, user.id).await?;
     tx.commit().await?;
     Ok(TokenPair {
-        token: state.jwt().issue_access(user.id, user.role)?,
+        token: state.jwt().issue_access(user.id, user.role, user.token_version)?,
         refresh_token,
     })
 }

@@ -317,10 +317,11 @@ fn bad_tokens(secret: &[u8], real: &str, embed: &str, admin_id: i64) -> Vec<(&'s
         iat: now - 3600,
         exp,
         typ: typ.to_owned(),
+        ver: 0,
     };
     let sign = |c: &AccessClaims| encode(&Header::default(), c, &EncodingKey::from_secret(secret)).unwrap();
     let forged = JwtKeys::new(&[7u8; 32], Duration::from_secs(600))
-        .issue_access(admin_id, 1)
+        .issue_access(admin_id, 1, 0)
         .unwrap();
     let mut tampered = real.to_owned();
     let last = tampered.pop().unwrap();

@@ -74,7 +74,7 @@ async fn missing_forged_and_expired_tokens_get_401() {
         .assert_error(401, 401, "invalid");
     // Signed with another secret.
     let forged = shared::auth::JwtKeys::new(&[3u8; 32], std::time::Duration::from_secs(600))
-        .issue_access(1, 1)
+        .issue_access(1, 1, 0)
         .unwrap();
     app.get("/user", Some(&forged)).await.assert_error(401, 401, "invalid");
     // Signed with the right secret but already expired.
@@ -474,4 +474,59 @@ async fn someone_elses_failures_do_not_lock_the_owner_out() {
     login_from(&app, "192.0.2.20", ADMIN_USERNAME, ADMIN_PASSWORD)
         .await
         .assert_ok();
+}
+
+/// An access token ends with its login: a password change (own or by an administrator) and a
+/// revoked refresh family end the access tokens issued before, not only the refresh tokens.
+#[tokio::test]
+async fn access_tokens_end_with_a_password_change_or_a_revoked_login() {
+    let app = app().await;
+    let (id, before) = app.regular_user("frank").await;
+    let second = app.login("frank", "user-password-1").await;
+    let second = second.assert_ok()["token"].as_str().unwrap().to_owned();
+    app.put(
+        "/user/password",
+        Some(&before),
+        &json!({ "oldPassword": "user-password-1", "newPassword": "new-pass-123" }),
+    )
+    .await
+    .assert_ok();
+    for token in [&before, &second] {
+        app.get("/user", Some(token)).await.assert_error(401, 401, "revoked");
+    }
+    let after = app.login("frank", "new-pass-123").await;
+    let after = after.assert_ok()["token"].as_str().unwrap().to_owned();
+    app.get("/user", Some(&after)).await.assert_ok();
+
+    // An administrator's reset ends them too.
+    let admin = app.admin_token().await;
+    app.put(
+        &format!("/user/{id}/password"),
+        Some(&admin),
+        &json!({ "password": "reset-pass-1" }),
+    )
+    .await
+    .assert_ok();
+    app.get("/user", Some(&after)).await.assert_error(401, 401, "revoked");
+
+    // A replayed refresh token revokes its login: the access tokens it minted end with it.
+    let login = app.login("frank", "reset-pass-1").await;
+    let (access, first) = {
+        let d = login.assert_ok();
+        (
+            d["token"].as_str().unwrap().to_owned(),
+            d["refreshToken"].as_str().unwrap().to_owned(),
+        )
+    };
+    let rotated = app
+        .post("/auth/refreshToken", None, &json!({ "refreshToken": first }))
+        .await;
+    let rotated = rotated.assert_ok()["token"].as_str().unwrap().to_owned();
+    app.get("/user", Some(&rotated)).await.assert_ok();
+    app.post("/auth/refreshToken", None, &json!({ "refreshToken": first }))
+        .await
+        .assert_error(401, 401, "already used");
+    for token in [&access, &rotated] {
+        app.get("/user", Some(token)).await.assert_error(401, 401, "revoked");
+    }
 }

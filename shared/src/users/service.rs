@@ -55,22 +55,23 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
     let password = validate::present("password", req.password.filter(|p| !p.is_empty()))?;
     let cfg = state.config();
     let account = username.to_lowercase();
-    let pair = throttle::Counter {
-        key: format!("ua:{account}|{ip}"),
-        limit: cfg.login_max_failures,
-    };
-    let mut others = vec![throttle::Counter {
-        key: format!("ip:{ip}"),
-        limit: cfg.login_ip_max_failures,
-    }];
+    // The account-and-address counter comes first: `throttle::succeeded` clears it.
+    let mut counters = vec![
+        throttle::Counter {
+            key: format!("ua:{account}|{ip}"),
+            limit: cfg.login_max_failures,
+        },
+        throttle::Counter {
+            key: format!("ip:{ip}"),
+            limit: cfg.login_ip_max_failures,
+        },
+    ];
     if !throttle::is_known_address(state.db(), &username, ip).await? {
-        others.push(throttle::Counter {
+        counters.push(throttle::Counter {
             key: format!("u:{account}"),
             limit: cfg.login_account_max_failures,
         });
     }
-    let mut counters = vec![pair];
-    counters.extend(others);
     throttle::reserve(state.db(), &counters, cfg.login_lock).await?;
 
     let user = repo::find_by_username(state.db(), &username).await?;

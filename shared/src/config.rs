@@ -41,9 +41,25 @@ pub struct Config {
     pub utc_offset_secs: i32,
     pub max_upload_bytes: u64,
     pub max_presigned_upload_bytes: u64,
+    /// Failed logins per account from one address before that pair is locked
+    /// (`LOGIN_MAX_FAILURES`, default 5).
     pub login_max_failures: i32,
+    /// Failed logins from one address across accounts (`LOGIN_IP_MAX_FAILURES`, default 50).
     pub login_ip_max_failures: i32,
+    /// Failed logins per account across all addresses (`LOGIN_ACCOUNT_MAX_FAILURES`, default
+    /// 50). Addresses the account logged in from recently are exempt, so an attacker spraying
+    /// from many addresses cannot lock the owner out.
+    pub login_account_max_failures: i32,
     pub login_lock: Duration,
+    /// Proxies in front of the service whose `X-Forwarded-For` entries are believed
+    /// (`TRUSTED_PROXY_HOPS`, default 0: the header is ignored and the address is the platform's).
+    pub trusted_proxy_hops: usize,
+    /// stdio MCP servers run a command on the service's host as the service's user
+    /// (`MCP_STDIO_ENABLED`, default false).
+    pub mcp_stdio_enabled: bool,
+    /// The commands stdio MCP servers may run when enabled (`MCP_STDIO_COMMANDS`, comma-separated;
+    /// an entry with a `/` is an exact path, one without a bare command name looked up in PATH).
+    pub mcp_stdio_commands: Vec<String>,
     /// How long an ingest worker holds a document without a sign of life (`INGEST_LEASE_SECS`,
     /// default 120); every stage and embedding group renews it, so a killed worker's document
     /// is free again soon, long before the queue redelivers.
@@ -181,7 +197,18 @@ impl Config {
             max_presigned_upload_bytes: parse_num("MAX_PRESIGNED_UPLOAD_BYTES", 1024 * 1024 * 1024)?,
             login_max_failures: parse_num("LOGIN_MAX_FAILURES", 5)? as i32,
             login_ip_max_failures: parse_num("LOGIN_IP_MAX_FAILURES", 50)? as i32,
+            login_account_max_failures: parse_num("LOGIN_ACCOUNT_MAX_FAILURES", 50)? as i32,
             login_lock: Duration::from_secs(parse_num("LOGIN_LOCK_SECS", 900)?),
+            trusted_proxy_hops: parse_num("TRUSTED_PROXY_HOPS", 0)?.min(16) as usize,
+            mcp_stdio_enabled: parse_bool("MCP_STDIO_ENABLED", get("MCP_STDIO_ENABLED"))?,
+            mcp_stdio_commands: get("MCP_STDIO_COMMANDS")
+                .map(|v| {
+                    v.split(',')
+                        .map(|c| c.trim().to_owned())
+                        .filter(|c| !c.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
             ingest_lease: Duration::from_secs(parse_num("INGEST_LEASE_SECS", 120)?.max(1)),
             import_allow_hosts: get("IMPORT_URL_ALLOW_HOSTS")
                 .map(|v| {
@@ -218,6 +245,14 @@ impl Config {
             },
             quota_completion_reserve: parse_num("QUOTA_COMPLETION_RESERVE_TOKENS", 8192)?.max(1),
         })
+    }
+}
+
+fn parse_bool(key: &str, value: Option<String>) -> Result<bool, ConfigError> {
+    match value.as_deref().map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("false" | "0" | "no") => Ok(false),
+        Some("true" | "1" | "yes") => Ok(true),
+        Some(other) => Err(ConfigError(format!("{key} must be true or false, got {other:?}"))),
     }
 }
 

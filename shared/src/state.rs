@@ -7,6 +7,7 @@ use sqlx::PgPool;
 use crate::auth::JwtKeys;
 use crate::config::{Config, QueueBackend, StorageBackend};
 use crate::crypto::SecretBox;
+use crate::mcp::stdio::StdioPolicy;
 use crate::mcp::McpPool;
 use crate::models::client::ModelClient;
 use crate::queue::{InProcessQueue, Queue, SqsQueue};
@@ -52,7 +53,7 @@ impl AppState {
         let jwt = JwtKeys::new(&config.jwt_secret, config.access_token_ttl);
         let (models, mcp) = (
             ModelClient::guarded(&config.outbound_deny),
-            McpPool::guarded(&config.outbound_deny),
+            McpPool::guarded(&config.outbound_deny, StdioPolicy::from_config(&config)),
         );
         Self {
             inner: Arc::new(Inner {

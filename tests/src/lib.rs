@@ -139,6 +139,13 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
     }
 }
 
+/// Spawns the app with stdio MCP servers turned on for the commands tests use, plus `extra`
+/// (stdio is off unless configured).
+pub async fn spawn_with_stdio(store: Store, extra: &[(&str, &str)]) -> TestApp {
+    let commands = mcp_servers::stdio_commands();
+    spawn_with(store, &mcp_servers::with_stdio(&commands, extra)).await
+}
+
 /// Serves the app of `state` on a free port; returns its base URL.
 async fn serve(state: AppState) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -299,9 +306,15 @@ impl TestApp {
     /// Another instance of the service on its own port, with its own connection pool, over the
     /// same database and storage (as two Lambda instances of one function); returns its base URL.
     pub async fn second_instance(&self) -> String {
-        let state = AppState::build(self.state.config().clone())
-            .await
-            .expect("second instance state");
+        self.instance_with(|_| {}).await
+    }
+
+    /// Another instance over the same database and storage whose configuration `change`
+    /// altered (an operator changed a setting and redeployed); returns its base URL.
+    pub async fn instance_with(&self, change: impl FnOnce(&mut Config)) -> String {
+        let mut config = self.state.config().clone();
+        change(&mut config);
+        let state = AppState::build(config).await.expect("instance state");
         serve(state).await
     }
 

@@ -12,11 +12,16 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-/// Where the npm packages and the Python venv are.
-pub fn tools_dir() -> PathBuf {
-    let dir = std::env::var("MCP_TOOLS_DIR")
+/// Where the npm packages and the Python venv are, installed or not.
+fn tools_location() -> PathBuf {
+    std::env::var("MCP_TOOLS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/agent-platform/mcp"));
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/agent-platform/mcp"))
+}
+
+/// Where the npm packages and the Python venv are; they must be installed.
+pub fn tools_dir() -> PathBuf {
+    let dir = tools_location();
     assert!(
         dir.join("node_modules/.bin/mcp-server-everything").exists(),
         "MCP test servers missing in {}: run `bash localstack/install.sh mcp` (make test does)",
@@ -29,10 +34,25 @@ fn fixture(name: &str) -> String {
     format!("{}/fixtures/mcp/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+const EVERYTHING_BIN: &str = "node_modules/.bin/mcp-server-everything";
+
 /// The command and args that start `server-everything` over stdio.
 pub fn everything_stdio() -> (String, Vec<String>) {
-    let bin = tools_dir().join("node_modules/.bin/mcp-server-everything");
+    let bin = tools_dir().join(EVERYTHING_BIN);
     (bin.display().to_string(), vec!["stdio".to_owned()])
+}
+
+/// `MCP_STDIO_COMMANDS` for tests: the `server-everything` binary they start, and `node` and
+/// `x`, which tests save as commands but never start.
+pub fn stdio_commands() -> String {
+    format!("x,node,{}", tools_location().join(EVERYTHING_BIN).display())
+}
+
+/// `extra` with stdio servers turned on for `commands` (from `stdio_commands`).
+pub fn with_stdio<'a>(commands: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut vars = vec![("MCP_STDIO_ENABLED", "true"), ("MCP_STDIO_COMMANDS", commands)];
+    vars.extend_from_slice(extra);
+    vars
 }
 
 /// A server process; killed when dropped. Its stdout lines are kept for assertions.

@@ -17,6 +17,7 @@ pub struct Snapshot {
 /// the rate limiter and the migration log.
 const VOLATILE: &[&str] = &[
     "_sqlx_migrations",
+    "login_known_addresses",
     "login_throttle",
     "rate_limit_windows",
     "refresh_tokens",

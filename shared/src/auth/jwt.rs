@@ -17,6 +17,10 @@ pub struct AccessClaims {
     pub exp: i64,
     /// Token kind; only `access` is accepted by the admin API.
     pub typ: String,
+    /// The user's token version when issued; a token whose version is no longer the user's
+    /// (password changed, a login revoked) is refused. Absent in tokens from before versions.
+    #[serde(default)]
+    pub ver: i64,
 }
 
 #[derive(Clone)]
@@ -35,7 +39,7 @@ impl JwtKeys {
         }
     }
 
-    pub fn issue_access(&self, user_id: i64, role: i16) -> Result<String, AppError> {
+    pub fn issue_access(&self, user_id: i64, role: i16, version: i64) -> Result<String, AppError> {
         let now = chrono::Utc::now().timestamp();
         let claims = AccessClaims {
             sub: user_id,
@@ -43,6 +47,7 @@ impl JwtKeys {
             iat: now,
             exp: now + self.access_ttl.as_secs() as i64,
             typ: "access".to_owned(),
+            ver: version,
         };
         encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AppError::Internal(anyhow::Error::new(e).context("signing access token")))
@@ -72,7 +77,7 @@ mod tests {
     #[test]
     fn round_trip_and_forgery() {
         let keys = JwtKeys::new(&[1u8; 32], Duration::from_secs(60));
-        let token = keys.issue_access(7, 2).unwrap();
+        let token = keys.issue_access(7, 2, 0).unwrap();
         let claims = keys.verify_access(&token).unwrap();
         assert_eq!((claims.sub, claims.role), (7, 2));
         let other = JwtKeys::new(&[2u8; 32], Duration::from_secs(60));
@@ -86,6 +91,7 @@ mod tests {
                 iat: now - 100,
                 exp: now - 50,
                 typ: "access".into(),
+                ver: 0,
             };
             encode(&Header::new(Algorithm::HS256), &claims, &expired.encoding).unwrap()
         };

@@ -3,14 +3,16 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
+use crate::auth::AccessClaims;
 use crate::users::repo as user_repo;
 use crate::users::Role;
 use crate::{AppError, AppState};
 
 pub const AUTH_HEADER: &str = "svc-auth";
 
-/// The authenticated caller. The user row is re-read on every request so that a deleted user
-/// or a changed role takes effect at once, not when the token expires.
+/// The authenticated caller. The user row is re-read on every request so that a deleted user,
+/// a changed role or a bumped token version (password changed, login revoked) takes effect at
+/// once, not when the token expires.
 #[derive(Debug, Clone)]
 pub struct CurrentUser {
     pub id: i64,
@@ -19,13 +21,21 @@ pub struct CurrentUser {
 }
 
 impl CurrentUser {
-    /// From the `(id, username, role)` of the user's row.
-    pub fn from_identity((id, username, role): (i64, String, i16)) -> Self {
-        Self {
+    /// The user of a verified token, from the user's row as it is now: refused when the row is
+    /// gone or its token version moved past the token's.
+    pub fn authenticate(claims: &AccessClaims, identity: Option<user_repo::Identity>) -> Result<Self, AppError> {
+        let (id, username, role, version) = identity
+            .ok_or_else(|| AppError::unauthorized("the user of this token no longer exists; please log in again"))?;
+        if version != claims.ver {
+            return Err(AppError::unauthorized(
+                "this token was revoked (password changed or login revoked); please log in again",
+            ));
+        }
+        Ok(Self {
             id,
             username,
             role: Role::from_code(role),
-        }
+        })
     }
 
     pub fn is_admin(&self) -> bool {
@@ -64,10 +74,8 @@ impl FromRequestParts<AppState> for CurrentUser {
         let token = token_from(parts)
             .ok_or_else(|| AppError::unauthorized("not logged in: send the Svc-Auth header; please log in again"))?;
         let claims = state.jwt().verify_access(token)?;
-        let user = user_repo::find_identity(state.db(), claims.sub)
-            .await?
-            .ok_or_else(|| AppError::unauthorized("the user of this token no longer exists; please log in again"))?;
-        let current = CurrentUser::from_identity(user);
+        let identity = user_repo::find_identity(state.db(), claims.sub).await?;
+        let current = CurrentUser::authenticate(&claims, identity)?;
         parts.extensions.insert(current.clone());
         Ok(current)
     }

@@ -1,6 +1,6 @@
 //! Request rate limits per caller, counted in Postgres so that every function instance shares
-//! one count: admin-API users by their JWT subject, external-API apps by `Svc-App-Id` (embed
-//! tokens count to their app). A refusal is 429 with `Retry-After`. Requests that carry no
+//! one count: admin-API users by their JWT subject (whatever other headers come along),
+//! external-API apps by `Svc-App-Id` (embed tokens count to their app). A refusal is 429 with `Retry-After`. Requests that carry no
 //! valid credentials are not counted here; they are refused by authentication (and logins have
 //! their own throttle).
 
@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::auth::{token_from, CurrentUser};
 use super::middleware::{status_envelope, uses_status_envelope};
+use crate::auth::AccessClaims;
 use crate::external::caller::ExternalCaller;
 use crate::{AppError, AppState};
 
@@ -19,25 +20,29 @@ struct Subject {
     key: String,
     noun: &'static str,
     limit: u32,
-    /// The user of a verified token, whose row the count reads too.
-    user: Option<i64>,
+    /// The claims of a verified user token, whose user row the count reads too.
+    claims: Option<AccessClaims>,
 }
 
-/// Counts the request against its caller and refuses it once the caller's window is full.
+/// Counts the request against its callers and refuses it once a caller's window is full.
 pub async fn limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let (mut parts, body) = req.into_parts();
-    let refusal = match subject(&mut parts, &state).await {
-        Some(subject) if subject.limit > 0 => match check(&state, &subject).await {
-            Ok(user) => {
-                if let Some(user) = user {
-                    parts.extensions.insert(user);
-                }
-                None
+    let mut refusal = None;
+    for subject in subjects(&mut parts, &state).await {
+        if subject.limit == 0 {
+            continue;
+        }
+        match check(&state, &subject).await {
+            Ok(Some(user)) => {
+                parts.extensions.insert(user);
             }
-            Err(refusal) => Some(refusal),
-        },
-        _ => None,
-    };
+            Ok(None) => {}
+            Err(refused) => {
+                refusal = Some(refused);
+                break;
+            }
+        }
+    }
     let Some(refusal) = refusal else {
         return next.run(Request::from_parts(parts, body)).await;
     };
@@ -49,28 +54,34 @@ pub async fn limit(State(state): State<AppState>, req: Request, next: Next) -> R
     }
 }
 
-/// The authenticated caller of the request. What the extractors learn here (the app, and the
-/// user through `check`) is kept in the request, so the handler does not authenticate twice.
-async fn subject(parts: &mut Parts, state: &AppState) -> Option<Subject> {
+/// The authenticated callers of the request. A valid user token always counts to its user:
+/// `Svc-App-Id` is a header any client can add, so its presence must not take a user's requests
+/// out of the user's window. Valid app credentials (or an embed token) count to their app, too.
+/// What the extractors learn here (the app, and the user through `check`) is kept in the
+/// request, so the handler does not authenticate twice.
+async fn subjects(parts: &mut Parts, state: &AppState) -> Vec<Subject> {
     let limits = &state.config().rate_limits;
+    let mut subjects = Vec::new();
+    if let Some(claims) = token_from(parts).and_then(|t| state.jwt().verify_access(t).ok()) {
+        subjects.push(Subject {
+            key: format!("u:{}", claims.sub),
+            noun: "user",
+            limit: limits.per_user,
+            claims: Some(claims),
+        });
+    }
     let app_headers = parts.headers.contains_key("svc-app-id") || parts.headers.contains_key("svc-token");
-    if !app_headers {
-        if let Some(claims) = token_from(parts).and_then(|t| state.jwt().verify_access(t).ok()) {
-            return Some(Subject {
-                key: format!("u:{}", claims.sub),
-                noun: "user",
-                limit: limits.per_user,
-                user: Some(claims.sub),
+    if app_headers || subjects.is_empty() {
+        if let Ok(caller) = ExternalCaller::from_request_parts(parts, state).await {
+            subjects.push(Subject {
+                key: format!("a:{}", caller.app.id),
+                noun: "app",
+                limit: limits.per_app,
+                claims: None,
             });
         }
     }
-    let caller = ExternalCaller::from_request_parts(parts, state).await.ok()?;
-    Some(Subject {
-        key: format!("a:{}", caller.app.id),
-        noun: "app",
-        limit: limits.per_app,
-        user: None,
-    })
+    subjects
 }
 
 /// One upsert per request: a fixed window per caller, restarted when its time is up. For a
@@ -80,7 +91,7 @@ async fn subject(parts: &mut Parts, state: &AppState) -> Option<Subject> {
 /// fails.
 async fn check(state: &AppState, subject: &Subject) -> Result<Option<CurrentUser>, AppError> {
     let window = state.config().rate_limits.window_secs;
-    type Counted = (i32, f64, Option<i64>, Option<String>, Option<i16>);
+    type Counted = (i32, f64, Option<i64>, Option<String>, Option<i16>, Option<i64>);
     let counted: Result<Counted, sqlx::Error> = sqlx::query_as(
         "WITH counted AS (
              INSERT INTO rate_limit_windows AS w (key, window_start, hits)
@@ -90,14 +101,15 @@ async fn check(state: &AppState, subject: &Subject) -> Result<Option<CurrentUser
                window_start = GREATEST(w.window_start, EXCLUDED.window_start)
              RETURNING hits, extract(epoch FROM window_start + make_interval(secs => $2) - now())::float8 AS left_secs
          )
-         SELECT c.hits, c.left_secs, u.id, u.username, u.role FROM counted c LEFT JOIN users u ON u.id = $3",
+         SELECT c.hits, c.left_secs, u.id, u.username, u.role, u.token_version
+         FROM counted c LEFT JOIN users u ON u.id = $3",
     )
     .bind(&subject.key)
     .bind(window as i32)
-    .bind(subject.user)
+    .bind(subject.claims.as_ref().map(|c| c.sub))
     .fetch_one(state.db())
     .await;
-    let (hits, left, id, username, role) = match counted {
+    let (hits, left, id, username, role, version) = match counted {
         Ok(row) => row,
         Err(e) => {
             tracing::warn!(error = %e, key = %subject.key, "rate limit counter unavailable; request let through");
@@ -105,10 +117,16 @@ async fn check(state: &AppState, subject: &Subject) -> Result<Option<CurrentUser
         }
     };
     if hits <= subject.limit as i32 {
-        return Ok(id
+        // A token that no longer authenticates is left to the extractor, which says why.
+        let identity = id
             .zip(username)
             .zip(role)
-            .map(|((id, name), role)| CurrentUser::from_identity((id, name, role))));
+            .zip(version)
+            .map(|(((i, n), r), v)| (i, n, r, v));
+        return Ok(subject
+            .claims
+            .as_ref()
+            .and_then(|claims| CurrentUser::authenticate(claims, identity).ok()));
     }
     let retry_after_secs = (left.ceil() as u64).max(1);
     Err(AppError::RateLimited {

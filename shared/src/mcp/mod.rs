@@ -9,6 +9,7 @@ pub mod repo;
 pub mod service;
 pub mod session;
 pub mod sse;
+pub mod stdio;
 pub mod tools;
 
 pub use auth::AuthConfig;

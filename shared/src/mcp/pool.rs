@@ -14,6 +14,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use super::oauth::TokenCache;
 use super::session::{self, Client, Failure, Target, Transport};
+use super::stdio::StdioPolicy;
 use crate::outbound::DenyList;
 
 pub struct Limits {
@@ -43,17 +44,25 @@ pub struct McpPool {
     tokens: TokenCache,
     http: reqwest::Client,
     deny: DenyList,
+    stdio: StdioPolicy,
 }
 
 impl McpPool {
-    /// A pool whose HTTP calls (SSE, OAuth tokens) never reach the denied networks.
-    pub fn guarded(deny: &DenyList) -> Self {
+    /// A pool whose HTTP calls (SSE, OAuth tokens) never reach the denied networks and which
+    /// starts only the stdio servers `stdio` allows.
+    pub fn guarded(deny: &DenyList, stdio: StdioPolicy) -> Self {
         let http = deny.guard(reqwest::Client::builder()).build().unwrap_or_default();
         Self {
             http,
             deny: deny.clone(),
+            stdio,
             ..Self::default()
         }
+    }
+
+    /// The rule for stdio servers this pool starts, for checking a server when it is saved.
+    pub fn stdio_policy(&self) -> &StdioPolicy {
+        &self.stdio
     }
 
     fn slots(&self) -> MutexGuard<'_, HashMap<i64, Slot>> {
@@ -101,6 +110,10 @@ impl McpPool {
                 .check_url("endpoint", url)
                 .await
                 .map_err(|e| Failure::new(e.to_string()))?;
+        }
+        // A server saved before stdio was turned off or its command unlisted must not start.
+        if let Transport::Stdio { command, .. } = &target.transport {
+            self.stdio.check(command).map_err(|e| Failure::new(e.to_string()))?;
         }
         let opened = tokio::time::timeout(
             limits.connect_timeout,

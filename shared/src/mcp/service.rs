@@ -3,7 +3,8 @@
 //! Who may do what: administrators everything. A regular user sees and uses the servers they
 //! created and those administrators created (a shared catalogue), and changes, deletes and
 //! tests only their own. Only administrators may create or change stdio servers: their
-//! command runs on the service's host.
+//! command runs on the service's host; and only when the operator enabled stdio and listed the
+//! command (see `stdio`).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -245,6 +246,7 @@ async fn validate(
             .or_else(|| row.filter(|_| same_kind).and_then(|r| r.command.clone()))
             .ok_or_else(|| AppError::validation("command is required for transportType 3 (stdio)"))?;
         validate::length("command", &command, 1, 500)?;
+        state.mcp().stdio_policy().check(&command)?;
         let args = match req.args {
             Some(a) => a,
             None => row.filter(|_| same_kind).map(|r| r.args.clone()).unwrap_or_default(),

@@ -20,6 +20,8 @@ pub struct UserRow {
     pub expire_dt: Option<DateTime<Utc>>,
     pub create_dt: DateTime<Utc>,
     pub update_dt: DateTime<Utc>,
+    /// Access tokens carry it; bumped to end them all (see `auth::jwt::AccessClaims::ver`).
+    pub token_version: i64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

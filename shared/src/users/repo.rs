@@ -6,11 +6,15 @@ use uuid::Uuid;
 
 use super::UserRow;
 
-const COLUMNS: &str = "id, username, password_hash, email, role, tokens, totals, expire_dt, create_dt, update_dt";
+/// (id, username, role, token version).
+pub type Identity = (i64, String, i16, i64);
 
-/// (id, username, role) of an existing user: what authentication needs.
-pub async fn find_identity(db: &PgPool, id: i64) -> sqlx::Result<Option<(i64, String, i16)>> {
-    sqlx::query_as("SELECT id, username, role FROM users WHERE id = $1")
+const COLUMNS: &str =
+    "id, username, password_hash, email, role, tokens, totals, expire_dt, create_dt, update_dt, token_version";
+
+/// (id, username, role, token version) of an existing user: what authentication needs.
+pub async fn find_identity(db: &PgPool, id: i64) -> sqlx::Result<Option<Identity>> {
+    sqlx::query_as("SELECT id, username, role, token_version FROM users WHERE id = $1")
         .bind(id)
         .fetch_optional(db)
         .await
@@ -216,18 +220,30 @@ pub async fn purge_expired_families(db: impl PgExecutor<'_>) -> sqlx::Result<u64
     Ok(done.rows_affected())
 }
 
+/// Revokes one login's refresh tokens and ends its user's access tokens (all of them: an access
+/// token does not name its login, and a leaked refresh token may have minted any of them).
 pub async fn revoke_family(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Result<()> {
-    sqlx::query("UPDATE refresh_tokens SET revoked_at = now() WHERE family_id = $1 AND revoked_at IS NULL")
-        .bind(family)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "WITH bumped AS (
+             UPDATE users SET token_version = token_version + 1
+             WHERE id = (SELECT user_id FROM refresh_tokens WHERE family_id = $1 LIMIT 1)
+         )
+         UPDATE refresh_tokens SET revoked_at = now() WHERE family_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(family)
+    .execute(db)
+    .await?;
     Ok(())
 }
 
+/// Revokes every login of the user, refresh and access tokens alike (a password change).
 pub async fn revoke_all_for_user(db: impl PgExecutor<'_>, user_id: i64) -> sqlx::Result<()> {
-    sqlx::query("UPDATE refresh_tokens SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL")
-        .bind(user_id)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "WITH bumped AS (UPDATE users SET token_version = token_version + 1 WHERE id = $1)
+         UPDATE refresh_tokens SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(user_id)
+    .execute(db)
+    .await?;
     Ok(())
 }

@@ -47,13 +47,32 @@ fn user_conflict(err: sqlx::Error) -> AppError {
     }
 }
 
+/// Logs in. `ip` is the caller's address as the platform saw it (see `http::client_ip`); the
+/// throttle counts attempts per account and address first, so a lock someone else causes from
+/// elsewhere leaves the owner's own address open (see `throttle`).
 pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<LoginResult> {
     let username = validate::required("username", req.username)?;
     let password = validate::present("password", req.password.filter(|p| !p.is_empty()))?;
     let cfg = state.config();
-    let user_key = format!("u:{}", username.to_lowercase());
-    let ip_key = format!("ip:{ip}");
-    throttle::check(state.db(), &[user_key.clone(), ip_key.clone()]).await?;
+    let account = username.to_lowercase();
+    // The account-and-address counter comes first: `throttle::succeeded` clears it.
+    let mut counters = vec![
+        throttle::Counter {
+            key: format!("ua:{account}|{ip}"),
+            limit: cfg.login_max_failures,
+        },
+        throttle::Counter {
+            key: format!("ip:{ip}"),
+            limit: cfg.login_ip_max_failures,
+        },
+    ];
+    if !throttle::is_known_address(state.db(), &username, ip).await? {
+        counters.push(throttle::Counter {
+            key: format!("u:{account}"),
+            limit: cfg.login_account_max_failures,
+        });
+    }
+    throttle::reserve(state.db(), &counters, cfg.login_lock).await?;
 
     let user = repo::find_by_username(state.db(), &username).await?;
     let verified = match &user {
@@ -63,13 +82,12 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
             false
         }
     };
+    // A failure keeps its places in the counters.
     let Some(user) = user.filter(|_| verified) else {
-        throttle::record_failure(state.db(), &user_key, cfg.login_max_failures, cfg.login_lock).await?;
-        throttle::record_failure(state.db(), &ip_key, cfg.login_ip_max_failures, cfg.login_lock).await?;
         return Err(AppError::unauthorized(BAD_LOGIN));
     };
-    throttle::clear(state.db(), &user_key).await?;
-    let token = state.jwt().issue_access(user.id, user.role)?;
+    throttle::succeeded(state.db(), &counters, user.id, ip).await?;
+    let token = state.jwt().issue_access(user.id, user.role, user.token_version)?;
     let refresh_token = new_refresh(state, state.db(), uuid::Uuid::new_v4(), user.id).await?;
     Ok(LoginResult {
         token,
@@ -117,7 +135,7 @@ pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPa
     let refresh_token = new_refresh(state, &mut *tx, row.family_id, user.id).await?;
     tx.commit().await?;
     Ok(TokenPair {
-        token: state.jwt().issue_access(user.id, user.role)?,
+        token: state.jwt().issue_access(user.id, user.role, user.token_version)?,
         refresh_token,
     })
 }

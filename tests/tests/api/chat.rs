@@ -756,7 +756,12 @@ async fn the_model_loads_a_skill_and_follows_it_and_disabled_skills_are_not_offe
 
 #[tokio::test]
 async fn the_model_calls_mcp_tools_and_answers_with_their_results() {
-    let s = ChatSetup::new().await;
+    let commands = api_tests::mcp_servers::stdio_commands();
+    let s = ChatSetup::with(
+        api_tests::Store::Filesystem,
+        &api_tests::mcp_servers::with_stdio(&commands, &[]),
+    )
+    .await;
     let t = Some(s.admin.as_str());
     let model = s.chat_model("chat-agent", json!({})).await;
     let (command, args) = api_tests::mcp_servers::everything_stdio();

@@ -54,6 +54,35 @@ async fn api_gateway_events_reach_the_user_function() {
     assert_eq!((status, body["code"].as_i64()), (401, Some(401)));
 }
 
+/// Under Lambda the login throttle counts by API Gateway's source IP, whatever
+/// `X-Forwarded-For` says: five failures lock that address for the account, another address
+/// still logs in.
+#[tokio::test]
+async fn logins_are_throttled_by_the_api_gateway_source_ip() {
+    let s = ChatSetup::new().await;
+    let f = Emulator::start(binary("user-api"), &function_env(&s.app)).await;
+    f.init_time().await;
+    let login = |password: &str, forwarded: &str| {
+        let body = json!({ "username": api_tests::ADMIN_USERNAME, "password": password });
+        rest_event(
+            "POST",
+            "/api/user/login",
+            &[("content-type", "application/json"), ("x-forwarded-for", forwarded)],
+            Some(&body),
+        )
+    };
+    for i in 0..5 {
+        let (status, body) = json_answer(f.invoke(login("wrong", &format!("192.0.2.{i}"))).await);
+        assert_eq!(status, 401, "{body}");
+    }
+    let (status, body) = json_answer(f.invoke(login(api_tests::ADMIN_PASSWORD, "192.0.2.99")).await);
+    assert_eq!(status, 429, "{body}");
+    let mut elsewhere = login(api_tests::ADMIN_PASSWORD, "192.0.2.99");
+    elsewhere["requestContext"]["identity"]["sourceIp"] = json!("198.51.100.1");
+    let (status, body) = json_answer(f.invoke(elsewhere).await);
+    assert_eq!(status, 200, "{body}");
+}
+
 #[tokio::test]
 async fn a_chat_streams_through_the_streaming_function() {
     let s = ChatSetup::new().await;

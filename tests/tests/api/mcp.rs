@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use api_tests::free_port;
 use api_tests::mcp_servers::{everything, everything_stdio, guarded, guarded_sse, oauth, LogCapture};
-use api_tests::{spawn, spawn_with, Reply, Store, TestApp};
+use api_tests::{spawn, spawn_with, spawn_with_stdio, Reply, Store, TestApp};
 use serde_json::{json, Value};
 use shared::mcp;
 
@@ -47,7 +47,7 @@ impl Seen {
 
 #[tokio::test]
 async fn every_validation_rule_is_refused_and_writes_nothing() {
-    let app = spawn(Store::Filesystem).await;
+    let app = spawn_with_stdio(Store::Filesystem, &[]).await;
     let admin = app.admin_token().await;
     let (_, user) = app.regular_user("mcp-user").await;
     let long = "n".repeat(101);
@@ -246,7 +246,7 @@ async fn every_validation_rule_is_refused_and_writes_nothing() {
 #[tokio::test]
 async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
     let logs = LogCapture::start();
-    let app = spawn(Store::Filesystem).await;
+    let app = spawn_with_stdio(Store::Filesystem, &[]).await;
     let admin = app.admin_token().await;
     let secret = "client-secret-0123456789";
     let id = create(
@@ -546,7 +546,7 @@ async fn exercise_everything(app: &TestApp, admin: &str, body: Value) -> i64 {
 
 #[tokio::test]
 async fn server_everything_over_stdio_sse_and_streamable_http() {
-    let app = spawn(Store::Filesystem).await;
+    let app = spawn_with_stdio(Store::Filesystem, &[]).await;
     let admin = app.admin_token().await;
     let sse = everything("sse").await;
     let http = everything("streamableHttp").await;
@@ -606,7 +606,7 @@ async fn server_everything_over_stdio_sse_and_streamable_http() {
 
 #[tokio::test]
 async fn tool_results_are_capped_in_size() {
-    let app = spawn_with(Store::Filesystem, &[("MCP_RESULT_MAX_BYTES", "16")]).await;
+    let app = spawn_with_stdio(Store::Filesystem, &[("MCP_RESULT_MAX_BYTES", "16")]).await;
     let admin = app.admin_token().await;
     let (command, args) = everything_stdio();
     let id = create(
@@ -657,7 +657,7 @@ async fn until_marked(marker: &str, count: usize) -> bool {
 
 #[tokio::test]
 async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
-    let app = spawn_with(Store::Filesystem, &[("MCP_CALL_TIMEOUT_SECS", "2")]).await;
+    let app = spawn_with_stdio(Store::Filesystem, &[("MCP_CALL_TIMEOUT_SECS", "2")]).await;
     let admin = app.admin_token().await;
     let (command, args) = everything_stdio();
     let marker = uuid::Uuid::new_v4().to_string();
@@ -998,4 +998,70 @@ async fn a_token_the_server_refuses_is_replaced_once() {
         "the server refused the old token"
     );
     assert_eq!(issuer_server.count("TOKEN-ISSUED"), 2, "one new token after the 401");
+}
+
+/// stdio servers run a command on the service's host as the service's user: off unless the
+/// operator turns them on, then only for listed commands; a server saved while allowed does
+/// not start on an instance where stdio is off.
+#[tokio::test]
+async fn stdio_servers_are_off_by_default_and_run_only_listed_commands() {
+    let (command, args) = everything_stdio();
+    let stdio = json!({"name": "local", "transportType": 3, "command": command, "args": args});
+
+    let off = spawn(Store::Filesystem).await;
+    let admin = off.admin_token().await;
+    off.post("/mcp-server", Some(&admin), &stdio)
+        .await
+        .assert_error(400, 0, "transportType 3 (stdio) is disabled");
+    assert_eq!(off.count("mcp_servers").await, 0);
+
+    let only_node = spawn_with(
+        Store::Filesystem,
+        &[("MCP_STDIO_ENABLED", "true"), ("MCP_STDIO_COMMANDS", "node")],
+    )
+    .await;
+    let admin = only_node.admin_token().await;
+    for refused in [command.as_str(), "/bin/sh", "/tmp/elsewhere/node"] {
+        let body = json!({"name": "local", "transportType": 3, "command": refused});
+        only_node
+            .post("/mcp-server", Some(&admin), &body)
+            .await
+            .assert_error(400, 0, "command");
+    }
+    let id = create(
+        &only_node,
+        &admin,
+        json!({"name": "n", "transportType": 3, "command": "node"}),
+    )
+    .await;
+    only_node
+        .put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"command": "bash"}))
+        .await
+        .assert_error(400, 0, "command \"bash\" is not allowed");
+    assert_eq!(stored(&only_node, id).await.0.command.as_deref(), Some("node"));
+
+    // Saved while allowed, then stdio is turned off: the server is not started, and says why.
+    let on = api_tests::spawn_with_stdio(Store::Filesystem, &[]).await;
+    let admin = on.admin_token().await;
+    let id = create(&on, &admin, stdio.clone()).await;
+    let disabled = on.instance_with(|c| c.mcp_stdio_enabled = false).await;
+    let tools = on
+        .send(
+            on.client
+                .get(format!("{disabled}/mcp-server/{id}/tools"))
+                .header("Svc-Auth", &admin),
+        )
+        .await;
+    tools.assert_error(400, 0, "stdio) is disabled");
+    let test = on
+        .send(
+            on.client
+                .post(format!("{disabled}/mcp-server/{id}/test"))
+                .header("Svc-Auth", &admin)
+                .json(&json!({})),
+        )
+        .await;
+    let t = test.assert_ok();
+    assert_eq!(t["success"], false, "{t}");
+    assert!(t["message"].as_str().unwrap().contains("stdio) is disabled"), "{t}");
 }

@@ -317,10 +317,11 @@ fn bad_tokens(secret: &[u8], real: &str, embed: &str, admin_id: i64) -> Vec<(&'s
         iat: now - 3600,
         exp,
         typ: typ.to_owned(),
+        ver: 0,
     };
     let sign = |c: &AccessClaims| encode(&Header::default(), c, &EncodingKey::from_secret(secret)).unwrap();
     let forged = JwtKeys::new(&[7u8; 32], Duration::from_secs(600))
-        .issue_access(admin_id, 1)
+        .issue_access(admin_id, 1, 0)
         .unwrap();
     let mut tampered = real.to_owned();
     let last = tampered.pop().unwrap();
@@ -1213,7 +1214,7 @@ async fn only_administrators_bind_agents_to_apps_and_app_ids_stay_unknown_to_oth
 /// user's private server is free to take, so a refused name never tells that one exists.
 #[tokio::test]
 async fn mcp_servers_show_others_no_configuration_and_their_names_tell_nothing() {
-    let app = &api_tests::spawn(api_tests::Store::Filesystem).await;
+    let app = &api_tests::spawn_with_stdio(api_tests::Store::Filesystem, &[]).await;
     let admin = app.admin_token().await;
     let (_, alice) = app.regular_user("alice").await;
     let (_, bob) = app.regular_user("bob").await;

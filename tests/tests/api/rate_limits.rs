@@ -123,3 +123,28 @@ async fn each_app_has_its_own_limit_and_its_embed_tokens_count_to_it() {
         .await
         .assert_error(401, 401, "invalid");
 }
+
+/// `Svc-App-Id` is a header any client can add: with a user's token it must not take the
+/// requests out of the user's window, whether the app header names no app or a real one
+/// with a wrong token.
+#[tokio::test]
+async fn an_app_header_does_not_take_a_user_out_of_the_user_limit() {
+    let app = limited().await;
+    let admin = app.admin_token().await;
+    app.create_app(&admin, "crm").await;
+    next_window().await;
+    let as_user_with = |app_id: &'static str| {
+        app.client
+            .get(app.url("/user"))
+            .header("Svc-Auth", &admin)
+            .header("Svc-App-Id", app_id)
+            .header("Svc-Token", "not-the-token")
+    };
+    for i in 0..5 {
+        let r = app.send(as_user_with(if i % 2 == 0 { "nope" } else { "crm" })).await;
+        r.assert_ok();
+    }
+    assert_limited(&app.send(as_user_with("nope")).await, "user");
+    assert_limited(&app.send(as_user_with("crm")).await, "user");
+    assert_limited(&app.get("/user", Some(&admin)).await, "user");
+}

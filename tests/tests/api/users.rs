@@ -74,7 +74,7 @@ async fn missing_forged_and_expired_tokens_get_401() {
         .assert_error(401, 401, "invalid");
     // Signed with another secret.
     let forged = shared::auth::JwtKeys::new(&[3u8; 32], std::time::Duration::from_secs(600))
-        .issue_access(1, 1)
+        .issue_access(1, 1, 0)
         .unwrap();
     app.get("/user", Some(&forged)).await.assert_error(401, 401, "invalid");
     // Signed with the right secret but already expired.
@@ -398,4 +398,135 @@ async fn secrets_are_never_stored_in_plain_text() {
         .unwrap();
     assert_eq!(stored.len(), 1);
     assert!(!stored[0].contains(&refresh) && stored[0].len() == 64);
+}
+
+/// Logs in with `X-Forwarded-For: address`.
+async fn login_from(app: &TestApp, address: &str, username: &str, password: &str) -> api_tests::Reply {
+    let body = json!({ "username": username, "password": password });
+    app.send(
+        app.client
+            .post(app.url("/user/login"))
+            .header("x-forwarded-for", address)
+            .json(&body),
+    )
+    .await
+}
+
+/// 25 wrong passwords at once, each claiming another address: the header is the client's word
+/// and counts for nothing without a trusted proxy, and counting is atomic, so exactly
+/// LOGIN_MAX_FAILURES (5) are checked and the other 20 refused.
+#[tokio::test]
+async fn concurrent_failures_with_forged_addresses_are_throttled_exactly() {
+    let app = app().await;
+    let addresses: Vec<String> = (0..25).map(|i| format!("203.0.113.{i}")).collect();
+    let attempts = addresses.iter().map(|a| login_from(&app, a, ADMIN_USERNAME, "wrong"));
+    let replies = futures::future::join_all(attempts).await;
+    let unauthorized = replies.iter().filter(|r| r.status == 401).count();
+    let refused = replies.iter().filter(|r| r.status == 429).count();
+    assert_eq!(
+        (unauthorized, refused),
+        (5, 20),
+        "{:?}",
+        replies.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    app.login(ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_error(429, 429, "too many failed logins");
+}
+
+/// Behind one trusted proxy: failures from one address lock that address for the account, not
+/// the owner elsewhere; failures from many addresses lock the account at the higher bound, but
+/// not from an address the owner logged in from before.
+#[tokio::test]
+async fn someone_elses_failures_do_not_lock_the_owner_out() {
+    let app = api_tests::spawn_with(
+        Store::Filesystem,
+        &[("TRUSTED_PROXY_HOPS", "1"), ("LOGIN_ACCOUNT_MAX_FAILURES", "8")],
+    )
+    .await;
+    login_from(&app, "192.0.2.10", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_ok();
+    for _ in 0..5 {
+        login_from(&app, "198.51.100.7", ADMIN_USERNAME, "wrong")
+            .await
+            .assert_error(401, 401, "incorrect");
+    }
+    login_from(&app, "198.51.100.7", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_error(429, 429, "too many failed logins");
+    // A new address is fine until the account-wide bound (8) is used up.
+    login_from(&app, "192.0.2.20", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_ok();
+    for i in 0..3 {
+        login_from(&app, &format!("198.51.100.{}", 20 + i), ADMIN_USERNAME, "wrong")
+            .await
+            .assert_error(401, 401, "incorrect");
+    }
+    login_from(&app, "192.0.2.30", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_error(429, 429, "too many failed logins");
+    // The addresses the owner logged in from still work.
+    login_from(&app, "192.0.2.10", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_ok();
+    login_from(&app, "192.0.2.20", ADMIN_USERNAME, ADMIN_PASSWORD)
+        .await
+        .assert_ok();
+}
+
+/// An access token ends with its login: a password change (own or by an administrator) and a
+/// revoked refresh family end the access tokens issued before, not only the refresh tokens.
+#[tokio::test]
+async fn access_tokens_end_with_a_password_change_or_a_revoked_login() {
+    let app = app().await;
+    let (id, before) = app.regular_user("frank").await;
+    let second = app.login("frank", "user-password-1").await;
+    let second = second.assert_ok()["token"].as_str().unwrap().to_owned();
+    app.put(
+        "/user/password",
+        Some(&before),
+        &json!({ "oldPassword": "user-password-1", "newPassword": "new-pass-123" }),
+    )
+    .await
+    .assert_ok();
+    for token in [&before, &second] {
+        app.get("/user", Some(token)).await.assert_error(401, 401, "revoked");
+    }
+    let after = app.login("frank", "new-pass-123").await;
+    let after = after.assert_ok()["token"].as_str().unwrap().to_owned();
+    app.get("/user", Some(&after)).await.assert_ok();
+
+    // An administrator's reset ends them too.
+    let admin = app.admin_token().await;
+    app.put(
+        &format!("/user/{id}/password"),
+        Some(&admin),
+        &json!({ "password": "reset-pass-1" }),
+    )
+    .await
+    .assert_ok();
+    app.get("/user", Some(&after)).await.assert_error(401, 401, "revoked");
+
+    // A replayed refresh token revokes its login: the access tokens it minted end with it.
+    let login = app.login("frank", "reset-pass-1").await;
+    let (access, first) = {
+        let d = login.assert_ok();
+        (
+            d["token"].as_str().unwrap().to_owned(),
+            d["refreshToken"].as_str().unwrap().to_owned(),
+        )
+    };
+    let rotated = app
+        .post("/auth/refreshToken", None, &json!({ "refreshToken": first }))
+        .await;
+    let rotated = rotated.assert_ok()["token"].as_str().unwrap().to_owned();
+    app.get("/user", Some(&rotated)).await.assert_ok();
+    app.post("/auth/refreshToken", None, &json!({ "refreshToken": first }))
+        .await
+        .assert_error(401, 401, "already used");
+    for token in [&access, &rotated] {
+        app.get("/user", Some(token)).await.assert_error(401, 401, "revoked");
+    }
 }

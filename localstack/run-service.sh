@@ -13,6 +13,7 @@ case "$backends" in
   *) echo "BACKENDS must be embedded or localstack, got '$backends'" >&2; exit 2 ;;
 esac
 
+bash localstack/preflight.sh
 bash localstack/stack.sh up dev >/dev/null
 set -a
 # shellcheck disable=SC1091

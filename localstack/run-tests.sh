@@ -17,6 +17,9 @@ trap cleanup EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 
+step "machine (what the scripts need from it)"
+bash localstack/preflight.sh test
+
 step "format"
 cargo fmt --all -- --check
 

@@ -76,13 +76,11 @@ async fn main() {
     let admin = app.admin_token().await;
     let provider = app.provider(&admin, "local-e5").await;
     let model = app
-        .model(
+        .e5_model(
             &admin,
             provider,
-            "EMBEDDING",
-            "multilingual-e5-small",
             &embedder,
-            json!({ "configJson": { "documentInputType": "passage", "batchSize": 8, "timeoutSecs": 600 } }),
+            json!({ "batchSize": 8, "timeoutSecs": 600 }),
         )
         .await;
     let kb = app

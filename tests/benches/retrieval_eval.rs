@@ -274,14 +274,7 @@ async fn main() {
     let admin = app.admin_token().await;
     let provider = app.provider(&admin, "local-e5").await;
     let model = app
-        .model(
-            &admin,
-            provider,
-            "EMBEDDING",
-            "multilingual-e5-small",
-            &embedder,
-            json!({ "configJson": { "queryInputType": "query", "documentInputType": "passage", "timeoutSecs": 120 } }),
-        )
+        .e5_model(&admin, provider, &embedder, json!({ "timeoutSecs": 120 }))
         .await;
     let kb = app
         .post(

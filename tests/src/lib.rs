@@ -479,6 +479,26 @@ impl TestApp {
             .as_i64()
             .expect("config id")
     }
+
+    /// An EMBEDDING config (as `token`, an administrator, under `provider_id`) for the real
+    /// multilingual-e5-small server at `endpoint`, with e5's query and passage input types and
+    /// the entries of `config` added to its `configJson`.
+    pub async fn e5_model(&self, token: &str, provider_id: i64, endpoint: &str, config: Value) -> i64 {
+        let mut config_json = serde_json::json!({ "queryInputType": "query", "documentInputType": "passage" });
+        if let (Some(c), Some(extra)) = (config_json.as_object_mut(), config.as_object()) {
+            c.extend(extra.clone());
+        }
+        let extra = serde_json::json!({ "configJson": config_json });
+        self.model(
+            token,
+            provider_id,
+            "EMBEDDING",
+            "multilingual-e5-small",
+            endpoint,
+            extra,
+        )
+        .await
+    }
 }
 
 /// A knowledge-base test setup: the app, the scripted model server, an admin token and an

@@ -36,9 +36,7 @@ async fn setup_with(real_embedder: bool, store: Store, extra: &[(&str, &str)]) -
     let embedding_model = if real_embedder {
         let url = std::env::var("EMBEDDING_SERVER_URL")
             .expect("EMBEDDING_SERVER_URL must be set: run the tests with `make test`");
-        let options = json!({ "configJson": { "documentInputType": "passage", "queryInputType": "query" } });
-        app.model(&admin, provider, "EMBEDDING", "multilingual-e5-small", &url, options)
-            .await
+        app.e5_model(&admin, provider, &url, json!({})).await
     } else {
         app.model(&admin, provider, "EMBEDDING", "emb-8", &models.base_url, json!({}))
             .await

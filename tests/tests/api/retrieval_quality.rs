@@ -121,17 +121,7 @@ async fn hybrid_recall_at_5_is_at_least_the_better_single_retriever() {
     let admin = app.admin_token().await;
     let t = Some(admin.as_str());
     let provider = app.provider(&admin, "e5").await;
-    let options = json!({ "configJson": { "documentInputType": "passage", "queryInputType": "query" } });
-    let model = app
-        .model(
-            &admin,
-            provider,
-            "EMBEDDING",
-            "multilingual-e5-small",
-            &embedder,
-            options,
-        )
-        .await;
+    let model = app.e5_model(&admin, provider, &embedder, json!({})).await;
     let kb = app
         .post("/rag", t, &json!({ "name": "labelled", "embeddingModelId": model }))
         .await

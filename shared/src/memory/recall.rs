@@ -2,6 +2,8 @@
 //! vector and (optionally) full-text hits -> RRF or weighted fusion -> optional rerank ->
 //! threshold -> top `maxRecall`, with the knowledge-base fusion code.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -159,7 +161,16 @@ pub async fn rank(
             .collect();
     }
     if c.threshold_enabled {
-        fused.retain(|h| h.score >= c.similarity_threshold);
+        // The threshold is a similarity. Fused scores are rescaled per query (an unrelated
+        // query's best memory still scores near 1), so without a reranker each memory is held
+        // to its own vector similarity; reranked memories carry the reranker's score.
+        let t = c.similarity_threshold;
+        if rerank_id.is_some() {
+            fused.retain(|h| h.score >= t);
+        } else {
+            let similarity: HashMap<i64, f64> = dense.iter().map(|h| (h.id, h.score)).collect();
+            fused.retain(|h| similarity.get(&h.id).is_some_and(|s| *s >= t));
+        }
     }
     fused.truncate(max_recall);
     Ok(fused)
@@ -184,7 +195,7 @@ pub async fn recall_with_vector(
     if count_access {
         repo::touch(state.db(), &hits).await?;
     }
-    let scores: std::collections::HashMap<i64, f64> = hits.iter().map(|h| (h.id, h.score)).collect();
+    let scores: HashMap<i64, f64> = hits.iter().map(|h| (h.id, h.score)).collect();
     Ok(rows
         .into_iter()
         .map(|r| RecalledMemory {

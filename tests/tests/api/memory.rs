@@ -412,6 +412,59 @@ async fn rounds_queue_an_extraction(s: Setup) {
     assert!(err.to_string().contains("conversation"), "{err}");
 }
 
+/// `similarityThreshold` acts on similarity, not on fused scores rescaled per query: an
+/// unrelated question recalls nothing, a related one its memory (real e5 model: the related
+/// memories sit at 0.87-0.89, every unrelated pair below 0.80).
+#[tokio::test]
+async fn the_similarity_threshold_keeps_unrelated_questions_from_recalling() {
+    let s = setup(true).await;
+    let config = s
+        .config(json!({ "searchEngineEnable": true, "thresholdEnabled": true, "similarityThreshold": 0.83 }))
+        .await;
+    let agent = s.agent(Some(config)).await;
+    let owner = Owner::User(s.admin_id);
+    let conv = s.conversation(agent, owner, "t-1").await;
+    s.say(
+        conv,
+        agent,
+        &[
+            (
+                "user",
+                "PREFERENCE: Editor theme | Prefers a dark colour theme in the code editor",
+            ),
+            ("user", "FACT: Pet | Has a golden retriever dog called Biscuit"),
+            ("user", "DECISION: Database | Chose PostgreSQL for the billing service"),
+            (
+                "user",
+                "TASK_PROGRESS: Migration | Half of the tables are migrated to the new schema",
+            ),
+            ("user", "REFERENCE: Style guide | The team style guide is at wiki/style"),
+        ],
+    )
+    .await;
+    let c = shared::memory::extract::conversation(&s.app.db, conv)
+        .await
+        .unwrap()
+        .unwrap();
+    shared::memory::extract::extract(&s.app.state, &c, Some(config))
+        .await
+        .unwrap();
+    assert_eq!(s.memory_count().await, 5);
+    let recall = |q: &'static str| shared::memory::recall(&s.app.state, agent, owner, Some(config), q);
+    for unrelated in ["how do tides form in the ocean", "recipe for a chocolate cake"] {
+        let got = recall(unrelated).await.unwrap();
+        assert!(got.is_empty(), "{unrelated}: {got:?}");
+    }
+    let dog = recall("what is the name of my dog").await.unwrap();
+    assert_eq!(
+        dog.iter().map(|m| m.title.as_str()).collect::<Vec<_>>(),
+        ["Pet"],
+        "{dog:?}"
+    );
+    let theme = recall("which colour scheme do I like when coding").await.unwrap();
+    assert_eq!(theme[0].title, "Editor theme", "{theme:?}");
+}
+
 /// Ranks of the expected memory (0 = first, None = not recalled) for each question of the
 /// labelled set, recalled with `config`.
 async fn ranks(s: &Setup, agent: i64, owner: Owner, config: i64, set: &[(String, i64)]) -> Vec<Option<usize>> {

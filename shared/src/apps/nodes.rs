@@ -25,7 +25,17 @@ pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> Ap
     let host_id = validate::required("hostId", beat.host_id)?;
     validate::length("hostId", &host_id, 1, 128)?;
     let host_ip = validate::required("hostIp", beat.host_ip)?;
-    validate::length("hostIp", &host_ip, 1, 255)?;
+    // The platform connects to this address with the node's work: it must be an address, and
+    // not one outbound calls may never reach (cloud metadata, link-local).
+    let ip: std::net::IpAddr = host_ip
+        .trim_matches(['[', ']'])
+        .parse()
+        .map_err(|_| AppError::validation(format!("hostIp must be an IP address, got {host_ip:?}")))?;
+    if state.config().outbound_deny.denies(ip) {
+        return Err(AppError::validation(format!(
+            "hostIp: {ip} is in a network the service may not call (OUTBOUND_DENY_CIDRS)"
+        )));
+    }
     let grpc_port = int("grpcPort", beat.grpc_port, None, 1, 65_535)?;
     let max_concurrent = int("maxConcurrent", beat.max_concurrent, Some(1), 1, 10_000)?;
     let active_chats = int("activeChats", beat.active_chats, Some(0), 0, 100_000)?;

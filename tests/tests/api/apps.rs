@@ -312,6 +312,14 @@ async fn heartbeats_need_valid_credentials_and_input() {
     for (bad, needle) in [
         (json!({ "hostIp": "10.0.0.1", "grpcPort": 9000 }), "hostId is required"),
         (json!({ "hostId": "n", "grpcPort": 9000 }), "hostIp is required"),
+        (
+            json!({ "hostId": "n", "hostIp": "node.internal; rm", "grpcPort": 9000 }),
+            "hostIp must be an IP address",
+        ),
+        (
+            json!({ "hostId": "n", "hostIp": "169.254.169.254", "grpcPort": 9000 }),
+            "hostIp: 169.254.169.254 is in a network the service may not call",
+        ),
         (json!({ "hostId": "n", "hostIp": "10.0.0.1" }), "grpcPort is required"),
         (
             json!({ "hostId": "n", "hostIp": "10.0.0.1", "grpcPort": 70000 }),

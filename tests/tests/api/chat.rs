@@ -820,6 +820,78 @@ async fn the_model_calls_mcp_tools_and_answers_with_their_results() {
     assert_eq!(analytics.assert_ok()["totalToolCalls"], 2);
 }
 
+/// An agent with a knowledge base answers from it: the chunks retrieved for the question reach
+/// the model's system prompt (seen at the scripted model), numbered.
+#[tokio::test]
+async fn a_chat_with_a_knowledge_base_puts_the_retrieved_chunks_into_the_prompt() {
+    let s = ChatSetup::new().await;
+    let t = Some(s.admin.as_str());
+    let chat = s.chat_model("chat-echo", json!({})).await;
+    let embedding = s.embedding_model("emb-8").await;
+    let kb = s
+        .app
+        .post("/rag", t, &json!({ "name": "Policies", "embeddingModelId": embedding }))
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let files = [
+        (
+            "refunds.txt",
+            b"Refunds are accepted within 30 days of purchase with a receipt.".to_vec(),
+        ),
+        (
+            "shipping.txt",
+            b"Parcels ship from Lisbon every weekday before noon.".to_vec(),
+        ),
+    ];
+    let committed = s.app.upload_documents(&s.admin, kb, &files).await;
+    for id in committed.assert_ok()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_i64().unwrap())
+    {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let doc = s.app.get(&format!("/document/{id}"), t).await;
+            let status = doc.assert_ok()["status"].as_str().unwrap().to_owned();
+            if status == "success" {
+                break;
+            }
+            assert!(
+                status != "failed" && std::time::Instant::now() < deadline,
+                "document {id}: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Support", "chatModelId": chat, "ragEnabled": true, "ragId": kb }),
+        )
+        .await;
+    s.chat(&s.admin, agent, say("kb-1", "refunds accepted within how many days"))
+        .await
+        .events();
+    let request = s
+        .models
+        .requests()
+        .into_iter()
+        .find(|r| r["model"] == "chat-echo" && r["messages"].to_string().contains("refunds accepted within"))
+        .expect("the chat reached the model");
+    let system = request["messages"][0]["content"]
+        .as_str()
+        .expect("a system prompt")
+        .to_owned();
+    assert!(
+        system.contains("Use the following knowledge when it is relevant to the question:")
+            && system.contains("[1] Refunds are accepted within 30 days of purchase with a receipt."),
+        "the retrieved chunk, numbered, in the prompt: {system}"
+    );
+}
+
 #[tokio::test]
 async fn chat_rounds_feed_long_term_memory_and_later_turns_recall_it_per_user() {
     let s = ChatSetup::new().await;

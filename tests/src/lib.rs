@@ -480,6 +480,24 @@ impl TestApp {
             .expect("config id")
     }
 
+    /// Waits (as `token`) until document `doc_id` leaves the pipeline; returns it.
+    pub async fn settled_document(&self, token: &str, doc_id: i64) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let doc = self.get(&format!("/document/{doc_id}"), Some(token)).await;
+            let d = doc.assert_ok().clone();
+            if d["status"] == "success" || d["status"] == "failed" {
+                return d;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "document {doc_id} still {} after 60 s",
+                d["status"]
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     /// An EMBEDDING config (as `token`, an administrator, under `provider_id`) for the real
     /// multilingual-e5-small server at `endpoint`, with e5's query and passage input types and
     /// the entries of `config` added to its `configJson`.
@@ -578,20 +596,7 @@ impl KbSetup {
 
     /// Waits until the document leaves the pipeline; returns it.
     pub async fn settled(&self, doc_id: i64) -> Value {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let doc = self.app.get(&format!("/document/{doc_id}"), Some(&self.admin)).await;
-            let d = doc.assert_ok().clone();
-            if d["status"] == "success" || d["status"] == "failed" {
-                return d;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "document {doc_id} still {} after 60 s",
-                d["status"]
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        self.app.settled_document(&self.admin, doc_id).await
     }
 
     /// Rows where the base word counts and lengths (`rag_terms`) differ from a count over the

@@ -852,19 +852,7 @@ async fn a_chat_with_a_knowledge_base_puts_the_retrieved_chunks_into_the_prompt(
         .iter()
         .map(|i| i["id"].as_i64().unwrap())
     {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let doc = s.app.get(&format!("/document/{id}"), t).await;
-            let status = doc.assert_ok()["status"].as_str().unwrap().to_owned();
-            if status == "success" {
-                break;
-            }
-            assert!(
-                status != "failed" && std::time::Instant::now() < deadline,
-                "document {id}: {status}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        assert_eq!(s.app.settled_document(&s.admin, id).await["status"], "success");
     }
     let agent = s
         .agent(

@@ -143,7 +143,7 @@ async fn main() {
         .collect();
     let mut matched = Vec::new();
     for q in &queries {
-        let tsq = shared::rag::segment::or_query(q).unwrap();
+        let tsq = shared::rag::segment::or_query(&shared::rag::segment::distinct(q)).unwrap();
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND tsv @@ $2::tsquery")
             .bind(kb)
             .bind(tsq)

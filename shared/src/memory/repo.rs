@@ -165,7 +165,8 @@ pub async fn vector_hits(
 /// how many of its memories hold each word. A scope is one owner's memories, small enough to
 /// count on every recall.
 pub async fn text_hits(db: &PgPool, scope: &Scope, query: &str, limit: usize) -> sqlx::Result<Vec<Hit>> {
-    let (Some(tsquery), words) = (segment::or_query(query), segment::distinct(query)) else {
+    let words = segment::distinct(query);
+    let Some(tsquery) = segment::or_query(&words) else {
         return Ok(vec![]);
     };
     let mut q = QueryBuilder::new(

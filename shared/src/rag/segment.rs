@@ -165,9 +165,9 @@ pub fn distinct(text: &str) -> Vec<String> {
     tokens(text).into_iter().filter(|t| seen.insert(t.clone())).collect()
 }
 
-/// A `tsquery` literal (for `$1::tsquery`) matching any distinct word of `text`.
-pub fn or_query(text: &str) -> Option<String> {
-    let terms: Vec<String> = distinct(text).iter().map(|t| tsquery_operand(t)).collect();
+/// A `tsquery` literal (for `$1::tsquery`) matching any of `words` (as [`distinct`] gives them).
+pub fn or_query(words: &[String]) -> Option<String> {
+    let terms: Vec<String> = words.iter().map(|t| tsquery_operand(t)).collect();
     (!terms.is_empty()).then(|| terms.join(" | "))
 }
 
@@ -188,9 +188,9 @@ mod tests {
             mixed.contains(&"pgvector".to_owned()) && mixed.contains(&"索引".to_owned()),
             "{mixed:?}"
         );
-        assert_eq!(or_query("a a b").as_deref(), Some("'a' | 'b'"));
-        assert_eq!(or_query("!!!"), None);
-        assert_eq!(or_query("a B a").as_deref(), Some("'a' | 'b'"));
+        assert_eq!(or_query(&distinct("a a b")).as_deref(), Some("'a' | 'b'"));
+        assert_eq!(or_query(&distinct("!!!")), None);
+        assert_eq!(or_query(&distinct("a B a")).as_deref(), Some("'a' | 'b'"));
         assert_eq!(tsquery_operand("o'k\\"), "'o''k\\\\'");
     }
 

@@ -5,7 +5,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use shared::http::envelope::Empty;
 use shared::http::files::Disposition;
-use shared::http::multipart::{read_form, MultipartBody};
+use shared::http::multipart::{read_form, FormLimits, MultipartBody};
 use shared::http::{Api, ApiResult, CurrentUser, Envelope, Json, Page, PageQuery, Path, Query};
 use shared::rag::documents::upload::{self, PreviewOptions};
 use shared::rag::documents::{self as docs, service, DocFilter, DocImageView, DocView};
@@ -71,7 +71,14 @@ async fn preview_upload(
     user: CurrentUser,
     multipart: MultipartBody,
 ) -> ApiResult<docs::PreviewResult> {
-    let mut form = read_form(multipart, state.config().max_upload_bytes).await?;
+    let mut form = read_form(
+        multipart,
+        FormLimits {
+            max_file_bytes: state.config().max_upload_bytes,
+            max_files: upload::MAX_FILES,
+        },
+    )
+    .await?;
     let rag_id = form
         .number("ragId")?
         .ok_or_else(|| AppError::validation("ragId is required"))?;

@@ -7,7 +7,7 @@ use axum::response::Response;
 use shared::http::date_range::DatetimeRange;
 use shared::http::envelope::Empty;
 use shared::http::files::Disposition;
-use shared::http::multipart::{read_form, MultipartBody};
+use shared::http::multipart::{read_form, FormLimits, MultipartBody};
 use shared::http::{Api, ApiResult, CurrentUser, Json, Page, PageQuery, Path, Query};
 use shared::resources::{self, service, ResourceView};
 use shared::{AppError, AppResult, AppState};
@@ -44,7 +44,7 @@ struct UploadForm {
     request_body(content = UploadForm, content_type = "multipart/form-data"),
     responses((status = 200, body = shared::http::Envelope<ResourceView>), (status = 400), (status = 401), (status = 413)))]
 async fn upload(State(state): State<AppState>, user: CurrentUser, multipart: MultipartBody) -> ApiResult<ResourceView> {
-    let mut form = read_form(multipart, state.config().max_upload_bytes).await?;
+    let mut form = read_form(multipart, FormLimits::one_file(state.config().max_upload_bytes)).await?;
     let file = form
         .take_files("file")
         .into_iter()
@@ -141,14 +141,14 @@ async fn direct_upload(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Empty> {
-    let limit = state.config().max_presigned_upload_bytes;
-    let bytes = axum::body::to_bytes(body, limit as usize)
-        .await
-        .map_err(|_| AppError::PayloadTooLarge(format!("upload exceeds the limit of {limit} bytes")))?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/octet-stream");
-    service::direct_upload(&state, q, content_type, bytes).await?;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    service::direct_upload(&state, q, content_type, declared, body.into_data_stream()).await?;
     Api::empty()
 }

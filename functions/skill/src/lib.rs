@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use shared::http::envelope::{Empty, StatusApi, StatusEnvelope, StatusPage, StatusPageEnvelope, StatusResult};
 use shared::http::files::{content_disposition, Disposition};
 use shared::http::middleware::status_envelope;
-use shared::http::multipart::{read_form, MultipartBody};
+use shared::http::multipart::{read_form, FormLimits, MultipartBody};
 use shared::http::{CurrentUser, Json, PageQuery, Path, Query};
 use shared::skills::{self as s, drafts, files, service};
 use shared::{AppResult, AppState};
@@ -105,7 +105,11 @@ struct UploadForm {
     request_body(content = UploadForm, content_type = "multipart/form-data"),
     responses((status = 200, body = Env<s::Skill>), (status = 400), (status = 401), (status = 413)))]
 async fn upload(State(state): State<AppState>, user: CurrentUser, multipart: MultipartBody) -> StatusResult<s::Skill> {
-    let mut form = read_form(multipart, state.config().skill_limits.max_package_bytes).await?;
+    let mut form = read_form(
+        multipart,
+        FormLimits::one_file(state.config().skill_limits.max_package_bytes),
+    )
+    .await?;
     service::upload(&state, &user, form.take_files("file"))
         .await
         .map(StatusApi)

@@ -70,8 +70,32 @@ fn multipart_error(err: MultipartError, limit: u64) -> AppError {
     }
 }
 
-/// Collects the form; any single file above `max_file_bytes` is a 413.
-pub async fn read_form(MultipartBody(mut multipart): MultipartBody, max_file_bytes: u64) -> Result<Form, AppError> {
+/// How much of a form is read before it is refused. Every bound is checked while the body
+/// streams in, so a request never makes the service hold more than these in memory.
+#[derive(Debug, Clone, Copy)]
+pub struct FormLimits {
+    /// Any one file; above it, 413.
+    pub max_file_bytes: u64,
+    /// Files in the form; one more is a 400 before its bytes are read.
+    pub max_files: usize,
+}
+
+impl FormLimits {
+    pub fn one_file(max_file_bytes: u64) -> Self {
+        Self {
+            max_file_bytes,
+            max_files: 1,
+        }
+    }
+}
+
+/// A text field's size: ids, options and names, never content.
+const MAX_TEXT_FIELD_BYTES: usize = 64 * 1024;
+const MAX_TEXT_FIELDS: usize = 64;
+
+/// Collects the form within `limits`.
+pub async fn read_form(MultipartBody(mut multipart): MultipartBody, limits: FormLimits) -> Result<Form, AppError> {
+    let max_file_bytes = limits.max_file_bytes;
     let mut form = Form::default();
     while let Some(field) = multipart
         .next_field()
@@ -84,6 +108,12 @@ pub async fn read_form(MultipartBody(mut multipart): MultipartBody, max_file_byt
                 return Err(AppError::Validation(format!(
                     "{name}: file name must not contain NUL characters"
                 )));
+            }
+            Some(_) if form.files.len() >= limits.max_files => {
+                return Err(AppError::validation(match limits.max_files {
+                    1 => format!("{name}: send one file per upload"),
+                    n => format!("{name}: at most {n} files per upload"),
+                }));
             }
             Some(file_name) => {
                 // Read chunk by chunk so an oversized file is refused without being buffered.
@@ -104,10 +134,21 @@ pub async fn read_form(MultipartBody(mut multipart): MultipartBody, max_file_byt
                 });
             }
             None => {
-                if form.texts.len() >= 64 {
+                if form.texts.len() >= MAX_TEXT_FIELDS {
                     return Err(AppError::validation("too many form fields"));
                 }
-                let text = field.text().await.map_err(|e| multipart_error(e, max_file_bytes))?;
+                let mut raw = Vec::new();
+                let mut field = field;
+                while let Some(chunk) = field.chunk().await.map_err(|e| multipart_error(e, max_file_bytes))? {
+                    if raw.len() + chunk.len() > MAX_TEXT_FIELD_BYTES {
+                        return Err(AppError::validation(format!(
+                            "{name}: a form field may hold at most {MAX_TEXT_FIELD_BYTES} bytes"
+                        )));
+                    }
+                    raw.extend_from_slice(&chunk);
+                }
+                let text =
+                    String::from_utf8(raw).map_err(|_| AppError::validation(format!("{name}: must be UTF-8 text")))?;
                 if text.contains('\0') {
                     return Err(AppError::Validation(format!("{name}: must not contain NUL characters")));
                 }

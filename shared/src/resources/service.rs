@@ -5,6 +5,7 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
+use futures::StreamExt;
 
 use super::repo::{self, NewResource, PageFilter, Reader};
 use super::*;
@@ -12,7 +13,7 @@ use crate::http::date_range::DatetimeRange;
 use crate::http::files::{file_response, Disposition, StoredFile};
 use crate::http::multipart::UploadedFile;
 use crate::http::{CurrentUser, Page, PageQuery};
-use crate::storage::{read_all, ByteRange};
+use crate::storage::{read_all, ByteRange, StorageError};
 use crate::{validate, AppError, AppResult, AppState};
 
 const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
@@ -269,12 +270,32 @@ pub async fn complete_upload(
     insert_or_discard(state, &new).await
 }
 
-/// Receives the bytes of a presigned PUT when objects live on the local filesystem.
-pub async fn direct_upload(state: &AppState, q: DirectUploadQuery, content_type: &str, body: Bytes) -> AppResult<()> {
+/// Receives the bytes of a presigned PUT when objects live on the local filesystem, written
+/// as they arrive: a body declared or found larger than MAX_PRESIGNED_UPLOAD_BYTES is a 413
+/// and leaves nothing stored.
+pub async fn direct_upload<S, E>(
+    state: &AppState,
+    q: DirectUploadQuery,
+    content_type: &str,
+    declared_len: Option<u64>,
+    body: S,
+) -> AppResult<()>
+where
+    S: futures::Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::fmt::Display,
+{
     if !crate::storage::verify_direct_upload(state.config(), &q.key, q.expires, &q.sig) {
         return Err(AppError::Forbidden("upload URL is invalid or expired".into()));
     }
-    state.storage().put(&q.key, body, content_type).await?;
+    let limit = state.config().max_presigned_upload_bytes;
+    if declared_len.is_some_and(|n| n > limit) {
+        return Err(StorageError::TooLarge(limit).into());
+    }
+    let body = body.map(|chunk| chunk.map_err(|e| std::io::Error::other(e.to_string())));
+    state
+        .storage()
+        .put_stream(&q.key, Box::pin(body), limit, content_type)
+        .await?;
     Ok(())
 }
 

@@ -97,6 +97,44 @@ impl ObjectStore for FsStore {
         Ok(())
     }
 
+    /// Written to disk chunk by chunk, so an upload of any size costs one chunk of memory.
+    async fn put_stream(
+        &self,
+        key: &str,
+        mut body: ByteStream,
+        limit: u64,
+        _content_type: &str,
+    ) -> Result<(), StorageError> {
+        use futures::StreamExt;
+        use tokio::io::AsyncWriteExt;
+        let path = self.path(key)?;
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(io_err("creating object dir"))?;
+        }
+        let tmp = path.with_extension(format!("part-{}", uuid::Uuid::new_v4()));
+        let written = async {
+            let mut file = tokio::fs::File::create(&tmp).await.map_err(io_err("creating object"))?;
+            let mut size = 0u64;
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(io_err("reading the upload"))?;
+                size += chunk.len() as u64;
+                if size > limit {
+                    return Err(StorageError::TooLarge(limit));
+                }
+                file.write_all(&chunk).await.map_err(io_err("writing object"))?;
+            }
+            file.flush().await.map_err(io_err("writing object"))
+        }
+        .await;
+        if let Err(e) = written {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(e);
+        }
+        tokio::fs::rename(&tmp, &path).await.map_err(io_err("renaming object"))
+    }
+
     async fn get(&self, key: &str, range: Option<ByteRange>) -> Result<ByteStream, StorageError> {
         let mut file = tokio::fs::File::open(self.path(key)?)
             .await
@@ -150,5 +188,59 @@ impl ObjectStore for FsStore {
     async fn check(&self) -> Result<(), StorageError> {
         tokio::fs::metadata(&self.root).await.map_err(io_err("storage root"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    fn bytes_on_disk(dir: &Path) -> u64 {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| match e.metadata() {
+                Ok(m) if m.is_dir() => bytes_on_disk(&e.path()),
+                Ok(m) => m.len(),
+                Err(_) => 0,
+            })
+            .sum()
+    }
+
+    /// Each chunk is produced only after checking that the ones before it (but the last,
+    /// which may still be in flight) are already on disk: the upload is never gathered in
+    /// memory first.
+    fn chunks(root: PathBuf, count: u64, size: usize) -> ByteStream {
+        Box::pin(futures::stream::iter(0..count).then(move |i| {
+            let root = root.clone();
+            async move {
+                let written = bytes_on_disk(&root);
+                assert!(
+                    written + size as u64 >= i * size as u64,
+                    "chunk {i}: only {written} bytes on disk"
+                );
+                Ok(Bytes::from(vec![b'a'; size]))
+            }
+        }))
+    }
+
+    #[tokio::test]
+    async fn a_streamed_upload_is_written_as_it_arrives_and_over_its_limit_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::new(dir.path().to_path_buf(), &crate::config::test_config()).unwrap();
+        let root = dir.path().to_path_buf();
+        store
+            .put_stream("k/whole.bin", chunks(root.clone(), 20, 4096), 20 * 4096, "x")
+            .await
+            .unwrap();
+        assert_eq!(store.head("k/whole.bin").await.unwrap(), Some(20 * 4096));
+        let over = store
+            .put_stream("k/over.bin", chunks(root.clone(), 20, 4096), 10 * 4096, "x")
+            .await;
+        assert!(matches!(over, Err(StorageError::TooLarge(_))), "{over:?}");
+        assert_eq!(bytes_on_disk(&root), 20 * 4096, "the refused upload left bytes behind");
     }
 }

@@ -59,6 +59,9 @@ pub struct PresignedPut {
 pub enum StorageError {
     #[error("object not found")]
     NotFound,
+    /// A streamed upload went past its limit of this many bytes; nothing was stored.
+    #[error("upload exceeds the limit of {0} bytes")]
+    TooLarge(u64),
     /// The store could not be reached (connection refused, timed out).
     #[error("storage unreachable: {0:#}")]
     Unavailable(anyhow::Error),
@@ -70,6 +73,7 @@ impl From<StorageError> for crate::AppError {
     fn from(err: StorageError) -> Self {
         match err {
             StorageError::NotFound => crate::AppError::NotFound("stored file not found".into()),
+            StorageError::TooLarge(_) => crate::AppError::PayloadTooLarge(err.to_string()),
             StorageError::Unavailable(e) => crate::AppError::unavailable("file storage", e),
             StorageError::Other(e) => crate::AppError::Internal(e.context("object storage")),
         }
@@ -80,6 +84,26 @@ impl From<StorageError> for crate::AppError {
 pub trait ObjectStore: Send + Sync {
     fn kind(&self) -> StorageKind;
     async fn put(&self, key: &str, body: Bytes, content_type: &str) -> Result<(), StorageError>;
+    /// Stores what `body` yields as it arrives, refusing it (`TooLarge`, nothing stored) once
+    /// it passes `limit` bytes. This default gathers the body first, within the limit.
+    async fn put_stream(
+        &self,
+        key: &str,
+        mut body: ByteStream,
+        limit: u64,
+        content_type: &str,
+    ) -> Result<(), StorageError> {
+        use futures::StreamExt;
+        let mut buf = bytes::BytesMut::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| StorageError::Other(anyhow::anyhow!("reading the upload: {e}")))?;
+            if (buf.len() + chunk.len()) as u64 > limit {
+                return Err(StorageError::TooLarge(limit));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        self.put(key, buf.freeze(), content_type).await
+    }
     /// The whole object or one range of it, streamed.
     async fn get(&self, key: &str, range: Option<ByteRange>) -> Result<ByteStream, StorageError>;
     /// The object's size, or None when it does not exist.

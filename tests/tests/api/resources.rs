@@ -138,6 +138,37 @@ async fn bad_uploads_change_nothing(store: Store) {
     upload(&app, &token, "a.txt", b"hi".to_vec(), Some(("doc", "abc")))
         .await
         .assert_error(400, 0, "bizId must be a whole number");
+    // Bounds hold while the form streams in: a second file is refused before its bytes are
+    // read, and a text field is not a way around the file limit.
+    let two_files = Form::new()
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(b"one".to_vec()).file_name("a.txt"),
+        )
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(b"two".to_vec()).file_name("b.txt"),
+        );
+    app.send(
+        app.client
+            .post(app.url("/resource/upload"))
+            .header("Svc-Auth", &token)
+            .multipart(two_files),
+    )
+    .await
+    .assert_error(400, 0, "file: send one file per upload");
+    let huge_field = Form::new().text("bizType", "x".repeat(100_000)).part(
+        "file",
+        reqwest::multipart::Part::bytes(b"hi".to_vec()).file_name("a.txt"),
+    );
+    app.send(
+        app.client
+            .post(app.url("/resource/upload"))
+            .header("Svc-Auth", &token)
+            .multipart(huge_field),
+    )
+    .await
+    .assert_error(400, 0, "bizType: a form field may hold at most 65536 bytes");
     let not_multipart = app.post("/resource/upload", Some(&token), &json!({})).await;
     assert_eq!((not_multipart.status, not_multipart.code()), (400, 0));
     // A name is no proof: text named as a PNG is refused, naming the field.
@@ -357,6 +388,45 @@ async fn presigned_upload_on_s3() {
     presigned_upload(Store::S3).await;
 }
 
+/// A presigned upload to the service itself is written as it arrives and refused past
+/// MAX_PRESIGNED_UPLOAD_BYTES, whether the body declares its length or not; nothing is kept.
+#[tokio::test]
+async fn direct_uploads_over_the_limit_are_refused_while_streaming() {
+    let app = spawn_with(Store::Filesystem, &[("MAX_PRESIGNED_UPLOAD_BYTES", "1000")]).await;
+    let (_, token) = app.regular_user("big").await;
+    let ask = json!({ "originalName": "small.txt", "fileSize": 900, "contentType": "text/plain" });
+    let presigned = app
+        .post("/resource/upload-url", Some(&token), &ask)
+        .await
+        .assert_ok()
+        .clone();
+    let url = format!("{}{}", app.origin, presigned["uploadUrl"].as_str().unwrap());
+    // Declared too large: refused from the header, before the body.
+    app.send(app.client.put(&url).body(vec![b'x'; 5000]))
+        .await
+        .assert_error(413, 413, "exceeds the limit of 1000 bytes");
+    // Undeclared (chunked): refused once the stream passes the limit.
+    let chunks = futures::stream::iter((0..50).map(|_| Ok::<_, std::io::Error>(vec![b'y'; 100])));
+    app.send(app.client.put(&url).body(reqwest::Body::wrap_stream(chunks)))
+        .await
+        .assert_error(413, 413, "exceeds the limit of 1000 bytes");
+    let leftover = walk(app.storage_dir.path());
+    assert!(leftover.is_empty(), "nothing kept in storage: {leftover:?}");
+    // Within the limit, chunked too, it is stored whole.
+    let chunks = futures::stream::iter((0..9).map(|_| Ok::<_, std::io::Error>(vec![b'z'; 100])));
+    let put = app
+        .client
+        .put(&url)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.status());
+    let stored = walk(app.storage_dir.path());
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(std::fs::read(&stored[0]).unwrap(), vec![b'z'; 900]);
+}
+
 #[tokio::test]
 async fn forged_direct_upload_urls_are_refused() {
     let app = spawn(Store::Filesystem).await;
@@ -388,7 +458,7 @@ async fn only_the_owner_and_administrators_read_a_resource_and_others_get_the_un
         .post(
             "/rag",
             Some(&alice),
-            &json!({ "name": "diary", "embeddingModelId": embedding }),
+            &json!({ "name": "diary", "embeddingModelId": embedding, "dimensionOfVectorModel": 8 }),
         )
         .await
         .assert_ok()["id"]

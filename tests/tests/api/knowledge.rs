@@ -1359,3 +1359,85 @@ async fn expired_previews_are_cleaned_up_with_their_files() {
         .await
         .assert_error(404, 404, "expired");
 }
+
+/// Creating a base builds its vector index without blocking other tenants' writes to the
+/// shared chunks table: a build waiting for a writer's transaction does not hold up the next
+/// writer, as a plain `CREATE INDEX` queued for its share lock would.
+#[tokio::test]
+async fn building_a_bases_index_does_not_block_writers_of_other_bases() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let writer = |pool: sqlx::PgPool| async move {
+        let mut conn = pool.acquire().await.unwrap();
+        sqlx::query("SET lock_timeout = '5s'")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        sqlx::query("DELETE FROM chunks WHERE id = -1")
+            .execute(&mut *conn)
+            .await
+    };
+    // A writer in the middle of its transaction.
+    let mut open = s.app.db.begin().await.unwrap();
+    sqlx::query("DELETE FROM chunks WHERE id = -1")
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    let body = json!({ "name": "new", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8 });
+    let create = s.app.post("/rag", Some(&s.admin), &body);
+    let meanwhile = async {
+        // Wait until the build is queued behind the open transaction.
+        let mut waiting = false;
+        for _ in 0..200 {
+            waiting = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                            WHERE query ILIKE 'CREATE INDEX%' AND wait_event_type = 'Lock')",
+            )
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+            if waiting {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(waiting, "the index build never waited for the open writer");
+        // Another writer goes through meanwhile.
+        writer(s.app.db.clone())
+            .await
+            .expect("a write to chunks was blocked by the index build");
+        open.commit().await.unwrap();
+    };
+    let (created, ()) = tokio::join!(create, meanwhile);
+    let id = created.assert_ok()["id"].as_i64().unwrap();
+    let valid: bool = sqlx::query_scalar(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1",
+    )
+    .bind(format!("chunks_hnsw_kb_{id}"))
+    .fetch_one(&s.app.db)
+    .await
+    .unwrap();
+    assert!(valid, "the base's index is built and valid");
+}
+
+#[tokio::test]
+async fn a_regular_user_owns_at_most_kb_max_per_user_bases() {
+    let s = KbSetup::new(Store::Filesystem, &[("KB_MAX_PER_USER", "2")]).await;
+    let (_, bob) = s.app.regular_user("bob").await;
+    let body = json!({ "name": "b", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8 });
+    for _ in 0..2 {
+        s.app.post("/rag", Some(&bob), &body).await.assert_ok();
+    }
+    let before = s.app.snapshot().await;
+    s.app
+        .post("/rag", Some(&bob), &body)
+        .await
+        .assert_error(400, 0, "limit of 2 knowledge bases (KB_MAX_PER_USER)");
+    s.app
+        .snapshot()
+        .await
+        .assert_unchanged_since(&before, "a base over the cap");
+    // Administrators are not capped.
+    for _ in 0..3 {
+        s.app.post("/rag", Some(&s.admin), &body).await.assert_ok();
+    }
+}

@@ -1,5 +1,6 @@
 //! SQL of knowledge bases, including the per-base vector index.
 
+use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::{ChunkSettings, KbRow, ModelSettings, ParseSettings, SearchSettings};
@@ -132,17 +133,62 @@ pub fn ops(dimension: i32) -> &'static str {
     }
 }
 
-/// Creates the partial HNSW index of one base. DDL takes no bind parameters; `id` and
-/// `dimension` are integers from our own rows, never client text.
-pub async fn create_index(conn: &mut PgConnection, id: i64, dimension: i32) -> sqlx::Result<()> {
-    let sql = format!(
-        "CREATE INDEX IF NOT EXISTS {} ON chunks USING hnsw ({} {}) WHERE rag_id = {id}",
-        index_name(id),
-        vector_expr(dimension),
-        ops(dimension)
-    );
-    sqlx::query(&sql).execute(conn).await?;
+/// Key of the session lock that lets one index build run at a time: two concurrent builds
+/// on `chunks` wait for each other's snapshots and one of them fails as a deadlock.
+const INDEX_BUILD_LOCK: i64 = 0x6b62_5f69_6478; // "kb_idx"
+
+/// (Re)builds the partial HNSW index of one base without blocking anyone's writes to the
+/// shared `chunks` table: `CONCURRENTLY`, which cannot run inside a transaction. A build that
+/// failed half way leaves an invalid index behind, so the name is always dropped first. DDL
+/// takes no bind parameters; `id` and `dimension` are integers from our own rows, never client
+/// text.
+pub async fn build_index(conn: &mut PoolConnection<Postgres>, id: i64, dimension: i32) -> sqlx::Result<()> {
+    // Tried, not waited for: a session blocked in pg_advisory_lock holds a snapshot that the
+    // running build would wait for in turn.
+    while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
+        .bind(INDEX_BUILD_LOCK)
+        .fetch_one(&mut **conn)
+        .await?
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let built = async {
+        sqlx::query(&format!("DROP INDEX CONCURRENTLY IF EXISTS {}", index_name(id)))
+            .execute(&mut **conn)
+            .await?;
+        let sql = format!(
+            "CREATE INDEX CONCURRENTLY {} ON chunks USING hnsw ({} {}) WHERE rag_id = {id}",
+            index_name(id),
+            vector_expr(dimension),
+            ops(dimension)
+        );
+        sqlx::query(&sql).execute(&mut **conn).await
+    }
+    .await;
+    let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(INDEX_BUILD_LOCK)
+        .execute(&mut **conn)
+        .await;
+    if unlocked.is_err() {
+        // Closing the connection is what releases a session lock it could not release itself.
+        conn.close_on_drop();
+    }
+    built?;
+    unlocked?;
     Ok(())
+}
+
+/// How many knowledge bases `creator_id` has, counted under a lock that makes concurrent
+/// creations by the same user take turns until their transactions end.
+pub async fn count_for_creation(conn: &mut PgConnection, creator_id: i64) -> sqlx::Result<i64> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('kb-create:' || $1::text))")
+        .bind(creator_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query_scalar("SELECT count(*) FROM knowledge_bases WHERE creator_id = $1")
+        .bind(creator_id)
+        .fetch_one(conn)
+        .await
 }
 
 pub async fn drop_index(conn: &mut PgConnection, id: i64) -> sqlx::Result<()> {

@@ -40,6 +40,9 @@ pub struct Config {
     /// Offset of the zone timestamps are rendered in, in seconds east of UTC.
     pub utc_offset_secs: i32,
     pub max_upload_bytes: u64,
+    /// Knowledge bases one regular user may own (`KB_MAX_PER_USER`, default 100): each has an
+    /// index on the shared chunks table.
+    pub kb_max_per_user: i64,
     pub max_presigned_upload_bytes: u64,
     /// Failed logins per account from one address before that pair is locked
     /// (`LOGIN_MAX_FAILURES`, default 5).
@@ -67,9 +70,11 @@ pub struct Config {
     /// Hosts that URL imports may reach even though they resolve to private or loopback
     /// addresses (tests, trusted intranet sources).
     pub import_allow_hosts: Vec<String>,
-    /// Networks that model, MCP and OAuth calls may not reach (`OUTBOUND_DENY_CIDRS`,
-    /// default link-local and cloud metadata addresses; `none` for no limit).
-    pub outbound_deny: crate::outbound::DenyList,
+    /// Networks that model, MCP and OAuth calls may not reach: for every address
+    /// (`OUTBOUND_DENY_CIDRS`, default link-local and cloud metadata addresses; `none` for no
+    /// limit), and also for addresses regular users configured (`OUTBOUND_USER_DENY_CIDRS`,
+    /// default loopback, private and CGNAT networks; `none` for no more than the first).
+    pub outbound: crate::outbound::Outbound,
     /// Base URL of a Docling-serve compatible converter, used by the `extparse` parse engine.
     pub extparse_url: Option<String>,
     /// Base URL of a SearXNG-compatible JSON search API, used by agents with web search on.
@@ -194,6 +199,7 @@ impl Config {
             public_base_url: get("PUBLIC_BASE_URL").map(|u| u.trim_end_matches('/').to_owned()),
             utc_offset_secs: parse_offset(get("TIME_ZONE_OFFSET").as_deref().unwrap_or("+00:00"))?,
             max_upload_bytes: parse_num("MAX_UPLOAD_BYTES", 10 * 1024 * 1024)?,
+            kb_max_per_user: i64::try_from(parse_num("KB_MAX_PER_USER", 100)?).unwrap_or(i64::MAX),
             max_presigned_upload_bytes: parse_num("MAX_PRESIGNED_UPLOAD_BYTES", 1024 * 1024 * 1024)?,
             login_max_failures: parse_num("LOGIN_MAX_FAILURES", 5)? as i32,
             login_ip_max_failures: parse_num("LOGIN_IP_MAX_FAILURES", 50)? as i32,
@@ -218,12 +224,18 @@ impl Config {
                         .collect()
                 })
                 .unwrap_or_default(),
-            outbound_deny: crate::outbound::DenyList::parse(
-                get("OUTBOUND_DENY_CIDRS")
-                    .as_deref()
-                    .unwrap_or(crate::outbound::DEFAULT_DENY),
-            )
-            .map_err(ConfigError)?,
+            outbound: crate::outbound::Outbound::new(
+                deny_list(
+                    "OUTBOUND_DENY_CIDRS",
+                    get("OUTBOUND_DENY_CIDRS"),
+                    crate::outbound::DEFAULT_DENY,
+                )?,
+                &deny_list(
+                    "OUTBOUND_USER_DENY_CIDRS",
+                    get("OUTBOUND_USER_DENY_CIDRS"),
+                    crate::outbound::DEFAULT_USER_DENY,
+                )?,
+            ),
             extparse_url: get("EXTPARSE_URL").map(|u| u.trim_end_matches('/').to_owned()),
             web_search_url: get("WEB_SEARCH_URL").map(|u| u.trim_end_matches('/').to_owned()),
             web_search_api_key: get("WEB_SEARCH_API_KEY"),
@@ -246,6 +258,10 @@ impl Config {
             quota_completion_reserve: parse_num("QUOTA_COMPLETION_RESERVE_TOKENS", 8192)?.max(1),
         })
     }
+}
+
+fn deny_list(key: &str, value: Option<String>, default: &str) -> Result<crate::outbound::DenyList, ConfigError> {
+    crate::outbound::DenyList::parse(key, value.as_deref().unwrap_or(default)).map_err(ConfigError)
 }
 
 fn parse_bool(key: &str, value: Option<String>) -> Result<bool, ConfigError> {
@@ -286,12 +302,18 @@ fn parse_offset(value: &str) -> Result<i32, ConfigError> {
     Ok(sign * (h * 3600 + m * 60))
 }
 
+/// A configuration with only the required settings, for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) fn test_config() -> Config {
+    tests::load(&tests::base()).expect("test config")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn base() -> HashMap<&'static str, String> {
+    pub(super) fn base() -> HashMap<&'static str, String> {
         HashMap::from([
             ("DATABASE_URL", "postgres://x".to_owned()),
             ("JWT_SECRET", "x".repeat(32)),
@@ -302,7 +324,7 @@ mod tests {
         ])
     }
 
-    fn load(env: &HashMap<&'static str, String>) -> Result<Config, ConfigError> {
+    pub(super) fn load(env: &HashMap<&'static str, String>) -> Result<Config, ConfigError> {
         Config::from_lookup(|k| env.get(k).cloned())
     }
 

@@ -1,7 +1,9 @@
 //! Where calls the service makes on a client's behalf (model endpoints, MCP servers, OAuth
-//! token URLs) may not go: cloud metadata and link-local addresses by default, plus whatever
-//! a deployment adds (`OUTBOUND_DENY_CIDRS`). Private and loopback networks stay reachable,
-//! because self-hosted model servers live there.
+//! token URLs) may not go. Every call: cloud metadata and link-local addresses by default, plus
+//! whatever a deployment adds (`OUTBOUND_DENY_CIDRS`). Addresses an administrator configured may
+//! reach private and loopback networks, because self-hosted model servers live there; addresses
+//! a regular user configured may not (`OUTBOUND_USER_DENY_CIDRS`), or any user could make the
+//! service call into its own network.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -15,13 +17,65 @@ use crate::{AppError, AppResult};
 /// address, Alibaba's metadata address and "this network".
 pub const DEFAULT_DENY: &str = "169.254.0.0/16,fe80::/10,fd00:ec2::254/128,100.100.100.200/32,0.0.0.0/8";
 
+/// What endpoints regular users configure may not reach besides the list above: loopback,
+/// private (RFC 1918, unique local IPv6), carrier-grade NAT, benchmarking, multicast, reserved
+/// and unspecified addresses.
+pub const DEFAULT_USER_DENY: &str = "127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,\
+198.18.0.0/15,224.0.0.0/4,240.0.0.0/4,::1/128,::/128,fc00::/7,ff00::/8";
+
+/// Who configured an address the service calls, which decides the networks it may reach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reach {
+    /// An administrator (or the deployment itself): every network but `OUTBOUND_DENY_CIDRS`.
+    #[default]
+    Operator,
+    /// A regular user: not the service's own networks either.
+    User,
+}
+
+impl Reach {
+    /// The reach of something configured by a user who is, or is not, an administrator.
+    pub fn of_admin(is_admin: bool) -> Self {
+        if is_admin {
+            Self::Operator
+        } else {
+            Self::User
+        }
+    }
+}
+
+/// The deny lists of both reaches.
+#[derive(Debug, Clone, Default)]
+pub struct Outbound {
+    operator: DenyList,
+    user: DenyList,
+}
+
+impl Outbound {
+    /// `user_extra` applies to users' addresses on top of `operator`, which applies to all.
+    pub fn new(operator: DenyList, user_extra: &DenyList) -> Self {
+        let user = DenyList(Arc::new(
+            operator.0.iter().chain(user_extra.0.iter()).copied().collect(),
+        ));
+        Self { operator, user }
+    }
+
+    pub fn deny(&self, reach: Reach) -> &DenyList {
+        match reach {
+            Reach::Operator => &self.operator,
+            Reach::User => &self.user,
+        }
+    }
+}
+
 /// The networks outbound calls may not reach.
 #[derive(Debug, Clone, Default)]
 pub struct DenyList(Arc<Vec<IpNet>>);
 
 impl DenyList {
-    /// Comma-separated CIDRs or bare addresses; `none` allows everything.
-    pub fn parse(spec: &str) -> Result<Self, String> {
+    /// Comma-separated CIDRs or bare addresses; `none` allows everything. `name` is the
+    /// setting's, for the error.
+    pub fn parse(name: &str, spec: &str) -> Result<Self, String> {
         if spec.trim().eq_ignore_ascii_case("none") {
             return Ok(Self::default());
         }
@@ -32,7 +86,7 @@ impl DenyList {
             .map(|s| {
                 s.parse::<IpNet>()
                     .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| format!("OUTBOUND_DENY_CIDRS: {s:?} is not a CIDR or an IP address"))
+                    .map_err(|_| format!("{name}: {s:?} is not a CIDR or an IP address"))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self(Arc::new(nets)))
@@ -48,13 +102,15 @@ impl DenyList {
     }
 
     /// Checks a URL field when it is saved: an address literal, or every address its host
-    /// resolves to now. A host that does not resolve yet is left to the connection-time check.
+    /// resolves to now. A host that does not resolve yet is left to the connection-time check,
+    /// which every client built by [`DenyList::guard`] makes on the addresses it connects to.
     pub async fn check_url(&self, field: &str, raw: &str) -> AppResult<()> {
         let url = reqwest::Url::parse(raw)
             .map_err(|_| AppError::validation(format!("{field} must be an http:// or https:// URL")))?;
         let refused = |ip: IpAddr| {
             AppError::validation(format!(
-                "{field}: {ip} is in a network the service may not call (OUTBOUND_DENY_CIDRS)"
+                "{field}: {ip} is in a network the service may not call for you (OUTBOUND_DENY_CIDRS, \
+                 and OUTBOUND_USER_DENY_CIDRS for addresses regular users set)"
             ))
         };
         let port = url.port_or_known_default().unwrap_or(80);
@@ -76,23 +132,62 @@ impl DenyList {
 
     /// A client builder whose name resolution drops denied addresses and whose redirects
     /// may not lead to a denied address literal, so a saved host that later resolves to a
-    /// metadata address, or redirects there, is still refused.
+    /// denied address, or redirects there, is still refused. The addresses a client connects
+    /// to are the ones checked: a name is resolved once per connection, never again after.
     pub fn guard(&self, builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
         let deny = self.clone();
         let redirects = reqwest::redirect::Policy::custom(move |attempt| {
-            let literal = attempt
-                .url()
-                .host_str()
-                .and_then(|h| h.trim_matches(['[', ']']).parse::<IpAddr>().ok());
-            if attempt.previous().len() >= 10 {
-                attempt.error("too many redirects")
-            } else if literal.is_some_and(|ip| deny.denies(ip)) {
-                attempt.error("redirect to a network the service may not call")
-            } else {
-                attempt.follow()
+            match deny.redirect_refusal(attempt.url(), attempt.previous().len()) {
+                Some(why) => attempt.error(why),
+                None => attempt.follow(),
             }
         });
         builder.dns_resolver(Arc::new(self.clone())).redirect(redirects)
+    }
+
+    /// The same guard for the HTTP client of the MCP Streamable HTTP transport, which is built
+    /// on the next major version of reqwest.
+    pub fn guard_mcp(&self, builder: reqwest13::ClientBuilder) -> reqwest13::ClientBuilder {
+        let deny = self.clone();
+        let redirects = reqwest13::redirect::Policy::custom(move |attempt| {
+            match deny.redirect_refusal(attempt.url(), attempt.previous().len()) {
+                Some(why) => attempt.error(why),
+                None => attempt.follow(),
+            }
+        });
+        builder.dns_resolver(Arc::new(self.clone())).redirect(redirects)
+    }
+
+    /// The URL's host when it is an address literal this list denies. Clients connect to
+    /// literals without asking their resolver, so calls check them before they are sent.
+    pub fn denied_literal(&self, url: &reqwest::Url) -> Option<IpAddr> {
+        url.host_str()
+            .and_then(|h| h.trim_matches(['[', ']']).parse::<IpAddr>().ok())
+            .filter(|ip| self.denies(*ip))
+    }
+
+    fn redirect_refusal(&self, url: &reqwest::Url, hops: usize) -> Option<&'static str> {
+        if hops >= 10 {
+            Some("too many redirects")
+        } else if self.denied_literal(url).is_some() {
+            Some("redirect to a network the service may not call")
+        } else {
+            None
+        }
+    }
+
+    /// The addresses of `host` the service may connect to; none is an error.
+    async fn allowed_addrs(&self, host: &str) -> std::io::Result<Vec<SocketAddr>> {
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, 0))
+            .await?
+            .filter(|a| !self.denies(a.ip()))
+            .collect();
+        if addrs.is_empty() {
+            return Err(std::io::Error::other(format!(
+                "{host} resolves only to networks the service may not call"
+            )));
+        }
+        Ok(addrs)
     }
 }
 
@@ -100,15 +195,18 @@ impl Resolve for DenyList {
     fn resolve(&self, name: Name) -> Resolving {
         let deny = self.clone();
         Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .filter(|a| !deny.denies(a.ip()))
-                .collect();
-            if addrs.is_empty() {
-                return Err(format!("{host} resolves only to networks the service may not call").into());
-            }
+            let addrs = deny.allowed_addrs(name.as_str()).await?;
             Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}
+
+impl reqwest13::dns::Resolve for DenyList {
+    fn resolve(&self, name: reqwest13::dns::Name) -> reqwest13::dns::Resolving {
+        let deny = self.clone();
+        Box::pin(async move {
+            let addrs = deny.allowed_addrs(name.as_str()).await?;
+            Ok(Box::new(addrs.into_iter()) as reqwest13::dns::Addrs)
         })
     }
 }
@@ -119,7 +217,7 @@ mod tests {
 
     #[test]
     fn default_list_blocks_metadata_and_allows_private_networks() {
-        let deny = DenyList::parse(DEFAULT_DENY).unwrap();
+        let deny = DenyList::parse("D", DEFAULT_DENY).unwrap();
         for ip in [
             "169.254.169.254",
             "fd00:ec2::254",
@@ -132,12 +230,37 @@ mod tests {
         for ip in ["127.0.0.1", "10.0.0.5", "192.168.1.2", "::1", "93.184.216.34"] {
             assert!(!deny.denies(ip.parse().unwrap()), "{ip}");
         }
-        assert!(!DenyList::parse("none")
+        assert!(!DenyList::parse("D", "none")
             .unwrap()
             .denies("169.254.169.254".parse().unwrap()));
-        assert!(DenyList::parse("10.0.0.0/8, 127.0.0.1")
+        assert!(DenyList::parse("D", "10.0.0.0/8, 127.0.0.1")
             .unwrap()
             .denies("127.0.0.1".parse().unwrap()));
-        assert!(DenyList::parse("nonsense").is_err());
+        assert!(DenyList::parse("D", "nonsense").is_err());
+    }
+
+    #[test]
+    fn users_addresses_may_not_reach_the_services_own_networks() {
+        let outbound = Outbound::new(
+            DenyList::parse("D", DEFAULT_DENY).unwrap(),
+            &DenyList::parse("U", DEFAULT_USER_DENY).unwrap(),
+        );
+        for ip in [
+            "127.0.0.1",
+            "10.0.0.5",
+            "172.20.1.1",
+            "192.168.1.2",
+            "100.64.0.1",
+            "::1",
+            "fd12::1",
+            "::ffff:127.0.0.1",
+        ] {
+            let ip = ip.parse().unwrap();
+            assert!(outbound.deny(Reach::User).denies(ip), "{ip}");
+            assert!(!outbound.deny(Reach::Operator).denies(ip), "{ip}");
+        }
+        // Metadata stays denied to both; public addresses open to both.
+        assert!(outbound.deny(Reach::User).denies("169.254.169.254".parse().unwrap()));
+        assert!(!outbound.deny(Reach::User).denies("93.184.216.34".parse().unwrap()));
     }
 }

@@ -52,8 +52,8 @@ impl AppState {
         let secrets = SecretBox::new(&config.encryption_key);
         let jwt = JwtKeys::new(&config.jwt_secret, config.access_token_ttl);
         let (models, mcp) = (
-            ModelClient::guarded(&config.outbound_deny),
-            McpPool::guarded(&config.outbound_deny, StdioPolicy::from_config(&config)),
+            ModelClient::guarded(&config.outbound),
+            McpPool::guarded(&config.outbound, StdioPolicy::from_config(&config)),
         );
         Self {
             inner: Arc::new(Inner {

@@ -91,6 +91,7 @@ async fn main() {
         api_key: GOOD_KEY.into(),
         model,
         options: json!({}),
+        reach: shared::outbound::Reach::Operator,
     };
     let req = ChatRequest {
         messages: vec![ChatMessage::user("benchmark")],

@@ -73,6 +73,13 @@ pub async fn fresh_database() -> String {
     format!("{base}/{name}")
 }
 
+/// The networks regular users' endpoints may not reach in tests: the production list
+/// (`shared::outbound::DEFAULT_USER_DENY`) but loopback, where the tests' scripted model
+/// servers and MCP servers stand in for endpoints on the internet that users register.
+/// `ssrf.rs` tests the production list itself.
+pub const TEST_USER_DENY: &str = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,198.18.0.0/15,\
+224.0.0.0/4,240.0.0.0/4,::/128,fc00::/7,ff00::/8";
+
 pub async fn spawn(store: Store) -> TestApp {
     spawn_with(store, &[]).await
 }
@@ -97,6 +104,7 @@ pub async fn spawn_with(store: Store, extra: &[(&str, &str)]) -> TestApp {
             "STORAGE_BACKEND".into(),
             if store == Store::S3 { "s3" } else { "fs" }.into(),
         ),
+        ("OUTBOUND_USER_DENY_CIDRS".into(), TEST_USER_DENY.into()),
     ]);
     // Counted on every request like in production, but never reached by a test that does not
     // set its own limits: some tests and benchmarks send thousands of requests a minute.

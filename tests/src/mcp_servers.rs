@@ -105,7 +105,11 @@ impl Fixture {
 
 /// `server-everything` over `sse` (`/sse`) or `streamableHttp` (`/mcp`).
 pub async fn everything(transport: &str) -> Fixture {
-    let port = free_port();
+    everything_on(transport, free_port()).await
+}
+
+/// The same on a given port, e.g. to restart a server where its clients know it.
+pub async fn everything_on(transport: &str, port: u16) -> Fixture {
     let (bin, _) = everything_stdio();
     let mut cmd = Command::new(bin);
     cmd.arg(transport).env("PORT", port.to_string());

@@ -262,6 +262,7 @@ mod tests {
             api_key: "sk-secret".into(),
             model: "chat-echo".into(),
             options: json!({ "temperature": 0.2 }),
+            reach: crate::outbound::Reach::Operator,
         }
     }
 

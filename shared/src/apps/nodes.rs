@@ -7,6 +7,7 @@ use chrono::Utc;
 use super::model::{Heartbeat, HeartbeatReply};
 use super::node_repo::{self, Beat};
 use crate::http::app_credentials::AppCaller;
+use crate::outbound::Reach;
 use crate::{time, validate, AppError, AppResult, AppState};
 
 pub const LEASE: Duration = Duration::from_secs(30);
@@ -31,7 +32,7 @@ pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> Ap
         .trim_matches(['[', ']'])
         .parse()
         .map_err(|_| AppError::validation(format!("hostIp must be an IP address, got {host_ip:?}")))?;
-    if state.config().outbound_deny.denies(ip) {
+    if state.config().outbound.deny(Reach::Operator).denies(ip) {
         return Err(AppError::validation(format!(
             "hostIp: {ip} is in a network the service may not call (OUTBOUND_DENY_CIDRS)"
         )));

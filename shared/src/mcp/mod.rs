@@ -10,6 +10,7 @@ pub mod service;
 pub mod session;
 pub mod sse;
 pub mod stdio;
+mod streamable;
 pub mod tools;
 
 pub use auth::AuthConfig;

@@ -30,6 +30,14 @@ pub struct McpRow {
     pub creator_id: i64,
     pub create_dt: DateTime<Utc>,
     pub update_dt: DateTime<Utc>,
+    /// Its creator is an administrator now: its endpoints may reach the operator's networks.
+    pub by_operator: bool,
+}
+
+impl McpRow {
+    pub fn reach(&self) -> crate::outbound::Reach {
+        crate::outbound::Reach::of_admin(self.by_operator)
+    }
 }
 
 /// An MCP server as reads show it: secrets in `authConfig` and every `envVars` value masked;

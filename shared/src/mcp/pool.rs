@@ -13,9 +13,10 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::oauth::TokenCache;
-use super::session::{self, Client, Failure, Target, Transport};
+use super::session::{self, Client, Clients, Failure, Target, Transport};
 use super::stdio::StdioPolicy;
-use crate::outbound::DenyList;
+use super::streamable::StreamableClient;
+use crate::outbound::{Outbound, Reach};
 
 pub struct Limits {
     pub connect_timeout: Duration,
@@ -38,25 +39,54 @@ impl Live {
 
 type Slot = Arc<AsyncMutex<Option<Arc<Live>>>>;
 
+/// The HTTP clients of one reach: each reach has its own connection pools, so a connection
+/// opened under the operator's wider reach is never reused for a user's server.
+#[derive(Default)]
+struct ReachClients {
+    http: reqwest::Client,
+    streamable: StreamableClient,
+}
+
 #[derive(Default)]
 pub struct McpPool {
     slots: Mutex<HashMap<i64, Slot>>,
     tokens: TokenCache,
-    http: reqwest::Client,
-    deny: DenyList,
+    operator: ReachClients,
+    users: ReachClients,
+    outbound: Outbound,
     stdio: StdioPolicy,
 }
 
 impl McpPool {
-    /// A pool whose HTTP calls (SSE, OAuth tokens) never reach the denied networks and which
-    /// starts only the stdio servers `stdio` allows.
-    pub fn guarded(deny: &DenyList, stdio: StdioPolicy) -> Self {
-        let http = deny.guard(reqwest::Client::builder()).build().unwrap_or_default();
+    /// A pool whose HTTP calls (SSE, Streamable HTTP, OAuth tokens) connect only to addresses
+    /// the server's reach allows, and which starts only the stdio servers `stdio` allows.
+    pub fn guarded(outbound: &Outbound, stdio: StdioPolicy) -> Self {
+        let clients = |reach| {
+            let deny = outbound.deny(reach);
+            ReachClients {
+                http: deny.guard(reqwest::Client::builder()).build().unwrap_or_default(),
+                streamable: StreamableClient::new(
+                    deny.guard_mcp(reqwest13::Client::builder()).build().unwrap_or_default(),
+                ),
+            }
+        };
         Self {
-            http,
-            deny: deny.clone(),
+            operator: clients(Reach::Operator),
+            users: clients(Reach::User),
+            outbound: outbound.clone(),
             stdio,
             ..Self::default()
+        }
+    }
+
+    fn clients(&self, reach: Reach) -> Clients<'_> {
+        let c = match reach {
+            Reach::Operator => &self.operator,
+            Reach::User => &self.users,
+        };
+        Clients {
+            http: &c.http,
+            streamable: &c.streamable,
         }
     }
 
@@ -103,11 +133,16 @@ impl McpPool {
         if let Some(old) = current.take() {
             old.client.cancellation_token().cancel();
         }
-        // The Streamable HTTP transport brings its own HTTP client, so its host is checked
-        // again here, where a name that now resolves to a denied network is caught.
-        if let Transport::StreamableHttp(url) = &target.transport {
-            self.deny
-                .check_url("endpoint", url)
+        // Refused here with the reason in words; the clients' resolvers refuse the same
+        // addresses at connection time, whatever a name resolves to by then.
+        let deny = self.outbound.deny(target.reach);
+        if let Transport::StreamableHttp(url) | Transport::Sse(url) = &target.transport {
+            deny.check_url("endpoint", url)
+                .await
+                .map_err(|e| Failure::new(e.to_string()))?;
+        }
+        if let Some(creds) = target.oauth() {
+            deny.check_url("authConfig.tokenUrl", creds.token_url)
                 .await
                 .map_err(|e| Failure::new(e.to_string()))?;
         }
@@ -117,7 +152,7 @@ impl McpPool {
         }
         let opened = tokio::time::timeout(
             limits.connect_timeout,
-            session::open(target, &self.http, &self.tokens, limits.call_timeout),
+            session::open(target, self.clients(target.reach), &self.tokens, limits.call_timeout),
         )
         .await
         .map_err(|_| Failure::new(format!("no MCP session within {} s", limits.connect_timeout.as_secs())))??;

@@ -7,7 +7,8 @@ use super::{McpOption, McpRow, McpServerBrief};
 use crate::users::repo::escape_like;
 
 const COLUMNS: &str = "id, name, description, transport_type, endpoint, command, args, env_vars_enc, auth_type, \
-     auth_config_enc, status, last_error, last_connect_dt, tool_count, creator_id, create_dt, update_dt";
+     auth_config_enc, status, last_error, last_connect_dt, tool_count, creator_id, create_dt, update_dt, \
+     creator_id IN (SELECT id FROM users WHERE role = 1) AS by_operator";
 
 /// Who is asking: administrators see every server, others their own and administrators' ones.
 #[derive(Debug, Clone, Copy)]

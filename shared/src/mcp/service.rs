@@ -17,6 +17,7 @@ use super::*;
 use crate::crypto::{is_masked, SecretBox};
 use crate::error::is_unique_violation;
 use crate::http::{CurrentUser, Page, PageQuery};
+use crate::outbound::Reach;
 use crate::{validate, AppError, AppResult, AppState};
 
 const MAX_ARGS: usize = 100;
@@ -283,7 +284,9 @@ async fn validate(
         (Some(t), None, Some(a)) if t == i64::from(a.code()) => a.clone(),
         (t, raw, _) => AuthConfig::parse(t.unwrap_or(0), raw.as_ref(), stored_auth)?,
     };
-    let deny = &state.config().outbound_deny;
+    // Checked against the networks of whoever created the server: the caller for a new one.
+    let reach = row.map_or(Reach::of_admin(user.is_admin()), McpRow::reach);
+    let deny = state.config().outbound.deny(reach);
     if let Some(e) = &endpoint {
         deny.check_url("endpoint", e).await?;
     }

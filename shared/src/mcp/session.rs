@@ -11,8 +11,10 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::ServiceExt;
 
 use super::oauth::{Credentials, TokenCache};
+use super::streamable::StreamableClient;
 use super::{sse, AuthConfig, McpRow};
 use crate::crypto::SecretBox;
+use crate::outbound::Reach;
 use crate::AppResult;
 
 pub type Client = RunningService<RoleClient, ()>;
@@ -45,6 +47,8 @@ pub struct Target {
     pub version: DateTime<Utc>,
     pub transport: Transport,
     pub auth: AuthConfig,
+    /// Who configured the server, which decides the networks its endpoints may reach.
+    pub reach: Reach,
 }
 
 impl Target {
@@ -66,6 +70,7 @@ impl Target {
             version: row.update_dt,
             transport,
             auth,
+            reach: row.reach(),
         })
     }
 
@@ -158,12 +163,21 @@ pub struct Opened {
     pub renew_at: Option<Instant>,
 }
 
+/// The HTTP clients a session may use, both confined to the networks of the target's reach.
+pub struct Clients<'a> {
+    /// SSE streams and OAuth2 token requests.
+    pub http: &'a reqwest::Client,
+    /// The Streamable HTTP transport's.
+    pub streamable: &'a StreamableClient,
+}
+
 pub async fn open(
     target: &Target,
-    http: &reqwest::Client,
+    clients: Clients<'_>,
     tokens: &TokenCache,
     post_timeout: Duration,
 ) -> Result<Opened, Failure> {
+    let http = clients.http;
     let (bearer, renew_at) = match (&target.auth, target.oauth()) {
         (AuthConfig::Bearer { token }, _) => (Some(token.clone()), None),
         (_, Some(creds)) => {
@@ -185,7 +199,7 @@ pub async fn open(
             if let Some(token) = bearer {
                 config = config.auth_header(token);
             }
-            let transport = StreamableHttpClientTransport::from_config(config);
+            let transport = StreamableHttpClientTransport::with_client(clients.streamable.clone(), config);
             ().serve(transport)
                 .await
                 .map_err(|e| Failure::from_error("cannot initialize the MCP session", &e))?

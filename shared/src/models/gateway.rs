@@ -58,7 +58,7 @@ pub trait ChatTransport: Send + Sync + std::fmt::Debug {
 pub enum Billing {
     /// Checked against and deducted from this user's quota.
     User(i64),
-    /// Recorded for statistics only (connectivity tests, background work).
+    /// Recorded for statistics only (an app's external users, memory upkeep).
     RecordOnly(Option<i64>),
 }
 
@@ -102,6 +102,7 @@ pub fn endpoint_of(state: &AppState, row: &ModelConfigRow) -> AppResult<Endpoint
         api_key: state.secrets().open(&row.api_key_enc)?,
         model: row.model_key.clone(),
         options: row.config_json.clone(),
+        reach: row.reach(),
     })
 }
 

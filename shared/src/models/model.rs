@@ -79,9 +79,15 @@ pub struct ModelConfigRow {
     pub creator_id: i64,
     pub created_dt: DateTime<Utc>,
     pub updated_dt: DateTime<Utc>,
+    /// Its creator is an administrator now: its endpoint may reach the operator's networks.
+    pub by_operator: bool,
 }
 
 impl ModelConfigRow {
+    pub fn reach(&self) -> crate::outbound::Reach {
+        crate::outbound::Reach::of_admin(self.by_operator)
+    }
+
     pub fn model_type(&self) -> ModelType {
         ModelType::parse("modelType", &self.model_type).unwrap_or(ModelType::Chat)
     }

@@ -5,12 +5,15 @@ use std::time::Instant;
 use super::client::{ChatMessage, ChatRequest, InputKind};
 use super::gateway::{self, Billing, CallError, ModelHandle};
 use super::{ModelConfigRow, ModelType, TestResult};
+use crate::http::CurrentUser;
 use crate::{AppResult, AppState};
 
-pub async fn run(state: &AppState, row: ModelConfigRow, user_id: i64) -> AppResult<TestResult> {
+/// The endpoint's own words about a failure reach administrators and the config's owner only.
+pub async fn run(state: &AppState, row: ModelConfigRow, user: &CurrentUser) -> AppResult<TestResult> {
     let endpoint = gateway::endpoint_of(state, &row)?;
+    let relay = user.is_admin() || row.creator_id == user.id;
     let model = ModelHandle::new(row, endpoint);
-    let billing = Billing::RecordOnly(Some(user_id));
+    let billing = Billing::User(user.id);
     let started = Instant::now();
     let outcome: Result<String, CallError> = match model.row.model_type() {
         ModelType::Chat => {
@@ -56,7 +59,7 @@ pub async fn run(state: &AppState, row: ModelConfigRow, user_id: i64) -> AppResu
         }),
         Err(CallError::Model(e)) => Ok(TestResult {
             success: false,
-            message: e.to_string(),
+            message: if relay { e.to_string() } else { e.brief() },
             response_time_ms,
         }),
         Err(CallError::Refused(e)) => Err(e),

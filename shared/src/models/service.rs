@@ -7,6 +7,7 @@ use super::*;
 use crate::crypto::is_masked;
 use crate::error::is_unique_violation;
 use crate::http::{CurrentUser, Page, PageQuery};
+use crate::outbound::Reach;
 use crate::{validate, AppError, AppResult, AppState};
 
 fn visibility(user: &CurrentUser) -> Visibility {
@@ -181,12 +182,13 @@ fn parse_scope(value: &str) -> AppResult<&'static str> {
     }
 }
 
-async fn validate_endpoint(state: &AppState, url: &str) -> AppResult<()> {
+/// `reach` is the reach of the config's creator: the networks its calls may go to.
+async fn validate_endpoint(state: &AppState, url: &str, reach: Reach) -> AppResult<()> {
     let parsed = reqwest::Url::parse(url).map_err(|_| AppError::validation("apiEndpoint must be an http(s) URL"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err(AppError::validation("apiEndpoint must be an http(s) URL"));
     }
-    state.config().outbound_deny.check_url("apiEndpoint", url).await
+    state.config().outbound.deny(reach).check_url("apiEndpoint", url).await
 }
 
 /// Known `configJson` keys must have the right types; unknown keys are kept as they are.
@@ -324,7 +326,7 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
         return Err(AppError::validation("apiKey must be the real key, not a masked value"));
     }
     let api_endpoint = validate::required("apiEndpoint", req.api_endpoint)?;
-    validate_endpoint(state, &api_endpoint).await?;
+    validate_endpoint(state, &api_endpoint, Reach::of_admin(user.is_admin())).await?;
     if let Some(c) = &req.config_json {
         validate_config_json(c)?;
     }
@@ -380,7 +382,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     let model_key = non_blank("modelKey", req.model_key)?;
     let api_endpoint = non_blank("apiEndpoint", req.api_endpoint)?;
     if let Some(e) = &api_endpoint {
-        validate_endpoint(state, e).await?;
+        validate_endpoint(state, e, row.reach()).await?;
     }
     if let Some(c) = &req.config_json {
         validate_config_json(c)?;
@@ -498,7 +500,7 @@ pub async fn switch_default(state: &AppState, user: &CurrentUser, id: i64) -> Ap
 
 pub async fn test_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<TestResult> {
     let row = visible_config(state, user, id).await?;
-    probe::run(state, row, user.id).await
+    probe::run(state, row, user).await
 }
 
 pub async fn model_stat(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<UsageStat> {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use api_tests::free_port;
-use api_tests::mcp_servers::{everything, everything_stdio, guarded, guarded_sse, oauth, LogCapture};
+use api_tests::mcp_servers::{everything, everything_on, everything_stdio, guarded, guarded_sse, oauth, LogCapture};
 use api_tests::{spawn, spawn_with, spawn_with_stdio, Reply, Store, TestApp};
 use serde_json::{json, Value};
 use shared::mcp;
@@ -1064,4 +1064,31 @@ async fn stdio_servers_are_off_by_default_and_run_only_listed_commands() {
     let t = test.assert_ok();
     assert_eq!(t["success"], false, "{t}");
     assert!(t["message"].as_str().unwrap().contains("stdio) is disabled"), "{t}");
+}
+
+/// A Streamable HTTP server that restarted has forgotten its sessions: server-everything
+/// answers the old session id with HTTP 400 (not the 404 the MCP specification asks for).
+/// The call must not wait out MCP_CALL_TIMEOUT_SECS for an answer that already came: the
+/// session is opened again and the call retried once, in the same call.
+#[tokio::test]
+async fn a_restarted_streamable_http_server_gets_a_new_session_within_the_same_call() {
+    let app = spawn_with(Store::Filesystem, &[("MCP_CALL_TIMEOUT_SECS", "20")]).await;
+    let admin = app.admin_token().await;
+    let port = free_port();
+    let server = everything_on("streamableHttp", port).await;
+    let id = create(&app, &admin, http_server("restarts", 2, &server.url("/mcp"))).await;
+    let first = mcp::call_tool(&app.state, id, "echo", json!({"message": "one"}))
+        .await
+        .unwrap();
+    assert_eq!(first.text, "Echo: one");
+    drop(server);
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _restarted = everything_on("streamableHttp", port).await;
+    let second = mcp::call_tool(&app.state, id, "echo", json!({"message": "two"})).await;
+    assert_eq!(second.unwrap().text, "Echo: two");
 }

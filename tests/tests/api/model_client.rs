@@ -19,6 +19,7 @@ fn endpoint(server: &ModelServer, model: &str, options: Value) -> Endpoint {
         api_key: GOOD_KEY.to_owned(),
         model: model.to_owned(),
         options,
+        reach: shared::outbound::Reach::Operator,
     }
 }
 
@@ -409,6 +410,7 @@ async fn real_embedding_model_ranks_similar_texts_higher() {
         api_key: "unused".into(),
         model: "multilingual-e5-small".into(),
         options: json!({ "documentInputType": "passage", "queryInputType": "query" }),
+        reach: shared::outbound::Reach::Operator,
     };
     let client = ModelClient::new();
     let docs: Vec<String> = [

@@ -121,3 +121,181 @@ async fn a_name_that_resolves_into_a_denied_network_is_refused_when_saved_and_wh
         "endpoint: 127.0.0.1 is in a network the service may not call",
     );
 }
+
+/// A TCP listener standing for a service inside the deployment's network; counts connections.
+async fn internal_service() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((_socket, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test]
+async fn a_regular_users_endpoints_may_not_reach_the_services_own_networks() {
+    let app = spawn_with(
+        Store::Filesystem,
+        &[("OUTBOUND_USER_DENY_CIDRS", shared::outbound::DEFAULT_USER_DENY)],
+    )
+    .await;
+    let admin = app.admin_token().await;
+    let (bob_id, bob) = app.regular_user("bob").await;
+    // Connectivity tests are charged like any model call.
+    sqlx::query("UPDATE users SET tokens = 100000, totals = 100000 WHERE id = $1")
+        .bind(bob_id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let b = Some(bob.as_str());
+    let provider = app.provider(&admin, "p").await;
+    let (port, seen) = internal_service().await;
+    let login = format!("{}/user/login?x=", app.base);
+    let internal = [
+        login.clone(),
+        format!("http://127.0.0.1:{port}/v1"),
+        format!("http://localhost:{port}/v1"),
+        "http://10.0.0.5/v1".to_owned(),
+        "http://172.16.3.4/v1".to_owned(),
+        "http://192.168.1.1/v1".to_owned(),
+        "http://100.64.0.1/v1".to_owned(),
+        "http://[::1]:8080/v1".to_owned(),
+        "http://[fd00::1]/v1".to_owned(),
+        "http://[::ffff:127.0.0.1]/v1".to_owned(),
+    ];
+    let public = json!({ "providerId": provider, "modelName": "m", "modelKey": "m", "modelType": "CHAT",
+                         "apiKey": "k", "apiEndpoint": "http://203.0.113.7/v1", "scope": "PERSONAL" });
+    let mine = app
+        .post("/ai-model/config", b, &public)
+        .await
+        .assert_status_ok()
+        .as_i64()
+        .unwrap();
+    let mcp = app
+        .post(
+            "/mcp-server",
+            b,
+            &json!({ "name": "tools", "transportType": 2, "endpoint": "http://203.0.113.7/mcp" }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let before = app.snapshot().await;
+    for url in &internal {
+        let mut body = public.clone();
+        body["apiEndpoint"] = json!(url);
+        app.post("/ai-model/config", b, &body)
+            .await
+            .assert_status_error(400, 0, "apiEndpoint: ");
+        app.put(&format!("/ai-model/config/{mine}"), b, &json!({ "apiEndpoint": url }))
+            .await
+            .assert_status_error(400, 0, "may not call");
+        for transport in [1, 2] {
+            app.post(
+                "/mcp-server",
+                b,
+                &json!({ "name": "evil", "transportType": transport, "endpoint": url }),
+            )
+            .await
+            .assert_error(400, 0, "endpoint: ");
+        }
+        app.put(&format!("/mcp-server/{mcp}"), b, &json!({ "endpoint": url }))
+            .await
+            .assert_error(400, 0, "may not call");
+        let oauth = json!({ "name": "evil", "transportType": 2, "endpoint": "http://203.0.113.7/mcp", "authType": 3,
+                            "authConfig": { "clientId": "c", "clientSecret": "s", "tokenUrl": url } });
+        app.post("/mcp-server", b, &oauth)
+            .await
+            .assert_error(400, 0, "authConfig.tokenUrl: ");
+    }
+    app.snapshot()
+        .await
+        .assert_unchanged_since(&before, "refused user endpoints");
+
+    // Saved before this rule (or changed behind the API): refused when called, by name or
+    // by address, and nothing connects.
+    for url in [
+        format!("http://127.0.0.1:{port}/v1"),
+        format!("http://localhost:{port}/v1"),
+    ] {
+        sqlx::query("UPDATE model_configs SET api_endpoint = $1 WHERE id = $2")
+            .bind(&url)
+            .bind(mine)
+            .execute(&app.db)
+            .await
+            .unwrap();
+        let data = app
+            .post(&format!("/ai-model/config/{mine}/test"), b, &json!({}))
+            .await
+            .assert_status_ok()
+            .clone();
+        assert_eq!(data["success"], false, "{data}");
+        assert!(
+            data["message"].as_str().unwrap().contains("may not call"),
+            "{url}: {data}"
+        );
+    }
+    for transport in [1, 2] {
+        sqlx::query("UPDATE mcp_servers SET endpoint = $1, transport_type = $2, update_dt = now() WHERE id = $3")
+            .bind(format!("http://localhost:{port}/mcp"))
+            .bind(transport)
+            .bind(mcp)
+            .execute(&app.db)
+            .await
+            .unwrap();
+        let data = app
+            .post(&format!("/mcp-server/{mcp}/test"), b, &json!({}))
+            .await
+            .assert_ok()
+            .clone();
+        assert_eq!(data["success"], false, "{data}");
+        assert!(data["message"].as_str().unwrap().contains("may not call"), "{data}");
+    }
+    assert_eq!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the internal service was reached"
+    );
+
+    // Administrators keep their reach, but what an internal service answers goes back only to
+    // them and the config's owner: a user testing a GLOBAL config sees no upstream text.
+    let global = app
+        .model(
+            &admin,
+            provider,
+            "CHAT",
+            "chat-echo",
+            &login,
+            json!({ "maxRetries": 0 }),
+        )
+        .await;
+    let t = Some(admin.as_str());
+    let to_admin = app
+        .post(&format!("/ai-model/config/{global}/test"), t, &json!({}))
+        .await
+        .assert_status_ok()
+        .clone();
+    let to_bob = app
+        .post(&format!("/ai-model/config/{global}/test"), b, &json!({}))
+        .await
+        .assert_status_ok()
+        .clone();
+    assert_eq!(
+        (&to_admin["success"], &to_bob["success"]),
+        (&json!(false), &json!(false))
+    );
+    let (admin_msg, bob_msg) = (
+        to_admin["message"].as_str().unwrap(),
+        to_bob["message"].as_str().unwrap(),
+    );
+    assert!(
+        admin_msg.len() > bob_msg.len() && admin_msg.starts_with(bob_msg),
+        "{admin_msg} / {bob_msg}"
+    );
+    assert_eq!(bob_msg, "the model endpoint rejected the request", "{to_bob}");
+}

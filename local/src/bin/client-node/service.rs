@@ -60,6 +60,8 @@ impl Node {
                 .clone()
                 .unwrap_or_else(|| target.model.clone()),
             options: serde_json::from_str(&target.options_json).unwrap_or(Value::Null),
+            // The node's operator set this upstream.
+            reach: shared::outbound::Reach::Operator,
         }
     }
 }

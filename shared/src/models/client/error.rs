@@ -62,6 +62,23 @@ impl ModelError {
         Self::Network(format!("{url}: {detail}"))
     }
 
+    /// What failed, without anything the endpoint or the network said: for people who did not
+    /// configure the endpoint, to whom its answers (an internal service's error page, say)
+    /// must not be relayed.
+    pub fn brief(&self) -> String {
+        match self {
+            Self::Auth(_) => "the model endpoint rejected the API key".into(),
+            Self::NotFound(_) => "the model or endpoint path was not found".into(),
+            Self::RateLimited(_) => "the model endpoint is rate limiting".into(),
+            Self::Timeout(_) => "the model endpoint timed out".into(),
+            Self::Network(_) => "the model endpoint cannot be reached".into(),
+            Self::Upstream { status, .. } => format!("the model endpoint failed (HTTP {status})"),
+            Self::BadRequest(_) => "the model endpoint rejected the request".into(),
+            Self::Protocol(_) => "the model endpoint answered something unexpected".into(),
+            Self::NoClientNode(message) => message.clone(),
+        }
+    }
+
     /// Worth another attempt before anything was received.
     pub fn is_retryable(&self) -> bool {
         matches!(
@@ -98,6 +115,8 @@ mod tests {
             ModelError::NotFound(_)
         ));
         assert!(ModelError::from_status(StatusCode::BAD_GATEWAY, "").is_retryable());
+        let leaky = ModelError::from_status(StatusCode::BAD_REQUEST, r#"{"message":"internal secret page"}"#);
+        assert_eq!(leaky.brief(), "the model endpoint rejected the request");
         assert!(!ModelError::from_status(StatusCode::BAD_REQUEST, "").is_retryable());
     }
 }

@@ -7,7 +7,7 @@ mod embed;
 mod error;
 mod rerank;
 
-use crate::outbound::DenyList;
+use crate::outbound::{Outbound, Reach};
 use crate::upstream::{read_body, BodyError, MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES};
 use std::time::Duration;
 
@@ -28,6 +28,8 @@ pub struct Endpoint {
     pub model: String,
     /// The config's `configJson`: temperature, maxTokens, timeoutSecs, batchSize, input types ...
     pub options: Value,
+    /// Who configured the endpoint, which decides the networks the call may reach.
+    pub reach: Reach,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -74,7 +76,12 @@ impl Endpoint {
 
 #[derive(Clone)]
 pub struct ModelClient {
+    /// For endpoints administrators configured.
     http: reqwest::Client,
+    /// For endpoints regular users configured: a pool of its own, so a connection opened
+    /// under the operator's wider reach is never reused for a user's call.
+    users: reqwest::Client,
+    outbound: Outbound,
 }
 
 impl Default for ModelClient {
@@ -85,29 +92,56 @@ impl Default for ModelClient {
 
 impl ModelClient {
     pub fn new() -> Self {
-        Self::guarded(&DenyList::default())
+        Self::guarded(&Outbound::default())
     }
 
-    /// A client that never connects to the denied networks (see [`crate::outbound`]).
-    pub fn guarded(deny: &DenyList) -> Self {
-        let builder = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_nodelay(true)
-            .user_agent(concat!("agent-platform/", env!("CARGO_PKG_VERSION")));
-        let http = deny.guard(builder).build().unwrap_or_else(|_| reqwest::Client::new());
-        Self { http }
+    /// A client that never connects to the networks denied to each endpoint's reach (see
+    /// [`crate::outbound`]).
+    pub fn guarded(outbound: &Outbound) -> Self {
+        let build = |reach| {
+            let builder = reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .pool_idle_timeout(Duration::from_secs(90))
+                .tcp_nodelay(true)
+                .user_agent(concat!("agent-platform/", env!("CARGO_PKG_VERSION")));
+            outbound
+                .deny(reach)
+                .guard(builder)
+                .build()
+                .unwrap_or_else(|_| reqwest::Client::new())
+        };
+        Self {
+            http: build(Reach::Operator),
+            users: build(Reach::User),
+            outbound: outbound.clone(),
+        }
     }
 
-    /// The shared HTTP client, for other outbound calls (store probes, imports).
+    /// The shared HTTP client for calls to addresses the operator configured (store probes,
+    /// web search, the document converter).
     pub fn http(&self) -> &reqwest::Client {
         &self.http
+    }
+
+    fn http_for(&self, ep: &Endpoint) -> &reqwest::Client {
+        match ep.reach {
+            Reach::Operator => &self.http,
+            Reach::User => &self.users,
+        }
     }
 
     /// Sends a JSON POST, retrying connection failures, timeouts before the response, 429 and
     /// 5xx. Returns the first successful response with its body still unread.
     async fn post(&self, ep: &Endpoint, path: &str, body: &Value) -> Result<Response, ModelError> {
         let url = ep.url(path);
+        let denied = reqwest::Url::parse(&url)
+            .ok()
+            .and_then(|u| self.outbound.deny(ep.reach).denied_literal(&u));
+        if let Some(ip) = denied {
+            return Err(ModelError::Network(format!(
+                "{url}: {ip} is in a network the service may not call"
+            )));
+        }
         let mut attempt = 0;
         loop {
             match self.try_post(ep, &url, body).await {
@@ -129,7 +163,7 @@ impl ModelClient {
         url: &str,
         body: &Value,
     ) -> Result<Response, (ModelError, Option<Duration>)> {
-        let request = self.http.post(url).bearer_auth(&ep.api_key).json(body);
+        let request = self.http_for(ep).post(url).bearer_auth(&ep.api_key).json(body);
         let resp = match tokio::time::timeout(ep.timeout(), request.send()).await {
             Err(_) => {
                 return Err((

@@ -197,12 +197,29 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
         upload_confirm: req.upload_confirm.unwrap_or(false),
     };
     let mut tx = state.db().begin().await?;
+    let cap = state.config().kb_max_per_user;
+    if !user.is_admin() && repo::count_for_creation(&mut tx, user.id).await? >= cap {
+        return Err(AppError::validation(format!(
+            "you have reached the limit of {cap} knowledge bases (KB_MAX_PER_USER): delete one first"
+        )));
+    }
     let id = repo::insert(&mut *tx, &fields, user.id).await?;
-    repo::create_index(&mut tx, id, dimension).await?;
-    let row = repo::find(&mut *tx, id)
+    tx.commit().await?;
+    // Built after the row is committed, without blocking other tenants' writes; a base whose
+    // index could not be built is removed again, so a failed create leaves nothing.
+    let built = match state.db().acquire().await {
+        Ok(mut conn) => repo::build_index(&mut conn, id, dimension).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = built {
+        if let Err(undo) = repo::delete(state.db(), id).await {
+            tracing::error!(rag_id = id, error = %undo, "removing a knowledge base whose index failed");
+        }
+        return Err(e.into());
+    }
+    let row = repo::find(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("knowledge base"))?;
-    tx.commit().await?;
     Ok(row.into())
 }
 
@@ -210,21 +227,14 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
 async fn probe_dimension(state: &AppState, user: &CurrentUser, model_id: i64) -> AppResult<i32> {
     let model = gateway::load(state, model_id, ModelType::Embedding).await?;
     let probe = ["dimension probe".to_owned()];
-    let out = gateway::embed(
-        state,
-        &model,
-        Billing::RecordOnly(Some(user.id)),
-        &probe,
-        InputKind::Query,
-        None,
-    )
-    .await
-    .map_err(|e| {
-        AppError::validation(format!(
-            "embeddingModelId: the dimension could not be probed ({}); send dimensionOfVectorModel",
-            AppError::from(e)
-        ))
-    })?;
+    let out = gateway::embed(state, &model, Billing::User(user.id), &probe, InputKind::Query, None)
+        .await
+        .map_err(|e| {
+            AppError::validation(format!(
+                "embeddingModelId: the dimension could not be probed ({}); send dimensionOfVectorModel",
+                AppError::from(e)
+            ))
+        })?;
     let probed = out
         .dimension()
         .ok_or_else(|| AppError::validation("embeddingModelId: the model returned no vector"))?;
@@ -325,13 +335,11 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         )?,
         upload_confirm: req.upload_confirm.unwrap_or(row.upload_confirm),
     };
-    let mut tx = state.db().begin().await?;
-    repo::update(&mut *tx, id, &fields).await?;
+    repo::update(state.db(), id, &fields).await?;
+    // A base without documents has no chunks: only its index's shape changes.
     if dimension != row.dimension {
-        repo::drop_index(&mut tx, id).await?;
-        repo::create_index(&mut tx, id, dimension).await?;
+        repo::build_index(&mut state.db().acquire().await?, id, dimension).await?;
     }
-    tx.commit().await?;
     Ok(())
 }
 

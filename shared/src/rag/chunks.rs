@@ -138,7 +138,7 @@ async fn embed_one(state: &AppState, user: &CurrentUser, kb: &KbRow, content: &s
     let out = gateway::embed(
         state,
         &model,
-        Billing::RecordOnly(Some(user.id)),
+        Billing::User(user.id),
         &[content.to_owned()],
         InputKind::Document,
         Some(kb.dimension as usize),

@@ -174,7 +174,7 @@ async fn run(
     let model = chat_model(state, kb).await?;
     let past = history(state, kb, user_id, conversation).await?;
     let search_query = retrieval_query(state, &model, kb, user_id, &past, query).await;
-    let (results, _) = search::retrieve(state, kb, &search_query, user_id)
+    let (results, _) = search::retrieve(state, kb, &search_query, Billing::User(user_id))
         .await
         .map_err(|e| format!("retrieval failed: {e}"))?;
     let context = search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count)

@@ -44,7 +44,7 @@ pub async fn chunk(
             temperature: Some(0.0),
             ..Default::default()
         };
-        let answer = gateway::chat(state, &model, Billing::RecordOnly(Some(user_id)), "smart-chunk", &req)
+        let answer = gateway::chat(state, &model, Billing::User(user_id), "smart-chunk", &req)
             .await
             .map_err(|e| format!("the chunk model failed: {e}"))?;
         let bounds = boundaries(&answer.content, window.len())?;

@@ -49,7 +49,7 @@ pub async fn read_images(state: &AppState, user_id: i64, images: &[ExtractedImag
             max_tokens: Some(400),
             ..Default::default()
         };
-        match gateway::chat(state, &model, Billing::RecordOnly(Some(user_id)), "image-ocr", &req).await {
+        match gateway::chat(state, &model, Billing::User(user_id), "image-ocr", &req).await {
             Ok(answer) if !answer.content.trim().is_empty() => *slot = Some(answer.content.trim().to_owned()),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, index = image.index, "reading a document image failed"),

@@ -91,3 +91,83 @@ async fn concurrent_chats_never_spend_more_than_the_quota_and_the_refused_store_
         refused.len()
     );
 }
+
+/// Every model call of a knowledge base is charged (security review item 12): they used to
+/// be recorded only, so a user at zero quota spent the operator's GLOBAL models by uploading,
+/// searching and testing. Now nothing runs on an empty quota, and with tokens each call costs.
+#[tokio::test]
+async fn knowledge_base_model_calls_are_charged_and_an_empty_quota_spends_nothing() {
+    let s = api_tests::KbSetup::new(api_tests::Store::Filesystem, &[]).await;
+    let app = &s.app;
+    let (bob_id, bob) = app.regular_user("bob").await;
+    let b = Some(bob.as_str());
+    let tokens = || async {
+        sqlx::query_scalar::<_, i64>("SELECT tokens FROM users WHERE id = $1")
+            .bind(bob_id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap()
+    };
+    let model = s.embedding_model;
+    // At zero: no dimension probe, no connectivity test, and nothing reached the model.
+    let before = app.snapshot().await;
+    app.post("/rag", b, &json!({ "name": "probe", "embeddingModelId": model }))
+        .await
+        .assert_error(400, 0, "the dimension could not be probed (your token quota is used up");
+    app.post(&format!("/ai-model/config/{model}/test"), b, &json!({}))
+        .await
+        .assert_status_error(403, 403, "token quota is used up");
+    app.snapshot()
+        .await
+        .assert_unchanged_since(&before, "refused model calls");
+    assert!(s.models.requests().is_empty(), "the model was called");
+    // A base needs no model call when its dimension is given; its documents do.
+    let rag = app
+        .post(
+            "/rag",
+            b,
+            &json!({ "name": "b", "embeddingModelId": model, "dimensionOfVectorModel": 8 }),
+        )
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let committed = app
+        .upload_documents(&bob, rag, &[("a.txt", b"Quotas pay for embeddings too.".to_vec())])
+        .await;
+    let doc = committed.assert_ok()["items"][0]["id"].as_i64().unwrap();
+    let failed = app.settled_document(&bob, doc).await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["errorStage"].as_str()),
+        (Some("failed"), Some("embedding")),
+        "{failed}"
+    );
+    assert!(
+        failed["errorMessage"]
+            .as_str()
+            .unwrap()
+            .contains("token quota is used up"),
+        "{failed}"
+    );
+    assert!(s.models.requests().is_empty(), "the model was called");
+
+    // With tokens, the same document indexes and its embeddings cost; so does a search.
+    sqlx::query("UPDATE users SET tokens = 10000, totals = 10000 WHERE id = $1")
+        .bind(bob_id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    app.post(&format!("/document/{doc}/reprocess"), b, &json!({}))
+        .await
+        .assert_ok();
+    assert_eq!(app.settled_document(&bob, doc).await["status"], "success");
+    let after_ingest = tokens().await;
+    assert!(after_ingest < 10_000, "ingestion charged nothing");
+    app.post("/rag/search", b, &json!({ "ragId": rag, "query": "embeddings" }))
+        .await
+        .assert_ok();
+    assert!(
+        tokens().await < after_ingest,
+        "the search's query embedding charged nothing"
+    );
+}

@@ -2,12 +2,14 @@
 //! memory on, the owner's long-term memories.
 
 use crate::agents::{AgentRow, Owner};
+use crate::models::gateway::Billing;
 use crate::rag::{bases, search};
 use crate::AppState;
 
 /// Passages of the agent's knowledge base for this question; a failing retrieval is logged and
 /// the turn goes on without it.
-pub async fn knowledge(state: &AppState, agent: &AgentRow, query: &str, user_id: Option<i64>) -> Vec<String> {
+/// Its model calls are billed like the turn's own.
+pub async fn knowledge(state: &AppState, agent: &AgentRow, query: &str, billing: Billing) -> Vec<String> {
     let (true, Some(rag_id)) = (agent.rag_enabled, agent.rag_id) else {
         return vec![];
     };
@@ -15,7 +17,7 @@ pub async fn knowledge(state: &AppState, agent: &AgentRow, query: &str, user_id:
         let kb = bases::repo::find(state.db(), rag_id)
             .await?
             .ok_or_else(|| crate::AppError::not_found("knowledge base"))?;
-        let (results, _) = search::retrieve(state, &kb, query, user_id.unwrap_or(agent.creator_id)).await?;
+        let (results, _) = search::retrieve(state, &kb, query, billing).await?;
         search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count).await
     };
     match passages.await {

@@ -121,7 +121,7 @@ impl Turn {
         let toolbox = Toolbox::for_agent(&self.state, &self.agent, &self.disabled).await;
         let (memories, knowledge) = tokio::join!(
             context::memories(&self.state, &self.agent, self.caller.owner, &self.content),
-            context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing.user_id()),
+            context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
         );
         let ctx = Context {
             tool_notes: toolbox.prompt_notes.clone(),

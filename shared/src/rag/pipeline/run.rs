@@ -218,7 +218,7 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
         let out = gateway::embed(
             state,
             &model,
-            Billing::RecordOnly(Some(doc.creator_id)),
+            Billing::User(doc.creator_id),
             &texts,
             InputKind::Document,
             dim,

@@ -47,7 +47,7 @@ pub async fn resolve(
 
 pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) -> AppResult<SearchResponse> {
     let (kb, query) = resolve(state, user, req.rag_id, req.query).await?;
-    let (results, metrics) = retrieve(state, &kb, &query, user.id).await?;
+    let (results, metrics) = retrieve(state, &kb, &query, Billing::User(user.id)).await?;
     Ok(SearchResponse {
         results,
         metrics: req.debug.unwrap_or(false).then_some(metrics),
@@ -63,7 +63,7 @@ pub async fn retrieve(
     state: &AppState,
     kb: &KbRow,
     query: &str,
-    user_id: i64,
+    billing: Billing,
 ) -> AppResult<(Vec<SearchResult>, Metrics)> {
     let total = Instant::now();
     let mut m = Metrics::default();
@@ -90,7 +90,7 @@ pub async fn retrieve(
     let embedded = gateway::embed(
         state,
         &model,
-        Billing::RecordOnly(Some(user_id)),
+        billing,
         &[query.to_owned()],
         InputKind::Query,
         Some(kb.dimension as usize),
@@ -137,15 +137,7 @@ pub async fn retrieve(
         let rows = load(state.db(), &fused).await?;
         let docs: Vec<String> = rows.iter().map(|r| r.content.clone()).collect();
         let reranker = gateway::load(state, rerank_id, ModelType::Reranker).await?;
-        let ranked = gateway::rerank(
-            state,
-            &reranker,
-            Billing::RecordOnly(Some(user_id)),
-            query,
-            &docs,
-            docs.len(),
-        )
-        .await?;
+        let ranked = gateway::rerank(state, &reranker, billing, query, &docs, docs.len()).await?;
         fused = ranked
             .iter()
             .map(|h| Hit {

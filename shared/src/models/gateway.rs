@@ -81,11 +81,18 @@ pub enum CallError {
     Model(#[from] ModelError),
 }
 
+/// A failed call as an answer: what failed, without the endpoint's own words, which may come
+/// from a service inside the operator's network that the caller must not read (see
+/// [`ModelError::brief`]); the log keeps them. Connectivity tests and chat tell the config's
+/// owner the whole error themselves.
 impl From<CallError> for AppError {
     fn from(err: CallError) -> Self {
         match err {
             CallError::Refused(e) => e,
-            CallError::Model(e) => AppError::business(format!("the model call failed: {e}")),
+            CallError::Model(e) => {
+                tracing::warn!(error = %e, "model call failed");
+                AppError::business(format!("the model call failed: {}", e.brief()))
+            }
         }
     }
 }

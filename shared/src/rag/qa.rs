@@ -199,7 +199,10 @@ async fn run(
                 }
             }
             Ok(_) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => {
+                tracing::warn!(rag_id = kb.id, error = %e, "Q&A answer failed");
+                return Err(format!("the model call failed: {}", e.brief()));
+            }
         }
     }
     if let Some(c) = conversation {

@@ -233,6 +233,40 @@ async fn an_upstream_failure_mid_stream_ends_with_an_error_line_and_keeps_the_pa
     );
 }
 
+/// What a model endpoint says about a failure is told only to the owner of the model's
+/// config: a regular user chatting on an administrator's model learns what failed, not what the
+/// endpoint answered (which, for an internal service, could be anything). The stored message
+/// keeps the whole error.
+#[tokio::test]
+async fn only_the_models_owner_is_told_what_its_endpoint_answered() {
+    let s = ChatSetup::new().await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 100_000).await;
+    let broken = s.chat_model("chat-error", json!({})).await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Broken", "chatModelId": broken }))
+        .await;
+
+    let told_owner = s.chat(&s.admin, agent, say("o-1", "one two three")).await.events();
+    let told_alice = s.chat(&alice, agent, say("a-1", "one two three")).await.events();
+    let (owner_line, alice_line) = (
+        told_owner.last().unwrap()["message"].as_str().unwrap(),
+        told_alice.last().unwrap()["message"].as_str().unwrap(),
+    );
+    assert!(owner_line.contains("overloaded"), "{told_owner:?}");
+    assert!(
+        alice_line.starts_with("the model call failed: ") && !alice_line.contains("overloaded"),
+        "{told_alice:?}"
+    );
+    let stored = messages(&s, &alice, agent, "a-1").await;
+    let kept: String = sqlx::query_scalar("SELECT error FROM messages WHERE id = $1")
+        .bind(stored[1]["id"].as_i64().unwrap())
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert!(kept.contains("overloaded"), "{kept}");
+}
+
 /// Every way a model endpoint fails, for a regular user with a quota: an error line, the
 /// partial answer stored as failed, and the quota charged exactly what the calls used (a
 /// refused call nothing).

@@ -13,11 +13,11 @@ use super::prompt::{self, Context};
 use super::tools::{Disabled, Toolbox};
 use super::{context, title, Caller};
 use crate::agents::conversation_repo::{self as repo, FinishedAnswer};
-use crate::agents::AgentRow;
-use crate::models::client::{ChatEvent, ChatMessage, ChatRequest, ToolCall};
-use crate::models::gateway::{self, ModelHandle};
+use crate::agents::{AgentRow, Owner};
+use crate::models::client::{ChatEvent, ChatMessage, ChatRequest, ModelError, ToolCall};
+use crate::models::gateway::{self, CallError, ModelHandle};
 use crate::models::quota::Hold;
-use crate::{AppError, AppState};
+use crate::AppState;
 
 /// Model calls in one turn; the last one is offered no tools, so the turn always ends.
 pub const MAX_STEPS: usize = 8;
@@ -42,9 +42,23 @@ pub(super) struct Turn {
 /// How a turn ended.
 enum Outcome {
     Complete,
-    Failed(String),
+    /// What the person chatting is told, and what the stored message keeps (the same but for
+    /// failed model calls: see `Turn::model_failed`).
+    Failed {
+        told: String,
+        kept: String,
+    },
     /// The client went away.
     Stopped,
+}
+
+impl Outcome {
+    fn failed(message: String) -> Self {
+        Self::Failed {
+            told: message.clone(),
+            kept: message,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -101,11 +115,11 @@ impl Turn {
                     .await;
                 }
             }
-            Outcome::Failed(message) => {
+            Outcome::Failed { told, .. } => {
                 let _ = out
                     .send(StreamEvent::Error {
                         code: 500,
-                        message: message.clone(),
+                        message: told.clone(),
                     })
                     .await;
             }
@@ -117,7 +131,7 @@ impl Turn {
     async fn converse(&self, out: &Out, answer: &mut Answer, mut hold: Option<Hold>) -> Result<(), Outcome> {
         let images = attachments::data_uris(&self.state, &self.images)
             .await
-            .map_err(Outcome::Failed)?;
+            .map_err(Outcome::failed)?;
         let toolbox = Toolbox::for_agent(&self.state, &self.agent, &self.disabled).await;
         let (memories, knowledge) = tokio::join!(
             context::memories(&self.state, &self.agent, self.caller.owner, &self.content),
@@ -135,7 +149,7 @@ impl Turn {
             i64::from(self.agent.short_term_memory_size),
         )
         .await
-        .map_err(|e| Outcome::Failed(format!("loading the conversation failed: {e}")))?;
+        .map_err(|e| Outcome::failed(format!("loading the conversation failed: {e}")))?;
         let system = prompt::system_prompt(&self.agent.instruction, &ctx);
         let mut messages = prompt::messages(system, history, &self.content, images);
 
@@ -172,7 +186,10 @@ impl Turn {
             Some(hold) => gateway::chat_stream_held(state, model, billing, hold, "chat", req).await,
             None => gateway::chat_stream(state, model, billing, "chat", req).await,
         };
-        let mut stream = stream.map_err(|e| Outcome::Failed(AppError::from(e).to_string()))?;
+        let mut stream = stream.map_err(|e| match e {
+            CallError::Model(e) => self.model_failed(&e),
+            CallError::Refused(e) => Outcome::failed(e.to_string()),
+        })?;
         let mut calls = vec![];
         loop {
             let event = tokio::select! {
@@ -196,7 +213,7 @@ impl Turn {
                     answer.usage.completion_tokens += u.completion_tokens;
                 }
                 Some(Ok(ChatEvent::Finish(_))) => {}
-                Some(Err(e)) => return Err(Outcome::Failed(format!("the model call failed: {e}"))),
+                Some(Err(e)) => return Err(self.model_failed(&e)),
             }
         }
     }
@@ -249,10 +266,26 @@ impl Turn {
         }
     }
 
+    /// A failed model call. The endpoint's own words (an error body, an address) are told only
+    /// to the owner of the model's config: anyone else chatting on an administrator's model
+    /// would otherwise read what an internal service answers. The stored message and the log
+    /// keep the whole error for whoever looks into it.
+    fn model_failed(&self, e: &ModelError) -> Outcome {
+        let kept = format!("the model call failed: {e}");
+        tracing::warn!(agent_id = self.agent.id, model_id = self.model.row.id, error = %e, "model call failed");
+        let own = matches!(self.caller.owner, Owner::User(id) if id == self.model.row.creator_id);
+        let told = if own {
+            kept.clone()
+        } else {
+            format!("the model call failed: {}", e.brief())
+        };
+        Outcome::Failed { told, kept }
+    }
+
     async fn store(&self, answer: &Answer, outcome: &Outcome, duration_ms: u64) {
         let (status, error) = match outcome {
             Outcome::Complete => (1, None),
-            Outcome::Failed(m) => (2, Some(m.as_str())),
+            Outcome::Failed { kept, .. } => (2, Some(kept.as_str())),
             Outcome::Stopped => (3, Some("the client went away before the answer finished")),
         };
         let finished = FinishedAnswer {

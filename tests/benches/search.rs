@@ -203,7 +203,7 @@ async fn main() {
 
     let mut shares = matched.clone();
     println!(
-        "{} searches after {WARMUP} warm-up, {CHUNKS} chunks x 384 dims, resultCount 5 ({CANDIDATES} candidates a side), RRF",
+        "{} searches after {WARMUP} warm-up, {CHUNKS} chunks x 384 dims, resultCount 5 ({CANDIDATES} candidates a side), the default fusion",
         QUERIES - WARMUP
     );
     println!(

@@ -47,8 +47,10 @@ pub struct MessageView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
     /// `[{type: IMAGE, resourceId}]` on user messages.
+    #[schema(value_type = Vec<crate::agents::chat::attachments::Image>)]
     pub attachments: Value,
-    /// Tool calls made while answering: `[{name, serverId?, arguments, ok}]`.
+    /// Tool calls made while answering.
+    #[schema(value_type = Vec<StoredToolCall>)]
     pub tool_calls: Value,
     /// 0 generating, 1 complete, 2 failed, 3 stopped (the client went away).
     pub status: i16,
@@ -112,4 +114,17 @@ pub async fn delete(state: &AppState, user: &CurrentUser, agent_id: i64, key: &s
     let c = resolve(state, user, agent_id, key).await?;
     repo::delete(state.db(), c.id).await?;
     Ok(())
+}
+
+/// A tool call of a stored answer, for the API document.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub struct StoredToolCall {
+    name: String,
+    /// The MCP server of the tool; absent for built-in tools (skills, web search).
+    server_id: Option<i64>,
+    #[schema(value_type = Object)]
+    arguments: serde_json::Value,
+    ok: bool,
 }

@@ -2,7 +2,6 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::time;
@@ -81,12 +80,12 @@ pub struct AgentView {
     /// 1 enabled, 0 disabled.
     pub status: i16,
     pub subscribed: bool,
-    /// In detail only: the bound MCP servers `{id, name, description, transportType, status}`.
+    /// In detail only: the bound MCP servers.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mcp_servers: Option<Vec<Value>>,
-    /// In detail only: the bound skills `{id, name, description}`.
+    pub mcp_servers: Option<Vec<crate::mcp::McpServerBrief>>,
+    /// In detail only: the bound skills.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub skills: Option<Vec<Value>>,
+    pub skills: Option<Vec<crate::skills::SkillBrief>>,
     pub create_dt: String,
     pub update_dt: String,
 }

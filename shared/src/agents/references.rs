@@ -1,13 +1,13 @@
 //! What an agent points at (chat model, knowledge base, app, MCP servers, skills, memory
 //! config): checked on every change, expanded in detail.
 
-use serde_json::Value;
-
 use super::model::AgentRow;
 use super::repo::{self, AgentData};
 use crate::http::CurrentUser;
+use crate::mcp::McpServerBrief;
 use crate::models::{self, ModelType};
 use crate::rag::bases;
+use crate::skills::SkillBrief;
 use crate::{AppError, AppResult, AppState};
 
 /// Each reference must exist and be usable by the caller; the error names the field. The app
@@ -69,16 +69,9 @@ pub async fn check_app(
     Ok(())
 }
 
-fn values<T: serde::Serialize>(items: Vec<T>) -> AppResult<Vec<Value>> {
-    items
-        .into_iter()
-        .map(|i| serde_json::to_value(i).map_err(|e| AppError::Internal(e.into())))
-        .collect()
-}
-
 /// The agent's MCP servers and skills, in the order the agent lists them.
-pub async fn expand(state: &AppState, agent: &AgentRow) -> AppResult<(Vec<Value>, Vec<Value>)> {
+pub async fn expand(state: &AppState, agent: &AgentRow) -> AppResult<(Vec<McpServerBrief>, Vec<SkillBrief>)> {
     let servers = crate::mcp::briefs(state.db(), &agent.mcp_server_ids).await?;
     let skills = crate::skills::briefs(state.db(), &agent.skill_ids).await?;
-    Ok((values(servers)?, values(skills)?))
+    Ok((servers, skills))
 }

@@ -58,6 +58,7 @@ pub struct McpServerView {
     /// 0 none, 1 API key header, 2 bearer token, 3 OAuth 2.0 client credentials.
     pub auth_type: i16,
     /// Secret fields masked; null for authType 0.
+    #[schema(value_type = Option<AuthConfigFields>)]
     pub auth_config: Value,
     /// `unknown`, `connected` or `error`.
     pub status: String,
@@ -129,6 +130,7 @@ pub struct McpServerRequest {
     /// 0 none (default), 1 API key header, 2 bearer token, 3 OAuth 2.0 client credentials.
     pub auth_type: Option<i64>,
     /// See the authentication types; masked values sent back keep the stored secret.
+    #[schema(value_type = Option<AuthConfigFields>)]
     pub auth_config: Option<Value>,
 }
 
@@ -191,4 +193,22 @@ pub struct McpTool {
 pub struct ToolOutcome {
     pub text: String,
     pub is_error: bool,
+}
+
+/// `authConfig` by `authType`, for the API document.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum AuthConfigFields {
+    /// 1: the header `key` with the value `value`, on every request.
+    ApiKey { key: String, value: String },
+    /// 2: `Authorization: Bearer <token>` (the token without the prefix).
+    Bearer { token: String },
+    /// 3: OAuth 2.0 client credentials, fetched from `tokenUrl` and renewed before expiry.
+    #[serde(rename_all = "camelCase")]
+    OAuth2 {
+        client_id: String,
+        client_secret: String,
+        token_url: String,
+    },
 }

@@ -120,6 +120,7 @@ pub struct ModelConfigView {
     pub api_key: String,
     pub api_endpoint: String,
     pub description: Option<String>,
+    #[schema(value_type = ModelOptions)]
     pub config_json: Value,
     pub scope: String,
     pub is_default: bool,
@@ -170,8 +171,7 @@ pub struct ModelConfigRequest {
     pub api_key: Option<String>,
     pub api_endpoint: Option<String>,
     pub description: Option<String>,
-    /// temperature, maxTokens, capabilities, defaultVisionModel, inputPricePer1k,
-    /// outputPricePer1k, queryInputType, documentInputType, batchSize, timeoutSecs.
+    #[schema(value_type = Option<ModelOptions>)]
     pub config_json: Option<Value>,
     /// GLOBAL or PERSONAL.
     pub scope: Option<String>,
@@ -250,4 +250,33 @@ pub struct UsageStat {
     pub total_cost: f64,
     /// Seconds.
     pub avg_response_time: f64,
+}
+
+/// The documented keys of a model config's `configJson`, for the API document: every key is
+/// optional, and keys not listed here are kept as they are.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub struct ModelOptions {
+    /// 0 to 2.
+    temperature: Option<f64>,
+    /// Longest answer, 1 to 1,000,000 tokens; also caps a regular user's quota hold.
+    max_tokens: Option<u64>,
+    /// `vision` marks a CHAT model that takes images.
+    capabilities: Option<Vec<String>>,
+    /// The CHAT model that reads images in documents (image OCR).
+    default_vision_model: Option<bool>,
+    /// Seconds to wait for the first byte and between streamed chunks, 1 to 600 (default 60).
+    timeout_secs: Option<u64>,
+    /// Retries before the first byte, 0 to 5 (default 2).
+    max_retries: Option<u64>,
+    /// EMBEDDING: texts per request, 1 to 2048.
+    batch_size: Option<u64>,
+    /// EMBEDDING: the `input_type` sent with queries (e.g. `query`).
+    query_input_type: Option<String>,
+    /// EMBEDDING: the `input_type` sent with stored passages (e.g. `passage`).
+    document_input_type: Option<String>,
+    /// Prices for the usage statistics' `totalCost`.
+    input_price_per1k: Option<f64>,
+    output_price_per1k: Option<f64>,
 }

@@ -41,6 +41,7 @@ pub struct StoreView {
     #[serde(rename = "type")]
     pub store_type: String,
     /// host, port, database, username, password (masked); empty for the service's own database.
+    #[schema(value_type = StoreConfig)]
     pub config: Value,
     /// ACTIVE or INACTIVE.
     pub status: String,
@@ -86,6 +87,7 @@ pub struct StoreRequest {
     /// 1 PGVECTOR, 2 MILVUS, 3 OPENSEARCH, 4 PG_FULLTEXT.
     #[serde(rename = "type")]
     pub store_type: Option<i64>,
+    #[schema(value_type = Option<StoreConfig>)]
     pub config: Option<Value>,
     /// 1 = ACTIVE, 0 = INACTIVE.
     pub status: Option<i64>,
@@ -97,6 +99,7 @@ pub struct StoreTestRequest {
     /// Store type name: PGVECTOR, MILVUS, OPENSEARCH or PG_FULLTEXT.
     #[serde(rename = "type")]
     pub store_type: Option<String>,
+    #[schema(value_type = Option<StoreConfig>)]
     pub config: Option<Value>,
 }
 
@@ -124,4 +127,19 @@ pub struct Connection {
     pub username: Option<String>,
     pub password: Option<String>,
     pub use_tls: bool,
+}
+
+/// Where a store instance lives, for the API document (all keys optional on update).
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct StoreConfig {
+    host: Option<String>,
+    /// 1 to 65535; the type's usual port when left out.
+    port: Option<u16>,
+    database: Option<String>,
+    username: Option<String>,
+    /// Masked on read; sending the masked value back keeps the stored one.
+    password: Option<String>,
+    /// Connect with TLS.
+    tls: Option<bool>,
 }

@@ -25,9 +25,10 @@ pub struct AttachmentIn {
 }
 
 /// A checked image, as stored on the message.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Image {
+    /// `IMAGE`.
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub resource_id: i64,

@@ -156,6 +156,7 @@ pub struct KbRequest {
     pub extparse_do_ocr: Option<bool>,
     pub extparse_do_table_structure: Option<bool>,
     pub extparse_save_images: Option<bool>,
+    #[schema(value_type = Option<ParseSettings>)]
     pub parse_params: Option<Value>,
     pub dedup_strategy: Option<i64>,
     pub dedup_action: Option<i64>,
@@ -166,8 +167,12 @@ pub struct KbRequest {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KbConfigRequest {
+    #[schema(value_type = Option<ChunkSettings>)]
     pub chunk_params: Option<Value>,
+    #[schema(value_type = Option<ParseSettings>)]
     pub parse_params: Option<Value>,
+    #[schema(value_type = Option<SearchSettings>)]
     pub search_params: Option<Value>,
+    #[schema(value_type = Option<ModelSettings>)]
     pub model_params: Option<Value>,
 }

@@ -57,6 +57,7 @@ pub struct DocView {
     pub error_stage: Option<String>,
     pub error_message: Option<String>,
     /// Milliseconds per stage of the last run.
+    #[schema(value_type = StageTimings)]
     pub timings: Value,
     pub created_at: String,
     pub updated_at: String,
@@ -209,4 +210,19 @@ pub struct DocImageView {
     pub source_page: Option<i32>,
     pub create_dt: String,
     pub update_dt: String,
+}
+
+/// The timings of a document's last run, for the API document (`{}` before its first).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub struct StageTimings {
+    parse_ms: Option<f64>,
+    chunk_ms: Option<f64>,
+    embed_ms: Option<f64>,
+    image_ocr_ms: Option<f64>,
+    index_ms: Option<f64>,
+    total_ms: Option<f64>,
+    /// Why smart chunking fell back to the default cut, when it did.
+    smart_chunking_fallback: Option<String>,
 }

@@ -3,10 +3,11 @@
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use shared::apps::embed_token::{self, EmbedToken, EmbedTokenRequest};
+use shared::apps::embed_token::{self, EmbedPageQuery, EmbedToken, EmbedTokenRequest};
+use shared::apps::frame_ancestors;
 use shared::http::app_credentials::AppCaller;
 use shared::http::{Api, ApiResult, Envelope, Json, Path, Query};
-use shared::AppState;
+use shared::{AppError, AppState};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -14,17 +15,18 @@ const PAGE: &str = include_str!("embed_page.html");
 
 /// The page's policy: its own inline script and style (by hash) and calls to this origin,
 /// nothing else, so an answer that slipped markup past the escaping could run no script and
-/// load nothing. Any page may frame it: it is made for partners' iframes.
-fn content_security_policy() -> &'static str {
+/// load nothing; framed by the pages the app lists (`frame_ancestors`).
+fn content_security_policy(frame_ancestors: &str) -> String {
     static POLICY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    POLICY.get_or_init(|| {
+    let fixed = POLICY.get_or_init(|| {
         format!(
             "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; base-uri 'none'; \
-             form-action 'none'; frame-ancestors *",
+             form-action 'none'",
             inline_hash("script"),
             inline_hash("style")
         )
-    })
+    });
+    format!("{fixed}; {frame_ancestors}")
 }
 
 /// `sha256-<base64>` of the page's inline `<tag>` element, as CSP source expressions name it.
@@ -70,15 +72,30 @@ async fn token_post(
     embed_token::issue(&state, &app, req).await.map(Api)
 }
 
-/// The chat page for an iframe: `/embed/{agentId}#token=<embed token>` (optionally `&q=<first
-/// question>`). The page itself holds no data; everything goes through the external chat.
-#[utoipa::path(get, path = "/embed/{agentId}", tag = "external", params(("agentId" = i64, Path)),
-    responses((status = 200, content_type = "text/html", body = String)))]
-async fn page(Path(_agent_id): Path<i64>) -> Response {
+/// The chat page for an iframe: `/embed/{agentId}?app=<appId>#token=<embed token>`
+/// (optionally `&q=<first question>` after the token). The page itself holds no data;
+/// everything goes through the external chat. `app` names the app whose `frameAncestors` may
+/// frame it; without one (or with an app that lists none) any page may.
+#[utoipa::path(get, path = "/embed/{agentId}", tag = "external", params(("agentId" = i64, Path), EmbedPageQuery),
+    responses((status = 200, content_type = "text/html", body = String), (status = 400)))]
+async fn page(
+    State(state): State<AppState>,
+    Path(_agent_id): Path<i64>,
+    Query(q): Query<EmbedPageQuery>,
+) -> Result<Response, AppError> {
+    let framers = match q.app.as_deref() {
+        Some(app) => embed_token::frame_ancestors(&state, app).await?,
+        None => Vec::new(),
+    };
+    let policy = content_security_policy(&frame_ancestors::directive(&framers));
+    Ok(page_response(&policy))
+}
+
+fn page_response(policy: &str) -> Response {
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CONTENT_SECURITY_POLICY, content_security_policy()),
+            (header::CONTENT_SECURITY_POLICY, policy),
             (header::CACHE_CONTROL, "no-cache"),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
             (header::REFERRER_POLICY, "no-referrer"),

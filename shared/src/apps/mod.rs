@@ -1,6 +1,7 @@
 //! Apps (third-party client applications), their client nodes and the embed tokens they sign.
 
 pub mod embed_token;
+pub mod frame_ancestors;
 pub mod model;
 pub mod node_client;
 pub mod node_proto;

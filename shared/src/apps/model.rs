@@ -19,6 +19,7 @@ pub struct AppRow {
     pub route_strategy: String,
     pub status: i16,
     pub creator_id: i64,
+    pub frame_ancestors: Vec<String>,
     pub online_nodes: i64,
     pub create_dt: DateTime<Utc>,
     pub update_dt: DateTime<Utc>,
@@ -44,6 +45,9 @@ pub struct AppView {
     pub route_strategy: String,
     /// 1 enabled, 0 disabled.
     pub status: i16,
+    /// The pages that may frame the embedded chat page (`/embed/{agentId}?app=<appId>`), as
+    /// CSP `frame-ancestors` sources; empty: any page.
+    pub frame_ancestors: Vec<String>,
     pub online_nodes: i64,
     pub create_dt: String,
     pub update_dt: String,
@@ -59,6 +63,7 @@ impl AppView {
             token,
             route_strategy: r.route_strategy,
             status: r.status,
+            frame_ancestors: r.frame_ancestors,
             online_nodes: r.online_nodes,
             create_dt: time::datetime(r.create_dt),
             update_dt: time::datetime(r.update_dt),
@@ -99,6 +104,9 @@ pub struct AppInput {
     pub description: Option<String>,
     /// ROUND_ROBIN (default), RANDOM or HASH.
     pub route_strategy: Option<String>,
+    /// At most 16 CSP sources (`https://partner.example`, `https://*.example.com`, `'self'`,
+    /// `https:`); empty (the default): any page may frame the embedded chat page.
+    pub frame_ancestors: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams)]

@@ -7,7 +7,7 @@ use super::model::{AppFilter, AppRow};
 use crate::users::repo::escape_like;
 
 const SELECT: &str = "SELECT a.id, a.app_id, a.app_name, a.description, a.token_enc, a.route_strategy, a.status,
-       a.creator_id, a.create_dt, a.update_dt,
+       a.creator_id, a.frame_ancestors, a.create_dt, a.update_dt,
        (SELECT count(*) FROM client_nodes n WHERE n.app_id = a.id AND n.expire_dt > now()) AS online_nodes
      FROM apps a";
 
@@ -17,19 +17,21 @@ pub struct NewApp<'a> {
     pub description: Option<&'a str>,
     pub token_enc: &'a str,
     pub route_strategy: &'a str,
+    pub frame_ancestors: &'a [String],
     pub creator_id: i64,
 }
 
 pub async fn insert(db: impl PgExecutor<'_>, a: &NewApp<'_>) -> sqlx::Result<i64> {
     sqlx::query_scalar(
-        "INSERT INTO apps (app_id, app_name, description, token_enc, route_strategy, creator_id)
-         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        "INSERT INTO apps (app_id, app_name, description, token_enc, route_strategy, frame_ancestors, creator_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
     )
     .bind(a.app_id)
     .bind(a.app_name)
     .bind(a.description)
     .bind(a.token_enc)
     .bind(a.route_strategy)
+    .bind(a.frame_ancestors)
     .bind(a.creator_id)
     .fetch_one(db)
     .await
@@ -118,20 +120,24 @@ pub async fn enabled(db: &PgPool) -> sqlx::Result<Vec<AppRow>> {
         .await
 }
 
-pub async fn update(
-    db: impl PgExecutor<'_>,
-    id: i64,
-    app_name: &str,
-    description: Option<&str>,
-    route_strategy: &str,
-) -> sqlx::Result<()> {
+/// The fields an update sets (`app_id` never changes).
+pub struct AppChange<'a> {
+    pub app_name: &'a str,
+    pub description: Option<&'a str>,
+    pub route_strategy: &'a str,
+    pub frame_ancestors: &'a [String],
+}
+
+pub async fn update(db: impl PgExecutor<'_>, id: i64, c: &AppChange<'_>) -> sqlx::Result<()> {
     sqlx::query(
-        "UPDATE apps SET app_name = $2, description = $3, route_strategy = $4, update_dt = now() WHERE id = $1",
+        "UPDATE apps SET app_name = $2, description = $3, route_strategy = $4, frame_ancestors = $5, update_dt = now()
+         WHERE id = $1",
     )
     .bind(id)
-    .bind(app_name)
-    .bind(description)
-    .bind(route_strategy)
+    .bind(c.app_name)
+    .bind(c.description)
+    .bind(c.route_strategy)
+    .bind(c.frame_ancestors)
     .execute(db)
     .await?;
     Ok(())

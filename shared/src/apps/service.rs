@@ -5,7 +5,7 @@ use rand::RngCore;
 
 use super::model::{AppFilter, AppInput, AppOption, AppRow, AppView, ClientNode};
 use super::node_repo;
-use super::repo::{self, NewApp, PageFilter};
+use super::repo::{self, AppChange, NewApp, PageFilter};
 use crate::error::is_unique_violation;
 use crate::http::date_range::DatetimeRange;
 use crate::http::{CurrentUser, Page, PageQuery};
@@ -109,6 +109,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, input: AppInput) -> Ap
     let app_name = check_name(input.app_name)?;
     let description = check_description(input.description)?;
     let route_strategy = check_strategy(input.route_strategy, ROUTE_STRATEGIES[0])?;
+    let frame_ancestors = super::frame_ancestors::check(input.frame_ancestors.unwrap_or_default())?;
     let token_enc = state.secrets().seal(&new_token())?;
     let new = NewApp {
         app_id: &app_id,
@@ -116,6 +117,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, input: AppInput) -> Ap
         description: description.as_deref(),
         token_enc: &token_enc,
         route_strategy: &route_strategy,
+        frame_ancestors: &frame_ancestors,
         creator_id: user.id,
     };
     let id = repo::insert(state.db(), &new).await.map_err(|e| {
@@ -142,7 +144,17 @@ pub async fn update(state: &AppState, id: i64, input: AppInput) -> AppResult<App
         None => current.description.clone(),
     };
     let route_strategy = check_strategy(input.route_strategy, &current.route_strategy)?;
-    repo::update(state.db(), id, &app_name, description.as_deref(), &route_strategy).await?;
+    let frame_ancestors = match input.frame_ancestors {
+        Some(list) => super::frame_ancestors::check(list)?,
+        None => current.frame_ancestors.clone(),
+    };
+    let change = AppChange {
+        app_name: &app_name,
+        description: description.as_deref(),
+        route_strategy: &route_strategy,
+        frame_ancestors: &frame_ancestors,
+    };
+    repo::update(state.db(), id, &change).await?;
     view(state, load(state, id).await?)
 }
 

@@ -933,3 +933,137 @@ async fn the_embed_page_chats_in_a_real_browser() {
         "one conversation: {stored:?}"
     );
 }
+
+/// An app lists the pages that may frame its embedded chat page; the page names the app in its
+/// URL and answers with that list as its `frame-ancestors`. A list entry that could end the
+/// directive or add another is refused, naming the field, and changes nothing.
+#[tokio::test]
+async fn an_app_chooses_the_pages_that_may_frame_its_chat_page() {
+    let e = Ext::new().await;
+    let (app, admin) = (e.app(), e.s.admin.as_str());
+    let policy = |query: String| async move {
+        let page = app
+            .client
+            .get(app.url(&format!("/embed/{}{query}", e.open_agent)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 200);
+        page.headers()["content-security-policy"].to_str().unwrap().to_owned()
+    };
+    let framing = |p: &str| {
+        p.split("; ")
+            .find(|d| d.starts_with("frame-ancestors"))
+            .unwrap()
+            .to_owned()
+    };
+    // By default any page may frame it, app named or not.
+    assert_eq!(framing(&policy(String::new()).await), "frame-ancestors *");
+    assert_eq!(
+        framing(&policy(format!("?app={}", e.crm.app_id)).await),
+        "frame-ancestors *"
+    );
+
+    let list = json!({ "frameAncestors": ["https://crm.example", "https://*.crm.example:8443"] });
+    let updated = app.put(&format!("/app/{}", e.crm.id), Some(admin), &list).await;
+    assert_eq!(updated.assert_ok()["frameAncestors"], list["frameAncestors"]);
+    assert_eq!(
+        framing(&policy(format!("?app={}", e.crm.app_id)).await),
+        "frame-ancestors https://crm.example https://*.crm.example:8443"
+    );
+    // Another app's page, an unknown app and no app keep the default.
+    assert_eq!(
+        framing(&policy(format!("?app={}", e.erp.app_id)).await),
+        "frame-ancestors *"
+    );
+    assert_eq!(framing(&policy("?app=nobody".to_owned()).await), "frame-ancestors *");
+
+    let before = app.snapshot().await;
+    for bad in [
+        "https://x.example; script-src *",
+        "*",
+        "'unsafe-inline'",
+        "https://a.example b.example",
+    ] {
+        app.put(
+            &format!("/app/{}", e.crm.id),
+            Some(admin),
+            &json!({ "frameAncestors": [bad] }),
+        )
+        .await
+        .assert_error(400, 0, "frameAncestors: ");
+        app.post(
+            "/app",
+            Some(admin),
+            &json!({ "appId": "new", "appName": "New", "frameAncestors": [bad] }),
+        )
+        .await
+        .assert_error(400, 0, "frameAncestors: ");
+    }
+    app.snapshot()
+        .await
+        .assert_unchanged_since(&before, "refused frame ancestors");
+}
+
+/// A partner turns an agent's MCP servers and skills off for one call, as the admin chat can:
+/// the model is then told the tool is not there, and with nothing disabled it runs.
+#[tokio::test]
+async fn external_chat_can_turn_off_mcp_servers_and_skills_for_one_call() {
+    let e = Ext::new().await;
+    let (app, admin) = (e.app(), e.s.admin.as_str());
+    let tools = api_tests::mcp_servers::everything("streamableHttp").await;
+    let server = app
+        .post(
+            "/mcp-server",
+            Some(admin),
+            &json!({ "name": "everything", "transportType": 2, "endpoint": tools.url("/mcp") }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let skill = app
+        .post(
+            "/skill",
+            Some(admin),
+            &json!({ "name": "pirate", "description": "Talk like a pirate." }),
+        )
+        .await
+        .assert_status_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let model = e.s.chat_model("chat-agent", json!({})).await;
+    let agent =
+        e.s.agent(
+            admin,
+            json!({ "name": "Tooled", "chatModelId": model, "mcpEnabled": true, "mcpServerIds": [server],
+                    "skillEnabled": true, "skillIds": [skill] }),
+        )
+        .await;
+    let call = |conversation: &str, content: &str, off: Value| {
+        let mut body = json!({ "agentId": agent, "openId": "ann", "conversationId": conversation, "content": content });
+        if let (Some(b), Some(o)) = (body.as_object_mut(), off.as_object()) {
+            b.extend(o.clone());
+        }
+        body
+    };
+    let echo = "CALL echo {\"message\": \"ahoy\"}";
+    let load = "CALL load_skill {\"name\": \"pirate\"}";
+
+    let on = e.chat(&e.crm, call("t-1", echo, json!({}))).await.unwrap();
+    assert!(joined(&on, "text").contains("ahoy"), "{on:?}");
+    let on = e.chat(&e.crm, call("t-2", load, json!({}))).await.unwrap();
+    assert_eq!(kinds(&on)[..2], ["tool_call", "tool_result"], "{on:?}");
+    assert_eq!(on[1]["ok"], true, "{on:?}");
+
+    let off = e
+        .chat(&e.crm, call("t-3", echo, json!({ "disabledMcpServerIds": [server] })))
+        .await
+        .unwrap();
+    assert_eq!(joined(&off, "text"), "Tool echo is not available");
+    let off = e
+        .chat(&e.crm, call("t-4", load, json!({ "disabledSkillIds": [skill] })))
+        .await
+        .unwrap();
+    assert_eq!(joined(&off, "text"), "Tool load_skill is not available");
+}

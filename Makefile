@@ -34,8 +34,10 @@ soak:
 lint-template:
 	@bash localstack/lint-template.sh
 
-# The fault test that restarts Postgres, run alone (`make test` runs tests side by side).
+# The fault test that restarts Postgres, alone, on a stack it removes after (`make test` runs
+# it too, after the other tests).
 faults:
-	@S=$${TEST_STACK:-faults}; bash localstack/stack.sh up $$S >/dev/null && set -a && . .local/$$S/env && set +a && \
+	@S=$${TEST_STACK:-faults}; STACK_AWS=none bash localstack/stack.sh up $$S >/dev/null && set -a && . .local/$$S/env && set +a && \
 	  unset PG_PORT && FAULT_PG_RESTART="bash $(CURDIR)/localstack/stack.sh pg-restart $$S" \
-	  cargo test -p api-tests --test api -- --ignored --nocapture faults::
+	  cargo test -p api-tests --test api -- --ignored --nocapture faults::; \
+	  rc=$$?; bash localstack/stack.sh down --clean $$S >/dev/null; exit $$rc

@@ -19,6 +19,8 @@ st=$venv/bin/schemathesis
 # The coverage phase needs Python 3.12+ (CPython 3.11 fails inside its schema walker).
 phases=examples,coverage,fuzzing
 "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' || phases=examples,fuzzing
+# For the caller's summary of what ran.
+[[ -n ${FUZZ_PHASES_FILE:-} ]] && echo "$phases" >"$FUZZ_PHASES_FILE"
 
 work=$(mktemp -d)
 server_pid=

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # `make test`: formatting, lints, every Rust test against a real Postgres + LocalStack stack
-# started (and removed) here, the function binaries, and the SAM template checks.
+# started (and removed) here, the function binaries, the SAM template checks, API fuzzing, the
+# Postgres-restart fault test on a stack of its own, and a summary of what ran.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 stack=${TEST_STACK:-test}
+fault_stack=$stack-faults
 embedder_pid=
 milvus_pid=
 cleanup() {
   [ -n "$embedder_pid" ] && kill "$embedder_pid" 2>/dev/null
   [ -n "$milvus_pid" ] && kill "$milvus_pid" 2>/dev/null
   bash localstack/stack.sh down --clean "$stack" >/dev/null 2>&1 || true
+  bash localstack/stack.sh down --clean "$fault_stack" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
 step() { printf '\n== %s\n' "$*"; }
+# What ran, with which backends, printed at the end: a fallback must not pass unnoticed.
+ran=()
 
 step "machine (what the scripts need from it)"
 bash localstack/preflight.sh test
@@ -29,6 +34,7 @@ set -a
 # shellcheck disable=SC1090
 . ".local/$stack/env"
 set +a
+ran+=("backing services: PostgreSQL with pgvector; S3 and SQS on ${AWS_EMULATOR:-none}")
 
 step "headless browser"
 bash localstack/install.sh chromium
@@ -53,17 +59,41 @@ echo "$MILVUS_URL"
 
 step "clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+ran+=("format and clippy -D warnings over every target")
 
 step "function binaries"
 cargo build --workspace --bins --quiet
 
 step "API fuzzing (schemathesis, every operation, admin and regular user)"
-bash localstack/fuzz-api.sh
+phases_file=$(mktemp)
+FUZZ_PHASES_FILE=$phases_file bash localstack/fuzz-api.sh
+ran+=("API fuzzing: schemathesis phases $(cat "$phases_file"), as administrator and as a regular user")
+rm -f "$phases_file"
 
 step "SAM template"
 bash localstack/lint-template.sh
+ran+=("SAM template: cfn-lint and sam validate --lint")
 
 step "tests"
 # Bounded well below CI's limit; cargo test names every test still running after 60 s, so a
 # hang shows what hung.
 timeout --foreground 40m cargo test --workspace --no-fail-fast
+ran+=("tests: every crate's unit tests and the API tests, with the real e5 model ($EMBEDDING_SERVER_URL), MCP servers from npm and PyPI, milvus-lite and headless Chromium")
+
+step "faults: PostgreSQL restarted under load (a stack of its own, removed after)"
+# It restarts its database, so it runs alone, after the tests that share theirs.
+env -u PG_PORT -u AWS_PORT STACK_AWS=none bash localstack/stack.sh up "$fault_stack" >/dev/null
+(
+  set -a
+  # shellcheck disable=SC1090
+  . ".local/$fault_stack/env"
+  set +a
+  unset PG_PORT
+  FAULT_PG_RESTART="bash $top/localstack/stack.sh pg-restart $fault_stack" \
+    timeout --foreground 10m cargo test -p api-tests --test api -- --ignored faults::
+)
+bash localstack/stack.sh down --clean "$fault_stack" >/dev/null
+ran+=("faults: the service recovered from a PostgreSQL restart under load")
+
+step "summary: what ran"
+printf -- '- %s\n' "${ran[@]}"

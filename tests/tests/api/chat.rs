@@ -1003,3 +1003,50 @@ async fn chat_rounds_feed_long_term_memory_and_later_turns_recall_it_per_user() 
         "another user's memories never come back: {system}"
     );
 }
+
+/// The spec's three image formats are accepted as attachments and reach the model with their
+/// own MIME type: JPG and WEBP as well as PNG (whose path the rules test walks).
+#[tokio::test]
+async fn jpg_and_webp_attachments_reach_the_model_as_what_they_are() {
+    // A JFIF header (start of image, APP0 "JFIF", end of image): the service knows images by
+    // their magic numbers and never decodes them.
+    const JPG: &[u8] = &[
+        0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F', 0x00, 0x01, 0x01, 0x00, 0x00, 0x01, 0x00, 0x01,
+        0x00, 0x00, 0xFF, 0xD9,
+    ];
+    // A whole 1x1 lossless WEBP.
+    const WEBP: &[u8] = &[
+        b'R', b'I', b'F', b'F', 0x1A, 0x00, 0x00, 0x00, b'W', b'E', b'B', b'P', b'V', b'P', b'8', b'L', 0x0D, 0x00,
+        0x00, 0x00, 0x2F, 0x00, 0x00, 0x00, 0x10, 0x07, 0x10, 0x11, 0x11, 0x88, 0x88, 0xFE, 0x07, 0x00,
+    ];
+    let s = ChatSetup::new().await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 100_000).await;
+    let vision = s
+        .chat_model("chat-echo", json!({ "configJson": { "capabilities": ["vision"] } }))
+        .await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Seeing", "chatModelId": vision }))
+        .await;
+    for (name, bytes, mime) in [("photo.jpg", JPG, "image/jpeg"), ("photo.webp", WEBP, "image/webp")] {
+        let uploaded = s
+            .app
+            .upload_resource(&alice, name, bytes.to_vec(), Some(("chat", "1")))
+            .await;
+        let r = uploaded.assert_ok();
+        assert_eq!(r["mimeType"], mime, "{name}");
+        let id = r["id"].as_i64().unwrap();
+        let body = json!({ "conversationId": name, "content": "look", "attachments": [image(id)] });
+        let events = s.chat(&alice, agent, body).await.events();
+        assert_eq!(events.last().unwrap()["type"], "done", "{name}: {events:?}");
+        let sent = s.models.requests().into_iter().rfind(|r| r["stream"] == true).unwrap();
+        let parts = sent["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+        assert!(
+            parts[1]["image_url"]["url"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("data:{mime};base64,")),
+            "{name}: {parts}"
+        );
+    }
+}

@@ -1441,3 +1441,96 @@ async fn a_regular_user_owns_at_most_kb_max_per_user_bases() {
         s.app.post("/rag", Some(&s.admin), &body).await.assert_ok();
     }
 }
+
+/// Delimiter and regex chunking cut a document where the base says, through the real upload
+/// and ingestion: each piece is its own chunk (pieces are long enough that two never fit one
+/// chunk), where the default mode would cut at sentences.
+#[tokio::test]
+async fn delimiter_and_regex_bases_cut_documents_at_their_rule() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let piece = |word: &str| (0..15).map(|i| format!("{word}{i}")).collect::<Vec<_>>().join(" ");
+    let (a, b, c) = (piece("alpha"), piece("beta"), piece("gamma"));
+    let s = &s;
+    let chunks_of = |doc: i64| async move {
+        let page = s
+            .app
+            .get(&format!("/chunk/page?documentId={doc}&size=100"), Some(&s.admin))
+            .await;
+        let mut rows: Vec<Value> = page.assert_ok()["data"].as_array().unwrap().clone();
+        rows.sort_by_key(|r| r["chunkIndex"].as_i64());
+        rows.iter()
+            .map(|r| r["content"].as_str().unwrap().trim().to_owned())
+            .collect::<Vec<_>>()
+    };
+    // A piece is 30-45 tokens (two or three a word): one fits a chunk, two do not.
+    let settings = json!({ "maxChunkTokens": 50, "chunkOverlap": 0 });
+    let mut delimiter = settings.clone();
+    delimiter["chunkMode"] = json!("delimiter");
+    delimiter["customDelimiter"] = json!("|");
+    let rag = s.kb("pipes", delimiter).await;
+    let reply = s
+        .upload(rag, &[("pipes.txt", format!("{a}|{b}|{c}").into_bytes())])
+        .await;
+    let doc = doc_ids(&reply).await[0];
+    assert_eq!(s.settled(doc).await["status"], "success");
+    assert_eq!(chunks_of(doc).await, [a.clone(), b.clone(), c.clone()]);
+
+    let mut regex = settings.clone();
+    regex["chunkMode"] = json!("regex");
+    regex["chunkRegex"] = json!("(?m)^## ");
+    let rag = s.kb("headings", regex).await;
+    let text = format!("## A\n{a}\n## B\n{b}\n## C\n{c}\n");
+    let reply = s.upload(rag, &[("headings.txt", text.into_bytes())]).await;
+    let doc = doc_ids(&reply).await[0];
+    assert_eq!(s.settled(doc).await["status"], "success");
+    let chunks = chunks_of(doc).await;
+    assert_eq!(chunks.len(), 3, "{chunks:?}");
+    for (chunk, (title, body)) in chunks.iter().zip([("## A", &a), ("## B", &b), ("## C", &c)]) {
+        assert!(chunk.starts_with(title), "{chunk}");
+        let words: Vec<&str> = chunk.split_whitespace().skip(2).collect();
+        assert_eq!(words.join(" "), *body, "{chunk}");
+    }
+}
+
+/// `GET /document/{id}/preview` serves the original file inline with its type, in ranges too,
+/// to the base's owner only; anyone else gets the unknown-id answer.
+#[tokio::test]
+async fn a_documents_preview_is_the_original_file_inline_for_its_owner_only() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let rag = s.kb("notes", json!({})).await;
+    let reply = s.upload(rag, &[("notes.txt", NOTES_TXT.as_bytes().to_vec())]).await;
+    let doc = doc_ids(&reply).await[0];
+    assert_eq!(s.settled(doc).await["status"], "success");
+    let path = format!("/document/{doc}/preview");
+    let whole = s.app.get(&path, Some(&s.admin)).await;
+    assert_eq!(whole.status, 200);
+    assert_eq!(&whole.bytes[..], NOTES_TXT.as_bytes());
+    let header = |r: &api_tests::Reply, name: &str| r.headers[name].to_str().unwrap().to_owned();
+    assert!(
+        header(&whole, "content-type").starts_with("text/plain"),
+        "{:?}",
+        whole.headers
+    );
+    assert!(
+        header(&whole, "content-disposition").starts_with("inline"),
+        "{:?}",
+        whole.headers
+    );
+    let part = s
+        .app
+        .send(
+            s.app
+                .client
+                .get(s.app.url(&path))
+                .header("Svc-Auth", &s.admin)
+                .header("Range", "bytes=4-8"),
+        )
+        .await;
+    assert_eq!((part.status, &part.bytes[..]), (206, &NOTES_TXT.as_bytes()[4..=8]));
+    let (_, bob) = s.app.regular_user("bob").await;
+    s.app.get(&path, Some(&bob)).await.assert_error(404, 404, "not found");
+    s.app
+        .get(&format!("/document/{}/preview", doc + 1000), Some(&s.admin))
+        .await
+        .assert_error(404, 404, "not found");
+}

@@ -388,6 +388,62 @@ async fn qa_streams_text_then_references_and_keeps_the_conversation() {
         .assert_error(401, 401, "log in");
 }
 
+/// With `questionRewrite`, a follow-up is rewritten by the model into a standalone question
+/// (from the conversation so far) and that is what the base is searched with; a first
+/// question, with no history, is searched as asked.
+#[tokio::test]
+async fn qa_with_question_rewrite_searches_with_the_rewritten_follow_up() {
+    const REWRITE: &str = "Rewrite the user's last question";
+    let (s, kb) = indexed(json!({})).await;
+    let t = Some(s.admin.as_str());
+    let provider = s.app.provider(&s.admin, "chat").await;
+    let chat = s
+        .app
+        .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, json!({}))
+        .await;
+    s.app
+        .put(
+            &format!("/rag/{kb}/config"),
+            t,
+            &json!({ "modelParams": { "modelId": chat }, "searchParams": { "questionRewrite": true } }),
+        )
+        .await
+        .assert_ok();
+    let is_rewrite = |r: &Value| {
+        r["messages"][0]["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with(REWRITE))
+    };
+    let embedded = |r: &Value, text: &str| r["model"] == "emb-8" && r["input"].to_string().contains(text);
+    let ask = |query: &str| json!({ "ragId": kb, "query": query, "conversationId": "conv-r" });
+
+    let first = s.app.post("/rag/qa/stream", t, &ask("how do I install it")).await;
+    assert_eq!(first.status, 200);
+    assert!(
+        !s.models.requests().iter().any(is_rewrite),
+        "a first question is not rewritten"
+    );
+
+    let before = s.models.requests().len();
+    s.app.post("/rag/qa/stream", t, &ask("and then?")).await;
+    let turn: Vec<Value> = s.models.requests()[before..].to_vec();
+    let rewrite = turn
+        .iter()
+        .find(|r| is_rewrite(r))
+        .expect("the follow-up was rewritten");
+    let history = rewrite["messages"].to_string();
+    assert!(
+        history.contains("how do I install it")
+            && rewrite["messages"].as_array().unwrap().last().unwrap()["content"] == "and then?",
+        "{rewrite}"
+    );
+    // The scripted model answers "You said: <question>": that is what was searched.
+    assert!(turn.iter().any(|r| embedded(r, "You said: and then?")), "{turn:?}");
+    assert!(!turn
+        .iter()
+        .any(|r| r["model"] == "emb-8" && r["input"] == json!(["and then?"])));
+}
+
 #[tokio::test]
 async fn qa_without_a_chat_model_says_so_in_an_error_event() {
     let (s, kb) = indexed(json!({})).await;

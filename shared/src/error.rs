@@ -102,10 +102,18 @@ impl AppError {
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
         // Lost or refused connections (a restart, a failover) are worth a retry; the rest is a bug.
-        let unreachable = matches!(
-            err,
-            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
-        );
+        let unreachable = match &err {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => {
+                true
+            }
+            // Postgres itself ending the connection: a shutdown or restart terminating it
+            // (57P01-57P03, "terminating connection due to administrator command"), or a
+            // connection exception (class 08).
+            sqlx::Error::Database(db) => db
+                .code()
+                .is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03")),
+            _ => false,
+        };
         let cause = anyhow::Error::new(err).context("database");
         match unreachable {
             true => Self::unavailable("the database", cause),

@@ -31,8 +31,19 @@ impl<T: Serialize> IntoResponse for Api<T> {
 }
 
 /// The `data: null` of a success without data.
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct Empty;
+
+/// Documented as what it is on the wire, `null` (a unit struct would be a schema-less value).
+impl utoipa::PartialSchema for Empty {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::Null)
+            .into()
+    }
+}
+
+impl ToSchema for Empty {}
 
 impl Api<Empty> {
     /// Success with `data: null`.

@@ -202,3 +202,36 @@ async fn nul_characters_are_refused_by_name_and_change_nothing() {
     let after = app.get(&format!("/ai-model/provider/{id}"), t).await;
     assert_eq!(after.assert_status_ok(), before.assert_status_ok());
 }
+
+/// Every property of the document has a schema a generated client can build, but for the few
+/// that are free-form by nature: an external user's `extra`, a tool's `inputSchema` and a tool
+/// call's `arguments` (whatever the tool takes), a search result's `metadata`.
+#[tokio::test]
+async fn every_property_of_the_api_document_has_a_schema_but_the_free_form_ones() {
+    const FREE_FORM: &[&str] = &["extra", "inputSchema", "arguments", "metadata"];
+    let app = spawn(Store::Filesystem).await;
+    let doc = app
+        .send(app.client.get(format!("{}/api-docs/openapi.json", app.origin)))
+        .await
+        .body;
+    let mut untyped = vec![];
+    for (name, schema) in doc["components"]["schemas"].as_object().expect("schemas") {
+        for (prop, s) in schema["properties"].as_object().into_iter().flatten() {
+            // Nullable fields come as oneOf [null, X] or a type list: look at the X.
+            let inner = s["oneOf"]
+                .as_array()
+                .and_then(|alts| alts.iter().find(|a| a["type"] != "null"))
+                .unwrap_or(s);
+            let described = ["type", "$ref", "oneOf", "anyOf", "allOf", "items", "properties", "enum"]
+                .iter()
+                .any(|k| inner.get(*k).is_some());
+            let bare_object = inner["type"] == "object"
+                && inner.get("properties").is_none()
+                && inner.get("additionalProperties").is_none();
+            if (!described || bare_object) && !FREE_FORM.contains(&prop.as_str()) {
+                untyped.push(format!("{name}.{prop}"));
+            }
+        }
+    }
+    assert!(untyped.is_empty(), "properties without a schema: {untyped:?}");
+}

@@ -107,6 +107,7 @@ pub async fn sync(state: &AppState, caller: &ExternalCaller, req: ExternalChatRe
         thinking: String::new(),
         duration_ms: 0,
         usage: Default::default(),
+        warnings: Vec::new(),
     };
     let collect = async {
         while let Some(event) = events.next().await {
@@ -127,6 +128,7 @@ pub async fn sync(state: &AppState, caller: &ExternalCaller, req: ExternalChatRe
                 StreamEvent::Error { message, .. } => {
                     return Err(AppError::business(format!("the answer failed: {message}")))
                 }
+                StreamEvent::Warning { message, .. } => answer.warnings.push(message),
                 StreamEvent::ToolCall { .. } | StreamEvent::ToolResult { .. } => {}
             }
         }

@@ -227,4 +227,7 @@ pub struct SyncAnswer {
     pub thinking: String,
     pub duration_ms: u64,
     pub usage: TokenUsage,
+    /// Context the answer went without (the stream's `warning` lines): the knowledge base could
+    /// not be searched, or memories could not be recalled.
+    pub warnings: Vec<String>,
 }

@@ -1050,3 +1050,78 @@ async fn jpg_and_webp_attachments_reach_the_model_as_what_they_are() {
         );
     }
 }
+
+/// When the agent's knowledge base cannot be searched or its memories cannot be recalled, the
+/// answer goes on without them and the stream says so: one `warning` line for each, naming it,
+/// before the answer (the log has the details). Nothing of the kind when they work.
+#[tokio::test]
+async fn a_chat_whose_knowledge_or_memory_fails_says_so_and_answers_without_them() {
+    let s = ChatSetup::new().await;
+    let t = Some(s.admin.as_str());
+    let chat = s.chat_model("chat-echo", json!({})).await;
+    let embedding = s.embedding_model("emb-8").await;
+    let kb = s
+        .app
+        .post("/rag", t, &json!({ "name": "Policies", "embeddingModelId": embedding }))
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let files = [("refunds.txt", b"Refunds are accepted within 30 days.".to_vec())];
+    let committed = s.app.upload_documents(&s.admin, kb, &files).await;
+    let doc = committed.assert_ok()["items"][0]["id"].as_i64().unwrap();
+    assert_eq!(s.app.settled_document(&s.admin, doc).await["status"], "success");
+    let config = s
+        .app
+        .post(
+            "/memory/config",
+            t,
+            &json!({ "name": "memories", "embeddingModelId": embedding }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Grounded", "chatModelId": chat, "ragEnabled": true, "ragId": kb,
+                    "memoryEnabled": true, "memoryConfigId": config }),
+        )
+        .await;
+    let warnings = |events: &[Value]| -> Vec<(String, String)> {
+        events
+            .iter()
+            .filter(|e| e["type"] == "warning")
+            .map(|e| {
+                (
+                    e["source"].as_str().unwrap().to_owned(),
+                    e["message"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let fine = s.chat(&s.admin, agent, say("w-1", "refunds?")).await.events();
+    assert!(warnings(&fine).is_empty(), "{fine:?}");
+
+    // The embedding model both need is switched off.
+    s.app
+        .put(&format!("/ai-model/config/{embedding}/disable"), t, &json!({}))
+        .await
+        .assert_status_ok();
+    let events = s.chat(&s.admin, agent, say("w-2", "refunds?")).await.events();
+    let mut said = warnings(&events);
+    said.sort();
+    assert_eq!(said.len(), 2, "{events:?}");
+    assert_eq!((said[0].0.as_str(), said[1].0.as_str()), ("knowledge", "memory"));
+    assert!(
+        said[0].1.contains("the knowledge base could not be searched"),
+        "{said:?}"
+    );
+    assert!(
+        said[1].1.contains("long-term memories could not be recalled"),
+        "{said:?}"
+    );
+    assert_eq!(events.last().unwrap()["type"], "done", "the answer goes on: {events:?}");
+    assert!(joined(&events, "text").starts_with("You said: "), "{events:?}");
+}

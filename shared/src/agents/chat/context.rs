@@ -6,12 +6,17 @@ use crate::models::gateway::Billing;
 use crate::rag::{bases, search};
 use crate::AppState;
 
-/// Passages of the agent's knowledge base for this question; a failing retrieval is logged and
-/// the turn goes on without it.
-/// Its model calls are billed like the turn's own.
-pub async fn knowledge(state: &AppState, agent: &AgentRow, query: &str, billing: Billing) -> Vec<String> {
+/// Passages of the agent's knowledge base for this question. A failing retrieval is logged and
+/// its reason returned: the turn goes on without it and tells the client so. Its model calls are
+/// billed like the turn's own.
+pub async fn knowledge(
+    state: &AppState,
+    agent: &AgentRow,
+    query: &str,
+    billing: Billing,
+) -> Result<Vec<String>, String> {
     let (true, Some(rag_id)) = (agent.rag_enabled, agent.rag_id) else {
-        return vec![];
+        return Ok(vec![]);
     };
     let passages = async {
         let kb = bases::repo::find(state.db(), rag_id)
@@ -20,29 +25,28 @@ pub async fn knowledge(state: &AppState, agent: &AgentRow, query: &str, billing:
         let (results, _) = search::retrieve(state, &kb, query, billing).await?;
         search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count).await
     };
-    match passages.await {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::warn!(agent_id = agent.id, rag_id, error = %e, "knowledge retrieval failed; answering without it");
-            vec![]
-        }
-    }
+    passages.await.map_err(|e| {
+        tracing::warn!(agent_id = agent.id, rag_id, error = %e, "knowledge retrieval failed; answering without it");
+        format!("the knowledge base could not be searched, so this answer does not use it: {e}")
+    })
 }
 
-/// The owner's memories that bear on this message, as prompt lines; a failing recall is logged
-/// and the turn goes on without it.
-pub async fn memories(state: &AppState, agent: &AgentRow, owner: Owner, query: &str) -> Vec<String> {
+/// The owner's memories that bear on this message, as prompt lines. A failing recall is logged
+/// and its reason returned: the turn goes on without it and tells the client so.
+pub async fn memories(state: &AppState, agent: &AgentRow, owner: Owner, query: &str) -> Result<Vec<String>, String> {
     if !agent.memory_enabled {
-        return vec![];
+        return Ok(vec![]);
     }
     match crate::memory::recall(state, agent.id, owner, agent.memory_config_id, query).await {
-        Ok(found) => found
+        Ok(found) => Ok(found
             .into_iter()
             .map(|m| format!("[{}] {}: {}", m.memory_type, m.title, m.content))
-            .collect(),
+            .collect()),
         Err(e) => {
             tracing::warn!(agent_id = agent.id, error = %e, "memory recall failed; answering without it");
-            vec![]
+            Err(format!(
+                "long-term memories could not be recalled, so this answer does not use them: {e}"
+            ))
         }
     }
 }

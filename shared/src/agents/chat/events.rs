@@ -36,6 +36,9 @@ pub enum StreamEvent {
         usage: TokenUsage,
         duration_ms: u64,
     },
+    /// Context the answer goes on without: `source` is `knowledge` (the agent's knowledge base
+    /// could not be searched) or `memory` (long-term memories could not be recalled).
+    Warning { source: &'static str, message: String },
     /// The last line of a failed stream.
     Error { code: i64, message: String },
 }

@@ -75,6 +75,21 @@ struct Out {
 }
 
 impl Out {
+    /// Gathered context, or nothing with a `warning` line saying why.
+    async fn or_warn(
+        &self,
+        source: &'static str,
+        gathered: Result<Vec<String>, String>,
+    ) -> Result<Vec<String>, Outcome> {
+        match gathered {
+            Ok(lines) => Ok(lines),
+            Err(message) => {
+                self.send(StreamEvent::Warning { source, message }).await?;
+                Ok(vec![])
+            }
+        }
+    }
+
     async fn send(&self, event: StreamEvent) -> Result<(), Outcome> {
         self.tx.send(event).await.map_err(|_| Outcome::Stopped)
     }
@@ -139,8 +154,8 @@ impl Turn {
         );
         let ctx = Context {
             tool_notes: toolbox.prompt_notes.clone(),
-            memories,
-            knowledge,
+            memories: out.or_warn("memory", memories).await?,
+            knowledge: out.or_warn("knowledge", knowledge).await?,
         };
         let history = repo::history(
             self.state.db(),

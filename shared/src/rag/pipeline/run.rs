@@ -225,10 +225,15 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
         )
         .await
         .map_err(|e| match e {
-            CallError::Model(m) => Stop::Transient {
-                stage: "embedding",
-                error: m.into(),
-            },
+            // The document's message says what failed; what the endpoint answered stays in the
+            // log (the base's owner may not own the model: see ModelError::brief).
+            CallError::Model(m) => {
+                tracing::warn!(document_id = doc.id, error = %m, "embedding failed");
+                Stop::Transient {
+                    stage: "embedding",
+                    error: anyhow::anyhow!(m.brief()),
+                }
+            }
             CallError::Refused(r) => permanent("embedding", r.to_string()),
         })?;
         vectors.extend(out.vectors);

@@ -23,6 +23,19 @@ pub struct FsStore {
 }
 
 impl FsStore {
+    /// The object's path (its directory made) and a file beside it to write first: objects are
+    /// written aside and renamed, so a reader never sees half a file.
+    async fn write_aside(&self, key: &str) -> Result<(PathBuf, PathBuf), StorageError> {
+        let path = self.path(key)?;
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(io_err("creating object dir"))?;
+        }
+        let tmp = path.with_extension(format!("part-{}", uuid::Uuid::new_v4()));
+        Ok((path, tmp))
+    }
+
     pub fn new(root: PathBuf, config: &Config) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&root).with_context(|| format!("creating storage dir {}", root.display()))?;
         let base = config.public_base_url.as_deref().unwrap_or("");
@@ -82,14 +95,7 @@ impl ObjectStore for FsStore {
     }
 
     async fn put(&self, key: &str, body: Bytes, _content_type: &str) -> Result<(), StorageError> {
-        let path = self.path(key)?;
-        if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(io_err("creating object dir"))?;
-        }
-        // Write aside and rename, so a reader never sees half a file.
-        let tmp = path.with_extension(format!("part-{}", uuid::Uuid::new_v4()));
+        let (path, tmp) = self.write_aside(key).await?;
         tokio::fs::write(&tmp, &body).await.map_err(io_err("writing object"))?;
         tokio::fs::rename(&tmp, &path)
             .await
@@ -107,13 +113,7 @@ impl ObjectStore for FsStore {
     ) -> Result<(), StorageError> {
         use futures::StreamExt;
         use tokio::io::AsyncWriteExt;
-        let path = self.path(key)?;
-        if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(io_err("creating object dir"))?;
-        }
-        let tmp = path.with_extension(format!("part-{}", uuid::Uuid::new_v4()));
+        let (path, tmp) = self.write_aside(key).await?;
         let written = async {
             let mut file = tokio::fs::File::create(&tmp).await.map_err(io_err("creating object"))?;
             let mut size = 0u64;

@@ -140,32 +140,22 @@ async fn bad_uploads_change_nothing(store: Store) {
         .assert_error(400, 0, "bizId must be a whole number");
     // Bounds hold while the form streams in: a second file is refused before its bytes are
     // read, and a text field is not a way around the file limit.
-    let two_files = Form::new()
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(b"one".to_vec()).file_name("a.txt"),
+    let file = |name: &str| reqwest::multipart::Part::bytes(b"hi".to_vec()).file_name(name.to_owned());
+    let send = |form: Form| {
+        app.send(
+            app.client
+                .post(app.url("/resource/upload"))
+                .header("Svc-Auth", &token)
+                .multipart(form),
         )
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(b"two".to_vec()).file_name("b.txt"),
-        );
-    app.send(
-        app.client
-            .post(app.url("/resource/upload"))
-            .header("Svc-Auth", &token)
-            .multipart(two_files),
-    )
-    .await
-    .assert_error(400, 0, "file: send one file per upload");
-    let huge_field = Form::new().text("bizType", "x".repeat(100_000)).part(
-        "file",
-        reqwest::multipart::Part::bytes(b"hi".to_vec()).file_name("a.txt"),
-    );
-    app.send(
-        app.client
-            .post(app.url("/resource/upload"))
-            .header("Svc-Auth", &token)
-            .multipart(huge_field),
+    };
+    send(Form::new().part("file", file("a.txt")).part("file", file("b.txt")))
+        .await
+        .assert_error(400, 0, "file: send one file per upload");
+    send(
+        Form::new()
+            .text("bizType", "x".repeat(100_000))
+            .part("file", file("a.txt")),
     )
     .await
     .assert_error(400, 0, "bizType: a form field may hold at most 65536 bytes");

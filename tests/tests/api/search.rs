@@ -301,23 +301,27 @@ fn ndjson(bytes: &[u8]) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test]
-async fn qa_streams_text_then_references_and_keeps_the_conversation() {
-    let (s, kb) = indexed(json!({})).await;
-    let t = Some(s.admin.as_str());
+/// Makes Q&A on `kb` answer with the scripted `chat-echo` model ("You said: <last message>"),
+/// with more `modelParams` and `searchParams`.
+async fn answer_with_echo(s: &KbSetup, kb: i64, mut model_params: Value, search_params: Value) {
     let provider = s.app.provider(&s.admin, "chat").await;
     let chat = s
         .app
         .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, json!({}))
         .await;
+    model_params["modelId"] = json!(chat);
+    let sections = json!({ "modelParams": model_params, "searchParams": search_params });
     s.app
-        .put(
-            &format!("/rag/{kb}/config"),
-            t,
-            &json!({ "modelParams": { "modelId": chat, "prompt": "CONTEXT<{context}> Q<{query}>" } }),
-        )
+        .put(&format!("/rag/{kb}/config"), Some(&s.admin), &sections)
         .await
         .assert_ok();
+}
+
+#[tokio::test]
+async fn qa_streams_text_then_references_and_keeps_the_conversation() {
+    let (s, kb) = indexed(json!({})).await;
+    let t = Some(s.admin.as_str());
+    answer_with_echo(&s, kb, json!({ "prompt": "CONTEXT<{context}> Q<{query}>" }), json!({})).await;
 
     let ask = |query: &str| json!({ "ragId": kb, "query": query, "conversationId": "conv-1" });
     let reply = s.app.post("/rag/qa/stream", t, &ask("how do I install it")).await;
@@ -396,19 +400,7 @@ async fn qa_with_question_rewrite_searches_with_the_rewritten_follow_up() {
     const REWRITE: &str = "Rewrite the user's last question";
     let (s, kb) = indexed(json!({})).await;
     let t = Some(s.admin.as_str());
-    let provider = s.app.provider(&s.admin, "chat").await;
-    let chat = s
-        .app
-        .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, json!({}))
-        .await;
-    s.app
-        .put(
-            &format!("/rag/{kb}/config"),
-            t,
-            &json!({ "modelParams": { "modelId": chat }, "searchParams": { "questionRewrite": true } }),
-        )
-        .await
-        .assert_ok();
+    answer_with_echo(&s, kb, json!({}), json!({ "questionRewrite": true })).await;
     let is_rewrite = |r: &Value| {
         r["messages"][0]["content"]
             .as_str()

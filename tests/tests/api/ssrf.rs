@@ -4,7 +4,7 @@
 //! as an address, in disguise, or behind a host name that resolves there later.
 
 use api_tests::model_server::ModelServer;
-use api_tests::{spawn_with, Store};
+use api_tests::{spawn_with, Store, TestApp};
 use serde_json::json;
 
 /// The metadata service, however it is spelled.
@@ -17,6 +17,38 @@ const METADATA: &[&str] = &[
     "http://100.100.100.200/v1",
     "http://0.0.0.0:8080/v1",
 ];
+
+/// Every URL field the service calls refuses `url` from `token`'s user, naming the field: a new
+/// and an updated model config (`config`), a new MCP server over SSE and over Streamable HTTP,
+/// an updated one (`mcp`), and an OAuth2 token URL.
+async fn refused_everywhere(app: &TestApp, token: &str, provider: i64, config: i64, mcp: i64, url: &str) {
+    let t = Some(token);
+    let body = json!({ "providerId": provider, "modelName": "m", "modelKey": "m", "modelType": "CHAT",
+                       "apiKey": "k", "apiEndpoint": url, "scope": "PERSONAL" });
+    app.post("/ai-model/config", t, &body)
+        .await
+        .assert_status_error(400, 0, "apiEndpoint: ");
+    app.put(&format!("/ai-model/config/{config}"), t, &json!({ "apiEndpoint": url }))
+        .await
+        .assert_status_error(400, 0, "may not call");
+    for transport in [1, 2] {
+        app.post(
+            "/mcp-server",
+            t,
+            &json!({ "name": "evil", "transportType": transport, "endpoint": url }),
+        )
+        .await
+        .assert_error(400, 0, "endpoint: ");
+    }
+    app.put(&format!("/mcp-server/{mcp}"), t, &json!({ "endpoint": url }))
+        .await
+        .assert_error(400, 0, "may not call");
+    let oauth = json!({ "name": "evil", "transportType": 2, "endpoint": "http://203.0.113.7/mcp", "authType": 3,
+                        "authConfig": { "clientId": "c", "clientSecret": "s", "tokenUrl": url } });
+    app.post("/mcp-server", t, &oauth)
+        .await
+        .assert_error(400, 0, "authConfig.tokenUrl: ");
+}
 
 #[tokio::test]
 async fn url_fields_refuse_metadata_addresses_and_change_nothing() {
@@ -41,31 +73,7 @@ async fn url_fields_refuse_metadata_addresses_and_change_nothing() {
         .unwrap();
     let before = app.snapshot().await;
     for url in METADATA {
-        let body = json!({ "providerId": provider, "modelName": "m", "modelKey": "m", "modelType": "CHAT",
-                           "apiKey": "k", "apiEndpoint": url });
-        app.post("/ai-model/config", t, &body)
-            .await
-            .assert_status_error(400, 0, "apiEndpoint: ");
-        app.put(&format!("/ai-model/config/{config}"), t, &json!({ "apiEndpoint": url }))
-            .await
-            .assert_status_error(400, 0, "may not call");
-        for transport in [1, 2] {
-            app.post(
-                "/mcp-server",
-                t,
-                &json!({ "name": "evil", "transportType": transport, "endpoint": url }),
-            )
-            .await
-            .assert_error(400, 0, "endpoint: ");
-        }
-        app.put(&format!("/mcp-server/{mcp}"), t, &json!({ "endpoint": url }))
-            .await
-            .assert_error(400, 0, "may not call");
-        let oauth = json!({ "name": "evil", "transportType": 2, "endpoint": "http://10.1.2.3/mcp", "authType": 3,
-                            "authConfig": { "clientId": "c", "clientSecret": "s", "tokenUrl": url } });
-        app.post("/mcp-server", t, &oauth)
-            .await
-            .assert_error(400, 0, "authConfig.tokenUrl: ");
+        refused_everywhere(&app, &admin, provider, config, mcp, url).await;
     }
     app.snapshot().await.assert_unchanged_since(&before, "SSRF refusals");
 }
@@ -187,31 +195,7 @@ async fn a_regular_users_endpoints_may_not_reach_the_services_own_networks() {
         .unwrap();
     let before = app.snapshot().await;
     for url in &internal {
-        let mut body = public.clone();
-        body["apiEndpoint"] = json!(url);
-        app.post("/ai-model/config", b, &body)
-            .await
-            .assert_status_error(400, 0, "apiEndpoint: ");
-        app.put(&format!("/ai-model/config/{mine}"), b, &json!({ "apiEndpoint": url }))
-            .await
-            .assert_status_error(400, 0, "may not call");
-        for transport in [1, 2] {
-            app.post(
-                "/mcp-server",
-                b,
-                &json!({ "name": "evil", "transportType": transport, "endpoint": url }),
-            )
-            .await
-            .assert_error(400, 0, "endpoint: ");
-        }
-        app.put(&format!("/mcp-server/{mcp}"), b, &json!({ "endpoint": url }))
-            .await
-            .assert_error(400, 0, "may not call");
-        let oauth = json!({ "name": "evil", "transportType": 2, "endpoint": "http://203.0.113.7/mcp", "authType": 3,
-                            "authConfig": { "clientId": "c", "clientSecret": "s", "tokenUrl": url } });
-        app.post("/mcp-server", b, &oauth)
-            .await
-            .assert_error(400, 0, "authConfig.tokenUrl: ");
+        refused_everywhere(&app, &bob, provider, mine, mcp, url).await;
     }
     app.snapshot()
         .await

@@ -465,6 +465,88 @@ async fn the_similarity_threshold_keeps_unrelated_questions_from_recalling() {
     assert_eq!(theme[0].title, "Editor theme", "{theme:?}");
 }
 
+/// A config with a reranker has its recall ordered and scored by the reranker (the scripted one
+/// scores word overlap with the question), and one with `rewriteEnabled` has the question
+/// rewritten by its extraction model before recalling: both models are really called.
+#[tokio::test]
+async fn recall_reranks_with_the_configs_reranker_and_rewrites_with_its_model() {
+    let s = setup(false).await;
+    let provider = s.app.provider(&s.admin, "rerankers").await;
+    let reranker = s
+        .app
+        .model(&s.admin, provider, "RERANKER", "rerank", &s.models.base_url, json!({}))
+        .await;
+    let reranked = s
+        .config(json!({ "rerankEnabled": true, "rerankModelId": reranker, "enterRerankCount": 10 }))
+        .await;
+    let agent = s.agent(Some(reranked)).await;
+    let owner = Owner::User(s.admin_id);
+    let conv = s.conversation(agent, owner, "r-1").await;
+    s.say(
+        conv,
+        agent,
+        &[
+            ("user", "PREFERENCE: Drinks | The user drinks green tea every morning"),
+            ("user", "FACT: Pet | The user has a dog called Biscuit"),
+            ("user", "DECISION: Database | The team chose PostgreSQL for billing"),
+        ],
+    )
+    .await;
+    let c = shared::memory::extract::conversation(&s.app.db, conv)
+        .await
+        .unwrap()
+        .unwrap();
+    shared::memory::extract::extract(&s.app.state, &c, Some(reranked))
+        .await
+        .unwrap();
+    assert_eq!(s.memory_count().await, 3);
+
+    let question = "which tea does the user drink every morning";
+    let got = shared::memory::recall(&s.app.state, agent, owner, Some(reranked), question)
+        .await
+        .unwrap();
+    assert_eq!(got[0].title, "Drinks", "{got:?}");
+    let calls: Vec<Value> = s
+        .models
+        .requests()
+        .into_iter()
+        .filter(|r| r["model"] == "rerank")
+        .collect();
+    assert_eq!(calls.len(), 1, "the reranker was called once");
+    assert_eq!(calls[0]["query"], question);
+    // The scores are the reranker's: the share of the question's words in the memory.
+    let words = |t: &str| {
+        t.to_lowercase()
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.len() > 2)
+            .map(str::to_owned)
+            .collect::<std::collections::HashSet<_>>()
+    };
+    let q = words(question);
+    let expected = q.intersection(&words(&got[0].content)).count() as f64 / q.len() as f64;
+    assert!((got[0].score - expected).abs() < 1e-3, "{} vs {expected}", got[0].score);
+
+    let rewriting = s.config(json!({ "rewriteEnabled": true })).await;
+    let before = s.models.requests().len();
+    shared::memory::recall(&s.app.state, agent, owner, Some(rewriting), "and what about my dog?")
+        .await
+        .unwrap();
+    let rewrite = s.models.requests()[before..]
+        .iter()
+        .find(|r| {
+            r["messages"][0]["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("Rewrite the user's message"))
+        })
+        .cloned()
+        .expect("the question was rewritten before recalling");
+    assert_eq!(
+        rewrite["model"], "mem-extract",
+        "the config's extraction model rewrites"
+    );
+    assert_eq!(rewrite["messages"][1]["content"], "and what about my dog?");
+}
+
 /// Ranks of the expected memory (0 = first, None = not recalled) for each question of the
 /// labelled set, recalled with `config`.
 async fn ranks(s: &Setup, agent: i64, owner: Owner, config: i64, set: &[(String, i64)]) -> Vec<Option<usize>> {

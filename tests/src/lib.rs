@@ -365,6 +365,36 @@ pub fn bucket() -> String {
     env("S3_BUCKET")
 }
 
+/// A new, empty bucket on LocalStack named `<prefix>-<uuid>`, for a test that lists what it
+/// stored: the shared bucket also holds the objects of the tests running beside it.
+pub async fn own_bucket(prefix: &str) -> String {
+    let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+    s3_client()
+        .await
+        .create_bucket()
+        .bucket(&name)
+        .send()
+        .await
+        .expect("create bucket");
+    name
+}
+
+/// The keys of every object in `bucket`.
+pub async fn bucket_keys(bucket: &str) -> Vec<String> {
+    let listed = s3_client()
+        .await
+        .list_objects_v2()
+        .bucket(bucket)
+        .send()
+        .await
+        .expect("list bucket");
+    listed
+        .contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_owned))
+        .collect()
+}
+
 impl Reply {
     /// Asserts a success in the `{status, message, data}` envelope.
     #[track_caller]

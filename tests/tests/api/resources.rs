@@ -122,7 +122,16 @@ async fn upload_preview_download_delete_on_s3() {
 }
 
 async fn bad_uploads_change_nothing(store: Store) {
-    let app = spawn_with(store, &[("MAX_UPLOAD_BYTES", "1000")]).await;
+    // On S3, a bucket of its own, so that what it holds afterwards is this test's doing.
+    let bucket = match store {
+        Store::S3 => Some(api_tests::own_bucket("bad-uploads").await),
+        Store::Filesystem => None,
+    };
+    let mut vars = vec![("MAX_UPLOAD_BYTES", "1000")];
+    if let Some(b) = &bucket {
+        vars.push(("S3_BUCKET", b.as_str()));
+    }
+    let app = spawn_with(store, &vars).await;
     let (_, token) = app.regular_user("bad").await;
     let too_big = upload(&app, &token, "big.bin", vec![7u8; 5000], None).await;
     too_big.assert_error(413, 413, "exceeds the limit of 1000 bytes");
@@ -175,10 +184,14 @@ async fn bad_uploads_change_nothing(store: Store) {
         .await
         .assert_error(401, 401, "log in");
     assert_eq!(app.count("resources").await, 0);
-    if store == Store::Filesystem {
-        let leftover = walk(app.storage_dir.path());
-        assert!(leftover.is_empty(), "nothing written to storage: {leftover:?}");
-    }
+    let leftover = match &bucket {
+        Some(b) => api_tests::bucket_keys(b).await,
+        None => walk(app.storage_dir.path())
+            .into_iter()
+            .map(|p| p.display().to_string())
+            .collect(),
+    };
+    assert!(leftover.is_empty(), "nothing written to storage: {leftover:?}");
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -26,17 +26,7 @@ type Rows = Vec<(i64, String, String, String, i64, String, i64)>;
 /// with small limits so refusals are cheap to provoke.
 async fn setup(store: Store) -> Setup {
     let bucket = match store {
-        Store::S3 => {
-            let name = format!("skills-{}", uuid::Uuid::new_v4().simple());
-            s3_client()
-                .await
-                .create_bucket()
-                .bucket(&name)
-                .send()
-                .await
-                .expect("create bucket");
-            Some(name)
-        }
+        Store::S3 => Some(api_tests::own_bucket("skills").await),
         Store::Filesystem => None,
     };
     let mut extra = vec![

@@ -44,12 +44,34 @@ impl Reach {
     }
 }
 
+/// One `T` for each reach: deny lists, and the HTTP clients built on them (each reach has its
+/// own connection pools, so a connection opened under the operator's wider reach is never
+/// reused for a user's address).
+#[derive(Debug, Clone, Default)]
+pub struct PerReach<T> {
+    operator: T,
+    user: T,
+}
+
+impl<T> PerReach<T> {
+    pub fn new(mut make: impl FnMut(Reach) -> T) -> Self {
+        Self {
+            operator: make(Reach::Operator),
+            user: make(Reach::User),
+        }
+    }
+
+    pub fn get(&self, reach: Reach) -> &T {
+        match reach {
+            Reach::Operator => &self.operator,
+            Reach::User => &self.user,
+        }
+    }
+}
+
 /// The deny lists of both reaches.
 #[derive(Debug, Clone, Default)]
-pub struct Outbound {
-    operator: DenyList,
-    user: DenyList,
-}
+pub struct Outbound(PerReach<DenyList>);
 
 impl Outbound {
     /// `user_extra` applies to users' addresses on top of `operator`, which applies to all.
@@ -57,14 +79,11 @@ impl Outbound {
         let user = DenyList(Arc::new(
             operator.0.iter().chain(user_extra.0.iter()).copied().collect(),
         ));
-        Self { operator, user }
+        Self(PerReach { operator, user })
     }
 
     pub fn deny(&self, reach: Reach) -> &DenyList {
-        match reach {
-            Reach::Operator => &self.operator,
-            Reach::User => &self.user,
-        }
+        self.0.get(reach)
     }
 }
 

@@ -16,7 +16,7 @@ use super::oauth::TokenCache;
 use super::session::{self, Client, Clients, Failure, Target, Transport};
 use super::stdio::StdioPolicy;
 use super::streamable::StreamableClient;
-use crate::outbound::{Outbound, Reach};
+use crate::outbound::{Outbound, PerReach, Reach};
 
 pub struct Limits {
     pub connect_timeout: Duration,
@@ -39,8 +39,7 @@ impl Live {
 
 type Slot = Arc<AsyncMutex<Option<Arc<Live>>>>;
 
-/// The HTTP clients of one reach: each reach has its own connection pools, so a connection
-/// opened under the operator's wider reach is never reused for a user's server.
+/// The HTTP clients of one reach.
 #[derive(Default)]
 struct ReachClients {
     http: reqwest::Client,
@@ -51,8 +50,7 @@ struct ReachClients {
 pub struct McpPool {
     slots: Mutex<HashMap<i64, Slot>>,
     tokens: TokenCache,
-    operator: ReachClients,
-    users: ReachClients,
+    clients: PerReach<ReachClients>,
     outbound: Outbound,
     stdio: StdioPolicy,
 }
@@ -61,7 +59,7 @@ impl McpPool {
     /// A pool whose HTTP calls (SSE, Streamable HTTP, OAuth tokens) connect only to addresses
     /// the server's reach allows, and which starts only the stdio servers `stdio` allows.
     pub fn guarded(outbound: &Outbound, stdio: StdioPolicy) -> Self {
-        let clients = |reach| {
+        let clients = PerReach::new(|reach| {
             let deny = outbound.deny(reach);
             ReachClients {
                 http: deny.guard(reqwest::Client::builder()).build().unwrap_or_default(),
@@ -69,10 +67,9 @@ impl McpPool {
                     deny.guard_mcp(reqwest13::Client::builder()).build().unwrap_or_default(),
                 ),
             }
-        };
+        });
         Self {
-            operator: clients(Reach::Operator),
-            users: clients(Reach::User),
+            clients,
             outbound: outbound.clone(),
             stdio,
             ..Self::default()
@@ -80,10 +77,7 @@ impl McpPool {
     }
 
     fn clients(&self, reach: Reach) -> Clients<'_> {
-        let c = match reach {
-            Reach::Operator => &self.operator,
-            Reach::User => &self.users,
-        };
+        let c = self.clients.get(reach);
         Clients {
             http: &c.http,
             streamable: &c.streamable,

@@ -7,7 +7,7 @@ mod embed;
 mod error;
 mod rerank;
 
-use crate::outbound::{Outbound, Reach};
+use crate::outbound::{Outbound, PerReach, Reach};
 use crate::upstream::{read_body, BodyError, MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES};
 use std::time::Duration;
 
@@ -76,11 +76,8 @@ impl Endpoint {
 
 #[derive(Clone)]
 pub struct ModelClient {
-    /// For endpoints administrators configured.
-    http: reqwest::Client,
-    /// For endpoints regular users configured: a pool of its own, so a connection opened
-    /// under the operator's wider reach is never reused for a user's call.
-    users: reqwest::Client,
+    /// By the reach of the endpoint called.
+    http: PerReach<reqwest::Client>,
     outbound: Outbound,
 }
 
@@ -98,7 +95,7 @@ impl ModelClient {
     /// A client that never connects to the networks denied to each endpoint's reach (see
     /// [`crate::outbound`]).
     pub fn guarded(outbound: &Outbound) -> Self {
-        let build = |reach| {
+        let http = PerReach::new(|reach| {
             let builder = reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(10))
                 .pool_idle_timeout(Duration::from_secs(90))
@@ -109,10 +106,9 @@ impl ModelClient {
                 .guard(builder)
                 .build()
                 .unwrap_or_else(|_| reqwest::Client::new())
-        };
+        });
         Self {
-            http: build(Reach::Operator),
-            users: build(Reach::User),
+            http,
             outbound: outbound.clone(),
         }
     }
@@ -120,14 +116,7 @@ impl ModelClient {
     /// The shared HTTP client for calls to addresses the operator configured (store probes,
     /// web search, the document converter).
     pub fn http(&self) -> &reqwest::Client {
-        &self.http
-    }
-
-    fn http_for(&self, ep: &Endpoint) -> &reqwest::Client {
-        match ep.reach {
-            Reach::Operator => &self.http,
-            Reach::User => &self.users,
-        }
+        self.http.get(Reach::Operator)
     }
 
     /// Sends a JSON POST, retrying connection failures, timeouts before the response, 429 and
@@ -163,7 +152,7 @@ impl ModelClient {
         url: &str,
         body: &Value,
     ) -> Result<Response, (ModelError, Option<Duration>)> {
-        let request = self.http_for(ep).post(url).bearer_auth(&ep.api_key).json(body);
+        let request = self.http.get(ep.reach).post(url).bearer_auth(&ep.api_key).json(body);
         let resp = match tokio::time::timeout(ep.timeout(), request.send()).await {
             Err(_) => {
                 return Err((

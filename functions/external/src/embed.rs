@@ -3,8 +3,8 @@
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use shared::apps::embed_token::{self, EmbedPageQuery, EmbedToken, EmbedTokenRequest};
-use shared::apps::frame_ancestors;
+use shared::apps::embed_token::{self, EmbedToken, EmbedTokenRequest};
+use shared::apps::frame_ancestors::{self, EmbedPageQuery};
 use shared::http::app_credentials::AppCaller;
 use shared::http::{Api, ApiResult, Envelope, Json, Path, Query};
 use shared::{AppError, AppState};
@@ -84,7 +84,7 @@ async fn page(
     Query(q): Query<EmbedPageQuery>,
 ) -> Result<Response, AppError> {
     let framers = match q.app.as_deref() {
-        Some(app) => embed_token::frame_ancestors(&state, app).await?,
+        Some(app) => frame_ancestors::of_app(&state, app).await?,
         None => Vec::new(),
     };
     let policy = content_security_policy(&frame_ancestors::directive(&framers));

@@ -127,21 +127,3 @@ pub async fn verify(state: &AppState, token: &str) -> AppResult<EmbedScope> {
         agent_id: data.claims.agt,
     })
 }
-
-/// The query of the embedded chat page.
-#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct EmbedPageQuery {
-    /// The `appId` whose `frameAncestors` may frame the page.
-    pub app: Option<String>,
-}
-
-/// The pages that may frame the chat page for `app_id`: the app's list, or none listed (any
-/// page) for an app that does not exist or is disabled, whose page answers nothing anyway.
-pub async fn frame_ancestors(state: &AppState, app_id: &str) -> AppResult<Vec<String>> {
-    Ok(repo::find_by_app_id(state.db(), app_id)
-        .await?
-        .filter(super::AppRow::is_enabled)
-        .map(|a| a.frame_ancestors)
-        .unwrap_or_default())
-}

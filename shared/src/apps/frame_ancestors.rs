@@ -1,7 +1,9 @@
 //! Which pages may frame an app's embedded chat page: the app's list of CSP `frame-ancestors`
 //! sources, checked so that nothing in it can end the directive or add another.
 
-use crate::{AppError, AppResult};
+use serde::Deserialize;
+
+use crate::{AppError, AppResult, AppState};
 
 const MAX_SOURCES: usize = 16;
 const MAX_SOURCE_LEN: usize = 200;
@@ -28,6 +30,24 @@ pub fn check(list: Vec<String>) -> AppResult<Vec<String>> {
         return Err(AppError::validation("frameAncestors: 'none' must stand alone"));
     }
     Ok(list)
+}
+
+/// The query of the embedded chat page.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EmbedPageQuery {
+    /// The `appId` whose `frameAncestors` may frame the page.
+    pub app: Option<String>,
+}
+
+/// The pages that may frame the chat page for `app_id`: the app's list, or none listed (any
+/// page) for an app that does not exist or is disabled, whose page answers nothing anyway.
+pub async fn of_app(state: &AppState, app_id: &str) -> AppResult<Vec<String>> {
+    Ok(super::repo::find_by_app_id(state.db(), app_id)
+        .await?
+        .filter(super::AppRow::is_enabled)
+        .map(|a| a.frame_ancestors)
+        .unwrap_or_default())
 }
 
 /// The directive for a page framed under `list`.

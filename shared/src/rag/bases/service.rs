@@ -207,10 +207,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     tx.commit().await?;
     // Built after the row is committed, without blocking other tenants' writes; a base whose
     // index could not be built is removed again, so a failed create leaves nothing.
-    let built = match state.db().acquire().await {
-        Ok(mut conn) => repo::build_index(&mut conn, id, dimension).await,
-        Err(e) => Err(e),
-    };
+    let built = async { repo::build_index(&mut state.db().acquire().await?, id, dimension).await }.await;
     if let Err(e) = built {
         if let Err(undo) = repo::delete(state.db(), id).await {
             tracing::error!(rag_id = id, error = %undo, "removing a knowledge base whose index failed");

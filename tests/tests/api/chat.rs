@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use chrono::Timelike;
+
 use api_tests::chat::{joined, kinds, say, ChatSetup};
 use api_tests::PNG;
 use futures::StreamExt;
@@ -572,11 +574,13 @@ async fn conversations_are_listed_per_owner_and_deleted_with_their_messages() {
 }
 
 /// Seeds messages at fixed times: (days ago, owner, role, tool calls, duration ms).
+/// Stores messages `days_ago` UTC days back, early in the day but never in the future: a
+/// message stamped later than now falls outside every period that ends now.
 async fn seed(s: &ChatSetup, agent: i64, rows: &[(i32, i64, &str, i32, i64)]) {
     for (days_ago, user, role, tools, ms) in rows {
         let conversation: i64 = sqlx::query_scalar(
             "INSERT INTO conversations (agent_id, user_id, conversation_key, create_dt)
-             VALUES ($1, $2, $3, date_trunc('day', now()) - make_interval(days => $4) + interval '1 hour')
+             VALUES ($1, $2, $3, LEAST(date_trunc('day', now(), 'UTC') - make_interval(days => $4) + interval '1 hour', now()))
              ON CONFLICT (agent_id, user_id, conversation_key) WHERE user_id IS NOT NULL
              DO UPDATE SET title = conversations.title RETURNING id",
         )
@@ -589,7 +593,8 @@ async fn seed(s: &ChatSetup, agent: i64, rows: &[(i32, i64, &str, i32, i64)]) {
         .unwrap();
         sqlx::query(
             "INSERT INTO messages (conversation_id, agent_id, role, content, tool_call_count, duration_ms, create_dt)
-             VALUES ($1, $2, $3, 'x', $4, $5, date_trunc('day', now()) - make_interval(days => $6) + interval '2 hours')",
+             VALUES ($1, $2, $3, 'x', $4, $5,
+               LEAST(date_trunc('day', now(), 'UTC') - make_interval(days => $6) + interval '2 hours', now()))",
         )
         .bind(conversation)
         .bind(agent)
@@ -603,9 +608,19 @@ async fn seed(s: &ChatSetup, agent: i64, rows: &[(i32, i64, &str, i32, i64)]) {
     }
 }
 
+/// The expected trends name days, so seeding and asking must happen on the same UTC day.
+async fn wait_out_midnight() {
+    let now = chrono::Utc::now();
+    let left = 86_400 - i64::from(now.num_seconds_from_midnight());
+    if left < 60 {
+        tokio::time::sleep(Duration::from_secs(left as u64 + 1)).await;
+    }
+}
+
 #[tokio::test]
 async fn analytics_match_hand_computed_numbers() {
     let s = ChatSetup::new().await;
+    wait_out_midnight().await;
     let (alice, _) = s.app.regular_user("alice").await;
     let (bob, bob_token) = s.app.regular_user("bob").await;
     let agent = s.agent(&s.admin, json!({ "name": "Measured" })).await;

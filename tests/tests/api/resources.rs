@@ -271,11 +271,13 @@ async fn page_filters() {
     let clamped = app.get("/resource/page?size=100000", Some(&alice)).await;
     assert_eq!(clamped.assert_ok()["size"], 100);
 
-    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
-    let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1))
-        .format("%Y-%m-%d")
-        .to_string();
-    let range = format!("/resource/page?datetimeRange={today}%2000:00:00&datetimeRange={tomorrow}%2000:00:00");
+    // A day either side of now, so the run may cross midnight after the uploads.
+    let day = |offset: i64| (chrono::Utc::now() + chrono::Duration::days(offset)).format("%Y-%m-%d");
+    let range = format!(
+        "/resource/page?datetimeRange={}%2000:00:00&datetimeRange={}%2000:00:00",
+        day(-1),
+        day(2)
+    );
     assert_eq!(app.get(&range, Some(&alice)).await.assert_ok()["total"], 3);
     let past = "/resource/page?datetimeRange=2000-01-01%2000:00:00,2000-01-02%2000:00:00";
     assert_eq!(app.get(past, Some(&alice)).await.assert_ok()["total"], 0);

@@ -63,6 +63,9 @@ ran+=("format and clippy -D warnings over every target")
 
 step "function binaries"
 cargo build --workspace --bins --quiet
+# Alone, the workers resolve the common crate without its `http` feature (docs/layers.md).
+cargo check --quiet -p ingest-worker -p memory-worker -p housekeeping
+ran+=("every function binary; the SQS workers and the scheduled job also without the http feature")
 
 step "API fuzzing (schemathesis, every operation, admin and regular user)"
 phases_file=$(mktemp)

@@ -6,7 +6,6 @@ use axum::Router;
 use utoipa::openapi::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::config::Config;
 use crate::http::middleware::{catch_panics, with_request_tracing};
 use crate::http::rate_limit;
 use crate::AppState;
@@ -23,17 +22,4 @@ pub fn assemble(api: OpenApiRouter<AppState>, state: AppState) -> (Router, OpenA
     // Inside the tracing layers, so the 500 is logged with the request's id.
     let guarded = catch_panics(limited);
     (with_request_tracing(guarded.with_state(state)), openapi)
-}
-
-/// Process start-up shared by every binary: logging, crypto provider, config, state (pool,
-/// migrations, clients) and the first administrator.
-pub async fn start() -> anyhow::Result<AppState> {
-    crate::telemetry::init();
-    crate::telemetry::install_crypto_provider();
-    let config = Config::from_env()?;
-    let state = AppState::build(config).await?;
-    let cfg = state.config();
-    crate::users::service::ensure_first_admin(state.db(), cfg.admin_username.as_deref(), cfg.admin_password.as_deref())
-        .await?;
-    Ok(state)
 }

@@ -26,3 +26,27 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
         .map_err(|e| anyhow::anyhow!("applying migrations failed: {e}"))?;
     Ok(pool)
 }
+
+/// pgvector's text form, `[0.1,0.2,...]`.
+pub fn vector_literal(v: &[f32]) -> String {
+    let mut s = String::with_capacity(v.len() * 10 + 2);
+    s.push('[');
+    for (i, x) in v.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&x.to_string());
+    }
+    s.push(']');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_literal_is_pgvector_text() {
+        assert_eq!(vector_literal(&[0.5, -1.0, 2.25]), "[0.5,-1,2.25]");
+    }
+}

@@ -1,8 +1,6 @@
 //! The one error type of the service and how it becomes an HTTP response.
 
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use http::StatusCode;
 
 pub type AppResult<T> = Result<T, AppError>;
 
@@ -82,7 +80,9 @@ impl AppError {
         }
     }
 
-    fn public_message(&self) -> String {
+    /// What the client is told: the message, except for internal failures, whose cause is
+    /// only logged.
+    pub fn public_message(&self) -> String {
         match self {
             Self::Internal(_) => "internal server error; the failure was logged".to_owned(),
             other => other.to_string(),
@@ -119,31 +119,6 @@ impl From<sqlx::Error> for AppError {
             true => Self::unavailable("the database", cause),
             false => Self::Internal(cause),
         }
-    }
-}
-
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
-        match &self {
-            Self::Internal(cause) => tracing::error!(error = ?cause, "request failed"),
-            Self::Unavailable { cause, .. } => {
-                tracing::warn!(error = ?cause, "request failed: a backing service is unavailable")
-            }
-            _ => {}
-        }
-        let info = ErrorInfo {
-            code: self.code(),
-            message: self.public_message(),
-        };
-        let body = json!({ "code": info.code, "msg": info.message, "data": null });
-        let mut response = (self.status(), axum::Json(body)).into_response();
-        if let Self::RateLimited { retry_after_secs, .. } = &self {
-            if let Ok(v) = HeaderValue::from_str(&retry_after_secs.to_string()) {
-                response.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-        }
-        response.extensions_mut().insert(info);
-        response
     }
 }
 

@@ -1,22 +1,25 @@
 //! Lambda entry points: one call per function binary.
 
+#[cfg(feature = "http")]
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::AppState;
 
+#[cfg(feature = "http")]
 /// Serves `api` behind API Gateway (REST API proxy events).
 pub async fn run_http(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::Error> {
-    let state = crate::app::start()
+    let state = crate::startup::start()
         .await
         .map_err(|e| lambda_http::Error::from(format!("{e:#}")))?;
     let (app, _) = crate::app::assemble(api, state);
     lambda_http::run(app).await
 }
 
+#[cfg(feature = "http")]
 /// Serves `api` with response streaming (an API Gateway integration in STREAM mode),
 /// so streamed answers reach the client as they are generated instead of all at the end.
 pub async fn run_http_streaming(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::Error> {
-    let state = crate::app::start()
+    let state = crate::startup::start()
         .await
         .map_err(|e| lambda_http::Error::from(format!("{e:#}")))?;
     let (app, _) = crate::app::assemble(api, state);
@@ -28,7 +31,7 @@ pub async fn run_sqs(worker: fn(AppState) -> crate::queue::BatchHandler) -> Resu
     use aws_lambda_events::event::sqs::SqsEvent;
     use lambda_runtime::{service_fn, LambdaEvent};
 
-    let state = crate::app::start()
+    let state = crate::startup::start()
         .await
         .map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))?;
     let handler = worker(state);
@@ -50,7 +53,7 @@ pub async fn run_scheduled(
 ) -> Result<(), lambda_runtime::Error> {
     use lambda_runtime::{service_fn, LambdaEvent};
 
-    let state = crate::app::start()
+    let state = crate::startup::start()
         .await
         .map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))?;
     lambda_runtime::run(service_fn(move |_event: LambdaEvent<serde_json::Value>| {

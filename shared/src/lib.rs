@@ -1,20 +1,25 @@
 //! Common library of the agent platform.
 //!
-//! Everything a function crate needs lives here: configuration, HTTP plumbing (envelopes,
-//! errors, extractors), authentication, crypto, object storage, queues and the domain
-//! services. Function crates only hold thin handlers and their Lambda entry points.
+//! Everything a function crate needs lives here: configuration, authentication, crypto, object
+//! storage, queues, the domain services and, with the `http` feature, the HTTP plumbing
+//! (envelopes, extractors, middleware). Function crates only hold thin handlers and their
+//! Lambda entry points. `docs/layers.md` says which module may import which.
 
 pub mod agents;
+#[cfg(feature = "http")]
 pub mod app;
 pub mod apps;
 pub mod auth;
 pub mod config;
 pub mod crypto;
 pub mod db;
+pub mod domain;
 pub mod error;
 pub mod external;
 pub mod housekeeping;
+#[cfg(feature = "http")]
 pub mod http;
+pub mod json;
 pub mod lambda;
 pub mod mcp;
 pub mod memory;
@@ -24,6 +29,7 @@ pub mod queue;
 pub mod rag;
 pub mod resources;
 pub mod skills;
+pub mod startup;
 pub mod state;
 pub mod storage;
 pub mod stores;

@@ -68,6 +68,20 @@ pub fn optional(value: Option<String>) -> Option<String> {
     value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
 
+/// An absolute `http://` or `https://` URL with a host.
+pub fn http_url(field: &str, value: &str) -> Result<(), AppError> {
+    let ok = reqwest::Url::parse(value)
+        .ok()
+        .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+    if ok {
+        Ok(())
+    } else {
+        Err(AppError::validation(format!(
+            "{field} must be an http:// or https:// URL"
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

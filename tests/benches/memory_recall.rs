@@ -12,7 +12,7 @@ use api_tests::model_server::{wide_embedding, ModelServer};
 use api_tests::percentile::percentile;
 use api_tests::{spawn, Store};
 use serde_json::json;
-use shared::agents::Owner;
+use shared::domain::Owner;
 use shared::memory::recall;
 use shared::memory::repo::Scope;
 
@@ -90,7 +90,7 @@ async fn main() {
                 .collect();
             let vectors: Vec<String> = contents
                 .iter()
-                .map(|c| shared::rag::pipeline::vector_literal(&wide_embedding(c)))
+                .map(|c| shared::db::vector_literal(&wide_embedding(c)))
                 .collect();
             let types: Vec<&str> = range.clone().map(|i| TYPES[(i % 5) as usize]).collect();
             let words: Vec<String> = contents.iter().map(|c| shared::rag::segment::tsvector(c)).collect();

@@ -98,7 +98,7 @@ async fn main() {
         let words: Vec<String> = contents.iter().map(|c| shared::rag::segment::tsvector(c)).collect();
         let vectors: Vec<String> = contents
             .iter()
-            .map(|c| shared::rag::pipeline::vector_literal(&wide_embedding(c)))
+            .map(|c| shared::db::vector_literal(&wide_embedding(c)))
             .collect();
         sqlx::query(
             "INSERT INTO chunks (rag_id, document_id, chunk_index, content, token_count, embedding, tsv, vector_status)

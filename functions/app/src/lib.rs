@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use shared::apps::{service, AppFilter, AppInput, AppOption, AppView, ClientNode};
-use shared::http::date_range::DatetimeRange;
+use shared::domain::DatetimeRange;
 use shared::http::envelope::Empty;
 use shared::http::{AdminUser, Api, ApiResult, Envelope, Json, Page, PageQuery, Path, Query};
 use shared::AppState;

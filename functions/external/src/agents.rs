@@ -1,8 +1,8 @@
 //! Agents the app may use, and an external user's subscriptions.
 
 use axum::extract::State;
+use shared::domain::AppCaller;
 use shared::external::{agents, AgentQuery, ExternalAgent, ExternalCaller, OpenIdQuery, SubscriptionRequest};
-use shared::http::app_credentials::AppCaller;
 use shared::http::envelope::Empty;
 use shared::http::{Api, ApiResult, Envelope, Json, Query};
 use shared::AppState;

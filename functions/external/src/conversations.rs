@@ -2,8 +2,8 @@
 
 use axum::extract::State;
 use shared::agents::conversations::{ConversationSummary, MessageView};
+use shared::domain::AppCaller;
 use shared::external::{conversations, ConversationCreated, ConversationQuery, Deleted, NewConversation};
-use shared::http::app_credentials::AppCaller;
 use shared::http::{Api, ApiResult, Envelope, Json, Page, PageQuery, Query};
 use shared::AppState;
 use utoipa_axum::router::OpenApiRouter;

@@ -5,7 +5,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use shared::apps::embed_token::{self, EmbedToken, EmbedTokenRequest};
 use shared::apps::frame_ancestors::{self, EmbedPageQuery};
-use shared::http::app_credentials::AppCaller;
+use shared::domain::AppCaller;
 use shared::http::{Api, ApiResult, Envelope, Json, Path, Query};
 use shared::{AppError, AppState};
 use utoipa_axum::router::OpenApiRouter;

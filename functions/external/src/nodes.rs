@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use shared::apps::{nodes, Heartbeat, HeartbeatReply};
-use shared::http::app_credentials::AppCaller;
+use shared::domain::AppCaller;
 use shared::http::{Api, ApiResult, Envelope, Json};
 use shared::AppState;
 use utoipa_axum::router::OpenApiRouter;

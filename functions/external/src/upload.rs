@@ -1,9 +1,9 @@
 //! Chat images as base64 JSON.
 
 use axum::extract::{DefaultBodyLimit, State};
+use shared::domain::AppCaller;
 use shared::external::upload::{self, MAX_BODY_BYTES};
 use shared::external::{UploadRequest, UploadedImage};
-use shared::http::app_credentials::AppCaller;
 use shared::http::{Api, ApiResult, Envelope, Json};
 use shared::AppState;
 use utoipa_axum::router::OpenApiRouter;

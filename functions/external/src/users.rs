@@ -1,8 +1,8 @@
 //! External users: register or sync, and read.
 
 use axum::extract::State;
+use shared::domain::AppCaller;
 use shared::external::{users, ExternalUserView, OpenIdQuery, RegisterRequest};
-use shared::http::app_credentials::AppCaller;
 use shared::http::{Api, ApiResult, Envelope, Json, Query};
 use shared::AppState;
 use utoipa_axum::router::OpenApiRouter;

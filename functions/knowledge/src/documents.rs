@@ -3,8 +3,9 @@
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
+use shared::domain::Disposition;
 use shared::http::envelope::Empty;
-use shared::http::files::Disposition;
+use shared::http::files::file_response;
 use shared::http::multipart::{read_form, FormLimits, MultipartBody};
 use shared::http::{Api, ApiResult, CurrentUser, Envelope, Json, Page, PageQuery, Path, Query};
 use shared::rag::documents::upload::{self, PreviewOptions};
@@ -144,7 +145,8 @@ async fn preview_file(
     Path(id): Path<i64>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    service::serve(&state, &user, id, &headers, Disposition::Inline).await
+    let file = service::file(&state, &user, id).await?;
+    file_response(state.storage(), &file, &headers, Disposition::Inline).await
 }
 
 /// The original file as an attachment.
@@ -156,7 +158,8 @@ async fn download_file(
     Path(id): Path<i64>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    service::serve(&state, &user, id, &headers, Disposition::Attachment).await
+    let file = service::file(&state, &user, id).await?;
+    file_response(state.storage(), &file, &headers, Disposition::Attachment).await
 }
 
 /// Images saved from the document by the parser.
@@ -175,7 +178,8 @@ async fn image(
     Path(id): Path<i64>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    service::image(&state, &user, id, &headers).await
+    let image = service::image(&state, &user, id).await?;
+    file_response(state.storage(), &image, &headers, Disposition::Inline).await
 }
 
 /// Delete a document with its chunks, vectors, images and file.

@@ -4,9 +4,9 @@
 
 use axum::extract::State;
 use serde::Deserialize;
+use shared::domain::PageNumQuery;
 use shared::http::envelope::{Empty, StatusApi, StatusEnvelope, StatusPage, StatusPageEnvelope, StatusResult};
 use shared::http::middleware::status_envelope;
-use shared::http::paging::PageNumQuery;
 use shared::http::{AdminUser, CurrentUser, Json, Path, Query};
 use shared::models::adapters::{self, Adapter};
 use shared::models::{self as m, service, ModelType};

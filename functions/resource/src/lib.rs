@@ -4,9 +4,10 @@ use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap};
 use axum::response::Response;
-use shared::http::date_range::DatetimeRange;
+use shared::domain::DatetimeRange;
+use shared::domain::Disposition;
 use shared::http::envelope::Empty;
-use shared::http::files::Disposition;
+use shared::http::files::file_response;
 use shared::http::multipart::{read_form, FormLimits, MultipartBody};
 use shared::http::{Api, ApiResult, CurrentUser, Json, Page, PageQuery, Path, Query};
 use shared::resources::{self, service, ResourceView};
@@ -82,7 +83,8 @@ async fn preview(
     Path(id): Path<i64>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    service::serve(&state, &user, id, &headers, Disposition::Inline).await
+    let file = service::file(&state, &user, id).await?;
+    file_response(state.storage(), &file, &headers, Disposition::Inline).await
 }
 
 /// The file as an attachment download; supports Range requests. Readable as for preview.
@@ -95,7 +97,8 @@ async fn download(
     Path(id): Path<i64>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    service::serve(&state, &user, id, &headers, Disposition::Attachment).await
+    let file = service::file(&state, &user, id).await?;
+    file_response(state.storage(), &file, &headers, Disposition::Attachment).await
 }
 
 /// Delete a resource: its stored object and its record.

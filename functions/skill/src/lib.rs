@@ -6,8 +6,9 @@
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use shared::domain::Disposition;
 use shared::http::envelope::{Empty, StatusApi, StatusEnvelope, StatusPage, StatusPageEnvelope, StatusResult};
-use shared::http::files::{content_disposition, Disposition};
+use shared::http::files::content_disposition;
 use shared::http::middleware::status_envelope;
 use shared::http::multipart::{read_form, FormLimits, MultipartBody};
 use shared::http::{CurrentUser, Json, PageQuery, Path, Query};

@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::period::PeriodQuery;
 use super::service;
-use crate::http::{CurrentUser, Page, PageQuery};
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::{time, AppError, AppResult, AppState};
 
 const MAX_CUSTOM_DAYS: i64 = 366;

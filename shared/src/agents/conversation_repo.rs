@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
-use super::Owner;
+use crate::domain::Owner;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ConversationRow {

@@ -6,8 +6,9 @@ use utoipa::ToSchema;
 
 use super::conversation_repo::{self as repo, ConversationRow, MessageRow, SummaryFilter, SummaryRow};
 use super::period::PeriodQuery;
-use super::{service, Owner};
-use crate::http::{CurrentUser, Page, PageQuery};
+use super::service;
+use crate::domain::Owner;
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::{time, AppError, AppResult, AppState};
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -7,7 +7,6 @@ pub mod conversations;
 pub mod create_stream;
 mod draft_scanner;
 pub mod model;
-pub mod owner;
 pub mod period;
 pub mod references;
 pub mod repo;
@@ -15,4 +14,3 @@ pub mod service;
 pub mod web_search;
 
 pub use model::*;
-pub use owner::Owner;

@@ -3,7 +3,7 @@
 
 use super::model::AgentRow;
 use super::repo::{self, AgentData};
-use crate::http::CurrentUser;
+use crate::domain::CurrentUser;
 use crate::mcp::McpServerBrief;
 use crate::models::{self, ModelType};
 use crate::rag::bases;

@@ -3,7 +3,7 @@
 use super::model::{AgentFields, AgentFilter, AgentRow, AgentView, ChatModelOption, MarketAgent};
 use super::references;
 use super::repo::{self, AgentData, Viewer};
-use crate::http::{CurrentUser, Page, PageQuery};
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::models::{self, ModelType};
 use crate::{validate, AppError, AppResult, AppState};
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::repo;
-use crate::http::app_credentials::AppCaller;
+use crate::domain::AppCaller;
 use crate::{time, validate, AppError, AppResult, AppState};
 
 pub const DEFAULT_TTL_SECONDS: i64 = 3600;

@@ -6,7 +6,7 @@ use chrono::Utc;
 
 use super::model::{Heartbeat, HeartbeatReply};
 use super::node_repo::{self, Beat};
-use crate::http::app_credentials::AppCaller;
+use crate::domain::AppCaller;
 use crate::outbound::Reach;
 use crate::{time, validate, AppError, AppResult, AppState};
 

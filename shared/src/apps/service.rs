@@ -6,9 +6,9 @@ use rand::RngCore;
 use super::model::{AppFilter, AppInput, AppOption, AppRow, AppView, ClientNode};
 use super::node_repo;
 use super::repo::{self, AppChange, NewApp, PageFilter};
+use crate::domain::DatetimeRange;
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::error::is_unique_violation;
-use crate::http::date_range::DatetimeRange;
-use crate::http::{CurrentUser, Page, PageQuery};
 use crate::{validate, AppError, AppResult, AppState};
 
 pub const ROUTE_STRATEGIES: [&str; 3] = ["ROUND_ROBIN", "RANDOM", "HASH"];

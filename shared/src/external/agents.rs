@@ -5,7 +5,7 @@ use super::model::{AgentQuery, ExternalAgent, OpenIdQuery, SubscriptionRequest};
 use super::{repo, users};
 use crate::agents::repo as agent_repo;
 use crate::agents::AgentRow;
-use crate::http::app_credentials::AppCaller;
+use crate::domain::AppCaller;
 use crate::{validate, AppError, AppResult, AppState};
 
 pub const UNAVAILABLE: &str = "agent does not exist or is disabled";

@@ -1,13 +1,8 @@
 //! Who calls the external chat: an app with its credentials (any openId), or a page holding an
-//! embed token (`Svc-Auth`, one openId only).
+//! embed token (`Svc-Auth`, one openId only). The extractor is in `crate::http::external_caller`.
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
-
-use crate::apps::embed_token;
-use crate::http::app_credentials::AppCaller;
-use crate::http::auth::token_from;
-use crate::{AppError, AppState};
+use crate::domain::AppCaller;
+use crate::AppError;
 
 #[derive(Debug, Clone)]
 pub struct ExternalCaller {
@@ -38,44 +33,5 @@ impl ExternalCaller {
             }
             _ => Ok(()),
         }
-    }
-}
-
-impl FromRequestParts<AppState> for ExternalCaller {
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
-        // The rate limiter may have authenticated the request already.
-        if let Some(caller) = parts.extensions.get::<ExternalCaller>() {
-            return Ok(caller.clone());
-        }
-        let caller = Self::authenticate(parts, state).await?;
-        parts.extensions.insert(caller.clone());
-        Ok(caller)
-    }
-}
-
-impl ExternalCaller {
-    async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
-        let has_app_headers = parts.headers.contains_key("svc-app-id") || parts.headers.contains_key("svc-token");
-        if !has_app_headers {
-            if let Some(token) = token_from(parts) {
-                let scope = embed_token::verify(state, token).await?;
-                return Ok(Self {
-                    app: AppCaller {
-                        id: scope.app_row_id,
-                        app_id: scope.app_id,
-                    },
-                    scope: Some(scope.open_id),
-                    agent_scope: scope.agent_id,
-                });
-            }
-        }
-        let app = AppCaller::from_request_parts(parts, state).await?;
-        Ok(Self {
-            app,
-            scope: None,
-            agent_scope: None,
-        })
     }
 }

@@ -9,8 +9,8 @@ use futures::StreamExt;
 use super::model::{ExternalChatRequest, SyncAnswer};
 use super::{agents, repo, users, ExternalCaller};
 use crate::agents::chat::{self, Caller, ChatRequest, StreamEvent};
-use crate::agents::Owner;
 use crate::apps::repo as app_repo;
+use crate::domain::Owner;
 use crate::models::gateway::Billing;
 use crate::{AppError, AppResult, AppState};
 

@@ -4,9 +4,9 @@ use super::model::{ConversationCreated, ConversationQuery, Deleted, NewConversat
 use super::{agents, users};
 use crate::agents::conversation_repo::{self as conv_repo, SummaryFilter};
 use crate::agents::conversations::{ConversationSummary, MessageView};
-use crate::agents::Owner;
-use crate::http::app_credentials::AppCaller;
-use crate::http::{Page, PageQuery};
+use crate::domain::AppCaller;
+use crate::domain::Owner;
+use crate::domain::{Page, PageQuery};
 use crate::{validate, AppError, AppResult, AppState};
 
 /// The agent (which the app must be allowed to use) and the registered user, if any.

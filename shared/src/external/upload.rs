@@ -8,7 +8,7 @@ use super::model::{UploadRequest, UploadedImage};
 use super::{repo, users};
 use crate::agents::chat::attachments::MAX_IMAGE_BYTES;
 use crate::apps::repo as app_repo;
-use crate::http::app_credentials::AppCaller;
+use crate::domain::AppCaller;
 use crate::resources::repo::{self as resource_repo, NewResource};
 use crate::resources::service::{clean_file_name, sniff_mime};
 use crate::{time, validate, AppError, AppResult, AppState};

@@ -2,7 +2,7 @@
 
 use super::model::{ExternalUserView, RegisterRequest};
 use super::repo::{self, UserData};
-use crate::http::app_credentials::AppCaller;
+use crate::domain::AppCaller;
 use crate::{validate, AppError, AppResult, AppState};
 
 pub fn check_open_id(value: Option<String>) -> AppResult<String> {

@@ -4,14 +4,8 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use crate::crypto::constant_time_eq;
+use crate::domain::AppCaller;
 use crate::{AppError, AppState};
-
-/// An enabled app whose credentials the request carried.
-#[derive(Debug, Clone)]
-pub struct AppCaller {
-    pub id: i64,
-    pub app_id: String,
-}
 
 impl FromRequestParts<AppState> for AppCaller {
     type Rejection = AppError;
@@ -21,38 +15,36 @@ impl FromRequestParts<AppState> for AppCaller {
         if let Some(caller) = parts.extensions.get::<AppCaller>() {
             return Ok(caller.clone());
         }
-        let caller = Self::authenticate(parts, state).await?;
+        let caller = authenticate(parts, state).await?;
         parts.extensions.insert(caller.clone());
         Ok(caller)
     }
 }
 
-impl AppCaller {
-    async fn authenticate(parts: &Parts, state: &AppState) -> Result<Self, AppError> {
-        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-        let (Some(app_id), Some(token)) = (header("svc-app-id"), header("svc-token")) else {
-            return Err(AppError::unauthorized(
-                "app credentials required: send Svc-App-Id and Svc-Token",
-            ));
-        };
-        let refused = || AppError::unauthorized("app credentials invalid or app disabled");
-        let row: Option<(i64, String, i16)> =
-            sqlx::query_as("SELECT id, token_enc, status FROM apps WHERE app_id = $1")
-                .bind(app_id)
-                .fetch_optional(state.db())
-                .await?;
-        let Some((id, sealed, status)) = row else {
-            // Spend the same work as a real comparison so unknown ids are not distinguishable.
-            let _ = constant_time_eq(token.as_bytes(), token.as_bytes());
-            return Err(refused());
-        };
-        let expected = state.secrets().open(&sealed)?;
-        if !constant_time_eq(expected.as_bytes(), token.as_bytes()) || status != 1 {
-            return Err(refused());
-        }
-        Ok(AppCaller {
-            id,
-            app_id: app_id.to_owned(),
-        })
+/// The app whose id and token the headers carry, if it exists, the token matches and it is enabled.
+async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppError> {
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let (Some(app_id), Some(token)) = (header("svc-app-id"), header("svc-token")) else {
+        return Err(AppError::unauthorized(
+            "app credentials required: send Svc-App-Id and Svc-Token",
+        ));
+    };
+    let refused = || AppError::unauthorized("app credentials invalid or app disabled");
+    let row: Option<(i64, String, i16)> = sqlx::query_as("SELECT id, token_enc, status FROM apps WHERE app_id = $1")
+        .bind(app_id)
+        .fetch_optional(state.db())
+        .await?;
+    let Some((id, sealed, status)) = row else {
+        // Spend the same work as a real comparison so unknown ids are not distinguishable.
+        let _ = constant_time_eq(token.as_bytes(), token.as_bytes());
+        return Err(refused());
+    };
+    let expected = state.secrets().open(&sealed)?;
+    if !constant_time_eq(expected.as_bytes(), token.as_bytes()) || status != 1 {
+        return Err(refused());
     }
+    Ok(AppCaller {
+        id,
+        app_id: app_id.to_owned(),
+    })
 }

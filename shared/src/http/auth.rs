@@ -4,57 +4,29 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use crate::auth::AccessClaims;
+use crate::domain::{CurrentUser, Role};
 use crate::users::repo as user_repo;
-use crate::users::Role;
 use crate::{AppError, AppState};
 
 pub const AUTH_HEADER: &str = "svc-auth";
 
-/// The authenticated caller. The user row is re-read on every request so that a deleted user,
-/// a changed role or a bumped token version (password changed, login revoked) takes effect at
-/// once, not when the token expires.
-#[derive(Debug, Clone)]
-pub struct CurrentUser {
-    pub id: i64,
-    pub username: String,
-    pub role: Role,
-}
-
-impl CurrentUser {
-    /// The user of a verified token, from the user's row as it is now: refused when the row is
-    /// gone or its token version moved past the token's.
-    pub fn authenticate(claims: &AccessClaims, identity: Option<user_repo::Identity>) -> Result<Self, AppError> {
-        let (id, username, role, version) = identity
-            .ok_or_else(|| AppError::unauthorized("the user of this token no longer exists; please log in again"))?;
-        if version != claims.ver {
-            return Err(AppError::unauthorized(
-                "this token was revoked (password changed or login revoked); please log in again",
-            ));
-        }
-        Ok(Self {
-            id,
-            username,
-            role: Role::from_code(role),
-        })
+/// The user of a verified token, from the user's row as it is now: refused when the row is gone
+/// or its token version moved past the token's. The row is re-read on every request so that a
+/// deleted user, a changed role or a bumped token version (password changed, login revoked)
+/// takes effect at once, not when the token expires.
+pub fn authenticate(claims: &AccessClaims, identity: Option<user_repo::Identity>) -> Result<CurrentUser, AppError> {
+    let (id, username, role, version) = identity
+        .ok_or_else(|| AppError::unauthorized("the user of this token no longer exists; please log in again"))?;
+    if version != claims.ver {
+        return Err(AppError::unauthorized(
+            "this token was revoked (password changed or login revoked); please log in again",
+        ));
     }
-
-    pub fn is_admin(&self) -> bool {
-        self.role == Role::Admin
-    }
-
-    /// 403 unless the caller is an administrator.
-    pub fn require_admin(&self) -> Result<(), AppError> {
-        if self.is_admin() {
-            Ok(())
-        } else {
-            Err(AppError::Forbidden("administrator role required".into()))
-        }
-    }
-
-    /// Administrators may act on anything; others only on what they created.
-    pub fn can_manage(&self, creator_id: i64) -> bool {
-        self.is_admin() || self.id == creator_id
-    }
+    Ok(CurrentUser {
+        id,
+        username,
+        role: Role::from_code(role),
+    })
 }
 
 /// Reads the bearer token from `Svc-Auth` (an optional `Bearer ` prefix is accepted).
@@ -75,7 +47,7 @@ impl FromRequestParts<AppState> for CurrentUser {
             .ok_or_else(|| AppError::unauthorized("not logged in: send the Svc-Auth header; please log in again"))?;
         let claims = state.jwt().verify_access(token)?;
         let identity = user_repo::find_identity(state.db(), claims.sub).await?;
-        let current = CurrentUser::authenticate(&claims, identity)?;
+        let current = authenticate(&claims, identity)?;
         parts.extensions.insert(current.clone());
         Ok(current)
     }

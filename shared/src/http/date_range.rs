@@ -1,40 +1,15 @@
-//! The `datetimeRange` query parameter: two timestamps, sent as repeated keys
-//! (`datetimeRange=a&datetimeRange=b`, also `datetimeRange[]=`) or as one comma-separated value.
+//! The `datetimeRange` query parameter as an extractor (see [`DatetimeRange`]).
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use chrono::{DateTime, Utc};
 
-use crate::{time, AppError};
-
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DatetimeRange(pub Option<(DateTime<Utc>, DateTime<Utc>)>);
+use crate::domain::DatetimeRange;
+use crate::AppError;
 
 impl<S: Send + Sync> FromRequestParts<S> for DatetimeRange {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, AppError> {
-        let query = parts.uri.query().unwrap_or_default();
-        let mut values: Vec<String> = form_urlencoded::parse(query.as_bytes())
-            .filter(|(k, _)| k == "datetimeRange" || k.starts_with("datetimeRange["))
-            .map(|(_, v)| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-            .collect();
-        if values.len() == 1 && values[0].contains(',') {
-            values = values[0].split(',').map(|v| v.trim().to_owned()).collect();
-        }
-        if values.is_empty() {
-            return Ok(Self(None));
-        }
-        let bad = || AppError::validation("datetimeRange must be two timestamps like 2026-01-31 23:59:59 (start, end)");
-        let [start, end] = values.as_slice() else {
-            return Err(bad());
-        };
-        let start = time::parse_datetime(start).ok_or_else(bad)?;
-        let end = time::parse_datetime(end).ok_or_else(bad)?;
-        if start > end {
-            return Err(AppError::validation("datetimeRange start must not be after its end"));
-        }
-        Ok(Self(Some((start, end))))
+        DatetimeRange::from_query(parts.uri.query().unwrap_or_default())
     }
 }

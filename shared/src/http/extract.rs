@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
+use crate::json::parse_json;
 use crate::AppError;
 
 /// A JSON body. Unknown fields are ignored; a malformed body or a wrong type is a 400 that
@@ -38,86 +39,6 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
         })?;
         parse_json(&bytes).map(Json)
     }
-}
-
-/// Deserialises JSON, turning serde's error into a message that starts with the field path.
-/// A string holding a NUL character is refused: PostgreSQL cannot store one in text.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
-    let value = deserialize_json(bytes)?;
-    if contains(bytes, br"\u0000") {
-        if let Some(path) = serde_json::from_slice(bytes).ok().as_ref().and_then(nul_path) {
-            return Err(AppError::Validation(format!("{path}: must not contain NUL characters")));
-        }
-    }
-    Ok(value)
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// The path of the first string (or object key) holding a NUL character, as serde names it.
-fn nul_path(value: &serde_json::Value) -> Option<String> {
-    let mut segments = Vec::new();
-    find_nul(value, &mut segments).then(|| match segments.join(".") {
-        path if path.is_empty() => "request body".to_owned(),
-        path => path.replace(".[", "["),
-    })
-}
-
-fn find_nul(value: &serde_json::Value, segments: &mut Vec<String>) -> bool {
-    use serde_json::Value;
-    match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .any(|(i, v)| descend(segments, format!("[{i}]"), |s| find_nul(v, s))),
-        Value::Object(map) => map.iter().any(|(k, v)| {
-            let key = k.replace('\0', "\\u0000");
-            k.contains('\0') && descend(segments, key.clone(), |_| true) || descend(segments, key, |s| find_nul(v, s))
-        }),
-        _ => false,
-    }
-}
-
-/// Runs `inside` with `segment` on the path, keeping it there only when something was found.
-fn descend(segments: &mut Vec<String>, segment: String, inside: impl FnOnce(&mut Vec<String>) -> bool) -> bool {
-    segments.push(segment);
-    let found = inside(segments);
-    if !found {
-        segments.pop();
-    }
-    found
-}
-
-fn deserialize_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.inner();
-        let detail = inner.to_string();
-        let detail = detail.split(" at line ").next().unwrap_or(&detail).to_owned();
-        let message = if let Some(field) = missing_field(&detail) {
-            let full = if path == "." {
-                field.to_owned()
-            } else {
-                format!("{path}.{field}")
-            };
-            format!("{full} is required")
-        } else if inner.is_syntax() || inner.is_eof() {
-            format!("request body is not valid JSON: {detail}")
-        } else if path == "." {
-            format!("request body: {detail}")
-        } else {
-            format!("{path}: {detail}")
-        };
-        AppError::Validation(message)
-    })
-}
-
-fn missing_field(detail: &str) -> Option<&str> {
-    detail.strip_prefix("missing field `")?.strip_suffix('`')
 }
 
 /// Query parameters; a wrong type or a NUL character names the parameter.
@@ -167,47 +88,5 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
             .await
             .map(|p| Path(p.0))
             .map_err(|e: PathRejection| AppError::Validation(format!("invalid path parameter: {}", e.body_text())))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug, serde::Deserialize)]
-    #[allow(dead_code)]
-    struct Body {
-        username: String,
-        inner: Option<Inner>,
-    }
-    #[derive(Debug, serde::Deserialize)]
-    #[allow(dead_code)]
-    struct Inner {
-        n: i64,
-    }
-
-    fn msg(json: &str) -> String {
-        parse_json::<Body>(json.as_bytes()).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn errors_name_fields() {
-        assert_eq!(msg("{}"), "username is required");
-        assert!(msg(r#"{"username": 3}"#).starts_with("username: invalid type"));
-        assert!(msg(r#"{"username": "a", "inner": {"n": "x"}}"#).starts_with("inner.n: invalid type"));
-        assert!(msg("{").starts_with("request body is not valid JSON"));
-    }
-
-    #[test]
-    fn nul_characters_are_refused_by_field() {
-        assert_eq!(
-            msg(r#"{"username": "a\u0000b"}"#),
-            "username: must not contain NUL characters"
-        );
-        assert_eq!(
-            msg(r#"{"username": "a", "inner": {"n": 1}, "tags": ["x", "\u0000"]}"#),
-            "tags[1]: must not contain NUL characters"
-        );
-        assert!(parse_json::<Body>(br#"{"username": "a\\u0000"}"#).is_ok());
     }
 }

@@ -5,22 +5,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
+use crate::domain::{Disposition, StoredFile};
 use crate::storage::{parse_range, ObjectStore};
 use crate::AppResult;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    Inline,
-    Attachment,
-}
-
-/// What a file response needs to know about the stored object.
-pub struct StoredFile<'a> {
-    pub key: &'a str,
-    pub name: &'a str,
-    pub mime: &'a str,
-    pub size: u64,
-}
 
 const FILENAME_ENCODE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
 
@@ -47,7 +34,7 @@ pub fn content_disposition(kind: Disposition, name: &str) -> String {
 /// Streams `file` from storage, honouring a `Range` header with 206 / 416.
 pub async fn file_response(
     store: &dyn ObjectStore,
-    file: StoredFile<'_>,
+    file: &StoredFile,
     request_headers: &HeaderMap,
     kind: Disposition,
 ) -> AppResult<Response> {
@@ -66,14 +53,14 @@ pub async fn file_response(
             }
         },
     };
-    let stream = store.get(file.key, range).await?;
+    let stream = store.get(&file.key, range).await?;
     let mut resp = Response::new(Body::from_stream(stream));
     let headers = resp.headers_mut();
-    insert(headers, header::CONTENT_TYPE, file.mime);
+    insert(headers, header::CONTENT_TYPE, &file.mime);
     insert(
         headers,
         header::CONTENT_DISPOSITION,
-        &content_disposition(kind, file.name),
+        &content_disposition(kind, &file.name),
     );
     insert(headers, header::ACCEPT_RANGES, "bytes");
     insert(headers, header::X_CONTENT_TYPE_OPTIONS, "nosniff");

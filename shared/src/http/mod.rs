@@ -5,16 +5,18 @@ pub mod auth;
 pub mod client_ip;
 pub mod date_range;
 pub mod envelope;
+mod error_response;
 pub mod event_stream;
+pub mod external_caller;
 pub mod extract;
 pub mod files;
 pub mod middleware;
 pub mod multipart;
 pub mod openapi;
-pub mod paging;
 pub mod rate_limit;
 
-pub use auth::{AdminUser, CurrentUser};
+pub use auth::AdminUser;
+// The domain types handlers name beside the extractors they come from.
+pub use crate::domain::{CurrentUser, Page, PageQuery};
 pub use envelope::{Api, ApiResult, Envelope};
 pub use extract::{Json, Path, Query};
-pub use paging::{Page, PageQuery};

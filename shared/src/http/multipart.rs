@@ -4,16 +4,9 @@ use std::collections::HashMap;
 
 use axum::extract::multipart::{Multipart, MultipartError};
 use axum::http::StatusCode;
-use bytes::Bytes;
 
+use crate::domain::UploadedFile;
 use crate::AppError;
-
-#[derive(Debug, Clone)]
-pub struct UploadedFile {
-    pub field: String,
-    pub file_name: String,
-    pub bytes: Bytes,
-}
 
 #[derive(Debug, Default)]
 pub struct Form {

@@ -9,9 +9,10 @@ use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::auth::{token_from, CurrentUser};
+use super::auth::{authenticate, token_from};
 use super::middleware::{status_envelope, uses_status_envelope};
 use crate::auth::AccessClaims;
+use crate::domain::CurrentUser;
 use crate::external::caller::ExternalCaller;
 use crate::{AppError, AppState};
 
@@ -126,7 +127,7 @@ async fn check(state: &AppState, subject: &Subject) -> Result<Option<CurrentUser
         return Ok(subject
             .claims
             .as_ref()
-            .and_then(|claims| CurrentUser::authenticate(claims, identity).ok()));
+            .and_then(|claims| authenticate(claims, identity).ok()));
     }
     let retry_after_secs = (left.ceil() as u64).max(1);
     Err(AppError::RateLimited {

@@ -133,7 +133,7 @@ impl AuthConfig {
                     "3 (OAuth 2.0 client credentials)",
                 )?;
                 let token_url = fields.plain("tokenUrl")?;
-                super::validate_http_url("authConfig.tokenUrl", &token_url)?;
+                crate::validate::http_url("authConfig.tokenUrl", &token_url)?;
                 Ok(Self::OAuth2 {
                     client_id: fields.plain("clientId")?,
                     client_secret: fields.secret("clientSecret", |s| match s {

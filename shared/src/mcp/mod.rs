@@ -16,7 +16,6 @@ pub mod tools;
 pub use auth::AuthConfig;
 pub use model::*;
 pub use pool::McpPool;
-pub use service::validate_http_url;
 pub use tools::{briefs, call_tool, tools_of_servers, usable_ids};
 
 use crate::AppState;

@@ -8,8 +8,9 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::AuthConfig;
-use crate::crypto::mask_secret;
+use crate::crypto::{mask_secret, SecretBox};
 use crate::time;
+use crate::AppResult;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct McpRow {
@@ -211,4 +212,21 @@ pub enum AuthConfigFields {
         client_secret: String,
         token_url: String,
     },
+}
+
+impl McpRow {
+    /// The auth config and env vars of the row, decrypted.
+    pub fn open_secrets(&self, secrets: &SecretBox) -> AppResult<(AuthConfig, BTreeMap<String, String>)> {
+        let auth = match &self.auth_config_enc {
+            Some(sealed) => serde_json::from_str(&secrets.open(sealed)?)
+                .map_err(|e| anyhow::anyhow!("MCP server {}: stored authConfig unreadable: {e}", self.id))?,
+            None => AuthConfig::None,
+        };
+        let env = match &self.env_vars_enc {
+            Some(sealed) => serde_json::from_str(&secrets.open(sealed)?)
+                .map_err(|e| anyhow::anyhow!("MCP server {}: stored envVars unreadable: {e}", self.id))?,
+            None => BTreeMap::new(),
+        };
+        Ok((auth, env))
+    }
 }

@@ -15,8 +15,8 @@ use super::repo::{self, Fields, Viewer};
 use super::session::{Target, STDIO};
 use super::*;
 use crate::crypto::{is_masked, SecretBox};
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::error::is_unique_violation;
-use crate::http::{CurrentUser, Page, PageQuery};
 use crate::outbound::Reach;
 use crate::{validate, AppError, AppResult, AppState};
 
@@ -30,28 +30,13 @@ pub fn viewer(user: &CurrentUser) -> Viewer {
     }
 }
 
-/// The auth config and env vars of a row, decrypted.
-pub fn open_secrets(row: &McpRow, secrets: &SecretBox) -> AppResult<(AuthConfig, BTreeMap<String, String>)> {
-    let auth = match &row.auth_config_enc {
-        Some(sealed) => serde_json::from_str(&secrets.open(sealed)?)
-            .map_err(|e| anyhow::anyhow!("MCP server {}: stored authConfig unreadable: {e}", row.id))?,
-        None => AuthConfig::None,
-    };
-    let env = match &row.env_vars_enc {
-        Some(sealed) => serde_json::from_str(&secrets.open(sealed)?)
-            .map_err(|e| anyhow::anyhow!("MCP server {}: stored envVars unreadable: {e}", row.id))?,
-        None => BTreeMap::new(),
-    };
-    Ok((auth, env))
-}
-
 /// The server as `user` may see it: whoever may change it sees its whole configuration,
 /// everyone else (users looking at an administrator's server) the catalogue entry only.
 fn view(state: &AppState, user: &CurrentUser, row: McpRow) -> AppResult<McpServerView> {
     if !user.can_manage(row.creator_id) {
         return Ok(McpServerView::catalogue(row));
     }
-    let (auth, env) = open_secrets(&row, state.secrets())?;
+    let (auth, env) = row.open_secrets(state.secrets())?;
     Ok(McpServerView::new(row, &auth, &env))
 }
 
@@ -131,19 +116,6 @@ impl Valid {
             auth_type: self.auth_type,
             auth_config_enc: self.auth_config_enc.as_deref(),
         }
-    }
-}
-
-pub fn validate_http_url(field: &str, value: &str) -> AppResult<()> {
-    let ok = reqwest::Url::parse(value)
-        .ok()
-        .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
-    if ok {
-        Ok(())
-    } else {
-        Err(AppError::validation(format!(
-            "{field} must be an http:// or https:// URL"
-        )))
     }
 }
 
@@ -273,7 +245,7 @@ async fn validate(
                 AppError::validation("endpoint is required for transportType 1 (SSE) and 2 (Streamable HTTP)")
             })?;
         validate::length("endpoint", &endpoint, 1, 2000)?;
-        validate_http_url("endpoint", &endpoint)?;
+        validate::http_url("endpoint", &endpoint)?;
         (Some(endpoint), None, Vec::new(), BTreeMap::new())
     };
     let stored_auth = stored.map(|s| s.1);
@@ -362,7 +334,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: McpServe
             "only administrators may change stdio (transportType 3) servers".into(),
         ));
     }
-    let (auth, env) = open_secrets(&row, state.secrets())?;
+    let (auth, env) = row.open_secrets(state.secrets())?;
     let valid = validate(state, user, req, Some((&row, &auth, &env))).await?;
     check_name_free(state, user, &valid.name, row.creator_id, Some(id)).await?;
     repo::update(state.db(), id, &valid.fields())

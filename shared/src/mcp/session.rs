@@ -53,7 +53,7 @@ pub struct Target {
 
 impl Target {
     pub fn open(row: &McpRow, secrets: &SecretBox) -> AppResult<Self> {
-        let (auth, env) = super::service::open_secrets(row, secrets)?;
+        let (auth, env) = row.open_secrets(secrets)?;
         let endpoint = row.endpoint.clone().unwrap_or_default();
         let transport = match row.transport_type {
             SSE => Transport::Sse(endpoint),

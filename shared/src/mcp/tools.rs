@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use super::repo::{self, Viewer};
 use super::session::Target;
 use super::{service, McpServerBrief, McpTool, ToolOutcome};
-use crate::http::CurrentUser;
+use crate::domain::CurrentUser;
 use crate::{AppResult, AppState};
 
 /// Per server, in the order given: its tools, or why it cannot be used now (missing,

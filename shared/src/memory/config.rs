@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::ToSchema;
 
-use crate::http::CurrentUser;
+use crate::domain::CurrentUser;
 use crate::models::{self, ModelType};
 use crate::rag::search::fusion;
 use crate::validate;

@@ -5,8 +5,8 @@ use super::config::{self, ConfigRequest, ConfigRow, ConfigView};
 use super::model::{DebugRequest, MemoryView};
 use super::repo::{self, Scope};
 use super::{recall, service};
-use crate::agents::Owner;
-use crate::http::CurrentUser;
+use crate::domain::CurrentUser;
+use crate::domain::Owner;
 use crate::validate;
 use crate::{AppError, AppResult, AppState};
 

@@ -4,8 +4,8 @@
 use super::model::{ContextPreview, PreviewMemory, PreviewMessage};
 use super::repo::Scope;
 use super::{extract, recall, service};
-use crate::agents::Owner;
-use crate::http::CurrentUser;
+use crate::domain::CurrentUser;
+use crate::domain::Owner;
 use crate::rag::chunk::count_tokens;
 use crate::{AppError, AppResult, AppState};
 

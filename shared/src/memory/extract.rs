@@ -8,11 +8,11 @@ use super::config;
 use super::model::{MemoryRow, MEMORY_TYPES};
 use super::recall::{self, Strategy};
 use super::repo::{self, Content, Embedding, Origin};
-use crate::agents::Owner;
+use crate::db::vector_literal;
+use crate::domain::Owner;
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
 use crate::models::gateway::{self};
 use crate::models::ModelType;
-use crate::rag::pipeline::vector_literal;
 use crate::{AppError, AppResult, AppState};
 
 /// A new memory whose embedding is at least this close (cosine) to an existing memory of the
@@ -360,7 +360,7 @@ pub async fn after_round(state: &AppState, conv: &Conversation, config_id: Optio
     if claimed.is_none() {
         return Ok(()); // another round queued it meanwhile
     }
-    super::worker::enqueue(state, conv.id, config_id).await?;
+    super::queue::enqueue(state, conv.id, config_id).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -12,6 +12,7 @@ pub mod context;
 pub mod extract;
 pub mod lifecycle;
 pub mod model;
+pub mod queue;
 pub mod recall;
 pub mod repo;
 pub mod service;
@@ -20,7 +21,7 @@ pub mod worker;
 pub use model::*;
 pub use recall::RecalledMemory;
 
-use crate::agents::Owner;
+use crate::domain::Owner;
 use crate::{AppError, AppResult, AppState};
 
 /// The owner's ACTIVE memories of the agent most relevant to `query`, by the config's

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 
 use super::config::{self, ConfigRow};
 use super::repo::{self, Scope};
-use crate::agents::Owner;
+use crate::domain::Owner;
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::ModelType;

@@ -8,9 +8,9 @@ use std::sync::{Mutex, OnceLock};
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::model::MemoryRow;
-use crate::agents::Owner;
+use crate::db::vector_literal;
+use crate::domain::Owner;
 use crate::rag::bases::repo::{ops, vector_expr};
-use crate::rag::pipeline::vector_literal;
 use crate::rag::search::bm25;
 use crate::rag::search::fusion::Hit;
 use crate::rag::segment;

@@ -5,7 +5,7 @@ use std::time::Instant;
 use super::client::{ChatMessage, ChatRequest, InputKind};
 use super::gateway::{self, Billing, CallError, ModelHandle};
 use super::{ModelConfigRow, ModelType, TestResult};
-use crate::http::CurrentUser;
+use crate::domain::CurrentUser;
 use crate::{AppResult, AppState};
 
 /// The endpoint's own words about a failure reach administrators and the config's owner only.

@@ -5,8 +5,8 @@ use serde_json::Value;
 use super::repo::{self, ConfigFields, ConfigQuery, EnableTarget, ProviderFields, Visibility};
 use super::*;
 use crate::crypto::is_masked;
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::error::is_unique_violation;
-use crate::http::{CurrentUser, Page, PageQuery};
 use crate::outbound::Reach;
 use crate::{validate, AppError, AppResult, AppState};
 

@@ -74,20 +74,22 @@ pub fn failed_ids(event: &SqsEvent, outcome: &anyhow::Result<SqsBatchResponse>) 
     }
 }
 
-/// Runs `work` on every message of a batch concurrently and reports the failures, the shape
-/// every worker answers with.
 /// A worker that runs `process` on every message of a batch concurrently, failures reported
-/// one by one (redelivered, then dead-lettered after `MAX_RECEIVES`).
-pub fn per_message<Fut>(state: crate::AppState, process: fn(crate::AppState, SqsMessage) -> Fut) -> BatchHandler
+/// one by one (redelivered, then dead-lettered after `MAX_RECEIVES`). `context` (the service's
+/// state) is handed to every call.
+pub fn per_message<C, Fut>(context: C, process: fn(C, SqsMessage) -> Fut) -> BatchHandler
 where
+    C: Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     Arc::new(move |event| {
-        let state = state.clone();
-        Box::pin(async move { Ok(for_each_message(event, |m| process(state.clone(), m)).await) })
+        let context = context.clone();
+        Box::pin(async move { Ok(for_each_message(event, |m| process(context.clone(), m)).await) })
     })
 }
 
+/// Runs `work` on every message of a batch concurrently and reports the failures, the shape
+/// every worker answers with.
 pub async fn for_each_message<F, Fut>(event: SqsEvent, work: F) -> SqsBatchResponse
 where
     F: Fn(SqsMessage) -> Fut,

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::http::{CurrentUser, Page, PageQuery};
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::models::client::InputKind;
 use crate::models::gateway::{self, Billing};
 use crate::models::ModelType;

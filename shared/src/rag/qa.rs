@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use crate::http::event_stream::spawn_stream;
-use crate::http::CurrentUser;
+use crate::domain::spawn_stream;
+use crate::domain::CurrentUser;
 use crate::models::client::{ChatEvent, ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::ModelType;

@@ -2,17 +2,12 @@
 
 use std::time::Duration;
 
-use axum::http::HeaderMap;
-use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
 
 use super::repo::{self, NewResource, PageFilter, Reader};
 use super::*;
-use crate::http::date_range::DatetimeRange;
-use crate::http::files::{file_response, Disposition, StoredFile};
-use crate::http::multipart::UploadedFile;
-use crate::http::{CurrentUser, Page, PageQuery};
+use crate::domain::{CurrentUser, DatetimeRange, Page, PageQuery, StoredFile, UploadedFile};
 use crate::storage::{read_all, ByteRange, StorageError};
 use crate::{validate, AppError, AppResult, AppState};
 
@@ -159,23 +154,16 @@ pub async fn page(
 
 /// The file, to its owner and administrators (see `repo::Reader` for the files nobody else
 /// reads); to anyone else exactly the 404 of an unknown id, so ids reveal nothing.
-pub async fn serve(
-    state: &AppState,
-    user: &CurrentUser,
-    id: i64,
-    headers: &HeaderMap,
-    kind: Disposition,
-) -> AppResult<Response> {
+pub async fn file(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<StoredFile> {
     let row = repo::find_readable(state.db(), id, reader(user), false)
         .await?
         .ok_or_else(|| AppError::not_found("resource"))?;
-    let file = StoredFile {
-        key: &row.storage_key,
-        name: &row.original_name,
-        mime: &row.mime_type,
+    Ok(StoredFile {
+        key: row.storage_key,
+        name: row.original_name,
+        mime: row.mime_type,
         size: row.file_size as u64,
-    };
-    file_response(state.storage(), file, headers, kind).await
+    })
 }
 
 /// Deletes the object and the row together: the row is only removed once the object is gone.

@@ -1,20 +1,9 @@
 //! What other modules use of skills: agent detail and update, and agent chat.
 
-use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
-use utoipa::ToSchema;
 
-use super::{files, path, repo, storage};
+use super::{files, path, repo, storage, SkillBrief};
 use crate::{AppError, AppResult, AppState};
-
-/// A skill as listed for selection and shown in an agent's detail.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
-#[serde(rename_all = "camelCase")]
-pub struct SkillBrief {
-    pub id: i64,
-    pub name: String,
-    pub description: String,
-}
 
 /// The skills of `ids` that exist, in the order of `ids` (unknown ids are skipped).
 pub async fn briefs(db: &PgPool, ids: &[i64]) -> AppResult<Vec<SkillBrief>> {

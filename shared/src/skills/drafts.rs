@@ -6,7 +6,7 @@
 
 use super::front_matter::{self, FrontMatter};
 use super::{service, storage, Draft, GenerateRequest, OptimizeRequest};
-use crate::http::CurrentUser;
+use crate::domain::CurrentUser;
 use crate::models::client::{ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing};
 use crate::models::ModelType;

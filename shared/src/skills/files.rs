@@ -5,7 +5,7 @@ use base64::Engine;
 
 use super::package::{FileNode, Package, SKILL_MD};
 use super::{path, storage, Changed, CreateEntry, FileContent, RenameEntry, SkillRow, WriteFile};
-use crate::http::CurrentUser;
+use crate::domain::CurrentUser;
 use crate::{validate, AppError, AppResult, AppState};
 
 pub async fn tree(state: &AppState, id: i64) -> AppResult<FileNode> {

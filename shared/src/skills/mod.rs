@@ -13,6 +13,6 @@ mod repo;
 pub mod service;
 pub mod storage;
 
-pub use catalog::{briefs, ensure_exist, existing_ids, read_text_file, SkillBrief};
+pub use catalog::{briefs, ensure_exist, existing_ids, read_text_file};
 pub use model::*;
 pub use package::{FileNode, SKILL_MD};

@@ -6,6 +6,15 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::time;
 
+/// A skill as listed for selection and shown in an agent's detail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillBrief {
+    pub id: i64,
+    pub name: String,
+    pub description: String,
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SkillRow {
     pub id: i64,

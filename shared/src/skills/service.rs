@@ -5,8 +5,8 @@
 use super::front_matter::{self, FrontMatter};
 use super::package::{Package, SKILL_MD};
 use super::{repo, storage, CreateSkill, Skill, SkillBrief, SkillFilter, UpdateSkill};
-use crate::http::multipart::UploadedFile;
-use crate::http::{CurrentUser, Page, PageQuery};
+use crate::domain::UploadedFile;
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::{validate, AppError, AppResult, AppState};
 
 const STARTER_BODY: &str = "# Instructions\n\nDescribe when this skill applies and the steps to follow.\n\n\

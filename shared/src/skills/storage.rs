@@ -9,7 +9,7 @@ use super::front_matter::{self, FrontMatter};
 use super::package::{Package, SKILL_MD};
 use super::repo::{self, NewPackage, NewSkill};
 use super::SkillRow;
-use crate::http::CurrentUser;
+use crate::domain::CurrentUser;
 use crate::storage::{read_all, StorageError};
 use crate::{AppError, AppResult, AppState};
 

@@ -67,3 +67,14 @@ pub fn category_name(category: i16) -> &'static str {
         "SEARCH_ENGINE"
     }
 }
+
+impl StoreType {
+    /// The port a store of this type listens on when the config names none.
+    pub fn default_port(self) -> u16 {
+        match self {
+            StoreType::PgVector | StoreType::PgFullText => 5432,
+            StoreType::Milvus => 19530,
+            StoreType::OpenSearch => 9200,
+        }
+    }
+}

@@ -7,7 +7,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::{category_name, StoreType};
 use crate::crypto::{mask_secret, SecretBox};
-use crate::time;
+use crate::{time, AppError, AppResult};
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StoreRow {
@@ -127,6 +127,43 @@ pub struct Connection {
     pub username: Option<String>,
     pub password: Option<String>,
     pub use_tls: bool,
+}
+
+impl Connection {
+    /// Reads host, port, database, username, password (and `tls`) from a config object.
+    pub fn from_config(config: &Value, default_port: u16) -> AppResult<Connection> {
+        let obj = config
+            .as_object()
+            .ok_or_else(|| AppError::validation("config must be a JSON object"))?;
+        let text = |key: &str| {
+            obj.get(key)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        let host = text("host").ok_or_else(|| AppError::validation("config.host is required"))?;
+        if host.contains('/') || host.contains(' ') {
+            return Err(AppError::validation("config.host must be a host name or address"));
+        }
+        let port = match obj.get("port") {
+            None | Some(Value::Null) => default_port,
+            Some(p) => p
+                .as_u64()
+                .or_else(|| p.as_str().and_then(|s| s.parse().ok()))
+                .filter(|p| (1..=65535).contains(p))
+                .ok_or_else(|| AppError::validation("config.port must be a number from 1 to 65535"))?
+                as u16,
+        };
+        Ok(Connection {
+            host,
+            port,
+            database: text("database"),
+            username: text("username"),
+            password: text("password"),
+            use_tls: obj.get("tls").and_then(Value::as_bool).unwrap_or(false),
+        })
+    }
 }
 
 /// Where a store instance lives, for the API document (all keys optional on update).

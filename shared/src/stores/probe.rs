@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection as _};
 
@@ -10,49 +9,6 @@ use super::{Connection, StoreType};
 use crate::{AppError, AppResult, AppState};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Reads host, port, database, username, password (and `tls`) from a config object.
-pub fn connection(config: &Value, default_port: u16) -> AppResult<Connection> {
-    let obj = config
-        .as_object()
-        .ok_or_else(|| AppError::validation("config must be a JSON object"))?;
-    let text = |key: &str| {
-        obj.get(key)
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-    };
-    let host = text("host").ok_or_else(|| AppError::validation("config.host is required"))?;
-    if host.contains('/') || host.contains(' ') {
-        return Err(AppError::validation("config.host must be a host name or address"));
-    }
-    let port = match obj.get("port") {
-        None | Some(Value::Null) => default_port,
-        Some(p) => {
-            p.as_u64()
-                .or_else(|| p.as_str().and_then(|s| s.parse().ok()))
-                .filter(|p| (1..=65535).contains(p))
-                .ok_or_else(|| AppError::validation("config.port must be a number from 1 to 65535"))? as u16
-        }
-    };
-    Ok(Connection {
-        host,
-        port,
-        database: text("database"),
-        username: text("username"),
-        password: text("password"),
-        use_tls: obj.get("tls").and_then(Value::as_bool).unwrap_or(false),
-    })
-}
-
-pub fn default_port(t: StoreType) -> u16 {
-    match t {
-        StoreType::PgVector | StoreType::PgFullText => 5432,
-        StoreType::Milvus => 19530,
-        StoreType::OpenSearch => 9200,
-    }
-}
 
 /// Connects for real; the error names what failed.
 pub async fn test(state: &AppState, t: StoreType, conn: &Connection) -> AppResult<()> {

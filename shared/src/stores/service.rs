@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::repo::{self, Fields, Filter};
 use super::*;
 use crate::crypto::is_masked;
-use crate::http::{CurrentUser, Page, PageQuery};
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::{validate, AppError, AppResult, AppState};
 
 fn category(value: i64) -> AppResult<i16> {
@@ -36,7 +36,7 @@ fn parse_status_name(value: &str) -> AppResult<i16> {
 
 /// Splits the password out of a config (it is stored sealed, apart) and checks the rest.
 fn split_config(state: &AppState, t: StoreType, config: &Value) -> AppResult<(Value, Option<String>)> {
-    probe::connection(config, probe::default_port(t))?;
+    Connection::from_config(config, t.default_port())?;
     let mut clean = config.clone();
     let password = clean.as_object_mut().and_then(|o| o.remove("password"));
     let sealed = match password
@@ -198,7 +198,7 @@ pub async fn test(state: &AppState, user: &CurrentUser, req: StoreTestRequest) -
     let t = StoreType::from_name(&name)
         .ok_or_else(|| AppError::validation("type must be PGVECTOR, MILVUS, OPENSEARCH or PG_FULLTEXT"))?;
     let config = validate::present("config", req.config)?;
-    let conn = probe::connection(&config, probe::default_port(t))?;
+    let conn = Connection::from_config(&config, t.default_port())?;
     probe::test(state, t, &conn).await?;
     Ok(true)
 }

@@ -8,8 +8,8 @@ use super::throttle;
 use super::*;
 use crate::auth::refresh;
 use crate::crypto::password;
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::error::is_unique_violation;
-use crate::http::{CurrentUser, Page, PageQuery};
 use crate::{validate, AppError, AppResult, AppState};
 
 const BAD_LOGIN: &str = "username or password is incorrect";

@@ -26,7 +26,7 @@ async fn create(app: &TestApp, token: &str, body: Value) -> i64 {
 /// A server's row as stored, with its auth config and environment opened.
 async fn stored(app: &TestApp, id: i64) -> (mcp::McpRow, mcp::AuthConfig, std::collections::BTreeMap<String, String>) {
     let row = mcp::repo::find(&app.db, id).await.unwrap().unwrap();
-    let (auth, env) = mcp::service::open_secrets(&row, app.state.secrets()).unwrap();
+    let (auth, env) = row.open_secrets(app.state.secrets()).unwrap();
     (row, auth, env)
 }
 
@@ -430,14 +430,14 @@ async fn users_see_their_own_and_administrators_servers_and_change_only_their_ow
         username: String::new(),
         role,
     };
-    let bob_user = user(a_id + 1, shared::users::Role::User);
+    let bob_user = user(a_id + 1, shared::domain::Role::User);
     assert_eq!(
         mcp::usable_ids(&app.db, &bob_user, &[own, shared_id, 424242])
             .await
             .unwrap(),
         vec![shared_id]
     );
-    let alice_user = user(a_id, shared::users::Role::User);
+    let alice_user = user(a_id, shared::domain::Role::User);
     assert_eq!(
         mcp::usable_ids(&app.db, &alice_user, &[own, shared_id]).await.unwrap(),
         vec![own, shared_id]

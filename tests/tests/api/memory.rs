@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use api_tests::model_server::ModelServer;
 use api_tests::{spawn_with, Reply, Store, TestApp};
 use serde_json::{json, Value};
-use shared::agents::Owner;
+use shared::domain::Owner;
 
 struct Setup {
     app: TestApp,
@@ -619,7 +619,7 @@ async fn hybrid_recall_is_not_worse_than_vectors_on_a_labelled_set() {
     };
     let mut ids = Vec::new();
     for (content, v) in contents.iter().zip(&vectors) {
-        let literal = shared::rag::pipeline::vector_literal(v);
+        let literal = shared::db::vector_literal(v);
         let embedding = shared::memory::repo::Embedding {
             model_id: s.embedding_model,
             vector: &literal,

@@ -1,7 +1,8 @@
 //! Slow context gathered after the stream has started: knowledge-base retrieval and, with
 //! memory on, the owner's long-term memories.
 
-use crate::agents::{AgentRow, Owner};
+use crate::agents::AgentRow;
+use crate::domain::Owner;
 use crate::models::gateway::Billing;
 use crate::rag::{bases, search};
 use crate::AppState;

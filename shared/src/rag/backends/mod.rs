@@ -157,7 +157,7 @@ pub fn store_error(e: anyhow::Error) -> AppError {
 
 /// The store row's connection settings, with the sealed password opened.
 fn connection(state: &AppState, row: &StoreRow) -> AppResult<stores::Connection> {
-    let mut conn = stores::probe::connection(&row.config, stores::probe::default_port(row.store_type()))?;
+    let mut conn = stores::Connection::from_config(&row.config, row.store_type().default_port())?;
     if let Some(sealed) = &row.password_enc {
         conn.password = Some(state.secrets().open(sealed)?);
     }

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
 
 use super::{word_plan, Entry, IndexWrites, TextIndex, VectorIndex};
+use crate::db::vector_literal;
 use crate::rag::bases::{self, KbRow};
-use crate::rag::pipeline::vector_literal;
 use crate::rag::search::bm25;
 use crate::rag::search::fusion::Hit;
 use crate::rag::segment;

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::repo::{self, KbFields};
 use super::*;
-use crate::http::{CurrentUser, Page, PageQuery};
+use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::models::client::InputKind;
 use crate::models::gateway::{self, Billing};
 use crate::models::ModelType;
@@ -46,8 +46,7 @@ fn merge<T: Serialize + DeserializeOwned>(current: &T, patch: &Value, section: &
             obj.insert(k.clone(), v.clone());
         }
     }
-    crate::http::extract::parse_json(merged.to_string().as_bytes())
-        .map_err(|e| AppError::validation(format!("{section}.{e}")))
+    crate::json::parse_json(merged.to_string().as_bytes()).map_err(|e| AppError::validation(format!("{section}.{e}")))
 }
 
 /// The settings after a create or update request's flat fields are applied.

@@ -1,13 +1,9 @@
 //! Documents: listing, files, images, deletion, reprocessing and import by URL.
 
-use axum::http::HeaderMap;
-use axum::response::Response;
-
 use super::dedup::{self, Conflict, Decision};
 use super::repo::{self, NewDoc};
 use super::*;
-use crate::http::files::{file_response, Disposition, StoredFile};
-use crate::http::{CurrentUser, Page, PageQuery};
+use crate::domain::{CurrentUser, Page, PageQuery, StoredFile};
 use crate::rag::backends::{store_error, Indexes};
 use crate::rag::bases;
 use crate::{AppError, AppResult, AppState};
@@ -41,21 +37,15 @@ pub async fn get(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Doc
     owned(state, user, id).await.map(DocView::from)
 }
 
-pub async fn serve(
-    state: &AppState,
-    user: &CurrentUser,
-    id: i64,
-    headers: &HeaderMap,
-    kind: Disposition,
-) -> AppResult<Response> {
+/// The stored original of a document the caller owns.
+pub async fn file(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<StoredFile> {
     let doc = owned(state, user, id).await?;
-    let file = StoredFile {
-        key: &doc.storage_key,
-        name: &doc.name,
-        mime: &doc.mime_type,
+    Ok(StoredFile {
+        key: doc.storage_key,
+        name: doc.name,
+        mime: doc.mime_type,
         size: doc.file_size as u64,
-    };
-    file_response(state.storage(), file, headers, kind).await
+    })
 }
 
 pub async fn images(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Vec<DocImageView>> {
@@ -70,8 +60,8 @@ pub async fn images(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
         .collect())
 }
 
-/// The bytes of one saved document image.
-pub async fn image(state: &AppState, user: &CurrentUser, id: i64, headers: &HeaderMap) -> AppResult<Response> {
+/// One saved document image, if its base is the caller's.
+pub async fn image(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<StoredFile> {
     let (key, mime, rag_id) = repo::image_key(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("image"))?;
@@ -83,19 +73,12 @@ pub async fn image(state: &AppState, user: &CurrentUser, id: i64, headers: &Head
         .head(&key)
         .await?
         .ok_or_else(|| AppError::not_found("image"))?;
-    let name = format!("image-{id}");
-    file_response(
-        state.storage(),
-        StoredFile {
-            key: &key,
-            name: &name,
-            mime: &mime,
-            size,
-        },
-        headers,
-        Disposition::Inline,
-    )
-    .await
+    Ok(StoredFile {
+        key,
+        name: format!("image-{id}"),
+        mime,
+        size,
+    })
 }
 
 /// Deletes the document, its chunks, index entries, images and files; entries and objects go

@@ -7,20 +7,6 @@ use crate::rag::chunk::Chunk;
 
 const ROWS_PER_STATEMENT: usize = 1000;
 
-/// pgvector's text form, `[0.1,0.2,...]`.
-pub fn vector_literal(v: &[f32]) -> String {
-    let mut s = String::with_capacity(v.len() * 10 + 2);
-    s.push('[');
-    for (i, x) in v.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
-        }
-        s.push_str(&x.to_string());
-    }
-    s.push(']');
-    s
-}
-
 /// Replaces the document's chunks with `chunks` and their `vectors` (same order), in the rows
 /// and in the base's indexes. Run inside the caller's transaction so readers see either the
 /// old set or the new one; when an index fails, what it took is removed again and the error
@@ -89,14 +75,4 @@ pub async fn write_chunks(
         return Err(e);
     }
     Ok(ids)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn literal() {
-        assert_eq!(vector_literal(&[0.5, -1.0, 2.25]), "[0.5,-1,2.25]");
-    }
 }

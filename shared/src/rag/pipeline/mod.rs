@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::queue::{per_message, BatchHandler, QueueName, MAX_RECEIVES};
 use crate::AppState;
 
-pub use index::{vector_literal, write_chunks};
+pub use index::write_chunks;
 
 /// One document run to process. The run id makes redelivery and reprocessing safe: only
 /// the newest run may write its results.

@@ -14,7 +14,7 @@ use sqlx::PgPool;
 pub use model::*;
 
 use self::fusion::Hit;
-use crate::http::CurrentUser;
+use crate::domain::CurrentUser;
 use crate::models::client::InputKind;
 use crate::models::gateway::{self, Billing};
 use crate::models::ModelType;

@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-pub const DEFAULT_PAGE_SIZE: i64 = 10;
-pub const MAX_PAGE_SIZE: i64 = 100;
+const DEFAULT_PAGE_SIZE: i64 = 10;
+const MAX_PAGE_SIZE: i64 = 100;
 
 /// `page` (default 1) and `size` (default 10, at most 100; larger values are clamped, values
 /// below 1 give the default).

@@ -1,0 +1,20 @@
+//! Streamed answers: a stream fed by a spawned task.
+
+use std::future::Future;
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+/// A stream fed by a spawned task through `Sender`. When the client goes away the receiver is
+/// dropped: sends fail and `Sender::closed` resolves, so the task can stop its upstream work.
+pub fn spawn_stream<E, F, Fut>(body: F) -> BoxStream<'static, E>
+where
+    E: Send + 'static,
+    F: FnOnce(mpsc::Sender<E>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel(64);
+    tokio::spawn(body(tx));
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}

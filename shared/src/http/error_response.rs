@@ -1,0 +1,33 @@
+//! Every failure as the envelope `{code, msg, data: null}` with its HTTP status.
+
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::error::ErrorInfo;
+use crate::AppError;
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        match &self {
+            AppError::Internal(cause) => tracing::error!(error = ?cause, "request failed"),
+            AppError::Unavailable { cause, .. } => {
+                tracing::warn!(error = ?cause, "request failed: a backing service is unavailable")
+            }
+            _ => {}
+        }
+        let info = ErrorInfo {
+            code: self.code(),
+            message: self.public_message(),
+        };
+        let body = json!({ "code": info.code, "msg": info.message, "data": null });
+        let mut response = (self.status(), axum::Json(body)).into_response();
+        if let AppError::RateLimited { retry_after_secs, .. } = &self {
+            if let Ok(v) = HeaderValue::from_str(&retry_after_secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response.extensions_mut().insert(info);
+        response
+    }
+}

@@ -36,7 +36,7 @@ pub fn start_workers(state: &AppState) {
 
 /// The complete local application.
 pub fn build_app(state: AppState) -> Router {
-    let (router, mut openapi) = shared::app::assemble(api(), state.clone());
+    let (router, mut openapi) = shared::http::app::assemble(api(), state.clone());
     openapi.info.title = "Agent Platform API".to_owned();
     openapi.info.version = env!("CARGO_PKG_VERSION").to_owned();
     openapi.info.description = Some("Admin API (Svc-Auth) and external API (Svc-App-Id + Svc-Token).".to_owned());

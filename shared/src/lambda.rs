@@ -1,30 +1,7 @@
-//! Lambda entry points: one call per function binary.
-
-#[cfg(feature = "http")]
-use utoipa_axum::router::OpenApiRouter;
+//! Lambda entry points of the workers and the scheduled job (the HTTP functions' are in
+//! `http::lambda`): one call per function binary.
 
 use crate::AppState;
-
-#[cfg(feature = "http")]
-/// Serves `api` behind API Gateway (REST API proxy events).
-pub async fn run_http(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::Error> {
-    let state = crate::startup::start()
-        .await
-        .map_err(|e| lambda_http::Error::from(format!("{e:#}")))?;
-    let (app, _) = crate::app::assemble(api, state);
-    lambda_http::run(app).await
-}
-
-#[cfg(feature = "http")]
-/// Serves `api` with response streaming (an API Gateway integration in STREAM mode),
-/// so streamed answers reach the client as they are generated instead of all at the end.
-pub async fn run_http_streaming(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::Error> {
-    let state = crate::startup::start()
-        .await
-        .map_err(|e| lambda_http::Error::from(format!("{e:#}")))?;
-    let (app, _) = crate::app::assemble(api, state);
-    lambda_http::run_with_streaming_response(app).await
-}
 
 /// Serves an SQS-triggered worker: the batch handler answers with partial batch failures.
 pub async fn run_sqs(worker: fn(AppState) -> crate::queue::BatchHandler) -> Result<(), lambda_runtime::Error> {

@@ -6,8 +6,6 @@
 //! Lambda entry points. `docs/layers.md` says which module may import which.
 
 pub mod agents;
-#[cfg(feature = "http")]
-pub mod app;
 pub mod apps;
 pub mod auth;
 pub mod config;

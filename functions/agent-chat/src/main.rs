@@ -3,5 +3,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    shared::lambda::run_http_streaming(agent_api::stream_router()).await
+    shared::http::lambda::run_http_streaming(agent_api::stream_router()).await
 }

@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    shared::lambda::run_http(app_api::router()).await
+    shared::http::lambda::run_http(app_api::router()).await
 }

@@ -4,5 +4,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    shared::lambda::run_http_streaming(external_api::stream_router()).await
+    shared::http::lambda::run_http_streaming(external_api::stream_router()).await
 }

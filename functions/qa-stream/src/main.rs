@@ -3,5 +3,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    shared::lambda::run_http_streaming(knowledge_api::qa_router()).await
+    shared::http::lambda::run_http_streaming(knowledge_api::qa_router()).await
 }

@@ -2,7 +2,7 @@
 //! conversation), paging, uploaded files, files to serve and streamed answers.
 //!
 //! It sits below the domain modules and above the clients and state, and knows nothing of
-//! HTTP: the axum side of these types (extractors, responses) lives in [`crate::http`].
+//! HTTP: the axum side of these types (extractors, responses) lives in `crate::http`.
 
 mod caller;
 mod datetime_range;

@@ -1,5 +1,7 @@
-//! HTTP plumbing shared by every function: envelopes, paging, extractors, middleware.
+//! HTTP plumbing shared by every function: envelopes, extractors, middleware, the assembled
+//! application and the HTTP Lambda entry points.
 
+pub mod app;
 pub mod app_credentials;
 pub mod auth;
 pub mod client_ip;
@@ -10,6 +12,7 @@ pub mod event_stream;
 pub mod external_caller;
 pub mod extract;
 pub mod files;
+pub mod lambda;
 pub mod middleware;
 pub mod multipart;
 pub mod openapi;

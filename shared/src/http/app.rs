@@ -6,8 +6,8 @@ use axum::Router;
 use utoipa::openapi::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::http::middleware::{catch_panics, with_request_tracing};
-use crate::http::rate_limit;
+use super::middleware::{catch_panics, with_request_tracing};
+use super::rate_limit;
 use crate::AppState;
 
 /// Mounts `api` under the configured prefix, adds rate limits, a 500 for a panicking handler and
@@ -15,7 +15,7 @@ use crate::AppState;
 pub fn assemble(api: OpenApiRouter<AppState>, state: AppState) -> (Router, OpenApi) {
     let prefix = state.base_path();
     let (router, mut openapi) = OpenApiRouter::new().nest(&prefix, api).split_for_parts();
-    crate::http::openapi::finish(&mut openapi);
+    super::openapi::finish(&mut openapi);
     // An unknown path answers in the envelope too, like every other failure.
     let router = router.fallback(|| async { crate::AppError::NotFound("no such route".into()) });
     let limited = router.layer(from_fn_with_state(state.clone(), rate_limit::limit));

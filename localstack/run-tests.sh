@@ -69,9 +69,10 @@ ran+=("every function binary; the SQS workers and the scheduled job also without
 
 step "API fuzzing (schemathesis, every operation, admin and regular user)"
 phases_file=$(mktemp)
-FUZZ_PHASES_FILE=$phases_file bash localstack/fuzz-api.sh
-ran+=("API fuzzing: schemathesis phases $(cat "$phases_file"), as administrator and as a regular user")
-rm -f "$phases_file"
+coverage_file=$(mktemp)
+FUZZ_PHASES_FILE=$phases_file FUZZ_COVERAGE_FILE=$coverage_file bash localstack/fuzz-api.sh
+ran+=("API fuzzing: schemathesis phases $(cat "$phases_file"), as administrator and as a regular user, on seeded data; $(sed 's/^fuzz: //' "$coverage_file")")
+rm -f "$phases_file" "$coverage_file"
 
 step "SAM template"
 bash localstack/lint-template.sh

@@ -50,6 +50,7 @@ async fn get(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i6
 }
 
 #[derive(utoipa::ToSchema)]
+#[schema(rename_all = "camelCase")]
 #[allow(dead_code)]
 struct PreviewForm {
     rag_id: String,

@@ -274,7 +274,7 @@ async fn defaults(State(state): State<AppState>, _user: CurrentUser) -> StatusRe
 /// The default model of one type (null when none is set).
 #[utoipa::path(get, path = "/ai-model/default/{modelType}", tag = "models", security(("svc_auth" = [])),
     params(("modelType" = String, Path, description = "CHAT, EMBEDDING or RERANKER")),
-    responses((status = 200, body = Env<m::ModelConfigView>), (status = 400), (status = 401)))]
+    responses((status = 200, body = Env<Option<m::ModelConfigView>>), (status = 400), (status = 401)))]
 async fn default_of_type(
     State(state): State<AppState>,
     _user: CurrentUser,

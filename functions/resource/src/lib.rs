@@ -30,8 +30,9 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 #[derive(utoipa::ToSchema)]
+#[schema(rename_all = "camelCase")]
 #[allow(dead_code)]
-struct UploadForm {
+struct ResourceUploadForm {
     /// The file.
     #[schema(format = Binary, content_media_type = "application/octet-stream")]
     file: String,
@@ -42,7 +43,7 @@ struct UploadForm {
 
 /// Upload a file (multipart). Files above MAX_UPLOAD_BYTES get 413: use /resource/upload-url.
 #[utoipa::path(post, path = "/resource/upload", tag = "resources", security(("svc_auth" = [])),
-    request_body(content = UploadForm, content_type = "multipart/form-data"),
+    request_body(content = ResourceUploadForm, content_type = "multipart/form-data"),
     responses((status = 200, body = shared::http::Envelope<ResourceView>), (status = 400), (status = 401), (status = 413)))]
 async fn upload(State(state): State<AppState>, user: CurrentUser, multipart: MultipartBody) -> ApiResult<ResourceView> {
     let mut form = read_form(multipart, FormLimits::one_file(state.config().max_upload_bytes)).await?;

@@ -95,7 +95,7 @@ async fn delete(State(state): State<AppState>, user: CurrentUser, Path(id): Path
 
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)]
-struct UploadForm {
+struct SkillUploadForm {
     /// A zip package with `SKILL.md` at its root (or in its single top-level folder).
     #[schema(format = Binary, content_media_type = "application/zip")]
     file: String,
@@ -103,7 +103,7 @@ struct UploadForm {
 
 /// Upload a zip package; name and description come from its `SKILL.md` front matter.
 #[utoipa::path(post, path = "/skill/upload", tag = "skills", security(("svc_auth" = [])),
-    request_body(content = UploadForm, content_type = "multipart/form-data"),
+    request_body(content = SkillUploadForm, content_type = "multipart/form-data"),
     responses((status = 200, body = Env<s::Skill>), (status = 400), (status = 401), (status = 413)))]
 async fn upload(State(state): State<AppState>, user: CurrentUser, multipart: MultipartBody) -> StatusResult<s::Skill> {
     let mut form = read_form(

@@ -12,6 +12,31 @@ async fn health_reports_every_part() {
 }
 
 #[tokio::test]
+async fn multipart_forms_are_documented_with_the_field_names_the_handlers_read() {
+    let app = spawn(Store::Filesystem).await;
+    let doc = app
+        .send(app.client.get(format!("{}/api-docs/openapi.json", app.origin)))
+        .await
+        .body;
+    let fields = |path: &str| -> Vec<String> {
+        let schema = &doc["paths"][path]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"];
+        let name = schema["$ref"].as_str().expect("a named form").rsplit('/').next().unwrap();
+        let mut names: Vec<String> = doc["components"]["schemas"][name]["properties"]
+            .as_object()
+            .expect("form properties")
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    };
+    // What each handler reads from the form (`read_form` ... `text`, `number`, `take_files`).
+    assert_eq!(fields("/api/document/upload/preview"), ["dedupAction", "dedupStrategy", "files", "ragId"]);
+    assert_eq!(fields("/api/resource/upload"), ["bizId", "bizType", "file"]);
+    assert_eq!(fields("/api/skill/upload"), ["file"]);
+}
+
+#[tokio::test]
 async fn openapi_documents_every_route() {
     let app = spawn(Store::Filesystem).await;
     let reply = app

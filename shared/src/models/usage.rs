@@ -53,11 +53,13 @@ pub fn cost(model: &ModelConfigRow, usage: Usage) -> f64 {
         + usage.completion_tokens as f64 / 1000.0 * price("outputPricePer1k")
 }
 
+/// Stores one call. A config (or user) deleted while the call ran is recorded as deleted (null,
+/// as their earlier rows became), not lost to the foreign key; the model's name stays.
 pub async fn record(db: &PgPool, r: &UsageRecord) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO model_usage (model_id, model_name, model_type, provider_id, provider_name, user_id, call_kind,
          prompt_tokens, completion_tokens, latency_ms, success, error, cost)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+         VALUES ((SELECT id FROM model_configs WHERE id = $1), $2, $3, $4, $5, (SELECT id FROM users WHERE id = $6), $7, $8, $9, $10, $11, $12, $13)",
     )
     .bind(r.model_id)
     .bind(&r.model_name)

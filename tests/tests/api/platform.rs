@@ -20,7 +20,12 @@ async fn multipart_forms_are_documented_with_the_field_names_the_handlers_read()
         .body;
     let fields = |path: &str| -> Vec<String> {
         let schema = &doc["paths"][path]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"];
-        let name = schema["$ref"].as_str().expect("a named form").rsplit('/').next().unwrap();
+        let name = schema["$ref"]
+            .as_str()
+            .expect("a named form")
+            .rsplit('/')
+            .next()
+            .unwrap();
         let mut names: Vec<String> = doc["components"]["schemas"][name]["properties"]
             .as_object()
             .expect("form properties")
@@ -31,7 +36,10 @@ async fn multipart_forms_are_documented_with_the_field_names_the_handlers_read()
         names
     };
     // What each handler reads from the form (`read_form` ... `text`, `number`, `take_files`).
-    assert_eq!(fields("/api/document/upload/preview"), ["dedupAction", "dedupStrategy", "files", "ragId"]);
+    assert_eq!(
+        fields("/api/document/upload/preview"),
+        ["dedupAction", "dedupStrategy", "files", "ragId"]
+    );
     assert_eq!(fields("/api/resource/upload"), ["bizId", "bizType", "file"]);
     assert_eq!(fields("/api/skill/upload"), ["file"]);
 }
@@ -160,12 +168,20 @@ async fn unknown_routes_and_request_ids() {
         .send(app.client.get(app.url("/user")).header("x-request-id", "req-123"))
         .await;
     assert_eq!(reply.headers["x-request-id"], "req-123");
-    let generated = app.get("/user", None).await;
-    assert!(generated.headers.get("x-request-id").is_some());
+    // Without one, each request gets a fresh UUID.
+    let id_of = |r: &api_tests::Reply| r.headers["x-request-id"].to_str().unwrap().to_owned();
+    let (a, b) = (
+        id_of(&app.get("/user", None).await),
+        id_of(&app.get("/user", None).await),
+    );
+    assert!(
+        uuid::Uuid::parse_str(&a).is_ok() && uuid::Uuid::parse_str(&b).is_ok() && a != b,
+        "{a} {b}"
+    );
     // An unknown route answers 404 in the envelope, with a request id too.
     let unknown = app.get("/no-such-route", None).await;
-    unknown.assert_error(404, 404, "");
-    assert!(unknown.headers.get("x-request-id").is_some());
+    unknown.assert_error(404, 404, "no such route");
+    assert!(uuid::Uuid::parse_str(&id_of(&unknown)).is_ok());
 }
 
 /// A rolled-back deployment (older code, newer schema) still starts.

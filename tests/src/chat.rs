@@ -144,6 +144,24 @@ impl ChatSetup {
     }
 
     /// Gives a regular user a token quota.
+    /// A knowledge base embedded by `embedding` holding `files`, every document indexed.
+    pub async fn indexed_base(&self, embedding: i64, files: &[(&str, Vec<u8>)]) -> i64 {
+        let body = json!({ "name": "Policies", "embeddingModelId": embedding });
+        let kb = self.app.post("/rag", Some(&self.admin), &body).await.assert_ok()["id"]
+            .as_i64()
+            .unwrap();
+        let committed = self.app.upload_documents(&self.admin, kb, files).await;
+        for id in committed.assert_ok()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["id"].as_i64().unwrap())
+        {
+            assert_eq!(self.app.settled_document(&self.admin, id).await["status"], "success");
+        }
+        kb
+    }
+
     pub async fn set_quota(&self, user_id: i64, tokens: i64) {
         sqlx::query("UPDATE users SET tokens = $2, totals = $2 WHERE id = $1")
             .bind(user_id)

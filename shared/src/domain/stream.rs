@@ -5,9 +5,11 @@ use std::future::Future;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 /// A stream fed by a spawned task through `Sender`. When the client goes away the receiver is
 /// dropped: sends fail and `Sender::closed` resolves, so the task can stop its upstream work.
+/// The task runs in the caller's span, so what it does belongs to the request's trace.
 pub fn spawn_stream<E, F, Fut>(body: F) -> BoxStream<'static, E>
 where
     E: Send + 'static,
@@ -15,6 +17,6 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel(64);
-    tokio::spawn(body(tx));
+    tokio::spawn(body(tx).instrument(tracing::Span::current()));
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
 }

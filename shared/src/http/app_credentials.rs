@@ -13,9 +13,11 @@ impl FromRequestParts<AppState> for AppCaller {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
         // The rate limiter may have authenticated the request already.
         if let Some(caller) = parts.extensions.get::<AppCaller>() {
+            tracing::Span::current().record("app.id", caller.app_id.as_str());
             return Ok(caller.clone());
         }
         let caller = authenticate(parts, state).await?;
+        tracing::Span::current().record("app.id", caller.app_id.as_str());
         parts.extensions.insert(caller.clone());
         Ok(caller)
     }

@@ -41,6 +41,7 @@ impl FromRequestParts<AppState> for CurrentUser {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
         if let Some(user) = parts.extensions.get::<CurrentUser>() {
+            tracing::Span::current().record("user.id", user.id);
             return Ok(user.clone());
         }
         let token = token_from(parts)
@@ -48,6 +49,7 @@ impl FromRequestParts<AppState> for CurrentUser {
         let claims = state.jwt().verify_access(token)?;
         let identity = user_repo::find_identity(state.db(), claims.sub).await?;
         let current = authenticate(&claims, identity)?;
+        tracing::Span::current().record("user.id", current.id);
         parts.extensions.insert(current.clone());
         Ok(current)
     }

@@ -18,6 +18,7 @@ impl FromRequestParts<AppState> for ExternalCaller {
             return Ok(caller.clone());
         }
         let caller = authenticate(parts, state).await?;
+        tracing::Span::current().record("app.id", caller.app.app_id.as_str());
         parts.extensions.insert(caller.clone());
         Ok(caller)
     }

@@ -2,6 +2,7 @@
 //! rendering of failures for the modules that use that envelope.
 
 use axum::body::Body;
+use axum::extract::MatchedPath;
 use axum::http::{HeaderName, Request};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -9,6 +10,8 @@ use serde_json::json;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
+use tracing::field::Empty;
+use tracing::Span;
 
 use crate::error::ErrorInfo;
 use crate::AppError;
@@ -16,19 +19,46 @@ use crate::AppError;
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Adds a request id (kept from the client when sent), a span carrying it around every log
-/// line of the request, and echoes it in the response.
+/// line of the request, and echoes it in the response. The span is the request's server span
+/// when traces are exported: named by the route template, continuing an incoming
+/// `traceparent`, with the status and the caller (`user.id` or `app.id`, never a token).
 pub fn with_request_tracing<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
     router
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Body>| {
-            let id = req
-                .headers()
-                .get(REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("-");
-            tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path())
-        }))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(
+            |res: &Response, _: std::time::Duration, span: &Span| {
+                span.record("http.response.status_code", i64::from(res.status().as_u16()));
+            },
+        ))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+fn request_span(req: &Request<Body>) -> Span {
+    let id = req
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-");
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format_args!("{} {route}", req.method()),
+        otel.kind = "server",
+        request_id = %id,
+        method = %req.method(),
+        path = %req.uri().path(),
+        http.request.method = %req.method(),
+        http.route = route,
+        http.response.status_code = Empty,
+        user.id = Empty,
+        app.id = Empty,
+        trace_id = Empty,
+    );
+    crate::telemetry::continue_trace(&span, req.headers());
+    span
 }
 
 /// Answers a request whose handler panicked with the 500 envelope. Without it the panic ends the

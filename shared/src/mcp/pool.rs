@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
 use tokio::sync::Mutex as AsyncMutex;
@@ -144,9 +145,13 @@ impl McpPool {
         if let Transport::Stdio { command, .. } = &target.transport {
             self.stdio.check(command).map_err(|e| Failure::new(e.to_string()))?;
         }
+        // A pooled session outlives the request that opened it: its tasks get a span of their
+        // own, or they would keep that request's span (and trace) open for as long as they run.
+        let session_span = tracing::info_span!(parent: None, "mcp_session", mcp.server.id = target.id);
         let opened = tokio::time::timeout(
             limits.connect_timeout,
-            session::open(target, self.clients(target.reach), &self.tokens, limits.call_timeout),
+            session::open(target, self.clients(target.reach), &self.tokens, limits.call_timeout)
+                .instrument(session_span),
         )
         .await
         .map_err(|_| Failure::new(format!("no MCP session within {} s", limits.connect_timeout.as_secs())))??;

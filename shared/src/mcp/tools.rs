@@ -3,6 +3,7 @@
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents};
 use serde_json::Value;
 use sqlx::PgPool;
+use tracing::Instrument;
 
 use super::repo::{self, Viewer};
 use super::session::Target;
@@ -39,6 +40,35 @@ pub async fn tools_of_servers(
 /// boundary with a note). A server that is missing or fails, or arguments that are not an
 /// object, give an `is_error` outcome the model can read; `Err` is left for database failures.
 pub async fn call_tool(state: &AppState, server_id: i64, tool: &str, arguments: Value) -> AppResult<ToolOutcome> {
+    let span = tracing::info_span!(
+        "execute_tool",
+        otel.name = %format_args!("execute_tool {tool}"),
+        otel.kind = "client",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = tool,
+        mcp.server.id = server_id,
+        mcp.transport = tracing::field::Empty,
+        tool.outcome = tracing::field::Empty,
+    );
+    let outcome = call_tool_in(state, server_id, tool, arguments, &span)
+        .instrument(span.clone())
+        .await;
+    let label = match &outcome {
+        Ok(o) if o.is_error => "error",
+        Ok(_) => "ok",
+        Err(_) => "failed",
+    };
+    span.record("tool.outcome", label);
+    outcome
+}
+
+async fn call_tool_in(
+    state: &AppState,
+    server_id: i64,
+    tool: &str,
+    arguments: Value,
+    span: &tracing::Span,
+) -> AppResult<ToolOutcome> {
     let limit = state.config().mcp_result_max_bytes;
     let failed = |text: String| {
         Ok(ToolOutcome {
@@ -54,6 +84,7 @@ pub async fn call_tool(state: &AppState, server_id: i64, tool: &str, arguments: 
     let Some(row) = repo::find(state.db(), server_id).await? else {
         return failed(format!("MCP server {server_id} no longer exists"));
     };
+    span.record("mcp.transport", transport_name(row.transport_type));
     let target = Target::open(&row, state.secrets())?;
     let mut params = CallToolRequestParams::new(tool.to_owned());
     params.arguments = arguments;
@@ -127,6 +158,14 @@ fn cap(mut text: String, limit: usize) -> String {
         "\n[truncated: the tool returned {total} bytes, the limit is {limit}]"
     ));
     text
+}
+
+fn transport_name(transport_type: i16) -> &'static str {
+    match transport_type {
+        1 => "sse",
+        2 => "streamable-http",
+        _ => "stdio",
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use super::client::{
     self, ChatEvent, ChatRequest, ChatResponse, ChatStream, ContentPart, Embeddings, Endpoint, InputKind,
@@ -144,6 +146,7 @@ pub async fn default_model(state: &AppState, model_type: ModelType) -> AppResult
 
 /// Holds up to `want` tokens for `billing`'s user (refused when none are left); unlimited for
 /// administrators and record-only calls.
+#[tracing::instrument(name = "quota_hold", skip(state, billing), fields(user.id = ?billing.user_id()))]
 pub async fn hold(state: &AppState, billing: Billing, want: u64) -> AppResult<Hold> {
     match billing {
         Billing::User(id) => Hold::take(state.db(), id, want).await,
@@ -243,6 +246,7 @@ async fn hold_chat(
 
 /// Records the call and settles the hold: to its tokens when `charge`, to nothing otherwise.
 /// Failures to record are logged, never returned, so bookkeeping cannot fail a user's answer.
+#[tracing::instrument(name = "quota_settle", skip_all, fields(charged = charge))]
 async fn after_call(state: &AppState, model: &ModelConfigRow, hold: Hold, mut record: UsageRecord, charge: bool) {
     record.cost = usage::cost(model, record.usage);
     if let Err(e) = usage::record(state.db(), &record).await {
@@ -256,23 +260,57 @@ fn start(model: &ModelHandle, billing: Billing, kind: &'static str) -> (UsageRec
     (UsageRecord::new(&model.row, billing.user_id(), kind), Instant::now())
 }
 
+/// The span of one model call, named and attributed after OpenTelemetry's GenAI semantic
+/// conventions; its usage, finish reason and error are recorded when the call ends.
+fn call_span(model: &ModelHandle, operation: &'static str, kind: &'static str) -> Span {
+    tracing::info_span!(
+        "gen_ai",
+        otel.name = %format_args!("{operation} {}", model.row.model_key),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        gen_ai.operation.name = operation,
+        gen_ai.provider.name = %model.row.provider_name,
+        gen_ai.request.model = %model.row.model_key,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        gen_ai.response.finish_reasons = Empty,
+        gen_ai.response.time_to_first_chunk_ms = Empty,
+        error.type = Empty,
+        model.config_id = model.row.id,
+        call.kind = kind,
+    )
+}
+
+/// Puts what a call used, or why it failed, on its span.
+fn end_span(span: &Span, record: &UsageRecord) {
+    // Signed: OpenTelemetry has no unsigned integers, and an unsigned value would be sent as text.
+    span.record("gen_ai.usage.input_tokens", record.usage.prompt_tokens as i64);
+    span.record("gen_ai.usage.output_tokens", record.usage.completion_tokens as i64);
+    if let Some(error) = &record.error {
+        span.record("error.type", error.as_str());
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
 /// Runs one non-streamed call on its hold, and settles the hold after it.
 async fn metered<T>(
     state: &AppState,
     model: &ModelHandle,
     billing: Billing,
     hold: Hold,
-    kind: &'static str,
+    (operation, kind): (&'static str, &'static str),
     call: impl std::future::Future<Output = Result<T, ModelError>>,
     usage_of: impl Fn(&T) -> Usage,
 ) -> Result<T, CallError> {
     let (mut record, started) = start(model, billing, kind);
-    let outcome = call.await;
+    let span = call_span(model, operation, kind);
+    let outcome = call.instrument(span.clone()).await;
     record.latency_ms = started.elapsed().as_millis() as i64;
     match &outcome {
         Ok(v) => record.usage = usage_of(v),
         Err(e) => record.error = Some(e.to_string()),
     }
+    end_span(&span, &record);
     let charge = record.error.is_none();
     after_call(state, &model.row, hold, record, charge).await;
     Ok(outcome?)
@@ -292,7 +330,7 @@ pub async fn chat(
             None => state.models().chat(&model.endpoint, &req).await,
         }
     };
-    metered(state, model, billing, hold, kind, call, |r| r.usage).await
+    metered(state, model, billing, hold, ("chat", kind), call, |r| r.usage).await
 }
 
 pub async fn embed(
@@ -305,9 +343,11 @@ pub async fn embed(
 ) -> Result<Embeddings, CallError> {
     let hold = hold(state, billing, text_tokens(texts.iter().map(String::len).sum())).await?;
     let call = state.models().embed(&model.endpoint, texts, input, expected_dim);
-    metered(state, model, billing, hold, "embedding", call, |e| Usage {
-        prompt_tokens: e.prompt_tokens,
-        completion_tokens: 0,
+    metered(state, model, billing, hold, ("embeddings", "embedding"), call, |e| {
+        Usage {
+            prompt_tokens: e.prompt_tokens,
+            completion_tokens: 0,
+        }
     })
     .await
 }
@@ -323,7 +363,10 @@ pub async fn rerank(
     let want = text_tokens(query.len() + documents.iter().map(String::len).sum::<usize>());
     let hold = hold(state, billing, want).await?;
     let call = state.models().rerank(&model.endpoint, query, documents, top_n);
-    metered(state, model, billing, hold, "rerank", call, |_| Usage::default()).await
+    metered(state, model, billing, hold, ("rerank", "rerank"), call, |_| {
+        Usage::default()
+    })
+    .await
 }
 
 /// A streamed answer whose usage is recorded when it ends, fails, or is dropped by a client
@@ -377,8 +420,10 @@ async fn stream_on(
         completion_chars: 0,
         reported: false,
         done: false,
+        span: call_span(model, "chat", kind),
+        first_chunk: false,
     };
-    let inner = match model.open_chat_stream(state, req).await {
+    let inner = match model.open_chat_stream(state, req).instrument(meter.span.clone()).await {
         Ok(s) => s,
         Err(e) => {
             meter.record.error = Some(e.to_string());
@@ -415,6 +460,9 @@ struct Meter {
     completion_chars: usize,
     reported: bool,
     done: bool,
+    /// The call's span: ended when the stream ends, not when the meter is dropped.
+    span: Span,
+    first_chunk: bool,
 }
 
 impl Meter {
@@ -424,12 +472,26 @@ impl Meter {
                 self.record.usage = *u;
                 self.reported = true;
             }
-            Ok(ChatEvent::Text(t)) | Ok(ChatEvent::Reasoning(t)) => self.completion_chars += t.len(),
+            Ok(ChatEvent::Text(t)) | Ok(ChatEvent::Reasoning(t)) => {
+                self.first_chunk();
+                self.completion_chars += t.len()
+            }
             Ok(ChatEvent::ToolCalls(calls)) => {
+                self.first_chunk();
                 self.completion_chars += calls.iter().map(|c| c.arguments.len() + c.name.len()).sum::<usize>()
             }
-            Ok(ChatEvent::Finish(_)) => {}
+            Ok(ChatEvent::Finish(reason)) => {
+                self.span.record("gen_ai.response.finish_reasons", reason.as_str());
+            }
             Err(e) => self.record.error = Some(e.to_string()),
+        }
+    }
+
+    fn first_chunk(&mut self) {
+        if !self.first_chunk {
+            self.first_chunk = true;
+            let ms = self.started.elapsed().as_millis() as i64;
+            self.span.record("gen_ai.response.time_to_first_chunk_ms", ms);
         }
     }
 
@@ -445,18 +507,21 @@ impl Meter {
             };
         }
         self.record.latency_ms = self.started.elapsed().as_millis() as i64;
+        end_span(&self.span, &self.record);
         let Some(hold) = self.hold.take() else {
             return;
         };
         let (state, model, record) = (self.state.clone(), self.model.clone(), self.record.clone());
         // A failed or abandoned stream is charged for what it produced before it stopped.
-        let task = async move { after_call(&state, &model, hold, record, true).await };
+        let task = async move { after_call(&state, &model, hold, record, true).await }.instrument(self.span.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(task);
             }
             Err(_) => tracing::warn!("stream usage not recorded: no runtime"),
         }
+        // The call's span ends with its settlement, not with whoever holds the stream.
+        self.span = Span::none();
     }
 }
 

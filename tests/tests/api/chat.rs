@@ -870,23 +870,6 @@ async fn the_model_calls_mcp_tools_and_answers_with_their_results() {
 }
 
 /// A knowledge base on `embedding` holding `files`, every one indexed.
-async fn indexed_base(s: &ChatSetup, embedding: i64, files: &[(&str, Vec<u8>)]) -> i64 {
-    let body = json!({ "name": "Policies", "embeddingModelId": embedding });
-    let kb = s.app.post("/rag", Some(&s.admin), &body).await.assert_ok()["id"]
-        .as_i64()
-        .unwrap();
-    let committed = s.app.upload_documents(&s.admin, kb, files).await;
-    for id in committed.assert_ok()["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["id"].as_i64().unwrap())
-    {
-        assert_eq!(s.app.settled_document(&s.admin, id).await["status"], "success");
-    }
-    kb
-}
-
 /// An agent with a knowledge base answers from it: the chunks retrieved for the question reach
 /// the model's system prompt (seen at the scripted model), numbered.
 #[tokio::test]
@@ -904,7 +887,7 @@ async fn a_chat_with_a_knowledge_base_puts_the_retrieved_chunks_into_the_prompt(
             b"Parcels ship from Lisbon every weekday before noon.".to_vec(),
         ),
     ];
-    let kb = indexed_base(&s, embedding, &files).await;
+    let kb = s.indexed_base(embedding, &files).await;
     let agent = s
         .agent(
             &s.admin,
@@ -1077,12 +1060,12 @@ async fn a_chat_whose_knowledge_or_memory_fails_says_so_and_answers_without_them
     let t = Some(s.admin.as_str());
     let chat = s.chat_model("chat-echo", json!({})).await;
     let embedding = s.embedding_model("emb-8").await;
-    let kb = indexed_base(
-        &s,
-        embedding,
-        &[("refunds.txt", b"Refunds are accepted within 30 days.".to_vec())],
-    )
-    .await;
+    let kb = s
+        .indexed_base(
+            embedding,
+            &[("refunds.txt", b"Refunds are accepted within 30 days.".to_vec())],
+        )
+        .await;
     let config = s
         .app
         .post(

@@ -1,6 +1,9 @@
 //! Slow context gathered after the stream has started: knowledge-base retrieval and, with
 //! memory on, the owner's long-term memories.
 
+use tracing::field::Empty;
+use tracing::Instrument;
+
 use crate::agents::AgentRow;
 use crate::domain::Owner;
 use crate::models::gateway::Billing;
@@ -19,14 +22,24 @@ pub async fn knowledge(
     let (true, Some(rag_id)) = (agent.rag_enabled, agent.rag_id) else {
         return Ok(vec![]);
     };
+    let span = tracing::info_span!(
+        "knowledge_retrieval",
+        rag.id = rag_id,
+        rag.result_count = Empty,
+        rag.search_ms = Empty
+    );
     let passages = async {
         let kb = bases::repo::find(state.db(), rag_id)
             .await?
             .ok_or_else(|| crate::AppError::not_found("knowledge base"))?;
+        let started = std::time::Instant::now();
         let (results, _) = search::retrieve(state, &kb, query, billing).await?;
+        let current = tracing::Span::current();
+        current.record("rag.result_count", results.len() as i64);
+        current.record("rag.search_ms", started.elapsed().as_millis() as i64);
         search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count).await
     };
-    passages.await.map_err(|e| {
+    passages.instrument(span).await.map_err(|e| {
         tracing::warn!(agent_id = agent.id, rag_id, error = %e, "knowledge retrieval failed; answering without it");
         format!("the knowledge base could not be searched, so this answer does not use it: {e}")
     })
@@ -38,7 +51,14 @@ pub async fn memories(state: &AppState, agent: &AgentRow, owner: Owner, query: &
     if !agent.memory_enabled {
         return Ok(vec![]);
     }
-    match crate::memory::recall(state, agent.id, owner, agent.memory_config_id, query).await {
+    let span = tracing::info_span!("memory_recall", agent.id = agent.id, memory.recalled = Empty);
+    let recalled = crate::memory::recall(state, agent.id, owner, agent.memory_config_id, query)
+        .instrument(span.clone())
+        .await;
+    if let Ok(found) = &recalled {
+        span.record("memory.recalled", found.len() as i64);
+    }
+    match recalled {
         Ok(found) => Ok(found
             .into_iter()
             .map(|m| format!("[{}] {}: {}", m.memory_type, m.title, m.content))

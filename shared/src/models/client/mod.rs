@@ -152,7 +152,15 @@ impl ModelClient {
         url: &str,
         body: &Value,
     ) -> Result<Response, (ModelError, Option<Duration>)> {
-        let request = self.http.get(ep.reach).post(url).bearer_auth(&ep.api_key).json(body);
+        let mut trace = HeaderMap::new();
+        crate::telemetry::inject(&mut trace);
+        let request = self
+            .http
+            .get(ep.reach)
+            .post(url)
+            .bearer_auth(&ep.api_key)
+            .headers(trace)
+            .json(body);
         let resp = match tokio::time::timeout(ep.timeout(), request.send()).await {
             Err(_) => {
                 return Err((

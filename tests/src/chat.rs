@@ -162,6 +162,30 @@ impl ChatSetup {
         kb
     }
 
+    /// A memory config embedding with `embedding`; returns its id.
+    pub async fn memory_config(&self, embedding: i64) -> i64 {
+        let body = json!({ "name": "memories", "embeddingModelId": embedding });
+        self.app
+            .post("/memory/config", Some(&self.admin), &body)
+            .await
+            .assert_ok()
+            .as_i64()
+            .expect("memory config id")
+    }
+
+    /// The reference MCP server "everything" over stdio (the app must allow its command, see
+    /// `mcp_servers::with_stdio`); returns its id.
+    pub async fn everything_server(&self) -> i64 {
+        let (command, args) = crate::mcp_servers::everything_stdio();
+        let body = json!({ "name": "everything", "transportType": 3, "command": command, "args": args });
+        self.app
+            .post("/mcp-server", Some(&self.admin), &body)
+            .await
+            .assert_ok()
+            .as_i64()
+            .expect("server id")
+    }
+
     pub async fn set_quota(&self, user_id: i64, tokens: i64) {
         sqlx::query("UPDATE users SET tokens = $2, totals = $2 WHERE id = $1")
             .bind(user_id)

@@ -33,7 +33,6 @@ async fn a_streamed_chat_is_one_trace_of_retrieval_recall_model_and_tool_spans()
         &api_tests::mcp_servers::with_stdio(&commands, &[]),
     )
     .await;
-    let t = Some(s.admin.as_str());
     let chat = s.chat_model("chat-agent", json!({})).await;
     let embedding = s.embedding_model("emb-8").await;
     let kb = s
@@ -42,25 +41,8 @@ async fn a_streamed_chat_is_one_trace_of_retrieval_recall_model_and_tool_spans()
             &[("refunds.txt", b"Refunds are accepted within 30 days.".to_vec())],
         )
         .await;
-    let memory = s
-        .app
-        .post(
-            "/memory/config",
-            t,
-            &json!({ "name": "memories", "embeddingModelId": embedding }),
-        )
-        .await;
-    let memory = memory.assert_ok().as_i64().unwrap();
-    let (command, args) = api_tests::mcp_servers::everything_stdio();
-    let server = s
-        .app
-        .post(
-            "/mcp-server",
-            t,
-            &json!({ "name": "everything", "transportType": 3, "command": command, "args": args }),
-        )
-        .await;
-    let server = server.assert_ok().as_i64().unwrap();
+    let memory = s.memory_config(embedding).await;
+    let server = s.everything_server().await;
     let agent = s
         .agent(
             &s.admin,

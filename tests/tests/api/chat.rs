@@ -813,16 +813,7 @@ async fn the_model_calls_mcp_tools_and_answers_with_their_results() {
     .await;
     let t = Some(s.admin.as_str());
     let model = s.chat_model("chat-agent", json!({})).await;
-    let (command, args) = api_tests::mcp_servers::everything_stdio();
-    let server = s
-        .app
-        .post(
-            "/mcp-server",
-            t,
-            &json!({ "name": "everything", "transportType": 3, "command": command, "args": args }),
-        )
-        .await;
-    let server = server.assert_ok().as_i64().expect("server id");
+    let server = s.everything_server().await;
     let bad = s
         .app
         .post(
@@ -1066,17 +1057,7 @@ async fn a_chat_whose_knowledge_or_memory_fails_says_so_and_answers_without_them
             &[("refunds.txt", b"Refunds are accepted within 30 days.".to_vec())],
         )
         .await;
-    let config = s
-        .app
-        .post(
-            "/memory/config",
-            t,
-            &json!({ "name": "memories", "embeddingModelId": embedding }),
-        )
-        .await
-        .assert_ok()
-        .as_i64()
-        .unwrap();
+    let config = s.memory_config(embedding).await;
     let agent = s
         .agent(
             &s.admin,

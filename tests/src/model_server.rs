@@ -32,6 +32,9 @@
 //!   about the query
 //!
 //! Every request needs `Authorization: Bearer sk-scripted-good-key-1234`.
+//!
+//! Every chat answer stops at the request's `max_tokens` pieces (finish reason `length`), as
+//! real servers do.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -154,6 +157,25 @@ fn chunk(model: &str, delta: Value, finish: Option<&str>) -> String {
     let v = json!({ "id": "chatcmpl-1", "object": "chat.completion.chunk", "model": model,
         "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }] });
     format!("data: {v}\n\n")
+}
+
+/// The answer cut at the request's `max_tokens` (one piece a token), as a real server stops:
+/// the caller holds quota for at most that many, so more would be an answer no server gives.
+fn capped(mut p: Plan, body: &Value) -> (Plan, bool) {
+    let Some(max) = body["max_tokens"]
+        .as_u64()
+        .or_else(|| body["max_completion_tokens"].as_u64())
+    else {
+        return (p, false);
+    };
+    let max = max as usize;
+    if p.reasoning.len() + p.text.len() <= max {
+        return (p, false);
+    }
+    p.reasoning.truncate(max);
+    p.text.truncate(max - p.reasoning.len());
+    p.tool = None;
+    (p, true)
 }
 
 /// The scripted answer: reasoning pieces, text pieces, and a tool call (name, JSON arguments).
@@ -334,11 +356,11 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
     if model == "chat-429" || (model == "chat-flaky" && script.flaky_calls.fetch_add(1, Ordering::SeqCst) == 0) {
         return error(StatusCode::TOO_MANY_REQUESTS, "Rate limit reached");
     }
-    let p = plan(&model, &body);
+    let (p, cut) = capped(plan(&model, &body), &body);
     let usage = json!({ "prompt_tokens": prompt_tokens(&body), "completion_tokens": (p.text.len() + p.reasoning.len()) as u64,
         "total_tokens": prompt_tokens(&body) + (p.text.len() + p.reasoning.len()) as u64 });
     if body["stream"] != true {
-        return complete(&model, p, usage);
+        return complete(&model, p, usage, cut);
     }
     let mut events: Vec<String> = vec![chunk(&model, json!({ "role": "assistant", "content": "" }), None)];
     events.extend(
@@ -380,6 +402,8 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             json!({ "index": 0, "function": { "arguments": &args[middle..] } }),
         ));
         "tool_calls"
+    } else if cut {
+        "length"
     } else {
         "stop"
     };
@@ -399,7 +423,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
     sse(events, delay, &script)
 }
 
-fn complete(model: &str, p: Plan, usage: Value) -> Response {
+fn complete(model: &str, p: Plan, usage: Value, cut: bool) -> Response {
     let mut message = json!({ "role": "assistant", "content": p.text.concat() });
     if !p.reasoning.is_empty() {
         message["reasoning_content"] = json!(p.reasoning.concat());
@@ -409,6 +433,8 @@ fn complete(model: &str, p: Plan, usage: Value) -> Response {
         message["tool_calls"] =
             json!([{ "id": "call_1", "type": "function", "function": { "name": name, "arguments": args } }]);
         "tool_calls"
+    } else if cut {
+        "length"
     } else {
         "stop"
     };

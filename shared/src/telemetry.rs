@@ -9,6 +9,8 @@ use std::sync::OnceLock;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -39,10 +41,12 @@ pub fn init() {
             .with_tracer(tracer)
             .with_threads(false)
             .with_tracked_inactivity(false)
+            // The service's own spans whatever RUST_LOG says (a quieter log must not cut the
+            // traces), and none of its libraries' (connection and session internals).
+            .with_filter(Targets::new().with_target("shared", Level::INFO))
     });
     let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(logs)
+        .with(logs.with_filter(filter))
         .with(traces)
         .try_init();
 }
@@ -58,7 +62,11 @@ fn exporter() -> Option<SdkTracerProvider> {
         Ok(exporter) => Some(
             SdkTracerProvider::builder()
                 .with_batch_exporter(exporter)
-                .with_resource(opentelemetry_sdk::Resource::builder().build())
+                .with_resource(
+                    opentelemetry_sdk::Resource::builder()
+                        .with_attributes(lambda_attributes())
+                        .build(),
+                )
                 .build(),
         ),
         Err(e) => {
@@ -68,27 +76,77 @@ fn exporter() -> Option<SdkTracerProvider> {
     }
 }
 
+/// Which function, version and region a Lambda process serves (none elsewhere), so one
+/// stack's traces tell its functions apart.
+fn lambda_attributes() -> Vec<opentelemetry::KeyValue> {
+    use opentelemetry::KeyValue;
+    let Ok(name) = std::env::var("AWS_LAMBDA_FUNCTION_NAME") else {
+        return vec![];
+    };
+    let mut attributes = vec![
+        KeyValue::new("cloud.provider", "aws"),
+        KeyValue::new("cloud.platform", "aws_lambda"),
+        KeyValue::new("faas.name", name),
+    ];
+    for (key, var) in [
+        ("faas.version", "AWS_LAMBDA_FUNCTION_VERSION"),
+        ("cloud.region", "AWS_REGION"),
+    ] {
+        if let Ok(value) = std::env::var(var) {
+            attributes.push(KeyValue::new(key, value));
+        }
+    }
+    attributes
+}
+
 /// Whether spans are exported.
 pub fn tracing_enabled() -> bool {
     TRACES.get().is_some()
 }
 
+/// Whether model-call spans carry the prompt and answer text
+/// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the variable OpenTelemetry's GenAI
+/// instrumentations read). Off by default: prompts hold what users wrote.
+pub fn capture_content() -> bool {
+    static CAPTURE: OnceLock<bool> = OnceLock::new();
+    *CAPTURE.get_or_init(|| {
+        tracing_enabled()
+            && std::env::var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+                .is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    })
+}
+
 /// Continues the trace an incoming W3C `traceparent` names (none: a new trace), and puts its
 /// trace id on `span` so every log line of the request carries it.
 pub fn continue_trace(span: &tracing::Span, headers: &http::HeaderMap) {
+    continue_from(span, &opentelemetry_http::HeaderExtractor(headers));
+}
+
+/// `continue_trace` for a queued message, from the `traceparent` its sender attached.
+pub fn continue_message_trace(span: &tracing::Span, traceparent: Option<&str>) {
+    let carrier: std::collections::HashMap<String, String> = traceparent
+        .map(|v| (TRACEPARENT.to_owned(), v.to_owned()))
+        .into_iter()
+        .collect();
+    continue_from(span, &carrier);
+}
+
+fn continue_from(span: &tracing::Span, carrier: &dyn opentelemetry::propagation::Extractor) {
     use opentelemetry::trace::TraceContextExt as _;
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
     if !tracing_enabled() {
         return;
     }
-    let parent =
-        opentelemetry::global::get_text_map_propagator(|p| p.extract(&opentelemetry_http::HeaderExtractor(headers)));
+    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(carrier));
     if parent.span().span_context().is_valid() {
         let _ = span.set_parent(parent);
     }
     let trace_id = span.context().span().span_context().trace_id();
     span.record("trace_id", tracing::field::display(trace_id));
 }
+
+/// The W3C header (and SQS message attribute, and MCP `_meta` key) that carries a trace.
+pub const TRACEPARENT: &str = "traceparent";
 
 /// Adds the current span's `traceparent` to an outgoing request, so the server called (a model
 /// endpoint, an MCP server, a client node) continues the same trace.
@@ -101,6 +159,19 @@ pub fn inject(headers: &mut http::HeaderMap) {
     opentelemetry::global::get_text_map_propagator(|p| {
         p.inject_context(&context, &mut opentelemetry_http::HeaderInjector(headers))
     });
+}
+
+/// The current span's W3C `traceparent`, for what is not an HTTP header: a queued message's
+/// attribute, an MCP request's `_meta`, a gRPC call's metadata. None when traces are off.
+pub fn traceparent() -> Option<String> {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    if !tracing_enabled() {
+        return None;
+    }
+    let context = tracing::Span::current().context();
+    let mut carrier = std::collections::HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut carrier));
+    carrier.remove(TRACEPARENT)
 }
 
 /// Sends the spans ended so far; a Lambda function calls it before an invocation returns,

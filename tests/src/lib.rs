@@ -12,6 +12,7 @@ pub mod mcp_servers;
 pub mod model_server;
 pub mod opensearch_server;
 pub mod percentile;
+pub mod phoenix;
 pub mod snapshot;
 
 use std::collections::HashMap;

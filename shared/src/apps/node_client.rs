@@ -110,6 +110,9 @@ async fn accept(
     let header = |v: &str| MetadataValue::try_from(v).map_err(|_| "the app credentials are not ASCII".to_owned());
     call.metadata_mut().insert("svc-app-id", header(creds.app_id)?);
     call.metadata_mut().insert("svc-token", header(creds.token)?);
+    if let Some(value) = crate::telemetry::traceparent().and_then(|v| MetadataValue::try_from(v).ok()) {
+        call.metadata_mut().insert(crate::telemetry::TRACEPARENT, value);
+    }
     let mut stream = ClientNodeClient::new(channel)
         .chat(call)
         .await

@@ -1,6 +1,8 @@
 //! What agent chat uses: the tools of an agent's servers and calls to them.
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, RequestMetaObject, ResourceContents,
+};
 use serde_json::Value;
 use sqlx::PgPool;
 use tracing::Instrument;
@@ -88,6 +90,12 @@ async fn call_tool_in(
     let target = Target::open(&row, state.secrets())?;
     let mut params = CallToolRequestParams::new(tool.to_owned());
     params.arguments = arguments;
+    // The MCP way to carry a trace over any transport (SEP-414): the server continues it.
+    if let Some(traceparent) = crate::telemetry::traceparent() {
+        let mut meta = MetaObject::new();
+        meta.set_traceparent(traceparent);
+        params.meta = Some(RequestMetaObject(meta));
+    }
     match state.mcp().call(&target, &super::limits(state), params).await {
         Ok(result) => Ok(ToolOutcome {
             is_error: result.is_error.unwrap_or(false),

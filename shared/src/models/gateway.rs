@@ -11,9 +11,10 @@ use tracing::{Instrument, Span};
 
 use super::client::{
     self, ChatEvent, ChatRequest, ChatResponse, ChatStream, ContentPart, Embeddings, Endpoint, InputKind,
-    MessageContent, ModelError, RerankHit, Usage,
+    MessageContent, ModelError, RerankHit, ToolCall, Usage,
 };
 use super::quota::{self, Hold};
+use super::trace_content::{input_messages, output_messages};
 use super::usage::{self, UsageRecord};
 use super::{repo, ModelConfigRow, ModelType};
 use crate::{AppError, AppResult, AppState};
@@ -275,6 +276,8 @@ fn call_span(model: &ModelHandle, operation: &'static str, kind: &'static str) -
         gen_ai.usage.output_tokens = Empty,
         gen_ai.response.finish_reasons = Empty,
         gen_ai.response.time_to_first_chunk_ms = Empty,
+        gen_ai.input.messages = Empty,
+        gen_ai.output.messages = Empty,
         error.type = Empty,
         model.config_id = model.row.id,
         call.kind = kind,
@@ -325,10 +328,20 @@ pub async fn chat(
 ) -> Result<ChatResponse, CallError> {
     let (hold, req) = hold_chat(state, model, billing, req).await?;
     let call = async {
-        match &model.via {
+        // Runs in the call's span.
+        let capture = crate::telemetry::capture_content();
+        if capture {
+            Span::current().record("gen_ai.input.messages", input_messages(&req.messages));
+        }
+        let answer = match &model.via {
             Some(_) => client::collect(model.open_chat_stream(state, &req).await?).await,
             None => state.models().chat(&model.endpoint, &req).await,
+        }?;
+        if capture {
+            let output = output_messages(&answer.content, &answer.tool_calls, Some(&answer.finish_reason));
+            Span::current().record("gen_ai.output.messages", output);
         }
+        Ok(answer)
     };
     metered(state, model, billing, hold, ("chat", kind), call, |r| r.usage).await
 }
@@ -422,7 +435,13 @@ async fn stream_on(
         done: false,
         span: call_span(model, "chat", kind),
         first_chunk: false,
+        output: crate::telemetry::capture_content().then(Output::default),
     };
+    if meter.output.is_some() {
+        meter
+            .span
+            .record("gen_ai.input.messages", input_messages(&req.messages));
+    }
     let inner = match model.open_chat_stream(state, req).instrument(meter.span.clone()).await {
         Ok(s) => s,
         Err(e) => {
@@ -463,6 +482,15 @@ struct Meter {
     /// The call's span: ended when the stream ends, not when the meter is dropped.
     span: Span,
     first_chunk: bool,
+    /// What the model answered, kept only when prompt and answer text go on spans.
+    output: Option<Output>,
+}
+
+#[derive(Default)]
+struct Output {
+    text: String,
+    tool_calls: Vec<ToolCall>,
+    finish_reason: Option<String>,
 }
 
 impl Meter {
@@ -474,14 +502,23 @@ impl Meter {
             }
             Ok(ChatEvent::Text(t)) | Ok(ChatEvent::Reasoning(t)) => {
                 self.first_chunk();
-                self.completion_chars += t.len()
+                self.completion_chars += t.len();
+                if let (Some(out), Ok(ChatEvent::Text(_))) = (&mut self.output, ev) {
+                    out.text.push_str(t);
+                }
             }
             Ok(ChatEvent::ToolCalls(calls)) => {
                 self.first_chunk();
-                self.completion_chars += calls.iter().map(|c| c.arguments.len() + c.name.len()).sum::<usize>()
+                self.completion_chars += calls.iter().map(|c| c.arguments.len() + c.name.len()).sum::<usize>();
+                if let Some(out) = &mut self.output {
+                    out.tool_calls.extend(calls.iter().cloned());
+                }
             }
             Ok(ChatEvent::Finish(reason)) => {
                 self.span.record("gen_ai.response.finish_reasons", reason.as_str());
+                if let Some(out) = &mut self.output {
+                    out.finish_reason = Some(reason.clone());
+                }
             }
             Err(e) => self.record.error = Some(e.to_string()),
         }
@@ -508,6 +545,10 @@ impl Meter {
         }
         self.record.latency_ms = self.started.elapsed().as_millis() as i64;
         end_span(&self.span, &self.record);
+        if let Some(out) = self.output.take() {
+            let output = output_messages(&out.text, &out.tool_calls, out.finish_reason.as_deref());
+            self.span.record("gen_ai.output.messages", output);
+        }
         let Some(hold) = self.hold.take() else {
             return;
         };

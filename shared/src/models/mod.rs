@@ -9,6 +9,7 @@ pub mod probe;
 pub mod quota;
 pub mod repo;
 pub mod service;
+mod trace_content;
 pub mod usage;
 
 pub use model::*;

@@ -7,13 +7,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use super::{event, failed_ids, message, BatchHandler, Queue, QueueName, BATCH_SIZE, MAX_RECEIVES};
+use super::{event, failed_ids, message, with_trace, BatchHandler, Queue, QueueName, BATCH_SIZE, MAX_RECEIVES};
 
 #[derive(Debug, Clone)]
 struct Envelope {
     id: String,
     body: String,
     receives: u32,
+    traceparent: Option<String>,
 }
 
 struct Channel {
@@ -72,6 +73,7 @@ impl Queue for InProcessQueue {
             id: uuid::Uuid::new_v4().to_string(),
             body,
             receives: 0,
+            traceparent: crate::telemetry::traceparent(),
         };
         self.sender(queue)
             .send(envelope)
@@ -108,7 +110,7 @@ impl Queue for InProcessQueue {
                 let ev = event(
                     batch
                         .iter()
-                        .map(|m| message(&m.id, &m.body, m.receives, None))
+                        .map(|m| with_trace(message(&m.id, &m.body, m.receives, None), m.traceparent.clone()))
                         .collect(),
                 );
                 let outcome = handler(ev.clone()).await;

@@ -8,8 +8,9 @@ mod sqs;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
 use futures::future::BoxFuture;
+use tracing::Instrument;
 
 pub use memory::InProcessQueue;
 pub use sqs::SqsQueue;
@@ -53,6 +54,25 @@ pub fn message(id: &str, body: &str, receive_count: u32, receipt: Option<String>
     m
 }
 
+/// Attaches the trace a message was sent in (`telemetry::traceparent`) as its `traceparent`
+/// attribute, where SQS carries it too.
+pub fn with_trace(mut m: SqsMessage, traceparent: Option<String>) -> SqsMessage {
+    if let Some(value) = traceparent {
+        let mut attribute = SqsMessageAttribute::default();
+        attribute.string_value = Some(value);
+        attribute.data_type = Some("String".to_owned());
+        m.message_attributes
+            .insert(crate::telemetry::TRACEPARENT.to_owned(), attribute);
+    }
+    m
+}
+
+fn trace_of(m: &SqsMessage) -> Option<&str> {
+    m.message_attributes
+        .get(crate::telemetry::TRACEPARENT)
+        .and_then(|a| a.string_value.as_deref())
+}
+
 pub fn event(records: Vec<SqsMessage>) -> SqsEvent {
     let mut e = SqsEvent::default();
     e.records = records;
@@ -89,7 +109,7 @@ where
 }
 
 /// Runs `work` on every message of a batch concurrently and reports the failures, the shape
-/// every worker answers with.
+/// every worker answers with. Each message is worked on in a span of the trace it was sent in.
 pub async fn for_each_message<F, Fut>(event: SqsEvent, work: F) -> SqsBatchResponse
 where
     F: Fn(SqsMessage) -> Fut,
@@ -97,7 +117,16 @@ where
 {
     let runs = event.records.into_iter().map(|m| {
         let id = m.message_id.clone().unwrap_or_default();
-        let fut = work(m);
+        let span = tracing::info_span!(
+            "process_message",
+            otel.kind = "consumer",
+            messaging.system = "aws_sqs",
+            messaging.operation.type = "process",
+            messaging.message.id = %id,
+            trace_id = tracing::field::Empty,
+        );
+        crate::telemetry::continue_message_trace(&span, trace_of(&m));
+        let fut = work(m).instrument(span);
         async move { (id, fut.await) }
     });
     let mut response = SqsBatchResponse::default();

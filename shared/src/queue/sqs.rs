@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName};
 
-use super::{event, failed_ids, message, BatchHandler, Queue, QueueName, BATCH_SIZE};
+use super::{event, failed_ids, message, with_trace, BatchHandler, Queue, QueueName, BATCH_SIZE};
 
 #[derive(Clone)]
 pub struct SqsQueue {
@@ -42,6 +42,7 @@ impl SqsQueue {
             .max_number_of_messages(BATCH_SIZE as i32)
             .wait_time_seconds(10)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .message_attribute_names(crate::telemetry::TRACEPARENT)
             .send()
             .await
             .context("sqs receive_message")?;
@@ -57,12 +58,17 @@ impl SqsQueue {
                     .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(1);
-                message(
+                let traceparent = m
+                    .message_attributes()
+                    .and_then(|a| a.get(crate::telemetry::TRACEPARENT))
+                    .and_then(|a| a.string_value().map(str::to_owned));
+                let received = message(
                     m.message_id().unwrap_or_default(),
                     m.body().unwrap_or_default(),
                     count,
                     m.receipt_handle.clone(),
-                )
+                );
+                with_trace(received, traceparent)
             })
             .collect();
         let ev = event(records);
@@ -101,6 +107,7 @@ impl Queue for SqsQueue {
             .send_message()
             .queue_url(self.url(queue))
             .message_body(body)
+            .set_message_attributes(trace_attribute())
             .send()
             .await
             .context("sqs send_message")?;
@@ -128,4 +135,15 @@ impl Queue for SqsQueue {
             }
         })
     }
+}
+
+/// The sending span's trace as a message attribute, so the worker's spans join it.
+fn trace_attribute() -> Option<std::collections::HashMap<String, MessageAttributeValue>> {
+    let value = crate::telemetry::traceparent()?;
+    let attribute = MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(value)
+        .build()
+        .ok()?;
+    Some([(crate::telemetry::TRACEPARENT.to_owned(), attribute)].into())
 }

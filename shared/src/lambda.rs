@@ -15,9 +15,10 @@ pub async fn run_sqs(worker: fn(AppState) -> crate::queue::BatchHandler) -> Resu
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
         async move {
-            handler(event.payload)
-                .await
-                .map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))
+            let answer = handler(event.payload).await;
+            // The process may be frozen once the invocation returns.
+            crate::telemetry::flush().await;
+            answer.map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))
         }
     }))
     .await
@@ -36,9 +37,9 @@ pub async fn run_scheduled(
     lambda_runtime::run(service_fn(move |_event: LambdaEvent<serde_json::Value>| {
         let state = state.clone();
         async move {
-            job(state)
-                .await
-                .map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))
+            let done = job(state).await;
+            crate::telemetry::flush().await;
+            done.map_err(|e| lambda_runtime::Error::from(format!("{e:#}")))
         }
     }))
     .await

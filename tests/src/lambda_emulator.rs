@@ -222,6 +222,17 @@ impl Emulator {
         let _ = child.wait();
     }
 
+    /// Stops the function process where it is (SIGSTOP), as Lambda freezes an execution
+    /// environment once an invocation has returned: whatever it had not sent yet stays unsent.
+    pub fn freeze(&self) {
+        let pid = self.child.lock().unwrap_or_else(|p| p.into_inner()).id();
+        let stopped = Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(stopped.success(), "could not stop the function process {pid}");
+    }
+
     /// Invokes the function with `event` and waits for its answer.
     pub async fn invoke(&self, event: Value) -> Answer {
         let id = uuid::Uuid::new_v4().to_string();
@@ -251,6 +262,18 @@ pub fn sqs_event(messages: &[(&str, String)]) -> Value {
         })
         .collect();
     serde_json::json!({ "Records": records })
+}
+
+/// `event` (from `sqs_event`) with every message carrying `traceparent` as its message
+/// attribute, as SQS delivers what the service sent.
+pub fn with_traceparent(mut event: Value, traceparent: &str) -> Value {
+    for record in event["Records"].as_array_mut().into_iter().flatten() {
+        record["messageAttributes"] = serde_json::json!({
+            "traceparent": { "stringValue": traceparent, "dataType": "String",
+                             "stringListValues": [], "binaryListValues": [] }
+        });
+    }
+    event
 }
 
 /// An API Gateway REST proxy event for `method path` on stage `prod`.

@@ -17,6 +17,13 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel(64);
-    tokio::spawn(body(tx).instrument(tracing::Span::current()));
+    // The stream ends only after the task has let go of the span: whoever waits for the end
+    // (a Lambda function flushing its spans) then finds the span ended.
+    let keep_open = tx.clone();
+    let task = body(tx).instrument(tracing::Span::current());
+    tokio::spawn(async move {
+        task.await;
+        drop(keep_open);
+    });
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
 }

@@ -1,6 +1,9 @@
 //! Lambda entry points of the HTTP functions: one call per function binary.
 
+use axum::body::{Body, Bytes};
+use axum::response::Response;
 use axum::Router;
+use futures::StreamExt;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::AppState;
@@ -21,5 +24,21 @@ async fn application(api: OpenApiRouter<AppState>) -> Result<Router, lambda_http
     let state = crate::startup::start()
         .await
         .map_err(|e| lambda_http::Error::from(format!("{e:#}")))?;
-    Ok(super::app::assemble(api, state).0)
+    let app = super::app::assemble(api, state).0;
+    Ok(match crate::telemetry::tracing_enabled() {
+        true => app.layer(axum::middleware::map_response(flush_at_end)),
+        false => app,
+    })
+}
+
+/// Lambda may freeze the process as soon as an invocation's response has been sent, spans
+/// still waiting in the exporter's batch included: the response's body ends only once the
+/// spans are sent. A streamed answer's spans end with its body (`spawn_stream`), so the
+/// request's own span is among them.
+async fn flush_at_end(response: Response) -> Response {
+    let (parts, body) = response.into_parts();
+    let flushed =
+        futures::stream::once(crate::telemetry::flush()).filter_map(|()| async { None::<Result<Bytes, axum::Error>> });
+    // `chain` drops the body (and the request span it holds) before it starts the flush.
+    Response::from_parts(parts, Body::from_stream(body.into_data_stream().chain(flushed)))
 }

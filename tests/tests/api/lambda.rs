@@ -1,9 +1,13 @@
 //! The real function binaries under a Lambda runtime emulator: API Gateway proxy events in,
-//! responses out (one of them streamed), and an SQS batch with a bad message through a worker.
+//! responses out (one of them streamed), an SQS batch with a bad message through a worker, and
+//! the traces both send to a real Phoenix before Lambda may freeze them.
+
+use std::time::Duration;
 
 use api_tests::chat::{joined, kinds, ndjson, ChatSetup};
-use api_tests::lambda_emulator::{binary, function_env, rest_event, sqs_event, Answer, Emulator};
-use api_tests::{KbSetup, Store};
+use api_tests::lambda_emulator::{binary, function_env, rest_event, sqs_event, with_traceparent, Answer, Emulator};
+use api_tests::phoenix::{self, is_below, names, trace_id};
+use api_tests::{KbSetup, Store, TestApp};
 use serde_json::{json, Value};
 
 fn json_answer(answer: Answer) -> (u16, Value) {
@@ -144,4 +148,108 @@ async fn the_ingest_worker_reports_the_bad_message_of_a_batch_and_does_the_good_
         !s.chunk_texts(doc).await.is_empty(),
         "the worker indexed the document again"
     );
+}
+
+/// `function_env` exporting traces to the test Phoenix, into `project`.
+fn traced_env(app: &TestApp, project: &str) -> Vec<(String, String)> {
+    let mut env = function_env(app);
+    env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), phoenix::url()));
+    env.push((
+        "OTEL_RESOURCE_ATTRIBUTES".into(),
+        format!("openinference.project.name={project}"),
+    ));
+    env
+}
+
+/// Lambda may freeze a function as soon as an invocation has returned, and so does this test
+/// (SIGSTOP): the spans can reach Phoenix afterwards only if they were sent before the answer
+/// ended. The exporter's own schedule would wait five seconds.
+#[tokio::test]
+async fn a_streamed_chat_on_lambda_has_sent_its_trace_when_the_invocation_returns() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-think", json!({})).await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Traced Lambda", "chatModelId": model }))
+        .await;
+    let project = phoenix::new_project("lambda-chat");
+    let f = Emulator::start(binary("agent-chat"), &traced_env(&s.app, &project)).await;
+    let body = json!({ "conversationId": "lambda-trace", "content": "hi from lambda" });
+    let event = rest_event(
+        "POST",
+        &format!("/api/agent/{agent}/chat"),
+        &[("svc-auth", &s.admin), ("content-type", "application/json")],
+        Some(&body),
+    );
+    let Answer::Streamed { prelude, body } = f.invoke(event).await else {
+        panic!("the chat answer is streamed");
+    };
+    assert_eq!(prelude["statusCode"], 200);
+    assert_eq!(
+        kinds(&ndjson(&String::from_utf8_lossy(&body)))
+            .last()
+            .map(String::as_str),
+        Some("done")
+    );
+    f.freeze();
+
+    let route = "POST /api/agent/{agentId}/chat";
+    let spans = phoenix::spans_once(&project, route, Duration::from_secs(30)).await;
+    let root = spans.iter().find(|s| s["name"] == route).unwrap();
+    assert_eq!(root["attributes"]["http.response.status_code"], 200);
+    let chat = spans
+        .iter()
+        .find(|s| s["name"] == "chat chat-think" && s["attributes"]["call.kind"] == "chat")
+        .unwrap_or_else(|| panic!("no model call among {}", names(&spans)));
+    assert!(
+        is_below(&spans, chat, root),
+        "the model call is not below the request span"
+    );
+    assert!(
+        chat["attributes"]["gen_ai.usage.output_tokens"].as_i64().unwrap() > 0,
+        "{chat}"
+    );
+}
+
+/// A worker continues the trace of whoever queued the message (its `traceparent` attribute)
+/// and has sent its spans when the invocation returns.
+#[tokio::test]
+async fn a_queued_message_on_lambda_continues_the_trace_that_queued_it() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Traced KB", json!({})).await;
+    let commit = s
+        .upload(kb, &[("notes.txt", b"Traces follow the message.".to_vec())])
+        .await;
+    let doc = commit.assert_ok()["items"][0]["id"].as_i64().expect("document id");
+    s.settled(doc).await;
+    let run = s.requeue(doc).await;
+
+    let project = phoenix::new_project("lambda-queue");
+    let f = Emulator::start(binary("ingest-worker"), &traced_env(&s.app, &project)).await;
+    // A trace of its own (Phoenix files a trace id under the first project that sent it).
+    let sender_trace = uuid::Uuid::new_v4().simple().to_string();
+    let sender_span = &uuid::Uuid::new_v4().simple().to_string()[..16];
+    let event = with_traceparent(
+        sqs_event(&[("traced", json!({ "documentId": doc, "runId": run }).to_string())]),
+        &format!("00-{sender_trace}-{sender_span}-01"),
+    );
+    let Answer::Json(answer) = f.invoke(event).await else {
+        panic!("the worker answers with a batch response");
+    };
+    assert_eq!(answer, json!({ "batchItemFailures": [] }));
+    f.freeze();
+
+    let spans = phoenix::spans_once(&project, "process_message", Duration::from_secs(30)).await;
+    let process = spans.iter().find(|s| s["name"] == "process_message").unwrap();
+    assert_eq!(trace_id(process), sender_trace);
+    assert_eq!(process["parent_id"], sender_span);
+    assert_eq!(process["attributes"]["messaging.message.id"], "traced");
+    let embedded = spans
+        .iter()
+        .any(|s| s["name"].as_str().is_some_and(|n| n.starts_with("embeddings")) && is_below(&spans, s, process));
+    assert!(
+        embedded,
+        "no embeddings call below the worker's span: {}",
+        names(&spans)
+    );
+    assert!(spans.iter().all(|s| trace_id(s) == sender_trace), "{}", names(&spans));
 }

@@ -37,10 +37,14 @@ pub fn init() {
         opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
         let _ = TRACES.set(provider);
         // Thread names and busy/idle times cost per span and say nothing to the reader.
+        // Context activation would attach an OpenTelemetry context at every poll of every
+        // instrumented future (a streamed chat's task is polled once per token); nothing here
+        // reads the active context: propagation takes it from the tracing span itself.
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_threads(false)
             .with_tracked_inactivity(false)
+            .with_context_activation(false)
             // The service's own spans whatever RUST_LOG says (a quieter log must not cut the
             // traces), and none of its libraries' (connection and session internals).
             .with_filter(Targets::new().with_target("shared", Level::INFO))

@@ -18,6 +18,10 @@
 //! round's difference), so the path's connection is reused back to back, as a pooled client
 //! does under load. At CONCURRENCY "added" is the difference of the percentiles.
 //!
+//! Last, what tracing costs: the service's chat with traces off, on (OTLP to a sink in this
+//! process that answers at once) and sampled at 10%, each on a fresh start; the goal is that
+//! tracing keeps at least 90% of the streams per server CPU-second.
+//!
 //! The service is the `agent-platform` binary (SERVER_BIN, built with the bench-local profile)
 //! on a fresh database of DATABASE_URL's server; LiteLLM runs from LITELLM_BIN (skipped when
 //! unset). Every service chat does its real work: agent and model lookups, quota, history (20
@@ -26,6 +30,8 @@
 //! Run with `make bench-chat` (only this benchmark) or `make bench`.
 
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api_tests::bench_server::{
@@ -413,27 +419,33 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    shared::telemetry::install_crypto_provider();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let upstream = ModelServer::start().await;
-    let model = format!("chat-bench-{TOKENS}");
-    let http = Conn::KeptAlive.client();
+/// The service, started on a fresh database with `extra` variables, with an admin token, a
+/// model on the scripted `upstream`, an agent on it and an app for the external API.
+struct Prepared {
+    service: Server,
+    token: String,
+    agent_id: i64,
+    app_id: String,
+    app_token: String,
+}
 
+async fn prepare(
+    http: &reqwest::Client,
+    storage: &std::path::Path,
+    upstream: &str,
+    model: &str,
+    extra: &[(&str, &str)],
+) -> Prepared {
     // Counted as in production, but the load comes from one user and one app far above the defaults.
-    let (service, _) = start_service(
-        &http,
-        dir.path(),
-        &[
-            ("RATE_LIMIT_USER_REQUESTS", "1000000"),
-            ("RATE_LIMIT_APP_REQUESTS", "1000000"),
-        ],
-    )
-    .await;
+    let mut env = vec![
+        ("RATE_LIMIT_USER_REQUESTS", "1000000"),
+        ("RATE_LIMIT_APP_REQUESTS", "1000000"),
+    ];
+    env.extend_from_slice(extra);
+    let (service, _) = start_service(http, storage, &env).await;
     let api = format!("{}/api", service.base);
     let login = json_post(
-        &http,
+        http,
         &format!("{api}/user/login"),
         None,
         json!({ "username": "admin", "password": ADMIN_PASSWORD }),
@@ -441,23 +453,23 @@ async fn main() {
     .await;
     let token = login["data"]["token"].as_str().expect("token").to_owned();
     let provider = json_post(
-        &http,
+        http,
         &format!("{api}/ai-model/provider"),
         Some(&token),
         json!({ "providerName": "Bench", "providerKey": "bench" }),
     )
     .await;
     let config = json_post(
-        &http,
+        http,
         &format!("{api}/ai-model/config"),
         Some(&token),
         json!({
         "providerId": provider["data"], "modelName": "bench", "modelKey": model, "modelType": "CHAT",
-        "apiKey": GOOD_KEY, "apiEndpoint": upstream.base_url }),
+        "apiKey": GOOD_KEY, "apiEndpoint": upstream }),
     )
     .await;
     let agent = json_post(
-        &http,
+        http,
         &format!("{api}/agent"),
         Some(&token),
         json!({ "name": "Bench", "chatModelId": config["data"] }),
@@ -466,7 +478,7 @@ async fn main() {
     let agent_id = agent["data"].as_i64().expect("agent id");
     // An agent bound to no app is open to every app (docs/external.md).
     let app = json_post(
-        &http,
+        http,
         &format!("{api}/app"),
         Some(&token),
         json!({ "appId": "bench", "appName": "bench app" }),
@@ -474,6 +486,31 @@ async fn main() {
     .await;
     let app_id = app["data"]["appId"].as_str().expect("appId").to_owned();
     let app_token = app["data"]["token"].as_str().expect("app token").to_owned();
+    Prepared {
+        service,
+        token,
+        agent_id,
+        app_id,
+        app_token,
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    shared::telemetry::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let upstream = ModelServer::start().await;
+    let model = format!("chat-bench-{TOKENS}");
+    let http = Conn::KeptAlive.client();
+
+    let Prepared {
+        service,
+        token,
+        agent_id,
+        app_id,
+        app_token,
+    } = prepare(&http, dir.path(), &upstream.base_url, &model, &[]).await;
+    let api = format!("{}/api", service.base);
 
     let agent_path = format!("/api/agent/{agent_id}/chat");
     let ext_path = "/api/openapi/v1/agent/chat";
@@ -618,5 +655,107 @@ async fn main() {
                 );
             }
         }
+    }
+
+    // The other servers would share the two cores with the next part.
+    drop(litellm);
+    drop(service);
+    tracing_cost(&http, &raw, dir.path(), &upstream.base_url, &model).await;
+}
+
+/// A collector that takes OTLP/HTTP exports and answers at once, counting what it got: the
+/// service's own cost of tracing is measured, not a trace store's.
+struct OtlpSink {
+    url: String,
+    bytes: Arc<AtomicUsize>,
+}
+
+impl OtlpSink {
+    async fn start() -> Self {
+        let bytes = Arc::new(AtomicUsize::new(0));
+        let counted = bytes.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                counted.fetch_add(body.len(), Ordering::Relaxed);
+                async {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/x-protobuf")],
+                        Vec::<u8>::new(),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the sink");
+        let url = format!("http://{}", listener.local_addr().expect("sink address"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { url, bytes }
+    }
+}
+
+/// What tracing costs the agent chat: the service started three times on fresh databases,
+/// traces off (no endpoint), on (every trace exported to `OtlpSink`), and sampled at 10%
+/// (`parentbased_traceidratio`); kept-alive connections, concurrency 1 against the raw
+/// upstream and concurrency CONCURRENCY, one after the other.
+async fn tracing_cost(http: &reqwest::Client, raw: &Target, storage: &std::path::Path, upstream: &str, model: &str) {
+    let sink = OtlpSink::start().await;
+    let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", sink.url.as_str());
+    let sampled = [
+        endpoint,
+        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+        ("OTEL_TRACES_SAMPLER_ARG", "0.1"),
+    ];
+    let modes: [(&str, &[(&str, &str)]); 3] = [("off", &[]), ("on", &[endpoint]), ("sampled 10%", &sampled)];
+    println!(
+        "\ntracing cost: service `/agent/{{id}}/chat`, kept-alive, {TOKENS}-token answers; concurrency 1 = {ROUNDS} streams, \
+         concurrency {CONCURRENCY} = {}s (ms)",
+        DURATION.as_secs()
+    );
+    println!(
+        "| traces | c=1 first token p50 | c=1 first token p99 | c=1 added p50 | c={CONCURRENCY} first token p50 | c={CONCURRENCY} first token p99 | c={CONCURRENCY} streams/s | streams per server CPU-s | exported (KB) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut per_cpu = vec![];
+    for (label, env) in modes {
+        let exported_before = sink.bytes.load(Ordering::Relaxed);
+        let p = prepare(http, storage, upstream, model, env).await;
+        let target = Target::Service {
+            url: format!("{}/api/agent/{}/chat", p.service.base, p.agent_id),
+            token: p.token.clone(),
+        };
+        for _ in 0..WARMUP {
+            raw.stream(http, "ttfb").await;
+            target.stream(http, "ttfb").await;
+        }
+        let pid = Some(p.service.child.id());
+        let (raw_row, one) = sequential(http, raw, &target, pid, Conn::KeptAlive).await;
+        let many = concurrent(http, &target, pid, Conn::KeptAlive).await;
+        let cpu = many.per_cpu_s.unwrap_or(0.0);
+        // Killed: spans of the last few seconds, still in the exporter's batch, are not counted.
+        drop(p);
+        let exported = sink.bytes.load(Ordering::Relaxed) - exported_before;
+        println!(
+            "| {label} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {cpu:.0} | {:.0} |",
+            one.first_ms(0.5),
+            one.first_ms(0.99),
+            one.added_ms(&raw_row, 0.5),
+            many.first_ms(0.5),
+            many.first_ms(0.99),
+            many.streams_per_s,
+            exported as f64 / 1024.0,
+        );
+        per_cpu.push(cpu);
+    }
+    for (i, label) in [(1, "on"), (2, "sampled 10%")] {
+        let kept = per_cpu[i] / per_cpu[0];
+        println!(
+            "  {}: traces {label}: {:.0}% of the streams per server CPU-second with traces off (at least 90%)",
+            verdict(kept >= 0.9),
+            kept * 100.0
+        );
     }
 }

@@ -41,7 +41,7 @@ async fn chat_stream(
     }
     let caller = Caller {
         owner: Owner::User(user.id),
-        billing: Billing::User(user.id),
+        billing: Billing::of(&user),
         resources: (!user.is_admin()).then_some(user.id),
     };
     let events = chat::start(&state, caller, agent, req).await?;

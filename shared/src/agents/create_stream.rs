@@ -64,7 +64,7 @@ pub async fn start(
     // Held now so that a user without quota is refused before the stream starts.
     let hold = gateway::hold(
         state,
-        Billing::User(user.id),
+        Billing::of(user),
         gateway::turn_estimate(state, &model, &description),
     )
     .await?;
@@ -91,7 +91,7 @@ async fn draft_and_create(
         messages: vec![ChatMessage::system(DRAFT_PROMPT), ChatMessage::user(description)],
         ..Default::default()
     };
-    let mut stream = gateway::chat_stream_held(state, model, Billing::User(user.id), hold, "agent-draft", &req)
+    let mut stream = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req)
         .await
         .map_err(|e| AppError::from(e).to_string())?;
     let mut scanner = FieldScanner::default();

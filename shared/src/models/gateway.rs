@@ -17,6 +17,7 @@ use super::quota::{self, Hold};
 use super::trace_content::{input_messages, output_messages};
 use super::usage::{self, UsageRecord};
 use super::{repo, ModelConfigRow, ModelType};
+use crate::domain::CurrentUser;
 use crate::{AppError, AppResult, AppState};
 
 /// A model config ready to call.
@@ -66,6 +67,15 @@ pub enum Billing {
 }
 
 impl Billing {
+    /// How `user`'s own calls are paid: administrators have no quota, so their calls are only
+    /// recorded (the quota check would read their row to learn just that).
+    pub fn of(user: &CurrentUser) -> Self {
+        match user.is_admin() {
+            true => Self::RecordOnly(Some(user.id)),
+            false => Self::User(user.id),
+        }
+    }
+
     /// The user the call is recorded under, if any.
     pub fn user_id(self) -> Option<i64> {
         match self {

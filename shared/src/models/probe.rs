@@ -13,7 +13,7 @@ pub async fn run(state: &AppState, row: ModelConfigRow, user: &CurrentUser) -> A
     let endpoint = gateway::endpoint_of(state, &row)?;
     let relay = user.is_admin() || row.creator_id == user.id;
     let model = ModelHandle::new(row, endpoint);
-    let billing = Billing::User(user.id);
+    let billing = Billing::of(user);
     let started = Instant::now();
     let outcome: Result<String, CallError> = match model.row.model_type() {
         ModelType::Chat => {

@@ -138,7 +138,7 @@ async fn embed_one(state: &AppState, user: &CurrentUser, kb: &KbRow, content: &s
     let out = gateway::embed(
         state,
         &model,
-        Billing::User(user.id),
+        Billing::of(user),
         &[content.to_owned()],
         InputKind::Document,
         Some(kb.dimension as usize),

@@ -66,9 +66,9 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
         crate::validate::length("conversationId", c, 1, 128)?;
     }
     let state = state.clone();
-    let user_id = user.id;
+    let (user_id, billing) = (user.id, Billing::of(user));
     Ok(spawn_stream(move |tx: Sender| async move {
-        if let Err(message) = run(&state, &kb, user_id, &query, conversation.as_deref(), &tx).await {
+        if let Err(message) = run(&state, &kb, (user_id, billing), &query, conversation.as_deref(), &tx).await {
             let _ = tx.send(QaEvent::Error { message }).await;
         }
     }))
@@ -123,7 +123,7 @@ async fn retrieval_query(
     state: &AppState,
     model: &ModelHandle,
     kb: &KbRow,
-    user_id: i64,
+    billing: Billing,
     history: &[ChatMessage],
     query: &str,
 ) -> String {
@@ -140,7 +140,7 @@ async fn retrieval_query(
         max_tokens: Some(100),
         ..Default::default()
     };
-    match gateway::chat(state, model, Billing::User(user_id), "rewrite", &req).await {
+    match gateway::chat(state, model, billing, "rewrite", &req).await {
         Ok(r) if !r.content.trim().is_empty() => r.content.trim().to_owned(),
         _ => query.to_owned(),
     }
@@ -163,18 +163,19 @@ fn prompt(kb: &KbRow, context: &[String], query: &str) -> String {
         .replace("{query}", query)
 }
 
+/// `caller`: whose conversation it is, and how its calls are paid.
 async fn run(
     state: &AppState,
     kb: &KbRow,
-    user_id: i64,
+    (user_id, billing): (i64, Billing),
     query: &str,
     conversation: Option<&str>,
     tx: &Sender,
 ) -> Result<(), String> {
     let model = chat_model(state, kb).await?;
     let past = history(state, kb, user_id, conversation).await?;
-    let search_query = retrieval_query(state, &model, kb, user_id, &past, query).await;
-    let (results, _) = search::retrieve(state, kb, &search_query, Billing::User(user_id))
+    let search_query = retrieval_query(state, &model, kb, billing, &past, query).await;
+    let (results, _) = search::retrieve(state, kb, &search_query, billing)
         .await
         .map_err(|e| format!("retrieval failed: {e}"))?;
     let context = search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count)
@@ -186,7 +187,7 @@ async fn run(
         messages,
         ..Default::default()
     };
-    let mut stream = gateway::chat_stream(state, &model, Billing::User(user_id), "qa", &req)
+    let mut stream = gateway::chat_stream(state, &model, billing, "qa", &req)
         .await
         .map_err(|e| AppError::from(e).to_string())?;
     let mut answer = String::new();

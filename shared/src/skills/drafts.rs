@@ -103,7 +103,7 @@ async fn ask(state: &AppState, user: &CurrentUser, prompt: String) -> Result<Str
         temperature: None,
         max_tokens: None,
     };
-    let reply = gateway::chat(state, &model, Billing::User(user.id), "skill-draft", &req)
+    let reply = gateway::chat(state, &model, Billing::of(user), "skill-draft", &req)
         .await
         .map_err(|e| AppError::from(e).to_string())?;
     let text = reply.content.trim().to_owned();

@@ -223,7 +223,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
 async fn probe_dimension(state: &AppState, user: &CurrentUser, model_id: i64) -> AppResult<i32> {
     let model = gateway::load(state, model_id, ModelType::Embedding).await?;
     let probe = ["dimension probe".to_owned()];
-    let out = gateway::embed(state, &model, Billing::User(user.id), &probe, InputKind::Query, None)
+    let out = gateway::embed(state, &model, Billing::of(user), &probe, InputKind::Query, None)
         .await
         .map_err(|e| {
             AppError::validation(format!(

@@ -47,7 +47,7 @@ pub async fn resolve(
 
 pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) -> AppResult<SearchResponse> {
     let (kb, query) = resolve(state, user, req.rag_id, req.query).await?;
-    let (results, metrics) = retrieve(state, &kb, &query, Billing::User(user.id)).await?;
+    let (results, metrics) = retrieve(state, &kb, &query, Billing::of(user)).await?;
     Ok(SearchResponse {
         results,
         metrics: req.debug.unwrap_or(false).then_some(metrics),

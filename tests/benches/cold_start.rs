@@ -1,7 +1,7 @@
 //! Per function binary: stripped size, zipped size (the Lambda deployment package: one
 //! `bootstrap` file, deflated), and init time: process start to its first request for an event
 //! at the Lambda Runtime API (config, database pool, migrations check, clients), median and max
-//! of several starts.
+//! of several starts, with traces off and on (an OTLP endpoint set).
 //!
 //! Run with `make bench` (bench-local profile: optimised and stripped like release, without LTO).
 
@@ -44,27 +44,37 @@ fn mb(bytes: usize) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// Median and max init of `STARTS` starts of `path` with `env`.
+async fn inits(path: &std::path::Path, env: &[(String, String)]) -> (f64, f64) {
+    let mut inits: Vec<Duration> = Vec::with_capacity(STARTS);
+    for _ in 0..STARTS {
+        let f = Emulator::start(path.to_path_buf(), env).await;
+        inits.push(f.init_time().await);
+    }
+    inits.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    (ms(inits[STARTS / 2]), ms(inits[STARTS - 1]))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let app = spawn(Store::Filesystem).await;
     let env = function_env(&app);
-    println!("| function | binary (MB) | zipped (MB) | init median (ms) | init max (ms) |");
-    println!("|---|---|---|---|---|");
+    // Traces on: the exporter is built at start; nothing listens there, and nothing is sent
+    // before the first request.
+    let mut traced = env.clone();
+    traced.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), "http://127.0.0.1:4318".into()));
+    println!("| function | binary (MB) | zipped (MB) | init median (ms) | init max (ms) | init median, traces on (ms) | init max, traces on (ms) |");
+    println!("|---|---|---|---|---|---|---|");
     for name in functions() {
         let path = binary(&name);
         let bytes = std::fs::read(&path).expect("read binary");
-        let mut inits: Vec<Duration> = Vec::with_capacity(STARTS);
-        for _ in 0..STARTS {
-            let f = Emulator::start(path.clone(), &env).await;
-            inits.push(f.init_time().await);
-        }
-        inits.sort();
+        let (median, max) = inits(&path, &env).await;
+        let (traced_median, traced_max) = inits(&path, &traced).await;
         println!(
-            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {name} | {:.1} | {:.1} | {median:.1} | {max:.1} | {traced_median:.1} | {traced_max:.1} |",
             mb(bytes.len()),
             mb(zipped_size(&bytes)),
-            inits[STARTS / 2].as_secs_f64() * 1000.0,
-            inits[STARTS - 1].as_secs_f64() * 1000.0
         );
     }
 }

@@ -752,7 +752,10 @@ async fn tracing_cost(http: &reqwest::Client, raw: &Target, storage: &std::path:
     let mut per_cpu = vec![];
     for (((label, _, _), (raw_row, one)), mut runs) in services.iter().zip(&alone).zip(rounds) {
         runs.sort_by(|a, b| a.per_cpu_s.partial_cmp(&b.per_cpu_s).expect("numbers"));
-        let each: Vec<String> = runs.iter().map(|r| format!("{:.0}", r.per_cpu_s.unwrap_or(0.0))).collect();
+        let each: Vec<String> = runs
+            .iter()
+            .map(|r| format!("{:.0}", r.per_cpu_s.unwrap_or(0.0)))
+            .collect();
         let median = &runs[runs.len() / 2];
         println!(
             "| {label} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.0} ({}) |",

@@ -87,15 +87,19 @@ async fn logins_are_throttled_by_the_api_gateway_source_ip() {
     assert_eq!(status, 200, "{body}");
 }
 
-#[tokio::test]
-async fn a_chat_streams_through_the_streaming_function() {
-    let s = ChatSetup::new().await;
+/// One chat with a new agent through the real `agent-chat` binary started with `env(app)`:
+/// the function (still running) and its answer's prelude and lines.
+async fn chat_on_lambda(
+    s: &ChatSetup,
+    env: Vec<(String, String)>,
+    conversation: &str,
+) -> (Emulator, Value, Vec<Value>) {
     let model = s.chat_model("chat-think", json!({})).await;
     let agent = s
         .agent(&s.admin, json!({ "name": "Lambda", "chatModelId": model }))
         .await;
-    let f = Emulator::start(binary("agent-chat"), &function_env(&s.app)).await;
-    let body = json!({ "conversationId": "lambda-1", "content": "hi from lambda" });
+    let f = Emulator::start(binary("agent-chat"), &env).await;
+    let body = json!({ "conversationId": conversation, "content": "hi from lambda" });
     // API Gateway invokes the streaming function with the same REST proxy event as any other.
     let event = rest_event(
         "POST",
@@ -106,9 +110,16 @@ async fn a_chat_streams_through_the_streaming_function() {
     let Answer::Streamed { prelude, body } = f.invoke(event).await else {
         panic!("the chat answer is streamed");
     };
+    let lines = ndjson(&String::from_utf8_lossy(&body));
+    (f, prelude, lines)
+}
+
+#[tokio::test]
+async fn a_chat_streams_through_the_streaming_function() {
+    let s = ChatSetup::new().await;
+    let (_f, prelude, events) = chat_on_lambda(&s, function_env(&s.app), "lambda-1").await;
     assert_eq!(prelude["statusCode"], 200);
     assert_eq!(prelude["headers"]["content-type"], "application/x-ndjson");
-    let events = ndjson(&String::from_utf8_lossy(&body));
     assert_eq!(kinds(&events).last().map(String::as_str), Some("done"));
     assert_eq!(joined(&events, "text"), "You said: hi from lambda");
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM messages WHERE status = 1")
@@ -167,29 +178,10 @@ fn traced_env(app: &TestApp, project: &str) -> Vec<(String, String)> {
 #[tokio::test]
 async fn a_streamed_chat_on_lambda_has_sent_its_trace_when_the_invocation_returns() {
     let s = ChatSetup::new().await;
-    let model = s.chat_model("chat-think", json!({})).await;
-    let agent = s
-        .agent(&s.admin, json!({ "name": "Traced Lambda", "chatModelId": model }))
-        .await;
     let project = phoenix::new_project("lambda-chat");
-    let f = Emulator::start(binary("agent-chat"), &traced_env(&s.app, &project)).await;
-    let body = json!({ "conversationId": "lambda-trace", "content": "hi from lambda" });
-    let event = rest_event(
-        "POST",
-        &format!("/api/agent/{agent}/chat"),
-        &[("svc-auth", &s.admin), ("content-type", "application/json")],
-        Some(&body),
-    );
-    let Answer::Streamed { prelude, body } = f.invoke(event).await else {
-        panic!("the chat answer is streamed");
-    };
+    let (f, prelude, events) = chat_on_lambda(&s, traced_env(&s.app, &project), "lambda-trace").await;
     assert_eq!(prelude["statusCode"], 200);
-    assert_eq!(
-        kinds(&ndjson(&String::from_utf8_lossy(&body)))
-            .last()
-            .map(String::as_str),
-        Some("done")
-    );
+    assert_eq!(kinds(&events).last().map(String::as_str), Some("done"));
     f.freeze();
 
     let route = "POST /api/agent/{agentId}/chat";

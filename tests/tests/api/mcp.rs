@@ -757,7 +757,7 @@ async fn bearer_and_api_key_servers_need_the_right_credentials() {
     .assert_ok();
     let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
     assert!(
-        ok && d["status"] == "connected" && d["toolCount"] == 3 && d["lastError"].is_null(),
+        ok && d["status"] == "connected" && d["toolCount"] == 4 && d["lastError"].is_null(),
         "{d}"
     );
     // The credential goes with every request, tool calls included.
@@ -835,7 +835,7 @@ async fn sse_servers_get_the_credentials_on_the_stream_and_every_message() {
         seen.keep(app.put(&format!("/mcp-server/{id}"), Some(&admin), auth).await)
             .assert_ok();
         let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
-        assert!(ok && d["status"] == "connected" && d["toolCount"] == 3, "{d}");
+        assert!(ok && d["status"] == "connected" && d["toolCount"] == 4, "{d}");
         let sum = mcp::call_tool(&app.state, id, "add", json!({"a": 40, "b": 2}))
             .await
             .unwrap();
@@ -871,7 +871,7 @@ async fn sessions_are_reused_until_the_server_changes() {
     let first = session().await;
     assert_eq!(session().await, first, "one session per server in a process");
     let tools = mcp::tools_of_servers(&app.state, &[id]).await.unwrap();
-    assert_eq!(tools[0].1.as_ref().unwrap().len(), 3);
+    assert_eq!(tools[0].1.as_ref().unwrap().len(), 4);
     assert_eq!(session().await, first, "listing tools used the same session");
 
     app.put(

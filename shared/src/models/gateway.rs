@@ -471,7 +471,12 @@ async fn stream_on(
                     Some((ev, (inner, meter)))
                 }
                 None => {
-                    meter.close();
+                    // Settled before the stream ends: whoever reads the end (the chat turn, a
+                    // Lambda function flushing its spans) finds the usage stored and the
+                    // call's span, a child of the request's, ended.
+                    if let Some(settle) = meter.end() {
+                        settle.await;
+                    }
                     None
                 }
             }
@@ -542,9 +547,11 @@ impl Meter {
         }
     }
 
-    fn close(&mut self) {
+    /// Ends the call: records its usage on the span, and returns the bookkeeping still to do
+    /// (usage stored, hold settled) in the call's span, which ends with it.
+    fn end(&mut self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         if self.done {
-            return;
+            return None;
         }
         self.done = true;
         if !self.reported {
@@ -559,20 +566,25 @@ impl Meter {
             let output = output_messages(&out.text, &out.tool_calls, out.finish_reason.as_deref());
             self.span.record("gen_ai.output.messages", output);
         }
-        let Some(hold) = self.hold.take() else {
-            return;
-        };
+        // The call's span ends with its settlement, not with whoever holds the stream.
+        let span = std::mem::replace(&mut self.span, Span::none());
+        let hold = self.hold.take()?;
         let (state, model, record) = (self.state.clone(), self.model.clone(), self.record.clone());
         // A failed or abandoned stream is charged for what it produced before it stopped.
-        let task = async move { after_call(&state, &model, hold, record, true).await }.instrument(self.span.clone());
+        Some(async move { after_call(&state, &model, hold, record, true).await }.instrument(span))
+    }
+
+    /// `end`, its bookkeeping left to run on its own (a dropped stream cannot wait for it).
+    fn close(&mut self) {
+        let Some(task) = self.end() else {
+            return;
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(task);
             }
             Err(_) => tracing::warn!("stream usage not recorded: no runtime"),
         }
-        // The call's span ends with its settlement, not with whoever holds the stream.
-        self.span = Span::none();
     }
 }
 

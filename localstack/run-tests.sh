@@ -74,7 +74,13 @@ step "function binaries"
 cargo build --workspace --bins --quiet
 # Alone, the workers resolve the common crate without its `http` feature (docs/layers.md).
 cargo check --quiet -p ingest-worker -p memory-worker -p housekeeping
-ran+=("every function binary; the SQS workers and the scheduled job also without the http feature")
+for worker in ingest-worker memory-worker housekeeping; do
+  if cargo tree --quiet -p "$worker" -e normal --prefix none 2>/dev/null | grep -q '^axum '; then
+    echo "$worker depends on axum; only the HTTP functions may (docs/layers.md)" >&2
+    exit 1
+  fi
+done
+ran+=("every function binary; the SQS workers and the scheduled job also without the http feature, and without axum in their dependency trees")
 
 step "API fuzzing (schemathesis, every operation, admin and regular user)"
 phases_file=$(mktemp)

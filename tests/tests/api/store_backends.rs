@@ -140,6 +140,13 @@ fn first_content(r: &Value) -> String {
 async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let t = Some(s.admin.as_str());
+    let probe = json!({ "type": "MILVUS", "config": { "host": "127.0.0.1", "port": milvus_port() } });
+    let reached = s.app.post("/store-instance/test", t, &probe).await;
+    assert_eq!(
+        reached.assert_ok(),
+        &json!(true),
+        "the connection test reaches milvus-lite"
+    );
     let milvus_store = store(&s, 1, 2, milvus_port()).await;
     // Vector search only: every hit must come from Milvus.
     let kb = s

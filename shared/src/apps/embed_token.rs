@@ -59,6 +59,7 @@ pub struct EmbedToken {
 pub struct EmbedScope {
     pub app_row_id: i64,
     pub app_id: String,
+    pub app_creator_id: i64,
     pub open_id: String,
     pub agent_id: Option<i64>,
 }
@@ -123,6 +124,7 @@ pub async fn verify(state: &AppState, token: &str) -> AppResult<EmbedScope> {
     Ok(EmbedScope {
         app_row_id: app.id,
         app_id: app.app_id,
+        app_creator_id: app.creator_id,
         open_id: data.claims.sub,
         agent_id: data.claims.agt,
     })

@@ -74,4 +74,6 @@ impl CurrentUser {
 pub struct AppCaller {
     pub id: i64,
     pub app_id: String,
+    /// Who created the app: its external users' model usage and uploads are recorded to them.
+    pub creator_id: i64,
 }

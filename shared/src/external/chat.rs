@@ -9,7 +9,6 @@ use futures::StreamExt;
 use super::model::{ExternalChatRequest, SyncAnswer};
 use super::{agents, repo, users, ExternalCaller};
 use crate::agents::chat::{self, Caller, ChatRequest, StreamEvent};
-use crate::apps::repo as app_repo;
 use crate::domain::Owner;
 use crate::models::gateway::Billing;
 use crate::{AppError, AppResult, AppState};
@@ -69,18 +68,20 @@ pub async fn start(
     let (agent_id, open_id) = required(&req, open_id)?;
     caller.check_agent(agent_id)?;
     let open_id = users::check_open_id(Some(open_id))?;
-    let agent = agents::usable(state, &caller.app, agent_id).await?;
-    let app = app_repo::find(state.db(), caller.app.id)
-        .await?
-        .ok_or_else(|| AppError::unauthorized("app credentials invalid or app disabled"))?;
-
-    let (user, created) = repo::ensure_user(state.db(), caller.app.id, &open_id).await?;
+    // Side by side, not one after the other: a refusal of the agent removes the user again
+    // below, as any later refusal does.
+    let (agent, ensured) = tokio::join!(
+        agents::usable(state, &caller.app, agent_id),
+        repo::ensure_user(state.db(), caller.app.id, &open_id),
+    );
+    let (user, created) = ensured?;
     let started = async {
+        let agent = agent?;
         check_owned(state, &req, user).await?;
         let chat_caller = Caller {
             owner: Owner::External(user),
-            billing: Billing::RecordOnly(Some(app.creator_id)),
-            resources: Some(app.creator_id),
+            billing: Billing::RecordOnly(Some(caller.app.creator_id)),
+            resources: Some(caller.app.creator_id),
         };
         let chat_req = ChatRequest {
             conversation_id: req.conversation_id,

@@ -7,7 +7,6 @@ use base64::Engine as _;
 use super::model::{UploadRequest, UploadedImage};
 use super::{repo, users};
 use crate::agents::chat::attachments::MAX_IMAGE_BYTES;
-use crate::apps::repo as app_repo;
 use crate::domain::AppCaller;
 use crate::resources::repo::{self as resource_repo, NewResource};
 use crate::resources::service::{clean_file_name, sniff_mime};
@@ -49,9 +48,6 @@ pub async fn upload(state: &AppState, app: &AppCaller, req: UploadRequest) -> Ap
             "content: only JPG, PNG and WEBP images are accepted (this file is {mime})"
         )));
     };
-    let owner = app_repo::find(state.db(), app.id)
-        .await?
-        .ok_or_else(|| AppError::unauthorized("app credentials invalid or app disabled"))?;
     let user = users::ensure(state, app, &open_id).await?;
 
     let key = format!("resources/external/{}/{}.{ext}", app.id, uuid::Uuid::new_v4());
@@ -66,7 +62,7 @@ pub async fn upload(state: &AppState, app: &AppCaller, req: UploadRequest) -> Ap
         biz_type: Some(&biz_type),
         biz_id: req.biz_id,
         content_hash: Some(&hash),
-        creator_id: owner.creator_id,
+        creator_id: app.creator_id,
     };
     let stored = async {
         let mut tx = state.db().begin().await?;

@@ -32,11 +32,12 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
         ));
     };
     let refused = || AppError::unauthorized("app credentials invalid or app disabled");
-    let row: Option<(i64, String, i16)> = sqlx::query_as("SELECT id, token_enc, status FROM apps WHERE app_id = $1")
-        .bind(app_id)
-        .fetch_optional(state.db())
-        .await?;
-    let Some((id, sealed, status)) = row else {
+    let row: Option<(i64, String, i16, i64)> =
+        sqlx::query_as("SELECT id, token_enc, status, creator_id FROM apps WHERE app_id = $1")
+            .bind(app_id)
+            .fetch_optional(state.db())
+            .await?;
+    let Some((id, sealed, status, creator_id)) = row else {
         // Spend the same work as a real comparison so unknown ids are not distinguishable.
         let _ = constant_time_eq(token.as_bytes(), token.as_bytes());
         return Err(refused());
@@ -48,5 +49,6 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
     Ok(AppCaller {
         id,
         app_id: app_id.to_owned(),
+        creator_id,
     })
 }

@@ -34,6 +34,7 @@ async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<ExternalCal
                 app: AppCaller {
                     id: scope.app_row_id,
                     app_id: scope.app_id,
+                    creator_id: scope.app_creator_id,
                 },
                 scope: Some(scope.open_id),
                 agent_scope: scope.agent_id,

@@ -145,27 +145,27 @@ impl Turn {
 
     /// Dropping `hold` unused (the turn failed before its first model call) gives it back.
     async fn converse(&self, out: &Out, answer: &mut Answer, mut hold: Option<Hold>) -> Result<(), Outcome> {
-        let images = attachments::data_uris(&self.state, &self.images)
-            .await
-            .map_err(Outcome::failed)?;
-        let toolbox = Toolbox::for_agent(&self.state, &self.agent, &self.disabled).await;
-        let (memories, knowledge) = tokio::join!(
+        // Independent reads, side by side: each one waited for in turn would add its round
+        // trip to the time before the first token.
+        let (images, toolbox, memories, knowledge, history) = tokio::join!(
+            attachments::data_uris(&self.state, &self.images),
+            Toolbox::for_agent(&self.state, &self.agent, &self.disabled),
             context::memories(&self.state, &self.agent, self.caller.owner, &self.content),
             context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
+            repo::history(
+                self.state.db(),
+                self.conversation_id,
+                self.user_message_id,
+                i64::from(self.agent.short_term_memory_size),
+            ),
         );
+        let images = images.map_err(Outcome::failed)?;
+        let history = history.map_err(|e| Outcome::failed(format!("loading the conversation failed: {e}")))?;
         let ctx = Context {
             tool_notes: toolbox.prompt_notes.clone(),
             memories: out.or_warn("memory", memories).await?,
             knowledge: out.or_warn("knowledge", knowledge).await?,
         };
-        let history = repo::history(
-            self.state.db(),
-            self.conversation_id,
-            self.user_message_id,
-            i64::from(self.agent.short_term_memory_size),
-        )
-        .await
-        .map_err(|e| Outcome::failed(format!("loading the conversation failed: {e}")))?;
         let system = prompt::system_prompt(&self.agent.instruction, &ctx);
         let mut messages = prompt::messages(system, history, &self.content, images);
 

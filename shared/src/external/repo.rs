@@ -41,15 +41,32 @@ pub async fn upsert_user(db: &PgPool, u: &UserData<'_>) -> sqlx::Result<(Externa
 }
 
 /// The user's id, creating a bare user on first contact; `true` when created.
+///
+/// A known user is only read: an upsert would write a row version and lock the row on every
+/// chat of that user, and a partner's busy user would queue its own chats on that lock.
 pub async fn ensure_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<(i64, bool)> {
-    sqlx::query_as(
-        "INSERT INTO external_users (app_id, open_id) VALUES ($1, $2)
-         ON CONFLICT (app_id, open_id) DO UPDATE SET open_id = EXCLUDED.open_id RETURNING id, (xmax = 0)",
+    let found: Option<(i64, bool)> = sqlx::query_as(
+        "WITH known AS (SELECT id FROM external_users WHERE app_id = $1 AND open_id = $2),
+              added AS (INSERT INTO external_users (app_id, open_id)
+                        SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM known)
+                        ON CONFLICT (app_id, open_id) DO NOTHING RETURNING id)
+         SELECT id, false FROM known UNION ALL SELECT id, true FROM added",
     )
     .bind(app)
     .bind(open_id)
-    .fetch_one(db)
-    .await
+    .fetch_optional(db)
+    .await?;
+    match found {
+        Some(found) => Ok(found),
+        // Created by a concurrent first contact after this statement's snapshot was taken.
+        None => {
+            sqlx::query_as("SELECT id, false FROM external_users WHERE app_id = $1 AND open_id = $2")
+                .bind(app)
+                .bind(open_id)
+                .fetch_one(db)
+                .await
+        }
+    }
 }
 
 /// Removes a user again (a first chat that was refused leaves nothing behind).

@@ -499,6 +499,35 @@ async fn streamed_and_sync_chat_store_messages_under_the_external_user() {
 }
 
 #[tokio::test]
+async fn first_chats_at_once_create_one_user_and_later_chats_only_read_it() {
+    let e = Ext::new().await;
+    let agent = e.open_agent;
+    let chats = (0..8).map(|i| e.chat(&e.crm, say(agent, "zed", &format!("c-{i}"), "hi")));
+    for events in futures::future::join_all(chats).await {
+        assert_eq!(kinds(&events.unwrap()).last().unwrap(), "done");
+    }
+    let owners: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT e.open_id, count(c.id) FROM external_users e JOIN conversations c ON c.external_user_id = e.id
+         GROUP BY e.open_id",
+    )
+    .fetch_all(&e.app().db)
+    .await
+    .unwrap();
+    assert_eq!(owners, [("zed".to_owned(), 8)], "one user owns the eight conversations");
+
+    // A known user's chat writes no new version of its row (no upsert on every chat).
+    let version = || async {
+        sqlx::query_scalar::<_, String>("SELECT xmin::text FROM external_users WHERE open_id = 'zed'")
+            .fetch_one(&e.app().db)
+            .await
+            .unwrap()
+    };
+    let before = version().await;
+    e.chat(&e.crm, say(agent, "zed", "c-0", "again")).await.unwrap();
+    assert_eq!(version().await, before);
+}
+
+#[tokio::test]
 async fn chat_refusals_name_the_rule_and_store_nothing() {
     let e = Ext::new().await;
     let agent = e.open_agent;

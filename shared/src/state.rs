@@ -33,19 +33,29 @@ impl AppState {
     /// Connects the pool (running migrations), the object store and the queue the config names.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         crate::time::set_utc_offset(config.utc_offset_secs);
-        let db = crate::db::connect(&config).await?;
-        let aws = || async { aws_config::load_from_env().await };
+        // The database start (connect, migrations check) waits on the network; the AWS
+        // clients read their configuration meanwhile, part of every cold start.
+        let (db, clients) = tokio::join!(crate::db::connect(&config), Self::storage_and_queue(&config));
+        let (storage, queue) = clients?;
+        Ok(Self::from_parts(config, db?, storage, queue))
+    }
+
+    async fn storage_and_queue(config: &Config) -> anyhow::Result<(Arc<dyn ObjectStore>, Arc<dyn Queue>)> {
+        // One AWS configuration for both clients: loading it reads the environment and the
+        // profile files.
+        let aws = tokio::sync::OnceCell::new();
+        let aws = || aws.get_or_init(aws_config::load_from_env);
         let storage: Arc<dyn ObjectStore> = match &config.storage {
-            StorageBackend::S3 { bucket } => Arc::new(S3Store::new(&aws().await, bucket.clone())),
-            StorageBackend::Filesystem { root } => Arc::new(FsStore::new(root.into(), &config)?),
+            StorageBackend::S3 { bucket } => Arc::new(S3Store::new(aws().await, bucket.clone())),
+            StorageBackend::Filesystem { root } => Arc::new(FsStore::new(root.into(), config)?),
         };
         let queue: Arc<dyn Queue> = match &config.queue {
             QueueBackend::Sqs { ingest_url, memory_url } => {
-                Arc::new(SqsQueue::new(&aws().await, ingest_url.clone(), memory_url.clone()))
+                Arc::new(SqsQueue::new(aws().await, ingest_url.clone(), memory_url.clone()))
             }
             QueueBackend::InProcess => Arc::new(InProcessQueue::default()),
         };
-        Ok(Self::from_parts(config, db, storage, queue))
+        Ok((storage, queue))
     }
 
     pub fn from_parts(config: Config, db: PgPool, storage: Arc<dyn ObjectStore>, queue: Arc<dyn Queue>) -> Self {

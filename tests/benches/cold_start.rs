@@ -1,7 +1,9 @@
 //! Per function binary: stripped size, zipped size (the Lambda deployment package: one
 //! `bootstrap` file, deflated), and init time: process start to its first request for an event
 //! at the Lambda Runtime API (config, database pool, migrations check, clients), median and max
-//! of several starts, with traces off and on (an OTLP endpoint set).
+//! of several starts, with traces off and on (an OTLP endpoint set). The functions are configured
+//! as deployed: S3 for storage and SQS for the queues, whose clients are built at start (nothing
+//! is sent to them before a request).
 //!
 //! Run with `make bench` (bench-local profile: optimised and stripped like release, without LTO).
 
@@ -59,7 +61,25 @@ async fn inits(path: &std::path::Path, env: &[(String, String)]) -> (f64, f64) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let app = spawn(Store::Filesystem).await;
-    let env = function_env(&app);
+    let deployed = [
+        ("STORAGE_BACKEND", "s3"),
+        ("S3_BUCKET", "agent-platform-bench"),
+        ("QUEUE_BACKEND", "sqs"),
+        (
+            "SQS_INGEST_QUEUE_URL",
+            "https://sqs.us-east-1.amazonaws.com/000000000000/ingest",
+        ),
+        (
+            "SQS_MEMORY_QUEUE_URL",
+            "https://sqs.us-east-1.amazonaws.com/000000000000/memory",
+        ),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "bench"),
+        ("AWS_SECRET_ACCESS_KEY", "bench"),
+    ];
+    let mut env = function_env(&app);
+    env.retain(|(key, _)| !deployed.iter().any(|(k, _)| k == key));
+    env.extend(deployed.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     // Traces on: the exporter is built at start; nothing listens there, and nothing is sent
     // before the first request.
     let mut traced = env.clone();

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
@@ -17,7 +17,7 @@ use super::oauth::TokenCache;
 use super::session::{self, Client, Clients, Failure, Target, Transport};
 use super::stdio::StdioPolicy;
 use super::streamable::StreamableClient;
-use crate::outbound::{Outbound, PerReach, Reach};
+use crate::outbound::{DenyList, Outbound, PerReach, Reach};
 
 pub struct Limits {
     pub connect_timeout: Duration,
@@ -43,8 +43,11 @@ type Slot = Arc<AsyncMutex<Option<Arc<Live>>>>;
 /// The HTTP clients of one reach.
 #[derive(Default)]
 struct ReachClients {
+    deny: DenyList,
     http: reqwest::Client,
-    streamable: StreamableClient,
+    /// Built at its first use: its TLS verifier reads the system's certificate store, which
+    /// would otherwise be part of every cold start, whether the function calls MCP or not.
+    streamable: OnceLock<StreamableClient>,
 }
 
 #[derive(Default)]
@@ -63,25 +66,33 @@ impl McpPool {
         let clients = PerReach::new(|reach| {
             let deny = outbound.deny(reach);
             ReachClients {
+                deny: deny.clone(),
                 http: deny.guard(reqwest::Client::builder()).build().unwrap_or_default(),
-                streamable: StreamableClient::new(
-                    deny.guard_mcp(reqwest13::Client::builder()).build().unwrap_or_default(),
-                ),
+                streamable: OnceLock::new(),
             }
         });
         Self {
+            slots: Mutex::default(),
+            tokens: TokenCache::default(),
             clients,
             outbound: outbound.clone(),
             stdio,
-            ..Self::default()
         }
     }
 
     fn clients(&self, reach: Reach) -> Clients<'_> {
         let c = self.clients.get(reach);
+        let streamable = c.streamable.get_or_init(|| {
+            StreamableClient::new(
+                c.deny
+                    .guard_mcp(reqwest13::Client::builder())
+                    .build()
+                    .unwrap_or_default(),
+            )
+        });
         Clients {
             http: &c.http,
-            streamable: &c.streamable,
+            streamable,
         }
     }
 

@@ -58,13 +58,13 @@ pub fn init() {
 
 /// The OTLP exporter the environment asks for, if any.
 fn exporter() -> Option<SdkTracerProvider> {
-    let set = |key: &str| std::env::var(key).is_ok_and(|v| !v.trim().is_empty());
     let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
-    if disabled || !(set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) {
-        return None;
-    }
+    let endpoint = ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
+        .iter()
+        .find_map(|key| std::env::var(key).ok().filter(|v| !v.trim().is_empty()))
+        .filter(|_| !disabled)?;
     let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http();
-    if let Some(client) = plain_http_client() {
+    if let Some(client) = plain_http_client(&endpoint) {
         builder = builder.with_http_client(client);
     }
     match builder.build() {
@@ -88,10 +88,7 @@ fn exporter() -> Option<SdkTracerProvider> {
 /// For a collector on plain HTTP (the ADOT layer on localhost, a sidecar), an exporter client
 /// without TLS: the library's default client loads the system's certificate store when it is
 /// built, about 4 ms of every cold start for nothing. None for https: the default then.
-fn plain_http_client() -> Option<reqwest13::blocking::Client> {
-    let endpoint = ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
-        .iter()
-        .find_map(|key| std::env::var(key).ok().filter(|v| !v.trim().is_empty()))?;
+fn plain_http_client(endpoint: &str) -> Option<reqwest13::blocking::Client> {
     if !endpoint.trim().starts_with("http://") {
         return None;
     }

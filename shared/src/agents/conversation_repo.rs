@@ -37,6 +37,13 @@ pub struct MessageRow {
     pub create_dt: DateTime<Utc>,
 }
 
+/// A message of a turn's short-term history: what the model is shown again.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct HistoryMessage {
+    pub role: String,
+    pub content: String,
+}
+
 fn push_owner(qb: &mut QueryBuilder<'_, Postgres>, owner: Owner) {
     match owner {
         Owner::User(id) => qb.push(" AND c.user_id = ").push_bind(id),
@@ -139,20 +146,6 @@ pub async fn messages(db: &PgPool, conversation_id: i64) -> sqlx::Result<Vec<Mes
     .await
 }
 
-/// The last `limit` messages before `before_id` that carry text, oldest first.
-pub async fn history(db: &PgPool, conversation_id: i64, before_id: i64, limit: i64) -> sqlx::Result<Vec<MessageRow>> {
-    sqlx::query_as(&format!(
-        "SELECT {MESSAGE_COLUMNS} FROM (SELECT {MESSAGE_COLUMNS} FROM messages
-           WHERE conversation_id = $1 AND id < $2 AND role IN ('user', 'assistant') AND content <> ''
-           ORDER BY id DESC LIMIT $3) t ORDER BY id"
-    ))
-    .bind(conversation_id)
-    .bind(before_id)
-    .bind(limit)
-    .fetch_all(db)
-    .await
-}
-
 /// Images already sent in the conversation.
 pub async fn image_count(db: impl PgExecutor<'_>, conversation_id: i64) -> sqlx::Result<i64> {
     sqlx::query_scalar(
@@ -201,19 +194,25 @@ pub struct NewTurn<'a> {
     pub content: &'a str,
     pub attachments: Value,
     pub model_id: i64,
+    /// How many earlier messages the turn reads back as its short-term history.
+    pub history_limit: i64,
 }
 
-#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StartedTurn {
     pub conversation_id: i64,
     /// This is the conversation's first turn (it may have been created empty before).
     pub created: bool,
     pub user_message_id: i64,
     pub assistant_message_id: i64,
+    /// The last `history_limit` messages before this turn that carry text, oldest first.
+    pub history: sqlx::types::Json<Vec<HistoryMessage>>,
 }
 
-/// Creates or touches the conversation and writes both messages in one statement, so a turn
-/// is stored whole or not at all, in one round trip.
+/// Creates or touches the conversation, writes both messages and reads the history before
+/// them in one statement: a turn is stored whole or not at all, and the model can be called
+/// after one round trip. The statement's snapshot is taken before its own inserts, so the
+/// history holds only earlier messages.
 pub async fn start_turn(db: &PgPool, t: &NewTurn<'_>) -> sqlx::Result<StartedTurn> {
     // The conflict target must name the partial unique index of the owner's kind.
     let conflict = match t.owner {
@@ -234,7 +233,12 @@ pub async fn start_turn(db: &PgPool, t: &NewTurn<'_>) -> sqlx::Result<StartedTur
          a AS (
            INSERT INTO messages (conversation_id, agent_id, role, status, model_id)
            SELECT u.conversation_id, $1, 'assistant', 0, $8 FROM u RETURNING id)
-         SELECT c.id AS conversation_id, c.created, u.id AS user_message_id, a.id AS assistant_message_id
+         SELECT c.id AS conversation_id, c.created, u.id AS user_message_id, a.id AS assistant_message_id,
+           (SELECT COALESCE(jsonb_agg(jsonb_build_object('role', h.role, 'content', h.content) ORDER BY h.id),
+                            '[]'::jsonb) FROM (
+              SELECT m.id, m.role, m.content FROM messages m
+              WHERE m.conversation_id = c.id AND m.role IN ('user', 'assistant') AND m.content <> ''
+              ORDER BY m.id DESC LIMIT $9) h) AS history
          FROM c, u, a"
     ))
     .bind(t.agent_id)
@@ -245,6 +249,7 @@ pub async fn start_turn(db: &PgPool, t: &NewTurn<'_>) -> sqlx::Result<StartedTur
     .bind(t.content)
     .bind(&t.attachments)
     .bind(t.model_id)
+    .bind(t.history_limit)
     .fetch_one(db)
     .await
 }

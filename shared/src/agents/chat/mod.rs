@@ -107,6 +107,7 @@ pub async fn start(
             content: &content,
             attachments: serde_json::to_value(&images).map_err(|e| AppError::Internal(e.into()))?,
             model_id: model.row.id,
+            history_limit: i64::from(agent.short_term_memory_size),
         },
     )
     .await?;
@@ -120,7 +121,7 @@ pub async fn start(
         conversation_id: started.conversation_id,
         conversation_key: key,
         new_conversation: started.created,
-        user_message_id: started.user_message_id,
+        history: started.history.0,
         assistant_id: started.assistant_message_id,
         content,
         images,

@@ -1,7 +1,7 @@
 //! The messages sent to the model: system prompt (instruction, tools, memories, knowledge),
 //! the short-term history window, then the user's turn.
 
-use crate::agents::conversation_repo::MessageRow;
+use crate::agents::conversation_repo::HistoryMessage;
 use crate::models::client::ChatMessage;
 
 /// What was gathered for this turn besides the agent's own instruction.
@@ -43,7 +43,7 @@ fn bullet(items: &[String]) -> String {
     items.iter().map(|i| format!("- {i}")).collect::<Vec<_>>().join("\n")
 }
 
-pub fn messages(system: String, history: Vec<MessageRow>, content: &str, images: Vec<String>) -> Vec<ChatMessage> {
+pub fn messages(system: String, history: Vec<HistoryMessage>, content: &str, images: Vec<String>) -> Vec<ChatMessage> {
     let mut messages = Vec::with_capacity(history.len() + 2);
     if !system.is_empty() {
         messages.push(ChatMessage::system(system));

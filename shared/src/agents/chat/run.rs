@@ -12,7 +12,7 @@ use super::events::{StreamEvent, TokenUsage};
 use super::prompt::{self, Context};
 use super::tools::{Disabled, Toolbox};
 use super::{context, title, Caller};
-use crate::agents::conversation_repo::{self as repo, FinishedAnswer};
+use crate::agents::conversation_repo::{self as repo, FinishedAnswer, HistoryMessage};
 use crate::agents::AgentRow;
 use crate::domain::Owner;
 use crate::models::client::{ChatEvent, ChatMessage, ChatRequest, ModelError, ToolCall};
@@ -33,7 +33,8 @@ pub(super) struct Turn {
     pub conversation_id: i64,
     pub conversation_key: String,
     pub new_conversation: bool,
-    pub user_message_id: i64,
+    /// The conversation's short-term history before this turn, read when the turn was stored.
+    pub history: Vec<HistoryMessage>,
     pub assistant_id: i64,
     pub content: String,
     pub images: Vec<Image>,
@@ -102,7 +103,8 @@ impl Turn {
         let out = Out { tx };
         let mut answer = Answer::default();
         let hold = self.hold.take();
-        let outcome = match self.converse(&out, &mut answer, hold).await {
+        let history = std::mem::take(&mut self.history);
+        let outcome = match self.converse(&out, &mut answer, hold, history).await {
             Ok(()) => Outcome::Complete,
             Err(o) => o,
         };
@@ -144,23 +146,22 @@ impl Turn {
     }
 
     /// Dropping `hold` unused (the turn failed before its first model call) gives it back.
-    async fn converse(&self, out: &Out, answer: &mut Answer, mut hold: Option<Hold>) -> Result<(), Outcome> {
+    async fn converse(
+        &self,
+        out: &Out,
+        answer: &mut Answer,
+        mut hold: Option<Hold>,
+        history: Vec<HistoryMessage>,
+    ) -> Result<(), Outcome> {
         // Independent reads, side by side: each one waited for in turn would add its round
         // trip to the time before the first token.
-        let (images, toolbox, memories, knowledge, history) = tokio::join!(
+        let (images, toolbox, memories, knowledge) = tokio::join!(
             attachments::data_uris(&self.state, &self.images),
             Toolbox::for_agent(&self.state, &self.agent, &self.disabled),
             context::memories(&self.state, &self.agent, self.caller.owner, &self.content),
             context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
-            repo::history(
-                self.state.db(),
-                self.conversation_id,
-                self.user_message_id,
-                i64::from(self.agent.short_term_memory_size),
-            ),
         );
         let images = images.map_err(Outcome::failed)?;
-        let history = history.map_err(|e| Outcome::failed(format!("loading the conversation failed: {e}")))?;
         let ctx = Context {
             tool_notes: toolbox.prompt_notes.clone(),
             memories: out.or_warn("memory", memories).await?,

@@ -9,6 +9,7 @@ use futures::{Stream, StreamExt};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::chunk::Chunk;
 use super::error::upstream_message;
 use super::{snippet, Endpoint, ModelClient, ModelError};
 use crate::upstream::SseDecoder;
@@ -197,17 +198,21 @@ fn request_body(ep: &Endpoint, req: &ChatRequest, stream: bool) -> Value {
 }
 
 fn usage_of(v: &Value) -> Option<Usage> {
-    let u = v.get("usage").filter(|u| u.is_object())?;
-    Some(Usage {
-        prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-        completion_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
-    })
+    v.get("usage").filter(|u| u.is_object()).map(usage_from)
 }
 
-fn stream_error(v: &Value) -> Option<ModelError> {
-    let err = v.get("error")?;
-    let message = upstream_message(&v.to_string()).unwrap_or_else(|| snippet(&err.to_string()));
-    Some(ModelError::Upstream { status: 200, message })
+/// The token counts of a `usage` object.
+fn usage_from(u: &Value) -> Usage {
+    Usage {
+        prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+        completion_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
+    }
+}
+
+/// An error an upstream reported in a body that answered 200: `body` is the whole JSON.
+fn reported_error(body: &str, err: &Value) -> ModelError {
+    let message = upstream_message(body).unwrap_or_else(|| snippet(&err.to_string()));
+    ModelError::Upstream { status: 200, message }
 }
 
 impl ModelClient {
@@ -216,8 +221,8 @@ impl ModelClient {
         let v = self
             .post_json(ep, "chat/completions", &request_body(ep, req, false))
             .await?;
-        if let Some(err) = stream_error(&v) {
-            return Err(err);
+        if let Some(err) = v.get("error") {
+            return Err(reported_error(&v.to_string(), err));
         }
         let choice = v
             .pointer("/choices/0")
@@ -399,41 +404,31 @@ impl StreamState {
             self.done = true;
             return;
         }
-        let v: Value = match serde_json::from_str(data) {
-            Ok(v) => v,
-            Err(_) => {
-                return self.fail(ModelError::Protocol(format!(
-                    "a stream chunk is not JSON: {}",
-                    snippet(data)
-                )))
-            }
+        let Some(chunk) = Chunk::parse(data) else {
+            return self.fail(ModelError::Protocol(format!(
+                "a stream chunk is not JSON: {}",
+                snippet(data)
+            )));
         };
-        if let Some(err) = stream_error(&v) {
-            return self.fail(err);
+        if let Some(err) = chunk.error() {
+            return self.fail(reported_error(data, err));
         }
-        if let Some(choice) = v.pointer("/choices/0") {
-            let delta = &choice["delta"];
-            let reasoning = delta
-                .get("reasoning_content")
-                .or_else(|| delta.get("reasoning"))
-                .and_then(Value::as_str);
-            if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
+        if let Some(choice) = chunk.choice() {
+            if let Some(r) = choice.reasoning() {
                 self.pending.push_back(Ok(ChatEvent::Reasoning(r.to_owned())));
             }
-            if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            if let Some(t) = choice.text() {
                 self.pending.push_back(Ok(ChatEvent::Text(t.to_owned())));
             }
-            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-                self.collect_tools(calls);
-            }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.collect_tools(choice.tool_calls());
+            if let Some(reason) = &choice.finish_reason {
                 self.flush_tools();
                 self.finished = true;
-                self.pending.push_back(Ok(ChatEvent::Finish(reason.to_owned())));
+                self.pending.push_back(Ok(ChatEvent::Finish(reason.clone())));
             }
         }
-        if let Some(u) = usage_of(&v) {
-            self.pending.push_back(Ok(ChatEvent::Usage(u)));
+        if let Some(u) = chunk.usage() {
+            self.pending.push_back(Ok(ChatEvent::Usage(usage_from(u))));
         }
     }
 

@@ -3,6 +3,7 @@
 //! before the first response byte, so a streamed answer is never sent twice.
 
 mod chat;
+mod chunk;
 mod embed;
 mod error;
 mod rerank;

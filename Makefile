@@ -4,7 +4,7 @@
 # Outside the checkout so a fresh clone on the same machine reuses compiled dependencies.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/agent-platform/target
 
-.PHONY: run test stop bench bench-chat eval soak lint-template faults
+.PHONY: run test stop bench bench-chat bench-instructions eval soak lint-template faults
 
 run:
 	@bash localstack/run-service.sh
@@ -22,6 +22,11 @@ bench:
 # Only the agent chat benchmark (its own Postgres-only stack, BENCH_STACK, default bench).
 bench-chat:
 	@bash localstack/run-bench.sh chat
+
+# Instructions the server executes per streamed chat (callgrind), traces off, on and sampled:
+# a CPU measure that the machine's load does not move.
+bench-instructions:
+	@bash localstack/run-bench.sh instructions
 
 # Retrieval quality (nDCG@10, recall@10/100) of a BEIR folder (EVAL_DATA) ingested through the service.
 eval:

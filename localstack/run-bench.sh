@@ -22,7 +22,7 @@ step() { printf '\n== %s\n' "$*" >&2; }
 die() { echo "bench: ERROR: $*" >&2; exit 1; }
 
 only=${1:-all}
-[[ $only == all || $only == chat ]] || die "usage: run-bench.sh [chat]"
+[[ $only == all || $only == chat || $only == instructions ]] || die "usage: run-bench.sh [chat|instructions]"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/agent-platform-bench.XXXXXX")
 server_pid=
@@ -66,6 +66,18 @@ bench_chat() {
 }
 if [[ $only == chat ]]; then
   bench_chat
+  exit 0
+fi
+if [[ $only == instructions ]]; then
+  step "agent chat: instructions per chat under callgrind"
+  if ! command -v valgrind >/dev/null; then
+    sudo=()
+    [[ $EUID -eq 0 ]] || sudo=(sudo -n)
+    apt-cache show valgrind >/dev/null 2>&1 || "${sudo[@]}" apt-get update -qq </dev/null
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind </dev/null >/dev/null
+  fi
+  SERVER_BIN=$bin PSQL="$(cat "${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}/pg-root")/bin/psql" \
+    python3 localstack/chat_instructions.py
   exit 0
 fi
 

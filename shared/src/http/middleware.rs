@@ -1,17 +1,20 @@
 //! Cross-cutting layers: request ids on every log line, and the `{status, message, data}`
 //! rendering of failures for the modules that use that envelope.
 
-use axum::body::Body;
+use std::pin::Pin;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
 use axum::extract::MatchedPath;
 use axum::http::{HeaderName, Request};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::json;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
 use tracing::field::Empty;
-use tracing::Span;
+use tracing::{Instrument, Span};
 
 use crate::error::ErrorInfo;
 use crate::AppError;
@@ -25,12 +28,55 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub fn with_request_tracing<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
     router
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(
-            |res: &Response, _: std::time::Duration, span: &Span| {
-                span.record("http.response.status_code", i64::from(res.status().as_u16()));
-            },
-        ))
+        .layer(axum::middleware::from_fn(trace_request))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// Runs the handler in the request's span and keeps the span open until the response's body
+/// has ended, so a streamed answer's trace covers the whole stream. The body is not polled
+/// inside the span (tower-http's TraceLayer enters it at every chunk): a streamed answer has a
+/// chunk per token, and each entry and exit of a span is bookkeeping for every layer.
+async fn trace_request(req: Request<Body>, next: Next) -> Response {
+    let span = request_span(&req);
+    let started = Instant::now();
+    let response = next.run(req).instrument(span.clone()).await;
+    let status = response.status();
+    span.record("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        let _entered = span.enter();
+        tracing::error!(
+            status = status.as_u16(),
+            latency_ms = started.elapsed().as_millis() as u64,
+            "response failed"
+        );
+    }
+    response.map(|body| Body::new(SpanBody { body, _span: span }))
+}
+
+/// A response body that holds its request's span until it is dropped.
+struct SpanBody {
+    body: Body,
+    _span: Span,
+}
+
+impl http_body::Body for SpanBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 fn request_span(req: &Request<Body>) -> Span {

@@ -12,6 +12,7 @@ are counted, the kernel is not.
 import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -94,7 +95,6 @@ def fresh_database(admin_url):
 
 
 def free_port():
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

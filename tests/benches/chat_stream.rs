@@ -28,7 +28,12 @@
 //! unset). Every service chat does its real work: agent and model lookups, quota, history (20
 //! messages), the stored user and assistant messages.
 //!
-//! Run with `make bench-chat` (only this benchmark) or `make bench`.
+//! For the concurrency runs a second table says where the whole machine's CPU went per stream:
+//! the server, Postgres (every `postgres` process) and this process (client and upstream).
+//!
+//! Run with `make bench-chat` (only this benchmark) or `make bench`;
+//! `CHAT_BENCH_ONLY=concurrency make bench-chat` runs only the kept-alive concurrency rows of the
+//! raw upstream and the two service paths (about a minute).
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,6 +56,46 @@ const DURATION: Duration = Duration::from_secs(10);
 /// Well under the ~40 ms of a delayed ACK, well over a loaded machine's scheduling noise.
 const GUARD_LIMIT: Duration = Duration::from_millis(20);
 const OPEN_ID: &str = "bench-user";
+
+/// All CPUs' ticks so far and the idle ones among them (`/proc/stat`, idle + iowait).
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()
+        .expect("the cpu line")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (cpu.iter().sum(), cpu[3] + cpu[4])
+}
+
+/// CPU seconds of every process named `name` (Postgres: one process per connection).
+fn cpu_of_named(name: &str) -> f64 {
+    let mut total = 0.0;
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        // A process may end between the listing and the reads.
+        let named = std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name);
+        if named && std::fs::metadata(format!("/proc/{pid}/stat")).is_ok() {
+            total += cpu_seconds(pid);
+        }
+    }
+    total
+}
+
+/// Where the whole machine's CPU went during a concurrency run.
+struct MachineShare {
+    /// Busy share of all CPUs.
+    busy: f64,
+    /// CPU milliseconds per stream: the server, Postgres, this process (client and upstream).
+    server_ms: Option<f64>,
+    postgres_ms: f64,
+    bench_ms: f64,
+}
 
 /// Sum over the process and its children (LiteLLM may fork workers).
 fn tree_cpu_seconds(pid: u32) -> f64 {
@@ -257,6 +302,8 @@ struct Row {
     streams_per_s: f64,
     /// None for the raw upstream, which runs inside this process.
     per_cpu_s: Option<f64>,
+    /// Concurrency runs only.
+    machine: Option<MachineShare>,
 }
 
 impl Row {
@@ -301,6 +348,33 @@ impl Row {
     }
 }
 
+fn print_header() {
+    println!(
+        "| path | connection | concurrency | first token p50 | first token p99 | added p50 | added p99 | streams/s | streams per server CPU-s | after last token p50 / p99 | after done line p99 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+}
+
+/// The machine's CPU per stream in the concurrency runs: whatever the service leaves to
+/// Postgres or the client is paid for by the same two cores.
+fn print_machine_shares(rows: &[Row]) {
+    println!("\nwhere the machine's CPU went at concurrency {CONCURRENCY} (CPU ms per stream)");
+    println!("| path | connection | machine busy | server | Postgres | client and upstream (bench process) |");
+    println!("|---|---|---|---|---|---|");
+    for row in rows {
+        let Some(m) = &row.machine else { continue };
+        println!(
+            "| {} | {} | {:.0}% | {} | {:.2} | {:.2} |",
+            row.target,
+            row.conn.label(),
+            m.busy * 100.0,
+            m.server_ms.map_or("-".to_owned(), |v| format!("{v:.2}")),
+            m.postgres_ms,
+            m.bench_ms
+        );
+    }
+}
+
 /// ROUNDS streams of `target`, each after one of `raw` on the same client (the pair's
 /// difference is the added time); `pid` is the server process whose CPU is counted.
 async fn sequential(http: &reqwest::Client, raw: &Target, target: &Target, pid: Option<u32>, conn: Conn) -> (Row, Row) {
@@ -328,6 +402,7 @@ async fn sequential(http: &reqwest::Client, raw: &Target, target: &Target, pid: 
         added: vec![],
         streams_per_s: ROUNDS as f64 / raw_busy.as_secs_f64(),
         per_cpu_s: None,
+        machine: None,
     };
     let row = Row {
         target: target.name(),
@@ -338,6 +413,7 @@ async fn sequential(http: &reqwest::Client, raw: &Target, target: &Target, pid: 
         added,
         streams_per_s: ROUNDS as f64 / busy.as_secs_f64(),
         per_cpu_s,
+        machine: None,
     };
     (raw_row, row)
 }
@@ -345,6 +421,8 @@ async fn sequential(http: &reqwest::Client, raw: &Target, target: &Target, pid: 
 /// CONCURRENCY streams in flight for DURATION; `pid` is the server process whose CPU is counted.
 async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, conn: Conn) -> Row {
     let cpu_before = pid.map(tree_cpu_seconds);
+    let machine_before = machine_ticks();
+    let (postgres_before, bench_before) = (cpu_of_named("postgres"), cpu_seconds(std::process::id()));
     let started = Instant::now();
     let deadline = started + DURATION;
     let workers: Vec<_> = (0..CONCURRENCY)
@@ -366,6 +444,14 @@ async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, c
     }
     let secs = started.elapsed().as_secs_f64();
     let n = timings.len() as f64;
+    let server_cpu = pid.zip(cpu_before).map(|(p, before)| tree_cpu_seconds(p) - before);
+    let (all, idle) = machine_ticks();
+    let machine = MachineShare {
+        busy: 1.0 - (idle - machine_before.1) as f64 / (all - machine_before.0).max(1) as f64,
+        server_ms: server_cpu.map(|s| s * 1000.0 / n),
+        postgres_ms: (cpu_of_named("postgres") - postgres_before) * 1000.0 / n,
+        bench_ms: (cpu_seconds(std::process::id()) - bench_before) * 1000.0 / n,
+    };
     Row {
         target: target.name(),
         service: target.is_service(),
@@ -374,9 +460,8 @@ async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, c
         timings,
         added: vec![],
         streams_per_s: n / secs,
-        per_cpu_s: pid
-            .zip(cpu_before)
-            .map(|(p, before)| n / (tree_cpu_seconds(p) - before).max(0.01)),
+        per_cpu_s: server_cpu.map(|s| n / s.max(0.01)),
+        machine: Some(machine),
     }
 }
 
@@ -544,7 +629,13 @@ async fn main() {
         body: openai_body.clone(),
     };
     let service_pid = service.child.id();
-    let litellm = start_litellm(&http, &upstream.base_url, &model, dir.path()).await;
+    // CHAT_BENCH_ONLY=concurrency: the kept-alive concurrency rows of the raw upstream and the
+    // two service paths, for a quick look at the tail (a minute instead of ten).
+    let quick = std::env::var("CHAT_BENCH_ONLY").as_deref() == Ok("concurrency");
+    let litellm = match quick {
+        true => None,
+        false => start_litellm(&http, &upstream.base_url, &model, dir.path()).await,
+    };
     let mut targets = vec![
         (
             Target::Service {
@@ -572,6 +663,25 @@ async fn main() {
     }
 
     let mut rows = vec![];
+    if quick {
+        let http = Conn::KeptAlive.client();
+        for _ in 0..WARMUP {
+            for (t, _) in &targets {
+                t.stream(&http, "ttfb").await;
+            }
+        }
+        print_header();
+        let reference = concurrent(&http, &raw, None, Conn::KeptAlive).await;
+        reference.print(&reference);
+        rows.push(reference);
+        for (t, pid) in &targets {
+            let row = concurrent(&http, t, *pid, Conn::KeptAlive).await;
+            row.print(&rows[0]);
+            rows.push(row);
+        }
+        print_machine_shares(&rows);
+        return;
+    }
     for conn in [Conn::KeptAlive, Conn::New] {
         let http = conn.client();
         for _ in 0..WARMUP {
@@ -603,10 +713,7 @@ async fn main() {
          concurrency {CONCURRENCY} = {}s per path (ms)",
         DURATION.as_secs()
     );
-    println!(
-        "| path | connection | concurrency | first token p50 | first token p99 | added p50 | added p99 | streams/s | streams per server CPU-s | after last token p50 / p99 | after done line p99 |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    print_header();
     let raw_of = |conn: Conn, concurrency: usize| {
         rows.iter()
             .find(|r| r.target == raw.name() && r.conn == conn && r.concurrency == concurrency)
@@ -627,6 +734,7 @@ async fn main() {
     if litellm.is_none() {
         println!("(LITELLM_BIN unset: LiteLLM not measured)");
     }
+    print_machine_shares(&rows);
 
     println!("\ngoals (each against the raw upstream of the same run):");
     for row in rows.iter().filter(|r| r.service) {

@@ -35,7 +35,8 @@ async fn chat_stream(
     Path(agent_id): Path<i64>,
     Json(req): Json<ChatRequest>,
 ) -> AppResult<Response> {
-    let agent = service::visible(&state, &user, agent_id).await?;
+    let chat_agent = service::visible_for_chat(&state, &user, agent_id).await?;
+    let agent = &chat_agent.agent;
     if !agent.is_enabled() && !user.can_manage(agent.creator_id) {
         return Err(AppError::business("the agent does not exist or is disabled"));
     }
@@ -44,7 +45,7 @@ async fn chat_stream(
         billing: Billing::of(&user),
         resources: (!user.is_admin()).then_some(user.id),
     };
-    let events = chat::start(&state, caller, agent, req).await?;
+    let events = chat::start(&state, caller, chat_agent, req).await?;
     let body = Body::from_stream(events.map(|e| Ok::<_, Infallible>(Bytes::from(e.ndjson()))));
     event_stream::response("application/x-ndjson", body)
 }

@@ -1,8 +1,10 @@
 //! SQL of the agents module.
 
+use sqlx::types::Json;
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::model::{AgentFilter, AgentRow, AgentSort};
+use crate::models::{self, ModelConfigRow};
 use crate::users::repo::escape_like;
 
 /// Everything an agent's row stores that a caller can set.
@@ -59,6 +61,11 @@ impl From<&AgentRow> for AgentData {
 
 /// The select list of an `AgentRow`, as seen by the viewer bound next.
 fn select(viewer: i64) -> QueryBuilder<'static, Postgres> {
+    select_with(viewer, "")
+}
+
+/// `select` with more columns (`, expr AS name`) after the agent's own.
+fn select_with(viewer: i64, more: &str) -> QueryBuilder<'static, Postgres> {
     let mut qb = QueryBuilder::new(
         "SELECT a.id, a.name, a.description, a.avatar, a.instruction, a.greeting, a.preset_questions,
            a.chat_model_id, m.model_key AS chat_model, a.mcp_enabled, a.mcp_server_ids, a.skill_enabled,
@@ -68,15 +75,32 @@ fn select(viewer: i64) -> QueryBuilder<'static, Postgres> {
            EXISTS (SELECT 1 FROM agent_subscriptions s WHERE s.agent_id = a.id AND s.user_id = ",
     );
     qb.push_bind(viewer);
-    qb.push(
-        ") AS subscribed
-         FROM agents a JOIN users u ON u.id = a.creator_id LEFT JOIN model_configs m ON m.id = a.chat_model_id",
-    );
+    qb.push(") AS subscribed");
+    qb.push(more);
+    qb.push(" FROM agents a JOIN users u ON u.id = a.creator_id LEFT JOIN model_configs m ON m.id = a.chat_model_id");
     qb
 }
 
 pub async fn find(db: &PgPool, id: i64, viewer: i64) -> sqlx::Result<Option<AgentRow>> {
     let mut qb = select(viewer);
+    qb.push(" WHERE a.id = ").push_bind(id);
+    qb.build_query_as().fetch_optional(db).await
+}
+
+/// An agent with the config of the model it chats with.
+#[derive(sqlx::FromRow)]
+pub struct ChatAgentRow {
+    #[sqlx(flatten)]
+    pub agent: AgentRow,
+    /// Its own chat model or, without one, the default chat model; None when that is missing.
+    pub chat_model_config: Option<Json<ModelConfigRow>>,
+}
+
+/// The agent and its chat model in one statement: a chat reads both before its first token,
+/// and each round trip waits its turn for a loaded machine's CPU.
+pub async fn find_for_chat(db: &PgPool, id: i64, viewer: i64) -> sqlx::Result<Option<ChatAgentRow>> {
+    let column = format!(", {} AS chat_model_config", models::repo::chat_config_of_agent());
+    let mut qb = select_with(viewer, &column);
     qb.push(" WHERE a.id = ").push_bind(id);
     qb.build_query_as().fetch_optional(db).await
 }

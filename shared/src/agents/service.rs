@@ -2,7 +2,7 @@
 
 use super::model::{AgentFields, AgentFilter, AgentRow, AgentView, ChatModelOption, MarketAgent};
 use super::references;
-use super::repo::{self, AgentData, Viewer};
+use super::repo::{self, AgentData, ChatAgentRow, Viewer};
 use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::models::{self, ModelType};
 use crate::{validate, AppError, AppResult, AppState};
@@ -18,8 +18,20 @@ fn viewer(user: &CurrentUser) -> Viewer {
 pub async fn visible(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<AgentRow> {
     repo::find(state.db(), id, user.id)
         .await?
-        .filter(|a| user.is_admin() || a.is_enabled() || a.creator_id == user.id)
+        .filter(|a| may_see(user, a))
         .ok_or_else(|| AppError::not_found("agent"))
+}
+
+/// `visible`, with the config of the agent's chat model read in the same statement.
+pub async fn visible_for_chat(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ChatAgentRow> {
+    repo::find_for_chat(state.db(), id, user.id)
+        .await?
+        .filter(|r| may_see(user, &r.agent))
+        .ok_or_else(|| AppError::not_found("agent"))
+}
+
+fn may_see(user: &CurrentUser, agent: &AgentRow) -> bool {
+    user.is_admin() || agent.is_enabled() || agent.creator_id == user.id
 }
 
 /// An agent the caller may change: its creator or an administrator.

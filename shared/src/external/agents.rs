@@ -3,7 +3,7 @@
 
 use super::model::{AgentQuery, ExternalAgent, OpenIdQuery, SubscriptionRequest};
 use super::{repo, users};
-use crate::agents::repo as agent_repo;
+use crate::agents::repo::{self as agent_repo, ChatAgentRow};
 use crate::agents::AgentRow;
 use crate::domain::AppCaller;
 use crate::{validate, AppError, AppResult, AppState};
@@ -46,8 +46,20 @@ pub async fn detail(state: &AppState, app: &AppCaller, q: AgentQuery) -> AppResu
 pub async fn usable(state: &AppState, app: &AppCaller, id: i64) -> AppResult<AgentRow> {
     agent_repo::find(state.db(), id, 0)
         .await?
-        .filter(|a| a.is_enabled() && a.app_id.as_deref().is_none_or(|bound| bound == app.app_id))
+        .filter(|a| may_use(app, a))
         .ok_or_else(unavailable)
+}
+
+/// `usable`, with the config of the agent's chat model read in the same statement.
+pub async fn usable_for_chat(state: &AppState, app: &AppCaller, id: i64) -> AppResult<ChatAgentRow> {
+    agent_repo::find_for_chat(state.db(), id, 0)
+        .await?
+        .filter(|r| may_use(app, &r.agent))
+        .ok_or_else(unavailable)
+}
+
+fn may_use(app: &AppCaller, agent: &AgentRow) -> bool {
+    agent.is_enabled() && agent.app_id.as_deref().is_none_or(|bound| bound == app.app_id)
 }
 
 pub async fn subscribed(state: &AppState, app: &AppCaller, q: OpenIdQuery) -> AppResult<Vec<ExternalAgent>> {

@@ -71,7 +71,7 @@ pub async fn start(
     // Side by side, not one after the other: a refusal of the agent removes the user again
     // below, as any later refusal does.
     let (agent, ensured) = tokio::join!(
-        agents::usable(state, &caller.app, agent_id),
+        agents::usable_for_chat(state, &caller.app, agent_id),
         repo::ensure_user(state.db(), caller.app.id, &open_id),
     );
     let (user, created) = ensured?;

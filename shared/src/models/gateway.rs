@@ -128,9 +128,13 @@ pub fn endpoint_of(state: &AppState, row: &ModelConfigRow) -> AppResult<Endpoint
 
 /// An enabled model config (of an enabled provider) of the expected type.
 pub async fn load(state: &AppState, id: i64, expected: ModelType) -> AppResult<ModelHandle> {
-    let row = repo::config(state.db(), id)
-        .await?
-        .ok_or_else(|| AppError::not_found("model config"))?;
+    checked(state, id, repo::config(state.db(), id).await?, expected)
+}
+
+/// Model `id`'s config, already read with something else (None: there is no such config),
+/// refused as `load` refuses it.
+pub fn checked(state: &AppState, id: i64, row: Option<ModelConfigRow>, expected: ModelType) -> AppResult<ModelHandle> {
+    let row = row.ok_or_else(|| AppError::not_found("model config"))?;
     if row.model_type() != expected {
         return Err(AppError::validation(format!(
             "model {id} is a {} model, not {}",
@@ -147,8 +151,17 @@ pub async fn load(state: &AppState, id: i64, expected: ModelType) -> AppResult<M
 
 /// The default model of a type, or a message saying none is configured.
 pub async fn default_model(state: &AppState, model_type: ModelType) -> AppResult<ModelHandle> {
-    let row = repo::default_config(state.db(), model_type.as_str())
-        .await?
+    checked_default(
+        state,
+        repo::default_config(state.db(), model_type.as_str()).await?,
+        model_type,
+    )
+}
+
+/// The default model's config, already read with something else (None: none is set), refused
+/// as `default_model` refuses it.
+pub fn checked_default(state: &AppState, row: Option<ModelConfigRow>, model_type: ModelType) -> AppResult<ModelHandle> {
+    let row = row
         .filter(|r| r.is_enabled)
         .ok_or_else(|| AppError::business(format!("no default {} model is configured", model_type.as_str())))?;
     let endpoint = endpoint_of(state, &row)?;

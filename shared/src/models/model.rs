@@ -60,7 +60,8 @@ pub struct ProviderRequest {
     pub is_enabled: Option<bool>,
 }
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// Also read as JSON, where it comes with another row (an agent's chat model).
+#[derive(Debug, Clone, sqlx::FromRow, Deserialize)]
 pub struct ModelConfigRow {
     pub id: i64,
     pub provider_id: i64,

@@ -86,6 +86,15 @@ const CONFIG_SELECT: &str =
     EXISTS (SELECT 1 FROM users u WHERE u.id = c.creator_id AND u.role = 1) AS by_operator
     FROM model_configs c JOIN model_providers p ON p.id = c.provider_id";
 
+/// The config an agent row `a` chats with (its own model or the default chat model) as one
+/// JSON object, or NULL: a column for statements that read an agent for a chat.
+pub fn chat_config_of_agent() -> String {
+    format!(
+        "(SELECT to_jsonb(mc) FROM ({CONFIG_SELECT} WHERE c.id = COALESCE(a.chat_model_id,
+           (SELECT d.id FROM model_configs d WHERE d.model_type = 'CHAT' AND d.is_default LIMIT 1))) mc)"
+    )
+}
+
 /// Who may see which configs: everyone sees GLOBAL ones, owners their PERSONAL ones,
 /// administrators everything.
 #[derive(Debug, Clone, Copy)]

@@ -17,12 +17,13 @@ use self::attachments::{AttachmentIn, ResourceOwner};
 pub use self::events::{StreamEvent, TokenUsage};
 use self::tools::Disabled;
 use super::conversation_repo::{self as repo, NewTurn};
+use super::repo::ChatAgentRow;
 use super::AgentRow;
 use crate::apps::routing::NodeRoute;
 use crate::domain::spawn_stream;
 use crate::domain::Owner;
 use crate::models::gateway::{self, Billing, ModelHandle};
-use crate::models::ModelType;
+use crate::models::{ModelConfigRow, ModelType};
 use crate::{validate, AppError, AppResult, AppState};
 
 pub const MAX_CONTENT_CHARS: usize = 32_000;
@@ -48,10 +49,11 @@ pub struct Caller {
     pub resources: ResourceOwner,
 }
 
-async fn chat_model(state: &AppState, agent: &AgentRow) -> AppResult<ModelHandle> {
+/// The agent's chat model (its own or the default one), from the config read with the agent.
+fn chat_model(state: &AppState, agent: &AgentRow, config: Option<ModelConfigRow>) -> AppResult<ModelHandle> {
     let model = match agent.chat_model_id {
-        Some(id) => gateway::load(state, id, ModelType::Chat).await,
-        None => gateway::default_model(state, ModelType::Chat).await,
+        Some(id) => gateway::checked(state, id, config, ModelType::Chat),
+        None => gateway::checked_default(state, config, ModelType::Chat),
     };
     model.map_err(|e| AppError::business(format!("this agent has no usable chat model: {e}")))
 }
@@ -71,19 +73,22 @@ fn conversation_key(value: Option<String>) -> AppResult<String> {
 pub async fn start(
     state: &AppState,
     caller: Caller,
-    agent: AgentRow,
+    chat_agent: ChatAgentRow,
     req: ChatRequest,
 ) -> AppResult<BoxStream<'static, StreamEvent>> {
+    let ChatAgentRow {
+        agent,
+        chat_model_config,
+    } = chat_agent;
     let content = validate::required("content", req.content)?;
     validate::length("content", &content, 1, MAX_CONTENT_CHARS)?;
     let key = conversation_key(req.conversation_id)?;
     // The tokens of the first model call are held now, so a chat the quota cannot pay for is
     // refused before anything is stored; the call itself tops them up to its real size.
+    let model = chat_model(state, &agent, chat_model_config.map(|c| c.0))?;
     let model = match &agent.app_id {
-        Some(app_id) => chat_model(state, &agent)
-            .await?
-            .via(NodeRoute::for_conversation(state, app_id, &key)),
-        None => chat_model(state, &agent).await?,
+        Some(app_id) => model.via(NodeRoute::for_conversation(state, app_id, &key)),
+        None => model,
     };
     let hold = gateway::hold(state, caller.billing, gateway::turn_estimate(state, &model, &content)).await?;
     let items = req.attachments.unwrap_or_default();

@@ -141,6 +141,48 @@ async fn refusals_store_nothing() {
     assert_eq!(id.len(), 36, "a UUID: {id}");
 }
 
+/// The chat model comes in the statement that reads the agent: the agent's own model, or the
+/// default chat model when it has none, and it must be enabled.
+#[tokio::test]
+async fn an_agent_chats_with_its_own_model_or_the_default_one_and_never_a_disabled_one() {
+    let s = ChatSetup::new().await;
+    let modelless = s.agent(&s.admin, json!({ "name": "No model" })).await;
+    s.chat(&s.admin, modelless, say("a", "hi"))
+        .await
+        .refused()
+        .assert_error(400, 0, "no default CHAT model is configured");
+
+    let default = s.chat_model("chat-echo", json!({ "isDefault": true })).await;
+    let own = s.chat_model("chat-think", json!({})).await;
+    let owning = s.agent(&s.admin, json!({ "name": "Own", "chatModelId": own })).await;
+    let by_default = s.chat(&s.admin, modelless, say("b", "hi")).await.events();
+    assert_eq!(
+        joined(&by_default, "thinking"),
+        "",
+        "the default model, chat-echo, does not think"
+    );
+    assert_eq!(joined(&by_default, "text"), "You said: hi");
+    let by_own = s.chat(&s.admin, owning, say("c", "hi")).await.events();
+    assert_eq!(joined(&by_own, "thinking"), "Let me think about it. ");
+    let answered_by: Vec<Option<i64>> =
+        sqlx::query_scalar("SELECT model_id FROM messages WHERE role = 'assistant' ORDER BY id")
+            .fetch_all(&s.app.db)
+            .await
+            .unwrap();
+    assert_eq!(answered_by, [Some(default), Some(own)]);
+
+    s.app
+        .put(&format!("/ai-model/config/{own}/disable"), Some(&s.admin), &json!({}))
+        .await
+        .assert_status_ok();
+    let stored = s.app.count("messages").await;
+    s.chat(&s.admin, owning, say("c", "again"))
+        .await
+        .refused()
+        .assert_error(400, 0, "is disabled");
+    assert_eq!(s.app.count("messages").await, stored);
+}
+
 #[tokio::test]
 async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
     let s = ChatSetup::new().await;

@@ -169,11 +169,15 @@ pub fn checked_default(state: &AppState, row: Option<ModelConfigRow>, model_type
 }
 
 /// Holds up to `want` tokens for `billing`'s user (refused when none are left); unlimited for
-/// administrators and record-only calls.
-#[tracing::instrument(name = "quota_hold", skip(state, billing), fields(user.id = ?billing.user_id()))]
+/// administrators and record-only calls. Only a real hold gets a `quota_hold` span: an
+/// unlimited one asks nothing of the database, and its span would say nothing but cost a
+/// span's export in every administrator's and every external chat.
 pub async fn hold(state: &AppState, billing: Billing, want: u64) -> AppResult<Hold> {
     match billing {
-        Billing::User(id) => Hold::take(state.db(), id, want).await,
+        Billing::User(id) => {
+            let span = tracing::info_span!("quota_hold", user.id = id, want);
+            Hold::take(state.db(), id, want).instrument(span).await
+        }
         Billing::RecordOnly(_) => Ok(Hold::unlimited(state.db())),
     }
 }

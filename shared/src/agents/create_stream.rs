@@ -6,6 +6,7 @@
 //! return as `\r`.
 
 use std::collections::HashMap;
+use tracing::Instrument as _;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -69,13 +70,16 @@ pub async fn start(
     )
     .await?;
     let (state, user) = (state.clone(), user.clone());
-    Ok(spawn_stream(move |tx: Sender<String>| async move {
-        let _ = tx.send("[START]\n".to_owned()).await;
-        let line = match draft_and_create(&state, &user, &model, hold, &description, &tx).await {
-            Ok(id) => format!("[DONE]{id}\n"),
-            Err(message) => format!("[ERROR]{}\n", escape(&message)),
-        };
-        let _ = tx.send(line).await;
+    Ok(spawn_stream(move |tx: Sender<String>| {
+        async move {
+            let _ = tx.send("[START]\n".to_owned()).await;
+            let line = match draft_and_create(&state, &user, &model, hold, &description, &tx).await {
+                Ok(id) => format!("[DONE]{id}\n"),
+                Err(message) => format!("[ERROR]{}\n", escape(&message)),
+            };
+            let _ = tx.send(line).await;
+        }
+        .in_current_span()
     }))
 }
 

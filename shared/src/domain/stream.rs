@@ -5,11 +5,13 @@ use std::future::Future;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use tracing::Instrument;
 
 /// A stream fed by a spawned task through `Sender`. When the client goes away the receiver is
 /// dropped: sends fail and `Sender::closed` resolves, so the task can stop its upstream work.
-/// The task runs in the caller's span, so what it does belongs to the request's trace.
+/// The task is not run in the caller's span: a body that belongs to the request's trace takes the
+/// span along itself, all of it (`in_current_span`) or the parts that open spans, log or call out
+/// (the chat turn: its task is polled at every token, and entering a span at each poll costs
+/// every layer of the subscriber a lookup of the span).
 pub fn spawn_stream<E, F, Fut>(body: F) -> BoxStream<'static, E>
 where
     E: Send + 'static,
@@ -17,10 +19,10 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel(64);
-    // The stream ends only after the task has let go of the span: whoever waits for the end
-    // (a Lambda function flushing its spans) then finds the span ended.
+    // The stream ends only after the task, and any span it holds, is gone: whoever waits for
+    // the end (a Lambda function flushing its spans) then finds the spans ended.
     let keep_open = tx.clone();
-    let task = body(tx).instrument(tracing::Span::current());
+    let task = body(tx);
     tokio::spawn(async move {
         task.await;
         drop(keep_open);

@@ -5,6 +5,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tracing::Instrument as _;
 use utoipa::ToSchema;
 
 use crate::domain::spawn_stream;
@@ -67,10 +68,13 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
     }
     let state = state.clone();
     let (user_id, billing) = (user.id, Billing::of(user));
-    Ok(spawn_stream(move |tx: Sender| async move {
-        if let Err(message) = run(&state, &kb, (user_id, billing), &query, conversation.as_deref(), &tx).await {
-            let _ = tx.send(QaEvent::Error { message }).await;
+    Ok(spawn_stream(move |tx: Sender| {
+        async move {
+            if let Err(message) = run(&state, &kb, (user_id, billing), &query, conversation.as_deref(), &tx).await {
+                let _ = tx.send(QaEvent::Error { message }).await;
+            }
         }
+        .in_current_span()
     }))
 }
 

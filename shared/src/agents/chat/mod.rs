@@ -118,6 +118,7 @@ pub async fn start(
     .await?;
 
     let turn = run::Turn {
+        span: tracing::Span::current(),
         state: state.clone(),
         caller,
         agent,

@@ -6,6 +6,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::Sender;
+use tracing::{Instrument, Span};
 
 use super::attachments::{self, Image};
 use super::events::{StreamEvent, TokenUsage};
@@ -24,6 +25,9 @@ use crate::AppState;
 pub const MAX_STEPS: usize = 8;
 
 pub(super) struct Turn {
+    /// The request's span, taken into the parts of the turn that open spans, log or call out,
+    /// not into the relay of tokens: the turn's task is polled at every token.
+    pub span: Span,
     pub state: AppState,
     pub caller: Caller,
     pub agent: AgentRow,
@@ -109,7 +113,9 @@ impl Turn {
             Err(o) => o,
         };
         let duration_ms = started.elapsed().as_millis() as u64;
-        self.store(&answer, &outcome, duration_ms).await;
+        self.store(&answer, &outcome, duration_ms)
+            .instrument(self.span.clone())
+            .await;
         match &outcome {
             Outcome::Complete => {
                 let _ = out
@@ -120,7 +126,7 @@ impl Turn {
                         duration_ms,
                     })
                     .await;
-                self.remember().await;
+                self.remember().instrument(self.span.clone()).await;
                 if self.new_conversation {
                     title::generate(
                         &self.state,
@@ -130,6 +136,7 @@ impl Turn {
                         &self.content,
                         &answer.text,
                     )
+                    .instrument(self.span.clone())
                     .await;
                 }
             }
@@ -155,12 +162,15 @@ impl Turn {
     ) -> Result<(), Outcome> {
         // Independent reads, side by side: each one waited for in turn would add its round
         // trip to the time before the first token.
-        let (images, toolbox, memories, knowledge) = tokio::join!(
-            attachments::data_uris(&self.state, &self.images),
-            Toolbox::for_agent(&self.state, &self.agent, &self.disabled),
-            context::memories(&self.state, &self.agent, self.caller.owner, &self.content),
-            context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
-        );
+        let gathered = async {
+            tokio::join!(
+                attachments::data_uris(&self.state, &self.images),
+                Toolbox::for_agent(&self.state, &self.agent, &self.disabled),
+                context::memories(&self.state, &self.agent, self.caller.owner, &self.content),
+                context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
+            )
+        };
+        let (images, toolbox, memories, knowledge) = gathered.instrument(self.span.clone()).await;
         let images = images.map_err(Outcome::failed)?;
         let ctx = Context {
             tool_notes: toolbox.prompt_notes.clone(),
@@ -199,9 +209,19 @@ impl Turn {
         hold: Option<Hold>,
     ) -> Result<Vec<ToolCall>, Outcome> {
         let (state, model, billing) = (&self.state, &self.model, self.caller.billing);
+        // The call's own span (and the hold's) opens below the request's; the stream then
+        // records on it without being entered.
         let stream = match hold {
-            Some(hold) => gateway::chat_stream_held(state, model, billing, hold, "chat", req).await,
-            None => gateway::chat_stream(state, model, billing, "chat", req).await,
+            Some(hold) => {
+                gateway::chat_stream_held(state, model, billing, hold, "chat", req)
+                    .instrument(self.span.clone())
+                    .await
+            }
+            None => {
+                gateway::chat_stream(state, model, billing, "chat", req)
+                    .instrument(self.span.clone())
+                    .await
+            }
         };
         let mut stream = stream.map_err(|e| match e {
             CallError::Model(e) => self.model_failed(&e),
@@ -252,7 +272,7 @@ impl Turn {
         .await?;
         let result = tokio::select! {
             _ = out.tx.closed() => return Err(Outcome::Stopped),
-            result = toolbox.call(&self.state, &call.name, &arguments) => result,
+            result = toolbox.call(&self.state, &call.name, &arguments).instrument(self.span.clone()) => result,
         };
         answer.tool_calls.push(json!({
             "name": call.name, "serverId": server_id, "arguments": arguments, "ok": result.ok,
@@ -288,6 +308,7 @@ impl Turn {
     /// would otherwise read what an internal service answers. The stored message and the log
     /// keep the whole error for whoever looks into it.
     fn model_failed(&self, e: &ModelError) -> Outcome {
+        let _in_request = self.span.enter();
         let kept = format!("the model call failed: {e}");
         tracing::warn!(agent_id = self.agent.id, model_id = self.model.row.id, error = %e, "model call failed");
         let own = matches!(self.caller.owner, Owner::User(id) if id == self.model.row.creator_id);

@@ -99,8 +99,7 @@ pub struct ChatAgentRow {
 /// The agent and its chat model in one statement: a chat reads both before its first token,
 /// and each round trip waits its turn for a loaded machine's CPU.
 pub async fn find_for_chat(db: &PgPool, id: i64, viewer: i64) -> sqlx::Result<Option<ChatAgentRow>> {
-    let column = format!(", {} AS chat_model_config", models::repo::chat_config_of_agent());
-    let mut qb = select_with(viewer, &column);
+    let mut qb = select_with(viewer, &models::repo::CHAT_CONFIG_OF_AGENT);
     qb.push(" WHERE a.id = ").push_bind(id);
     qb.build_query_as().fetch_optional(db).await
 }

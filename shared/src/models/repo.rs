@@ -1,5 +1,7 @@
 //! SQL of providers and model configs.
 
+use std::sync::LazyLock;
+
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::{ModelConfigRow, ProviderRow};
@@ -87,13 +89,15 @@ const CONFIG_SELECT: &str =
     FROM model_configs c JOIN model_providers p ON p.id = c.provider_id";
 
 /// The config an agent row `a` chats with (its own model or the default chat model) as one
-/// JSON object, or NULL: a column for statements that read an agent for a chat.
-pub fn chat_config_of_agent() -> String {
+/// JSON object, or NULL: a column for statements that read an agent for a chat. Built once:
+/// it is part of every chat's first statement.
+pub static CHAT_CONFIG_OF_AGENT: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "(SELECT to_jsonb(mc) FROM ({CONFIG_SELECT} WHERE c.id = COALESCE(a.chat_model_id,
-           (SELECT d.id FROM model_configs d WHERE d.model_type = 'CHAT' AND d.is_default LIMIT 1))) mc)"
+        ", (SELECT to_jsonb(mc) FROM ({CONFIG_SELECT} WHERE c.id = COALESCE(a.chat_model_id,
+           (SELECT d.id FROM model_configs d WHERE d.model_type = 'CHAT' AND d.is_default LIMIT 1))) mc)
+         AS chat_model_config"
     )
-}
+});
 
 /// Who may see which configs: everyone sees GLOBAL ones, owners their PERSONAL ones,
 /// administrators everything.

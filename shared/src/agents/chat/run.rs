@@ -211,18 +211,13 @@ impl Turn {
         let (state, model, billing) = (&self.state, &self.model, self.caller.billing);
         // The call's own span (and the hold's) opens below the request's; the stream then
         // records on it without being entered.
-        let stream = match hold {
-            Some(hold) => {
-                gateway::chat_stream_held(state, model, billing, hold, "chat", req)
-                    .instrument(self.span.clone())
-                    .await
-            }
-            None => {
-                gateway::chat_stream(state, model, billing, "chat", req)
-                    .instrument(self.span.clone())
-                    .await
+        let opened = async {
+            match hold {
+                Some(hold) => gateway::chat_stream_held(state, model, billing, hold, "chat", req).await,
+                None => gateway::chat_stream(state, model, billing, "chat", req).await,
             }
         };
+        let stream = opened.instrument(self.span.clone()).await;
         let mut stream = stream.map_err(|e| match e {
             CallError::Model(e) => self.model_failed(&e),
             CallError::Refused(e) => Outcome::failed(e.to_string()),

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api_tests::bench_server::{
-    cpu_seconds, percentile_ms, start_service, wait_ready, OneConnection, Server, ADMIN_PASSWORD,
+    cpu_seconds, percentile_ms, start_service, try_cpu_seconds, wait_ready, OneConnection, Server, ADMIN_PASSWORD,
 };
 use api_tests::free_port;
 use api_tests::model_server::{ModelServer, GOOD_KEY};
@@ -80,8 +80,8 @@ fn cpu_of_named(name: &str) -> f64 {
         };
         // A process may end between the listing and the reads.
         let named = std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name);
-        if named && std::fs::metadata(format!("/proc/{pid}/stat")).is_ok() {
-            total += cpu_seconds(pid);
+        if named {
+            total += try_cpu_seconds(pid).unwrap_or(0.0);
         }
     }
     total

@@ -72,11 +72,16 @@ pub async fn start_service(
 
 /// CPU seconds (user + system) a process has used.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process stat");
+    try_cpu_seconds(pid).expect("process stat")
+}
+
+/// `cpu_seconds`, or None when the process is gone.
+pub fn try_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = &stat[stat.rfind(')').expect("stat format") + 2..];
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let ticks: f64 = fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
-    ticks / 100.0
+    Some(ticks / 100.0)
 }
 
 /// Resident memory of a process, in MiB.

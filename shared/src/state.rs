@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use crate::apps::credentials::AppCredentials;
 use crate::auth::JwtKeys;
 use crate::config::{Config, QueueBackend, StorageBackend};
 use crate::crypto::SecretBox;
@@ -27,6 +28,7 @@ struct Inner {
     jwt: JwtKeys,
     models: ModelClient,
     mcp: McpPool,
+    app_credentials: AppCredentials,
 }
 
 impl AppState {
@@ -75,6 +77,7 @@ impl AppState {
                 jwt,
                 models,
                 mcp,
+                app_credentials: AppCredentials::default(),
             }),
         }
     }
@@ -105,6 +108,11 @@ impl AppState {
     /// MCP sessions and tool lists of this process.
     pub fn mcp(&self) -> &McpPool {
         &self.inner.mcp
+    }
+
+    /// App credentials verified in the last few seconds.
+    pub fn app_credentials(&self) -> &AppCredentials {
+        &self.inner.app_credentials
     }
 
     /// The path under which the API is served, e.g. `/api`.

@@ -1,5 +1,6 @@
 //! Apps (third-party client applications), their client nodes and the embed tokens they sign.
 
+pub mod credentials;
 pub mod embed_token;
 pub mod frame_ancestors;
 pub mod model;

@@ -1,4 +1,5 @@
-//! External API authentication: `Svc-App-Id` + `Svc-Token`, compared in constant time.
+//! External API authentication: `Svc-App-Id` + `Svc-Token`, compared in constant time; a pair
+//! verified in the last few seconds is not read again (`crate::apps::credentials`).
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -31,6 +32,9 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
             "app credentials required: send Svc-App-Id and Svc-Token",
         ));
     };
+    if let Some(caller) = state.app_credentials().get(app_id, token) {
+        return Ok(caller);
+    }
     let refused = || AppError::unauthorized("app credentials invalid or app disabled");
     let row: Option<(i64, String, i16, i64)> =
         sqlx::query_as("SELECT id, token_enc, status, creator_id FROM apps WHERE app_id = $1")
@@ -46,9 +50,11 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
     if !constant_time_eq(expected.as_bytes(), token.as_bytes()) || status != 1 {
         return Err(refused());
     }
-    Ok(AppCaller {
+    let caller = AppCaller {
         id,
         app_id: app_id.to_owned(),
         creator_id,
-    })
+    };
+    state.app_credentials().put(&caller, token);
+    Ok(caller)
 }

@@ -286,8 +286,9 @@ async fn nodes_register_by_heartbeat_expire_and_can_be_kicked() {
         .await
         .assert_error(404, 404, "app nope");
 
-    // Deleting the app takes its nodes with it.
+    // Deleting the app takes its nodes with it, and its credentials, just used, stop working at once.
     app.delete(&format!("/app/{}", crm.id), Some(&admin)).await.assert_ok();
+    app.heartbeat(&crm, "node-1").await.assert_error(401, 401, "invalid");
     assert_eq!(
         app.get("/app/all-nodes", Some(&admin))
             .await

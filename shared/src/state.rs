@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use crate::apps::credentials::AppCredentials;
+use crate::apps::verified::VerifiedApps;
 use crate::auth::JwtKeys;
 use crate::config::{Config, QueueBackend, StorageBackend};
 use crate::crypto::SecretBox;
@@ -28,7 +28,7 @@ struct Inner {
     jwt: JwtKeys,
     models: ModelClient,
     mcp: McpPool,
-    app_credentials: AppCredentials,
+    verified_apps: VerifiedApps,
 }
 
 impl AppState {
@@ -77,7 +77,7 @@ impl AppState {
                 jwt,
                 models,
                 mcp,
-                app_credentials: AppCredentials::default(),
+                verified_apps: VerifiedApps::default(),
             }),
         }
     }
@@ -110,9 +110,9 @@ impl AppState {
         &self.inner.mcp
     }
 
-    /// App credentials verified in the last few seconds.
-    pub fn app_credentials(&self) -> &AppCredentials {
-        &self.inner.app_credentials
+    /// App credentials and external users verified in the last few seconds.
+    pub fn verified_apps(&self) -> &VerifiedApps {
+        &self.inner.verified_apps
     }
 
     /// The path under which the API is served, e.g. `/api`.

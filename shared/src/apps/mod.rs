@@ -1,6 +1,5 @@
 //! Apps (third-party client applications), their client nodes and the embed tokens they sign.
 
-pub mod credentials;
 pub mod embed_token;
 pub mod frame_ancestors;
 pub mod model;
@@ -12,5 +11,6 @@ pub mod nodes;
 pub mod repo;
 pub mod routing;
 pub mod service;
+pub mod verified;
 
 pub use model::*;

@@ -162,7 +162,7 @@ pub async fn delete(state: &AppState, id: i64) -> AppResult<()> {
     if !repo::delete(state.db(), id).await? {
         return Err(AppError::not_found("app"));
     }
-    state.app_credentials().forget(id);
+    state.verified_apps().forget(id);
     Ok(())
 }
 
@@ -170,7 +170,7 @@ pub async fn toggle_status(state: &AppState, id: i64) -> AppResult<()> {
     if !repo::toggle_status(state.db(), id).await? {
         return Err(AppError::not_found("app"));
     }
-    state.app_credentials().forget(id);
+    state.verified_apps().forget(id);
     Ok(())
 }
 

@@ -80,7 +80,7 @@ pub async fn subscribe(state: &AppState, app: &AppCaller, req: SubscriptionReque
     let open_id = users::check_open_id(req.open_id)?;
     if on {
         usable(state, app, agent_id).await?;
-        let user = users::ensure(state, app, &open_id).await?;
+        let (user, _) = users::ensure(state, app, &open_id).await?;
         repo::subscribe(state.db(), agent_id, user).await?;
     } else if let Some(user) = users::existing(state, app, &open_id).await? {
         repo::unsubscribe(state.db(), agent_id, user).await?;

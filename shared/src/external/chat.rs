@@ -72,7 +72,7 @@ pub async fn start(
     // below, as any later refusal does.
     let (agent, ensured) = tokio::join!(
         agents::usable_for_chat(state, &caller.app, agent_id),
-        repo::ensure_user(state.db(), caller.app.id, &open_id),
+        users::ensure(state, &caller.app, &open_id),
     );
     let (user, created) = ensured?;
     let started = async {
@@ -94,7 +94,7 @@ pub async fn start(
     }
     .await;
     if started.is_err() && created {
-        repo::delete_user(state.db(), user).await?;
+        users::remove_created(state, &caller.app, &open_id, user).await?;
     }
     started
 }

@@ -58,7 +58,7 @@ pub async fn create(state: &AppState, app: &AppCaller, req: NewConversation) -> 
         validate::length("title", t, 1, 200)?;
     }
     let (agent_id, open_id, _) = scope(state, app, req.agent_id, req.open_id).await?;
-    let user = users::ensure(state, app, &open_id).await?;
+    let (user, _) = users::ensure(state, app, &open_id).await?;
     let (row, created) = conv_repo::ensure(state.db(), agent_id, Owner::External(user), &conversation_id).await?;
     let title = match title {
         Some(t) => {

@@ -48,7 +48,7 @@ pub async fn upload(state: &AppState, app: &AppCaller, req: UploadRequest) -> Ap
             "content: only JPG, PNG and WEBP images are accepted (this file is {mime})"
         )));
     };
-    let user = users::ensure(state, app, &open_id).await?;
+    let (user, _) = users::ensure(state, app, &open_id).await?;
 
     let key = format!("resources/external/{}/{}.{ext}", app.id, uuid::Uuid::new_v4());
     let hash = crate::crypto::content_hash(&bytes);

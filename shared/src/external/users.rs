@@ -51,7 +51,20 @@ pub async fn existing(state: &AppState, app: &AppCaller, open_id: &str) -> AppRe
     Ok(repo::find_user(state.db(), app.id, open_id).await?.map(|u| u.id))
 }
 
-/// The user's id, registering a bare user on first contact (chat, subscribe, new conversation).
-pub async fn ensure(state: &AppState, app: &AppCaller, open_id: &str) -> AppResult<i64> {
-    Ok(repo::ensure_user(state.db(), app.id, open_id).await?.0)
+/// The user's id, registering a bare user on first contact (chat, subscribe, new conversation);
+/// `true` when created. A user this process found or created for the app is not read again
+/// (`crate::apps::verified`).
+pub async fn ensure(state: &AppState, app: &AppCaller, open_id: &str) -> AppResult<(i64, bool)> {
+    if let Some(id) = state.verified_apps().user(app, open_id) {
+        return Ok((id, false));
+    }
+    let ensured = repo::ensure_user(state.db(), app.id, open_id).await?;
+    state.verified_apps().put_user(app, open_id, ensured.0);
+    Ok(ensured)
+}
+
+/// Removes a user this request created (a first chat that was refused leaves nothing behind).
+pub async fn remove_created(state: &AppState, app: &AppCaller, open_id: &str, id: i64) -> AppResult<()> {
+    state.verified_apps().forget_user(app, open_id);
+    Ok(repo::delete_user(state.db(), id).await?)
 }

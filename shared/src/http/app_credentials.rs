@@ -1,5 +1,5 @@
 //! External API authentication: `Svc-App-Id` + `Svc-Token`, compared in constant time; a pair
-//! verified in the last few seconds is not read again (`crate::apps::credentials`).
+//! verified in the last few seconds is not read again (`crate::apps::verified`).
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -32,7 +32,7 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
             "app credentials required: send Svc-App-Id and Svc-Token",
         ));
     };
-    if let Some(caller) = state.app_credentials().get(app_id, token) {
+    if let Some(caller) = state.verified_apps().get(app_id, token) {
         return Ok(caller);
     }
     let refused = || AppError::unauthorized("app credentials invalid or app disabled");
@@ -55,6 +55,6 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
         app_id: app_id.to_owned(),
         creator_id,
     };
-    state.app_credentials().put(&caller, token);
+    state.verified_apps().put(&caller, token);
     Ok(caller)
 }

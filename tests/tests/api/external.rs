@@ -592,6 +592,10 @@ async fn chat_refusals_name_the_rule_and_store_nothing() {
         }
     }
     assert_eq!(e.written().await, before);
+    // The user a refused first chat created and removed is not remembered: the next chat creates
+    // it again and is answered.
+    let events = e.chat(&e.crm, say(agent, "ann", "c", "hi")).await.unwrap();
+    assert_eq!(kinds(&events).last().unwrap(), "done");
 }
 
 #[tokio::test]

@@ -1,0 +1,201 @@
+//! What this process verified about apps in the last few seconds: their credentials, and the
+//! ids of their external users.
+//!
+//! Every external API request names its app and token, and every external chat its openId;
+//! reading the app's row (and decrypting its token) and the user's row for each one were two
+//! round trips per chat, the largest part of what an external chat cost the service beyond an
+//! administrator's. A verified pair is remembered for [`FRESH_FOR`]: within that time the same
+//! token is accepted without asking the database, and the app's users found or created
+//! meanwhile are known by id. The price is that a change made by another process (a Lambda
+//! function of the app module disabling or deleting the app) reaches this one within those
+//! seconds; changes made by this process (the local server, where every module shares one
+//! state) forget the app at once. External users are never deleted while their app exists,
+//! except the one a refused first chat created, which is forgotten with it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::crypto::constant_time_eq;
+use crate::domain::AppCaller;
+
+/// How long a verified token is accepted without reading its app again.
+pub const FRESH_FOR: Duration = Duration::from_secs(5);
+
+/// Beyond this many apps a new one first drops the stale ones: the map holds only apps whose
+/// valid credentials were presented, so it stays as small as the number of busy apps.
+const PRUNE_APPS_ABOVE: usize = 1024;
+
+/// Users remembered per app; beyond it the app's list starts again.
+const USERS_PER_APP: usize = 10_000;
+
+struct Verified {
+    caller: AppCaller,
+    /// The token's digest, not the token: what stays in memory cannot be replayed.
+    token: [u8; 32],
+    at: Instant,
+    /// External user ids by openId.
+    users: HashMap<String, i64>,
+}
+
+pub struct VerifiedApps {
+    apps: Mutex<HashMap<String, Verified>>,
+    fresh_for: Duration,
+}
+
+impl Default for VerifiedApps {
+    fn default() -> Self {
+        Self {
+            apps: Mutex::default(),
+            fresh_for: FRESH_FOR,
+        }
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl VerifiedApps {
+    /// The app, if this token was verified for it within [`FRESH_FOR`].
+    pub fn get(&self, app_id: &str, token: &str) -> Option<AppCaller> {
+        let presented = digest(token);
+        let apps = self.apps.lock().ok()?;
+        let entry = apps.get(app_id)?;
+        let fresh = entry.at.elapsed() < self.fresh_for;
+        (fresh && constant_time_eq(&entry.token, &presented)).then(|| entry.caller.clone())
+    }
+
+    /// Remembers credentials just verified against the database; the users known of the same
+    /// app are kept.
+    pub fn put(&self, caller: &AppCaller, token: &str) {
+        let Ok(mut apps) = self.apps.lock() else {
+            return;
+        };
+        if apps.len() >= PRUNE_APPS_ABOVE {
+            apps.retain(|_, v| v.at.elapsed() < self.fresh_for);
+        }
+        let users = apps
+            .remove(&caller.app_id)
+            .filter(|v| v.caller.id == caller.id)
+            .map(|v| v.users)
+            .unwrap_or_default();
+        let entry = Verified {
+            caller: caller.clone(),
+            token: digest(token),
+            at: Instant::now(),
+            users,
+        };
+        apps.insert(caller.app_id.clone(), entry);
+    }
+
+    /// The id of the app's user with this openId, if known.
+    pub fn user(&self, app: &AppCaller, open_id: &str) -> Option<i64> {
+        let apps = self.apps.lock().ok()?;
+        let entry = apps.get(&app.app_id).filter(|v| v.caller.id == app.id)?;
+        entry.users.get(open_id).copied()
+    }
+
+    /// Remembers a user of an app this process verified.
+    pub fn put_user(&self, app: &AppCaller, open_id: &str, id: i64) {
+        let Ok(mut apps) = self.apps.lock() else {
+            return;
+        };
+        if let Some(entry) = apps.get_mut(&app.app_id).filter(|v| v.caller.id == app.id) {
+            if entry.users.len() >= USERS_PER_APP {
+                entry.users.clear();
+            }
+            entry.users.insert(open_id.to_owned(), id);
+        }
+    }
+
+    /// Forgets a user that was deleted.
+    pub fn forget_user(&self, app: &AppCaller, open_id: &str) {
+        if let Ok(mut apps) = self.apps.lock() {
+            if let Some(entry) = apps.get_mut(&app.app_id) {
+                entry.users.remove(open_id);
+            }
+        }
+    }
+
+    /// Forgets the app with this row id (disabled, deleted) and its users.
+    pub fn forget(&self, id: i64) {
+        if let Ok(mut apps) = self.apps.lock() {
+            apps.retain(|_, v| v.caller.id != id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(id: i64) -> AppCaller {
+        AppCaller {
+            id,
+            app_id: format!("app-{id}"),
+            creator_id: 1,
+        }
+    }
+
+    #[test]
+    fn only_the_verified_token_of_a_remembered_app_is_accepted() {
+        let cache = VerifiedApps::default();
+        assert!(cache.get("app-1", "secret").is_none());
+        cache.put(&app(1), "secret");
+        assert_eq!(cache.get("app-1", "secret").map(|a| a.id), Some(1));
+        assert!(cache.get("app-1", "secreT").is_none());
+        assert!(cache.get("app-2", "secret").is_none());
+    }
+
+    #[test]
+    fn a_forgotten_app_is_read_again_and_its_users_too() {
+        let cache = VerifiedApps::default();
+        cache.put(&app(1), "one");
+        cache.put_user(&app(1), "ann", 7);
+        cache.put(&app(2), "two");
+        cache.forget(1);
+        assert!(cache.get("app-1", "one").is_none());
+        cache.put(&app(1), "one");
+        assert_eq!(cache.user(&app(1), "ann"), None);
+        assert!(cache.get("app-2", "two").is_some());
+    }
+
+    #[test]
+    fn users_are_known_per_app_and_survive_a_new_check_of_the_token() {
+        let cache = VerifiedApps::default();
+        cache.put_user(&app(1), "ann", 7);
+        assert_eq!(cache.user(&app(1), "ann"), None, "only users of verified apps");
+        cache.put(&app(1), "one");
+        cache.put(&app(2), "two");
+        cache.put_user(&app(1), "ann", 7);
+        assert_eq!(cache.user(&app(1), "ann"), Some(7));
+        assert_eq!(cache.user(&app(2), "ann"), None);
+        cache.put(&app(1), "one");
+        assert_eq!(cache.user(&app(1), "ann"), Some(7));
+        cache.forget_user(&app(1), "ann");
+        assert_eq!(cache.user(&app(1), "ann"), None);
+    }
+
+    #[test]
+    fn an_app_id_taken_by_a_new_app_does_not_inherit_users() {
+        let cache = VerifiedApps::default();
+        cache.put(&app(1), "one");
+        cache.put_user(&app(1), "ann", 7);
+        let successor = AppCaller { id: 9, ..app(1) };
+        cache.put(&successor, "new");
+        assert_eq!(cache.user(&successor, "ann"), None);
+    }
+
+    #[test]
+    fn a_stale_entry_is_not_accepted() {
+        let cache = VerifiedApps {
+            fresh_for: Duration::ZERO,
+            ..Default::default()
+        };
+        cache.put(&app(1), "one");
+        assert!(cache.get("app-1", "one").is_none());
+    }
+}

@@ -5,6 +5,7 @@ use serde_json::Value;
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use crate::domain::Owner;
+use crate::models::usage::{self, UsageRecord};
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ConversationRow {
@@ -277,24 +278,37 @@ pub struct FinishedAnswer<'a> {
 
 /// Only the message changes: the conversation's `last_message_dt` was set when the turn started,
 /// the time its two messages carry. Touching the conversation again would be a second update of
-/// its row per turn, never HOT because that column is indexed.
-pub async fn finish_assistant_message(db: &PgPool, id: i64, a: &FinishedAnswer<'_>) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE messages SET content = $2, thinking = NULLIF($3, ''), tool_calls = $4, tool_call_count = $5,
-           status = $6, error = $7, prompt_tokens = $8, completion_tokens = $9, duration_ms = $10
-         WHERE id = $1",
-    )
-    .bind(id)
-    .bind(a.content)
-    .bind(a.thinking)
-    .bind(&a.tool_calls)
-    .bind(a.tool_call_count)
-    .bind(a.status)
-    .bind(a.error)
-    .bind(a.prompt_tokens)
-    .bind(a.completion_tokens)
-    .bind(a.duration_ms)
-    .execute(db)
-    .await?;
+/// its row per turn, never HOT because that column is indexed. The usage of the turn's model
+/// calls is stored by the same statement: one round trip and one transaction after the answer,
+/// not two.
+pub async fn finish_assistant_message(
+    db: &PgPool,
+    id: i64,
+    a: &FinishedAnswer<'_>,
+    usage: &[UsageRecord],
+) -> sqlx::Result<()> {
+    let mut qb = QueryBuilder::new("WITH answer AS (UPDATE messages SET content = ");
+    qb.push_bind(a.content)
+        .push(", thinking = NULLIF(")
+        .push_bind(a.thinking)
+        .push(", ''), tool_calls = ")
+        .push_bind(&a.tool_calls)
+        .push(", tool_call_count = ")
+        .push_bind(a.tool_call_count)
+        .push(", status = ")
+        .push_bind(a.status)
+        .push(", error = ")
+        .push_bind(a.error)
+        .push(", prompt_tokens = ")
+        .push_bind(a.prompt_tokens)
+        .push(", completion_tokens = ")
+        .push_bind(a.completion_tokens)
+        .push(", duration_ms = ")
+        .push_bind(a.duration_ms)
+        .push(" WHERE id = ")
+        .push_bind(id)
+        .push(") ");
+    usage::push_insert(&mut qb, usage);
+    qb.build().execute(db).await?;
     Ok(())
 }

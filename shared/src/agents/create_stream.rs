@@ -95,7 +95,7 @@ async fn draft_and_create(
         messages: vec![ChatMessage::system(DRAFT_PROMPT), ChatMessage::user(description)],
         ..Default::default()
     };
-    let mut stream = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req)
+    let mut stream = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req, None)
         .await
         .map_err(|e| AppError::from(e).to_string())?;
     let mut scanner = FieldScanner::default();

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
@@ -15,7 +16,7 @@ use super::client::{
 };
 use super::quota::{self, Hold};
 use super::trace_content::{input_messages, output_messages};
-use super::usage::{self, UsageRecord};
+use super::usage::{self, PendingUsage, UsageRecord};
 use super::{repo, ModelConfigRow, ModelType};
 use crate::domain::CurrentUser;
 use crate::{AppError, AppResult, AppState};
@@ -277,7 +278,7 @@ async fn hold_chat(
 #[tracing::instrument(name = "quota_settle", skip_all, fields(charged = charge))]
 async fn after_call(state: &AppState, model: &ModelConfigRow, hold: Hold, mut record: UsageRecord, charge: bool) {
     record.cost = usage::cost(model, record.usage);
-    if let Err(e) = usage::record(state.db(), &record).await {
+    if let Err(e) = usage::record(state.db(), std::slice::from_ref(&record)).await {
         tracing::error!(error = %e, model_id = model.id, "recording model usage failed");
     }
     let used = record.usage.prompt_tokens + record.usage.completion_tokens;
@@ -410,16 +411,18 @@ pub async fn rerank(
 }
 
 /// A streamed answer whose usage is recorded when it ends, fails, or is dropped by a client
-/// that went away. Without a usage chunk, tokens are estimated at 4 characters each.
+/// that went away: stored then, or handed to `pending` for the caller to store with its own
+/// result. Without a usage chunk, tokens are estimated at 4 characters each.
 pub async fn chat_stream(
     state: &AppState,
     model: &ModelHandle,
     billing: Billing,
     kind: &'static str,
     req: &ChatRequest,
+    pending: Option<&PendingUsage>,
 ) -> Result<ChatStream, CallError> {
     let (hold, req) = hold_chat(state, model, billing, req).await?;
-    stream_on(state, model, billing, hold, kind, &req).await
+    stream_on(state, model, (billing, hold), kind, &req, pending).await
 }
 
 /// `chat_stream` on tokens held beforehand (topped up as the request needs), so a caller can
@@ -431,18 +434,19 @@ pub async fn chat_stream_held(
     mut hold: Hold,
     kind: &'static str,
     req: &ChatRequest,
+    pending: Option<&PendingUsage>,
 ) -> Result<ChatStream, CallError> {
     let req = fit(state, model, &mut hold, req).await?;
-    stream_on(state, model, billing, hold, kind, &req).await
+    stream_on(state, model, (billing, hold), kind, &req, pending).await
 }
 
 async fn stream_on(
     state: &AppState,
     model: &ModelHandle,
-    billing: Billing,
-    hold: Hold,
+    (billing, hold): (Billing, Hold),
     kind: &'static str,
     req: &ChatRequest,
+    pending: Option<&PendingUsage>,
 ) -> Result<ChatStream, CallError> {
     let (record, started) = start(model, billing, kind);
     let prompt_chars: usize = req
@@ -454,6 +458,7 @@ async fn stream_on(
         state: state.clone(),
         model: model.row.clone(),
         hold: Some(hold),
+        pending: pending.cloned(),
         record,
         started,
         prompt_chars,
@@ -505,6 +510,8 @@ struct Meter {
     state: AppState,
     model: ModelConfigRow,
     hold: Option<Hold>,
+    /// Where the record goes when the caller stores it (None: stored when the call ends).
+    pending: Option<PendingUsage>,
     record: UsageRecord,
     started: Instant,
     prompt_chars: usize,
@@ -566,7 +573,7 @@ impl Meter {
 
     /// Ends the call: records its usage on the span, and returns the bookkeeping still to do
     /// (usage stored, hold settled) in the call's span, which ends with it.
-    fn end(&mut self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+    fn end(&mut self) -> Option<BoxFuture<'static, ()>> {
         if self.done {
             return None;
         }
@@ -586,9 +593,21 @@ impl Meter {
         // The call's span ends with its settlement, not with whoever holds the stream.
         let span = std::mem::replace(&mut self.span, Span::none());
         let hold = self.hold.take()?;
-        let (state, model, record) = (self.state.clone(), self.model.clone(), self.record.clone());
+        let (state, model, mut record) = (self.state.clone(), self.model.clone(), self.record.clone());
         // A failed or abandoned stream is charged for what it produced before it stopped.
-        Some(async move { after_call(&state, &model, hold, record, true).await }.instrument(span))
+        if let Some(pending) = &self.pending {
+            // Handed over now, not in the task below: a dropped stream's task may run after
+            // the caller has stored its result.
+            record.cost = usage::cost(&model, record.usage);
+            let used = record.usage.prompt_tokens + record.usage.completion_tokens;
+            pending.push(record);
+            return Some(async move { hold.settle(used).await }.instrument(span).boxed());
+        }
+        Some(
+            async move { after_call(&state, &model, hold, record, true).await }
+                .instrument(span)
+                .boxed(),
+        )
     }
 
     /// `end`, its bookkeeping left to run on its own (a dropped stream cannot wait for it).

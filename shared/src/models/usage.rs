@@ -1,5 +1,7 @@
 //! Per-call usage records and the statistics built from them.
 
+use std::sync::{Arc, Mutex};
+
 use sqlx::{PgPool, Postgres, QueryBuilder};
 
 use super::client::Usage;
@@ -53,30 +55,110 @@ pub fn cost(model: &ModelConfigRow, usage: Usage) -> f64 {
         + usage.completion_tokens as f64 / 1000.0 * price("outputPricePer1k")
 }
 
-/// Stores one call. A config (or user) deleted while the call ran is recorded as deleted (null,
-/// as their earlier rows became), not lost to the foreign key; the model's name stays.
-pub async fn record(db: &PgPool, r: &UsageRecord) -> sqlx::Result<()> {
-    sqlx::query(
+/// Stores calls. A config (or user) deleted while a call ran is recorded as deleted (null, as
+/// their earlier rows became), not lost to the foreign key; the model's name stays.
+pub async fn record(db: &PgPool, records: &[UsageRecord]) -> sqlx::Result<()> {
+    let mut qb = QueryBuilder::new("");
+    push_insert(&mut qb, records);
+    qb.build().execute(db).await?;
+    Ok(())
+}
+
+/// Appends the statement that stores `records` (as `record` does each) to `qb`: on its own, or
+/// as the main statement after a `WITH` of the caller's, so a caller stores its own result and
+/// the usage of the calls behind it in one statement.
+pub fn push_insert(qb: &mut QueryBuilder<'_, Postgres>, records: &[UsageRecord]) {
+    let column = |f: &dyn Fn(&UsageRecord) -> i64| records.iter().map(f).collect::<Vec<i64>>();
+    let text = |f: &dyn Fn(&UsageRecord) -> String| records.iter().map(f).collect::<Vec<String>>();
+    qb.push(
         "INSERT INTO model_usage (model_id, model_name, model_type, provider_id, provider_name, user_id, call_kind,
          prompt_tokens, completion_tokens, latency_ms, success, error, cost)
-         VALUES ((SELECT id FROM model_configs WHERE id = $1), $2, $3, $4, $5, (SELECT id FROM users WHERE id = $6), $7, $8, $9, $10, $11, $12, $13)",
-    )
-    .bind(r.model_id)
-    .bind(&r.model_name)
-    .bind(&r.model_type)
-    .bind(r.provider_id)
-    .bind(&r.provider_name)
-    .bind(r.user_id)
-    .bind(r.call_kind)
-    .bind(r.usage.prompt_tokens as i64)
-    .bind(r.usage.completion_tokens as i64)
-    .bind(r.latency_ms)
-    .bind(r.error.is_none())
-    .bind(r.error.as_deref())
-    .bind(r.cost)
-    .execute(db)
-    .await?;
-    Ok(())
+         SELECT (SELECT id FROM model_configs WHERE id = r.model_id), r.model_name, r.model_type, r.provider_id,
+           r.provider_name, (SELECT id FROM users WHERE id = r.user_id), r.call_kind, r.prompt_tokens,
+           r.completion_tokens, r.latency_ms, r.error IS NULL, r.error, r.cost
+         FROM UNNEST(",
+    );
+    let mut args = qb.separated(", ");
+    args.push_bind(column(&|r| r.model_id)).push_unseparated("::bigint[]");
+    args.push_bind(text(&|r| r.model_name.clone()));
+    args.push_bind(text(&|r| r.model_type.clone()));
+    args.push_bind(column(&|r| r.provider_id))
+        .push_unseparated("::bigint[]");
+    args.push_bind(text(&|r| r.provider_name.clone()));
+    args.push_bind(records.iter().map(|r| r.user_id).collect::<Vec<Option<i64>>>())
+        .push_unseparated("::bigint[]");
+    args.push_bind(text(&|r| r.call_kind.to_owned()));
+    args.push_bind(column(&|r| r.usage.prompt_tokens as i64))
+        .push_unseparated("::bigint[]");
+    args.push_bind(column(&|r| r.usage.completion_tokens as i64))
+        .push_unseparated("::bigint[]");
+    args.push_bind(column(&|r| r.latency_ms)).push_unseparated("::bigint[]");
+    args.push_bind(records.iter().map(|r| r.error.clone()).collect::<Vec<Option<String>>>())
+        .push_unseparated("::text[]");
+    args.push_bind(records.iter().map(|r| r.cost).collect::<Vec<f64>>())
+        .push_unseparated("::float8[]");
+    qb.push(
+        ") AS r(model_id, model_name, model_type, provider_id, provider_name, user_id, call_kind,
+               prompt_tokens, completion_tokens, latency_ms, error, cost)",
+    );
+}
+
+/// Usage of calls whose caller stores it with its own result (a chat turn, with its answer),
+/// one statement instead of one per call. Whatever was not taken when the last handle is
+/// dropped (a turn that ended without storing) is stored on its own.
+#[derive(Clone)]
+pub struct PendingUsage {
+    inner: Arc<Pending>,
+}
+
+struct Pending {
+    db: PgPool,
+    records: Mutex<Vec<UsageRecord>>,
+}
+
+impl PendingUsage {
+    pub fn new(db: PgPool) -> Self {
+        Self {
+            inner: Arc::new(Pending {
+                db,
+                records: Mutex::default(),
+            }),
+        }
+    }
+
+    pub fn push(&self, record: UsageRecord) {
+        if let Ok(mut records) = self.inner.records.lock() {
+            records.push(record);
+        }
+    }
+
+    /// The records so far, for the caller's statement.
+    pub fn take(&self) -> Vec<UsageRecord> {
+        self.inner
+            .records
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let records = self.records.get_mut().map(std::mem::take).unwrap_or_default();
+        if records.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(records = records.len(), "model usage not recorded: no runtime");
+            return;
+        };
+        let db = self.db.clone();
+        runtime.spawn(async move {
+            if let Err(e) = record(&db, &records).await {
+                tracing::error!(error = %e, "recording model usage failed");
+            }
+        });
+    }
 }
 
 const STAT_SELECT: &str =

@@ -191,7 +191,7 @@ async fn run(
         messages,
         ..Default::default()
     };
-    let mut stream = gateway::chat_stream(state, &model, billing, "qa", &req)
+    let mut stream = gateway::chat_stream(state, &model, billing, "qa", &req, None)
         .await
         .map_err(|e| AppError::from(e).to_string())?;
     let mut answer = String::new();

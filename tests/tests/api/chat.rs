@@ -219,6 +219,20 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
         .await
         .unwrap();
     assert_eq!(count, 1);
+    // Both model calls of the turn were recorded, with the tokens the stored answer adds up.
+    let (calls, prompt, completion): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*), sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint FROM model_usage
+         WHERE call_kind = 'chat' AND success",
+    )
+    .fetch_one(&s.app.db)
+    .await
+    .unwrap();
+    let stored_tokens: (i64, i64) =
+        sqlx::query_as("SELECT prompt_tokens, completion_tokens FROM messages WHERE role = 'assistant'")
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert_eq!((calls, (prompt, completion)), (2, stored_tokens));
     // The second model call carried the tool's answer.
     let calls: Vec<Value> = s
         .models

@@ -11,6 +11,7 @@ use shared::models::client::{
     ChatEvent, ChatMessage, ChatRequest, Endpoint, InputKind, ModelClient, ModelError, ToolSpec,
 };
 use shared::models::gateway::{self, Billing, CallError};
+use shared::models::usage::PendingUsage;
 use shared::models::ModelType;
 
 fn endpoint(server: &ModelServer, model: &str, options: Value) -> Endpoint {
@@ -343,9 +344,16 @@ async fn gateway_enforces_quota_and_records_usage() {
     assert_eq!(tokens, 1000 - used);
 
     // A stream abandoned by its client is recorded as failed and charged for what it produced.
-    let stream = gateway::chat_stream(state, &model, Billing::User(user_id), "chat", &ask("one two three"))
-        .await
-        .unwrap();
+    let stream = gateway::chat_stream(
+        state,
+        &model,
+        Billing::User(user_id),
+        "chat",
+        &ask("one two three"),
+        None,
+    )
+    .await
+    .unwrap();
     let first: Vec<_> = stream.take(2).collect().await;
     assert_eq!(first.len(), 2);
     // The usage of an abandoned stream is written by a background task: wait for it.
@@ -367,6 +375,37 @@ async fn gateway_enforces_quota_and_records_usage() {
     };
     assert!(!success);
     assert!(error.unwrap().contains("client went away"));
+
+    // A caller that stores the usage with its own result (a chat turn) gets the record when the
+    // stream ends, abandoned or not; records it never took are stored when it lets go of them.
+    let pending = PendingUsage::new(app.db.clone());
+    let stream = gateway::chat_stream(
+        state,
+        &model,
+        Billing::User(user_id),
+        "chat",
+        &ask("one two three"),
+        Some(&pending),
+    )
+    .await
+    .unwrap();
+    let first: Vec<_> = stream.take(2).collect().await;
+    assert_eq!(first.len(), 2);
+    let handed = pending.take();
+    assert_eq!(handed.len(), 1);
+    assert!(handed[0].error.as_deref().unwrap().contains("client went away"));
+    assert!(pending.take().is_empty(), "taken once");
+    let before = app.count("model_usage").await;
+    pending.push(handed[0].clone());
+    drop(pending);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while app.count("model_usage").await == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a dropped ledger's records were never stored"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Expired quota is refused too.
     sqlx::query("UPDATE users SET expire_dt = now() - interval '1 minute' WHERE id = $1")
@@ -390,7 +429,7 @@ async fn gateway_enforces_quota_and_records_usage() {
         .fetch_one(&app.db)
         .await
         .unwrap();
-    assert_eq!(calls, 3);
+    assert_eq!(calls, 4);
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {

@@ -23,6 +23,7 @@ use crate::apps::routing::NodeRoute;
 use crate::domain::spawn_stream;
 use crate::domain::Owner;
 use crate::models::gateway::{self, Billing, ModelHandle};
+use crate::models::usage::PendingUsage;
 use crate::models::{ModelConfigRow, ModelType};
 use crate::{validate, AppError, AppResult, AppState};
 
@@ -124,6 +125,7 @@ pub async fn start(
         agent,
         model,
         hold: Some(hold),
+        usage: PendingUsage::new(state.db().clone()),
         conversation_id: started.conversation_id,
         conversation_key: key,
         new_conversation: started.created,

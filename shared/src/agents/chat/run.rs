@@ -19,6 +19,7 @@ use crate::domain::Owner;
 use crate::models::client::{ChatEvent, ChatMessage, ChatRequest, ModelError, ToolCall};
 use crate::models::gateway::{self, CallError, ModelHandle};
 use crate::models::quota::Hold;
+use crate::models::usage::PendingUsage;
 use crate::AppState;
 
 /// Model calls in one turn; the last one is offered no tools, so the turn always ends.
@@ -34,6 +35,8 @@ pub(super) struct Turn {
     pub model: ModelHandle,
     /// Tokens held for the first model call when the turn was accepted.
     pub hold: Option<Hold>,
+    /// The usage of the turn's model calls, stored with the answer.
+    pub usage: PendingUsage,
     pub conversation_id: i64,
     pub conversation_key: String,
     pub new_conversation: bool,
@@ -209,12 +212,13 @@ impl Turn {
         hold: Option<Hold>,
     ) -> Result<Vec<ToolCall>, Outcome> {
         let (state, model, billing) = (&self.state, &self.model, self.caller.billing);
+        let usage = Some(&self.usage);
         // The call's own span (and the hold's) opens below the request's; the stream then
         // records on it without being entered.
         let opened = async {
             match hold {
-                Some(hold) => gateway::chat_stream_held(state, model, billing, hold, "chat", req).await,
-                None => gateway::chat_stream(state, model, billing, "chat", req).await,
+                Some(hold) => gateway::chat_stream_held(state, model, billing, hold, "chat", req, usage).await,
+                None => gateway::chat_stream(state, model, billing, "chat", req, usage).await,
             }
         };
         let stream = opened.instrument(self.span.clone()).await;
@@ -332,7 +336,8 @@ impl Turn {
             completion_tokens: answer.usage.completion_tokens as i64,
             duration_ms: duration_ms as i64,
         };
-        if let Err(e) = repo::finish_assistant_message(self.state.db(), self.assistant_id, &finished).await {
+        let usage = self.usage.take();
+        if let Err(e) = repo::finish_assistant_message(self.state.db(), self.assistant_id, &finished, &usage).await {
             tracing::error!(message_id = self.assistant_id, error = %e, "storing the assistant's message failed");
         }
     }

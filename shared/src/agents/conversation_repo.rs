@@ -287,8 +287,12 @@ pub async fn finish_assistant_message(
     a: &FinishedAnswer<'_>,
     usage: &[UsageRecord],
 ) -> sqlx::Result<()> {
-    let mut qb = QueryBuilder::new("WITH answer AS (UPDATE messages SET content = ");
-    qb.push_bind(a.content)
+    let mut qb = QueryBuilder::new("");
+    if !usage.is_empty() {
+        qb.push("WITH answer AS (");
+    }
+    qb.push("UPDATE messages SET content = ")
+        .push_bind(a.content)
         .push(", thinking = NULLIF(")
         .push_bind(a.thinking)
         .push(", ''), tool_calls = ")
@@ -306,9 +310,11 @@ pub async fn finish_assistant_message(
         .push(", duration_ms = ")
         .push_bind(a.duration_ms)
         .push(" WHERE id = ")
-        .push_bind(id)
-        .push(") ");
-    usage::push_insert(&mut qb, usage);
+        .push_bind(id);
+    if !usage.is_empty() {
+        qb.push(") ");
+        usage::push_insert(&mut qb, usage);
+    }
     qb.build().execute(db).await?;
     Ok(())
 }

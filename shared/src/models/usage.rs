@@ -58,49 +58,44 @@ pub fn cost(model: &ModelConfigRow, usage: Usage) -> f64 {
 /// Stores calls. A config (or user) deleted while a call ran is recorded as deleted (null, as
 /// their earlier rows became), not lost to the foreign key; the model's name stays.
 pub async fn record(db: &PgPool, records: &[UsageRecord]) -> sqlx::Result<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
     let mut qb = QueryBuilder::new("");
     push_insert(&mut qb, records);
     qb.build().execute(db).await?;
     Ok(())
 }
 
-/// Appends the statement that stores `records` (as `record` does each) to `qb`: on its own, or
-/// as the main statement after a `WITH` of the caller's, so a caller stores its own result and
-/// the usage of the calls behind it in one statement.
+/// Appends the statement that stores `records` (at least one; as `record` does) to `qb`: on its
+/// own, or as the main statement after a `WITH` of the caller's, so a caller stores its own
+/// result and the usage of the calls behind it in one statement. One row of values per record,
+/// not arrays to unnest: the same text for the same number of records, whose generic plan
+/// Postgres keeps (an `UNNEST` of arrays was planned again at every call).
 pub fn push_insert(qb: &mut QueryBuilder<'_, Postgres>, records: &[UsageRecord]) {
-    let column = |f: &dyn Fn(&UsageRecord) -> i64| records.iter().map(f).collect::<Vec<i64>>();
-    let text = |f: &dyn Fn(&UsageRecord) -> String| records.iter().map(f).collect::<Vec<String>>();
     qb.push(
         "INSERT INTO model_usage (model_id, model_name, model_type, provider_id, provider_name, user_id, call_kind,
-         prompt_tokens, completion_tokens, latency_ms, success, error, cost)
-         SELECT (SELECT id FROM model_configs WHERE id = r.model_id), r.model_name, r.model_type, r.provider_id,
-           r.provider_name, (SELECT id FROM users WHERE id = r.user_id), r.call_kind, r.prompt_tokens,
-           r.completion_tokens, r.latency_ms, r.error IS NULL, r.error, r.cost
-         FROM UNNEST(",
+         prompt_tokens, completion_tokens, latency_ms, success, error, cost) ",
     );
-    let mut args = qb.separated(", ");
-    args.push_bind(column(&|r| r.model_id)).push_unseparated("::bigint[]");
-    args.push_bind(text(&|r| r.model_name.clone()));
-    args.push_bind(text(&|r| r.model_type.clone()));
-    args.push_bind(column(&|r| r.provider_id))
-        .push_unseparated("::bigint[]");
-    args.push_bind(text(&|r| r.provider_name.clone()));
-    args.push_bind(records.iter().map(|r| r.user_id).collect::<Vec<Option<i64>>>())
-        .push_unseparated("::bigint[]");
-    args.push_bind(text(&|r| r.call_kind.to_owned()));
-    args.push_bind(column(&|r| r.usage.prompt_tokens as i64))
-        .push_unseparated("::bigint[]");
-    args.push_bind(column(&|r| r.usage.completion_tokens as i64))
-        .push_unseparated("::bigint[]");
-    args.push_bind(column(&|r| r.latency_ms)).push_unseparated("::bigint[]");
-    args.push_bind(records.iter().map(|r| r.error.clone()).collect::<Vec<Option<String>>>())
-        .push_unseparated("::text[]");
-    args.push_bind(records.iter().map(|r| r.cost).collect::<Vec<f64>>())
-        .push_unseparated("::float8[]");
-    qb.push(
-        ") AS r(model_id, model_name, model_type, provider_id, provider_name, user_id, call_kind,
-               prompt_tokens, completion_tokens, latency_ms, error, cost)",
-    );
+    qb.push_values(records, |mut row, r| {
+        row.push("(SELECT id FROM model_configs WHERE id = ")
+            .push_bind_unseparated(r.model_id)
+            .push_unseparated(")")
+            .push_bind(r.model_name.clone())
+            .push_bind(r.model_type.clone())
+            .push_bind(r.provider_id)
+            .push_bind(r.provider_name.clone())
+            .push("(SELECT id FROM users WHERE id = ")
+            .push_bind_unseparated(r.user_id)
+            .push_unseparated(")")
+            .push_bind(r.call_kind)
+            .push_bind(r.usage.prompt_tokens as i64)
+            .push_bind(r.usage.completion_tokens as i64)
+            .push_bind(r.latency_ms)
+            .push_bind(r.error.is_none())
+            .push_bind(r.error.clone())
+            .push_bind(r.cost);
+    });
 }
 
 /// Usage of calls whose caller stores it with its own result (a chat turn, with its answer),

@@ -376,13 +376,37 @@ async fn gateway_enforces_quota_and_records_usage() {
     assert!(!success);
     assert!(error.unwrap().contains("client went away"));
 
+    // Expired quota is refused too.
+    sqlx::query("UPDATE users SET expire_dt = now() - interval '1 minute' WHERE id = $1")
+        .bind(user_id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let err = gateway::chat(state, &model, Billing::User(user_id), "chat", &ask("hi"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("expired"), "{err}");
+    // Administrators are not limited.
+    let admin_id: i64 = sqlx::query_scalar("SELECT id FROM users WHERE role = 1")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    gateway::chat(state, &model, Billing::User(admin_id), "chat", &ask("hi"))
+        .await
+        .unwrap();
+    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM model_usage")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(calls, 3);
+
     // A caller that stores the usage with its own result (a chat turn) gets the record when the
     // stream ends, abandoned or not; records it never took are stored when it lets go of them.
     let pending = PendingUsage::new(app.db.clone());
     let stream = gateway::chat_stream(
         state,
         &model,
-        Billing::User(user_id),
+        Billing::User(admin_id),
         "chat",
         &ask("one two three"),
         Some(&pending),
@@ -406,30 +430,6 @@ async fn gateway_enforces_quota_and_records_usage() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-
-    // Expired quota is refused too.
-    sqlx::query("UPDATE users SET expire_dt = now() - interval '1 minute' WHERE id = $1")
-        .bind(user_id)
-        .execute(&app.db)
-        .await
-        .unwrap();
-    let err = gateway::chat(state, &model, Billing::User(user_id), "chat", &ask("hi"))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("expired"), "{err}");
-    // Administrators are not limited.
-    let admin_id: i64 = sqlx::query_scalar("SELECT id FROM users WHERE role = 1")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    gateway::chat(state, &model, Billing::User(admin_id), "chat", &ask("hi"))
-        .await
-        .unwrap();
-    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM model_usage")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    assert_eq!(calls, 4);
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {

@@ -213,7 +213,10 @@ pub struct StartedTurn {
 /// Creates or touches the conversation, writes both messages and reads the history before
 /// them in one statement: a turn is stored whole or not at all, and the model can be called
 /// after one round trip. The statement's snapshot is taken before its own inserts, so the
-/// history holds only earlier messages.
+/// history holds only earlier messages. The first turn is told by the conversation's count of
+/// turns, not by asking whether it has messages: Postgres answered that `EXISTS` with a scan of
+/// `messages` from its start whenever statistics said conversations were few and long (2.5 ms
+/// a turn on a benchmark database of 30,000 messages, and growing with the table).
 ///
 /// The history's filter says `role <> 'system'`, not `role IN ('user', 'assistant')` (the same
 /// rows: the column allows only those three). Before a table's first ANALYZE the planner takes
@@ -230,11 +233,11 @@ pub async fn start_turn(db: &PgPool, t: &NewTurn<'_>) -> sqlx::Result<StartedTur
     // The assistant's insert reads the user's, so the user's message gets the lower id.
     sqlx::query_as(&format!(
         "WITH c AS (
-           INSERT INTO conversations (agent_id, user_id, external_user_id, conversation_key, title)
-           VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT {conflict} DO UPDATE SET last_message_dt = now(),
+           INSERT INTO conversations (agent_id, user_id, external_user_id, conversation_key, title, turns)
+           VALUES ($1, $2, $3, $4, $5, 1)
+           ON CONFLICT {conflict} DO UPDATE SET last_message_dt = now(), turns = conversations.turns + 1,
              title = CASE WHEN conversations.title = '' THEN EXCLUDED.title ELSE conversations.title END
-           RETURNING id, NOT EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = conversations.id) AS created),
+           RETURNING id, turns = 1 AS created),
          u AS (
            INSERT INTO messages (conversation_id, agent_id, role, content, attachments)
            SELECT c.id, $1, 'user', $6, $7 FROM c RETURNING id, conversation_id),

@@ -16,7 +16,8 @@
 //!
 //! At concurrency 1 each path alternates with the raw upstream round by round ("added" is the
 //! round's difference), so the path's connection is reused back to back, as a pooled client
-//! does under load. At CONCURRENCY "added" is the difference of the percentiles.
+//! does under load. At CONCURRENCY "added" is the difference of the percentiles, and each row
+//! is measured after a few seconds of the same load that are not counted.
 //!
 //! Last, what tracing costs: the service's chat with traces off, on (OTLP to a sink in this
 //! process that answers at once) and sampled at 10%, three servers side by side measured in
@@ -50,6 +51,8 @@ use serde_json::{json, Value};
 
 const TOKENS: usize = 50;
 const WARMUP: usize = 30;
+/// Load before each concurrency row's measured window.
+const LOAD_WARMUP: Duration = Duration::from_secs(3);
 const ROUNDS: usize = 300;
 const CONCURRENCY: usize = 32;
 const DURATION: Duration = Duration::from_secs(10);
@@ -418,13 +421,9 @@ async fn sequential(http: &reqwest::Client, raw: &Target, target: &Target, pid: 
     (raw_row, row)
 }
 
-/// CONCURRENCY streams in flight for DURATION; `pid` is the server process whose CPU is counted.
-async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, conn: Conn) -> Row {
-    let cpu_before = pid.map(tree_cpu_seconds);
-    let machine_before = machine_ticks();
-    let (postgres_before, bench_before) = (cpu_of_named("postgres"), cpu_seconds(std::process::id()));
-    let started = Instant::now();
-    let deadline = started + DURATION;
+/// CONCURRENCY streams in flight for `duration`, one conversation per worker.
+async fn load(http: &reqwest::Client, target: &Target, duration: Duration) -> Vec<Timing> {
+    let deadline = Instant::now() + duration;
     let workers: Vec<_> = (0..CONCURRENCY)
         .map(|i| {
             let (http, target) = (http.clone(), target.clone());
@@ -442,6 +441,20 @@ async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, c
     for w in workers {
         timings.extend(w.await.expect("worker"));
     }
+    timings
+}
+
+/// CONCURRENCY streams in flight for DURATION, after LOAD_WARMUP of the same load that is not
+/// counted (connections of the server's pool opened and their statements prepared, the tables
+/// of a fresh database past their first statistics); `pid` is the server process whose CPU is
+/// counted.
+async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, conn: Conn) -> Row {
+    load(http, target, LOAD_WARMUP).await;
+    let cpu_before = pid.map(tree_cpu_seconds);
+    let machine_before = machine_ticks();
+    let (postgres_before, bench_before) = (cpu_of_named("postgres"), cpu_seconds(std::process::id()));
+    let started = Instant::now();
+    let timings = load(http, target, DURATION).await;
     let secs = started.elapsed().as_secs_f64();
     let n = timings.len() as f64;
     let server_cpu = pid.zip(cpu_before).map(|(p, before)| tree_cpu_seconds(p) - before);

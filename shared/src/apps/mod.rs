@@ -11,6 +11,5 @@ pub mod nodes;
 pub mod repo;
 pub mod routing;
 pub mod service;
-pub mod verified;
 
 pub use model::*;

@@ -53,18 +53,20 @@ pub async fn existing(state: &AppState, app: &AppCaller, open_id: &str) -> AppRe
 
 /// The user's id, registering a bare user on first contact (chat, subscribe, new conversation);
 /// `true` when created. A user this process found or created for the app is not read again
-/// (`crate::apps::verified`).
+/// (`crate::auth::verified_apps`).
 pub async fn ensure(state: &AppState, app: &AppCaller, open_id: &str) -> AppResult<(i64, bool)> {
-    if let Some(id) = state.verified_apps().user(app, open_id) {
+    if let Some(id) = state.verified_apps().user((app.id, &app.app_id), open_id) {
         return Ok((id, false));
     }
     let ensured = repo::ensure_user(state.db(), app.id, open_id).await?;
-    state.verified_apps().put_user(app, open_id, ensured.0);
+    state
+        .verified_apps()
+        .put_user((app.id, &app.app_id), open_id, ensured.0);
     Ok(ensured)
 }
 
 /// Removes a user this request created (a first chat that was refused leaves nothing behind).
 pub async fn remove_created(state: &AppState, app: &AppCaller, open_id: &str, id: i64) -> AppResult<()> {
-    state.verified_apps().forget_user(app, open_id);
+    state.verified_apps().forget_user(&app.app_id, open_id);
     Ok(repo::delete_user(state.db(), id).await?)
 }

@@ -1,9 +1,10 @@
 //! External API authentication: `Svc-App-Id` + `Svc-Token`, compared in constant time; a pair
-//! verified in the last few seconds is not read again (`crate::apps::verified`).
+//! verified in the last few seconds is not read again (`crate::auth::verified_apps`).
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
+use crate::auth::verified_apps::VerifiedApp;
 use crate::crypto::constant_time_eq;
 use crate::domain::AppCaller;
 use crate::{AppError, AppState};
@@ -32,8 +33,12 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
             "app credentials required: send Svc-App-Id and Svc-Token",
         ));
     };
-    if let Some(caller) = state.verified_apps().get(app_id, token) {
-        return Ok(caller);
+    if let Some(app) = state.verified_apps().get(app_id, token) {
+        return Ok(AppCaller {
+            id: app.id,
+            app_id: app.app_id,
+            creator_id: app.creator_id,
+        });
     }
     let refused = || AppError::unauthorized("app credentials invalid or app disabled");
     let row: Option<(i64, String, i16, i64)> =
@@ -50,11 +55,15 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
     if !constant_time_eq(expected.as_bytes(), token.as_bytes()) || status != 1 {
         return Err(refused());
     }
-    let caller = AppCaller {
+    let app = VerifiedApp {
         id,
         app_id: app_id.to_owned(),
         creator_id,
     };
-    state.verified_apps().put(&caller, token);
-    Ok(caller)
+    state.verified_apps().put(&app, token);
+    Ok(AppCaller {
+        id,
+        app_id: app.app_id,
+        creator_id,
+    })
 }

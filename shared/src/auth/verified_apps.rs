@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use crate::crypto::constant_time_eq;
-use crate::domain::AppCaller;
 
 /// How long a verified token is accepted without reading its app again.
 pub const FRESH_FOR: Duration = Duration::from_secs(5);
@@ -31,8 +30,16 @@ const PRUNE_APPS_ABOVE: usize = 1024;
 /// Users remembered per app; beyond it the app's list starts again.
 const USERS_PER_APP: usize = 10_000;
 
+/// An app whose credentials were verified: its row id, its `Svc-App-Id`, and who created it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifiedApp {
+    pub id: i64,
+    pub app_id: String,
+    pub creator_id: i64,
+}
+
 struct Verified {
-    caller: AppCaller,
+    app: VerifiedApp,
     /// The token's digest, not the token: what stays in memory cannot be replayed.
     token: [u8; 32],
     at: Instant,
@@ -60,17 +67,17 @@ fn digest(token: &str) -> [u8; 32] {
 
 impl VerifiedApps {
     /// The app, if this token was verified for it within [`FRESH_FOR`].
-    pub fn get(&self, app_id: &str, token: &str) -> Option<AppCaller> {
+    pub fn get(&self, app_id: &str, token: &str) -> Option<VerifiedApp> {
         let presented = digest(token);
         let apps = self.apps.lock().ok()?;
         let entry = apps.get(app_id)?;
         let fresh = entry.at.elapsed() < self.fresh_for;
-        (fresh && constant_time_eq(&entry.token, &presented)).then(|| entry.caller.clone())
+        (fresh && constant_time_eq(&entry.token, &presented)).then(|| entry.app.clone())
     }
 
     /// Remembers credentials just verified against the database; the users known of the same
     /// app are kept.
-    pub fn put(&self, caller: &AppCaller, token: &str) {
+    pub fn put(&self, app: &VerifiedApp, token: &str) {
         let Ok(mut apps) = self.apps.lock() else {
             return;
         };
@@ -78,32 +85,32 @@ impl VerifiedApps {
             apps.retain(|_, v| v.at.elapsed() < self.fresh_for);
         }
         let users = apps
-            .remove(&caller.app_id)
-            .filter(|v| v.caller.id == caller.id)
+            .remove(&app.app_id)
+            .filter(|v| v.app.id == app.id)
             .map(|v| v.users)
             .unwrap_or_default();
         let entry = Verified {
-            caller: caller.clone(),
+            app: app.clone(),
             token: digest(token),
             at: Instant::now(),
             users,
         };
-        apps.insert(caller.app_id.clone(), entry);
+        apps.insert(app.app_id.clone(), entry);
     }
 
-    /// The id of the app's user with this openId, if known.
-    pub fn user(&self, app: &AppCaller, open_id: &str) -> Option<i64> {
+    /// The id of the user with this openId of the app (row id and `Svc-App-Id`), if known.
+    pub fn user(&self, (id, app_id): (i64, &str), open_id: &str) -> Option<i64> {
         let apps = self.apps.lock().ok()?;
-        let entry = apps.get(&app.app_id).filter(|v| v.caller.id == app.id)?;
+        let entry = apps.get(app_id).filter(|v| v.app.id == id)?;
         entry.users.get(open_id).copied()
     }
 
     /// Remembers a user of an app this process verified.
-    pub fn put_user(&self, app: &AppCaller, open_id: &str, id: i64) {
+    pub fn put_user(&self, (app, app_id): (i64, &str), open_id: &str, id: i64) {
         let Ok(mut apps) = self.apps.lock() else {
             return;
         };
-        if let Some(entry) = apps.get_mut(&app.app_id).filter(|v| v.caller.id == app.id) {
+        if let Some(entry) = apps.get_mut(app_id).filter(|v| v.app.id == app) {
             if entry.users.len() >= USERS_PER_APP {
                 entry.users.clear();
             }
@@ -112,9 +119,9 @@ impl VerifiedApps {
     }
 
     /// Forgets a user that was deleted.
-    pub fn forget_user(&self, app: &AppCaller, open_id: &str) {
+    pub fn forget_user(&self, app_id: &str, open_id: &str) {
         if let Ok(mut apps) = self.apps.lock() {
-            if let Some(entry) = apps.get_mut(&app.app_id) {
+            if let Some(entry) = apps.get_mut(app_id) {
                 entry.users.remove(open_id);
             }
         }
@@ -123,7 +130,7 @@ impl VerifiedApps {
     /// Forgets the app with this row id (disabled, deleted) and its users.
     pub fn forget(&self, id: i64) {
         if let Ok(mut apps) = self.apps.lock() {
-            apps.retain(|_, v| v.caller.id != id);
+            apps.retain(|_, v| v.app.id != id);
         }
     }
 }
@@ -132,12 +139,16 @@ impl VerifiedApps {
 mod tests {
     use super::*;
 
-    fn app(id: i64) -> AppCaller {
-        AppCaller {
+    fn app(id: i64) -> VerifiedApp {
+        VerifiedApp {
             id,
             app_id: format!("app-{id}"),
             creator_id: 1,
         }
+    }
+
+    fn key(app: &VerifiedApp) -> (i64, &str) {
+        (app.id, &app.app_id)
     }
 
     #[test]
@@ -154,39 +165,39 @@ mod tests {
     fn a_forgotten_app_is_read_again_and_its_users_too() {
         let cache = VerifiedApps::default();
         cache.put(&app(1), "one");
-        cache.put_user(&app(1), "ann", 7);
+        cache.put_user(key(&app(1)), "ann", 7);
         cache.put(&app(2), "two");
         cache.forget(1);
         assert!(cache.get("app-1", "one").is_none());
         cache.put(&app(1), "one");
-        assert_eq!(cache.user(&app(1), "ann"), None);
+        assert_eq!(cache.user(key(&app(1)), "ann"), None);
         assert!(cache.get("app-2", "two").is_some());
     }
 
     #[test]
     fn users_are_known_per_app_and_survive_a_new_check_of_the_token() {
         let cache = VerifiedApps::default();
-        cache.put_user(&app(1), "ann", 7);
-        assert_eq!(cache.user(&app(1), "ann"), None, "only users of verified apps");
+        cache.put_user(key(&app(1)), "ann", 7);
+        assert_eq!(cache.user(key(&app(1)), "ann"), None, "only users of verified apps");
         cache.put(&app(1), "one");
         cache.put(&app(2), "two");
-        cache.put_user(&app(1), "ann", 7);
-        assert_eq!(cache.user(&app(1), "ann"), Some(7));
-        assert_eq!(cache.user(&app(2), "ann"), None);
+        cache.put_user(key(&app(1)), "ann", 7);
+        assert_eq!(cache.user(key(&app(1)), "ann"), Some(7));
+        assert_eq!(cache.user(key(&app(2)), "ann"), None);
         cache.put(&app(1), "one");
-        assert_eq!(cache.user(&app(1), "ann"), Some(7));
-        cache.forget_user(&app(1), "ann");
-        assert_eq!(cache.user(&app(1), "ann"), None);
+        assert_eq!(cache.user(key(&app(1)), "ann"), Some(7));
+        cache.forget_user("app-1", "ann");
+        assert_eq!(cache.user(key(&app(1)), "ann"), None);
     }
 
     #[test]
     fn an_app_id_taken_by_a_new_app_does_not_inherit_users() {
         let cache = VerifiedApps::default();
         cache.put(&app(1), "one");
-        cache.put_user(&app(1), "ann", 7);
-        let successor = AppCaller { id: 9, ..app(1) };
+        cache.put_user(key(&app(1)), "ann", 7);
+        let successor = VerifiedApp { id: 9, ..app(1) };
         cache.put(&successor, "new");
-        assert_eq!(cache.user(&successor, "ann"), None);
+        assert_eq!(cache.user(key(&successor), "ann"), None);
     }
 
     #[test]

@@ -1,11 +1,7 @@
 //! The two streamed routes: agent chat (NDJSON) and agent creation (text signals).
 
-use std::convert::Infallible;
-
-use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
-use bytes::Bytes;
 use futures::StreamExt;
 use serde::Deserialize;
 use shared::agents::chat::{self, Caller, ChatRequest, StreamEvent};
@@ -46,8 +42,7 @@ async fn chat_stream(
         resources: (!user.is_admin()).then_some(user.id),
     };
     let events = chat::start(&state, caller, chat_agent, req).await?;
-    let body = Body::from_stream(events.map(|e| Ok::<_, Infallible>(Bytes::from(e.ndjson()))));
-    event_stream::response("application/x-ndjson", body)
+    event_stream::response("application/x-ndjson", events.map(|e| e.ndjson()))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -66,6 +61,5 @@ async fn create(
     Json(req): Json<CreateRequest>,
 ) -> AppResult<Response> {
     let lines = create_stream::start(&state, &user, req.description).await?;
-    let body = Body::from_stream(lines.map(|l| Ok::<_, Infallible>(Bytes::from(l))));
-    event_stream::response("text/plain; charset=utf-8", body)
+    event_stream::response("text/plain; charset=utf-8", lines)
 }

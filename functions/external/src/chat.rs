@@ -1,11 +1,7 @@
 //! External chat, streamed (NDJSON) and synchronous; app credentials or an embed token.
 
-use std::convert::Infallible;
-
-use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
-use bytes::Bytes;
 use futures::StreamExt;
 use shared::agents::chat::StreamEvent;
 use shared::external::{chat, ExternalCaller, ExternalChatRequest, SyncAnswer};
@@ -31,8 +27,7 @@ async fn chat_stream(
     Json(req): Json<ExternalChatRequest>,
 ) -> AppResult<Response> {
     let events = chat::start(&state, &caller, req).await?;
-    let body = Body::from_stream(events.map(|e| Ok::<_, Infallible>(Bytes::from(e.ndjson()))));
-    event_stream::response("application/x-ndjson", body)
+    event_stream::response("application/x-ndjson", events.map(|e| e.ndjson()))
 }
 
 /// The same chat, answered in one envelope once complete (at most 120 s).

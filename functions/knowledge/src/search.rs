@@ -1,12 +1,8 @@
 //! `/rag/search` and `/rag/qa/stream`, and the same two for external systems under
 //! `/open-api/rag` (raw text stream there).
 
-use std::convert::Infallible;
-
-use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
-use bytes::Bytes;
 use futures::StreamExt;
 use shared::http::{event_stream, Api, ApiResult, CurrentUser, Envelope, Json};
 use shared::rag::qa::{self, QaEvent, QaRequest};
@@ -57,8 +53,7 @@ async fn qa_stream(
     Json(req): Json<QaRequest>,
 ) -> AppResult<Response> {
     let events = qa::answer(&state, &user, req).await?;
-    let body = Body::from_stream(events.map(|e| Ok::<_, Infallible>(Bytes::from(qa::ndjson(&e)))));
-    event_stream::response("application/x-ndjson", body)
+    event_stream::response("application/x-ndjson", events.map(|e| qa::ndjson(&e)))
 }
 
 /// The answer as raw text chunks, appended in order; a failure ends with `[ERROR] message`.
@@ -72,10 +67,10 @@ async fn open_qa_stream(
     let events = qa::answer(&state, &user, req).await?;
     let text = events.filter_map(|e| async move {
         match e {
-            QaEvent::Text { data } => Some(Ok::<_, Infallible>(Bytes::from(data))),
-            QaEvent::Error { message } => Some(Ok(Bytes::from(format!("\n[ERROR] {message}")))),
+            QaEvent::Text { data } => Some(data),
+            QaEvent::Error { message } => Some(format!("\n[ERROR] {message}")),
             QaEvent::Done { .. } => None,
         }
     });
-    event_stream::response("text/plain; charset=utf-8", Body::from_stream(text))
+    event_stream::response("text/plain; charset=utf-8", text)
 }

@@ -255,11 +255,17 @@ pub enum EnableTarget {
     Config,
 }
 
+/// Deletes the config; its usage records and the messages it answered keep their rows, with the
+/// config's id set to null (the foreign keys that did this were dropped, migration 0021).
 pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM model_configs WHERE id = $1")
-        .bind(id)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "WITH usage AS (UPDATE model_usage SET model_id = NULL WHERE model_id = $1),
+              answers AS (UPDATE messages SET model_id = NULL WHERE model_id = $1)
+         DELETE FROM model_configs WHERE id = $1",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
     Ok(())
 }
 

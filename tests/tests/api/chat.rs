@@ -252,6 +252,32 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
         .await
         .events();
     assert_eq!(joined(&events, "text"), "Tool web_search is not available");
+
+    // Deleting the model keeps the usage and the answer, without the deleted config's id.
+    let other = s.chat_model("chat-echo", json!({})).await;
+    s.app
+        .delete(&format!("/ai-model/config/{other}"), Some(&s.admin))
+        .await
+        .assert_status_ok();
+    let unrelated: i64 = sqlx::query_scalar("SELECT count(*) FROM model_usage WHERE model_id = $1")
+        .bind(model)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert!(unrelated >= 2, "another config's deletion leaves these rows alone");
+    s.app
+        .delete(&format!("/ai-model/config/{model}"), Some(&s.admin))
+        .await
+        .assert_status_ok();
+    let (usage_rows, usage_ids, answer_ids): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM model_usage), (SELECT count(model_id) FROM model_usage),
+                (SELECT count(model_id) FROM messages)",
+    )
+    .fetch_one(&s.app.db)
+    .await
+    .unwrap();
+    assert!(usage_rows >= 2);
+    assert_eq!((usage_ids, answer_ids), (0, 0));
 }
 
 #[tokio::test]

@@ -34,7 +34,8 @@
 //!
 //! Run with `make bench-chat` (only this benchmark) or `make bench`;
 //! `CHAT_BENCH_ONLY=concurrency make bench-chat` runs only the kept-alive concurrency rows of the
-//! raw upstream and the two service paths (about a minute).
+//! raw upstream and the two service paths (about a minute); `CHAT_BENCH_ONLY=tracing` only what
+//! tracing costs (about four minutes).
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -641,6 +642,12 @@ async fn main() {
         url: format!("{}/chat/completions", upstream.base_url),
         body: openai_body.clone(),
     };
+    // CHAT_BENCH_ONLY=tracing: only what tracing costs (three servers of its own).
+    if std::env::var("CHAT_BENCH_ONLY").as_deref() == Ok("tracing") {
+        drop(service);
+        tracing_cost(&http, &raw, dir.path(), &upstream.base_url, &model).await;
+        return;
+    }
     let service_pid = service.child.id();
     // CHAT_BENCH_ONLY=concurrency: the kept-alive concurrency rows of the raw upstream and the
     // two service paths, for a quick look at the tail (a minute instead of ten).

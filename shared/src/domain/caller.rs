@@ -1,5 +1,6 @@
 //! Who is calling: a user of the admin API with a role, or an app of the external API.
 
+use crate::auth::verified_apps::VerifiedApp;
 use crate::AppError;
 
 /// 1 = administrator, 2 = regular user.
@@ -76,4 +77,14 @@ pub struct AppCaller {
     pub app_id: String,
     /// Who created the app: its external users' model usage and uploads are recorded to them.
     pub creator_id: i64,
+}
+
+impl From<VerifiedApp> for AppCaller {
+    fn from(app: VerifiedApp) -> Self {
+        Self {
+            id: app.id,
+            app_id: app.app_id,
+            creator_id: app.creator_id,
+        }
+    }
 }

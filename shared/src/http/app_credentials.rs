@@ -34,11 +34,7 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
         ));
     };
     if let Some(app) = state.verified_apps().get(app_id, token) {
-        return Ok(AppCaller {
-            id: app.id,
-            app_id: app.app_id,
-            creator_id: app.creator_id,
-        });
+        return Ok(app.into());
     }
     let refused = || AppError::unauthorized("app credentials invalid or app disabled");
     let row: Option<(i64, String, i16, i64)> =
@@ -61,9 +57,5 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
         creator_id,
     };
     state.verified_apps().put(&app, token);
-    Ok(AppCaller {
-        id,
-        app_id: app.app_id,
-        creator_id,
-    })
+    Ok(app.into())
 }

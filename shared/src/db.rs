@@ -10,10 +10,9 @@ use crate::config::Config;
 
 /// The planner's price of a random page read against a sequential one (Postgres's default: 4,
 /// for spinning disks). The data lives on SSD storage or in memory, and with the default the
-/// planner read a chat's history and its "first turn?" check by scanning `messages` in id order
-/// (filtering out other conversations) instead of through the `(conversation_id, id)` index: 2.8 ms
-/// per turn instead of 0.07 ms once the table had statistics (docs/decisions.md). Sent in the
-/// startup packet, so it costs no round trip.
+/// planner read a chat's history by walking `messages` in id order (filtering out other
+/// conversations) instead of through the `(conversation_id, id)` index once the table had
+/// statistics (docs/decisions.md). Sent in the startup packet, so it costs no round trip.
 const RANDOM_PAGE_COST: &str = "1.1";
 
 /// Connects and applies pending migrations. Migrations take an advisory lock, so several

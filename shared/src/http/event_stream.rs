@@ -18,13 +18,7 @@ where
     S: Stream + Send + 'static,
     S::Item: Into<Bytes>,
 {
-    let corked = Corked {
-        pieces: pieces.map(Into::into).boxed(),
-        ready: BytesMut::new(),
-        first_sent: false,
-        waited: false,
-        ended: false,
-    };
+    let corked = Corked::new(pieces.map(Into::into).boxed());
     Response::builder()
         .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, "no-cache")
@@ -49,6 +43,18 @@ struct Corked {
     first_sent: bool,
     waited: bool,
     ended: bool,
+}
+
+impl Corked {
+    fn new(pieces: futures::stream::BoxStream<'static, Bytes>) -> Self {
+        Self {
+            pieces,
+            ready: BytesMut::new(),
+            first_sent: false,
+            waited: false,
+            ended: false,
+        }
+    }
 }
 
 impl Stream for Corked {
@@ -87,13 +93,7 @@ mod tests {
     #[tokio::test]
     async fn the_first_piece_goes_alone_and_later_ready_pieces_go_together() {
         let (tx, rx) = futures::channel::mpsc::unbounded::<&'static str>();
-        let mut corked = Corked {
-            pieces: rx.map(Bytes::from).boxed(),
-            ready: BytesMut::new(),
-            first_sent: false,
-            waited: false,
-            ended: false,
-        };
+        let mut corked = Corked::new(rx.map(Bytes::from).boxed());
         tx.unbounded_send("a\n").unwrap();
         tx.unbounded_send("b\n").unwrap();
         assert_eq!(corked.next().await.unwrap(), "a\nb\n");

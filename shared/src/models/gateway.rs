@@ -281,7 +281,7 @@ async fn after_call(state: &AppState, model: &ModelConfigRow, hold: Hold, mut re
     if let Err(e) = usage::record(state.db(), std::slice::from_ref(&record)).await {
         tracing::error!(error = %e, model_id = model.id, "recording model usage failed");
     }
-    let used = record.usage.prompt_tokens + record.usage.completion_tokens;
+    let used = record.usage.total();
     hold.settle(if charge { used } else { 0 }).await;
 }
 
@@ -599,7 +599,7 @@ impl Meter {
             // Handed over now, not in the task below: a dropped stream's task may run after
             // the caller has stored its result.
             record.cost = usage::cost(&model, record.usage);
-            let used = record.usage.prompt_tokens + record.usage.completion_tokens;
+            let used = record.usage.total();
             pending.push(record);
             return Some(async move { hold.settle(used).await }.instrument(span).boxed());
         }

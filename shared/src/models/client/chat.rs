@@ -150,6 +150,13 @@ pub struct Usage {
     pub completion_tokens: u64,
 }
 
+impl Usage {
+    /// The tokens a call used, prompt and completion: what a quota hold is settled to.
+    pub fn total(self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChatEvent {
     /// Reasoning text (`reasoning_content` / `reasoning` deltas).

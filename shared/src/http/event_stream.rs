@@ -1,14 +1,17 @@
-//! Streamed responses: the headers every stream carries, and pieces written together when
-//! more than one is ready.
+//! Streamed responses: the headers every stream carries, and pieces that come in a burst
+//! written together.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::Response;
 use bytes::BytesMut;
 use futures::{Stream, StreamExt};
+use tokio::time::{Instant, Sleep};
 
 use crate::{AppError, AppResult};
 
@@ -18,7 +21,7 @@ where
     S: Stream + Send + 'static,
     S::Item: Into<Bytes>,
 {
-    let corked = Corked::new(pieces.map(Into::into).boxed());
+    let corked = Corked::new(pieces.map(Into::into).boxed(), WRITE_INTERVAL);
     Response::builder()
         .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, "no-cache")
@@ -27,33 +30,64 @@ where
         .map_err(|e| AppError::Internal(e.into()))
 }
 
-/// The pieces of a stream, each write taking every piece that is ready.
+/// The shortest time between two writes of one stream while pieces keep coming. At a model's
+/// pace (tokens tens of milliseconds apart) every piece still goes out the moment it is made;
+/// a burst (a fast model, a buffering proxy, a busy server catching up) goes out in writes this
+/// far apart. Well under what a reader can see, and under a frame of a screen.
+const WRITE_INTERVAL: Duration = Duration::from_millis(4);
+
+/// What a stream may hold back before it writes anyway.
+const MAX_HELD: usize = 16 * 1024;
+
+/// The pieces of a stream, written together when they come faster than WRITE_INTERVAL.
 ///
 /// The server writes what a poll of the body returns, one socket write per poll that finds
 /// something. A streamed answer produces a line per token in another task, so each poll found
-/// one line: one write per token, 50 per 50-token answer, even on a server so busy that the
-/// next tokens were already on their way. After the first piece (written at once: the first
-/// token is what a reader waits for), a piece waits for one turn of the scheduler before it is
-/// written, and whatever was produced meanwhile goes in the same write. At a model's own pace
-/// that turn is microseconds and every token still gets its own write; on a busy server the
-/// tokens that are ready share one.
+/// one line: about one write per token, and as many reads and wake-ups for the client, even
+/// when the tokens came in a burst. A piece that comes when the last write is at least
+/// WRITE_INTERVAL old (the first one above all: it is what a reader waits for) is written at
+/// once; one that comes sooner waits until then, and whatever comes meanwhile joins it.
 struct Corked {
     pieces: futures::stream::BoxStream<'static, Bytes>,
     ready: BytesMut,
-    first_sent: bool,
-    waited: bool,
+    interval: Duration,
+    last_write: Option<Instant>,
+    /// Wakes the stream when held pieces are due.
+    due: Option<Pin<Box<Sleep>>>,
     ended: bool,
 }
 
 impl Corked {
-    fn new(pieces: futures::stream::BoxStream<'static, Bytes>) -> Self {
+    fn new(pieces: futures::stream::BoxStream<'static, Bytes>, interval: Duration) -> Self {
         Self {
             pieces,
             ready: BytesMut::new(),
-            first_sent: false,
-            waited: false,
+            interval,
+            last_write: None,
+            due: None,
             ended: false,
         }
+    }
+
+    /// Whether held pieces must wait (a wake-up is then set for when they are due).
+    fn must_wait(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(last) = self.last_write else {
+            return false;
+        };
+        if self.ended || self.ready.len() >= MAX_HELD {
+            return false;
+        }
+        let due_at = last + self.interval;
+        if Instant::now() >= due_at {
+            return false;
+        }
+        let due = self
+            .due
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due_at)));
+        if due.deadline() != due_at {
+            due.as_mut().reset(due_at);
+        }
+        due.as_mut().poll(cx).is_pending()
     }
 }
 
@@ -75,13 +109,10 @@ impl Stream for Corked {
                 false => Poll::Pending,
             };
         }
-        if this.first_sent && !this.ended && !this.waited {
-            this.waited = true;
-            cx.waker().wake_by_ref();
+        if this.must_wait(cx) {
             return Poll::Pending;
         }
-        this.first_sent = true;
-        this.waited = false;
+        this.last_write = Some(Instant::now());
         Poll::Ready(Some(this.ready.split().freeze()))
     }
 }
@@ -90,21 +121,47 @@ impl Stream for Corked {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn the_first_piece_goes_alone_and_later_ready_pieces_go_together() {
+    #[tokio::test(start_paused = true)]
+    async fn the_first_piece_goes_at_once_and_a_burst_goes_together() {
         let (tx, rx) = futures::channel::mpsc::unbounded::<&'static str>();
-        let mut corked = Corked::new(rx.map(Bytes::from).boxed());
+        let mut corked = Corked::new(rx.map(Bytes::from).boxed(), Duration::from_millis(4));
         tx.unbounded_send("a\n").unwrap();
+        let start = Instant::now();
+        assert_eq!(corked.next().await.unwrap(), "a\n");
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        // "b" comes right after the first write: it waits for the interval, and "c", made
+        // meanwhile by another task, joins it.
         tx.unbounded_send("b\n").unwrap();
-        assert_eq!(corked.next().await.unwrap(), "a\nb\n");
-        // "d" comes from another task while "c" waits its turn of the scheduler.
-        tx.unbounded_send("c\n").unwrap();
         let producer = tx.clone();
-        tokio::spawn(async move { producer.unbounded_send("d\n").unwrap() });
-        assert_eq!(corked.next().await.unwrap(), "c\nd\n");
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            producer.unbounded_send("c\n").unwrap();
+        });
+        assert_eq!(corked.next().await.unwrap(), "b\nc\n");
+        assert_eq!(start.elapsed(), Duration::from_millis(4));
+        // At a model's pace, a piece after a quiet interval goes at once.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        tx.unbounded_send("d\n").unwrap();
+        let quiet = Instant::now();
+        assert_eq!(corked.next().await.unwrap(), "d\n");
+        assert_eq!(quiet.elapsed(), Duration::ZERO);
+        // The end of the stream does not wait.
         tx.unbounded_send("e\n").unwrap();
         drop(tx);
         assert_eq!(corked.next().await.unwrap(), "e\n");
         assert!(corked.next().await.is_none());
+        assert_eq!(quiet.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_larger_than_what_may_be_held_goes_at_once() {
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Bytes>();
+        let mut corked = Corked::new(rx.boxed(), Duration::from_millis(4));
+        tx.unbounded_send(Bytes::from_static(b"a")).unwrap();
+        assert_eq!(corked.next().await.unwrap(), "a");
+        let start = Instant::now();
+        tx.unbounded_send(Bytes::from(vec![b'x'; MAX_HELD])).unwrap();
+        assert_eq!(corked.next().await.unwrap().len(), MAX_HELD);
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }

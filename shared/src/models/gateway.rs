@@ -484,13 +484,15 @@ async fn stream_on(
             return Err(e.into());
         }
     };
+    // Boxed: `unfold` moves its state into a new future at every item, and a meter is large.
     Ok(Box::pin(futures::stream::unfold(
-        (inner, meter),
-        |(mut inner, mut meter)| async move {
+        Box::new((inner, meter)),
+        |mut metered| async move {
+            let (inner, meter) = &mut *metered;
             match inner.next().await {
                 Some(ev) => {
                     meter.observe(&ev);
-                    Some((ev, (inner, meter)))
+                    Some((ev, metered))
                 }
                 None => {
                     // Settled before the stream ends: whoever reads the end (the chat turn, a

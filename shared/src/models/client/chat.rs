@@ -284,10 +284,14 @@ impl ModelClient {
             done: false,
             idle: ep.timeout(),
         };
-        Ok(Box::pin(futures::stream::unfold(state, |mut st| async move {
-            let item = st.next_event().await?;
-            Some((item, st))
-        })))
+        // Boxed: `unfold` moves its state into a new future at every item, one pointer then.
+        Ok(Box::pin(futures::stream::unfold(
+            Box::new(state),
+            |mut st| async move {
+                let item = st.next_event().await?;
+                Some((item, st))
+            },
+        )))
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::chunk::Chunk;
 use super::error::upstream_message;
@@ -182,26 +182,51 @@ pub struct ChatResponse {
 
 pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatEvent, ModelError>> + Send>>;
 
-fn request_body(ep: &Endpoint, req: &ChatRequest, stream: bool) -> Value {
-    let mut body = json!({ "model": ep.model, "messages": req.messages, "stream": stream });
-    if stream {
-        body["stream_options"] = json!({ "include_usage": true });
-    }
-    if let Some(t) = req.temperature.or_else(|| ep.option_f64("temperature")) {
-        body["temperature"] = json!(t);
-    }
-    if let Some(m) = req.max_tokens.or_else(|| ep.option_u64("maxTokens")) {
-        body["max_tokens"] = json!(m);
-    }
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
+/// The body of a `chat/completions` request, serialized straight from the request: no JSON tree
+/// in between (the history's every message was copied into one, then written out).
+#[derive(Serialize)]
+struct RequestBody<'a> {
+    model: &'a str,
+    messages: &'a [ChatMessage],
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<ToolBody<'a>>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct ToolBody<'a> {
+    r#type: &'static str,
+    function: &'a ToolSpec,
+}
+
+fn request_body<'a>(ep: &'a Endpoint, req: &'a ChatRequest, stream: bool) -> RequestBody<'a> {
+    RequestBody {
+        model: &ep.model,
+        messages: &req.messages,
+        stream,
+        stream_options: stream.then_some(StreamOptions { include_usage: true }),
+        temperature: req.temperature.or_else(|| ep.option_f64("temperature")),
+        max_tokens: req.max_tokens.or_else(|| ep.option_u64("maxTokens")),
+        tools: req
             .tools
             .iter()
-            .map(|t| json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": t.parameters } }))
-            .collect();
-        body["tools"] = Value::Array(tools);
+            .map(|function| ToolBody {
+                r#type: "function",
+                function,
+            })
+            .collect(),
     }
-    body
 }
 
 fn usage_of(v: &Value) -> Option<Usage> {

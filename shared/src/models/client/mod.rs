@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::Response;
+use serde::Serialize;
 use serde_json::Value;
 
 pub use chat::*;
@@ -122,7 +123,7 @@ impl ModelClient {
 
     /// Sends a JSON POST, retrying connection failures, timeouts before the response, 429 and
     /// 5xx. Returns the first successful response with its body still unread.
-    async fn post(&self, ep: &Endpoint, path: &str, body: &Value) -> Result<Response, ModelError> {
+    async fn post(&self, ep: &Endpoint, path: &str, body: &(impl Serialize + Sync)) -> Result<Response, ModelError> {
         let url = ep.url(path);
         let denied = reqwest::Url::parse(&url)
             .ok()
@@ -151,7 +152,7 @@ impl ModelClient {
         &self,
         ep: &Endpoint,
         url: &str,
-        body: &Value,
+        body: &(impl Serialize + Sync),
     ) -> Result<Response, (ModelError, Option<Duration>)> {
         let mut trace = HeaderMap::new();
         crate::telemetry::inject(&mut trace);
@@ -182,7 +183,7 @@ impl ModelClient {
     }
 
     /// Posts and reads the whole JSON answer.
-    async fn post_json(&self, ep: &Endpoint, path: &str, body: &Value) -> Result<Value, ModelError> {
+    async fn post_json(&self, ep: &Endpoint, path: &str, body: &(impl Serialize + Sync)) -> Result<Value, ModelError> {
         let resp = self.post(ep, path, body).await?;
         let bytes = tokio::time::timeout(ep.timeout(), read_body(resp, MAX_BODY_BYTES))
             .await

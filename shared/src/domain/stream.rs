@@ -22,9 +22,9 @@ where
     // The stream ends only after the task, and any span it holds, is gone: whoever waits for
     // the end (a Lambda function flushing its spans) then finds the spans ended.
     let keep_open = tx.clone();
-    // Boxed here, once: a chat turn's future is tens of kilobytes (every await of the turn,
-    // tool calls included), and spawning it by value copied it several times on its way into
-    // the task (about 60,000 instructions per chat).
+    // Boxed here, once: a stream's task can be a large future (a chat turn's was 57 KB), and
+    // spawning it by value copied it several times on its way into the task (about 60,000
+    // instructions per chat then).
     let task = Box::pin(body(tx));
     tokio::spawn(async move {
         task.await;

@@ -111,7 +111,10 @@ impl Turn {
         let mut answer = Answer::default();
         let hold = self.hold.take();
         let history = std::mem::take(&mut self.history);
-        let outcome = match self.converse(&out, &mut answer, hold, history).await {
+        // The turn's large parts are boxed where they are awaited: inline, the turn's future
+        // was 57 KB (the model call, every tool, memory and knowledge, the title's own model
+        // call), copied whole whenever it moved, and every turn paid for the largest path.
+        let outcome = match Box::pin(self.converse(&out, &mut answer, hold, history)).await {
             Ok(()) => Outcome::Complete,
             Err(o) => o,
         };
@@ -131,14 +134,14 @@ impl Turn {
                     .await;
                 self.remember().instrument(self.span.clone()).await;
                 if self.new_conversation {
-                    title::generate(
+                    Box::pin(title::generate(
                         &self.state,
                         &self.model,
                         self.caller.billing,
                         self.conversation_id,
                         &self.content,
                         &answer.text,
-                    )
+                    ))
                     .instrument(self.span.clone())
                     .await;
                 }
@@ -173,7 +176,7 @@ impl Turn {
                 context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
             )
         };
-        let (images, toolbox, memories, knowledge) = gathered.instrument(self.span.clone()).await;
+        let (images, toolbox, memories, knowledge) = Box::pin(gathered).instrument(self.span.clone()).await;
         let images = images.map_err(Outcome::failed)?;
         let ctx = Context {
             tool_notes: toolbox.prompt_notes.clone(),
@@ -196,7 +199,7 @@ impl Turn {
             }
             messages.push(ChatMessage::assistant_tool_calls(&calls));
             for call in calls {
-                let result = self.run_tool(out, &toolbox, &call, answer).await?;
+                let result = Box::pin(self.run_tool(out, &toolbox, &call, answer)).await?;
                 messages.push(ChatMessage::tool_result(call.id, result));
             }
         }

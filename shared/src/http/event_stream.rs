@@ -21,7 +21,7 @@ where
     S: Stream + Send + 'static,
     S::Item: Into<Bytes>,
 {
-    let corked = Corked::new(pieces.map(Into::into).boxed(), WRITE_INTERVAL);
+    let corked = Corked::new(pieces.map(Into::into).boxed());
     Response::builder()
         .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, "no-cache")
@@ -50,7 +50,6 @@ const MAX_HELD: usize = 16 * 1024;
 struct Corked {
     pieces: futures::stream::BoxStream<'static, Bytes>,
     ready: BytesMut,
-    interval: Duration,
     last_write: Option<Instant>,
     /// Wakes the stream when held pieces are due.
     due: Option<Pin<Box<Sleep>>>,
@@ -58,11 +57,10 @@ struct Corked {
 }
 
 impl Corked {
-    fn new(pieces: futures::stream::BoxStream<'static, Bytes>, interval: Duration) -> Self {
+    fn new(pieces: futures::stream::BoxStream<'static, Bytes>) -> Self {
         Self {
             pieces,
             ready: BytesMut::new(),
-            interval,
             last_write: None,
             due: None,
             ended: false,
@@ -77,7 +75,7 @@ impl Corked {
         if self.ended || self.ready.len() >= MAX_HELD {
             return false;
         }
-        let due_at = last + self.interval;
+        let due_at = last + WRITE_INTERVAL;
         if Instant::now() >= due_at {
             return false;
         }
@@ -124,7 +122,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_first_piece_goes_at_once_and_a_burst_goes_together() {
         let (tx, rx) = futures::channel::mpsc::unbounded::<&'static str>();
-        let mut corked = Corked::new(rx.map(Bytes::from).boxed(), Duration::from_millis(4));
+        let mut corked = Corked::new(rx.map(Bytes::from).boxed());
         tx.unbounded_send("a\n").unwrap();
         let start = Instant::now();
         assert_eq!(corked.next().await.unwrap(), "a\n");
@@ -138,7 +136,7 @@ mod tests {
             producer.unbounded_send("c\n").unwrap();
         });
         assert_eq!(corked.next().await.unwrap(), "b\nc\n");
-        assert_eq!(start.elapsed(), Duration::from_millis(4));
+        assert_eq!(start.elapsed(), WRITE_INTERVAL);
         // At a model's pace, a piece after a quiet interval goes at once.
         tokio::time::sleep(Duration::from_millis(20)).await;
         tx.unbounded_send("d\n").unwrap();
@@ -156,7 +154,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_burst_larger_than_what_may_be_held_goes_at_once() {
         let (tx, rx) = futures::channel::mpsc::unbounded::<Bytes>();
-        let mut corked = Corked::new(rx.boxed(), Duration::from_millis(4));
+        let mut corked = Corked::new(rx.boxed());
         tx.unbounded_send(Bytes::from_static(b"a")).unwrap();
         assert_eq!(corked.next().await.unwrap(), "a");
         let start = Instant::now();

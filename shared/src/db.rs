@@ -4,7 +4,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{Connection, PgPool};
 
 use crate::config::Config;
 
@@ -15,6 +15,13 @@ use crate::config::Config;
 /// statistics (docs/decisions.md). Sent in the startup packet, so it costs no round trip.
 const RANDOM_PAGE_COST: &str = "1.1";
 
+/// A pooled connection used this recently is taken as alive without asking the server. By
+/// default the pool pings every connection it hands out, a round trip of its own before every
+/// statement: four per chat, three of them before the first token, each waking a server process.
+/// One idle longer (after a quiet spell, a frozen function instance, a failover) is still
+/// checked first; one that died within the window fails its statement once (503) and is dropped.
+const TRUSTED_IF_USED_WITHIN: Duration = Duration::from_secs(1);
+
 /// Connects and applies pending migrations. Migrations take an advisory lock, so several
 /// functions starting together apply them once.
 pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
@@ -24,6 +31,15 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
     let pool = PgPoolOptions::new()
         .max_connections(config.db_max_connections)
         .acquire_timeout(Duration::from_secs(10))
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= TRUSTED_IF_USED_WITHIN {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
         .connect_with(options)
         .await
         .map_err(|e| anyhow::anyhow!("cannot connect to the database: {e}"))?;

@@ -206,6 +206,32 @@ async fn the_service_recovers_from_a_postgres_restart_under_load_without_a_resta
     );
 }
 
+/// The pool trusts a connection used within the last second and asks the server about one
+/// idle longer: connections the database closed while they sat idle (a failover, an idle
+/// timeout, a frozen function instance) are replaced before a request uses them, not reported
+/// as an outage.
+#[tokio::test]
+async fn pooled_connections_the_database_closed_while_idle_are_replaced_unseen() {
+    let app = api_tests::spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    for _ in 0..3 {
+        assert_eq!(app.get("/user", Some(&admin)).await.status, 200);
+    }
+    let closed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert!(closed.iter().any(|c| *c), "the service held pooled connections");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    for _ in 0..5 {
+        let r = app.get("/user", Some(&admin)).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    }
+}
+
 /// A worker killed while embedding a document (a Lambda crash or timeout) leaves no chunk
 /// behind and loses its lease within `INGEST_LEASE_SECS`; the redelivered message is refused
 /// while the lease holds, then does the document exactly once.

@@ -25,20 +25,11 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
         }
     }
     if let Some(id) = d.memory_config_id {
-        let config = crate::memory::config::find(state.db(), id)
+        crate::memory::config::find(state.db(), id)
             .await?
-            .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?;
-        // Configs are shared, but the agent's chats run the config's models: binding one must
-        // not hand the agent a model (and its key) that the caller could not pick directly.
-        for (model, model_type) in [
-            (config.embedding_model_id, ModelType::Embedding),
-            (config.extraction_model_id, ModelType::Chat),
-            (config.rerank_model_id, ModelType::Reranker),
-        ] {
-            if let Some(model) = model {
-                models::service::usable_config(state, user, "memoryConfigId", model, model_type).await?;
-            }
-        }
+            .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?
+            .check_models_usable(state, user, "memoryConfigId")
+            .await?;
     }
     crate::skills::ensure_exist(state.db(), "skillIds", &d.skill_ids).await?;
     let usable = crate::mcp::usable_ids(state.db(), user, &d.mcp_server_ids).await?;

@@ -195,6 +195,23 @@ impl ConfigRow {
         }
         Ok(())
     }
+
+    /// Recall and extraction with this config run its models. Configs are shared, the models
+    /// behind them may be someone's PERSONAL ones (with their key): whoever makes the config
+    /// run, by binding it to an agent or by debugging recall, must be able to pick each model
+    /// directly. The error names `field`.
+    pub async fn check_models_usable(&self, state: &AppState, user: &CurrentUser, field: &str) -> AppResult<()> {
+        for (model, model_type) in [
+            (self.embedding_model_id, ModelType::Embedding),
+            (self.extraction_model_id, ModelType::Chat),
+            (self.rerank_model_id, ModelType::Reranker),
+        ] {
+            if let Some(model) = model {
+                models::service::usable_config(state, user, field, model, model_type).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn unit(field: &str, v: f64) -> AppResult<()> {

@@ -82,8 +82,8 @@ pub async fn debug(state: &AppState, user: &CurrentUser, id: i64, req: DebugRequ
             "userId: you may only debug recall of your own memories".into(),
         ));
     }
-    find(state, id).await?;
-    service::agent(state, agent_id).await?;
+    find(state, id).await?.check_models_usable(state, user, "id").await?;
+    service::visible_agent(state, user, agent_id).await?;
     let owner = Owner::User(user_id);
     let strategy = recall::strategy(state, Some(id)).await?;
     let hits = recall::run(state, &Scope::recall(agent_id, owner), &strategy, owner, &query, false).await?;

@@ -15,7 +15,7 @@ pub const CONTEXT_TOKEN_BUDGET: usize = 8000;
 const MESSAGE_OVERHEAD: usize = 4;
 
 pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: String) -> AppResult<ContextPreview> {
-    let agent = service::agent(state, agent_id).await?;
+    let agent = service::visible_agent(state, user, agent_id).await?;
     let owner = Owner::User(user.id);
     let conv = extract::by_key(state.db(), agent_id, owner, &key)
         .await?

@@ -25,7 +25,21 @@ pub struct AgentMemory {
     pub short_term_memory_size: i32,
 }
 
-pub async fn agent(state: &AppState, id: i64) -> AppResult<AgentMemory> {
+/// The agent's memory settings when the caller may see the agent (as `/agent` decides); an
+/// agent they may not see answers as an unknown one.
+pub async fn visible_agent(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<AgentMemory> {
+    let a = crate::agents::service::visible(state, user, id).await?;
+    Ok(AgentMemory {
+        id: a.id,
+        instruction: a.instruction,
+        memory_enabled: a.memory_enabled,
+        memory_config_id: a.memory_config_id,
+        short_term_memory_size: a.short_term_memory_size,
+    })
+}
+
+/// The memory settings of a memory's own agent, read without a caller's view of it.
+async fn agent(state: &AppState, id: i64) -> AppResult<AgentMemory> {
     sqlx::query_as(
         "SELECT id, instruction, memory_enabled, memory_config_id, short_term_memory_size FROM agents WHERE id = $1",
     )
@@ -293,7 +307,7 @@ pub async fn transition(state: &AppState, user: &CurrentUser, id: i64, t: Transi
 
 /// Extracts the caller's conversation now (synchronously) with the agent's memory config.
 pub async fn extract_now(state: &AppState, user: &CurrentUser, agent_id: i64, key: String) -> AppResult<ExtractResult> {
-    let a = agent(state, agent_id).await?;
+    let a = visible_agent(state, user, agent_id).await?;
     let conv = extract::by_key(state.db(), agent_id, Owner::User(user.id), &key)
         .await?
         .ok_or_else(|| AppError::not_found("conversation"))?;

@@ -871,6 +871,86 @@ async fn recall_finds_the_relevant_memory_of_its_owner_only() {
         .assert_error(400, 0, "userId is required");
 }
 
+/// Configs are shared, but debugging recall runs the config's models: a config whose model the
+/// caller could not pick (someone else's PERSONAL one, with their key) is refused before any
+/// call. The routes that name an agent answer one the caller may not see as an unknown agent.
+#[tokio::test]
+async fn the_debugger_runs_only_models_the_caller_may_use_and_only_on_agents_they_see() {
+    let s = setup(false).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    let (bob_id, bob) = s.app.regular_user("bob").await;
+    let provider = s.app.provider(&s.admin, "personal").await;
+    let personal = s
+        .app
+        .model(
+            &alice,
+            provider,
+            "EMBEDDING",
+            "emb-8",
+            &s.models.base_url,
+            json!({ "scope": "PERSONAL" }),
+        )
+        .await;
+    let config = s
+        .app
+        .post(
+            "/memory/config",
+            Some(&alice),
+            &json!({ "name": "alice's", "embeddingModelId": personal }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let agent = s.agent(None).await;
+    let debug = |token: String, user: i64| {
+        let app = &s.app;
+        async move {
+            app.post(
+                &format!("/memory/config/{config}/debug"),
+                Some(&token),
+                &json!({ "agentId": agent, "userId": user, "query": "my dog's name" }),
+            )
+            .await
+        }
+    };
+    let calls = s.models.requests().len();
+    debug(bob.clone(), bob_id)
+        .await
+        .assert_error(400, 0, &format!("id: model {personal} does not exist"));
+    assert_eq!(s.models.requests().len(), calls, "no call on alice's model for bob");
+    debug(alice.clone(), alice_id).await.assert_ok();
+    assert!(
+        s.models.requests().len() > calls,
+        "alice's own model embedded her query"
+    );
+
+    // A disabled agent of someone else is unknown to bob wherever he names it.
+    sqlx::query("UPDATE agents SET status = 0 WHERE id = $1")
+        .bind(agent)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    debug(alice.clone(), alice_id)
+        .await
+        .assert_error(404, 404, "agent not found");
+    s.app
+        .get(
+            &format!("/memory/agent/{agent}/conversations/c-1/context-preview"),
+            Some(&bob),
+        )
+        .await
+        .assert_error(404, 404, "agent not found");
+    s.app
+        .post(
+            &format!("/memory/agent/{agent}/conversations/c-1/extract"),
+            Some(&bob),
+            &json!({}),
+        )
+        .await
+        .assert_error(404, 404, "agent not found");
+}
+
 #[tokio::test]
 async fn the_state_table_is_enforced() {
     let s = setup(false).await;

@@ -4,12 +4,10 @@ use axum::extract::State;
 use axum::response::Response;
 use futures::StreamExt;
 use serde::Deserialize;
-use shared::agents::chat::{self, Caller, ChatRequest, StreamEvent};
-use shared::agents::{create_stream, service};
-use shared::domain::Owner;
+use shared::agents::chat::{self, ChatRequest, StreamEvent};
+use shared::agents::create_stream;
 use shared::http::{event_stream, CurrentUser, Json, Path};
-use shared::models::gateway::Billing;
-use shared::{AppError, AppResult, AppState};
+use shared::{AppResult, AppState};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -31,17 +29,7 @@ async fn chat_stream(
     Path(agent_id): Path<i64>,
     Json(req): Json<ChatRequest>,
 ) -> AppResult<Response> {
-    let chat_agent = service::visible_for_chat(&state, &user, agent_id).await?;
-    let agent = &chat_agent.agent;
-    if !agent.is_enabled() && !user.can_manage(agent.creator_id) {
-        return Err(AppError::business("the agent does not exist or is disabled"));
-    }
-    let caller = Caller {
-        owner: Owner::User(user.id),
-        billing: Billing::of(&user),
-        resources: (!user.is_admin()).then_some(user.id),
-    };
-    let events = chat::start(&state, caller, chat_agent, req).await?;
+    let events = chat::start_as_user(&state, &user, agent_id, req).await?;
     event_stream::response("application/x-ndjson", events.map(|e| e.ndjson()))
 }
 

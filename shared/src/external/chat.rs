@@ -7,7 +7,8 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 
 use super::model::{ExternalChatRequest, SyncAnswer};
-use super::{agents, repo, users, ExternalCaller};
+use super::{agents, users, ExternalCaller};
+use crate::agents::chat::attachments::ResourceOwner;
 use crate::agents::chat::{self, Caller, ChatRequest, StreamEvent};
 use crate::domain::Owner;
 use crate::models::gateway::Billing;
@@ -41,24 +42,6 @@ fn required(req: &ExternalChatRequest, open_id: Option<String>) -> AppResult<(i6
     )))
 }
 
-/// Every attachment must be an image this user uploaded through the external API.
-async fn check_owned(state: &AppState, req: &ExternalChatRequest, user: i64) -> AppResult<()> {
-    let items = req.attachments.as_deref().unwrap_or_default();
-    let ids: Vec<i64> = items.iter().filter_map(|a| a.resource_id).collect();
-    if ids.is_empty() {
-        return Ok(());
-    }
-    let owned = repo::owned_resources(state.db(), &ids, user).await?;
-    for (i, item) in items.iter().enumerate() {
-        if let Some(id) = item.resource_id.filter(|id| !owned.contains(id)) {
-            return Err(AppError::validation(format!(
-                "attachments[{i}].resourceId: resource {id} does not exist"
-            )));
-        }
-    }
-    Ok(())
-}
-
 pub async fn start(
     state: &AppState,
     caller: &ExternalCaller,
@@ -77,11 +60,10 @@ pub async fn start(
     let (user, created) = ensured?;
     let started = async {
         let agent = agent?;
-        check_owned(state, &req, user).await?;
         let chat_caller = Caller {
             owner: Owner::External(user),
             billing: Billing::RecordOnly(Some(caller.app.creator_id)),
-            resources: Some(caller.app.creator_id),
+            resources: ResourceOwner::External(user),
         };
         let chat_req = ChatRequest {
             conversation_id: req.conversation_id,

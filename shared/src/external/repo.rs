@@ -156,17 +156,6 @@ pub async fn own_resource(db: impl PgExecutor<'_>, resource_id: i64, user: i64) 
     Ok(())
 }
 
-/// Of these resources, the ones the user uploaded.
-pub async fn owned_resources(db: &PgPool, ids: &[i64], user: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
-        "SELECT resource_id FROM external_resources WHERE resource_id = ANY($1) AND external_user_id = $2",
-    )
-    .bind(ids)
-    .bind(user)
-    .fetch_all(db)
-    .await
-}
-
 /// Deletes every conversation of the user with the agent; returns how many.
 pub async fn delete_conversations(db: &PgPool, agent_id: i64, user: i64) -> sqlx::Result<u64> {
     let done = sqlx::query("DELETE FROM conversations WHERE agent_id = $1 AND external_user_id = $2")

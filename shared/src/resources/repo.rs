@@ -84,6 +84,23 @@ pub async fn find_readable(
     qb.build_query_as().fetch_optional(db).await
 }
 
+/// An image the external user uploaded through the external API; None exactly as for an
+/// unknown id (another external user's image, anything uploaded through `/resource`).
+pub async fn find_external_upload(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    external_user_id: i64,
+) -> sqlx::Result<Option<ResourceRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM resources WHERE id = $1 AND EXISTS (
+           SELECT 1 FROM external_resources e WHERE e.resource_id = resources.id AND e.external_user_id = $2)"
+    ))
+    .bind(id)
+    .bind(external_user_id)
+    .fetch_optional(db)
+    .await
+}
+
 pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
     sqlx::query("DELETE FROM resources WHERE id = $1")
         .bind(id)

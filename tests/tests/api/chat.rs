@@ -567,6 +567,37 @@ async fn every_attachment_rule_has_its_own_refusal_and_stores_nothing() {
     for (agent, body, needle) in cases {
         s.chat(&alice, agent, body).await.refused().assert_error(400, 0, needle);
     }
+    // What `/resource` keeps from everyone but its uploader, or from everyone, is not
+    // attachable either: a user's knowledge-base upload in progress (administrators included)
+    // and an external user's image (whoever created the app and so the row).
+    let preview = upload(&s, &alice, "preview.png", PNG).await;
+    sqlx::query("UPDATE resources SET biz_type = 'RAG_UPLOAD_PREVIEW' WHERE id = $1")
+        .bind(preview)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let visitors = upload(&s, &alice, "visitor.png", PNG).await;
+    sqlx::query(
+        "WITH a AS (INSERT INTO apps (app_id, app_name, token_enc, creator_id)
+                    VALUES ('attachments', 'Attachments', 'sealed', $2) RETURNING id),
+              u AS (INSERT INTO external_users (app_id, open_id) SELECT id, 'visitor' FROM a RETURNING id)
+         INSERT INTO external_resources (resource_id, external_user_id) SELECT $1, id FROM u",
+    )
+    .bind(visitors)
+    .bind(alice_id)
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    for (token, id) in [(&s.admin, preview), (&s.admin, visitors), (&alice, visitors)] {
+        s.chat(token, seeing, with(json!([image(id)])))
+            .await
+            .refused()
+            .assert_error(
+                400,
+                0,
+                &format!("attachments[0].resourceId: resource {id} does not exist"),
+            );
+    }
     assert_eq!(s.app.count("conversations").await, 0);
     assert_eq!(s.app.count("messages").await, 0);
 

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::models::ModelConfigRow;
-use crate::resources::{repo as resource_repo, ResourceRow};
+use crate::resources::repo::{self as resource_repo, Reader};
+use crate::resources::ResourceRow;
 use crate::storage::read_all;
 use crate::{AppError, AppResult, AppState};
 
@@ -38,8 +39,26 @@ pub struct Image {
     pub mime_type: String,
 }
 
-/// Whose uploads a caller may attach: `None` for administrators (any), else the creator id.
-pub type ResourceOwner = Option<i64>;
+/// Whose uploads a caller may attach.
+#[derive(Debug, Clone, Copy)]
+pub enum ResourceOwner {
+    /// An admin-API user: what `/resource` lets them read (administrators not an external
+    /// user's image nor someone's knowledge-base upload in progress).
+    User(Reader),
+    /// An external user: the images they uploaded through the external API.
+    External(i64),
+}
+
+impl ResourceOwner {
+    /// The resource if this caller may attach it; None exactly as for an unknown id.
+    async fn find(self, state: &AppState, id: i64) -> AppResult<Option<ResourceRow>> {
+        let found = match self {
+            Self::User(reader) => resource_repo::find_readable(state.db(), id, reader, false).await?,
+            Self::External(user) => resource_repo::find_external_upload(state.db(), id, user).await?,
+        };
+        Ok(found)
+    }
+}
 
 fn megabytes(bytes: i64) -> String {
     format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0))
@@ -85,12 +104,6 @@ pub async fn check(
             .ok_or_else(|| AppError::validation(format!("{field}.resourceId is required")))?;
         images.push((field, id));
     }
-    if !model.has_capability("vision") {
-        return Err(AppError::validation(format!(
-            "attachments: the agent's chat model {} does not accept images (its capabilities lack vision)",
-            model.model_name
-        )));
-    }
     let total = images_so_far + images.len() as i64;
     if total > MAX_IMAGES_PER_CONVERSATION {
         return Err(AppError::validation(format!(
@@ -101,9 +114,9 @@ pub async fn check(
     }
     let mut checked = Vec::with_capacity(images.len());
     for (field, id) in images {
-        let resource = resource_repo::find(state.db(), id)
+        let resource = owner
+            .find(state, id)
             .await?
-            .filter(|r| owner.is_none_or(|o| r.creator_id == o))
             .ok_or_else(|| AppError::validation(format!("{field}.resourceId: resource {id} does not exist")))?;
         check_resource(&field, &resource)?;
         checked.push(Image {
@@ -112,6 +125,13 @@ pub async fn check(
             storage_key: resource.storage_key,
             mime_type: resource.mime_type,
         });
+    }
+    // After the lookups: an image the caller may not attach is unknown whatever the model.
+    if !model.has_capability("vision") {
+        return Err(AppError::validation(format!(
+            "attachments: the agent's chat model {} does not accept images (its capabilities lack vision)",
+            model.model_name
+        )));
     }
     Ok(checked)
 }

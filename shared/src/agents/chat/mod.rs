@@ -21,10 +21,11 @@ use super::repo::ChatAgentRow;
 use super::AgentRow;
 use crate::apps::routing::NodeRoute;
 use crate::domain::spawn_stream;
-use crate::domain::Owner;
+use crate::domain::{CurrentUser, Owner};
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::usage::PendingUsage;
 use crate::models::{ModelConfigRow, ModelType};
+use crate::resources::repo::Reader;
 use crate::{validate, AppError, AppResult, AppState};
 
 pub const MAX_CONTENT_CHARS: usize = 32_000;
@@ -67,6 +68,26 @@ fn conversation_key(value: Option<String>) -> AppResult<String> {
         }
         None => Ok(uuid::Uuid::new_v4().to_string()),
     }
+}
+
+/// An admin-API user's chat with an agent they may see (`/agent/{id}/chat`), paid from their
+/// quota, with their own uploads as attachments.
+pub async fn start_as_user(
+    state: &AppState,
+    user: &CurrentUser,
+    agent_id: i64,
+    req: ChatRequest,
+) -> AppResult<BoxStream<'static, StreamEvent>> {
+    let chat_agent = super::service::visible_for_chat(state, user, agent_id).await?;
+    let caller = Caller {
+        owner: Owner::User(user.id),
+        billing: Billing::of(user),
+        resources: ResourceOwner::User(Reader {
+            user_id: user.id,
+            admin: user.is_admin(),
+        }),
+    };
+    start(state, caller, chat_agent, req).await
 }
 
 /// Starts a chat turn: refusals come back as errors with nothing stored; once the user's

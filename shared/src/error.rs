@@ -51,9 +51,6 @@ impl AppError {
     pub fn not_found(what: &str) -> Self {
         Self::NotFound(format!("{what} not found"))
     }
-    pub fn forbidden() -> Self {
-        Self::Forbidden("you do not have permission to do this".into())
-    }
     pub fn unauthorized(msg: impl Into<String>) -> Self {
         Self::Unauthorized(msg.into())
     }
@@ -87,6 +84,23 @@ impl AppError {
             Self::Internal(_) => "internal server error; the failure was logged".to_owned(),
             other => other.to_string(),
         }
+    }
+
+    /// Logs the cause of a failure the client is not told about (internal, a backing service).
+    pub fn log(&self) {
+        match self {
+            Self::Internal(cause) => tracing::error!(error = ?cause, "request failed"),
+            Self::Unavailable { cause, .. } => {
+                tracing::warn!(error = ?cause, "request failed: a backing service is unavailable")
+            }
+            _ => {}
+        }
+    }
+
+    /// `log`, then `public_message`: for a failure told inside a stream whose status was sent.
+    pub fn told(&self) -> String {
+        self.log();
+        self.public_message()
     }
 }
 

@@ -97,14 +97,18 @@ async fn draft_and_create(
     };
     let mut stream = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req, None)
         .await
-        .map_err(|e| AppError::from(e).to_string())?;
+        .map_err(|e| AppError::from(e).told())?;
     let mut scanner = FieldScanner::default();
     let mut fields: HashMap<&'static str, String> = HashMap::new();
     while let Some(event) = stream.next().await {
         let text = match event {
             Ok(ChatEvent::Text(t)) => t,
             Ok(_) => continue,
-            Err(e) => return Err(format!("the model call failed: {e}")),
+            Err(e) => {
+                tracing::warn!(error = %e, "drafting an agent: the model call failed");
+                let own = user.id == model.row.creator_id;
+                return Err(format!("the model call failed: {}", e.told_to(own)));
+            }
         };
         for (key, value) in scanner.feed(&text) {
             let Some(field) = FIELDS.iter().find(|f| **f == key) else {
@@ -135,7 +139,7 @@ async fn draft_and_create(
         chat_model_id: Some(Some(model.row.id)),
         ..Default::default()
     };
-    service::create(state, user, agent).await.map_err(|e| e.to_string())
+    service::create(state, user, agent).await.map_err(|e| e.told())
 }
 
 #[cfg(test)]

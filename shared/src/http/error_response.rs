@@ -9,13 +9,7 @@ use crate::AppError;
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        match &self {
-            AppError::Internal(cause) => tracing::error!(error = ?cause, "request failed"),
-            AppError::Unavailable { cause, .. } => {
-                tracing::warn!(error = ?cause, "request failed: a backing service is unavailable")
-            }
-            _ => {}
-        }
+        self.log();
         let info = ErrorInfo {
             code: self.code(),
             message: self.public_message(),

@@ -101,10 +101,22 @@ async fn call_tool_in(
             is_error: result.is_error.unwrap_or(false),
             text: cap(result_text(&result), limit),
         }),
-        Err(f) => failed(format!(
+        // What the server answered (a JSON-RPC error) goes to the model as a tool error would;
+        // why it could not be reached often quotes its address, which only those who may
+        // change the server see (`mcp::service::tools`): the model, and through it whoever is
+        // chatting, gets the kind of failure, the log the whole reason.
+        Err(f) if f.protocol => failed(format!(
             "calling {tool} on MCP server {:?} failed: {}",
             row.name, f.message
         )),
+        Err(f) => {
+            tracing::warn!(mcp.server.id = server_id, tool, reason = %f.message, "MCP tool call failed");
+            failed(format!(
+                "calling {tool} on MCP server {:?} failed: the server could not be reached or did not answer; \
+                 its creator can test it for the reason",
+                row.name
+            ))
+        }
     }
 }
 

@@ -82,7 +82,7 @@ type Sender = tokio::sync::mpsc::Sender<QaEvent>;
 
 async fn chat_model(state: &AppState, kb: &KbRow) -> Result<ModelHandle, String> {
     match kb.model_params.0.model_id {
-        Some(id) => gateway::load(state, id, ModelType::Chat).await.map_err(|e| format!("the Q&A model cannot be used: {e}")),
+        Some(id) => gateway::load(state, id, ModelType::Chat).await.map_err(|e| format!("the Q&A model cannot be used: {}", e.told())),
         None => gateway::default_model(state, ModelType::Chat).await.map_err(|_| {
             "no chat model is configured for this knowledge base (modelParams.modelId) and there is no default CHAT model".to_owned()
         }),
@@ -108,7 +108,7 @@ async fn history(
     .bind(HISTORY_TURNS * 2)
     .fetch_all(state.db())
     .await
-    .map_err(|e| format!("loading the conversation failed: {e}"))?;
+    .map_err(|e| format!("loading the conversation failed: {}", AppError::from(e).told()))?;
     Ok(rows
         .into_iter()
         .map(|(role, content)| {
@@ -181,10 +181,10 @@ async fn run(
     let search_query = retrieval_query(state, &model, kb, billing, &past, query).await;
     let (results, _) = search::retrieve(state, kb, &search_query, billing)
         .await
-        .map_err(|e| format!("retrieval failed: {e}"))?;
+        .map_err(|e| format!("retrieval failed: {}", e.told()))?;
     let context = search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count)
         .await
-        .map_err(|e| format!("retrieval failed: {e}"))?;
+        .map_err(|e| format!("retrieval failed: {}", e.told()))?;
     let mut messages = past;
     messages.push(ChatMessage::user(prompt(kb, &context, query)));
     let req = ChatRequest {

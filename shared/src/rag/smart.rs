@@ -9,7 +9,7 @@ use crate::models::gateway::{self, Billing};
 use crate::models::ModelType;
 use crate::rag::chunk::{self, Chunk, ChunkParams};
 use crate::rag::document::ParsedDocument;
-use crate::AppState;
+use crate::{AppError, AppState};
 
 /// Paragraphs shown to the model at once.
 const WINDOW: usize = 60;
@@ -29,7 +29,7 @@ pub async fn chunk(
     let model_id = model_id.ok_or("chunkModelId is not set")?;
     let model = gateway::load(state, model_id, ModelType::Chat)
         .await
-        .map_err(|e| format!("the chunk model cannot be used: {e}"))?;
+        .map_err(|e| format!("the chunk model cannot be used: {}", e.told()))?;
     let sections = &doc.sections;
     let mut starts = Vec::new();
     for window_start in (0..sections.len()).step_by(WINDOW) {
@@ -46,7 +46,9 @@ pub async fn chunk(
         };
         let answer = gateway::chat(state, &model, Billing::User(user_id), "smart-chunk", &req)
             .await
-            .map_err(|e| format!("the chunk model failed: {e}"))?;
+            // Shown to the base's owner, who may not own the model: what its endpoint
+            // answered stays in the log (see ModelError::brief).
+            .map_err(|e| format!("chunk model: {}", AppError::from(e).told()))?;
         let bounds = boundaries(&answer.content, window.len())?;
         starts.extend(bounds.into_iter().map(|b| window_start + b - 1));
     }

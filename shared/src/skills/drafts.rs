@@ -96,7 +96,7 @@ pub async fn optimize(state: &AppState, user: &CurrentUser, id: i64, req: Optimi
 async fn ask(state: &AppState, user: &CurrentUser, prompt: String) -> Result<String, String> {
     let model = gateway::default_model(state, ModelType::Chat)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.told())?;
     let req = ChatRequest {
         messages: vec![ChatMessage::system(SYSTEM_PROMPT), ChatMessage::user(prompt)],
         tools: vec![],
@@ -105,7 +105,7 @@ async fn ask(state: &AppState, user: &CurrentUser, prompt: String) -> Result<Str
     };
     let reply = gateway::chat(state, &model, Billing::of(user), "skill-draft", &req)
         .await
-        .map_err(|e| AppError::from(e).to_string())?;
+        .map_err(|e| AppError::from(e).told())?;
     let text = reply.content.trim().to_owned();
     if text.is_empty() {
         return Err("the model returned an empty answer".to_owned());

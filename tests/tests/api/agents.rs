@@ -309,11 +309,15 @@ async fn chat_models_lists_enabled_chat_models_with_capabilities() {
 }
 
 async fn create_stream(s: &ChatSetup, body: Value) -> (u16, String) {
+    create_stream_as(s, &s.admin, body).await
+}
+
+async fn create_stream_as(s: &ChatSetup, token: &str, body: Value) -> (u16, String) {
     let resp = s
         .app
         .client
         .post(s.app.url("/agent/create/stream"))
-        .header("Svc-Auth", &s.admin)
+        .header("Svc-Auth", token)
         .json(&body)
         .send()
         .await
@@ -363,6 +367,20 @@ async fn a_failed_draft_ends_with_an_error_and_creates_nothing() {
     assert_eq!(s.app.count("agents").await, 0);
     let (status, _) = create_stream(&s, json!({ "description": " " })).await;
     assert_eq!(status, 400);
+
+    // A model failing mid-draft: what its endpoint said is told to whoever configured the
+    // model, not to a user drafting with the administrator's default model.
+    s.chat_model("chat-error", json!({ "isDefault": true })).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 100_000).await;
+    let (_, owner) = create_stream(&s, json!({ "description": "anything" })).await;
+    let (_, user) = create_stream_as(&s, &alice, json!({ "description": "anything" })).await;
+    assert!(owner.contains("[ERROR]") && owner.contains("overloaded"), "{owner}");
+    assert!(
+        user.contains("[ERROR]the model call failed: ") && !user.contains("overloaded"),
+        "{user}"
+    );
+    assert_eq!(s.app.count("agents").await, 0);
     let r = s.app.post("/agent/create/stream", Some(&s.admin), &json!({})).await;
     r.assert_error(400, 0, "description is required");
 }

@@ -41,7 +41,10 @@ pub async fn knowledge(
     };
     passages.instrument(span).await.map_err(|e| {
         tracing::warn!(agent_id = agent.id, rag_id, error = %e, "knowledge retrieval failed; answering without it");
-        format!("the knowledge base could not be searched, so this answer does not use it: {e}")
+        format!(
+            "the knowledge base could not be searched, so this answer does not use it: {}",
+            e.told()
+        )
     })
 }
 
@@ -66,7 +69,8 @@ pub async fn memories(state: &AppState, agent: &AgentRow, owner: Owner, query: &
         Err(e) => {
             tracing::warn!(agent_id = agent.id, error = %e, "memory recall failed; answering without it");
             Err(format!(
-                "long-term memories could not be recalled, so this answer does not use them: {e}"
+                "long-term memories could not be recalled, so this answer does not use them: {}",
+                e.told()
             ))
         }
     }

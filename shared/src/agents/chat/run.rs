@@ -314,11 +314,7 @@ impl Turn {
         let kept = format!("the model call failed: {e}");
         tracing::warn!(agent_id = self.agent.id, model_id = self.model.row.id, error = %e, "model call failed");
         let own = matches!(self.caller.owner, Owner::User(id) if id == self.model.row.creator_id);
-        let told = if own {
-            kept.clone()
-        } else {
-            format!("the model call failed: {}", e.brief())
-        };
+        let told = format!("the model call failed: {}", e.told_to(own));
         Outcome::Failed { told, kept }
     }
 

@@ -224,7 +224,7 @@ async fn mcp(state: &AppState, server_id: i64, tool: &str, arguments: &Value) ->
             text: out.text,
             ok: !out.is_error,
         },
-        Err(e) => ToolOutput::failed(e.to_string()),
+        Err(e) => ToolOutput::failed(e.told()),
     }
 }
 
@@ -287,7 +287,7 @@ async fn skill_file(
             ok: true,
         },
         Ok(text) => ToolOutput { text, ok: true },
-        Err(e) => ToolOutput::failed(e.to_string()),
+        Err(e) => ToolOutput::failed(e.told()),
     }
 }
 

@@ -79,6 +79,15 @@ impl ModelError {
         }
     }
 
+    /// What someone chatting is told: the whole error when they configured the model (it is
+    /// theirs to fix), `brief` for anyone else.
+    pub fn told_to(&self, configured_it: bool) -> String {
+        match configured_it {
+            true => self.to_string(),
+            false => self.brief(),
+        }
+    }
+
     /// Worth another attempt before anything was received.
     pub fn is_retryable(&self) -> bool {
         matches!(

@@ -150,9 +150,16 @@ impl Indexes {
     }
 }
 
-/// A backend failure as callers see it: a business error (code 0) naming the store.
+/// A backend failure as callers see it: a business error (code 0) saying which store failed
+/// at what (the outermost context). The rest of the chain, addresses and what the engine
+/// answered, goes to the log: the base's owner need not be whoever configured the store. A
+/// failure of the service's own database is not the store's: an internal error.
 pub fn store_error(e: anyhow::Error) -> AppError {
-    AppError::business(format!("the knowledge base's store failed: {e:#}"))
+    if e.chain().any(|cause| cause.is::<sqlx::Error>()) {
+        return AppError::Internal(e);
+    }
+    tracing::warn!(error = format!("{e:#}"), "knowledge base store failed");
+    AppError::business(format!("the knowledge base's store failed: {e}"))
 }
 
 /// The store row's connection settings, with the sealed password opened.

@@ -68,7 +68,7 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool) -> a
         }
         Err(Stop::Transient { stage, error }) => {
             if last_attempt {
-                let message = format!("gave up after repeated failures: {error:#}");
+                let message = format!("gave up after repeated failures: {}", told(&error));
                 doc_repo::mark_failed(db, doc.id, doc.run_id, stage, &message).await?;
             } else {
                 sqlx::query("UPDATE documents SET lease_until = NULL WHERE id = $1 AND run_id = $2")
@@ -79,6 +79,16 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool) -> a
             }
             Err(error.context(format!("document {} failed at {stage}", doc.id)))
         }
+    }
+}
+
+/// What the base's owner reads of a failure worth retrying: its outermost message (which store,
+/// which stage), or only that the service's database failed. The whole chain, with addresses
+/// and what a store answered, is in the worker's log.
+fn told(error: &anyhow::Error) -> String {
+    match error.chain().any(|cause| cause.is::<sqlx::Error>()) {
+        true => "the service's database failed".to_owned(),
+        false => error.to_string(),
     }
 }
 

@@ -113,7 +113,10 @@ pub async fn retrieve(
         }
     });
     let ((dense, dense_ms), (sparse, sparse_ms)) = tokio::join!(dense, sparse);
-    let (dense, sparse) = (dense.map_err(store_error)?, sparse.map_err(store_error)?);
+    let failed =
+        |backend: &'static str| move |e: anyhow::Error| store_error(e.context(format!("{backend} could not search")));
+    let dense = dense.map_err(failed(indexes.vector.backend()))?;
+    let sparse = sparse.map_err(failed(indexes.text.backend()))?;
     (
         m.vector_search_ms,
         m.bm25_search_ms,

@@ -84,6 +84,14 @@ pub async fn find_readable(
     qb.build_query_as().fetch_optional(db).await
 }
 
+/// Whether a row already holds this object.
+pub async fn is_registered(db: impl PgExecutor<'_>, storage_key: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM resources WHERE storage_key = $1)")
+        .bind(storage_key)
+        .fetch_one(db)
+        .await
+}
+
 /// An image the external user uploaded through the external API; None exactly as for an
 /// unknown id (another external user's image, anything uploaded through `/resource`).
 pub async fn find_external_upload(

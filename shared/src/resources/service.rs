@@ -117,15 +117,19 @@ pub async fn upload(
     insert_or_discard(state, &new).await
 }
 
+fn already_registered() -> AppError {
+    AppError::business("storageKey is already registered")
+}
+
+/// The row for an object just stored, or the object removed again. Not when the key is already
+/// registered (two completions of one upload at once): the object is that row's file.
 async fn insert_or_discard(state: &AppState, new: &NewResource<'_>) -> AppResult<ResourceView> {
     match repo::insert(state.db(), new).await {
         Ok(row) => Ok(ResourceView::new(row, state)),
+        Err(err) if crate::error::is_unique_violation(&err, "resources_storage_key_key") => Err(already_registered()),
         Err(err) => {
             if let Err(cleanup) = state.storage().delete(new.storage_key).await {
                 tracing::error!(key = new.storage_key, error = %cleanup, "orphaned object after a failed insert");
-            }
-            if crate::error::is_unique_violation(&err, "resources_storage_key_key") {
-                return Err(AppError::business("storageKey is already registered"));
             }
             Err(err.into())
         }
@@ -214,6 +218,11 @@ pub async fn complete_upload(
     let key = validate::required("storageKey", req.storage_key)?;
     if !key.starts_with(&format!("resources/{}/", user.id)) || key.contains("..") {
         return Err(AppError::Forbidden("storageKey was not issued to you".into()));
+    }
+    // Before anything touches the object: a retried completion must not delete, re-stage or
+    // replace the file its first completion registered.
+    if repo::is_registered(state.db(), &key).await? {
+        return Err(already_registered());
     }
     let name = clean_file_name(&validate::required("originalName", req.original_name)?);
     let biz_type = biz_type(req.biz_type)?;

@@ -362,10 +362,20 @@ async fn presigned_upload(store: Store) {
         assert!(object_tags(&key).await.is_empty(), "a registered upload is kept");
     }
 
-    // Registering twice, or someone else's key, is refused.
+    // Registering twice (a retry whose first answer was lost), or someone else's key, is
+    // refused, and the registered file stays as it was.
     app.post("/resource/upload/complete", Some(&token), &complete)
         .await
         .assert_error(400, 0, "already registered");
+    let again = app.get(&format!("/resource/{}/download", r["id"]), Some(&token)).await;
+    assert_eq!(
+        sha(&again.bytes),
+        sha(&bytes),
+        "the registered file survives a second completion"
+    );
+    if is_s3 {
+        assert!(object_tags(&key).await.is_empty(), "and is not staged again");
+    }
     let (_, thief) = app.regular_user("thief").await;
     app.post("/resource/upload/complete", Some(&thief), &complete)
         .await

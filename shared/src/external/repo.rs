@@ -69,12 +69,20 @@ pub async fn ensure_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<(
     }
 }
 
-/// Removes a user again (a first chat that was refused leaves nothing behind).
+/// Removes a user again (a first chat that was refused leaves nothing behind), unless another
+/// request of the same new user stored something meanwhile: its conversation, subscription,
+/// image or memory would go with the user.
 pub async fn delete_user(db: &PgPool, id: i64) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM external_users WHERE id = $1")
-        .bind(id)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "DELETE FROM external_users u WHERE u.id = $1
+           AND NOT EXISTS (SELECT 1 FROM conversations WHERE external_user_id = u.id)
+           AND NOT EXISTS (SELECT 1 FROM external_subscriptions WHERE external_user_id = u.id)
+           AND NOT EXISTS (SELECT 1 FROM external_resources WHERE external_user_id = u.id)
+           AND NOT EXISTS (SELECT 1 FROM memories WHERE external_user_id = u.id)",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
     Ok(())
 }
 

@@ -1100,3 +1100,48 @@ async fn external_chat_can_turn_off_mcp_servers_and_skills_for_one_call() {
         .unwrap();
     assert_eq!(joined(&off, "text"), "Tool load_skill is not available");
 }
+
+/// A refused first chat removes the user it created, but not one that another request of the
+/// same new user stored something for meanwhile: its conversation, subscription or image would
+/// go with it.
+#[tokio::test]
+async fn removing_a_new_user_again_keeps_one_another_request_used() {
+    let app = api_tests::spawn(api_tests::Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let admin_id = app.get("/user", Some(&admin)).await.assert_ok()["id"].as_i64().unwrap();
+    let png = app
+        .upload_resource(&admin, "a.png", PNG.to_vec(), None)
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let (untouched, conversing, subscribed, uploaded): (i64, i64, i64, i64) = sqlx::query_as(
+        "WITH a AS (INSERT INTO apps (app_id, app_name, token_enc, creator_id)
+                    VALUES ('race', 'Race', 'sealed', $1) RETURNING id),
+              g AS (INSERT INTO agents (name, creator_id) VALUES ('helper', $1) RETURNING id),
+              u AS (INSERT INTO external_users (app_id, open_id)
+                    SELECT a.id, o FROM a, unnest(ARRAY['u1', 'u2', 'u3', 'u4']) o RETURNING id, open_id),
+              c AS (INSERT INTO conversations (agent_id, external_user_id, conversation_key)
+                    SELECT g.id, u.id, 'c' FROM g, u WHERE u.open_id = 'u2' RETURNING 1),
+              s AS (INSERT INTO external_subscriptions (agent_id, external_user_id)
+                    SELECT g.id, u.id FROM g, u WHERE u.open_id = 'u3' RETURNING 1),
+              r AS (INSERT INTO external_resources (resource_id, external_user_id)
+                    SELECT $2, u.id FROM u WHERE u.open_id = 'u4' RETURNING 1)
+         SELECT max(id) FILTER (WHERE open_id = 'u1'), max(id) FILTER (WHERE open_id = 'u2'),
+                max(id) FILTER (WHERE open_id = 'u3'), max(id) FILTER (WHERE open_id = 'u4')
+         FROM u",
+    )
+    .bind(admin_id)
+    .bind(png)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    for id in [untouched, conversing, subscribed, uploaded] {
+        shared::external::repo::delete_user(&app.db, id).await.unwrap();
+    }
+    let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM external_users ORDER BY id")
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(left, [conversing, subscribed, uploaded]);
+}

@@ -165,7 +165,7 @@ impl McpPool {
                 .instrument(session_span),
         )
         .await
-        .map_err(|_| Failure::new(format!("no MCP session within {} s", limits.connect_timeout.as_secs())))??;
+        .map_err(|_| Failure::timed_out(format!("no MCP session within {} s", limits.connect_timeout.as_secs())))??;
         let live = Arc::new(Live {
             version: target.version,
             client: opened.client,
@@ -226,7 +226,7 @@ impl McpPool {
             let listed = tokio::time::timeout(limits.call_timeout, live.client.list_all_tools())
                 .await
                 .map_err(|_| {
-                    Failure::new(format!(
+                    Failure::timed_out(format!(
                         "tools/list took longer than {} s",
                         limits.call_timeout.as_secs()
                     ))
@@ -251,7 +251,7 @@ impl McpPool {
                 tokio::time::timeout(limits.call_timeout, live.client.call_tool(params))
                     .await
                     .map_err(|_| {
-                        Failure::new(format!(
+                        Failure::timed_out(format!(
                             "the tool did not answer within {} s (MCP_CALL_TIMEOUT_SECS)",
                             limits.call_timeout.as_secs()
                         ))

@@ -98,6 +98,8 @@ pub struct Failure {
     pub unauthorized: bool,
     /// The server answered with a JSON-RPC error: the session itself is fine.
     pub protocol: bool,
+    /// The server took longer than the limit: said in the service's own words, no address.
+    pub timed_out: bool,
 }
 
 impl Failure {
@@ -106,6 +108,7 @@ impl Failure {
             message: message.into(),
             unauthorized: false,
             protocol: false,
+            timed_out: false,
         }
     }
 
@@ -134,6 +137,15 @@ impl Failure {
             message,
             unauthorized,
             protocol: false,
+            timed_out: false,
+        }
+    }
+
+    /// `what` took longer than the limit.
+    pub fn timed_out(what: impl Into<String>) -> Self {
+        Self {
+            timed_out: true,
+            ..Self::new(what)
         }
     }
 

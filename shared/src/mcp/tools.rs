@@ -101,11 +101,12 @@ async fn call_tool_in(
             is_error: result.is_error.unwrap_or(false),
             text: cap(result_text(&result), limit),
         }),
-        // What the server answered (a JSON-RPC error) goes to the model as a tool error would;
-        // why it could not be reached often quotes its address, which only those who may
-        // change the server see (`mcp::service::tools`): the model, and through it whoever is
-        // chatting, gets the kind of failure, the log the whole reason.
-        Err(f) if f.protocol => failed(format!(
+        // What the server answered (a JSON-RPC error) goes to the model as a tool error would,
+        // and so does a time limit, in our own words; why it could not be reached often quotes
+        // its address, which only those who may change the server see
+        // (`mcp::service::tools`): the model, and through it whoever is chatting, gets the kind
+        // of failure, the log the whole reason.
+        Err(f) if f.protocol || f.timed_out => failed(format!(
             "calling {tool} on MCP server {:?} failed: {}",
             row.name, f.message
         )),

@@ -7,6 +7,7 @@ use super::repo::{self, Scope};
 use super::{recall, service};
 use crate::domain::CurrentUser;
 use crate::domain::Owner;
+use crate::models::gateway::Billing;
 use crate::validate;
 use crate::{AppError, AppResult, AppState};
 
@@ -86,7 +87,15 @@ pub async fn debug(state: &AppState, user: &CurrentUser, id: i64, req: DebugRequ
     service::visible_agent(state, user, agent_id).await?;
     let owner = Owner::User(user_id);
     let strategy = recall::strategy(state, Some(id)).await?;
-    let hits = recall::run(state, &Scope::recall(agent_id, owner), &strategy, owner, &query, false).await?;
+    let hits = recall::run(
+        state,
+        &Scope::recall(agent_id, owner),
+        &strategy,
+        Billing::of(user),
+        &query,
+        false,
+    )
+    .await?;
     let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
     let scores: std::collections::HashMap<i64, f64> = hits.iter().map(|h| (h.id, h.score)).collect();
     Ok(repo::load(state.db(), &ids)

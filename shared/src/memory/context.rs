@@ -6,6 +6,7 @@ use super::repo::Scope;
 use super::{extract, recall, service};
 use crate::domain::CurrentUser;
 use crate::domain::Owner;
+use crate::models::gateway::Billing;
 use crate::rag::chunk::count_tokens;
 use crate::{AppError, AppResult, AppState};
 
@@ -42,7 +43,15 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
         (true, Some(query)) if !query.trim().is_empty() => {
             let s = recall::strategy(state, agent.memory_config_id).await?;
             // A preview is not a recall: access counts stay as they are.
-            recall::run(state, &Scope::recall(agent_id, owner), &s, owner, &query, false).await?
+            recall::run(
+                state,
+                &Scope::recall(agent_id, owner),
+                &s,
+                Billing::of(user),
+                &query,
+                false,
+            )
+            .await?
         }
         _ => vec![],
     };

@@ -22,16 +22,18 @@ pub use model::*;
 pub use recall::RecalledMemory;
 
 use crate::domain::Owner;
+use crate::models::gateway::Billing;
 use crate::{AppError, AppResult, AppState};
 
 /// The owner's ACTIVE memories of the agent most relevant to `query`, by the config's
-/// strategy (built-in defaults when `memory_config_id` is None); their access count and time
-/// are updated. The caller checks the agent's `memoryEnabled`. A disabled config (status 0)
+/// strategy (built-in defaults when `memory_config_id` is None), its model calls paid by
+/// `billing` (the chat turn's payer); their access count and time are updated. The caller checks the agent's `memoryEnabled`. A disabled config (status 0)
 /// or a blank query recalls nothing; a missing config or model is an error.
 pub async fn recall(
     state: &AppState,
     agent_id: i64,
     owner: Owner,
+    billing: Billing,
     memory_config_id: Option<i64>,
     query: &str,
 ) -> AppResult<Vec<RecalledMemory>> {
@@ -43,7 +45,7 @@ pub async fn recall(
         return Ok(vec![]);
     }
     let scope = repo::Scope::recall(agent_id, owner);
-    recall::run(state, &scope, &strategy, owner, query, true).await
+    recall::run(state, &scope, &strategy, billing, query, true).await
 }
 
 /// Called by chat after each completed round of conversation `conversation_pk`

@@ -208,16 +208,15 @@ pub async fn recall_with_vector(
         .collect())
 }
 
-/// The whole recall for `query`: rewrite, embed, rank, load.
+/// The whole recall for `query`: rewrite, embed, rank, load; the model calls paid by `billing`.
 pub async fn run(
     state: &AppState,
     scope: &Scope,
     s: &Strategy,
-    owner: Owner,
+    billing: Billing,
     query: &str,
     count_access: bool,
 ) -> AppResult<Vec<RecalledMemory>> {
-    let billing = billing(owner, false);
     let query = rewrite(state, s, billing, query).await;
     let vector = embed(state, s, billing, std::slice::from_ref(&query), InputKind::Query)
         .await?

@@ -1,6 +1,7 @@
 //! The `/memory` endpoints' logic. A regular user sees and changes only their own memories;
 //! administrators see and change everyone's (external users' memories included).
 
+use crate::models::gateway::Billing;
 use chrono::{Duration, Utc};
 
 use super::extract;
@@ -148,7 +149,7 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
             );
             continue;
         };
-        let billing = crate::models::gateway::Billing::RecordOnly(Some(user.id));
+        let billing = crate::models::gateway::Billing::of(user);
         let out = crate::models::gateway::embed(
             state,
             &handle,
@@ -247,9 +248,8 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: UpdateRe
     let embedding = if text_changed {
         let a = agent(state, m.agent_id).await?;
         let s = recall::strategy(state, a.memory_config_id).await?;
-        let owner = owner_of(&m)?;
         let text = format!("{}\n{}", c.title, c.content);
-        let v = recall::embed(state, &s, recall::billing(owner, false), &[text], InputKind::Document).await?;
+        let v = recall::embed(state, &s, Billing::of(user), &[text], InputKind::Document).await?;
         if let Some(v) = v.first() {
             repo::ensure_vector_index(state.db(), s.embedding.row.id, v.len() as i32).await?;
         }
@@ -275,14 +275,6 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: UpdateRe
     }
     tx.commit().await?;
     detail(state, user, id).await
-}
-
-fn owner_of(m: &MemoryRow) -> AppResult<Owner> {
-    match (m.user_id, m.external_user_id) {
-        (Some(u), _) => Ok(Owner::User(u)),
-        (None, Some(e)) => Ok(Owner::External(e)),
-        _ => Err(AppError::Internal(anyhow::anyhow!("memory {} has no owner", m.id))),
-    }
 }
 
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {

@@ -2,6 +2,7 @@
 //! idempotence and restatements, the queue path, recall with a real embedding model and owner
 //! isolation, the state table, configs, expiry, stats and the context preview.
 
+use shared::models::gateway::Billing;
 use std::time::{Duration, Instant};
 
 use api_tests::model_server::ModelServer;
@@ -450,7 +451,9 @@ async fn the_similarity_threshold_keeps_unrelated_questions_from_recalling() {
         .await
         .unwrap();
     assert_eq!(s.memory_count().await, 5);
-    let recall = |q: &'static str| shared::memory::recall(&s.app.state, agent, owner, Some(config), q);
+    let recall = |q: &'static str| {
+        shared::memory::recall(&s.app.state, agent, owner, Billing::RecordOnly(None), Some(config), q)
+    };
     for unrelated in ["how do tides form in the ocean", "recipe for a chocolate cake"] {
         let got = recall(unrelated).await.unwrap();
         assert!(got.is_empty(), "{unrelated}: {got:?}");
@@ -502,9 +505,16 @@ async fn recall_reranks_with_the_configs_reranker_and_rewrites_with_its_model() 
     assert_eq!(s.memory_count().await, 3);
 
     let question = "which tea does the user drink every morning";
-    let got = shared::memory::recall(&s.app.state, agent, owner, Some(reranked), question)
-        .await
-        .unwrap();
+    let got = shared::memory::recall(
+        &s.app.state,
+        agent,
+        owner,
+        Billing::RecordOnly(None),
+        Some(reranked),
+        question,
+    )
+    .await
+    .unwrap();
     assert_eq!(got[0].title, "Drinks", "{got:?}");
     let calls: Vec<Value> = s
         .models
@@ -528,9 +538,16 @@ async fn recall_reranks_with_the_configs_reranker_and_rewrites_with_its_model() 
 
     let rewriting = s.config(json!({ "rewriteEnabled": true })).await;
     let before = s.models.requests().len();
-    shared::memory::recall(&s.app.state, agent, owner, Some(rewriting), "and what about my dog?")
-        .await
-        .unwrap();
+    shared::memory::recall(
+        &s.app.state,
+        agent,
+        owner,
+        Billing::RecordOnly(None),
+        Some(rewriting),
+        "and what about my dog?",
+    )
+    .await
+    .unwrap();
     let rewrite = s.models.requests()[before..]
         .iter()
         .find(|r| {
@@ -552,9 +569,16 @@ async fn recall_reranks_with_the_configs_reranker_and_rewrites_with_its_model() 
 async fn ranks(s: &Setup, agent: i64, owner: Owner, config: i64, set: &[(String, i64)]) -> Vec<Option<usize>> {
     let mut out = Vec::new();
     for (question, expected) in set {
-        let got = shared::memory::recall(&s.app.state, agent, owner, Some(config), question)
-            .await
-            .unwrap();
+        let got = shared::memory::recall(
+            &s.app.state,
+            agent,
+            owner,
+            Billing::RecordOnly(None),
+            Some(config),
+            question,
+        )
+        .await
+        .unwrap();
         out.push(got.iter().position(|m| m.id == *expected));
     }
     out
@@ -676,6 +700,12 @@ async fn recall_finds_the_relevant_memory_of_its_owner_only() {
     let config = s.config(json!({ "searchEngineEnable": true })).await;
     let agent = s.agent(Some(config)).await;
     let (b_id, b_token) = s.app.regular_user("bob").await;
+    // His searches and debugging run models on his quota.
+    sqlx::query("UPDATE users SET tokens = 1000000, totals = 1000000 WHERE id = $1")
+        .bind(b_id)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
     sqlx::query("UPDATE users SET tokens = 1000000 WHERE id = $1")
         .bind(b_id)
         .execute(&s.app.db)
@@ -736,7 +766,9 @@ async fn recall_finds_the_relevant_memory_of_its_owner_only() {
     };
     let (a_ids, b_ids, e_ids) = (ids_of(a).await, ids_of(b).await, ids_of(e).await);
 
-    let recall = |owner: Owner, q: &'static str| shared::memory::recall(state, agent, owner, Some(config), q);
+    let recall = |owner: Owner, q: &'static str| {
+        shared::memory::recall(state, agent, owner, Billing::RecordOnly(None), Some(config), q)
+    };
     let got = recall(a, "which colour scheme do I like when coding").await.unwrap();
     assert_eq!(got[0].title, "Editor theme", "{got:?}");
     assert_eq!(got[0].memory_type, "PREFERENCE");
@@ -919,11 +951,25 @@ async fn the_debugger_runs_only_models_the_caller_may_use_and_only_on_agents_the
         .await
         .assert_error(400, 0, &format!("id: model {personal} does not exist"));
     assert_eq!(s.models.requests().len(), calls, "no call on alice's model for bob");
+    // Debugging runs models on the caller's quota: none left, no call.
+    debug(alice.clone(), alice_id).await.assert_error(403, 403, "quota");
+    assert_eq!(s.models.requests().len(), calls, "no call without quota");
+    sqlx::query("UPDATE users SET tokens = 100000, totals = 100000 WHERE id = $1")
+        .bind(alice_id)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
     debug(alice.clone(), alice_id).await.assert_ok();
     assert!(
         s.models.requests().len() > calls,
         "alice's own model embedded her query"
     );
+    let left: i64 = sqlx::query_scalar("SELECT tokens FROM users WHERE id = $1")
+        .bind(alice_id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert!(left < 100_000, "the embedding was charged: {left}");
 
     // A disabled agent of someone else is unknown to bob wherever he names it.
     sqlx::query("UPDATE agents SET status = 0 WHERE id = $1")
@@ -1405,11 +1451,11 @@ async fn stats_and_context_preview() {
     assert_eq!(d["compressionApplied"], true);
 
     // Stats: recall twice, then count.
-    let recalled = shared::memory::recall(&s.app.state, agent, owner, None, "my dog")
+    let recalled = shared::memory::recall(&s.app.state, agent, owner, Billing::RecordOnly(None), None, "my dog")
         .await
         .unwrap();
     assert_eq!(recalled.len(), 2);
-    shared::memory::recall(&s.app.state, agent, owner, None, "my dog")
+    shared::memory::recall(&s.app.state, agent, owner, Billing::RecordOnly(None), None, "my dog")
         .await
         .unwrap();
     let stats = s.app.get(&format!("/memory/agent/{agent}/stats"), s.t()).await;

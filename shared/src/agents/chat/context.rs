@@ -4,8 +4,8 @@
 use tracing::field::Empty;
 use tracing::Instrument;
 
+use super::Caller;
 use crate::agents::AgentRow;
-use crate::domain::Owner;
 use crate::models::gateway::Billing;
 use crate::rag::{bases, search};
 use crate::AppState;
@@ -50,14 +50,21 @@ pub async fn knowledge(
 
 /// The owner's memories that bear on this message, as prompt lines. A failing recall is logged
 /// and its reason returned: the turn goes on without it and tells the client so.
-pub async fn memories(state: &AppState, agent: &AgentRow, owner: Owner, query: &str) -> Result<Vec<String>, String> {
+pub async fn memories(state: &AppState, agent: &AgentRow, caller: Caller, query: &str) -> Result<Vec<String>, String> {
     if !agent.memory_enabled {
         return Ok(vec![]);
     }
     let span = tracing::info_span!("memory_recall", agent.id = agent.id, memory.recalled = Empty);
-    let recalled = crate::memory::recall(state, agent.id, owner, agent.memory_config_id, query)
-        .instrument(span.clone())
-        .await;
+    let recalled = crate::memory::recall(
+        state,
+        agent.id,
+        caller.owner,
+        caller.billing,
+        agent.memory_config_id,
+        query,
+    )
+    .instrument(span.clone())
+    .await;
     if let Ok(found) = &recalled {
         span.record("memory.recalled", found.len() as i64);
     }

@@ -172,7 +172,7 @@ impl Turn {
             tokio::join!(
                 attachments::data_uris(&self.state, &self.images),
                 Toolbox::for_agent(&self.state, &self.agent, &self.disabled),
-                context::memories(&self.state, &self.agent, self.caller.owner, &self.content),
+                context::memories(&self.state, &self.agent, self.caller, &self.content),
                 context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
             )
         };

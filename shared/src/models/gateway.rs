@@ -146,6 +146,12 @@ pub fn checked(state: &AppState, id: i64, row: Option<ModelConfigRow>, expected:
     if !row.is_enabled {
         return Err(AppError::business(format!("model {} is disabled", row.model_name)));
     }
+    if !row.provider_enabled {
+        return Err(AppError::business(format!(
+            "model {} is disabled with its provider {}",
+            row.model_name, row.provider_name
+        )));
+    }
     let endpoint = endpoint_of(state, &row)?;
     Ok(ModelHandle::new(row, endpoint))
 }
@@ -163,7 +169,7 @@ pub async fn default_model(state: &AppState, model_type: ModelType) -> AppResult
 /// as `default_model` refuses it.
 pub fn checked_default(state: &AppState, row: Option<ModelConfigRow>, model_type: ModelType) -> AppResult<ModelHandle> {
     let row = row
-        .filter(|r| r.is_enabled)
+        .filter(ModelConfigRow::is_usable)
         .ok_or_else(|| AppError::business(format!("no default {} model is configured", model_type.as_str())))?;
     let endpoint = endpoint_of(state, &row)?;
     Ok(ModelHandle::new(row, endpoint))

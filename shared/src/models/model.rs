@@ -80,11 +80,18 @@ pub struct ModelConfigRow {
     pub creator_id: i64,
     pub created_dt: DateTime<Utc>,
     pub updated_dt: DateTime<Utc>,
+    /// Its provider is enabled: a disabled provider takes all of its models out of use.
+    pub provider_enabled: bool,
     /// Its creator is an administrator now: its endpoint may reach the operator's networks.
     pub by_operator: bool,
 }
 
 impl ModelConfigRow {
+    /// The config and its provider are both enabled.
+    pub fn is_usable(&self) -> bool {
+        self.is_enabled && self.provider_enabled
+    }
+
     pub fn reach(&self) -> crate::outbound::Reach {
         crate::outbound::Reach::of_admin(self.by_operator)
     }

@@ -84,7 +84,7 @@ pub async fn provider_config_count(db: &PgPool, id: i64) -> sqlx::Result<i64> {
 const CONFIG_SELECT: &str =
     "SELECT c.id, c.provider_id, p.provider_name, c.model_name, c.model_key, c.model_type, c.adapter_key,
     c.api_key_enc, c.api_endpoint, c.description, c.config_json, c.scope, c.is_default, c.is_enabled, c.creator_id,
-    c.created_dt, c.updated_dt,
+    c.created_dt, c.updated_dt, p.is_enabled AS provider_enabled,
     EXISTS (SELECT 1 FROM users u WHERE u.id = c.creator_id AND u.role = 1) AS by_operator
     FROM model_configs c JOIN model_providers p ON p.id = c.provider_id";
 

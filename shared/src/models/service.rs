@@ -154,7 +154,7 @@ pub async fn usable_config(
 ) -> AppResult<ModelConfigRow> {
     repo::config(state.db(), id)
         .await?
-        .filter(|row| can_see(user, row) && row.model_type() == t && row.is_enabled)
+        .filter(|row| can_see(user, row) && row.model_type() == t && row.is_usable())
         .ok_or_else(|| {
             AppError::validation(format!(
                 "{field}: model {id} does not exist or is not an enabled {} model you can use",

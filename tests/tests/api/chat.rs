@@ -181,6 +181,32 @@ async fn an_agent_chats_with_its_own_model_or_the_default_one_and_never_a_disabl
         .refused()
         .assert_error(400, 0, "is disabled");
     assert_eq!(s.app.count("messages").await, stored);
+
+    // A disabled provider takes its models out of use, the default one included, and gives
+    // them back when enabled again.
+    s.app
+        .put(
+            &format!("/ai-model/provider/{}/disable", s.provider),
+            Some(&s.admin),
+            &json!({}),
+        )
+        .await
+        .assert_status_ok();
+    s.chat(&s.admin, modelless, say("b", "again"))
+        .await
+        .refused()
+        .assert_error(400, 0, "no default CHAT model is configured");
+    assert_eq!(s.app.count("messages").await, stored);
+    s.app
+        .put(
+            &format!("/ai-model/provider/{}/enable", s.provider),
+            Some(&s.admin),
+            &json!({}),
+        )
+        .await
+        .assert_status_ok();
+    let again = s.chat(&s.admin, modelless, say("b", "again")).await.events();
+    assert_eq!(joined(&again, "text"), "You said: again");
 }
 
 #[tokio::test]

@@ -437,9 +437,18 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     tx.commit().await.map_err(Into::into)
 }
 
+/// Refused while a knowledge base embeds with the config: its stored vectors are that model's,
+/// so the base cannot lose it (every other reference is cleared with the config).
 pub async fn delete_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
     managed_config(state, user, id).await?;
-    repo::delete_config(state.db(), id).await?;
+    repo::delete_config(state.db(), id).await.map_err(|e| match e {
+        sqlx::Error::Database(db) if db.constraint() == Some("knowledge_bases_embedding_model_id_fkey") => {
+            AppError::business(format!(
+                "model config {id} is the embedding model of a knowledge base; delete the base or disable the model instead"
+            ))
+        }
+        other => other.into(),
+    })?;
     Ok(())
 }
 

@@ -1536,3 +1536,23 @@ async fn a_documents_preview_is_the_original_file_inline_for_its_owner_only() {
         .await
         .assert_error(404, 404, "not found");
 }
+
+/// A knowledge base's stored vectors are its embedding model's: that model cannot be deleted
+/// from under it (a clear refusal, nothing changed), and can once the base is gone.
+#[tokio::test]
+async fn the_embedding_model_of_a_base_is_not_deleted_from_under_it() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("kept", json!({})).await;
+    let t = Some(s.admin.as_str());
+    s.app
+        .delete(&format!("/ai-model/config/{}", s.embedding_model), t)
+        .await
+        .assert_status_error(400, 0, "is the embedding model of a knowledge base");
+    assert_eq!(s.app.count("model_configs").await, 1);
+    s.app.delete(&format!("/rag/{kb}"), t).await.assert_ok();
+    s.app
+        .delete(&format!("/ai-model/config/{}", s.embedding_model), t)
+        .await
+        .assert_status_ok();
+    assert_eq!(s.app.count("model_configs").await, 0);
+}

@@ -151,10 +151,27 @@ pub async fn toggle_status(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<boo
     Ok(done.rows_affected() == 1)
 }
 
-pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<bool> {
+/// Deletes the app (its nodes, external users and their conversations go with it) and the
+/// rows of the images its external users uploaded: left behind, they would be ordinary uploads
+/// of the app's creator, listed and served through `/resource`. Returns the images' storage
+/// keys, or None when there is no such app (nothing deleted).
+pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<Option<Vec<String>>> {
+    let mut tx = db.begin().await?;
+    let images: Vec<String> = sqlx::query_scalar(
+        "DELETE FROM resources r USING external_resources e, external_users u
+         WHERE e.resource_id = r.id AND u.id = e.external_user_id AND u.app_id = $1
+         RETURNING r.storage_key",
+    )
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?;
     let done = sqlx::query("DELETE FROM apps WHERE id = $1")
         .bind(id)
-        .execute(db)
+        .execute(&mut *tx)
         .await?;
-    Ok(done.rows_affected() == 1)
+    if done.rows_affected() != 1 {
+        return Ok(None);
+    }
+    tx.commit().await?;
+    Ok(Some(images))
 }

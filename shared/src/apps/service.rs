@@ -1,6 +1,7 @@
 //! Business rules of app management (administrators only).
 
 use base64::Engine as _;
+use futures::StreamExt as _;
 use rand::RngCore;
 
 use super::model::{AppFilter, AppInput, AppOption, AppRow, AppView, ClientNode};
@@ -158,11 +159,20 @@ pub async fn update(state: &AppState, id: i64, input: AppInput) -> AppResult<App
     view(state, load(state, id).await?)
 }
 
+/// Deletes the app with everything of its external users, their uploaded images included;
+/// an image file that cannot be removed is logged (its row is gone: nobody is served it).
 pub async fn delete(state: &AppState, id: i64) -> AppResult<()> {
-    if !repo::delete(state.db(), id).await? {
-        return Err(AppError::not_found("app"));
-    }
+    let images = repo::delete(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("app"))?;
     state.verified_apps().forget(id);
+    futures::stream::iter(images)
+        .for_each_concurrent(8, |key| async move {
+            if let Err(e) = state.storage().delete(&key).await {
+                tracing::error!(key, error = %e, "an image of a deleted app's user was not removed from storage");
+            }
+        })
+        .await;
     Ok(())
 }
 

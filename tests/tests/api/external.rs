@@ -1145,3 +1145,27 @@ async fn removing_a_new_user_again_keeps_one_another_request_used() {
         .unwrap();
     assert_eq!(left, [conversing, subscribed, uploaded]);
 }
+
+/// Deleting an app deletes what its external users uploaded, rows and files: left behind, their
+/// images would become ordinary uploads of the app's creator, listed and served by /resource.
+#[tokio::test]
+async fn deleting_an_app_deletes_its_users_images() {
+    let e = Ext::new().await;
+    let theirs = e.app().ext_post(&e.crm, "/resource/upload", &image("ann", PNG)).await;
+    let theirs = theirs.assert_ok()["resourceId"].as_i64().unwrap();
+    let others = e.app().ext_post(&e.erp, "/resource/upload", &image("bob", PNG)).await;
+    let others = others.assert_ok()["resourceId"].as_i64().unwrap();
+    let files = e.app().snapshot().await.files.len();
+    e.app()
+        .delete(&format!("/app/{}", e.crm.id), Some(&e.s.admin))
+        .await
+        .assert_ok();
+    let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM resources ORDER BY id")
+        .fetch_all(&e.app().db)
+        .await
+        .unwrap();
+    assert_eq!(left, [others], "the other app's image stays, {theirs} is gone");
+    assert_eq!(e.app().snapshot().await.files.len(), files - 1, "and so is its file");
+    let listed = e.app().get("/resource/page?size=100", Some(&e.s.admin)).await;
+    assert_eq!(listed.assert_ok()["total"], 0, "nothing of an external user is listed");
+}

@@ -534,3 +534,48 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
         .await
         .assert_error(400, 0, "store failed");
 }
+
+/// A commit is checked whole before anything is written: an overwrite followed by a choice the
+/// preview does not allow is refused with the overwritten document and its vectors in Milvus
+/// as they were (a store's removals are not undone when the transaction rolls back).
+#[tokio::test]
+async fn a_refused_commit_leaves_milvus_as_it_was() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let milvus_store = store(&s, 1, 2, milvus_port()).await;
+    let kb = s
+        .kb(
+            "Refused",
+            json!({ "vectorStoreInstanceId": milvus_store, "searchEngineEnable": false }),
+        )
+        .await;
+    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
+    let old = upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await[0];
+    let vectors = milvus_ids(&coll, Some(old)).await;
+    assert!(!vectors.is_empty());
+    let files = [
+        ("animals.txt", ANIMALS.as_bytes().to_vec()),
+        ("new.txt", b"something else".to_vec()),
+    ];
+    let p = s.preview(kb, &files, Some((2, 2))).await.assert_ok().clone();
+    let decisions: Vec<&str> = p["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(decisions, ["OVERWRITE", "NEW"]);
+    let item =
+        |i: usize, decision: &str| json!({ "tempResourceId": p["items"][i]["tempResourceId"], "decision": decision });
+    let body = json!({ "previewToken": p["previewToken"], "items": [item(0, "OVERWRITE"), item(1, "OVERWRITE")] });
+    s.app.post("/document/upload/commit", t, &body).await.assert_error(
+        400,
+        0,
+        "items[1]: new.txt has no existing document to overwrite",
+    );
+    assert_eq!(milvus_ids(&coll, Some(old)).await, vectors);
+    assert_eq!(
+        s.app.get(&format!("/document/{old}"), t).await.assert_ok()["status"],
+        "success"
+    );
+}

@@ -342,14 +342,19 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
         });
     }
 
-    let mut results = Vec::new();
-    let mut queued = Vec::new();
-    let mut drop_keys = Vec::new();
+    // The decision for each previewed item and the index of the request's choice.
+    let chosen = |temp_resource_id: i64| {
+        let c = choices.iter().find(|(_, id, _)| *id == temp_resource_id);
+        (
+            c.map(|c| c.2).unwrap_or(Decision::Skip),
+            c.map(|c| c.0).unwrap_or_default(),
+        )
+    };
+    // Every choice is checked before anything is written: removals from an external store
+    // (Milvus, OpenSearch) are not undone when the transaction rolls back.
     for stored in &preview.items {
         let item = &stored.item;
-        let chosen = choices.iter().find(|(_, id, _)| *id == item.temp_resource_id);
-        let decision = chosen.map(|c| c.2).unwrap_or(Decision::Skip);
-        let index = chosen.map(|c| c.0).unwrap_or_default();
+        let (decision, index) = chosen(item.temp_resource_id);
         if decision != Decision::Skip && item.decision == Decision::Reject {
             return Err(AppError::validation(format!(
                 "items[{index}]: {} was rejected: {}",
@@ -363,6 +368,14 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
                 item.file_name
             )));
         }
+    }
+
+    let mut results = Vec::new();
+    let mut queued = Vec::new();
+    let mut drop_keys = Vec::new();
+    for stored in &preview.items {
+        let item = &stored.item;
+        let (decision, _) = chosen(item.temp_resource_id);
         sqlx::query("DELETE FROM resources WHERE id = $1")
             .bind(item.temp_resource_id)
             .execute(&mut *tx)

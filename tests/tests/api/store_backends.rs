@@ -579,3 +579,54 @@ async fn a_refused_commit_leaves_milvus_as_it_was() {
         "success"
     );
 }
+
+/// Importing a URL again over the document it overwrites replaces that document's entries in
+/// Milvus too: the old vectors would otherwise stay, found by search and crowding out the rest.
+#[tokio::test]
+async fn a_url_import_that_overwrites_replaces_the_entries_in_milvus() {
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    let files = axum::Router::new().route(
+        "/docs/notes.md",
+        axum::routing::get(move || {
+            let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { format!("# Notes {n}\n\nVersion {n} of the notes, with its own words.\n") }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/docs/notes.md", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, files).await });
+
+    let s = KbSetup::new(Store::Filesystem, &[("IMPORT_URL_ALLOW_HOSTS", "127.0.0.1")]).await;
+    let t = Some(s.admin.as_str());
+    let milvus_store = store(&s, 1, 2, milvus_port()).await;
+    let kb = s
+        .kb(
+            "Imported",
+            json!({ "vectorStoreInstanceId": milvus_store, "searchEngineEnable": false,
+                    "dedupStrategy": 1, "dedupAction": 2 }),
+        )
+        .await;
+    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
+    let import = || async {
+        let d = s
+            .app
+            .post("/document/import/url", t, &json!({ "ragId": kb, "url": url }))
+            .await
+            .assert_ok()["id"]
+            .as_i64()
+            .unwrap();
+        assert_eq!(s.settled(d).await["status"], "success");
+        d
+    };
+    let first = import().await;
+    assert!(!milvus_ids(&coll, Some(first)).await.is_empty());
+    let second = import().await;
+    assert_ne!(first, second);
+    assert_eq!(
+        milvus_ids(&coll, Some(first)).await,
+        Vec::<i64>::new(),
+        "the old entries are gone"
+    );
+    assert_eq!(milvus_ids(&coll, None).await, chunk_ids(&s, "rag_id", kb).await);
+}

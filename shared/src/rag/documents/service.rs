@@ -106,6 +106,28 @@ pub async fn reprocess(state: &AppState, user: &CurrentUser, id: i64) -> AppResu
     get(state, user, id).await
 }
 
+/// Inserts the imported document, in place of `overwritten` (its rows and its entries in the
+/// base's stores) when given; returns the new ids and the old document's object keys, whose
+/// files are removed once this has committed.
+async fn replace(
+    state: &AppState,
+    kb: &bases::KbRow,
+    overwritten: Option<i64>,
+    new: &NewDoc<'_>,
+) -> AppResult<(i64, uuid::Uuid, Vec<String>)> {
+    let mut tx = state.db().begin().await?;
+    let mut old_keys = Vec::new();
+    if let Some(old) = overwritten {
+        let indexes = Indexes::of(state, kb).await?;
+        indexes.remove_documents(&mut tx, &[old]).await.map_err(store_error)?;
+        old_keys = repo::object_keys(&mut *tx, old).await?;
+        repo::delete(&mut *tx, old).await?;
+    }
+    let (id, run_id) = repo::insert(&mut *tx, new).await?;
+    tx.commit().await?;
+    Ok((id, run_id, old_keys))
+}
+
 /// Fetches a URL into the base, applying its dedup rules.
 pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequest) -> AppResult<DocView> {
     let rag_id = crate::validate::present("ragId", req.rag_id)?;
@@ -144,12 +166,10 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
     let mime = crate::resources::service::sniff_mime(&fetched.bytes, &name);
     let size = fetched.bytes.len() as i64;
     state.storage().put(&key, fetched.bytes, &mime).await?;
-    let mut tx = state.db().begin().await?;
-    let mut old_keys = Vec::new();
-    if let (Decision::Overwrite, Some(old)) = (outcome.decision, outcome.conflict.and_then(|c| c.id)) {
-        old_keys = repo::object_keys(&mut *tx, old).await?;
-        repo::delete(&mut *tx, old).await?;
-    }
+    let overwritten = match outcome.decision {
+        Decision::Overwrite => outcome.conflict.and_then(|c| c.id),
+        _ => None,
+    };
     let new = NewDoc {
         rag_id,
         name: &name,
@@ -162,15 +182,16 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
         content_hash: &hash,
         creator_id: user.id,
     };
-    let inserted = repo::insert(&mut *tx, &new).await;
-    let (id, run_id) = match inserted {
-        Ok(v) => v,
+    // The new object is removed again whatever fails after it was stored.
+    let (id, run_id, old_keys) = match replace(state, &kb, overwritten, &new).await {
+        Ok(done) => done,
         Err(e) => {
-            let _ = state.storage().delete(&key).await;
-            return Err(e.into());
+            if let Err(cleanup) = state.storage().delete(&key).await {
+                tracing::error!(key, error = %cleanup, "orphaned object after a failed URL import");
+            }
+            return Err(e);
         }
     };
-    tx.commit().await?;
     for k in old_keys {
         let _ = state.storage().delete(&k).await;
     }

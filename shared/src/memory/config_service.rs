@@ -67,7 +67,13 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
             "memory config {id} is used by {n} agent(s); unbind it first"
         )));
     }
-    config::delete(state.db(), id).await?;
+    // An agent bound meanwhile holds the config through its foreign key.
+    config::delete(state.db(), id).await.map_err(|e| match e {
+        sqlx::Error::Database(db) if db.constraint() == Some("agents_memory_config_id_fkey") => AppError::business(
+            format!("memory config {id} was just bound to an agent; unbind it first"),
+        ),
+        other => other.into(),
+    })?;
     Ok(())
 }
 

@@ -1331,6 +1331,9 @@ async fn configs_are_validated_and_managed() {
         .delete(&format!("/memory/config/{id}"), t)
         .await
         .assert_error(400, 0, "used by 1 agent");
+    // A binding that lands between that count and the delete is held by the foreign key.
+    let raced = shared::memory::config::delete(&s.app.db, id).await.unwrap_err();
+    assert!(raced.to_string().contains("agents_memory_config_id_fkey"), "{raced}");
     sqlx::query("UPDATE agents SET memory_config_id = NULL WHERE id = $1")
         .bind(agent)
         .execute(&s.app.db)

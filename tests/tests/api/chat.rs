@@ -1240,3 +1240,40 @@ async fn a_chat_whose_knowledge_or_memory_fails_says_so_and_answers_without_them
     assert_eq!(events.last().unwrap()["type"], "done", "the answer goes on: {events:?}");
     assert!(joined(&events, "text").starts_with("You said: "), "{events:?}");
 }
+
+/// An attachment is read no larger than the limit even when its object grew after the upload
+/// was registered (an upload URL stays valid for a while): the turn ends with an error line
+/// instead of reading the whole object into memory.
+#[tokio::test]
+async fn an_image_that_grew_after_its_upload_is_not_read() {
+    let s = ChatSetup::new().await;
+    let vision = s
+        .chat_model("chat-echo", json!({ "configJson": { "capabilities": ["vision"] } }))
+        .await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Seeing", "chatModelId": vision }))
+        .await;
+    let png = upload(&s, &s.admin, "a.png", PNG).await;
+    let key: String = sqlx::query_scalar("SELECT storage_key FROM resources WHERE id = $1")
+        .bind(png)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    let mut grown = PNG.to_vec();
+    grown.resize(11 * 1024 * 1024, 0);
+    s.app
+        .state
+        .storage()
+        .put(&key, grown.into(), "image/png")
+        .await
+        .unwrap();
+    let body = json!({ "conversationId": "g-1", "content": "look", "attachments": [image(png)] });
+    let events = s.chat(&s.admin, agent, body).await.events();
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "error", "{events:?}");
+    assert!(
+        last["message"].as_str().unwrap().contains("has grown past 10.0 MB"),
+        "{last}"
+    );
+    assert!(s.models.requests().is_empty(), "the model was not called");
+}

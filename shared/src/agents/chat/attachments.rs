@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use crate::models::ModelConfigRow;
 use crate::resources::repo::{self as resource_repo, Reader};
 use crate::resources::ResourceRow;
-use crate::storage::read_all;
+use crate::storage::{read_all, ByteRange, StorageError};
 use crate::{AppError, AppResult, AppState};
 
 pub const MAX_IMAGES_PER_CONVERSATION: i64 = 3;
@@ -136,13 +136,33 @@ pub async fn check(
     Ok(checked)
 }
 
-/// The images as `data:` URIs for the model.
+/// The images as `data:` URIs for the model. Each is read up to the size its object has now,
+/// and refused above the limit: an upload URL stays valid for a while after the upload was
+/// registered, and what was PUT again under it must not be read into memory whole.
 pub async fn data_uris(state: &AppState, images: &[Image]) -> Result<Vec<String>, String> {
     let mut uris = Vec::with_capacity(images.len());
     for image in images {
-        let bytes = read_all(state.storage(), &image.storage_key, None)
+        let failed = |e: StorageError| format!("reading image {} failed: {e}", image.resource_id);
+        let size = state
+            .storage()
+            .head(&image.storage_key)
             .await
-            .map_err(|e| format!("reading image {} failed: {e}", image.resource_id))?;
+            .map_err(failed)?
+            .ok_or_else(|| format!("image {} is no longer stored", image.resource_id))?;
+        if size > MAX_IMAGE_BYTES as u64 {
+            return Err(format!(
+                "image {} has grown past {} since it was uploaded",
+                image.resource_id,
+                megabytes(MAX_IMAGE_BYTES)
+            ));
+        }
+        let range = (size > 0).then(|| ByteRange {
+            start: 0,
+            end: size - 1,
+        });
+        let bytes = read_all(state.storage(), &image.storage_key, range)
+            .await
+            .map_err(failed)?;
         let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
         uris.push(format!("data:{};base64,{encoded}", image.mime_type));
     }

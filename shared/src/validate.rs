@@ -26,6 +26,19 @@ pub fn length(field: &str, value: &str, min: usize, max: usize) -> Result<(), Ap
     Ok(())
 }
 
+/// At most `max` characters, when given.
+pub fn at_most(field: &str, value: Option<&str>, max: usize) -> Result<(), AppError> {
+    match value {
+        Some(v) => length(field, v, 0, max),
+        None => Ok(()),
+    }
+}
+
+/// Descriptions of things (providers, model configs, knowledge bases).
+pub const MAX_DESCRIPTION: usize = 1000;
+/// Icon and image addresses.
+pub const MAX_URL: usize = 2048;
+
 /// The largest vector dimension the service can index: pgvector's HNSW takes `vector` up to
 /// 2000 dimensions and `halfvec` up to 4000, which is what knowledge bases and memories use
 /// above 2000.

@@ -46,6 +46,10 @@ pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> Ap
             "labels may hold at most {MAX_LABELS} entries"
         )));
     }
+    for (key, value) in &labels {
+        validate::length("labels (a key)", key, 1, 100)?;
+        validate::length(&format!("labels.{key}"), value, 0, 500)?;
+    }
     let labels = serde_json::to_value(labels).map_err(|e| AppError::Internal(e.into()))?;
 
     let mut tx = state.db().begin().await?;

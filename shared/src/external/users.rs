@@ -19,6 +19,9 @@ fn limited(field: &str, value: Option<String>, max: usize) -> AppResult<Option<S
     Ok(value)
 }
 
+/// What a partner may keep about one of its users in `extra`.
+const MAX_EXTRA_BYTES: usize = 16 * 1024;
+
 /// Registers the user, or updates the fields that were sent.
 pub async fn register(state: &AppState, app: &AppCaller, req: RegisterRequest) -> AppResult<ExternalUserView> {
     let open_id = check_open_id(req.open_id)?;
@@ -26,6 +29,15 @@ pub async fn register(state: &AppState, app: &AppCaller, req: RegisterRequest) -
     let avatar = limited("avatar", req.avatar, 1000)?;
     if req.extra.as_ref().is_some_and(|e| !e.is_object()) {
         return Err(AppError::validation("extra must be a JSON object"));
+    }
+    if req
+        .extra
+        .as_ref()
+        .is_some_and(|e| e.to_string().len() > MAX_EXTRA_BYTES)
+    {
+        return Err(AppError::validation(format!(
+            "extra must be at most {MAX_EXTRA_BYTES} bytes as JSON"
+        )));
     }
     let data = UserData {
         app: app.id,

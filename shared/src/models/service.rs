@@ -59,6 +59,8 @@ pub async fn create_provider(state: &AppState, user: &CurrentUser, req: Provider
     let key = validate::required("providerKey", req.provider_key)?;
     provider_key(&key)?;
     let (description, icon_url) = (validate::optional(req.description), validate::optional(req.icon_url));
+    validate::at_most("description", description.as_deref(), validate::MAX_DESCRIPTION)?;
+    validate::at_most("iconUrl", icon_url.as_deref(), validate::MAX_URL)?;
     let fields = ProviderFields {
         name: Some(&name),
         key: Some(&key),
@@ -87,6 +89,8 @@ pub async fn update_provider(state: &AppState, user: &CurrentUser, id: i64, req:
     if let Some(k) = &key {
         provider_key(k)?;
     }
+    validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
+    validate::at_most("iconUrl", req.icon_url.as_deref(), validate::MAX_URL)?;
     let fields = ProviderFields {
         name: name.as_deref(),
         key: key.as_deref(),
@@ -343,6 +347,7 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
     ensure_provider(state, provider_id).await?;
     let sealed = state.secrets().seal(&api_key)?;
     let description = validate::optional(req.description);
+    validate::at_most("description", description.as_deref(), validate::MAX_DESCRIPTION)?;
     let fields = ConfigFields {
         provider_id: Some(provider_id),
         model_name: Some(&model_name),
@@ -412,6 +417,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
         Some(k) if !is_masked(&k) => Some(state.secrets().seal(&k)?),
         _ => None,
     };
+    validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
     let fields = ConfigFields {
         provider_id: req.provider_id,
         model_name: model_name.as_deref(),

@@ -503,3 +503,71 @@ async fn knowledge_base_dimensions_past_what_pgvector_indexes_are_400_and_write_
     let r = app.get(&format!("/rag/{kb}"), Some(&admin)).await;
     assert_eq!(r.assert_ok()["dimensionOfVectorModel"], 8);
 }
+
+/// Free-text fields that are stored have a length limit of their own, well under the body's:
+/// past it each is refused by name and nothing changes.
+#[tokio::test]
+async fn overlong_stored_fields_are_refused_by_name_and_change_nothing() {
+    let s = api_tests::KbSetup::new(Store::Filesystem, &[]).await;
+    let app = &s.app;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Long", json!({})).await;
+    let provider = app.provider(&s.admin, "long").await;
+    let creds = app.create_app(&s.admin, "long-app").await;
+    let long = "x".repeat(2049);
+    let labels: serde_json::Map<String, Value> = [("zone".to_owned(), json!("y".repeat(501)))].into_iter().collect();
+    let before = app.snapshot().await;
+    let admin_cases = [
+        (
+            "POST",
+            "/rag".to_owned(),
+            json!({ "name": "n", "embeddingModelId": s.embedding_model, "description": long }),
+            "description",
+        ),
+        ("PUT", format!("/rag/{kb}"), json!({ "icon": long }), "icon"),
+        (
+            "POST",
+            "/ai-model/provider".to_owned(),
+            json!({ "providerName": "p", "providerKey": "p2", "iconUrl": long }),
+            "iconUrl",
+        ),
+        (
+            "PUT",
+            format!("/ai-model/provider/{provider}"),
+            json!({ "description": long }),
+            "description",
+        ),
+        (
+            "PUT",
+            format!("/ai-model/config/{}", s.embedding_model),
+            json!({ "description": long }),
+            "description",
+        ),
+    ];
+    for (method, path, body, field) in admin_cases {
+        let reply = match method {
+            "POST" => app.post(&path, t, &body).await,
+            _ => app.put(&path, t, &body).await,
+        };
+        assert_eq!(reply.status, 400, "{method} {path}: {:?}", reply.body);
+        let msg = reply.body["msg"]
+            .as_str()
+            .or(reply.body["message"].as_str())
+            .unwrap_or_default();
+        assert!(msg.contains(field), "{method} {path}: {msg}");
+    }
+    let big_extra: serde_json::Map<String, Value> = [("notes".to_owned(), json!("z".repeat(17 * 1024)))]
+        .into_iter()
+        .collect();
+    app.ext_post(&creds, "/user/register", &json!({ "openId": "o", "extra": big_extra }))
+        .await
+        .assert_error(400, 0, "extra must be at most");
+    app.ext_post(
+        &creds,
+        "/node/heartbeat",
+        &json!({ "hostId": "h", "hostIp": "10.0.0.7", "grpcPort": 9090, "labels": labels }),
+    )
+    .await
+    .assert_error(400, 0, "labels.zone");
+    app.snapshot().await.assert_unchanged_since(&before, "overlong fields");
+}

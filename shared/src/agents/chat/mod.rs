@@ -29,6 +29,8 @@ use crate::resources::repo::Reader;
 use crate::{validate, AppError, AppResult, AppState};
 
 pub const MAX_CONTENT_CHARS: usize = 32_000;
+/// More than an agent can have of either.
+const MAX_DISABLED_IDS: usize = 500;
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -104,6 +106,16 @@ pub async fn start(
     } = chat_agent;
     let content = validate::required("content", req.content)?;
     validate::length("content", &content, 1, MAX_CONTENT_CHARS)?;
+    for (field, ids) in [
+        ("disabledMcpServerIds", &req.disabled_mcp_server_ids),
+        ("disabledSkillIds", &req.disabled_skill_ids),
+    ] {
+        if ids.as_ref().is_some_and(|ids| ids.len() > MAX_DISABLED_IDS) {
+            return Err(AppError::validation(format!(
+                "{field} may hold at most {MAX_DISABLED_IDS} ids"
+            )));
+        }
+    }
     let key = conversation_key(req.conversation_id)?;
     // The tokens of the first model call are held now, so a chat the quota cannot pay for is
     // refused before anything is stored; the call itself tops them up to its real size.

@@ -135,6 +135,8 @@ async fn store_for(state: &AppState, field: &str, id: Option<i64>, category: i16
 pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> AppResult<KbView> {
     let name = validate::required("name", req.name.clone())?;
     validate::length("name", &name, 1, 100)?;
+    validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
+    validate::at_most("icon", req.icon.as_deref(), validate::MAX_URL)?;
     let model_id = validate::present("embeddingModelId", req.embedding_model_id)?;
     check_model(state, user, "embeddingModelId", model_id, ModelType::Embedding).await?;
     let settings = apply_flat(
@@ -299,6 +301,8 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
             "vectorStoreInstanceId and searchEngineInstanceId cannot change while the knowledge base has documents",
         ));
     }
+    validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
+    validate::at_most("icon", req.icon.as_deref(), validate::MAX_URL)?;
     let description = req.description.clone().or(row.description.clone());
     let icon = req.icon.clone().or(row.icon.clone());
     let mut search = row.search_params.0.clone();

@@ -169,12 +169,21 @@ pub async fn update(db: impl PgExecutor<'_>, id: i64, f: &Fields<'_>) -> sqlx::R
     Ok(())
 }
 
-pub async fn mark_connected(db: &PgPool, id: i64, tool_count: i32, at: DateTime<Utc>) -> sqlx::Result<()> {
+/// Records a test of the configuration of `tested` (its `update_dt`); a test of a configuration
+/// changed since then records nothing: the change set the status back to unknown.
+pub async fn mark_connected(
+    db: &PgPool,
+    id: i64,
+    tested: DateTime<Utc>,
+    tool_count: i32,
+    at: DateTime<Utc>,
+) -> sqlx::Result<()> {
     sqlx::query(
-        "UPDATE mcp_servers SET status = 'connected', last_error = NULL, last_connect_dt = $2, tool_count = $3
-         WHERE id = $1",
+        "UPDATE mcp_servers SET status = 'connected', last_error = NULL, last_connect_dt = $3, tool_count = $4
+         WHERE id = $1 AND update_dt = $2",
     )
     .bind(id)
+    .bind(tested)
     .bind(at)
     .bind(tool_count)
     .execute(db)
@@ -182,9 +191,11 @@ pub async fn mark_connected(db: &PgPool, id: i64, tool_count: i32, at: DateTime<
     Ok(())
 }
 
-pub async fn mark_error(db: &PgPool, id: i64, error: &str) -> sqlx::Result<()> {
-    sqlx::query("UPDATE mcp_servers SET status = 'error', last_error = $2 WHERE id = $1")
+/// As `mark_connected`, for a failed test.
+pub async fn mark_error(db: &PgPool, id: i64, tested: DateTime<Utc>, error: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE mcp_servers SET status = 'error', last_error = $3 WHERE id = $1 AND update_dt = $2")
         .bind(id)
+        .bind(tested)
         .bind(error)
         .execute(db)
         .await?;

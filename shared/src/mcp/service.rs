@@ -371,7 +371,7 @@ pub async fn test(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Mc
     let response_time_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(tools) => {
-            repo::mark_connected(state.db(), id, tools.len() as i32, chrono::Utc::now()).await?;
+            repo::mark_connected(state.db(), id, row.update_dt, tools.len() as i32, chrono::Utc::now()).await?;
             Ok(McpTestResult {
                 success: true,
                 message: format!("connected; {} tools", tools.len()),
@@ -382,7 +382,7 @@ pub async fn test(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Mc
         Err(f) => {
             let message: String = f.message.chars().take(1000).collect();
             tracing::info!(server_id = id, error = %message, "MCP connection test failed");
-            repo::mark_error(state.db(), id, &message).await?;
+            repo::mark_error(state.db(), id, row.update_dt, &message).await?;
             Ok(McpTestResult {
                 success: false,
                 message,

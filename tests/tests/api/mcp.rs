@@ -1092,3 +1092,36 @@ async fn a_restarted_streamable_http_server_gets_a_new_session_within_the_same_c
     let second = mcp::call_tool(&app.state, id, "echo", json!({"message": "two"})).await;
     assert_eq!(second.unwrap().text, "Echo: two");
 }
+
+/// A connection test records its outcome only for the configuration it tested: one that
+/// finishes after the server was changed leaves the change's `unknown` in place.
+#[tokio::test]
+async fn a_test_of_an_older_configuration_does_not_overwrite_the_status() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let id = create(&app, &admin, http_server("changing", 2, "http://127.0.0.1:9/mcp")).await;
+    let (tested, _, _) = stored(&app, id).await;
+    app.put(
+        &format!("/mcp-server/{id}"),
+        Some(&admin),
+        &json!({ "endpoint": "http://127.0.0.1:10/mcp" }),
+    )
+    .await
+    .assert_ok();
+    mcp::repo::mark_connected(&app.db, id, tested.update_dt, 3, chrono::Utc::now())
+        .await
+        .unwrap();
+    mcp::repo::mark_error(&app.db, id, tested.update_dt, "refused")
+        .await
+        .unwrap();
+    let (now, _, _) = stored(&app, id).await;
+    assert_eq!((now.status.as_str(), now.tool_count), ("unknown", 0));
+    mcp::repo::mark_error(&app.db, id, now.update_dt, "refused")
+        .await
+        .unwrap();
+    assert_eq!(
+        stored(&app, id).await.0.status,
+        "error",
+        "a test of the current one is recorded"
+    );
+}

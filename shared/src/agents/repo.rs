@@ -1,5 +1,6 @@
 //! SQL of the agents module.
 
+use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
@@ -204,12 +205,17 @@ pub async fn insert(db: impl PgExecutor<'_>, d: &AgentData, creator_id: i64) -> 
     qb.build_query_scalar().fetch_one(db).await
 }
 
-pub async fn update(db: impl PgExecutor<'_>, id: i64, d: &AgentData) -> sqlx::Result<()> {
+/// Writes the agent as `d`, made from the row read at `read` (its `update_dt`); false when the
+/// row changed since (another edit, a status change, a server or skill taken out of it), and
+/// nothing was written: `d` would undo that change.
+pub async fn update(db: impl PgExecutor<'_>, id: i64, read: DateTime<Utc>, d: &AgentData) -> sqlx::Result<bool> {
     let mut qb = QueryBuilder::new(format!("UPDATE agents SET ({DATA_COLUMNS}, update_dt) = ROW("));
     push_values(&mut qb, d);
-    qb.push(", now()) WHERE id = ").push_bind(id);
-    qb.build().execute(db).await?;
-    Ok(())
+    qb.push(", now()) WHERE id = ")
+        .push_bind(id)
+        .push(" AND update_dt = ")
+        .push_bind(read);
+    Ok(qb.build().execute(db).await?.rows_affected() == 1)
 }
 
 /// Conversations and messages go with the agent (foreign keys cascade).

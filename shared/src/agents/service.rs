@@ -208,7 +208,11 @@ pub async fn create(state: &AppState, user: &CurrentUser, f: AgentFields) -> App
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, f: AgentFields) -> AppResult<AgentView> {
     let agent = managed(state, user, id).await?;
     let data = apply(state, user, AgentData::from(&agent), f).await?;
-    repo::update(state.db(), id, &data).await?;
+    if !repo::update(state.db(), id, agent.update_dt, &data).await? {
+        return Err(AppError::Conflict(
+            "the agent was changed by someone else meanwhile; reload it and apply your change again".into(),
+        ));
+    }
     let row = repo::find(state.db(), id, user.id)
         .await?
         .ok_or_else(|| AppError::not_found("agent"))?;

@@ -75,10 +75,12 @@ pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<Str
 
 /// Unbinds a deleted skill from every agent.
 pub async fn unbind_from_agents(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
-    sqlx::query("UPDATE agents SET skill_ids = array_remove(skill_ids, $1) WHERE $1 = ANY (skill_ids)")
-        .bind(id)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "UPDATE agents SET skill_ids = array_remove(skill_ids, $1), update_dt = now() WHERE $1 = ANY (skill_ids)",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
     Ok(())
 }
 

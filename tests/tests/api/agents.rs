@@ -384,3 +384,33 @@ async fn a_failed_draft_ends_with_an_error_and_creates_nothing() {
     let r = s.app.post("/agent/create/stream", Some(&s.admin), &json!({})).await;
     r.assert_error(400, 0, "description is required");
 }
+
+/// An agent is written as it was read: an edit made from a row that changed meanwhile (a
+/// status change, an MCP server or skill taken out of it) writes nothing instead of undoing
+/// that change, and the API answers 409.
+#[tokio::test]
+async fn an_edit_made_from_a_stale_read_writes_nothing() {
+    let s = ChatSetup::new().await;
+    let id = s.agent(&s.admin, json!({ "name": "Before" })).await;
+    let read = shared::agents::repo::find(&s.app.db, id, 0).await.unwrap().unwrap();
+    s.app
+        .put(&format!("/agent/{id}"), Some(&s.admin), &json!({ "status": 0 }))
+        .await
+        .assert_ok();
+    let mut stale = shared::agents::repo::AgentData::from(&read);
+    stale.name = "Stale".to_owned();
+    let written = shared::agents::repo::update(&s.app.db, id, read.update_dt, &stale)
+        .await
+        .unwrap();
+    assert!(!written, "a write from a stale read is refused");
+    let now = shared::agents::repo::find(&s.app.db, id, 0).await.unwrap().unwrap();
+    assert_eq!(
+        (now.name.as_str(), now.status),
+        ("Before", 0),
+        "the status change stands"
+    );
+    let fresh = shared::agents::repo::AgentData::from(&now);
+    assert!(shared::agents::repo::update(&s.app.db, id, now.update_dt, &fresh)
+        .await
+        .unwrap());
+}

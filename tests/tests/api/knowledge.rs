@@ -1556,3 +1556,30 @@ async fn the_embedding_model_of_a_base_is_not_deleted_from_under_it() {
         .assert_status_ok();
     assert_eq!(s.app.count("model_configs").await, 0);
 }
+
+/// A base's new dimension is kept only with an index built for it: when the build fails, the
+/// base keeps the dimension it had (the index is built outside any transaction, so the change
+/// is undone by hand).
+#[tokio::test]
+async fn a_dimension_change_whose_index_cannot_be_built_is_undone() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Shape", json!({ "dimensionOfVectorModel": 8 })).await;
+    // Something that is not an index under the index's name makes every build fail.
+    let name = format!("chunks_hnsw_kb_{kb}");
+    sqlx::raw_sql(&format!("DROP INDEX {name}; CREATE TABLE {name} (x int)"))
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let r = s
+        .app
+        .put(&format!("/rag/{kb}"), t, &json!({ "dimensionOfVectorModel": 16 }))
+        .await;
+    assert_ne!(r.status, 200, "{:?}", r.body);
+    let after = s.app.get(&format!("/rag/{kb}"), t).await;
+    assert_eq!(
+        after.assert_ok()["dimensionOfVectorModel"],
+        8,
+        "the old dimension stands"
+    );
+}

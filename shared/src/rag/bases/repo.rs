@@ -114,6 +114,16 @@ pub fn index_name(id: i64) -> String {
     format!("chunks_hnsw_kb_{id}")
 }
 
+/// Puts the base's dimension back (a rebuild of its index for a new one failed).
+pub async fn set_dimension(db: &PgPool, id: i64, dimension: i32) -> sqlx::Result<()> {
+    sqlx::query("UPDATE knowledge_bases SET dimension = $2 WHERE id = $1")
+        .bind(id)
+        .bind(dimension)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// The vector expression the index is built on: pgvector indexes need a fixed dimension,
 /// and HNSW on `vector` stops at 2000, so larger models use `halfvec`.
 pub fn vector_expr(dimension: i32) -> String {

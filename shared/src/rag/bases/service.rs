@@ -336,9 +336,15 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         upload_confirm: req.upload_confirm.unwrap_or(row.upload_confirm),
     };
     repo::update(state.db(), id, &fields).await?;
-    // A base without documents has no chunks: only its index's shape changes.
+    // A base without documents has no chunks: only its index's shape changes. The index is
+    // built outside any transaction (concurrently), so a failed build is undone by hand: the
+    // base keeps its old dimension and gets its old index back.
     if dimension != row.dimension {
-        repo::build_index(&mut state.db().acquire().await?, id, dimension).await?;
+        if let Err(e) = repo::build_index(&mut state.db().acquire().await?, id, dimension).await {
+            repo::set_dimension(state.db(), id, row.dimension).await?;
+            repo::build_index(&mut state.db().acquire().await?, id, row.dimension).await?;
+            return Err(e.into());
+        }
     }
     Ok(())
 }

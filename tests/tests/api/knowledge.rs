@@ -1583,3 +1583,36 @@ async fn a_dimension_change_whose_index_cannot_be_built_is_undone() {
         "the old dimension stands"
     );
 }
+
+/// Two commits of the same file into a base that refuses duplicates, sent at once: they take
+/// turns, so exactly one adds the document and the other is told the base changed.
+#[tokio::test]
+async fn concurrent_commits_of_one_file_add_it_once() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Twice", json!({ "dedupStrategy": 2, "dedupAction": 0 })).await;
+    for round in 0..5 {
+        let file = [(format!("r{round}.txt"), format!("round {round} bytes").into_bytes())];
+        let file: Vec<(&str, Vec<u8>)> = file.iter().map(|(n, b)| (n.as_str(), b.clone())).collect();
+        let first = s.preview(kb, &file, None).await.assert_ok().clone();
+        let second = s.preview(kb, &file, None).await.assert_ok().clone();
+        let commit = |p: &Value| json!({ "previewToken": p["previewToken"], "items": [{ "tempResourceId": p["items"][0]["tempResourceId"], "decision": "NEW" }] });
+        let (body_a, body_b) = (commit(&first), commit(&second));
+        let (a, b) = tokio::join!(
+            s.app.post("/document/upload/commit", t, &body_a),
+            s.app.post("/document/upload/commit", t, &body_b),
+        );
+        let changed: Vec<bool> = [a, b]
+            .iter()
+            .map(|r| r.assert_ok()["conflictChanged"].as_bool().unwrap())
+            .collect();
+        assert_eq!(changed.iter().filter(|c| !**c).count(), 1, "round {round}: {changed:?}");
+        let copies: i64 = sqlx::query_scalar("SELECT count(*) FROM documents WHERE rag_id = $1 AND name = $2")
+            .bind(kb)
+            .bind(format!("r{round}.txt"))
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+        assert_eq!(copies, 1, "round {round}");
+    }
+}

@@ -79,6 +79,16 @@ pub struct NewDoc<'a> {
     pub creator_id: i64,
 }
 
+/// Makes the base's document additions (upload commits, URL imports) take turns until the
+/// caller's transaction ends, so each decides about duplicates against the others' results.
+pub async fn lock_additions(conn: &mut sqlx::PgConnection, rag_id: i64) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('kb-documents:' || $1::text))")
+        .bind(rag_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// Inserts a pending document; returns (id, run id).
 pub async fn insert(db: impl PgExecutor<'_>, d: &NewDoc<'_>) -> sqlx::Result<(i64, uuid::Uuid)> {
     sqlx::query_as(

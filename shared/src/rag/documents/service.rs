@@ -116,6 +116,22 @@ async fn replace(
     new: &NewDoc<'_>,
 ) -> AppResult<(i64, uuid::Uuid, Vec<String>)> {
     let mut tx = state.db().begin().await?;
+    // Decided again under the base's lock: a document added since the first decision (another
+    // import or upload of the same file) must not be passed over.
+    repo::lock_additions(&mut tx, kb.id).await?;
+    let (by_name, by_content) = repo::conflicts(&mut *tx, kb.id, new.name, new.content_hash).await?;
+    let to_conflict = |c: Option<(i64, String)>| c.map(|(id, name)| Conflict { id: Some(id), name });
+    let now = dedup::decide(
+        kb.dedup_strategy,
+        kb.dedup_action,
+        to_conflict(by_name),
+        to_conflict(by_content),
+    );
+    if now.conflict.and_then(|c| c.id) != overwritten {
+        return Err(AppError::Conflict(
+            "a document with the same name or content was added to the base meanwhile; import again".into(),
+        ));
+    }
     let mut old_keys = Vec::new();
     if let Some(old) = overwritten {
         let indexes = Indexes::of(state, kb).await?;

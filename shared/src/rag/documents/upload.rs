@@ -309,6 +309,9 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
 
     let mut tx = state.db().begin().await?;
     let preview = load_preview(&mut tx, user, &token).await?;
+    // Before deciding again: a commit of the same base running meanwhile is decided against
+    // once it is committed, or two copies of one file could both pass as new.
+    doc_repo::lock_additions(&mut tx, preview.rag_id).await?;
     let kb = bases::repo::find(&mut *tx, preview.rag_id)
         .await?
         .ok_or_else(|| AppError::not_found("knowledge base"))?;

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use crate::domain::Owner;
 use crate::models::usage::{self, UsageRecord};
@@ -53,7 +53,12 @@ fn push_owner(qb: &mut QueryBuilder<'_, Postgres>, owner: Owner) {
 }
 
 /// The owner's conversation with this key.
-pub async fn find(db: &PgPool, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<Option<ConversationRow>> {
+pub async fn find(
+    db: impl PgExecutor<'_>,
+    agent_id: i64,
+    owner: Owner,
+    key: &str,
+) -> sqlx::Result<Option<ConversationRow>> {
     let mut qb = QueryBuilder::new(
         "SELECT c.id, c.conversation_key, c.agent_id, c.title FROM conversations c WHERE c.agent_id = ",
     );
@@ -224,7 +229,22 @@ pub struct StartedTurn {
 /// message of the conversation through a bitmap scan and a sort, a cost that grows with the
 /// conversation (0.26 ms at 500 messages and rising); with `<>` it walks the
 /// `(conversation_id, id)` index backwards and stops after the limit, stats or not.
-pub async fn start_turn(db: &PgPool, t: &NewTurn<'_>) -> sqlx::Result<StartedTurn> {
+/// Makes the owner's turns in this conversation take turns until the caller's transaction ends.
+pub async fn lock_conversation(conn: &mut PgConnection, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<()> {
+    let owner = match owner {
+        Owner::User(id) => format!("u{id}"),
+        Owner::External(id) => format!("e{id}"),
+    };
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('conversation:' || $1 || ':' || $2 || ':' || $3))")
+        .bind(agent_id.to_string())
+        .bind(owner)
+        .bind(key)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn start_turn(db: impl PgExecutor<'_>, t: &NewTurn<'_>) -> sqlx::Result<StartedTurn> {
     // The conflict target must name the partial unique index of the owner's kind.
     let conflict = match t.owner {
         Owner::User(_) => "(agent_id, user_id, conversation_key) WHERE user_id IS NOT NULL",

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::Timelike;
 
-use api_tests::chat::{joined, kinds, say, ChatSetup};
+use api_tests::chat::{joined, kinds, say, ChatReply, ChatSetup};
 use api_tests::PNG;
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -1276,4 +1276,37 @@ async fn an_image_that_grew_after_its_upload_is_not_read() {
         "{last}"
     );
     assert!(s.models.requests().is_empty(), "the model was not called");
+}
+
+/// Two turns with images sent at once to one conversation take turns: the images it holds are
+/// counted for each after the other stored its own, so together they cannot pass the limit.
+#[tokio::test]
+async fn concurrent_turns_with_images_keep_the_conversations_limit() {
+    let s = ChatSetup::new().await;
+    let vision = s
+        .chat_model("chat-echo", json!({ "configJson": { "capabilities": ["vision"] } }))
+        .await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Seeing", "chatModelId": vision }))
+        .await;
+    let png = upload(&s, &s.admin, "a.png", PNG).await;
+    for round in 0..5 {
+        let body = json!({ "conversationId": format!("pair-{round}"), "content": "look",
+                           "attachments": [image(png), image(png)] });
+        let (a, b) = tokio::join!(
+            s.chat(&s.admin, agent, body.clone()),
+            s.chat(&s.admin, agent, body.clone())
+        );
+        let streamed = [a, b]
+            .into_iter()
+            .filter(|r| match r {
+                ChatReply::Events(_) => true,
+                ChatReply::Refused(refusal) => {
+                    refusal.assert_error(400, 0, "at most 3 images");
+                    false
+                }
+            })
+            .count();
+        assert_eq!(streamed, 1, "round {round}: one turn of two images, not two");
+    }
 }

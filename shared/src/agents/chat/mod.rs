@@ -13,7 +13,7 @@ use futures::stream::BoxStream;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use self::attachments::{AttachmentIn, ResourceOwner};
+use self::attachments::{AttachmentIn, Image, ResourceOwner};
 pub use self::events::{StreamEvent, TokenUsage};
 use self::tools::Disabled;
 use super::conversation_repo::{self as repo, NewTurn};
@@ -126,30 +126,36 @@ pub async fn start(
     };
     let hold = gateway::hold(state, caller.billing, gateway::turn_estimate(state, &model, &content)).await?;
     let items = req.attachments.unwrap_or_default();
-    // Only turns with images need to know how many the conversation already holds.
-    let images_so_far = match items.is_empty() {
-        true => 0,
-        false => match repo::find(state.db(), agent.id, caller.owner, &key).await? {
-            Some(c) => repo::image_count(state.db(), c.id).await?,
-            None => 0,
-        },
-    };
-    let images = attachments::check(state, items, &model.row, caller.resources, images_so_far).await?;
-
-    let started = repo::start_turn(
-        state.db(),
-        &NewTurn {
+    let title = title::fallback(&content);
+    let new_turn = |images: &[Image]| -> AppResult<NewTurn<'_>> {
+        Ok(NewTurn {
             agent_id: agent.id,
             owner: caller.owner,
             conversation_key: &key,
-            title: &title::fallback(&content),
+            title: &title,
             content: &content,
-            attachments: serde_json::to_value(&images).map_err(|e| AppError::Internal(e.into()))?,
+            attachments: serde_json::to_value(images).map_err(|e| AppError::Internal(e.into()))?,
             model_id: model.row.id,
             history_limit: i64::from(agent.short_term_memory_size),
-        },
-    )
-    .await?;
+        })
+    };
+    let (started, images) = if items.is_empty() {
+        (repo::start_turn(state.db(), &new_turn(&[])?).await?, vec![])
+    } else {
+        // The images the conversation holds are counted, and the turn that adds to them is
+        // stored, under one lock: two turns with images at once would each count before the
+        // other stored its own, and together pass the limit.
+        let mut tx = state.db().begin().await?;
+        repo::lock_conversation(&mut tx, agent.id, caller.owner, &key).await?;
+        let images_so_far = match repo::find(&mut *tx, agent.id, caller.owner, &key).await? {
+            Some(c) => repo::image_count(&mut *tx, c.id).await?,
+            None => 0,
+        };
+        let images = attachments::check(state, items, &model.row, caller.resources, images_so_far).await?;
+        let started = repo::start_turn(&mut *tx, &new_turn(&images)?).await?;
+        tx.commit().await?;
+        (started, images)
+    };
 
     let turn = run::Turn {
         span: tracing::Span::current(),

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use self::attachments::{AttachmentIn, Image, ResourceOwner};
 pub use self::events::{StreamEvent, TokenUsage};
 use self::tools::Disabled;
-use super::conversation_repo::{self as repo, NewTurn};
+use super::conversation_repo::{self as repo, NewTurn, StartedTurn};
 use super::repo::ChatAgentRow;
 use super::AgentRow;
 use crate::apps::routing::NodeRoute;
@@ -92,6 +92,46 @@ pub async fn start_as_user(
     start(state, caller, chat_agent, req).await
 }
 
+fn check_disabled_ids(mcp_server_ids: &Option<Vec<i64>>, skill_ids: &Option<Vec<i64>>) -> AppResult<()> {
+    for (field, ids) in [
+        ("disabledMcpServerIds", mcp_server_ids),
+        ("disabledSkillIds", skill_ids),
+    ] {
+        if ids.as_ref().is_some_and(|ids| ids.len() > MAX_DISABLED_IDS) {
+            return Err(AppError::validation(format!(
+                "{field} may hold at most {MAX_DISABLED_IDS} ids"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Stores the user's message and the assistant's placeholder, with the checked images. A turn
+/// with images counts those the conversation holds and stores its own under one lock: two such
+/// turns at once would each count before the other stored, and together pass the limit.
+async fn store_turn<'n>(
+    state: &AppState,
+    caller: Caller,
+    model: &ModelConfigRow,
+    (agent_id, key): (i64, &str),
+    items: Vec<AttachmentIn>,
+    new_turn: impl Fn(&[Image]) -> AppResult<NewTurn<'n>>,
+) -> AppResult<(StartedTurn, Vec<Image>)> {
+    if items.is_empty() {
+        return Ok((repo::start_turn(state.db(), &new_turn(&[])?).await?, vec![]));
+    }
+    let mut tx = state.db().begin().await?;
+    repo::lock_conversation(&mut tx, agent_id, caller.owner, key).await?;
+    let images_so_far = match repo::find(&mut *tx, agent_id, caller.owner, key).await? {
+        Some(c) => repo::image_count(&mut *tx, c.id).await?,
+        None => 0,
+    };
+    let images = attachments::check(state, items, model, caller.resources, images_so_far).await?;
+    let started = repo::start_turn(&mut *tx, &new_turn(&images)?).await?;
+    tx.commit().await?;
+    Ok((started, images))
+}
+
 /// Starts a chat turn: refusals come back as errors with nothing stored; once the user's
 /// message is stored, everything else is reported on the stream.
 pub async fn start(
@@ -106,16 +146,7 @@ pub async fn start(
     } = chat_agent;
     let content = validate::required("content", req.content)?;
     validate::length("content", &content, 1, MAX_CONTENT_CHARS)?;
-    for (field, ids) in [
-        ("disabledMcpServerIds", &req.disabled_mcp_server_ids),
-        ("disabledSkillIds", &req.disabled_skill_ids),
-    ] {
-        if ids.as_ref().is_some_and(|ids| ids.len() > MAX_DISABLED_IDS) {
-            return Err(AppError::validation(format!(
-                "{field} may hold at most {MAX_DISABLED_IDS} ids"
-            )));
-        }
-    }
+    check_disabled_ids(&req.disabled_mcp_server_ids, &req.disabled_skill_ids)?;
     let key = conversation_key(req.conversation_id)?;
     // The tokens of the first model call are held now, so a chat the quota cannot pay for is
     // refused before anything is stored; the call itself tops them up to its real size.
@@ -139,23 +170,7 @@ pub async fn start(
             history_limit: i64::from(agent.short_term_memory_size),
         })
     };
-    let (started, images) = if items.is_empty() {
-        (repo::start_turn(state.db(), &new_turn(&[])?).await?, vec![])
-    } else {
-        // The images the conversation holds are counted, and the turn that adds to them is
-        // stored, under one lock: two turns with images at once would each count before the
-        // other stored its own, and together pass the limit.
-        let mut tx = state.db().begin().await?;
-        repo::lock_conversation(&mut tx, agent.id, caller.owner, &key).await?;
-        let images_so_far = match repo::find(&mut *tx, agent.id, caller.owner, &key).await? {
-            Some(c) => repo::image_count(&mut *tx, c.id).await?,
-            None => 0,
-        };
-        let images = attachments::check(state, items, &model.row, caller.resources, images_so_far).await?;
-        let started = repo::start_turn(&mut *tx, &new_turn(&images)?).await?;
-        tx.commit().await?;
-        (started, images)
-    };
+    let (started, images) = store_turn(state, caller, &model.row, (agent.id, &key), items, new_turn).await?;
 
     let turn = run::Turn {
         span: tracing::Span::current(),

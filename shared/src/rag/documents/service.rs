@@ -106,6 +106,18 @@ pub async fn reprocess(state: &AppState, user: &CurrentUser, id: i64) -> AppResu
     get(state, user, id).await
 }
 
+/// What the base's dedup rules say about a document of this name and content, as it is now.
+async fn decide(db: impl sqlx::PgExecutor<'_>, kb: &bases::KbRow, name: &str, hash: &str) -> AppResult<dedup::Outcome> {
+    let (by_name, by_content) = repo::conflicts(db, kb.id, name, hash).await?;
+    let to_conflict = |c: Option<(i64, String)>| c.map(|(id, name)| Conflict { id: Some(id), name });
+    Ok(dedup::decide(
+        kb.dedup_strategy,
+        kb.dedup_action,
+        to_conflict(by_name),
+        to_conflict(by_content),
+    ))
+}
+
 /// Inserts the imported document, in place of `overwritten` (its rows and its entries in the
 /// base's stores) when given; returns the new ids and the old document's object keys, whose
 /// files are removed once this has committed.
@@ -119,14 +131,7 @@ async fn replace(
     // Decided again under the base's lock: a document added since the first decision (another
     // import or upload of the same file) must not be passed over.
     repo::lock_additions(&mut tx, kb.id).await?;
-    let (by_name, by_content) = repo::conflicts(&mut *tx, kb.id, new.name, new.content_hash).await?;
-    let to_conflict = |c: Option<(i64, String)>| c.map(|(id, name)| Conflict { id: Some(id), name });
-    let now = dedup::decide(
-        kb.dedup_strategy,
-        kb.dedup_action,
-        to_conflict(by_name),
-        to_conflict(by_content),
-    );
+    let now = decide(&mut *tx, kb, new.name, new.content_hash).await?;
     if now.conflict.and_then(|c| c.id) != overwritten {
         return Err(AppError::Conflict(
             "a document with the same name or content was added to the base meanwhile; import again".into(),
@@ -159,14 +164,7 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
         ))
     })?;
     let hash = crate::crypto::content_hash(&fetched.bytes);
-    let (by_name, by_content) = repo::conflicts(state.db(), rag_id, &name, &hash).await?;
-    let to_conflict = |c: Option<(i64, String)>| c.map(|(id, name)| Conflict { id: Some(id), name });
-    let outcome = dedup::decide(
-        kb.dedup_strategy,
-        kb.dedup_action,
-        to_conflict(by_name),
-        to_conflict(by_content),
-    );
+    let outcome = decide(state.db(), &kb, &name, &hash).await?;
     match outcome.decision {
         Decision::Reject => return Err(AppError::business(outcome.reject_reason.unwrap_or_default())),
         Decision::Skip => {

@@ -57,11 +57,12 @@ bin=$target_dir/bench-local/agent-platform
 bench_chat() {
   step "agent chat: the service against the raw upstream and a LiteLLM proxy"
   local litellm_venv=${AGENT_PLATFORM_CACHE:-$HOME/.cache/agent-platform}/venvs/litellm
-  if [[ ! -x $litellm_venv/bin/litellm ]]; then
+  # One virtualenv for both Python parts: the LiteLLM proxy and the aiohttp client.
+  if [[ ! -x $litellm_venv/bin/litellm ]] || ! "$litellm_venv/bin/python" -c 'import aiohttp' 2>/dev/null; then
     python3 -m venv "$litellm_venv"
-    "$litellm_venv/bin/pip" install -q --disable-pip-version-check 'litellm[proxy]==1.106.2' >&2
+    "$litellm_venv/bin/pip" install -q --disable-pip-version-check 'litellm[proxy]==1.106.2' 'aiohttp==3.14.5' >&2
   fi
-  SERVER_BIN=$bin LITELLM_BIN=$litellm_venv/bin/litellm \
+  SERVER_BIN=$bin LITELLM_BIN=$litellm_venv/bin/litellm AIOHTTP_PYTHON=$litellm_venv/bin/python \
     cargo bench --quiet -p api-tests --profile bench-local --bench chat_stream
 }
 if [[ $only == chat ]]; then

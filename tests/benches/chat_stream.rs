@@ -19,6 +19,10 @@
 //! does under load. At CONCURRENCY "added" is the difference of the percentiles, and each row
 //! is measured after a few seconds of the same load that are not counted.
 //!
+//! Then the same rows driven by aiohttp, a Python client with its default connection pool (the
+//! client the issue that set these goals measured with; `chat_aiohttp.py`, run by the Python
+//! of AIOHTTP_PYTHON, skipped when unset): the goals are checked against its own raw upstream.
+//!
 //! Last, what tracing costs: the service's chat with traces off, on (OTLP to a sink in this
 //! process that answers at once) and sampled at 10%, three servers side by side measured in
 //! interleaved rounds; the goal is that tracing keeps at least 90% of the streams per server
@@ -30,12 +34,14 @@
 //! messages), the stored user and assistant messages.
 //!
 //! For the concurrency runs a second table says where the whole machine's CPU went per stream:
-//! the server, Postgres (every `postgres` process) and this process (client and upstream).
+//! the server, Postgres (every `postgres` process) and the client and upstream (this process,
+//! and the aiohttp process for its rows).
 //!
 //! Run with `make bench-chat` (only this benchmark) or `make bench`;
 //! `CHAT_BENCH_ONLY=concurrency make bench-chat` runs only the kept-alive concurrency rows of the
 //! raw upstream and the two service paths (about a minute); `CHAT_BENCH_ONLY=tracing` only what
-//! tracing costs (about four minutes).
+//! tracing costs (about four minutes); `CHAT_BENCH_ONLY=aiohttp` only the rows with aiohttp
+//! (about three minutes).
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -229,27 +235,48 @@ impl Target {
         matches!(self, Target::Service { .. } | Target::External { .. })
     }
 
-    fn request(&self, http: &reqwest::Client, conversation: &str) -> reqwest::RequestBuilder {
+    /// Where the request goes, its headers and its body.
+    fn parts(&self, conversation: &str) -> (&str, Vec<(&'static str, String)>, Value) {
         match self {
             Target::Raw { url, body } | Target::Litellm { url, body } => {
-                http.post(url).bearer_auth(GOOD_KEY).json(body)
+                (url, vec![("Authorization", format!("Bearer {GOOD_KEY}"))], body.clone())
             }
-            Target::Service { url, token } => http
-                .post(url)
-                .header("Svc-Auth", token)
-                .json(&json!({ "conversationId": conversation, "content": "benchmark" })),
+            Target::Service { url, token } => (
+                url,
+                vec![("Svc-Auth", token.clone())],
+                json!({ "conversationId": conversation, "content": "benchmark" }),
+            ),
             Target::External {
                 url,
                 app_id,
                 app_token,
                 agent_id,
-            } => http
-                .post(url)
-                .header("Svc-App-Id", app_id)
-                .header("Svc-Token", app_token)
-                .json(&json!({ "agentId": agent_id, "openId": OPEN_ID,
-                               "conversationId": conversation, "content": "benchmark" })),
+            } => (
+                url,
+                vec![("Svc-App-Id", app_id.clone()), ("Svc-Token", app_token.clone())],
+                json!({ "agentId": agent_id, "openId": OPEN_ID,
+                        "conversationId": conversation, "content": "benchmark" }),
+            ),
         }
+    }
+
+    fn request(&self, http: &reqwest::Client, conversation: &str) -> reqwest::RequestBuilder {
+        let (url, headers, body) = self.parts(conversation);
+        headers
+            .into_iter()
+            .fold(http.post(url), |req, (name, value)| req.header(name, value))
+            .json(&body)
+    }
+
+    /// The target as `chat_aiohttp.py` takes it.
+    fn aiohttp_spec(&self) -> Value {
+        let (url, headers, body) = self.parts("ttfb");
+        let headers: serde_json::Map<String, Value> = headers
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), Value::String(v)))
+            .collect();
+        json!({ "name": self.name(), "url": url, "headers": headers, "body": body,
+                "done": String::from_utf8_lossy(self.done_marker()) })
     }
 
     fn done_marker(&self) -> &'static [u8] {
@@ -363,7 +390,7 @@ fn print_header() {
 /// Postgres or the client is paid for by the same two cores.
 fn print_machine_shares(rows: &[Row]) {
     println!("\nwhere the machine's CPU went at concurrency {CONCURRENCY} (CPU ms per stream)");
-    println!("| path | connection | machine busy | server | Postgres | client and upstream (bench process) |");
+    println!("| path | connection | machine busy | server | Postgres | client and upstream |");
     println!("|---|---|---|---|---|---|");
     for row in rows {
         let Some(m) = &row.machine else { continue };
@@ -382,44 +409,42 @@ fn print_machine_shares(rows: &[Row]) {
 /// ROUNDS streams of `target`, each after one of `raw` on the same client (the pair's
 /// difference is the added time); `pid` is the server process whose CPU is counted.
 async fn sequential(http: &reqwest::Client, raw: &Target, target: &Target, pid: Option<u32>, conn: Conn) -> (Row, Row) {
-    let (mut raw_t, mut timings, mut added) = (vec![], vec![], vec![]);
-    let mut busy = Duration::ZERO;
+    let (mut raw_t, mut timings) = (vec![], vec![]);
     let cpu_before = pid.map(tree_cpu_seconds);
     for _ in 0..ROUNDS {
-        let r = raw.stream(http, "ttfb").await;
-        let t = target.stream(http, "ttfb").await;
-        added.push(t.first.saturating_sub(r.first));
-        busy += t.end;
-        raw_t.push(r);
-        timings.push(t);
+        raw_t.push(raw.stream(http, "ttfb").await);
+        timings.push(target.stream(http, "ttfb").await);
     }
-    let per_cpu_s = pid
-        .zip(cpu_before)
-        .map(|(p, before)| ROUNDS as f64 / (tree_cpu_seconds(p) - before).max(0.01));
-    let raw_busy: Duration = raw_t.iter().map(|t| t.end).sum();
-    let raw_row = Row {
-        target: raw.name(),
-        service: false,
-        conn,
-        concurrency: 1,
-        timings: raw_t,
-        added: vec![],
-        streams_per_s: ROUNDS as f64 / raw_busy.as_secs_f64(),
-        per_cpu_s: None,
-        machine: None,
-    };
-    let row = Row {
+    let server_cpu = pid.zip(cpu_before).map(|(p, before)| tree_cpu_seconds(p) - before);
+    sequential_rows((raw, raw_t), (target, timings), server_cpu, conn)
+}
+
+/// The rows of alternating rounds of `raw` and `target`; `server_cpu` is what the server used.
+fn sequential_rows(
+    (raw, raw_t): (&Target, Vec<Timing>),
+    (target, timings): (&Target, Vec<Timing>),
+    server_cpu: Option<f64>,
+    conn: Conn,
+) -> (Row, Row) {
+    let added = raw_t
+        .iter()
+        .zip(&timings)
+        .map(|(r, t)| t.first.saturating_sub(r.first))
+        .collect();
+    let busy = |t: &[Timing]| t.iter().map(|t| t.end).sum::<Duration>().as_secs_f64();
+    let row = |target: &Target, timings: Vec<Timing>, added, per_cpu_s| Row {
         target: target.name(),
         service: target.is_service(),
         conn,
         concurrency: 1,
+        streams_per_s: timings.len() as f64 / busy(&timings),
         timings,
         added,
-        streams_per_s: ROUNDS as f64 / busy.as_secs_f64(),
         per_cpu_s,
         machine: None,
     };
-    (raw_row, row)
+    let per_cpu_s = server_cpu.map(|s| ROUNDS as f64 / s.max(0.01));
+    (row(raw, raw_t, vec![], None), row(target, timings, added, per_cpu_s))
 }
 
 /// CONCURRENCY streams in flight for `duration`, one conversation per worker.
@@ -445,27 +470,51 @@ async fn load(http: &reqwest::Client, target: &Target, duration: Duration) -> Ve
     timings
 }
 
-/// CONCURRENCY streams in flight for DURATION, after LOAD_WARMUP of the same load that is not
-/// counted (connections of the server's pool opened and their statements prepared, the tables
-/// of a fresh database past their first statistics); `pid` is the server process whose CPU is
-/// counted.
-async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, conn: Conn) -> Row {
-    load(http, target, LOAD_WARMUP).await;
-    let cpu_before = pid.map(tree_cpu_seconds);
-    let machine_before = machine_ticks();
-    let (postgres_before, bench_before) = (cpu_of_named("postgres"), cpu_seconds(std::process::id()));
-    let started = Instant::now();
-    let timings = load(http, target, DURATION).await;
-    let secs = started.elapsed().as_secs_f64();
-    let n = timings.len() as f64;
-    let server_cpu = pid.zip(cpu_before).map(|(p, before)| tree_cpu_seconds(p) - before);
-    let (all, idle) = machine_ticks();
-    let machine = MachineShare {
-        busy: 1.0 - (idle - machine_before.1) as f64 / (all - machine_before.0).max(1) as f64,
+/// The counters a measured window is read from.
+struct Snapshot {
+    at: Instant,
+    server: Option<f64>,
+    machine: (u64, u64),
+    postgres: f64,
+    bench: f64,
+}
+
+impl Snapshot {
+    /// Now, with `pid` the server process whose CPU is counted.
+    fn take(pid: Option<u32>) -> Self {
+        Self {
+            at: Instant::now(),
+            server: pid.map(tree_cpu_seconds),
+            machine: machine_ticks(),
+            postgres: cpu_of_named("postgres"),
+            bench: cpu_seconds(std::process::id()),
+        }
+    }
+}
+
+/// What a window of `streams` streams between two snapshots cost; `client_cpu_s` is the CPU of
+/// a client outside this process.
+fn window(before: &Snapshot, after: &Snapshot, streams: usize, client_cpu_s: f64) -> (f64, Option<f64>, MachineShare) {
+    let n = streams as f64;
+    let server_cpu = before.server.zip(after.server).map(|(b, a)| a - b);
+    let (all, idle) = (after.machine.0 - before.machine.0, after.machine.1 - before.machine.1);
+    let share = MachineShare {
+        busy: 1.0 - idle as f64 / all.max(1) as f64,
         server_ms: server_cpu.map(|s| s * 1000.0 / n),
-        postgres_ms: (cpu_of_named("postgres") - postgres_before) * 1000.0 / n,
-        bench_ms: (cpu_seconds(std::process::id()) - bench_before) * 1000.0 / n,
+        postgres_ms: (after.postgres - before.postgres) * 1000.0 / n,
+        bench_ms: (after.bench - before.bench + client_cpu_s) * 1000.0 / n,
     };
+    (after.at.duration_since(before.at).as_secs_f64(), server_cpu, share)
+}
+
+/// A concurrency row from its timings and the window they were measured in.
+fn concurrency_row(
+    target: &Target,
+    conn: Conn,
+    timings: Vec<Timing>,
+    (secs, server_cpu, share): (f64, Option<f64>, MachineShare),
+) -> Row {
+    let n = timings.len() as f64;
     Row {
         target: target.name(),
         service: target.is_service(),
@@ -475,7 +524,219 @@ async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, c
         added: vec![],
         streams_per_s: n / secs,
         per_cpu_s: server_cpu.map(|s| n / s.max(0.01)),
-        machine: Some(machine),
+        machine: Some(share),
+    }
+}
+
+/// CONCURRENCY streams in flight for DURATION, after LOAD_WARMUP of the same load that is not
+/// counted (connections of the server's pool opened and their statements prepared, the tables
+/// of a fresh database past their first statistics); `pid` is the server process whose CPU is
+/// counted.
+async fn concurrent(http: &reqwest::Client, target: &Target, pid: Option<u32>, conn: Conn) -> Row {
+    load(http, target, LOAD_WARMUP).await;
+    let before = Snapshot::take(pid);
+    let timings = load(http, target, DURATION).await;
+    let measured = window(&before, &Snapshot::take(pid), timings.len(), 0.0);
+    concurrency_row(target, conn, timings, measured)
+}
+
+/// The same rows driven by a Python client: aiohttp with its default pool
+/// (`chat_aiohttp.py`, run by the interpreter in AIOHTTP_PYTHON), as a partner's backend would
+/// call the service; the issue that set the goals measured with it.
+struct Aiohttp {
+    python: String,
+}
+
+/// What one job of `chat_aiohttp.py` gave back.
+struct AiohttpRun {
+    timings: std::collections::HashMap<String, Vec<Timing>>,
+    window: (f64, Option<f64>, MachineShare),
+}
+
+impl Aiohttp {
+    fn from_env() -> Option<Self> {
+        std::env::var("AIOHTTP_PYTHON").ok().map(|python| Self { python })
+    }
+
+    fn version(&self) -> String {
+        let out = Command::new(&self.python)
+            .args([
+                "-c",
+                "import aiohttp, platform; print(aiohttp.__version__, platform.python_version())",
+            ])
+            .output()
+            .expect("run AIOHTTP_PYTHON");
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        match text.split_once(' ') {
+            Some((aiohttp, python)) => format!("aiohttp {aiohttp} on Python {python}"),
+            None => panic!(
+                "AIOHTTP_PYTHON has no aiohttp: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+
+    /// Runs one job (see the script), taking snapshots where it marks its measured part.
+    async fn run(&self, job: Value, pid: Option<u32>) -> AiohttpRun {
+        use std::io::{BufRead, Write};
+        let python = self.python.clone();
+        let work = move || {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/chat_aiohttp.py");
+            let mut child = Command::new(python)
+                .arg(script)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start chat_aiohttp.py");
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(job.to_string().as_bytes()).expect("send the job");
+            drop(stdin);
+            let (mut before, mut after, mut out) = (None, None, None);
+            for line in std::io::BufReader::new(child.stdout.take().expect("stdout")).lines() {
+                let line = line.expect("a line");
+                match line.as_str() {
+                    "start" => before = Some(Snapshot::take(pid)),
+                    "end" => after = Some(Snapshot::take(pid)),
+                    _ => out = Some(serde_json::from_str::<Value>(&line).expect("the result")),
+                }
+            }
+            assert!(child.wait().expect("wait").success(), "chat_aiohttp.py failed");
+            let out = out.expect("a result line");
+            let timings: std::collections::HashMap<String, Vec<Timing>> = out["timings"]
+                .as_object()
+                .expect("timings")
+                .iter()
+                .map(|(name, list)| {
+                    let list = list.as_array().expect("a list").iter().map(timing_of).collect();
+                    (name.clone(), list)
+                })
+                .collect();
+            let streams = timings.values().map(Vec::len).sum();
+            let client_cpu = out["cpu_s"].as_f64().expect("cpu_s");
+            let window = window(&before.expect("start"), &after.expect("end"), streams, client_cpu);
+            AiohttpRun { timings, window }
+        };
+        tokio::task::spawn_blocking(work).await.expect("the aiohttp job")
+    }
+
+    async fn sequential(&self, raw: &Target, target: &Target, pid: Option<u32>, conn: Conn) -> (Row, Row) {
+        let job = json!({ "mode": "sequential", "targets": [raw.aiohttp_spec(), target.aiohttp_spec()],
+                          "rounds": ROUNDS, "warmup": WARMUP, "tokens": TOKENS,
+                          "new_connections": conn == Conn::New });
+        let mut run = self.run(job, pid).await;
+        let mut take = |t: &Target| run.timings.remove(t.name()).expect("the target's timings");
+        let (raw_t, timings) = (take(raw), take(target));
+        sequential_rows((raw, raw_t), (target, timings), run.window.1, conn)
+    }
+
+    async fn concurrent(&self, target: &Target, pid: Option<u32>, conn: Conn) -> Row {
+        let job = json!({ "mode": "concurrent", "targets": [target.aiohttp_spec()], "concurrency": CONCURRENCY,
+                          "warmup_s": LOAD_WARMUP.as_secs_f64(), "duration_s": DURATION.as_secs_f64(),
+                          "tokens": TOKENS, "new_connections": conn == Conn::New });
+        let mut run = self.run(job, pid).await;
+        let timings = run.timings.remove(target.name()).expect("the target's timings");
+        concurrency_row(target, conn, timings, run.window)
+    }
+
+    /// Concurrency 1 and CONCURRENCY for the raw upstream and `targets` on both kinds of
+    /// connection, printed with the goals.
+    async fn rows(&self, raw: &Target, targets: &[(Target, Option<u32>)]) {
+        let mut rows = vec![];
+        for conn in [Conn::KeptAlive, Conn::New] {
+            let mut raw_rows = vec![];
+            for (t, pid) in targets {
+                let (raw_row, row) = self.sequential(raw, t, *pid, conn).await;
+                raw_rows.push(raw_row);
+                rows.push(row);
+            }
+            rows.push(merged(raw_rows));
+            rows.push(self.concurrent(raw, None, conn).await);
+            for (t, pid) in targets {
+                rows.push(self.concurrent(t, *pid, conn).await);
+            }
+        }
+        println!("\nthe same with {} (ms)", self.version());
+        print_table(&rows, raw.name(), &[Conn::KeptAlive, Conn::New]);
+        print_machine_shares(&rows);
+        print_goals(&rows, raw.name());
+    }
+}
+
+/// `[first, last, done, end]` in seconds, as `chat_aiohttp.py` writes a streamed answer.
+fn timing_of(v: &Value) -> Timing {
+    let at = |i: usize| Duration::from_secs_f64(v[i].as_f64().expect("seconds"));
+    Timing {
+        first: at(0),
+        last: at(1),
+        done: at(2),
+        end: at(3),
+    }
+}
+
+/// One raw row at concurrency 1: all its rounds, across the paths it alternated with.
+fn merged(mut raw_rows: Vec<Row>) -> Row {
+    let mut raw_row = raw_rows.remove(0);
+    for r in raw_rows {
+        raw_row.timings.extend(r.timings);
+    }
+    raw_row
+}
+
+/// The raw upstream's row of the same connection kind and concurrency.
+fn raw_of<'a>(rows: &'a [Row], raw: &str, conn: Conn, concurrency: usize) -> &'a Row {
+    rows.iter()
+        .find(|r| r.target == raw && r.conn == conn && r.concurrency == concurrency)
+        .expect("a raw row")
+}
+
+/// The rows by connection kind and concurrency, the raw upstream first in each group.
+fn print_table(rows: &[Row], raw: &str, conns: &[Conn]) {
+    print_header();
+    for &conn in conns {
+        for concurrency in [1, CONCURRENCY] {
+            let reference = raw_of(rows, raw, conn, concurrency);
+            reference.print(reference);
+            for row in rows
+                .iter()
+                .filter(|r| r.conn == conn && r.concurrency == concurrency && !std::ptr::eq(*r, reference))
+            {
+                row.print(reference);
+            }
+        }
+    }
+}
+
+/// The issue's goals for the service's rows, each against the raw upstream of the same run.
+fn print_goals(rows: &[Row], raw: &str) {
+    println!("\ngoals (each against the raw upstream of the same run):");
+    for row in rows.iter().filter(|r| r.service) {
+        let reference = raw_of(rows, raw, row.conn, row.concurrency);
+        let who = format!("{}, {}, concurrency {}", row.target, row.conn.label(), row.concurrency);
+        if row.concurrency == 1 {
+            let (p50, p99) = (row.added_ms(reference, 0.5), row.added_ms(reference, 0.99));
+            println!(
+                "  {}: {who}: added first token p50 {p50:.2} ms < 2 ms",
+                verdict(p50 < 2.0)
+            );
+            println!(
+                "  {}: {who}: added first token p99 {p99:.2} ms < 10 ms",
+                verdict(p99 < 10.0)
+            );
+        } else {
+            let (p99, limit) = (row.first_ms(0.99), 3.0 * reference.first_ms(0.99) + 10.0);
+            println!(
+                "  {}: {who}: first token p99 {p99:.2} ms < 3 x raw p99 + 10 ms = {limit:.2} ms",
+                verdict(p99 < limit)
+            );
+            if row.conn == Conn::KeptAlive {
+                let per_cpu = row.per_cpu_s.unwrap_or(0.0);
+                println!(
+                    "  {}: {who}: {per_cpu:.0} streams per server CPU-second >= 1,000",
+                    verdict(per_cpu >= 1000.0)
+                );
+            }
+        }
     }
 }
 
@@ -651,7 +912,8 @@ async fn main() {
     let service_pid = service.child.id();
     // CHAT_BENCH_ONLY=concurrency: the kept-alive concurrency rows of the raw upstream and the
     // two service paths, for a quick look at the tail (a minute instead of ten).
-    let quick = std::env::var("CHAT_BENCH_ONLY").as_deref() == Ok("concurrency");
+    let only = std::env::var("CHAT_BENCH_ONLY").ok();
+    let quick = only.as_deref() == Some("concurrency");
     let litellm = match quick {
         true => None,
         false => start_litellm(&http, &upstream.base_url, &model, dir.path()).await,
@@ -682,6 +944,12 @@ async fn main() {
         targets.push((target, Some(l.child.id())));
     }
 
+    // CHAT_BENCH_ONLY=aiohttp: only the rows driven by aiohttp.
+    if only.as_deref() == Some("aiohttp") {
+        let aiohttp = Aiohttp::from_env().expect("AIOHTTP_PYTHON must be set");
+        aiohttp.rows(&raw, &targets).await;
+        return;
+    }
     let mut rows = vec![];
     if quick {
         let http = Conn::KeptAlive.client();
@@ -716,12 +984,7 @@ async fn main() {
             raw_rows.push(raw_row);
             rows.push(row);
         }
-        // One raw row at concurrency 1: all its rounds, across the paths it alternated with.
-        let mut raw_row = raw_rows.remove(0);
-        for r in raw_rows {
-            raw_row.timings.extend(r.timings);
-        }
-        rows.push(raw_row);
+        rows.push(merged(raw_rows));
         rows.push(concurrent(&http, &raw, None, conn).await);
         for (t, pid) in &targets {
             rows.push(concurrent(&http, t, *pid, conn).await);
@@ -733,57 +996,15 @@ async fn main() {
          concurrency {CONCURRENCY} = {}s per path (ms)",
         DURATION.as_secs()
     );
-    print_header();
-    let raw_of = |conn: Conn, concurrency: usize| {
-        rows.iter()
-            .find(|r| r.target == raw.name() && r.conn == conn && r.concurrency == concurrency)
-            .expect("a raw row")
-    };
-    for conn in [Conn::KeptAlive, Conn::New] {
-        for concurrency in [1, CONCURRENCY] {
-            let reference = raw_of(conn, concurrency);
-            reference.print(reference);
-            for row in rows
-                .iter()
-                .filter(|r| r.conn == conn && r.concurrency == concurrency && !std::ptr::eq(*r, reference))
-            {
-                row.print(reference);
-            }
-        }
-    }
+    print_table(&rows, raw.name(), &[Conn::KeptAlive, Conn::New]);
     if litellm.is_none() {
         println!("(LITELLM_BIN unset: LiteLLM not measured)");
     }
     print_machine_shares(&rows);
-
-    println!("\ngoals (each against the raw upstream of the same run):");
-    for row in rows.iter().filter(|r| r.service) {
-        let reference = raw_of(row.conn, row.concurrency);
-        let who = format!("{}, {}, concurrency {}", row.target, row.conn.label(), row.concurrency);
-        if row.concurrency == 1 {
-            let (p50, p99) = (row.added_ms(reference, 0.5), row.added_ms(reference, 0.99));
-            println!(
-                "  {}: {who}: added first token p50 {p50:.2} ms < 2 ms",
-                verdict(p50 < 2.0)
-            );
-            println!(
-                "  {}: {who}: added first token p99 {p99:.2} ms < 10 ms",
-                verdict(p99 < 10.0)
-            );
-        } else {
-            let (p99, limit) = (row.first_ms(0.99), 3.0 * reference.first_ms(0.99) + 10.0);
-            println!(
-                "  {}: {who}: first token p99 {p99:.2} ms < 3 x raw p99 + 10 ms = {limit:.2} ms",
-                verdict(p99 < limit)
-            );
-            if row.conn == Conn::KeptAlive {
-                let per_cpu = row.per_cpu_s.unwrap_or(0.0);
-                println!(
-                    "  {}: {who}: {per_cpu:.0} streams per server CPU-second >= 1,000",
-                    verdict(per_cpu >= 1000.0)
-                );
-            }
-        }
+    print_goals(&rows, raw.name());
+    match Aiohttp::from_env() {
+        Some(aiohttp) => aiohttp.rows(&raw, &targets).await,
+        None => println!("\n(AIOHTTP_PYTHON unset: the rows with aiohttp not measured)"),
     }
 
     // The other servers would share the two cores with the next part.

@@ -54,6 +54,13 @@ impl AppError {
     pub fn unauthorized(msg: impl Into<String>) -> Self {
         Self::Unauthorized(msg.into())
     }
+    /// An edit made from a row that changed since it was read: written, it would undo the
+    /// other change (edits write the whole row they read).
+    pub fn changed_meanwhile(what: &str) -> Self {
+        Self::Conflict(format!(
+            "the {what} was changed by someone else meanwhile; reload it and apply your change again"
+        ))
+    }
 
     pub fn status(&self) -> StatusCode {
         match self {

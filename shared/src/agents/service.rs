@@ -209,9 +209,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, f: AgentField
     let agent = managed(state, user, id).await?;
     let data = apply(state, user, AgentData::from(&agent), f).await?;
     if !repo::update(state.db(), id, agent.update_dt, &data).await? {
-        return Err(AppError::Conflict(
-            "the agent was changed by someone else meanwhile; reload it and apply your change again".into(),
-        ));
+        return Err(AppError::changed_meanwhile("agent"));
     }
     let row = repo::find(state.db(), id, user.id)
         .await?

@@ -147,12 +147,14 @@ pub async fn insert(db: impl PgExecutor<'_>, f: &Fields<'_>, creator_id: i64) ->
 }
 
 /// A changed configuration makes the last test result stale: the status returns to `unknown`.
-pub async fn update(db: impl PgExecutor<'_>, id: i64, f: &Fields<'_>) -> sqlx::Result<()> {
-    sqlx::query(
+/// `f` was made from the row read at `read` (its `update_dt`); false when the row changed since,
+/// and nothing was written: `f` would undo that change.
+pub async fn update(db: impl PgExecutor<'_>, id: i64, read: DateTime<Utc>, f: &Fields<'_>) -> sqlx::Result<bool> {
+    let done = sqlx::query(
         "UPDATE mcp_servers SET name = $2, description = $3, transport_type = $4, endpoint = $5, command = $6,
              args = $7, env_vars_enc = $8, auth_type = $9, auth_config_enc = $10,
              status = 'unknown', last_error = NULL, update_dt = clock_timestamp()
-         WHERE id = $1",
+         WHERE id = $1 AND update_dt = $11",
     )
     .bind(id)
     .bind(f.name)
@@ -164,9 +166,10 @@ pub async fn update(db: impl PgExecutor<'_>, id: i64, f: &Fields<'_>) -> sqlx::R
     .bind(f.env_vars_enc)
     .bind(f.auth_type)
     .bind(f.auth_config_enc)
+    .bind(read)
     .execute(db)
     .await?;
-    Ok(())
+    Ok(done.rows_affected() == 1)
 }
 
 /// Records a test of the configuration of `tested` (its `update_dt`); a test of a configuration

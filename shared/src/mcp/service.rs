@@ -337,9 +337,12 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: McpServe
     let (auth, env) = row.open_secrets(state.secrets())?;
     let valid = validate(state, user, req, Some((&row, &auth, &env))).await?;
     check_name_free(state, user, &valid.name, row.creator_id, Some(id)).await?;
-    repo::update(state.db(), id, &valid.fields())
+    let written = repo::update(state.db(), id, row.update_dt, &valid.fields())
         .await
         .map_err(|e| duplicate(e, &valid.name))?;
+    if !written {
+        return Err(AppError::changed_meanwhile("MCP server"));
+    }
     state.mcp().invalidate(id);
     Ok(())
 }

@@ -348,8 +348,10 @@ pub async fn effective(db: &PgPool, id: Option<i64>) -> AppResult<ConfigRow> {
     }
 }
 
-/// Writes a new config or every field of an existing one; returns the id.
-pub async fn save(db: &PgPool, c: &ConfigRow) -> sqlx::Result<i64> {
+/// Writes a new config or every field of an existing one; returns the id. An existing one is
+/// written only as it was read (`c.update_dt`): None when it changed since, and nothing was
+/// written, since `c` would undo that change.
+pub async fn save(db: &PgPool, c: &ConfigRow) -> sqlx::Result<Option<i64>> {
     let mut q = match c.id {
         None => sqlx::QueryBuilder::new(
             "INSERT INTO memory_configs (name, status, vector_store_instance_id, embedding_model_id, dimension, max_recall,
@@ -392,9 +394,14 @@ pub async fn save(db: &PgPool, c: &ConfigRow) -> sqlx::Result<i64> {
         .push_bind(c.creator_id);
     match c.id {
         None => q.push(") RETURNING id"),
-        Some(id) => q.push(") WHERE id = ").push_bind(id).push(" RETURNING id"),
+        Some(id) => q
+            .push(") WHERE id = ")
+            .push_bind(id)
+            .push(" AND update_dt = ")
+            .push_bind(c.update_dt)
+            .push(" RETURNING id"),
     };
-    q.build_query_scalar().fetch_one(db).await
+    q.build_query_scalar().fetch_optional(db).await
 }
 
 pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<()> {

@@ -36,7 +36,9 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: ConfigRequest) ->
     row.apply(req);
     row.creator_id = user.id;
     row.validate(state, user, None).await?;
-    Ok(config::save(state.db(), &row).await?)
+    config::save(state.db(), &row)
+        .await?
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("an insert returned no id")))
 }
 
 async fn managed(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ConfigRow> {
@@ -54,8 +56,10 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: ConfigRe
     let mut row = before.clone();
     row.apply(req);
     row.validate(state, user, Some(&before)).await?;
-    config::save(state.db(), &row).await?;
-    Ok(())
+    match config::save(state.db(), &row).await? {
+        Some(_) => Ok(()),
+        None => Err(AppError::changed_meanwhile("memory config")),
+    }
 }
 
 /// Refused while agents are bound to the config: they would silently lose their strategy.

@@ -1616,3 +1616,39 @@ async fn concurrent_commits_of_one_file_add_it_once() {
         assert_eq!(copies, 1, "round {round}");
     }
 }
+
+/// A base is written as it was read: an edit made from a row that changed meanwhile (here its
+/// settings, changed by another request) writes nothing instead of undoing that change, and the
+/// API answers 409.
+#[tokio::test]
+async fn an_edit_made_from_a_stale_read_writes_nothing() {
+    use shared::rag::bases::repo::{self, KbFields};
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let id = s.kb("Handbook", json!({})).await;
+    let read = repo::find(&s.app.db, id).await.unwrap().unwrap();
+    s.app
+        .put(
+            &format!("/rag/{id}/config"),
+            Some(&s.admin),
+            &json!({ "searchParams": { "resultCount": 7 } }),
+        )
+        .await
+        .assert_ok();
+    let stale = KbFields {
+        name: "Stale",
+        ..KbFields::of(&read)
+    };
+    let written = repo::update(&s.app.db, id, read.update_dt, &stale).await.unwrap();
+    assert!(!written, "a write from a stale read is refused");
+    let now = repo::find(&s.app.db, id).await.unwrap().unwrap();
+    assert_eq!(now.name, "Handbook");
+    assert_eq!(
+        now.search_params.0.result_count, 7,
+        "the settings changed by the other request stand"
+    );
+    let fresh = KbFields {
+        name: "Fresh",
+        ..KbFields::of(&now)
+    };
+    assert!(repo::update(&s.app.db, id, now.update_dt, &fresh).await.unwrap());
+}

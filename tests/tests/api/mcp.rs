@@ -1125,3 +1125,46 @@ async fn a_test_of_an_older_configuration_does_not_overwrite_the_status() {
         "a test of the current one is recorded"
     );
 }
+
+/// The stored fields of `row` under another name.
+fn renamed<'a>(row: &'a mcp::McpRow, name: &'a str) -> mcp::repo::Fields<'a> {
+    mcp::repo::Fields {
+        name,
+        description: &row.description,
+        transport_type: row.transport_type,
+        endpoint: row.endpoint.as_deref(),
+        command: row.command.as_deref(),
+        args: &row.args,
+        env_vars_enc: row.env_vars_enc.as_deref(),
+        auth_type: row.auth_type,
+        auth_config_enc: row.auth_config_enc.as_deref(),
+    }
+}
+
+/// A server is written as it was read: an edit made from a row that changed meanwhile writes
+/// nothing instead of undoing that change, and the API answers 409.
+#[tokio::test]
+async fn an_edit_made_from_a_stale_read_writes_nothing() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let id = create(&app, &admin, http_server("before", 2, "http://127.0.0.1:9/mcp")).await;
+    let (read, _, _) = stored(&app, id).await;
+    let mut change = http_server("before", 2, "http://127.0.0.1:9/mcp");
+    change["description"] = json!("changed");
+    app.put(&format!("/mcp-server/{id}"), Some(&admin), &change)
+        .await
+        .assert_ok();
+    let written = mcp::repo::update(&app.db, id, read.update_dt, &renamed(&read, "stale"))
+        .await
+        .unwrap();
+    assert!(!written, "a write from a stale read is refused");
+    let (now, _, _) = stored(&app, id).await;
+    assert_eq!(
+        (now.name.as_str(), now.description.as_str()),
+        ("before", "changed"),
+        "the other edit stands"
+    );
+    assert!(mcp::repo::update(&app.db, id, now.update_dt, &renamed(&now, "fresh"))
+        .await
+        .unwrap());
+}

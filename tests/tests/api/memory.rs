@@ -1485,3 +1485,33 @@ async fn stats_and_context_preview() {
         .await
         .assert_error(404, 404, "conversation");
 }
+
+/// A config is written as it was read: an edit made from a row that changed meanwhile writes
+/// nothing instead of undoing that change, and the API answers 409.
+#[tokio::test]
+async fn a_config_edit_made_from_a_stale_read_writes_nothing() {
+    use shared::memory::config;
+    let s = setup(false).await;
+    let id = s.config(json!({})).await;
+    let read = config::find(&s.app.db, id).await.unwrap().unwrap();
+    s.app
+        .put(&format!("/memory/config/{id}"), s.t(), &json!({ "maxRecall": 7 }))
+        .await
+        .assert_ok();
+    let mut stale = read.clone();
+    stale.name = "stale".into();
+    assert_eq!(
+        config::save(&s.app.db, &stale).await.unwrap(),
+        None,
+        "a write from a stale read is refused"
+    );
+    let now = config::find(&s.app.db, id).await.unwrap().unwrap();
+    assert_eq!(
+        (now.name.as_str(), now.max_recall),
+        ("memory", 7),
+        "the other edit stands"
+    );
+    let mut fresh = now.clone();
+    fresh.name = "fresh".into();
+    assert_eq!(config::save(&s.app.db, &fresh).await.unwrap(), Some(id));
+}

@@ -1,5 +1,6 @@
 //! SQL of knowledge bases, including the per-base vector index.
 
+use chrono::{DateTime, Utc};
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 
@@ -65,6 +66,30 @@ pub struct KbFields<'a> {
     pub upload_confirm: bool,
 }
 
+impl<'a> KbFields<'a> {
+    /// The fields as `row` holds them, for an edit that changes some of them.
+    pub fn of(row: &'a KbRow) -> Self {
+        Self {
+            name: &row.name,
+            description: row.description.as_deref(),
+            icon: row.icon.as_deref(),
+            embedding_model_id: row.embedding_model_id,
+            dimension: row.dimension,
+            vector_store_instance_id: row.vector_store_instance_id,
+            rerank_model_id: row.search_params.0.rerank_model_id,
+            search_engine_enable: row.search_engine_enable,
+            search_engine_instance_id: row.search_engine_instance_id,
+            chunk: &row.chunk_params.0,
+            parse: &row.parse_params.0,
+            search: &row.search_params.0,
+            model: &row.model_params.0,
+            dedup_strategy: row.dedup_strategy,
+            dedup_action: row.dedup_action,
+            upload_confirm: row.upload_confirm,
+        }
+    }
+}
+
 const FIELD_COLUMNS: &str = "name, description, icon, embedding_model_id, dimension, vector_store_instance_id,
     rerank_model_id, search_engine_enable, search_engine_instance_id, chunk_params, parse_params, search_params,
     model_params, dedup_strategy, dedup_action, upload_confirm";
@@ -99,14 +124,18 @@ pub async fn insert(db: impl PgExecutor<'_>, f: &KbFields<'_>, creator_id: i64) 
     qb.build_query_scalar().fetch_one(db).await
 }
 
-pub async fn update(db: impl PgExecutor<'_>, id: i64, f: &KbFields<'_>) -> sqlx::Result<()> {
+/// Writes the base's fields as `f`, made from the row read at `read` (its `update_dt`); false
+/// when the row changed since, and nothing was written: `f` would undo that change.
+pub async fn update(db: impl PgExecutor<'_>, id: i64, read: DateTime<Utc>, f: &KbFields<'_>) -> sqlx::Result<bool> {
     let mut qb = QueryBuilder::new(format!(
         "UPDATE knowledge_bases SET ({FIELD_COLUMNS}, update_dt) = ROW("
     ));
     push_fields(&mut qb, f);
-    qb.push(", now()) WHERE id = ").push_bind(id);
-    qb.build().execute(db).await?;
-    Ok(())
+    qb.push(", now()) WHERE id = ")
+        .push_bind(id)
+        .push(" AND update_dt = ")
+        .push_bind(read);
+    Ok(qb.build().execute(db).await?.rows_affected() == 1)
 }
 
 /// Name of the base's own HNSW index.
@@ -116,7 +145,7 @@ pub fn index_name(id: i64) -> String {
 
 /// Puts the base's dimension back (a rebuild of its index for a new one failed).
 pub async fn set_dimension(db: &PgPool, id: i64, dimension: i32) -> sqlx::Result<()> {
-    sqlx::query("UPDATE knowledge_bases SET dimension = $2 WHERE id = $1")
+    sqlx::query("UPDATE knowledge_bases SET dimension = $2, update_dt = now() WHERE id = $1")
         .bind(id)
         .bind(dimension)
         .execute(db)

@@ -335,7 +335,9 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         )?,
         upload_confirm: req.upload_confirm.unwrap_or(row.upload_confirm),
     };
-    repo::update(state.db(), id, &fields).await?;
+    if !repo::update(state.db(), id, row.update_dt, &fields).await? {
+        return Err(AppError::changed_meanwhile("knowledge base"));
+    }
     // A base without documents has no chunks: only its index's shape changes. The index is
     // built outside any transaction (concurrently), so a failed build is undone by hand: the
     // base keeps its old dimension and gets its old index back.
@@ -387,24 +389,16 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         check_model(state, user, "modelParams.modelId", m, ModelType::Chat).await?;
     }
     let fields = KbFields {
-        name: &row.name,
-        description: row.description.as_deref(),
-        icon: row.icon.as_deref(),
-        embedding_model_id: row.embedding_model_id,
-        dimension: row.dimension,
-        vector_store_instance_id: row.vector_store_instance_id,
         rerank_model_id: search.rerank_model_id,
-        search_engine_enable: row.search_engine_enable,
-        search_engine_instance_id: row.search_engine_instance_id,
         chunk: &chunk,
         parse: &parse,
         search: &search,
         model: &model,
-        dedup_strategy: row.dedup_strategy,
-        dedup_action: row.dedup_action,
-        upload_confirm: row.upload_confirm,
+        ..KbFields::of(&row)
     };
-    repo::update(state.db(), id, &fields).await?;
+    if !repo::update(state.db(), id, row.update_dt, &fields).await? {
+        return Err(AppError::changed_meanwhile("knowledge base"));
+    }
     Ok(())
 }
 

@@ -120,6 +120,12 @@ impl AppError {
     }
 }
 
+/// The service's own database failed somewhere in `e`'s chain: not the caller's concern, nor
+/// a store's or a model's, whatever the outer layers say.
+pub fn database_failed(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| cause.is::<sqlx::Error>())
+}
+
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
         // Lost or refused connections (a restart, a failover) are worth a retry; the rest is a bug.

@@ -155,7 +155,7 @@ impl Indexes {
 /// answered, goes to the log: the base's owner need not be whoever configured the store. A
 /// failure of the service's own database is not the store's: an internal error.
 pub fn store_error(e: anyhow::Error) -> AppError {
-    if e.chain().any(|cause| cause.is::<sqlx::Error>()) {
+    if crate::error::database_failed(&e) {
         return AppError::Internal(e);
     }
     tracing::warn!(error = format!("{e:#}"), "knowledge base store failed");

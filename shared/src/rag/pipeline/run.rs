@@ -86,7 +86,7 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool) -> a
 /// which stage), or only that the service's database failed. The whole chain, with addresses
 /// and what a store answered, is in the worker's log.
 fn told(error: &anyhow::Error) -> String {
-    match error.chain().any(|cause| cause.is::<sqlx::Error>()) {
+    match crate::error::database_failed(error) {
         true => "the service's database failed".to_owned(),
         false => error.to_string(),
     }

@@ -103,7 +103,9 @@ impl ObjectStore for FsStore {
         Ok(())
     }
 
-    /// Written to disk chunk by chunk, so an upload of any size costs one chunk of memory.
+    /// Written to disk chunk by chunk, so an upload of any size costs one chunk of memory, and
+    /// put in place by a hard link, which fails when the object exists (a second PUT to a used
+    /// upload URL, even one racing the first): a registered file is never replaced.
     async fn put_stream(
         &self,
         key: &str,
@@ -128,11 +130,15 @@ impl ObjectStore for FsStore {
             file.flush().await.map_err(io_err("writing object"))
         }
         .await;
-        if let Err(e) = written {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            return Err(e);
-        }
-        tokio::fs::rename(&tmp, &path).await.map_err(io_err("renaming object"))
+        let placed = match written {
+            Ok(()) => tokio::fs::hard_link(&tmp, &path).await.map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => StorageError::Exists,
+                _ => io_err("placing object")(e),
+            }),
+            Err(e) => Err(e),
+        };
+        let _ = tokio::fs::remove_file(&tmp).await;
+        placed
     }
 
     async fn get(&self, key: &str, range: Option<ByteRange>) -> Result<ByteStream, StorageError> {

@@ -59,6 +59,9 @@ pub struct PresignedPut {
 pub enum StorageError {
     #[error("object not found")]
     NotFound,
+    /// A write that may only create found an object at its key; nothing was written.
+    #[error("an object already exists at this key")]
+    Exists,
     /// A streamed upload went past its limit of this many bytes; nothing was stored.
     #[error("upload exceeds the limit of {0} bytes")]
     TooLarge(u64),
@@ -74,6 +77,9 @@ impl From<StorageError> for crate::AppError {
         match err {
             StorageError::NotFound => crate::AppError::NotFound("stored file not found".into()),
             StorageError::TooLarge(_) => crate::AppError::PayloadTooLarge(err.to_string()),
+            StorageError::Exists => crate::AppError::Conflict(
+                "this upload URL was used already; ask for a new one to upload another file".into(),
+            ),
             StorageError::Unavailable(e) => crate::AppError::unavailable("file storage", e),
             StorageError::Other(e) => crate::AppError::Internal(e.context("object storage")),
         }
@@ -84,8 +90,11 @@ impl From<StorageError> for crate::AppError {
 pub trait ObjectStore: Send + Sync {
     fn kind(&self) -> StorageKind;
     async fn put(&self, key: &str, body: Bytes, content_type: &str) -> Result<(), StorageError>;
-    /// Stores what `body` yields as it arrives, refusing it (`TooLarge`, nothing stored) once
-    /// it passes `limit` bytes. This default gathers the body first, within the limit.
+    /// Stores what `body` yields as it arrives as a new object: refused (`Exists`, nothing
+    /// written) when one is at `key` already, as a presigned upload's URL writes once, and
+    /// (`TooLarge`, nothing stored) once it passes `limit` bytes. This default gathers the body
+    /// first, within the limit, and only looks before writing: stores that serve presigned
+    /// uploads themselves override it.
     async fn put_stream(
         &self,
         key: &str,
@@ -93,6 +102,9 @@ pub trait ObjectStore: Send + Sync {
         limit: u64,
         content_type: &str,
     ) -> Result<(), StorageError> {
+        if self.head(key).await?.is_some() {
+            return Err(StorageError::Exists);
+        }
         use futures::StreamExt;
         let mut buf = bytes::BytesMut::new();
         while let Some(chunk) = body.next().await {

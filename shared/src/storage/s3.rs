@@ -113,6 +113,9 @@ impl ObjectStore for S3Store {
             .key(key)
             .content_type(content_type)
             .tagging(STAGED_TAG)
+            // The URL writes once: a second PUT (after registration above all) would replace a
+            // checked file with an unchecked one, staged again for the lifecycle rule.
+            .if_none_match("*")
             .presigned(config)
             .await
             .map_err(other("s3 presign put_object"))?;

@@ -339,11 +339,14 @@ async fn presigned_upload(store: Store) {
     assert_eq!(app.count("resources").await, 0);
 
     // The client sends every header the answer lists, as the API documents.
-    let mut put = app.client.put(&url).body(bytes.clone());
-    for (name, value) in presigned["headers"].as_object().expect("headers") {
-        put = put.header(name, value.as_str().expect("header value"));
-    }
-    let put = put.send().await.unwrap();
+    let put_to_url = |body: Vec<u8>| {
+        let mut put = app.client.put(&url).body(body);
+        for (name, value) in presigned["headers"].as_object().expect("headers") {
+            put = put.header(name, value.as_str().expect("header value"));
+        }
+        put.send()
+    };
+    let put = put_to_url(bytes.clone()).await.unwrap();
     assert!(put.status().is_success(), "PUT to the presigned URL: {}", put.status());
     // On S3 the upload is staged (expired by the bucket's lifecycle rule) until registered.
     let is_s3 = matches!(store, Store::S3);
@@ -375,6 +378,18 @@ async fn presigned_upload(store: Store) {
     );
     if is_s3 {
         assert!(object_tags(&key).await.is_empty(), "and is not staged again");
+    }
+
+    // The URL writes once: a second PUT, however it is sent, would put unchecked bytes behind
+    // a checked record (and stage them again for the lifecycle rule). S3 answers 412 (the
+    // signed If-None-Match), the service's own upload URL 409.
+    let swapped = put_to_url(b"<html>not a pdf</html>".to_vec()).await.unwrap();
+    let expected = if is_s3 { 412 } else { 409 };
+    assert_eq!(swapped.status().as_u16(), expected, "a second PUT to a used upload URL");
+    let after = app.get(&format!("/resource/{}/download", r["id"]), Some(&token)).await;
+    assert_eq!(sha(&after.bytes), sha(&bytes), "the registered file is not replaced");
+    if is_s3 {
+        assert!(object_tags(&key).await.is_empty(), "nor staged again");
     }
     let (_, thief) = app.regular_user("thief").await;
     app.post("/resource/upload/complete", Some(&thief), &complete)

@@ -9,8 +9,11 @@
 //! meanwhile are known by id. The price is that a change made by another process (a Lambda
 //! function of the app module disabling or deleting the app) reaches this one within those
 //! seconds; changes made by this process (the local server, where every module shares one
-//! state) forget the app at once. External users are never deleted while their app exists,
-//! except the one a refused first chat created, which is forgotten with it.
+//! state) forget the app at once. A user's id is trusted as long, counted from when it was
+//! read: external users are never deleted while their app exists, except the one a refused
+//! first chat created, which this process forgets with it, but another process may have read
+//! that user's id in the same moment (the same openId's first requests on two instances), and
+//! an id kept for good would then fail each of that user's requests there.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -43,8 +46,8 @@ struct Verified {
     /// The token's digest, not the token: what stays in memory cannot be replayed.
     token: [u8; 32],
     at: Instant,
-    /// External user ids by openId.
-    users: HashMap<String, i64>,
+    /// External user ids by openId, with when each was read.
+    users: HashMap<String, (i64, Instant)>,
 }
 
 pub struct VerifiedApps {
@@ -98,11 +101,13 @@ impl VerifiedApps {
         apps.insert(app.app_id.clone(), entry);
     }
 
-    /// The id of the user with this openId of the app (row id and `Svc-App-Id`), if known.
+    /// The id of the user with this openId of the app (row id and `Svc-App-Id`), if read
+    /// within [`FRESH_FOR`].
     pub fn user(&self, (id, app_id): (i64, &str), open_id: &str) -> Option<i64> {
         let apps = self.apps.lock().ok()?;
         let entry = apps.get(app_id).filter(|v| v.app.id == id)?;
-        entry.users.get(open_id).copied()
+        let (user, at) = entry.users.get(open_id)?;
+        (at.elapsed() < self.fresh_for).then_some(*user)
     }
 
     /// Remembers a user of an app this process verified.
@@ -114,7 +119,7 @@ impl VerifiedApps {
             if entry.users.len() >= USERS_PER_APP {
                 entry.users.clear();
             }
-            entry.users.insert(open_id.to_owned(), id);
+            entry.users.insert(open_id.to_owned(), (id, Instant::now()));
         }
     }
 
@@ -208,5 +213,25 @@ mod tests {
         };
         cache.put(&app(1), "one");
         assert!(cache.get("app-1", "one").is_none());
+    }
+
+    /// A user deleted by another process (a refused first chat there) is read again once its
+    /// id is no longer fresh, not used for good.
+    #[test]
+    fn a_stale_user_is_not_accepted() {
+        let cache = VerifiedApps {
+            fresh_for: Duration::from_millis(50),
+            ..Default::default()
+        };
+        cache.put(&app(1), "one");
+        cache.put_user(key(&app(1)), "ann", 7);
+        assert_eq!(cache.user(key(&app(1)), "ann"), Some(7));
+        std::thread::sleep(Duration::from_millis(60));
+        cache.put(&app(1), "one");
+        assert_eq!(
+            cache.user(key(&app(1)), "ann"),
+            None,
+            "read again, though the app was just verified"
+        );
     }
 }

@@ -128,19 +128,22 @@ pub struct AppChange<'a> {
     pub frame_ancestors: &'a [String],
 }
 
-pub async fn update(db: impl PgExecutor<'_>, id: i64, c: &AppChange<'_>) -> sqlx::Result<()> {
-    sqlx::query(
+/// Writes the app's settings as `c`, made from the row read at `read` (its `update_dt`); false
+/// when the row changed since, and nothing was written: `c` would undo that change.
+pub async fn update(db: impl PgExecutor<'_>, id: i64, read: DateTime<Utc>, c: &AppChange<'_>) -> sqlx::Result<bool> {
+    let done = sqlx::query(
         "UPDATE apps SET app_name = $2, description = $3, route_strategy = $4, frame_ancestors = $5, update_dt = now()
-         WHERE id = $1",
+         WHERE id = $1 AND update_dt = $6",
     )
     .bind(id)
     .bind(c.app_name)
     .bind(c.description)
     .bind(c.route_strategy)
     .bind(c.frame_ancestors)
+    .bind(read)
     .execute(db)
     .await?;
-    Ok(())
+    Ok(done.rows_affected() == 1)
 }
 
 pub async fn toggle_status(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<bool> {

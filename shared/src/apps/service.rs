@@ -155,7 +155,9 @@ pub async fn update(state: &AppState, id: i64, input: AppInput) -> AppResult<App
         route_strategy: &route_strategy,
         frame_ancestors: &frame_ancestors,
     };
-    repo::update(state.db(), id, &change).await?;
+    if !repo::update(state.db(), id, current.update_dt, &change).await? {
+        return Err(AppError::changed_meanwhile("app"));
+    }
     view(state, load(state, id).await?)
 }
 

@@ -390,3 +390,46 @@ async fn openapi_documents_the_app_and_external_routes() {
         );
     }
 }
+
+/// An app is written as it was read: an edit made from a row that changed meanwhile writes
+/// nothing instead of undoing that change, and the API answers 409.
+#[tokio::test]
+async fn an_edit_made_from_a_stale_read_writes_nothing() {
+    use shared::apps::repo::{self, AppChange};
+    let (app, admin) = setup().await;
+    let body = json!({ "appId": "crm", "appName": "Before" });
+    let id = app.post("/app", Some(&admin), &body).await.assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let read = repo::find(&app.db, id).await.unwrap().unwrap();
+    app.put(
+        &format!("/app/{id}"),
+        Some(&admin),
+        &json!({ "description": "changed" }),
+    )
+    .await
+    .assert_ok();
+    let stale = AppChange {
+        app_name: "Stale",
+        description: read.description.as_deref(),
+        route_strategy: &read.route_strategy,
+        frame_ancestors: &read.frame_ancestors,
+    };
+    assert!(
+        !repo::update(&app.db, id, read.update_dt, &stale).await.unwrap(),
+        "a write from a stale read is refused"
+    );
+    let now = repo::find(&app.db, id).await.unwrap().unwrap();
+    assert_eq!(
+        (now.app_name.as_str(), now.description.as_deref()),
+        ("Before", Some("changed")),
+        "the other edit stands"
+    );
+    let fresh = AppChange {
+        app_name: "Fresh",
+        description: now.description.as_deref(),
+        route_strategy: &now.route_strategy,
+        frame_ancestors: &now.frame_ancestors,
+    };
+    assert!(repo::update(&app.db, id, now.update_dt, &fresh).await.unwrap());
+}

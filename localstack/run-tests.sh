@@ -26,6 +26,11 @@ ran=()
 
 step "machine (what the scripts need from it)"
 bash localstack/preflight.sh test
+# A CI checkout is built once, at a path of its own: incremental state would only fill the
+# disk (25 GB of it after a few dozen runs ran this machine out of space mid-run).
+if [[ ${CI:-} == true ]]; then
+  export CARGO_INCREMENTAL=0
+fi
 
 step "format"
 cargo fmt --all -- --check

@@ -5,7 +5,7 @@ first token read at the client.
 Driven by `chat_stream.rs`, which starts the service and the scripted upstream; it sends one
 job as JSON on stdin and reads back, on stdout:
   `start` when the measured part begins (after the warm-up), `end` when it is over, then one
-  JSON line: {"timings": {name: [[first, last, done, end], ...]}, "cpu_s": ..., "wall_s": ...}
+  JSON line: {"timings": {name: [[first, last, done, end], ...]}, "cpu_s": ...}
 with times in seconds from each request's start, and this process's CPU over the measured part.
 
 Jobs:
@@ -69,18 +69,19 @@ async def stream(session, target, conversation, tokens):
 
 
 class Window:
-    """The measured part: marked on stdout, with this process's CPU and the wall clock."""
+    """The measured part: marked on stdout (the driver reads the machine's counters there), with
+    this process's CPU over it."""
 
-    cpu_s = wall_s = 0.0
+    cpu_s = 0.0
 
     @classmethod
     def start(cls):
         print("start", flush=True)
-        cls.cpu_s, cls.wall_s = time.process_time(), time.perf_counter()
+        cls.cpu_s = time.process_time()
 
     @classmethod
     def end(cls):
-        cls.cpu_s, cls.wall_s = time.process_time() - cls.cpu_s, time.perf_counter() - cls.wall_s
+        cls.cpu_s = time.process_time() - cls.cpu_s
         print("end", flush=True)
 
 
@@ -128,7 +129,7 @@ async def main():
     connector = aiohttp.TCPConnector(force_close=job["new_connections"])
     async with aiohttp.ClientSession(connector=connector) as session:
         timings = await run(session, job)
-    print(json.dumps({"timings": timings, "cpu_s": Window.cpu_s, "wall_s": Window.wall_s}), flush=True)
+    print(json.dumps({"timings": timings, "cpu_s": Window.cpu_s}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1652,3 +1652,57 @@ async fn an_edit_made_from_a_stale_read_writes_nothing() {
     };
     assert!(repo::update(&s.app.db, id, now.update_dt, &fresh).await.unwrap());
 }
+
+/// Changing a base's shape (here its dimension) is decided under the lock that upload commits
+/// and URL imports add documents under: a document added after the edit read the base, while
+/// the edit waited for that lock, refuses the edit instead of being left in a base of another
+/// shape.
+#[tokio::test]
+async fn a_shape_change_waits_for_additions_and_counts_again() {
+    use shared::rag::documents::repo::{self as docs, NewDoc};
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let id = s.kb("Handbook", json!({})).await;
+    let creator: i64 = sqlx::query_scalar("SELECT creator_id FROM knowledge_bases WHERE id = $1")
+        .bind(id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    // An addition in progress holds the lock.
+    let mut adding = s.app.db.begin().await.unwrap();
+    docs::lock_additions(&mut adding, id).await.unwrap();
+    let (path, body) = (format!("/rag/{id}"), json!({ "dimensionOfVectorModel": 16 }));
+    let edit = s.app.put(&path, Some(&s.admin), &body);
+    let add = async {
+        // The edit has read the base (no documents) and waits for the lock.
+        let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted";
+        for _ in 0..200 {
+            let n: i64 = sqlx::query_scalar(waiting).fetch_one(&s.app.db).await.unwrap();
+            if n > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let doc = NewDoc {
+            rag_id: id,
+            name: "added.txt",
+            file_type: "txt",
+            source_type: "upload",
+            source_path: "added.txt",
+            storage_key: "kb/added.txt",
+            mime_type: "text/plain",
+            file_size: 5,
+            content_hash: "h",
+            creator_id: creator,
+        };
+        docs::insert(&mut *adding, &doc).await.unwrap();
+        adding.commit().await.unwrap();
+    };
+    let (reply, ()) = tokio::join!(edit, add);
+    reply.assert_error(400, 0, "documents were added meanwhile");
+    let dimension: i32 = sqlx::query_scalar("SELECT dimension FROM knowledge_bases WHERE id = $1")
+        .bind(id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(dimension, 8, "the base keeps the shape its document is indexed in");
+}

@@ -335,9 +335,29 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         )?,
         upload_confirm: req.upload_confirm.unwrap_or(row.upload_confirm),
     };
-    if !repo::update(state.db(), id, row.update_dt, &fields).await? {
+    let reshaped = model_id != row.embedding_model_id
+        || dimension != row.dimension
+        || vector_store != row.vector_store_instance_id
+        || search_store != row.search_engine_instance_id;
+    let mut tx = state.db().begin().await?;
+    if reshaped {
+        // Counted again under the lock commits and imports add documents under: one that added
+        // a document since the read above would otherwise leave it to be indexed in a shape its
+        // base no longer has.
+        crate::rag::documents::repo::lock_additions(&mut tx, id).await?;
+        let now = repo::find(&mut *tx, id)
+            .await?
+            .ok_or_else(|| AppError::not_found("knowledge base"))?;
+        if now.document_count > 0 {
+            return Err(AppError::business(
+                "documents were added meanwhile: the embedding model, its dimension and the store instances cannot change while the knowledge base has documents",
+            ));
+        }
+    }
+    if !repo::update(&mut *tx, id, row.update_dt, &fields).await? {
         return Err(AppError::changed_meanwhile("knowledge base"));
     }
+    tx.commit().await?;
     // A base without documents has no chunks: only its index's shape changes. The index is
     // built outside any transaction (concurrently), so a failed build is undone by hand: the
     // base keeps its old dimension and gets its old index back.

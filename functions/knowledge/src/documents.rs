@@ -49,6 +49,8 @@ async fn get(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i6
     service::get(&state, &user, id).await.map(Api)
 }
 
+// The multipart form of an upload preview, for the API document only: the handler reads the
+// multipart body itself, so nothing builds or reads this.
 #[derive(utoipa::ToSchema)]
 #[schema(rename_all = "camelCase")]
 #[allow(dead_code)]

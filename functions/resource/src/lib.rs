@@ -29,6 +29,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(complete_upload))
 }
 
+// The multipart form of an upload, for the API document only: the handler reads the
+// multipart body itself, so nothing builds or reads this.
 #[derive(utoipa::ToSchema)]
 #[schema(rename_all = "camelCase")]
 #[allow(dead_code)]

@@ -93,6 +93,8 @@ async fn delete(State(state): State<AppState>, user: CurrentUser, Path(id): Path
     service::delete(&state, &user, id).await.map(|()| StatusApi(Empty))
 }
 
+// The multipart form of a skill upload, for the API document only: the handler reads the
+// multipart body itself, so nothing builds or reads this.
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)]
 struct SkillUploadForm {

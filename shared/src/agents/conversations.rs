@@ -120,12 +120,11 @@ pub async fn delete(state: &AppState, user: &CurrentUser, agent_id: i64, key: &s
 /// A tool call of a stored answer, for the API document.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
 pub struct StoredToolCall {
-    name: String,
+    pub name: String,
     /// The MCP server of the tool; absent for built-in tools (skills, web search).
-    server_id: Option<i64>,
+    pub server_id: Option<i64>,
     #[schema(value_type = Object)]
-    arguments: serde_json::Value,
-    ok: bool,
+    pub arguments: serde_json::Value,
+    pub ok: bool,
 }

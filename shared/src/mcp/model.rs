@@ -199,7 +199,6 @@ pub struct ToolOutcome {
 /// `authConfig` by `authType`, for the API document.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
-#[allow(dead_code)]
 pub enum AuthConfigFields {
     /// 1: the header `key` with the value `value`, on every request.
     ApiKey { key: String, value: String },

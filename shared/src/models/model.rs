@@ -264,27 +264,26 @@ pub struct UsageStat {
 /// optional, and keys not listed here are kept as they are.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
 pub struct ModelOptions {
     /// 0 to 2.
-    temperature: Option<f64>,
+    pub temperature: Option<f64>,
     /// Longest answer, 1 to 1,000,000 tokens; also caps a regular user's quota hold.
-    max_tokens: Option<u64>,
+    pub max_tokens: Option<u64>,
     /// `vision` marks a CHAT model that takes images.
-    capabilities: Option<Vec<String>>,
+    pub capabilities: Option<Vec<String>>,
     /// The CHAT model that reads images in documents (image OCR).
-    default_vision_model: Option<bool>,
+    pub default_vision_model: Option<bool>,
     /// Seconds to wait for the first byte and between streamed chunks, 1 to 600 (default 60).
-    timeout_secs: Option<u64>,
+    pub timeout_secs: Option<u64>,
     /// Retries before the first byte, 0 to 5 (default 2).
-    max_retries: Option<u64>,
+    pub max_retries: Option<u64>,
     /// EMBEDDING: texts per request, 1 to 2048.
-    batch_size: Option<u64>,
+    pub batch_size: Option<u64>,
     /// EMBEDDING: the `input_type` sent with queries (e.g. `query`).
-    query_input_type: Option<String>,
+    pub query_input_type: Option<String>,
     /// EMBEDDING: the `input_type` sent with stored passages (e.g. `passage`).
-    document_input_type: Option<String>,
+    pub document_input_type: Option<String>,
     /// Prices for the usage statistics' `totalCost`.
-    input_price_per1k: Option<f64>,
-    output_price_per1k: Option<f64>,
+    pub input_price_per1k: Option<f64>,
+    pub output_price_per1k: Option<f64>,
 }

@@ -168,15 +168,14 @@ impl Connection {
 
 /// Where a store instance lives, for the API document (all keys optional on update).
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
 pub struct StoreConfig {
-    host: Option<String>,
+    pub host: Option<String>,
     /// 1 to 65535; the type's usual port when left out.
-    port: Option<u16>,
-    database: Option<String>,
-    username: Option<String>,
+    pub port: Option<u16>,
+    pub database: Option<String>,
+    pub username: Option<String>,
     /// Masked on read; sending the masked value back keeps the stored one.
-    password: Option<String>,
+    pub password: Option<String>,
     /// Connect with TLS.
-    tls: Option<bool>,
+    pub tls: Option<bool>,
 }

@@ -215,14 +215,13 @@ pub struct DocImageView {
 /// The timings of a document's last run, for the API document (`{}` before its first).
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
 pub struct StageTimings {
-    parse_ms: Option<f64>,
-    chunk_ms: Option<f64>,
-    embed_ms: Option<f64>,
-    image_ocr_ms: Option<f64>,
-    index_ms: Option<f64>,
-    total_ms: Option<f64>,
+    pub parse_ms: Option<f64>,
+    pub chunk_ms: Option<f64>,
+    pub embed_ms: Option<f64>,
+    pub image_ocr_ms: Option<f64>,
+    pub index_ms: Option<f64>,
+    pub total_ms: Option<f64>,
     /// Why smart chunking fell back to the default cut, when it did.
-    smart_chunking_fallback: Option<String>,
+    pub smart_chunking_fallback: Option<String>,
 }

@@ -266,7 +266,8 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         Some(d) => validate::vector_dimension(d)?,
         None => row.dimension,
     };
-    if (model_id != row.embedding_model_id || dimension != row.dimension) && row.document_count > 0 {
+    let model_changed = model_id != row.embedding_model_id || dimension != row.dimension;
+    if model_changed && row.document_count > 0 {
         return Err(AppError::business(
             "embeddingModelId and dimensionOfVectorModel cannot change while the knowledge base has documents",
         ));
@@ -294,9 +295,8 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         None => row.search_engine_instance_id,
     };
     // The entries live in the stores: switching would leave them behind, unsearchable.
-    if (vector_store != row.vector_store_instance_id || search_store != row.search_engine_instance_id)
-        && row.document_count > 0
-    {
+    let stores_changed = vector_store != row.vector_store_instance_id || search_store != row.search_engine_instance_id;
+    if stores_changed && row.document_count > 0 {
         return Err(AppError::business(
             "vectorStoreInstanceId and searchEngineInstanceId cannot change while the knowledge base has documents",
         ));
@@ -335,12 +335,8 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         )?,
         upload_confirm: req.upload_confirm.unwrap_or(row.upload_confirm),
     };
-    let reshaped = model_id != row.embedding_model_id
-        || dimension != row.dimension
-        || vector_store != row.vector_store_instance_id
-        || search_store != row.search_engine_instance_id;
     let mut tx = state.db().begin().await?;
-    if reshaped {
+    if model_changed || stores_changed {
         // Counted again under the lock commits and imports add documents under: one that added
         // a document since the read above would otherwise leave it to be indexed in a shape its
         // base no longer has.

@@ -492,9 +492,17 @@ impl Snapshot {
     }
 }
 
+/// A measured window: how long it lasted, the server's CPU seconds in it, and the machine's
+/// CPU per stream.
+struct Window {
+    secs: f64,
+    server_cpu: Option<f64>,
+    share: MachineShare,
+}
+
 /// What a window of `streams` streams between two snapshots cost; `client_cpu_s` is the CPU of
 /// a client outside this process.
-fn window(before: &Snapshot, after: &Snapshot, streams: usize, client_cpu_s: f64) -> (f64, Option<f64>, MachineShare) {
+fn window(before: &Snapshot, after: &Snapshot, streams: usize, client_cpu_s: f64) -> Window {
     let n = streams as f64;
     let server_cpu = before.server.zip(after.server).map(|(b, a)| a - b);
     let (all, idle) = (after.machine.0 - before.machine.0, after.machine.1 - before.machine.1);
@@ -504,7 +512,11 @@ fn window(before: &Snapshot, after: &Snapshot, streams: usize, client_cpu_s: f64
         postgres_ms: (after.postgres - before.postgres) * 1000.0 / n,
         bench_ms: (after.bench - before.bench + client_cpu_s) * 1000.0 / n,
     };
-    (after.at.duration_since(before.at).as_secs_f64(), server_cpu, share)
+    Window {
+        secs: after.at.duration_since(before.at).as_secs_f64(),
+        server_cpu,
+        share,
+    }
 }
 
 /// A concurrency row from its timings and the window they were measured in.
@@ -512,7 +524,11 @@ fn concurrency_row(
     target: &Target,
     conn: Conn,
     timings: Vec<Timing>,
-    (secs, server_cpu, share): (f64, Option<f64>, MachineShare),
+    Window {
+        secs,
+        server_cpu,
+        share,
+    }: Window,
 ) -> Row {
     let n = timings.len() as f64;
     Row {
@@ -550,7 +566,7 @@ struct Aiohttp {
 /// What one job of `chat_aiohttp.py` gave back.
 struct AiohttpRun {
     timings: std::collections::HashMap<String, Vec<Timing>>,
-    window: (f64, Option<f64>, MachineShare),
+    window: Window,
 }
 
 impl Aiohttp {
@@ -627,7 +643,7 @@ impl Aiohttp {
         let mut run = self.run(job, pid).await;
         let mut take = |t: &Target| run.timings.remove(t.name()).expect("the target's timings");
         let (raw_t, timings) = (take(raw), take(target));
-        sequential_rows((raw, raw_t), (target, timings), run.window.1, conn)
+        sequential_rows((raw, raw_t), (target, timings), run.window.server_cpu, conn)
     }
 
     async fn concurrent(&self, target: &Target, pid: Option<u32>, conn: Conn) -> Row {

@@ -159,14 +159,20 @@ pub async fn market(db: &PgPool, viewer: i64) -> sqlx::Result<Vec<AgentRow>> {
     qb.build_query_as().fetch_all(db).await
 }
 
-/// Agents the viewer created or subscribed to.
-pub async fn mine(db: &PgPool, viewer: i64) -> sqlx::Result<Vec<AgentRow>> {
+/// Agents the viewer created or subscribed to. A subscription to an agent its creator has
+/// disabled is kept but not listed (the agent is hidden from the subscriber like any other
+/// disabled one) unless `with_disabled` (administrators, who see every agent).
+pub async fn mine(db: &PgPool, viewer: i64, with_disabled: bool) -> sqlx::Result<Vec<AgentRow>> {
     let mut qb = select(viewer);
     qb.push(" WHERE a.creator_id = ")
         .push_bind(viewer)
-        .push(" OR EXISTS (SELECT 1 FROM agent_subscriptions s WHERE s.agent_id = a.id AND s.user_id = ")
+        .push(" OR (EXISTS (SELECT 1 FROM agent_subscriptions s WHERE s.agent_id = a.id AND s.user_id = ")
         .push_bind(viewer)
-        .push(") ORDER BY a.update_dt DESC, a.id DESC");
+        .push(")");
+    if !with_disabled {
+        qb.push(" AND a.status = 1");
+    }
+    qb.push(") ORDER BY a.update_dt DESC, a.id DESC");
     qb.build_query_as().fetch_all(db).await
 }
 

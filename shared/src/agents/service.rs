@@ -229,7 +229,7 @@ pub async fn market(state: &AppState, user: &CurrentUser) -> AppResult<Vec<Marke
 }
 
 pub async fn mine(state: &AppState, user: &CurrentUser) -> AppResult<Vec<AgentView>> {
-    let rows = repo::mine(state.db(), user.id).await?;
+    let rows = repo::mine(state.db(), user.id, user.is_admin()).await?;
     Ok(rows.into_iter().map(AgentView::from).collect())
 }
 

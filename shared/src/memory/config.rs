@@ -174,6 +174,9 @@ impl ConfigRow {
         ] {
             if let Some(id) = id.filter(|id| Some(*id) != stored) {
                 models::service::usable_config(state, user, field, id, model_type).await?;
+                if let Some(config_id) = before.and_then(|b| b.id) {
+                    check_binders_may_use(state, config_id, field, id).await?;
+                }
             }
         }
         let db = state.db();
@@ -212,6 +215,31 @@ impl ConfigRow {
         }
         Ok(())
     }
+}
+
+/// The agents bound to a config run its models for their creators' chats, so a model put into
+/// a bound config must be one each of those creators could pick: otherwise the config's editor
+/// could send other people's conversations to an endpoint of their own PERSONAL model. The
+/// rule is `can_see` of the model service, for the binders: an administrator sees every
+/// model, anyone else GLOBAL ones and their own.
+async fn check_binders_may_use(state: &AppState, config_id: i64, field: &str, model_id: i64) -> AppResult<()> {
+    let refused: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM agents a JOIN users u ON u.id = a.creator_id
+         JOIN model_configs m ON m.id = $2
+         WHERE a.memory_config_id = $1 AND m.scope = 'PERSONAL' AND m.creator_id <> a.creator_id
+           AND u.role <> $3",
+    )
+    .bind(config_id)
+    .bind(model_id)
+    .bind(crate::domain::Role::Admin.code())
+    .fetch_one(state.db())
+    .await?;
+    if refused > 0 {
+        return Err(AppError::validation(format!(
+            "{field}: model {model_id} is not available to the creators of {refused} agent(s) using this memory config"
+        )));
+    }
+    Ok(())
 }
 
 fn unit(field: &str, v: f64) -> AppResult<()> {

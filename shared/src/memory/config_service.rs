@@ -93,10 +93,13 @@ pub async fn debug(state: &AppState, user: &CurrentUser, id: i64, req: DebugRequ
             "userId: you may only debug recall of your own memories".into(),
         ));
     }
-    find(state, id).await?.check_models_usable(state, user, "id").await?;
+    // Recall runs with the config as checked: a read after the check could see models an
+    // edit put in meanwhile that the caller may not use.
+    let config = find(state, id).await?;
+    config.check_models_usable(state, user, "id").await?;
     service::visible_agent(state, user, agent_id).await?;
     let owner = Owner::User(user_id);
-    let strategy = recall::strategy(state, Some(id)).await?;
+    let strategy = recall::strategy_of(state, config).await?;
     let hits = recall::run(
         state,
         &Scope::recall(agent_id, owner),

@@ -37,7 +37,11 @@ pub struct Strategy {
 
 /// The strategy of config `config_id`, or of the built-in defaults (default EMBEDDING model).
 pub async fn strategy(state: &AppState, config_id: Option<i64>) -> AppResult<Strategy> {
-    let config = config::effective(state.db(), config_id).await?;
+    strategy_of(state, config::effective(state.db(), config_id).await?).await
+}
+
+/// The strategy of a config already read (and checked) by the caller.
+pub async fn strategy_of(state: &AppState, config: ConfigRow) -> AppResult<Strategy> {
     let embedding = match config.embedding_model_id {
         Some(id) => gateway::load(state, id, ModelType::Embedding).await?,
         None => gateway::default_model(state, ModelType::Embedding).await?,

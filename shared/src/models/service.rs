@@ -518,9 +518,13 @@ pub async fn test_config(state: &AppState, user: &CurrentUser, id: i64) -> AppRe
     probe::run(state, row, user).await
 }
 
+/// Everyone's calls for administrators and for the creator of a PERSONAL model (calls through
+/// their agents run on their key); anyone else sees their own calls: the totals of a GLOBAL
+/// model are every tenant's traffic, which only `global-stats` (administrators) shows.
 pub async fn model_stat(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<UsageStat> {
     let row = visible_config(state, user, id).await?;
-    Ok(usage::for_model(state.db(), &row).await?)
+    let everyone = user.is_admin() || (row.scope == "PERSONAL" && row.creator_id == user.id);
+    Ok(usage::for_model(state.db(), &row, (!everyone).then_some(user.id)).await?)
 }
 
 /// Per-model usage: the caller's own calls on models they can see (`Some`), or everyone's

@@ -167,12 +167,16 @@ const STAT_SELECT: &str =
     COALESCE(avg(u.latency_ms) / 1000.0, 0)::float8 AS avg_response_time
     FROM model_usage u WHERE u.model_id IS NOT NULL";
 
-/// Stats of one model, zeros when it was never called.
-pub async fn for_model(db: &PgPool, model: &ModelConfigRow) -> sqlx::Result<UsageStat> {
-    let row: Option<UsageStat> = sqlx::query_as(&format!("{STAT_SELECT} AND u.model_id = $1 GROUP BY u.model_id"))
-        .bind(model.id)
-        .fetch_optional(db)
-        .await?;
+/// Stats of one model, of everyone's calls or of one user's (`caller`); zeros when it was
+/// never called.
+pub async fn for_model(db: &PgPool, model: &ModelConfigRow, caller: Option<i64>) -> sqlx::Result<UsageStat> {
+    let row: Option<UsageStat> = sqlx::query_as(&format!(
+        "{STAT_SELECT} AND u.model_id = $1 AND ($2::BIGINT IS NULL OR u.user_id = $2) GROUP BY u.model_id"
+    ))
+    .bind(model.id)
+    .bind(caller)
+    .fetch_optional(db)
+    .await?;
     Ok(row.unwrap_or_else(|| UsageStat {
         id: model.id,
         model_id: model.id,

@@ -285,6 +285,47 @@ async fn subscriptions_are_idempotent_and_fill_my_agents() {
     assert_eq!(my.assert_ok().as_array().unwrap()[0]["id"], own);
 }
 
+/// A subscriber no longer sees an agent its creator disabled, in its detail or among their
+/// agents (whose entries carry the instruction and every reference); it comes back when
+/// enabled again, and an administrator sees it throughout.
+#[tokio::test]
+async fn my_agents_hide_a_subscribed_agent_while_it_is_disabled() {
+    let s = ChatSetup::new().await;
+    let (_, alice) = s.app.regular_user("alice").await;
+    let t = Some(alice.as_str());
+    let shared = s.agent(&s.admin, json!({ "name": "Shared" })).await;
+    for token in [t, Some(s.admin.as_str())] {
+        s.app
+            .post(&format!("/agent/{shared}/subscribe"), token, &json!({}))
+            .await
+            .assert_ok();
+    }
+    async fn listed_for(app: &api_tests::TestApp, token: Option<&str>, id: i64) -> bool {
+        let my = app.get("/agent/my", token).await;
+        my.assert_ok().as_array().unwrap().iter().any(|a| a["id"] == id)
+    }
+    let listed = |token| listed_for(&s.app, token, shared);
+    assert!(listed(t).await);
+    let set_status = |status: i64| {
+        let app = &s.app;
+        let admin = s.admin.clone();
+        async move {
+            app.put(&format!("/agent/{shared}"), Some(&admin), &json!({ "status": status }))
+                .await
+                .assert_ok();
+        }
+    };
+    set_status(0).await;
+    s.app
+        .get(&format!("/agent/{shared}"), t)
+        .await
+        .assert_error(404, 404, "agent");
+    assert!(!listed(t).await, "hidden from the subscriber");
+    assert!(listed(Some(&s.admin)).await, "administrators see every agent");
+    set_status(1).await;
+    assert!(listed(t).await, "the subscription was kept");
+}
+
 #[tokio::test]
 async fn chat_models_lists_enabled_chat_models_with_capabilities() {
     let s = ChatSetup::new().await;

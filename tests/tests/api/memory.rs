@@ -1515,3 +1515,81 @@ async fn a_config_edit_made_from_a_stale_read_writes_nothing() {
     fresh.name = "fresh".into();
     assert_eq!(config::save(&s.app.db, &fresh).await.unwrap(), Some(id));
 }
+
+/// Agents bound to a config run its models for their creators' chats. Its creator may not put
+/// a model into it that those creators could not pick (here her PERSONAL one, at an endpoint
+/// of hers): that would send their conversations to her. Her own agents, and administrators'
+/// agents, may run it.
+#[tokio::test]
+async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
+    let s = setup(false).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    let (bob_id, _) = s.app.regular_user("bob").await;
+    let provider = s.app.provider(&s.admin, "alices").await;
+    let hers = ModelServer::start().await;
+    let personal = s
+        .app
+        .model(
+            &alice,
+            provider,
+            "EMBEDDING",
+            "emb-8",
+            &hers.base_url,
+            json!({ "scope": "PERSONAL" }),
+        )
+        .await;
+    let id = s
+        .app
+        .post(
+            "/memory/config",
+            Some(&alice),
+            &json!({ "name": "shared", "embeddingModelId": s.embedding_model }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let bind = |creator: i64| {
+        let db = s.app.db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "INSERT INTO agents (name, creator_id, memory_enabled, memory_config_id) VALUES ('a', $1, TRUE, $2)
+                 RETURNING id",
+            )
+            .bind(creator)
+            .bind(id)
+            .fetch_one(&db)
+            .await
+            .unwrap()
+        }
+    };
+    let path = format!("/memory/config/{id}");
+    let personal_body = json!({ "embeddingModelId": personal });
+    let put_personal = || s.app.put(&path, Some(&alice), &personal_body);
+
+    // Her own agent and an administrator's may run her model.
+    bind(alice_id).await;
+    bind(s.admin_id).await;
+    put_personal().await.assert_ok();
+    s.app
+        .put(&path, Some(&alice), &json!({ "embeddingModelId": s.embedding_model }))
+        .await
+        .assert_ok();
+
+    // Bob's may not: refused, nothing written, her server never called.
+    bind(bob_id).await;
+    let before = s.app.get(&path, Some(&alice)).await.assert_ok().clone();
+    put_personal().await.assert_error(
+        400,
+        0,
+        &format!("embeddingModelId: model {personal} is not available to the creators of 1 agent(s)"),
+    );
+    let after = s.app.get(&path, Some(&alice)).await.assert_ok().clone();
+    assert_eq!(after, before, "the config is unchanged");
+    assert!(hers.requests().is_empty(), "her endpoint got no request");
+    // The rest of an edit is not held back by the model already stored.
+    s.app
+        .put(&path, Some(&alice), &json!({ "maxRecall": 9 }))
+        .await
+        .assert_ok();
+}

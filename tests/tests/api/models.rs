@@ -696,6 +696,15 @@ async fn usage_stats_add_up() {
     let (_, user) = app.regular_user("vic").await;
     let theirs = app.get("/ai-model/usage/user-stats", Some(&user)).await;
     assert_eq!(theirs.assert_status_ok().as_array().unwrap().len(), 0);
+    // A GLOBAL model's totals are every tenant's traffic: a regular user sees their own calls.
+    let stat = app.get(&format!("/ai-model/usage/stat/{id}"), Some(&user)).await;
+    assert_eq!(
+        (
+            stat.assert_status_ok()["totalCalls"].as_i64(),
+            stat.body["data"]["modelName"].as_str()
+        ),
+        (Some(0), Some("chat-echo model"))
+    );
     app.get("/ai-model/usage/global-stats", Some(&user))
         .await
         .assert_status_error(403, 403, "administrator");

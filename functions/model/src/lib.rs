@@ -6,7 +6,6 @@ use axum::extract::State;
 use serde::Deserialize;
 use shared::domain::PageNumQuery;
 use shared::http::envelope::{Empty, StatusApi, StatusEnvelope, StatusPage, StatusPageEnvelope, StatusResult};
-use shared::http::middleware::status_envelope;
 use shared::http::{AdminUser, CurrentUser, Json, Path, Query};
 use shared::models::adapters::{self, Adapter};
 use shared::models::{self as m, service, ModelType};
@@ -38,7 +37,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(model_stat))
         .routes(routes!(user_stats))
         .routes(routes!(global_stats))
-        .layer(axum::middleware::map_response(status_envelope))
 }
 
 type Env<T> = StatusEnvelope<T>;

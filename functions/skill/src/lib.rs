@@ -9,7 +9,6 @@ use axum::response::{IntoResponse, Response};
 use shared::domain::Disposition;
 use shared::http::envelope::{Empty, StatusApi, StatusEnvelope, StatusPage, StatusPageEnvelope, StatusResult};
 use shared::http::files::content_disposition;
-use shared::http::middleware::status_envelope;
 use shared::http::multipart::{read_form, FormLimits, MultipartBody};
 use shared::http::{CurrentUser, Json, PageQuery, Path, Query};
 use shared::skills::{self as s, drafts, files, service};
@@ -32,7 +31,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(tree, create_entry, delete_entry))
         .routes(routes!(read_file, write_file))
         .routes(routes!(rename))
-        .layer(axum::middleware::map_response(status_envelope))
 }
 
 type Env<T> = StatusEnvelope<T>;

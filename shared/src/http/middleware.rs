@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
-use axum::extract::MatchedPath;
+use axum::extract::{MatchedPath, State};
 use axum::http::{HeaderName, Request};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -17,7 +17,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use crate::error::ErrorInfo;
-use crate::AppError;
+use crate::{AppError, AppState};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -123,18 +123,32 @@ fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     AppError::Internal(anyhow::anyhow!("the handler panicked: {what}")).into_response()
 }
 
-/// Modules that answer in `{status, message, data}` (they add `status_envelope` to their
-/// routes); `path` is relative to the API prefix. Layers around every module use it to render
-/// their own refusals in the module's envelope.
-pub fn uses_status_envelope(path: &str) -> bool {
+/// Modules that answer in `{status, message, data}`; `path` is relative to the API prefix.
+fn uses_status_envelope(path: &str) -> bool {
     ["/ai-model", "/skill"].iter().any(|m| {
         path.strip_prefix(m)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     })
 }
 
-/// Re-renders error responses as `{status, message, data: null}` (model and skill modules).
-pub async fn status_envelope(response: Response) -> Response {
+/// Renders every failure of a request under a module with the `{status, message, data}`
+/// envelope that way: its handlers' and also what the layers around every module answer (an
+/// unknown path or method under it, a rate limit, a panic). Success bodies are the handlers'.
+pub async fn module_envelope(State(state): State<AppState>, req: Request<Body>, next: Next) -> Response {
+    let status_module = req
+        .uri()
+        .path()
+        .strip_prefix(&state.base_path())
+        .is_some_and(uses_status_envelope);
+    let response = next.run(req).await;
+    match status_module {
+        true => status_envelope(response),
+        false => response,
+    }
+}
+
+/// Re-renders an error response as `{status, message, data: null}`.
+fn status_envelope(response: Response) -> Response {
     let Some(info) = response.extensions().get::<ErrorInfo>().cloned() else {
         return response;
     };

@@ -10,7 +10,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::auth::{authenticate, token_from};
-use super::middleware::{status_envelope, uses_status_envelope};
 use crate::auth::AccessClaims;
 use crate::domain::CurrentUser;
 use crate::external::caller::ExternalCaller;
@@ -47,12 +46,7 @@ pub async fn limit(State(state): State<AppState>, req: Request, next: Next) -> R
     let Some(refusal) = refusal else {
         return next.run(Request::from_parts(parts, body)).await;
     };
-    let response = refusal.into_response();
-    let module_path = parts.uri.path().strip_prefix(&state.base_path()).unwrap_or_default();
-    match uses_status_envelope(module_path) {
-        true => status_envelope(response).await,
-        false => response,
-    }
+    refusal.into_response()
 }
 
 /// The authenticated callers of the request. A valid user token always counts to its user:

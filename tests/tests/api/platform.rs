@@ -182,6 +182,24 @@ async fn unknown_routes_and_request_ids() {
     let unknown = app.get("/no-such-route", None).await;
     unknown.assert_error(404, 404, "no such route");
     assert!(uuid::Uuid::parse_str(&id_of(&unknown)).is_ok());
+    // A known path with a method it does not take: 405 in the envelope, saying which it takes.
+    let token = app.admin_token().await;
+    let wrong = app.send(app.client.delete(app.url("/user/login"))).await;
+    wrong.assert_error(405, 405, "does not take that method");
+    assert_eq!(wrong.headers["allow"], "POST");
+    app.post("/agent/market", Some(&token), &serde_json::json!({}))
+        .await
+        .assert_error(405, 405, "method");
+    // Under the modules with the other envelope, the router's own answers use it too.
+    app.get("/ai-model/no-such-route", Some(&token))
+        .await
+        .assert_status_error(404, 404, "no such route");
+    app.get("/ai-model/provider", Some(&token))
+        .await
+        .assert_status_error(405, 405, "method");
+    app.send(app.client.patch(app.url("/skill")).header("Svc-Auth", &token))
+        .await
+        .assert_status_error(405, 405, "method");
 }
 
 /// A rolled-back deployment (older code, newer schema) still starts.

@@ -48,19 +48,49 @@ pub async fn upload(state: &AppState, app: &AppCaller, req: UploadRequest) -> Ap
             "content: only JPG, PNG and WEBP images are accepted (this file is {mime})"
         )));
     };
-    let (user, _) = users::ensure(state, app, &open_id).await?;
+    let (user, created) = users::ensure(state, app, &open_id).await?;
+    let image = Image {
+        name: &name,
+        size: declared,
+        biz_type: &biz_type,
+        biz_id: req.biz_id,
+        bytes,
+        mime: &mime,
+        ext,
+    };
+    let stored = store(state, app, user, image).await;
+    // A user this request created is gone again when it fails: a failed upload leaves nothing.
+    if stored.is_err() && created {
+        users::remove_created(state, app, &open_id, user).await?;
+    }
+    stored
+}
 
-    let key = format!("resources/external/{}/{}.{ext}", app.id, uuid::Uuid::new_v4());
-    let hash = crate::crypto::content_hash(&bytes);
-    state.storage().put(&key, bytes.into(), &mime).await?;
+/// A checked upload.
+struct Image<'a> {
+    name: &'a str,
+    size: i64,
+    biz_type: &'a str,
+    biz_id: Option<i64>,
+    bytes: Vec<u8>,
+    mime: &'a str,
+    ext: &'a str,
+}
+
+/// Puts the image and registers it as the external user's resource; an object whose row
+/// could not be written is deleted again.
+async fn store(state: &AppState, app: &AppCaller, user: i64, image: Image<'_>) -> AppResult<UploadedImage> {
+    let key = format!("resources/external/{}/{}.{}", app.id, uuid::Uuid::new_v4(), image.ext);
+    let hash = crate::crypto::content_hash(&image.bytes);
+    state.storage().put(&key, image.bytes.into(), image.mime).await?;
     let new = NewResource {
         storage_key: &key,
-        original_name: &name,
-        file_size: declared,
-        mime_type: &mime,
+        original_name: image.name,
+        file_size: image.size,
+        mime_type: image.mime,
         storage_type: state.storage().kind().as_str(),
-        biz_type: Some(&biz_type),
-        biz_id: req.biz_id,
+        biz_type: Some(image.biz_type),
+        biz_id: image.biz_id,
         content_hash: Some(&hash),
         creator_id: app.creator_id,
     };

@@ -385,6 +385,11 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     let non_blank = |field: &str, v: Option<String>| v.map(|v| validate::required(field, Some(v))).transpose();
     let model_name = non_blank("modelName", req.model_name)?;
     let model_key = non_blank("modelKey", req.model_key)?;
+    for (field, value) in [("modelName", &model_name), ("modelKey", &model_key)] {
+        if let Some(v) = value {
+            validate::length(field, v, 1, 200)?;
+        }
+    }
     let api_endpoint = non_blank("apiEndpoint", req.api_endpoint)?;
     if let Some(e) = &api_endpoint {
         validate_endpoint(state, e, row.reach()).await?;
@@ -431,14 +436,17 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
         scope: Some(checked.scope),
         is_enabled: req.is_enabled,
     };
+    // A default whose type changes stops being the default of its old type (and is the new
+    // type's only when asked). The flag goes before the type changes: for the length of the
+    // update the row would otherwise be a second default of the new type.
+    let retyped = checked.model_type != row.model_type();
     let mut tx = state.db().begin().await?;
+    if row.is_default && (retyped || req.is_default == Some(false)) {
+        repo::clear_default(&mut tx, id).await?;
+    }
     repo::update_config(&mut *tx, id, &fields).await?;
-    match req.is_default {
-        Some(true) => repo::switch_default(&mut tx, id, checked.model_type.as_str()).await?,
-        Some(false) if row.is_default => repo::clear_default(&mut tx, id).await?,
-        // A default whose type changed stops being the default of either type.
-        _ if row.is_default && checked.model_type != row.model_type() => repo::clear_default(&mut tx, id).await?,
-        _ => {}
+    if req.is_default == Some(true) {
+        repo::switch_default(&mut tx, id, checked.model_type.as_str()).await?;
     }
     tx.commit().await.map_err(Into::into)
 }

@@ -153,6 +153,10 @@ pub fn check(name: &str, description: &str) -> Result<(), String> {
             "description must be at most {MAX_DESCRIPTION_CHARS} characters long"
         ));
     }
+    // Line breaks and tabs are a description's own; a NUL cannot be stored as text.
+    if description.contains('\0') {
+        return Err("description must not contain NUL characters".to_owned());
+    }
     Ok(())
 }
 
@@ -278,6 +282,16 @@ mod tests {
         assert!(parse("---\nname: a\nname: b\n---\n").unwrap_err().contains("twice"));
         let long = format!("---\nname: {}\n---\n", "n".repeat(65));
         assert!(parse(&long).unwrap_err().contains("1 to 64"));
+        // Escaped or raw, a NUL in the description is refused (it cannot be stored as text).
+        for doc in [
+            "---\nname: x\ndescription: \"a\\u0000b\"\n---\n",
+            "---\nname: x\ndescription: a\0b\n---\n",
+        ] {
+            assert!(
+                parse(doc).unwrap_err().contains("description must not contain NUL"),
+                "{doc:?}"
+            );
+        }
     }
 
     #[test]

@@ -143,11 +143,15 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreReq
         ));
     }
     let name = req.name.map(|n| validate::required("name", Some(n))).transpose()?;
+    if let Some(name) = &name {
+        validate::length("name", name, 1, 100)?;
+    }
     let category = req.category.map(category).transpose()?.unwrap_or(row.category);
     let t = match req.store_type {
         Some(code) => store_type(code, category)?,
         None => store_type(i64::from(row.store_type), category)?,
     };
+    check_kind_change(state, &row, category, t).await?;
     let split = req.config.as_ref().map(|c| split_config(state, t, c)).transpose()?;
     let (config, sealed) = match &split {
         Some((c, s)) => (Some(c), s.as_deref()),
@@ -167,6 +171,29 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreReq
         repo::make_default(&mut tx, id, category).await?;
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// An instance's category and type say what its knowledge bases keep in it and how it is
+/// reached: they change only while no base uses it. A default keeps its category (its
+/// category would be left without a default): another instance becomes the default first.
+/// The connection (`config`) may change in use, as it does when a cluster moves.
+async fn check_kind_change(state: &AppState, row: &StoreRow, category: i16, t: StoreType) -> AppResult<()> {
+    let (category_changes, type_changes) = (category != row.category, t.code() != row.store_type);
+    if row.is_default && category_changes {
+        return Err(AppError::validation(
+            "category: the default instance of its category keeps it; make another instance the default first",
+        ));
+    }
+    if category_changes || type_changes {
+        let users = repo::users_count(state.db(), row.id).await?;
+        if users > 0 {
+            let field = if category_changes { "category" } else { "type" };
+            return Err(AppError::validation(format!(
+                "{field}: {users} knowledge bases use this store instance; it keeps its category and type while they do"
+            )));
+        }
+    }
     Ok(())
 }
 

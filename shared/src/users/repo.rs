@@ -146,17 +146,26 @@ pub async fn set_password(db: impl PgExecutor<'_>, id: i64, password_hash: &str)
     Ok(n.rows_affected() == 1)
 }
 
-/// Adds `totals` tokens to the quota and moves the expiry.
-pub async fn grant_quota(db: impl PgExecutor<'_>, id: i64, totals: i64, expire_dt: DateTime<Utc>) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE users SET tokens = tokens + $2, totals = totals + $2, expire_dt = $3, update_dt = now() WHERE id = $1",
+/// Adds `totals` tokens to the quota and moves the expiry; false (and nothing changed) when the
+/// quota would pass `max`. Written as `x <= max - totals`, the check cannot overflow itself.
+pub async fn grant_quota(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    totals: i64,
+    expire_dt: DateTime<Utc>,
+    max: i64,
+) -> sqlx::Result<bool> {
+    let n = sqlx::query(
+        "UPDATE users SET tokens = tokens + $2, totals = totals + $2, expire_dt = $3, update_dt = now()
+         WHERE id = $1 AND tokens <= $4 - $2 AND totals <= $4 - $2",
     )
     .bind(id)
     .bind(totals)
     .bind(expire_dt)
+    .bind(max)
     .execute(db)
     .await?;
-    Ok(())
+    Ok(n.rows_affected() == 1)
 }
 
 /// Serialises role changes so two demotions cannot both pass the last-admin check.

@@ -161,7 +161,7 @@ pub async fn create(state: &AppState, req: CreateUserRequest) -> AppResult<i64> 
     let role = Role::parse("role", validate::present("role", req.role)?)?;
     let email = optional_email(req.email)?;
     let totals = req.totals.unwrap_or(0);
-    validate::range("totals", totals, 0, i64::MAX / 2)?;
+    validate::range("totals", totals, 0, MAX_TOKENS)?;
     let hash = password::hash_off_thread(password.clone()).await?;
     let new = NewUser {
         username: &username,
@@ -249,6 +249,10 @@ pub async fn change_own_password(state: &AppState, user: &CurrentUser, req: Chan
     Ok(())
 }
 
+/// The largest quota a user may hold: half the range of the columns, so that no sum the
+/// service makes with it (grants, holds given back) can overflow.
+pub const MAX_TOKENS: i64 = i64::MAX / 2;
+
 /// Grants `totals` tokens valid for `days` days to the user with `email`. An existing user's
 /// quota grows by `totals` and its expiry moves to now + days; an unknown email gets a new
 /// regular user (username = email) with an unusable password, for an administrator to set.
@@ -258,12 +262,18 @@ pub async fn authorize_code(state: &AppState, req: AuthorizeCodeRequest) -> AppR
     let days = validate::present("days", req.days)?;
     validate::range("days", days, 1, 3650)?;
     let totals = validate::present("totals", req.totals)?;
-    validate::range("totals", totals, 1, i64::MAX / 4)?;
+    validate::range("totals", totals, 1, MAX_TOKENS)?;
     let expire = Utc::now() + chrono::Duration::days(days);
 
     let mut tx = state.db().begin().await?;
     match repo::find_by_email(&mut *tx, &email).await? {
-        Some(user) => repo::grant_quota(&mut *tx, user.id, totals, expire).await?,
+        Some(user) => {
+            if !repo::grant_quota(&mut *tx, user.id, totals, expire, MAX_TOKENS).await? {
+                return Err(AppError::validation(format!(
+                    "totals: the user's quota would pass the largest one, {MAX_TOKENS} tokens"
+                )));
+            }
+        }
         None => {
             let unusable = format!("!{}", uuid::Uuid::new_v4());
             let new = NewUser {

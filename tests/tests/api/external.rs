@@ -665,6 +665,23 @@ async fn images_upload_as_base64_and_only_their_uploader_may_attach_them() {
     }
     assert_eq!(e.written().await, before);
     assert_eq!(e.app().snapshot().await.files, files_before);
+    // A first upload that fails once its user was created leaves neither the user nor the file
+    // (the database refuses the resource's row here).
+    let db = &e.app().db;
+    for ddl in [
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$",
+        "CREATE TRIGGER refuse BEFORE INSERT ON external_resources FOR EACH ROW EXECUTE FUNCTION refuse()",
+    ] {
+        sqlx::query(ddl).execute(db).await.unwrap();
+    }
+    let failed = e.app().ext_post(&e.crm, "/resource/upload", &image("zed", PNG)).await;
+    failed.assert_error(500, 500, "internal server error");
+    assert_eq!(e.written().await, before);
+    assert_eq!(e.app().snapshot().await.files, files_before);
+    sqlx::query("DROP TRIGGER refuse ON external_resources")
+        .execute(db)
+        .await
+        .unwrap();
 
     // Bob cannot attach Ann's image; Ann can (the model then decides on vision support).
     let with_image = |who: &str| {

@@ -315,6 +315,52 @@ async fn store_instances() {
         .unwrap();
     assert_eq!(after, raw);
     let builtin = v["id"].as_i64().unwrap();
+
+    // A default keeps its category; an instance in use keeps its category and type.
+    let path = format!("/store-instance/{id}");
+    let stored = |app: &api_tests::TestApp| {
+        let db = app.db.clone();
+        async move {
+            sqlx::query_as::<_, (i16, i16, bool)>(
+                "SELECT category, store_type, is_default FROM store_instances WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&db)
+            .await
+            .unwrap()
+        }
+    };
+    app.put(&path, t, &json!({ "isDefault": true })).await.assert_ok();
+    app.put(&path, t, &json!({ "category": 2, "type": 3 }))
+        .await
+        .assert_error(400, 0, "category: the default instance");
+    assert_eq!(stored(app).await, (1, 1, true));
+    app.put(&format!("/store-instance/{builtin}"), t, &json!({ "isDefault": true }))
+        .await
+        .assert_ok();
+    let kb = s.kb("On analytics", json!({})).await;
+    sqlx::query("UPDATE knowledge_bases SET vector_store_instance_id = $2 WHERE id = $1")
+        .bind(kb)
+        .bind(id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    app.put(&path, t, &json!({ "type": 3 })).await.assert_error(
+        400,
+        0,
+        "type: 1 knowledge bases use this store instance",
+    );
+    app.put(&path, t, &json!({ "category": 2, "type": 3 }))
+        .await
+        .assert_error(400, 0, "category: 1 knowledge bases use this store instance");
+    assert_eq!(stored(app).await, (1, 1, false));
+    sqlx::query("UPDATE knowledge_bases SET vector_store_instance_id = $2 WHERE id = $1")
+        .bind(kb)
+        .bind(builtin)
+        .execute(&app.db)
+        .await
+        .unwrap();
+
     app.delete(&format!("/store-instance/{builtin}"), t)
         .await
         .assert_error(400, 0, "cannot be deleted");
@@ -1028,7 +1074,13 @@ async fn deleting_a_knowledge_base_leaves_nothing_in_s3() {
 
 #[tokio::test]
 async fn import_by_url_refuses_internal_addresses() {
-    let files = axum::Router::new().route("/docs/readme.md", axum::routing::get(|| async { GUIDE_MD }));
+    // Each path its own content, so that two imports are two documents, not duplicates.
+    let files = axum::Router::new().route(
+        "/docs/{name}",
+        axum::routing::get(|axum::extract::Path(name): axum::extract::Path<String>| async move {
+            format!("{GUIDE_MD}\n{}", name.replace('\0', ""))
+        }),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/docs/readme.md", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, files).await });
@@ -1074,6 +1126,17 @@ async fn import_by_url_refuses_internal_addresses() {
     );
     let done = open.settled(d["id"].as_i64().unwrap()).await;
     assert_eq!(done["status"], "success");
+    // A name taken from the URL is cleaned like one sent in the request.
+    let nul = url.replace("readme.md", "guide%00two.md");
+    let d = open
+        .app
+        .post(
+            "/document/import/url",
+            Some(&open.admin),
+            &json!({ "ragId": kb, "url": nul }),
+        )
+        .await;
+    assert_eq!(d.assert_ok()["name"], "guidetwo.md");
 }
 
 #[tokio::test]
@@ -1432,6 +1495,12 @@ async fn a_regular_user_owns_at_most_kb_max_per_user_bases() {
     let before = s.app.snapshot().await;
     s.app
         .post("/rag", Some(&bob), &body)
+        .await
+        .assert_error(400, 0, "limit of 2 knowledge bases (KB_MAX_PER_USER)");
+    // Without a dimension the base would probe its model, a paid call: refused before it.
+    let probing = json!({ "name": "b", "embeddingModelId": s.embedding_model });
+    s.app
+        .post("/rag", Some(&bob), &probing)
         .await
         .assert_error(400, 0, "limit of 2 knowledge bases (KB_MAX_PER_USER)");
     s.app

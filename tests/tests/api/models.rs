@@ -434,6 +434,30 @@ async fn switch_default_leaves_exactly_one() {
     app.put(&format!("/ai-model/switch-default/{b}"), Some(&user), &json!({}))
         .await
         .assert_status_error(403, 403, "administrator");
+
+    // A default whose type changes leaves the old type without a default, and is the new
+    // type's only when asked (then in place of the one there was).
+    app.put(&format!("/ai-model/switch-default/{b}"), t, &json!({}))
+        .await
+        .assert_status_ok();
+    let config = format!("/ai-model/config/{b}");
+    app.put(&config, t, &json!({ "modelType": "EMBEDDING" }))
+        .await
+        .assert_status_ok();
+    assert_eq!(defaults(&app).await, vec![e]);
+    app.put(&config, t, &json!({ "modelType": "CHAT", "isDefault": true }))
+        .await
+        .assert_status_ok();
+    assert_eq!(defaults(&app).await, vec![b, e]);
+    app.put(&config, t, &json!({ "modelType": "EMBEDDING", "isDefault": true }))
+        .await
+        .assert_status_ok();
+    assert_eq!(defaults(&app).await, vec![b]);
+    let d = app.get("/ai-model/default", t).await;
+    assert_eq!(d.assert_status_ok()["EMBEDDING"]["id"], b);
+    app.put(&config, t, &json!({ "modelName": "n".repeat(201) }))
+        .await
+        .assert_status_error(400, 0, "modelName");
 }
 
 #[tokio::test]

@@ -379,6 +379,23 @@ async fn authorize_code_grants_quota() {
             .assert_error(400, 0, needle);
     }
     assert_eq!(app.count("users").await, before + 1);
+
+    // Grants add up to the largest quota and no further: the one that would pass it changes
+    // nothing.
+    let max = shared::users::service::MAX_TOKENS;
+    let big = json!({ "email": "erin@example.com", "days": 30, "totals": max - 2000 });
+    app.post("/user/authorize/code", t, &big).await.assert_ok();
+    app.post("/user/authorize/code", t, &grant).await.assert_error(
+        400,
+        0,
+        "totals: the user's quota would pass the largest one",
+    );
+    let list = app.get("/user/page/list?email=erin", t).await;
+    let erin = list.assert_ok()["data"][0].clone();
+    assert_eq!(
+        (erin["tokens"].as_i64(), erin["totals"].as_i64()),
+        (Some(max), Some(max))
+    );
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+use sqlx::PgConnection;
 
 use super::repo::{self, KbFields};
 use super::*;
@@ -132,6 +133,18 @@ async fn store_for(state: &AppState, field: &str, id: Option<i64>, category: i16
     Ok(row.id)
 }
 
+/// KB_MAX_PER_USER, for everyone but administrators. In a transaction, the count holds until
+/// it ends (concurrent creations by one user take turns).
+async fn check_cap(state: &AppState, user: &CurrentUser, conn: &mut PgConnection) -> AppResult<()> {
+    let cap = state.config().kb_max_per_user;
+    if !user.is_admin() && repo::count_for_creation(conn, user.id).await? >= cap {
+        return Err(AppError::validation(format!(
+            "you have reached the limit of {cap} knowledge bases (KB_MAX_PER_USER): delete one first"
+        )));
+    }
+    Ok(())
+}
+
 pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> AppResult<KbView> {
     let name = validate::required("name", req.name.clone())?;
     validate::length("name", &name, 1, 100)?;
@@ -172,7 +185,12 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     .await?;
     let dimension = match req.dimension_of_vector_model {
         Some(d) => validate::vector_dimension(d)?,
-        None => probe_dimension(state, user, model_id).await?,
+        None => {
+            // The probe is a paid model call: a user the cap refuses is refused before it (and
+            // counted again under the lock below, where it cannot race).
+            check_cap(state, user, &mut *state.db().acquire().await?).await?;
+            probe_dimension(state, user, model_id).await?
+        }
     };
     let (description, icon) = (validate::optional(req.description), validate::optional(req.icon));
     let search = SearchSettings {
@@ -198,12 +216,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
         upload_confirm: req.upload_confirm.unwrap_or(false),
     };
     let mut tx = state.db().begin().await?;
-    let cap = state.config().kb_max_per_user;
-    if !user.is_admin() && repo::count_for_creation(&mut tx, user.id).await? >= cap {
-        return Err(AppError::validation(format!(
-            "you have reached the limit of {cap} knowledge bases (KB_MAX_PER_USER): delete one first"
-        )));
-    }
+    check_cap(state, user, &mut tx).await?;
     let id = repo::insert(&mut *tx, &fields, user.id).await?;
     tx.commit().await?;
     // Built after the row is committed, without blocking other tenants' writes; a base whose

@@ -155,9 +155,9 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
     let url = crate::validate::required("url", req.url)?;
     let kb = bases::service::owned(state, user, rag_id).await?;
     let fetched = crate::rag::fetch::fetch(state, &url).await?;
-    let name = crate::validate::optional(req.name)
-        .map(|n| crate::resources::service::clean_file_name(&n))
-        .unwrap_or(fetched.name);
+    // A name from the URL is the sender's text as much as one in the request: a decoded path
+    // segment may hold control characters (a NUL cannot be stored) or be of any length.
+    let name = crate::resources::service::clean_file_name(&crate::validate::optional(req.name).unwrap_or(fetched.name));
     let file_type = crate::rag::parse::FileType::from_name(&name).ok_or_else(|| {
         AppError::validation(format!(
             "url: {name} is not a supported document type (pdf, docx, xlsx, csv, md, txt, html)"

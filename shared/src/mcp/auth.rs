@@ -100,10 +100,8 @@ impl AuthConfig {
                         "authConfig.value must be a valid HTTP header value (visible ASCII)",
                     ));
                 }
-                Ok(Self::ApiKey {
-                    key: name.as_str().to_owned(),
-                    value,
-                })
+                // Kept as written (HeaderName lowercases): the client reads back what it sent.
+                Ok(Self::ApiKey { key, value })
             }
             2 => {
                 fields.require(&["token"], "2 (bearer token)")?;

@@ -783,6 +783,7 @@ async fn bearer_and_api_key_servers_need_the_right_credentials() {
     .await;
     let (ok, d) = test_status(&app, &admin, kid, &mut seen).await;
     assert!(!ok && d["status"] == "error", "{d}");
+    assert_eq!(d["authConfig"]["key"], "X-Api-Key", "the header name as it was sent");
     let mut fixed = d.clone();
     fixed["authConfig"]["value"] = json!(key_value);
     seen.keep(app.put(&format!("/mcp-server/{kid}"), Some(&admin), &fixed).await)

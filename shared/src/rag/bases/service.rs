@@ -431,8 +431,9 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
     Ok(())
 }
 
-/// Deletes the base with every document, chunk, vector, image and stored file. Objects are
-/// removed before the rows commit: a storage failure leaves everything in place.
+/// Deletes the base with every document, chunk, vector, image and stored file. Entries and
+/// objects are removed before the rows commit, as a document's are (see there): a failure
+/// leaves the rows to a retry, which completes the delete.
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
     let kb = owned(state, user, id).await?;
     let indexes = Indexes::of(state, &kb).await?;

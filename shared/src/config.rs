@@ -86,6 +86,9 @@ pub struct Config {
     pub mcp_connect_timeout: Duration,
     /// MCP: one tools/list or tools/call (MCP_CALL_TIMEOUT_SECS, default 60).
     pub mcp_call_timeout: Duration,
+    /// The longest a chat turn runs, model calls and tools together (CHAT_TURN_TIMEOUT_SECS,
+    /// default 840: under the chat functions' 900 s, so a turn is stored before Lambda ends it).
+    pub chat_turn_timeout: Duration,
     /// MCP: how long a server's tool list is reused (MCP_TOOLS_TTL_SECS, default 60).
     pub mcp_tools_ttl: Duration,
     /// MCP: the most bytes of tool result text handed to a model (MCP_RESULT_MAX_BYTES, default 65536).
@@ -248,6 +251,7 @@ impl Config {
             },
             mcp_connect_timeout: Duration::from_secs(parse_num("MCP_CONNECT_TIMEOUT_SECS", 30)?),
             mcp_call_timeout: Duration::from_secs(parse_num("MCP_CALL_TIMEOUT_SECS", 60)?),
+            chat_turn_timeout: Duration::from_secs(parse_num("CHAT_TURN_TIMEOUT_SECS", 840)?.max(1)),
             mcp_tools_ttl: Duration::from_secs(parse_num("MCP_TOOLS_TTL_SECS", 60)?),
             mcp_result_max_bytes: parse_num("MCP_RESULT_MAX_BYTES", 64 * 1024)? as usize,
             rate_limits: RateLimits {

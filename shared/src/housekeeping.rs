@@ -1,6 +1,7 @@
 //! The daily clean-up (the housekeeping function, an EventBridge schedule): expired upload
 //! previews and their files, refresh tokens of dead logins, stale login counters, client nodes
-//! long offline and uncollected kicks, and memory expiry. Each job is one function of its own
+//! long offline and uncollected kicks, memory expiry, and answers whose turn ended without
+//! storing them. Each job is one function of its own
 //! domain module; this runs them all, so one failing does not keep the others from running.
 
 use std::time::Duration;
@@ -22,6 +23,14 @@ pub struct Swept {
     pub client_nodes: u64,
     pub node_kicks: u64,
     pub archived_memories: u64,
+    pub abandoned_answers: u64,
+}
+
+/// An answer still generating this long after its turn began had its process end under it (a
+/// crash, or Lambda's timeout with CHAT_TURN_TIMEOUT_SECS set above it): no turn runs longer
+/// than its time limit, and the hour added covers clocks and the last statement.
+fn abandoned_after(state: &AppState) -> Duration {
+    state.config().chat_turn_timeout + Duration::from_secs(3600)
 }
 
 /// Runs every job; fails, after all have run, when any of them failed.
@@ -53,6 +62,10 @@ pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
             crate::apps::node_repo::purge_stale_kicks(db, NODE_RETENTION).await,
         ),
         archived_memories: done("memory expiry", crate::memory::lifecycle::archive_expired(db).await),
+        abandoned_answers: done(
+            "abandoned answers",
+            crate::agents::conversation_repo::fail_abandoned(db, abandoned_after(state)).await,
+        ),
     };
     tracing::info!(?swept, "housekeeping done");
     if failed.is_empty() {

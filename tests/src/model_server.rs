@@ -259,6 +259,18 @@ fn plan(model: &str, body: &Value) -> Plan {
             }
         }
         "chat-agent" => agent_plan(body, &said, words),
+        // An endpoint that ignores max_tokens: 5 MiB of text.
+        "chat-flood" => Plan {
+            reasoning: vec![],
+            text: vec!["x".repeat(64 * 1024); 80],
+            tool: None,
+        },
+        // An endpoint that asks for a tool whether or not any was offered.
+        "chat-loop" => Plan {
+            reasoning: vec![],
+            text: vec![],
+            tool: Some(("get_weather".to_owned(), "{\"city\": \"Paris\"}".to_owned())),
+        },
         "chat-drafter" => Plan {
             reasoning: vec![],
             text: DRAFT
@@ -339,6 +351,8 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-slow",
             "chat-split",
             "chat-agent",
+            "chat-flood",
+            "chat-loop",
             "chat-drafter",
             "chat-drafter-bad",
             "mem-extract",

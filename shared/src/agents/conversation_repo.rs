@@ -341,3 +341,18 @@ pub async fn finish_assistant_message(
     qb.build().execute(db).await?;
     Ok(())
 }
+
+/// Marks failed the assistant messages still generating (status 0) that began more than
+/// `older_than` ago: their turn's process ended before storing them. Returns how many. A daily
+/// job: `messages` has no index on `status` on purpose (one would make every answer's final
+/// update a non-HOT one), so this reads the table once a day.
+pub async fn fail_abandoned(db: &PgPool, older_than: std::time::Duration) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "UPDATE messages SET status = 2, error = 'the turn ended without storing its answer (its process stopped)'
+         WHERE status = 0 AND role = 'assistant' AND create_dt < now() - make_interval(secs => $1)",
+    )
+    .bind(older_than.as_secs_f64())
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}

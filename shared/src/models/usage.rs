@@ -135,6 +135,14 @@ impl PendingUsage {
             .map(|mut r| std::mem::take(&mut *r))
             .unwrap_or_default()
     }
+
+    /// Records taken for a statement that failed: stored on their own when the last handle
+    /// is dropped.
+    pub fn give_back(&self, records: Vec<UsageRecord>) {
+        if let Ok(mut kept) = self.inner.records.lock() {
+            kept.extend(records);
+        }
+    }
 }
 
 impl Drop for Pending {

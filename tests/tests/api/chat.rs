@@ -436,6 +436,76 @@ async fn model_failures_end_with_an_error_keep_the_partial_answer_and_charge_onl
     }
 }
 
+/// What an endpoint does wrong, or takes too long over, ends the turn as failed with an
+/// `error` line, the answer so far stored with the reason: an answer past MAX_ANSWER_BYTES
+/// (the endpoint ignored max_tokens), tools asked for when none were offered, a turn past
+/// CHAT_TURN_TIMEOUT_SECS.
+#[tokio::test]
+async fn endpoints_that_misbehave_or_take_too_long_end_the_turn_as_failed() {
+    let s = ChatSetup::with(api_tests::Store::Filesystem, &[("CHAT_TURN_TIMEOUT_SECS", "1")]).await;
+    let cases = [
+        ("chat-flood", "passed 4 MiB and was cut off"),
+        ("chat-loop", "asked for tools it was not offered"),
+        ("chat-slow", "passed its time limit of 1 s"),
+    ];
+    for (i, (key, reason)) in cases.into_iter().enumerate() {
+        let model = s.chat_model(key, json!({})).await;
+        let agent = s.agent(&s.admin, json!({ "name": key, "chatModelId": model })).await;
+        let conversation = format!("m-{i}");
+        let before = s.models.requests().len();
+        let events = s
+            .chat(&s.admin, agent, say(&conversation, "one two three four five six seven"))
+            .await
+            .events();
+        let last = events.last().unwrap();
+        assert_eq!(last["type"], "error", "{key}: {last}");
+        assert!(last["message"].as_str().unwrap().contains(reason), "{key}: {last}");
+        let stored = messages(&s, &s.admin, agent, &conversation).await;
+        assert_eq!(stored[1]["status"], 2, "{key}: stored as failed");
+        let calls = s.models.requests().len() - before;
+        assert_eq!(calls, 1, "{key}: one model call, no more rounds");
+    }
+    let flooded: i32 = sqlx::query_scalar("SELECT max(length(content)) FROM messages")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert!(
+        (shared::agents::chat::MAX_ANSWER_BYTES..shared::agents::chat::MAX_ANSWER_BYTES + 64 * 1024 + 1)
+            .contains(&(flooded as usize)),
+        "the answer kept is cut at the limit: {flooded}"
+    );
+}
+
+/// An answer that cannot be stored is not reported done, and the turn's usage is still kept.
+#[tokio::test]
+async fn an_answer_that_cannot_be_stored_ends_with_an_error_and_keeps_its_usage() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "Echo", "chatModelId": model })).await;
+    for ddl in [
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$",
+        "CREATE TRIGGER refuse BEFORE UPDATE ON messages FOR EACH ROW EXECUTE FUNCTION refuse()",
+    ] {
+        sqlx::query(ddl).execute(&s.app.db).await.unwrap();
+    }
+    let events = s.chat(&s.admin, agent, say("s-1", "hello")).await.events();
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last["type"].as_str(), last["message"].as_str()),
+        (Some("error"), Some("the answer could not be stored; try again"))
+    );
+    assert!(!kinds(&events).contains(&"done".to_owned()));
+    let mut usage = 0;
+    for _ in 0..50 {
+        usage = s.app.count("model_usage").await;
+        if usage > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(usage, 1, "the model call's usage is stored on its own");
+}
+
 #[tokio::test]
 async fn a_client_disconnect_stops_the_upstream_and_keeps_the_partial_answer() {
     let s = ChatSetup::new().await;

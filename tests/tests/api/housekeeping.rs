@@ -1,6 +1,7 @@
 //! The daily clean-up removes what has expired, and only that: upload previews with their
 //! files, refresh tokens of logins that are wholly expired, stale login counters, nodes long
-//! offline and uncollected kicks. (Memory expiry has its own test in `memory`.)
+//! offline, uncollected kicks and answers whose turn ended without storing them. (Memory
+//! expiry has its own test in `memory`.)
 
 use api_tests::{KbSetup, Store};
 use serde_json::json;
@@ -113,6 +114,34 @@ async fn housekeeping_removes_only_what_has_expired() {
     )
     .await;
 
+    // Answers still generating: one whose turn began two days ago (its process ended), one
+    // of a turn under way.
+    let agent: i64 = sqlx::query_scalar("INSERT INTO agents (name, creator_id) VALUES ('helper', $1) RETURNING id")
+        .bind(admin_id)
+        .fetch_one(db)
+        .await
+        .unwrap();
+    let conversation: i64 = sqlx::query_scalar(
+        "INSERT INTO conversations (conversation_key, agent_id, user_id) VALUES ('c', $1, $2) RETURNING id",
+    )
+    .bind(agent)
+    .bind(admin_id)
+    .fetch_one(db)
+    .await
+    .unwrap();
+    for (content, at) in [("stuck", "now() - interval '2 days'"), ("live", "now()")] {
+        sqlx::query(&format!(
+            "INSERT INTO messages (conversation_id, agent_id, role, status, content, create_dt)
+             VALUES ($1, $2, 'assistant', 0, $3, {at})"
+        ))
+        .bind(conversation)
+        .bind(agent)
+        .bind(content)
+        .execute(db)
+        .await
+        .unwrap();
+    }
+
     let swept = shared::housekeeping::run(&app.state).await.unwrap();
     assert_eq!(
         swept,
@@ -123,7 +152,12 @@ async fn housekeeping_removes_only_what_has_expired() {
             client_nodes: 1,
             node_kicks: 1,
             archived_memories: 0,
+            abandoned_answers: 1,
         }
+    );
+    assert_eq!(
+        strings(db, "SELECT content || ':' || status FROM messages ORDER BY id").await,
+        ["stuck:2", "live:0"]
     );
 
     assert_eq!(

@@ -25,6 +25,11 @@ use crate::AppState;
 /// Model calls in one turn; the last one is offered no tools, so the turn always ends.
 pub const MAX_STEPS: usize = 8;
 
+/// The most an answer (text and reasoning together) may hold. The model is sent `max_tokens`,
+/// but nothing makes an endpoint keep to it, and the answer is kept whole to be stored: one
+/// that streamed without end would grow until the process ran out of memory.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
 pub(super) struct Turn {
     /// The request's span, taken into the parts of the turn that open spans, log or call out,
     /// not into the relay of tokens: the turn's task is polled at every token.
@@ -78,6 +83,18 @@ struct Answer {
     usage: TokenUsage,
 }
 
+impl Answer {
+    fn check_size(&self) -> Result<(), Outcome> {
+        if self.text.len() + self.thinking.len() > MAX_ANSWER_BYTES {
+            return Err(Outcome::failed(format!(
+                "the model's answer passed {} MiB and was cut off there",
+                MAX_ANSWER_BYTES >> 20
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The stream's sending side; a failed send means the client is gone.
 struct Out {
     tx: Sender<StreamEvent>,
@@ -114,14 +131,26 @@ impl Turn {
         // The turn's large parts are boxed where they are awaited: inline, the turn's future
         // was 57 KB (the model call, every tool, memory and knowledge, the title's own model
         // call), copied whole whenever it moved, and every turn paid for the largest path.
-        let outcome = match Box::pin(self.converse(&out, &mut answer, hold, history)).await {
-            Ok(()) => Outcome::Complete,
-            Err(o) => o,
+        let limit = self.state.config().chat_turn_timeout;
+        let conversed = tokio::time::timeout(limit, Box::pin(self.converse(&out, &mut answer, hold, history))).await;
+        let outcome = match conversed {
+            Ok(Ok(())) => Outcome::Complete,
+            Ok(Err(o)) => o,
+            Err(_) => Outcome::failed(format!(
+                "the turn passed its time limit of {} s and was stopped",
+                limit.as_secs()
+            )),
         };
         let duration_ms = started.elapsed().as_millis() as u64;
-        self.store(&answer, &outcome, duration_ms)
+        let stored = self
+            .store(&answer, &outcome, duration_ms)
             .instrument(self.span.clone())
             .await;
+        // An answer the conversation does not keep is not reported complete.
+        let outcome = match (outcome, stored) {
+            (Outcome::Complete, false) => Outcome::failed("the answer could not be stored; try again".to_owned()),
+            (outcome, _) => outcome,
+        };
         match &outcome {
             Outcome::Complete => {
                 let _ = out
@@ -187,15 +216,26 @@ impl Turn {
         let mut messages = prompt::messages(system, history, &self.content, images);
 
         for step in 0..MAX_STEPS {
-            let offer_tools = step + 1 < MAX_STEPS;
+            let tools = match step + 1 < MAX_STEPS {
+                true => toolbox.specs().to_vec(),
+                false => vec![],
+            };
+            let offered = !tools.is_empty();
             let req = ChatRequest {
                 messages: messages.clone(),
-                tools: if offer_tools { toolbox.specs().to_vec() } else { vec![] },
+                tools,
                 ..Default::default()
             };
             let calls = self.model_step(out, &req, answer, hold.take()).await?;
             if calls.is_empty() {
                 return Ok(());
+            }
+            // Running them would give a model (or an endpoint) that ignores the offer more
+            // rounds than MAX_STEPS, and end the turn with no answer stored as complete.
+            if !offered {
+                return Err(Outcome::failed(
+                    "the model asked for tools it was not offered; the turn was stopped".to_owned(),
+                ));
             }
             messages.push(ChatMessage::assistant_tool_calls(&calls));
             for call in calls {
@@ -240,10 +280,12 @@ impl Turn {
                 None => return Ok(calls),
                 Some(Ok(ChatEvent::Reasoning(t))) => {
                     answer.thinking.push_str(&t);
+                    answer.check_size()?;
                     out.send(StreamEvent::Thinking { content: t }).await?;
                 }
                 Some(Ok(ChatEvent::Text(t))) => {
                     answer.text.push_str(&t);
+                    answer.check_size()?;
                     out.send(StreamEvent::Text { content: t }).await?;
                 }
                 Some(Ok(ChatEvent::ToolCalls(c))) => calls.extend(c),
@@ -318,7 +360,10 @@ impl Turn {
         Outcome::Failed { told, kept }
     }
 
-    async fn store(&self, answer: &Answer, outcome: &Outcome, duration_ms: u64) {
+    /// Whether the answer was stored. The statement is tried twice (a connection the database
+    /// closed fails its first one); when it fails, the usage records go back to be stored on
+    /// their own, and the message is left to housekeeping, which marks it failed.
+    async fn store(&self, answer: &Answer, outcome: &Outcome, duration_ms: u64) -> bool {
         let (status, error) = match outcome {
             Outcome::Complete => (1, None),
             Outcome::Failed { kept, .. } => (2, Some(kept.as_str())),
@@ -336,8 +381,18 @@ impl Turn {
             duration_ms: duration_ms as i64,
         };
         let usage = self.usage.take();
-        if let Err(e) = repo::finish_assistant_message(self.state.db(), self.assistant_id, &finished, &usage).await {
-            tracing::error!(message_id = self.assistant_id, error = %e, "storing the assistant's message failed");
+        let finish = || repo::finish_assistant_message(self.state.db(), self.assistant_id, &finished, &usage);
+        let mut stored = finish().await;
+        if stored.is_err() {
+            stored = finish().await;
+        }
+        match stored {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(message_id = self.assistant_id, error = %e, "storing the assistant's message failed");
+                self.usage.give_back(usage);
+                false
+            }
         }
     }
 }

@@ -308,6 +308,7 @@ impl ModelClient {
             finished: false,
             done: false,
             idle: ep.timeout(),
+            received: 0,
         };
         // Boxed: `unfold` moves its state into a new future at every item, one pointer then.
         Ok(Box::pin(futures::stream::unfold(
@@ -375,6 +376,12 @@ impl ToolCallParts {
     }
 }
 
+/// The most one streamed answer may send, chunks' JSON included. Its text, reasoning and tool
+/// calls are gathered by whoever reads it, and `max_tokens` binds only an endpoint that keeps
+/// to it: one that streamed without end would otherwise grow them until the process ran out of
+/// memory. Far above any answer a model's context allows.
+pub const MAX_STREAM_BYTES: usize = 32 << 20;
+
 struct StreamState {
     body: ByteStream,
     decoder: SseDecoder,
@@ -385,6 +392,8 @@ struct StreamState {
     /// Nothing more will be emitted.
     done: bool,
     idle: Duration,
+    /// Bytes of event data so far.
+    received: usize,
 }
 
 impl StreamState {
@@ -440,6 +449,13 @@ impl StreamState {
             self.done = true;
             return;
         }
+        self.received += data.len();
+        if self.received > MAX_STREAM_BYTES {
+            return self.fail(ModelError::Protocol(format!(
+                "the answer passed {} MiB and was cut off there",
+                MAX_STREAM_BYTES >> 20
+            )));
+        }
         let Some(chunk) = Chunk::parse(data) else {
             return self.fail(ModelError::Protocol(format!(
                 "a stream chunk is not JSON: {}",
@@ -488,5 +504,46 @@ impl StreamState {
         if let Some(calls) = self.tools.take() {
             self.pending.push_back(Ok(calls));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An endpoint that streams text without end (and never finishes) is cut off at
+    /// MAX_STREAM_BYTES with an error, after about that much data and no more.
+    #[tokio::test]
+    async fn an_endless_answer_is_cut_off_at_the_limit() {
+        let chunk = format!(
+            "data: {}\n\n",
+            serde_json::json!({ "choices": [{ "index": 0, "delta": { "content": "x".repeat(64 * 1024) } }] })
+        );
+        let body = futures::stream::repeat_with(move || Ok(Bytes::from(chunk.clone())));
+        let mut state = StreamState {
+            body: Box::pin(body),
+            decoder: SseDecoder::default(),
+            pending: VecDeque::new(),
+            tools: ToolCallParts::default(),
+            finished: false,
+            done: false,
+            idle: Duration::from_secs(5),
+            received: 0,
+        };
+        let mut text = 0;
+        let failure = loop {
+            match state.next_event().await {
+                Some(Ok(ChatEvent::Text(t))) => text += t.len(),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => break e,
+                None => panic!("the stream ended without the error"),
+            }
+        };
+        assert!(failure.to_string().contains("passed 32 MiB"), "{failure}");
+        assert!(
+            (MAX_STREAM_BYTES - 64 * 1024..=MAX_STREAM_BYTES).contains(&text),
+            "{text}"
+        );
+        assert!(state.next_event().await.is_none(), "nothing after the error");
     }
 }

@@ -195,6 +195,29 @@ pub struct UploadRequest {
     pub biz_id: Option<i64>,
 }
 
+/// Asks for a presigned PUT of a chat image, for one a JSON body cannot carry.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageUploadUrlRequest {
+    /// Size in bytes of the image that will be sent (at most 10 MB).
+    pub file_size: Option<i64>,
+    /// image/jpeg, image/png or image/webp: sent as the PUT's Content-Type.
+    pub content_type: Option<String>,
+}
+
+/// Registers an image sent to a presigned URL as the external user's.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompleteImageUploadRequest {
+    pub open_id: Option<String>,
+    /// The `storageKey` of the upload URL's answer.
+    pub storage_key: Option<String>,
+    pub original_name: Option<String>,
+    /// Default ATTACHMENT.
+    pub biz_type: Option<String>,
+    pub biz_id: Option<i64>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UploadedImage {

@@ -1,15 +1,21 @@
-//! Chat images uploaded as base64 JSON: JPG, PNG or WEBP, at most 10 MB, the declared size
-//! must match the decoded bytes. Stored as a resource of the app's creator and marked as the
-//! uploading external user's, so only that user can attach it.
+//! Chat images of external users: JPG, PNG or WEBP, at most 10 MB. Sent as base64 JSON
+//! (`upload`, the declared size must match the decoded bytes) or, when a JSON body cannot
+//! carry them, PUT to a presigned URL (`upload_url`, then `complete_upload`): API Gateway
+//! caps a Lambda request near 6 MB, and base64 makes 10 MB of image 13.4 MB of JSON. Stored
+//! as a resource of the app's creator and marked as the uploading external user's, so only
+//! that user can attach it.
 
 use base64::Engine as _;
 
-use super::model::{UploadRequest, UploadedImage};
+use super::model::{CompleteImageUploadRequest, ImageUploadUrlRequest, UploadRequest, UploadedImage};
 use super::{repo, users};
 use crate::agents::chat::attachments::MAX_IMAGE_BYTES;
 use crate::domain::AppCaller;
+use crate::resources::model::UploadUrlResult;
 use crate::resources::repo::{self as resource_repo, NewResource};
-use crate::resources::service::{clean_file_name, sniff_mime};
+use crate::resources::service::{
+    already_registered, clean_file_name, is_issued_key, sniff_mime, sniff_stored, PRESIGN_TTL,
+};
 use crate::{time, validate, AppError, AppResult, AppState};
 
 /// Base64 of the largest image plus the JSON around it.
@@ -27,14 +33,37 @@ fn decode(content: &str) -> AppResult<Vec<u8>> {
         .map_err(|_| AppError::validation("content must be base64 of the image bytes"))
 }
 
+/// Where an app's external users' images are stored; a key outside it was not issued to it.
+fn key_prefix(app: &AppCaller) -> String {
+    format!("resources/external/{}/", app.id)
+}
+
+/// The file extension of an accepted image type, or the refusal naming `field`.
+fn image_extension(field: &str, mime: &str) -> AppResult<&'static str> {
+    IMAGE_TYPES
+        .iter()
+        .find(|(m, _)| *m == mime)
+        .map(|(_, ext)| *ext)
+        .ok_or_else(|| {
+            AppError::validation(format!(
+                "{field}: only JPG, PNG and WEBP images are accepted (this file is {mime})"
+            ))
+        })
+}
+
+fn biz_type(value: Option<String>) -> AppResult<String> {
+    let biz_type = validate::optional(value).unwrap_or_else(|| "ATTACHMENT".to_owned());
+    validate::length("bizType", &biz_type, 1, 64)?;
+    Ok(biz_type)
+}
+
 pub async fn upload(state: &AppState, app: &AppCaller, req: UploadRequest) -> AppResult<UploadedImage> {
     let open_id = users::check_open_id(req.open_id)?;
     let name = clean_file_name(&validate::required("originalName", req.original_name)?);
     let declared = validate::present("fileSize", req.file_size)?;
     validate::range("fileSize", declared, 1, MAX_IMAGE_BYTES)?;
     let content = validate::required("content", req.content)?;
-    let biz_type = validate::optional(req.biz_type).unwrap_or_else(|| "ATTACHMENT".to_owned());
-    validate::length("bizType", &biz_type, 1, 64)?;
+    let biz_type = biz_type(req.biz_type)?;
     let bytes = decode(&content)?;
     if bytes.len() as i64 != declared {
         return Err(AppError::validation(format!(
@@ -43,78 +72,145 @@ pub async fn upload(state: &AppState, app: &AppCaller, req: UploadRequest) -> Ap
         )));
     }
     let mime = sniff_mime(&bytes, &name);
-    let Some((_, ext)) = IMAGE_TYPES.iter().find(|(m, _)| *m == mime) else {
-        return Err(AppError::validation(format!(
-            "content: only JPG, PNG and WEBP images are accepted (this file is {mime})"
-        )));
-    };
-    let (user, created) = users::ensure(state, app, &open_id).await?;
+    let ext = image_extension("content", &mime)?;
+    let key = format!("{}{}.{ext}", key_prefix(app), uuid::Uuid::new_v4());
+    let hash = crate::crypto::content_hash(&bytes);
+    state.storage().put(&key, bytes.into(), &mime).await?;
     let image = Image {
+        key: &key,
         name: &name,
         size: declared,
+        mime: &mime,
+        hash: Some(&hash),
         biz_type: &biz_type,
         biz_id: req.biz_id,
-        bytes,
-        mime: &mime,
-        ext,
     };
-    let stored = store(state, app, user, image).await;
-    // A user this request created is gone again when it fails: a failed upload leaves nothing.
-    if stored.is_err() && created {
-        users::remove_created(state, app, &open_id, user).await?;
-    }
-    stored
+    register(state, app, &open_id, image).await
 }
 
-/// A checked upload.
+/// A presigned PUT for an image, registered afterwards by `complete_upload`. The URL writes
+/// once and expires after 15 minutes; the image's type is checked from its bytes on completion.
+pub async fn upload_url(state: &AppState, app: &AppCaller, req: ImageUploadUrlRequest) -> AppResult<UploadUrlResult> {
+    let size = validate::present("fileSize", req.file_size)?;
+    validate::range("fileSize", size, 1, MAX_IMAGE_BYTES)?;
+    let content_type = validate::required("contentType", req.content_type)?.to_ascii_lowercase();
+    let ext = image_extension("contentType", &content_type)?;
+    let key = format!("{}{}.{ext}", key_prefix(app), uuid::Uuid::new_v4());
+    let presigned = state.storage().presign_put(&key, &content_type, PRESIGN_TTL).await?;
+    Ok(UploadUrlResult {
+        upload_url: presigned.url,
+        method: "PUT".to_owned(),
+        headers: presigned.headers.into_iter().collect(),
+        storage_key: key,
+        expires_at: time::datetime(chrono::Utc::now() + PRESIGN_TTL),
+    })
+}
+
+/// Registers an image PUT to a URL of `upload_url` as the external user's. A file that is not
+/// an accepted image, or too large, is refused and removed.
+pub async fn complete_upload(
+    state: &AppState,
+    app: &AppCaller,
+    req: CompleteImageUploadRequest,
+) -> AppResult<UploadedImage> {
+    let open_id = users::check_open_id(req.open_id)?;
+    let key = validate::required("storageKey", req.storage_key)?;
+    if !is_issued_key(&key, &key_prefix(app)) {
+        return Err(AppError::Forbidden("storageKey was not issued to this app".into()));
+    }
+    // Before anything touches the object: a retried completion must not remove the file its
+    // first completion registered.
+    if resource_repo::is_registered(state.db(), &key).await? {
+        return Err(already_registered());
+    }
+    let name = clean_file_name(&validate::required("originalName", req.original_name)?);
+    let biz_type = biz_type(req.biz_type)?;
+    let size = state.storage().head(&key).await?.ok_or_else(|| {
+        AppError::validation("storageKey: nothing was uploaded there yet; PUT the file to uploadUrl first")
+    })?;
+    if size > MAX_IMAGE_BYTES as u64 {
+        state.storage().delete(&key).await?;
+        return Err(AppError::PayloadTooLarge(format!(
+            "the uploaded image exceeds the limit of {MAX_IMAGE_BYTES} bytes"
+        )));
+    }
+    let mime = sniff_stored(state, &key, &name, size).await?;
+    if let Err(refused) = image_extension("storageKey", &mime) {
+        state.storage().delete(&key).await?;
+        return Err(refused);
+    }
+    state.storage().keep(&key).await?;
+    let image = Image {
+        key: &key,
+        name: &name,
+        size: size as i64,
+        mime: &mime,
+        hash: None,
+        biz_type: &biz_type,
+        biz_id: req.biz_id,
+    };
+    register(state, app, &open_id, image).await
+}
+
+/// A stored image, checked.
 struct Image<'a> {
+    key: &'a str,
     name: &'a str,
     size: i64,
+    mime: &'a str,
+    hash: Option<&'a str>,
     biz_type: &'a str,
     biz_id: Option<i64>,
-    bytes: Vec<u8>,
-    mime: &'a str,
-    ext: &'a str,
 }
 
-/// Puts the image and registers it as the external user's resource; an object whose row
-/// could not be written is deleted again.
-async fn store(state: &AppState, app: &AppCaller, user: i64, image: Image<'_>) -> AppResult<UploadedImage> {
-    let key = format!("resources/external/{}/{}.{}", app.id, uuid::Uuid::new_v4(), image.ext);
-    let hash = crate::crypto::content_hash(&image.bytes);
-    state.storage().put(&key, image.bytes.into(), image.mime).await?;
+/// Registers a stored image as the external user's resource, creating the user on first
+/// contact. A failure leaves nothing: the object is deleted and a user this request created
+/// removed, except that a key registered meanwhile (two completions at once) keeps its file.
+async fn register(state: &AppState, app: &AppCaller, open_id: &str, image: Image<'_>) -> AppResult<UploadedImage> {
     let new = NewResource {
-        storage_key: &key,
+        storage_key: image.key,
         original_name: image.name,
         file_size: image.size,
         mime_type: image.mime,
         storage_type: state.storage().kind().as_str(),
         biz_type: Some(image.biz_type),
         biz_id: image.biz_id,
-        content_hash: Some(&hash),
+        content_hash: image.hash,
         creator_id: app.creator_id,
     };
+    let mut created = None;
     let stored = async {
+        let (user, is_new) = users::ensure(state, app, open_id).await?;
+        if is_new {
+            created = Some(user);
+        }
         let mut tx = state.db().begin().await?;
         let row = resource_repo::insert(&mut *tx, &new).await?;
         repo::own_resource(&mut *tx, row.id, user).await?;
         tx.commit().await?;
-        Ok::<_, sqlx::Error>(row)
+        Ok::<_, AppError>(row)
     }
     .await;
-    match stored {
-        Ok(row) => Ok(UploadedImage {
-            resource_id: row.id,
-            original_name: row.original_name,
-            file_size: row.file_size,
-            mime_type: row.mime_type,
-            create_dt: time::datetime(row.create_dt),
-        }),
-        Err(err) => {
-            if let Err(cleanup) = state.storage().delete(&key).await {
-                tracing::error!(key, error = %cleanup, "orphaned object after a failed insert");
-            }
-            Err(err.into())
+    let err = match stored {
+        Ok(row) => {
+            return Ok(UploadedImage {
+                resource_id: row.id,
+                original_name: row.original_name,
+                file_size: row.file_size,
+                mime_type: row.mime_type,
+                create_dt: time::datetime(row.create_dt),
+            })
         }
+        Err(err) => err,
+    };
+    if let Some(user) = created {
+        users::remove_created(state, app, open_id, user).await?;
     }
+    if resource_repo::is_registered(state.db(), image.key).await? {
+        return Err(already_registered());
+    }
+    if let Err(cleanup) = state.storage().delete(image.key).await {
+        tracing::error!(key = image.key, error = %cleanup, "orphaned object after a failed insert");
+    }
+    Err(err)
 }

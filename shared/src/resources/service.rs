@@ -11,7 +11,8 @@ use crate::domain::{CurrentUser, DatetimeRange, Page, PageQuery, StoredFile, Upl
 use crate::storage::{read_all, ByteRange, StorageError};
 use crate::{validate, AppError, AppResult, AppState};
 
-const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
+/// How long a presigned upload URL may be used.
+pub(crate) const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
 const SNIFF_BYTES: u64 = 8192;
 
 /// Keeps the last path segment, drops control characters, caps the length.
@@ -66,6 +67,18 @@ fn new_key(user_id: i64, file_name: &str) -> String {
     format!("resources/{user_id}/{}{ext}", uuid::Uuid::new_v4())
 }
 
+/// Whether `key` has the exact shape of a key issued under `prefix`: a UUID and an optional
+/// lowercase extension, as `new_key` makes them. Other spellings of the same object (`a//b`,
+/// `a/./b`, a trailing `/`) would register one file twice on the filesystem store.
+pub(crate) fn is_issued_key(key: &str, prefix: &str) -> bool {
+    let Some(name) = key.strip_prefix(prefix) else {
+        return false;
+    };
+    let (id, ext) = name.split_once('.').unwrap_or((name, ""));
+    let ext_ok = ext.len() <= 10 && ext.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    id.len() == 36 && uuid::Uuid::try_parse(id).is_ok() && ext_ok && !(name.contains('.') && ext.is_empty())
+}
+
 fn biz_type(value: Option<String>) -> AppResult<Option<String>> {
     let value = validate::optional(value);
     if let Some(v) = &value {
@@ -117,7 +130,7 @@ pub async fn upload(
     insert_or_discard(state, &new).await
 }
 
-fn already_registered() -> AppError {
+pub(crate) fn already_registered() -> AppError {
     AppError::business("storageKey is already registered")
 }
 
@@ -177,6 +190,14 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     let row = repo::find_readable(&mut *tx, id, reader(user), true)
         .await?
         .ok_or_else(|| AppError::not_found("resource"))?;
+    // A pending upload's file goes with its preview (cancelled, committed or expired): deleted
+    // here, the commit would make a document whose file is gone.
+    if row.biz_type.as_deref() == Some(KB_PREVIEW_BIZ_TYPE) {
+        return Err(AppError::business(
+            "this file belongs to a pending knowledge-base upload; cancel the upload instead \
+             (DELETE /document/upload/preview/{previewToken})",
+        ));
+    }
     repo::delete(&mut *tx, id).await?;
     state.storage().delete(&row.storage_key).await?;
     tx.commit().await?;
@@ -216,7 +237,7 @@ pub async fn complete_upload(
     req: CompleteUploadRequest,
 ) -> AppResult<ResourceView> {
     let key = validate::required("storageKey", req.storage_key)?;
-    if !key.starts_with(&format!("resources/{}/", user.id)) || key.contains("..") {
+    if !is_issued_key(&key, &format!("resources/{}/", user.id)) {
         return Err(AppError::Forbidden("storageKey was not issued to you".into()));
     }
     // Before anything touches the object: a retried completion must not delete, re-stage or
@@ -236,20 +257,7 @@ pub async fn complete_upload(
             "uploaded file exceeds the limit of {max} bytes"
         )));
     }
-    let head = if size == 0 {
-        Bytes::new()
-    } else {
-        read_all(
-            state.storage(),
-            &key,
-            Some(ByteRange {
-                start: 0,
-                end: size.min(SNIFF_BYTES) - 1,
-            }),
-        )
-        .await?
-    };
-    let mime = sniff_mime(&head, &name);
+    let mime = sniff_stored(state, &key, &name, size).await?;
     // Refused before it is kept: the staged object expires with the other abandoned uploads.
     check_image_claim("originalName", &name, &mime)?;
     state.storage().keep(&key).await?;
@@ -265,6 +273,24 @@ pub async fn complete_upload(
         creator_id: user.id,
     };
     insert_or_discard(state, &new).await
+}
+
+/// The MIME type of a stored object of `size` bytes, from its first bytes (as `sniff_mime`).
+pub(crate) async fn sniff_stored(state: &AppState, key: &str, name: &str, size: u64) -> AppResult<String> {
+    let head = if size == 0 {
+        Bytes::new()
+    } else {
+        read_all(
+            state.storage(),
+            key,
+            Some(ByteRange {
+                start: 0,
+                end: size.min(SNIFF_BYTES) - 1,
+            }),
+        )
+        .await?
+    };
+    Ok(sniff_mime(&head, name))
 }
 
 /// Receives the bytes of a presigned PUT when objects live on the local filesystem, written
@@ -299,6 +325,26 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_keys_of_the_issued_shape_are_taken() {
+        let id = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        for key in [format!("resources/5/{id}"), format!("resources/5/{id}.png")] {
+            assert!(is_issued_key(&key, "resources/5/"), "{key}");
+        }
+        for key in [
+            format!("resources/5//{id}.png"),
+            format!("resources/5/./{id}.png"),
+            format!("resources/5/{id}.png/"),
+            format!("resources/5/{id}."),
+            format!("resources/5/{id}.PNG"),
+            format!("resources/6/{id}.png"),
+            format!("resources/5/x/../{id}.png"),
+            "resources/5/not-a-uuid.png".to_owned(),
+        ] {
+            assert!(!is_issued_key(&key, "resources/5/"), "{key}");
+        }
+    }
 
     #[test]
     fn names_are_cleaned() {

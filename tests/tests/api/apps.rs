@@ -377,6 +377,8 @@ async fn openapi_documents_the_app_and_external_routes() {
         ("/api/openapi/v1/agent/conversations", "delete"),
         ("/api/openapi/v1/agent/conversations/messages", "get"),
         ("/api/openapi/v1/resource/upload", "post"),
+        ("/api/openapi/v1/resource/upload-url", "post"),
+        ("/api/openapi/v1/resource/upload/complete", "post"),
         ("/api/openapi/v1/agent/chat", "post"),
         ("/api/openapi/v1/agent/chat/sync", "post"),
         ("/api/openapi/v1/embed-token", "get"),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use api_tests::apps::Creds;
 use api_tests::browser::Browser;
 use api_tests::chat::{joined, kinds, ndjson, ChatSetup};
-use api_tests::{Reply, TestApp, PNG};
+use api_tests::{Reply, Store, TestApp, PNG};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
@@ -22,7 +22,11 @@ struct Ext {
 
 impl Ext {
     async fn new() -> Self {
-        let s = ChatSetup::new().await;
+        Self::with(Store::Filesystem).await
+    }
+
+    async fn with(store: Store) -> Self {
+        let s = ChatSetup::with(store, &[]).await;
         let model = s.chat_model("chat-echo", json!({})).await;
         let crm = s.app.create_app(&s.admin, "crm").await;
         let erp = s.app.create_app(&s.admin, "erp").await;
@@ -698,6 +702,107 @@ async fn images_upload_as_base64_and_only_their_uploader_may_attach_them() {
         .unwrap_err()
         .assert_error(400, 0, "does not accept images");
     assert_eq!(e.app().count("messages").await, 0);
+}
+
+/// Images a request body on Lambda cannot carry go through a presigned PUT: asked for, sent,
+/// then registered as the external user's, checked from their bytes like a base64 upload.
+async fn presigned_image_upload(store: Store) {
+    let e = Ext::with(store).await;
+    let app = e.app();
+    let ask = |content_type: &str| json!({ "fileSize": PNG.len(), "contentType": content_type });
+    let presigned = app.ext_post(&e.crm, "/resource/upload-url", &ask("image/png")).await;
+    let presigned = presigned.assert_ok().clone();
+    let put = |presigned: &Value, body: &'static [u8]| {
+        let url = presigned["uploadUrl"].as_str().unwrap();
+        let url = match url.starts_with('/') {
+            true => format!("{}{url}", app.origin),
+            false => url.to_owned(),
+        };
+        let mut put = app.client.put(url).body(body);
+        for (name, value) in presigned["headers"].as_object().expect("headers") {
+            put = put.header(name, value.as_str().expect("header value"));
+        }
+        put.send()
+    };
+    let complete = |presigned: &Value, who: &str| json!({ "openId": who, "storageKey": presigned["storageKey"], "originalName": "big.png" });
+    let before = e.written().await;
+    app.ext_post(&e.crm, "/resource/upload/complete", &complete(&presigned, "ann"))
+        .await
+        .assert_error(400, 0, "storageKey: nothing was uploaded there yet");
+    assert_eq!(e.written().await, before, "no user or row before the image is sent");
+    assert!(put(&presigned, PNG).await.unwrap().status().is_success());
+    app.ext_post(&e.erp, "/resource/upload/complete", &complete(&presigned, "ann"))
+        .await
+        .assert_error(403, 403, "storageKey was not issued to this app");
+    let done = app
+        .ext_post(&e.crm, "/resource/upload/complete", &complete(&presigned, "ann"))
+        .await;
+    let done = done.assert_ok().clone();
+    assert_eq!(
+        (done["mimeType"].as_str(), done["fileSize"].as_u64()),
+        (Some("image/png"), Some(PNG.len() as u64))
+    );
+    app.ext_post(&e.crm, "/resource/upload/complete", &complete(&presigned, "ann"))
+        .await
+        .assert_error(400, 0, "already registered");
+    // Only its uploader may attach it (the model then refuses images at all).
+    let id = done["resourceId"].as_i64().unwrap();
+    let with_image = |who: &str| {
+        json!({ "agentId": e.open_agent, "openId": who, "conversationId": "c", "content": "see",
+                "attachments": [{ "type": "IMAGE", "resourceId": id }] })
+    };
+    e.chat(&e.crm, with_image("bob"))
+        .await
+        .unwrap_err()
+        .assert_error(400, 0, "does not exist");
+    e.chat(&e.crm, with_image("ann"))
+        .await
+        .unwrap_err()
+        .assert_error(400, 0, "does not accept images");
+
+    // Bytes that are not an image are refused on completion and removed; nothing is written.
+    let before = e.written().await;
+    let files_before = app.snapshot().await.files;
+    let gif = app.ext_post(&e.crm, "/resource/upload-url", &ask("image/png")).await;
+    let gif = gif.assert_ok().clone();
+    assert!(put(&gif, GIF).await.unwrap().status().is_success());
+    app.ext_post(&e.crm, "/resource/upload/complete", &complete(&gif, "cy"))
+        .await
+        .assert_error(400, 0, "storageKey: only JPG, PNG and WEBP images are accepted");
+    assert_eq!(e.written().await, before);
+    assert_eq!(app.snapshot().await.files, files_before);
+    let key = gif["storageKey"].as_str().unwrap();
+    assert!(
+        app.state.storage().head(key).await.unwrap().is_none(),
+        "the refused file is removed"
+    );
+
+    for (body, needle) in [
+        (
+            ask("image/gif"),
+            "contentType: only JPG, PNG and WEBP images are accepted",
+        ),
+        (json!({ "contentType": "image/png" }), "fileSize is required"),
+        (
+            json!({ "fileSize": 10 * 1024 * 1024 + 1, "contentType": "image/png" }),
+            "fileSize must be between 1 and 10485760",
+        ),
+        (json!({ "fileSize": 5 }), "contentType is required"),
+    ] {
+        app.ext_post(&e.crm, "/resource/upload-url", &body)
+            .await
+            .assert_error(400, 0, needle);
+    }
+}
+
+#[tokio::test]
+async fn images_go_through_a_presigned_put_on_the_filesystem() {
+    presigned_image_upload(Store::Filesystem).await;
+}
+
+#[tokio::test]
+async fn images_go_through_a_presigned_put_on_s3() {
+    presigned_image_upload(Store::S3).await;
 }
 
 async fn embed_token(e: &Ext, open_id: &str) -> String {

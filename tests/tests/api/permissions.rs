@@ -212,6 +212,8 @@ const ROUTES: &[(&str, &str, Class)] = &[
     ("DELETE", "/openapi/v1/agent/conversations", App),
     ("GET", "/openapi/v1/agent/conversations/messages", App),
     ("POST", "/openapi/v1/resource/upload", App),
+    ("POST", "/openapi/v1/resource/upload-url", App),
+    ("POST", "/openapi/v1/resource/upload/complete", App),
     ("GET", "/openapi/v1/embed-token", App),
     ("POST", "/openapi/v1/embed-token", App),
     ("POST", "/openapi/v1/node/heartbeat", App),

@@ -3,7 +3,7 @@
 //! entries, and zip bombs (too many entries, too much unpacked data, a suspicious compression
 //! ratio, or an entry whose real size differs from its header) before anything is stored.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Cursor, Read, Write};
 
 use serde::Serialize;
@@ -104,7 +104,7 @@ impl Package {
                 )));
             }
             let clean = path::clean(&raw).map_err(|e| refused(format!("entry path {raw:?} {e}")))?;
-            if clean == "__MACOSX" || clean.starts_with("__MACOSX/") {
+            if path::is_macos_metadata(&clean) {
                 continue;
             }
             if entry.is_dir() {
@@ -215,8 +215,20 @@ impl Package {
         })
     }
 
-    /// Packs the files (and empty directories) into a zip.
-    pub fn to_zip(&self) -> anyhow::Result<Vec<u8>> {
+    /// Packs the files (and empty directories) into a zip that opens again under `limits`: a
+    /// file that deflates past the ratio an upload may have (a long run of one character,
+    /// written online) is stored uncompressed instead.
+    pub fn to_zip(&self, limits: &SkillLimits) -> anyhow::Result<Vec<u8>> {
+        let packed = self.pack(&BTreeSet::new())?;
+        let dense = dense_entries(&packed, limits)?;
+        if dense.is_empty() {
+            return Ok(packed);
+        }
+        self.pack(&dense)
+    }
+
+    /// The zip, with the files in `stored` not compressed.
+    fn pack(&self, stored: &BTreeSet<String>) -> anyhow::Result<Vec<u8>> {
         let mut writer = ZipWriter::new(Cursor::new(Vec::new()));
         let options = SimpleFileOptions::default()
             .compression_method(CompressionMethod::Deflated)
@@ -224,7 +236,11 @@ impl Package {
         for (at, node) in &self.entries {
             match node {
                 Node::File(data) => {
-                    writer.start_file(at.as_str(), options)?;
+                    let method = match stored.contains(at) {
+                        true => CompressionMethod::Stored,
+                        false => CompressionMethod::Deflated,
+                    };
+                    writer.start_file(at.as_str(), options.compression_method(method))?;
                     writer.write_all(data)?;
                 }
                 Node::Dir if self.is_empty_dir(at) => {
@@ -342,17 +358,34 @@ impl Package {
                 "newPath {to:?} is inside oldPath {from:?}; a directory cannot move into itself"
             )));
         }
+        let mut moved = Vec::new();
+        for (k, v) in self.entries.iter().filter(|(k, _)| path::is_within(k, from)) {
+            // What lies below moves deeper with it: each new path must still be one a package
+            // may hold, or the stored package would no longer open.
+            let new = format!("{to}{}", &k[from.len()..]);
+            path::clean(&new)
+                .map_err(|e| AppError::validation(format!("newPath would move {k:?} to {new:?}, which {e}")))?;
+            moved.push((new, v.clone()));
+        }
         self.ensure_parents(to).map_err(AppError::Validation)?;
-        let moved: Vec<(String, Node)> = self
-            .entries
-            .iter()
-            .filter(|(k, _)| path::is_within(k, from))
-            .map(|(k, v)| (format!("{to}{}", &k[from.len()..]), v.clone()))
-            .collect();
         self.entries.retain(|k, _| !path::is_within(k, from));
         self.entries.extend(moved);
         Ok(())
     }
+}
+
+/// The entries of a zip that `check_ratio` would refuse.
+fn dense_entries(zip: &[u8], limits: &SkillLimits) -> anyhow::Result<BTreeSet<String>> {
+    let mut archive = ZipArchive::new(Cursor::new(zip))?;
+    let mut dense = BTreeSet::new();
+    for i in 0..archive.len() {
+        let entry = archive.by_index_raw(i)?;
+        let name = entry.name()?.into_owned();
+        if check_ratio(&name, entry.size(), entry.compressed_size().max(1), limits).is_err() {
+            dense.insert(name);
+        }
+    }
+    Ok(dense)
 }
 
 fn check_ratio(raw: &str, size: u64, compressed: u64, limits: &SkillLimits) -> Result<(), AppError> {
@@ -408,7 +441,7 @@ mod tests {
         let p = Package::open(&bytes, &limits()).unwrap();
         assert!(p.is_dir("scripts"));
         assert_eq!(p.file("scripts/run.py"), Some(b"print(1)".as_slice()));
-        let again = Package::open(&p.to_zip().unwrap(), &limits()).unwrap();
+        let again = Package::open(&p.to_zip(&limits()).unwrap(), &limits()).unwrap();
         assert_eq!(again, p);
         let tree = p.tree("a");
         let names: Vec<&str> = tree
@@ -504,8 +537,32 @@ mod tests {
         assert!(p.rename("missing", "q").is_err());
         p.remove("z").unwrap();
         assert!(!p.exists("z/b/c.md"));
-        let reopened = Package::open(&p.to_zip().unwrap(), &limits()).unwrap();
+        let reopened = Package::open(&p.to_zip(&limits()).unwrap(), &limits()).unwrap();
         assert!(reopened.is_dir("empty"));
         assert_eq!(reopened, p);
+    }
+
+    /// Whatever an edit leaves is a package that opens again: a file written online that
+    /// deflates past the ratio an upload may have is stored uncompressed, and a rename that
+    /// would move a file below the deepest allowed path is refused.
+    #[test]
+    fn edited_packages_open_again() {
+        let mut p = Package::with_skill_md("x");
+        p.write_file("data.txt", vec![b'a'; 200_000]).unwrap();
+        p.write_file("small.txt", vec![b'b'; 1000]).unwrap();
+        let zip = p.to_zip(&limits()).unwrap();
+        assert_eq!(Package::open(&zip, &limits()).unwrap(), p);
+        let mut archive = ZipArchive::new(Cursor::new(zip.as_slice())).unwrap();
+        let method = |archive: &mut ZipArchive<_>, name| archive.by_name(name).unwrap().compression();
+        assert_eq!(method(&mut archive, "data.txt"), CompressionMethod::Stored);
+        assert_eq!(method(&mut archive, "small.txt"), CompressionMethod::Deflated);
+
+        let deep: Vec<String> = (0..15).map(|i| format!("d{i}")).collect();
+        p.write_file(&format!("{}/f.md", deep.join("/")), b"f".to_vec())
+            .unwrap();
+        let err = p.rename("d0", "x/d0").unwrap_err().to_string();
+        assert!(err.contains("deeper than 16 levels"), "{err}");
+        assert!(p.exists("d0") && !p.exists("x"), "nothing moved");
+        assert!(Package::open(&p.to_zip(&limits()).unwrap(), &limits()).is_ok());
     }
 }

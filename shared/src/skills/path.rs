@@ -59,10 +59,22 @@ fn has_drive_letter(raw: &str) -> bool {
     b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
 }
 
-/// A path from the file API, trimmed; the error names the field.
+/// `__MACOSX/` in an archive is macOS's metadata, dropped when a package is opened.
+pub fn is_macos_metadata(path: &str) -> bool {
+    is_within(path, "__MACOSX")
+}
+
+/// A path from the file API, trimmed; the error names the field. Nothing may be written under
+/// `__MACOSX`: opening the package again would drop it.
 pub fn field(name: &str, raw: &str) -> Result<String, AppError> {
     let raw = raw.trim();
-    clean(raw).map_err(|e| AppError::validation(format!("{name} {e}: {raw:?}")))
+    let clean = clean(raw).map_err(|e| AppError::validation(format!("{name} {e}: {raw:?}")))?;
+    if is_macos_metadata(&clean) {
+        return Err(AppError::validation(format!(
+            "{name} {raw:?} is under __MACOSX, which archives use for macOS metadata and uploads drop"
+        )));
+    }
+    Ok(clean)
 }
 
 /// The directory holding `path` ("" for the root).
@@ -83,6 +95,15 @@ pub fn is_within(path: &str, dir: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nothing_is_written_under_macos_metadata() {
+        for raw in ["__MACOSX", "__MACOSX/notes.md", " __MACOSX/a/b "] {
+            let err = field("path", raw).unwrap_err().to_string();
+            assert!(err.contains("is under __MACOSX"), "{raw}: {err}");
+        }
+        assert_eq!(field("path", "__MACOSX2/a").unwrap(), "__MACOSX2/a");
+    }
 
     #[test]
     fn accepts_relative_paths() {

@@ -99,7 +99,7 @@ async fn put(state: &AppState, package: &Package) -> AppResult<(String, i64, Fro
     let limits = &state.config().skill_limits;
     package.check_limits(limits)?;
     let meta = metadata(package)?;
-    let bytes = package.to_zip()?;
+    let bytes = package.to_zip(limits)?;
     if bytes.len() as u64 > limits.max_package_bytes {
         return Err(AppError::PayloadTooLarge(format!(
             "the package would be {} bytes zipped; the limit is {} bytes",

@@ -155,6 +155,19 @@ async fn knowledge_base_settings_and_validation() {
             "parseParams.maxImageCount",
         ),
         (json!({ "chunkParams": [] }), "chunkParams must be a JSON object"),
+        // Named as this request writes them, not as the flat fields of POST and PUT /rag.
+        (
+            json!({ "chunkParams": { "mode": "x" } }),
+            "chunkParams.mode must be default, delimiter, regex or smart",
+        ),
+        (
+            json!({ "chunkParams": { "maxChunkTokens": 100, "chunkOverlap": 60 } }),
+            "chunkParams.chunkOverlap must be less than half of chunkParams.maxChunkTokens",
+        ),
+        (
+            json!({ "parseParams": { "engine": "x" } }),
+            "parseParams.engine must be default or extparse",
+        ),
     ] {
         app.put(&format!("/rag/{id}/config"), t, &body)
             .await
@@ -400,6 +413,11 @@ async fn ingest_every_text_type(store: Store, extra: &[(&str, &str)]) {
         assert!(item["conflictDocumentId"].is_null());
     }
     assert_eq!(app.count("resources").await, 4, "temporary resources, one per file");
+    // A pending upload's file is not deleted apart from its preview: the commit needs it.
+    app.delete(&format!("/resource/{}", items[0]["tempResourceId"]), t)
+        .await
+        .assert_error(400, 0, "belongs to a pending knowledge-base upload");
+    assert_eq!(app.count("resources").await, 4);
 
     let commit = json!({ "previewToken": p["previewToken"], "items": items.iter().map(|i| json!({ "tempResourceId": i["tempResourceId"], "decision": "NEW" })).collect::<Vec<_>>() });
     let committed = app.post("/document/upload/commit", t, &commit).await;
@@ -804,6 +822,12 @@ async fn failures_are_precise_and_leave_nothing_half_indexed() {
     let d = s.settled(id).await;
     assert_eq!(d["status"], "success", "{d}");
     assert!(d["errorMessage"].is_null());
+    // A document deleted between the reprocess's check and its restart is not found (404),
+    // not a failed statement (500).
+    let gone = shared::rag::documents::repo::restart(&s.app.db, id + 1000)
+        .await
+        .unwrap();
+    assert!(gone.is_none());
 }
 
 #[tokio::test]
@@ -1044,6 +1068,7 @@ async fn deleting_leaves_nothing(store: Store) {
         "chunks",
         "document_images",
         "upload_previews",
+        "resources",
         "rag_terms",
     ] {
         assert_eq!(s.app.count(table).await, 0, "{table} emptied");
@@ -1054,7 +1079,8 @@ async fn deleting_leaves_nothing(store: Store) {
         .await
         .unwrap();
     assert!(index.is_none(), "the base's index is dropped");
-    for key in keys.iter().take(2) {
+    // The documents' files and the pending upload's.
+    for key in &keys {
         assert!(
             s.app.state.storage().head(key).await.unwrap().is_none(),
             "{key} removed from storage"

@@ -386,7 +386,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         Some(p) => merge(&row.chunk_params.0, p, "chunkParams")?,
         None => row.chunk_params.0.clone(),
     };
-    chunk.params()?;
+    chunk.params().map_err(|e| named_in_section("chunkParams", e))?;
     if let Some(id) = chunk
         .chunk_model_id
         .filter(|m| Some(*m) != row.chunk_params.0.chunk_model_id)
@@ -397,7 +397,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         Some(p) => merge(&row.parse_params.0, p, "parseParams")?,
         None => row.parse_params.0.clone(),
     };
-    parse.check()?;
+    parse.check().map_err(|e| named_in_section("parseParams", e))?;
     let search = match &req.search_params {
         Some(p) => merge(&row.search_params.0, p, "searchParams")?,
         None => row.search_params.0.clone(),
@@ -438,7 +438,10 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     let kb = owned(state, user, id).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
-    let keys = repo::object_keys(&mut *tx, id).await?;
+    let mut keys = repo::object_keys(&mut *tx, id).await?;
+    // Pending uploads' files too: their previews would go with the base's row (a cascade),
+    // and nothing would find the files or their resource rows again.
+    keys.extend(crate::rag::documents::upload::remove_previews_of(&mut tx, id).await?);
     repo::delete(&mut *tx, id).await?;
     indexes.drop_all(&mut tx).await.map_err(store_error)?;
     for key in &keys {

@@ -204,3 +204,24 @@ impl ModelSettings {
         Ok(())
     }
 }
+
+/// The checks above name fields as the flat create and update requests write them
+/// (`chunkMode`, `maxChunkTokens`, `parseEngine` ...). `PUT /rag/{id}/config` sends the same
+/// settings as sections (`chunkParams.mode` ...): its refusals name the fields as that request
+/// wrote them.
+pub fn named_in_section(section: &str, e: AppError) -> AppError {
+    const IN_SECTIONS: [(&str, &str); 6] = [
+        ("chunkMode", "mode"),
+        ("maxChunkTokens", "maxChunkTokens"),
+        ("chunkOverlap", "chunkOverlap"),
+        ("customDelimiter", "customDelimiter"),
+        ("chunkRegex", "chunkRegex"),
+        ("parseEngine", "engine"),
+    ];
+    match e {
+        AppError::Validation(message) => AppError::Validation(IN_SECTIONS.iter().fold(message, |m, (flat, field)| {
+            m.replace(flat, &format!("{section}.{field}"))
+        })),
+        other => other,
+    }
+}

@@ -128,14 +128,14 @@ pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
 }
 
 /// Starts a new processing run: pending, progress 0, a fresh run id that supersedes any
-/// run in flight.
-pub async fn restart(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<uuid::Uuid> {
+/// run in flight. None when the document is gone (deleted or overwritten meanwhile).
+pub async fn restart(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<uuid::Uuid>> {
     sqlx::query_scalar(
         "UPDATE documents SET status = 'pending', progress = 0, error_stage = NULL, error_message = NULL,
          run_id = gen_random_uuid(), lease_until = NULL, updated_at = now() WHERE id = $1 RETURNING run_id",
     )
     .bind(id)
-    .fetch_one(db)
+    .fetch_optional(db)
     .await
 }
 

@@ -104,7 +104,9 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
 /// Sends the document through the pipeline again; a run in flight is superseded.
 pub async fn reprocess(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<DocView> {
     owned(state, user, id).await?;
-    let run_id = repo::restart(state.db(), id).await?;
+    let run_id = repo::restart(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("document"))?;
     crate::rag::pipeline::enqueue(state, id, run_id).await;
     get(state, user, id).await
 }

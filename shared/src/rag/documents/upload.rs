@@ -227,6 +227,24 @@ async fn discard(state: &AppState, items: &[StoredItem]) {
     }
 }
 
+/// Removes a base's pending previews and their temporary resource rows in the caller's
+/// transaction (the base is being deleted); returns the keys of their files, for the caller
+/// to delete with the base's own.
+pub async fn remove_previews_of(conn: &mut sqlx::PgConnection, rag_id: i64) -> sqlx::Result<Vec<String>> {
+    let taken: Vec<sqlx::types::Json<Vec<StoredItem>>> =
+        sqlx::query_scalar("DELETE FROM upload_previews WHERE rag_id = $1 RETURNING items")
+            .bind(rag_id)
+            .fetch_all(&mut *conn)
+            .await?;
+    let items: Vec<&StoredItem> = taken.iter().flat_map(|t| t.0.iter()).collect();
+    let ids: Vec<i64> = items.iter().map(|s| s.item.temp_resource_id).collect();
+    sqlx::query("DELETE FROM resources WHERE id = ANY($1)")
+        .bind(&ids)
+        .execute(&mut *conn)
+        .await?;
+    Ok(items.into_iter().map(|s| s.key.clone()).collect())
+}
+
 /// Deletes expired previews and their temporary files; returns how many previews.
 pub async fn expire_previews(state: &AppState) -> sqlx::Result<usize> {
     let expired: Vec<sqlx::types::Json<Vec<StoredItem>>> =

@@ -284,7 +284,7 @@ mod tests {
         )
         .unwrap();
         let shown = stored.masked();
-        assert_eq!(shown, json!({"key": "x-api-key", "value": "****1234"}));
+        assert_eq!(shown, json!({"key": "X-Api-Key", "value": "****1234"}));
         let again = AuthConfig::parse(1, Some(&shown), Some(&stored)).unwrap();
         assert_eq!(again, stored);
         // A masked value of another type has nothing to keep.

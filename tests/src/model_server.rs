@@ -352,6 +352,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-split",
             "chat-agent",
             "chat-flood",
+            "chat-greedy",
             "chat-loop",
             "chat-drafter",
             "chat-drafter-bad",
@@ -371,8 +372,12 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
         return error(StatusCode::TOO_MANY_REQUESTS, "Rate limit reached");
     }
     let (p, cut) = capped(plan(&model, &body), &body);
-    let usage = json!({ "prompt_tokens": prompt_tokens(&body), "completion_tokens": (p.text.len() + p.reasoning.len()) as u64,
+    let mut usage = json!({ "prompt_tokens": prompt_tokens(&body), "completion_tokens": (p.text.len() + p.reasoning.len()) as u64,
         "total_tokens": prompt_tokens(&body) + (p.text.len() + p.reasoning.len()) as u64 });
+    // An endpoint that reports more tokens than an i64 holds (2^64 - 10^9).
+    if model == "chat-greedy" {
+        usage["prompt_tokens"] = json!(18_446_744_072_709_551_616_u64);
+    }
     if body["stream"] != true {
         return complete(&model, p, usage, cut);
     }

@@ -5,8 +5,8 @@ use serde_json::Value;
 
 use super::node_proto::{self as pb, chat_delta::Kind as DeltaKind, error::Kind as ErrorKind};
 use crate::models::client::{
-    ChatEvent, ChatMessage, ChatRequest, ContentPart, Endpoint, FunctionCall, ImageUrl, MessageContent, ModelError,
-    ToolCallOut, ToolCallParts, ToolSpec, Usage,
+    reported_tokens, ChatEvent, ChatMessage, ChatRequest, ContentPart, Endpoint, FunctionCall, ImageUrl,
+    MessageContent, ModelError, ToolCallOut, ToolCallParts, ToolSpec, Usage,
 };
 
 /// The request a node receives for a chat call to `ep`. Neither its API key nor its base URL
@@ -231,8 +231,8 @@ impl DeltaDecoder {
                 vec![]
             }
             Some(DeltaKind::Usage(u)) => vec![Ok(ChatEvent::Usage(Usage {
-                prompt_tokens: u.prompt_tokens,
-                completion_tokens: u.completion_tokens,
+                prompt_tokens: reported_tokens(Some(u.prompt_tokens)),
+                completion_tokens: reported_tokens(Some(u.completion_tokens)),
             }))],
             Some(DeltaKind::Finish(reason)) => {
                 self.finished = true;

@@ -143,10 +143,12 @@ async fn settle(db: &PgPool, user_id: i64, held: u64, used: u64) {
     if held == used {
         return;
     }
+    // Converted without wrapping: a count past i64 would become a negative charge.
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let outcome = sqlx::query("UPDATE users SET tokens = GREATEST(tokens + $2 - $3, 0) WHERE id = $1")
         .bind(user_id)
-        .bind(held as i64)
-        .bind(used as i64)
+        .bind(count(held))
+        .bind(count(used))
         .execute(db)
         .await;
     if let Err(e) = outcome {

@@ -476,6 +476,41 @@ async fn endpoints_that_misbehave_or_take_too_long_end_the_turn_as_failed() {
     );
 }
 
+/// A reported usage past what an i64 holds charges the most it can, never a negative amount:
+/// an endpoint a user configures cannot hand them a quota.
+#[tokio::test]
+async fn an_absurd_reported_usage_cannot_raise_a_quota() {
+    let s = ChatSetup::new().await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 1_000).await;
+    let provider = s.app.provider(&s.admin, "greedy").await;
+    let greedy = s
+        .app
+        .model(
+            &alice,
+            provider,
+            "CHAT",
+            "chat-greedy",
+            &s.models.base_url,
+            json!({ "scope": "PERSONAL" }),
+        )
+        .await;
+    let agent = s
+        .agent(&alice, json!({ "name": "Greedy", "chatModelId": greedy }))
+        .await;
+    let events = s.chat(&alice, agent, say("g-1", "hello")).await.events();
+    assert_eq!(kinds(&events).last().unwrap(), "done", "{events:?}");
+    let mut left = i64::MAX;
+    for _ in 0..50 {
+        left = s.tokens_left_and_used(alice_id).await.0;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 0, "charged to zero, not credited");
+}
+
 /// An answer that cannot be stored is not reported done, and the turn's usage is still kept.
 #[tokio::test]
 async fn an_answer_that_cannot_be_stored_ends_with_an_error_and_keeps_its_usage() {

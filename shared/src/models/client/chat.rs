@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::chunk::Chunk;
 use super::error::upstream_message;
-use super::{snippet, Endpoint, ModelClient, ModelError};
+use super::{reported_tokens, snippet, Endpoint, ModelClient, ModelError};
 use crate::upstream::SseDecoder;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -153,7 +153,7 @@ pub struct Usage {
 impl Usage {
     /// The tokens a call used, prompt and completion: what a quota hold is settled to.
     pub fn total(self) -> u64 {
-        self.prompt_tokens + self.completion_tokens
+        self.prompt_tokens.saturating_add(self.completion_tokens)
     }
 }
 
@@ -236,8 +236,8 @@ fn usage_of(v: &Value) -> Option<Usage> {
 /// The token counts of a `usage` object.
 fn usage_from(u: &Value) -> Usage {
     Usage {
-        prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-        completion_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
+        prompt_tokens: reported_tokens(u.get("prompt_tokens").and_then(Value::as_u64)),
+        completion_tokens: reported_tokens(u.get("completion_tokens").and_then(Value::as_u64)),
     }
 }
 

@@ -111,7 +111,7 @@ impl ModelClient {
         }
         Ok(Embeddings {
             vectors: indexed.into_iter().map(|(_, v)| v).collect(),
-            prompt_tokens: v.pointer("/usage/prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+            prompt_tokens: super::reported_tokens(v.pointer("/usage/prompt_tokens").and_then(Value::as_u64)),
         })
     }
 }

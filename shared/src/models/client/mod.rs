@@ -218,6 +218,17 @@ async fn read_error_body(resp: Response, limit: Duration) -> String {
 }
 
 /// At most 300 characters of upstream text, for messages.
+/// The most tokens one call is taken to have used, whatever its endpoint (or client node)
+/// reports: far above any real call, and low enough that no sum or conversion the service
+/// makes with it can overflow. A count near 2^64 would otherwise wrap to a negative charge and
+/// hand its reporter a quota.
+pub const MAX_REPORTED_TOKENS: u64 = 1 << 32;
+
+/// A token count as reported, capped at MAX_REPORTED_TOKENS.
+pub fn reported_tokens(count: Option<u64>) -> u64 {
+    count.unwrap_or(0).min(MAX_REPORTED_TOKENS)
+}
+
 pub(crate) fn snippet(text: &str) -> String {
     let t: String = text.chars().take(300).collect();
     t.trim().to_owned()

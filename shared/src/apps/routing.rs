@@ -69,8 +69,9 @@ fn load(node: &NodeRow) -> usize {
     (node.active_chats.max(0) as usize).max(node_client::in_flight(node))
 }
 
-/// The message of a call no node took.
-fn unavailable(app_id: &str, online: usize, busy: usize, failures: &[String]) -> String {
+/// The message of a call no node took, told to whoever is chatting (a partner's user, too):
+/// counts only. What each node answered, with its address, is in the log.
+fn unavailable(app_id: &str, online: usize, busy: usize, failed: usize) -> String {
     if online == 0 {
         return format!("no client node of app {app_id} is online");
     }
@@ -78,8 +79,8 @@ fn unavailable(app_id: &str, online: usize, busy: usize, failures: &[String]) ->
     if busy > 0 {
         why.push(format!("{busy} at maxConcurrent"));
     }
-    if !failures.is_empty() {
-        why.push(format!("{} did not answer ({})", failures.len(), failures.join("; ")));
+    if failed > 0 {
+        why.push(format!("{failed} did not answer"));
     }
     format!(
         "no client node of app {app_id} is available: of {online} online, {}",
@@ -152,7 +153,7 @@ impl ChatTransport for NodeRoute {
             app_id: &self.app_id,
             token: &token,
         };
-        let mut failures = vec![];
+        let mut failed = 0;
         for node in &candidates {
             match node_client::open(node, &creds, request.clone(), ep.timeout()).await {
                 Ok(stream) => {
@@ -161,16 +162,11 @@ impl ChatTransport for NodeRoute {
                 }
                 Err(why) => {
                     tracing::warn!(app_id = %self.app_id, host_id = %node.host_id, %why, "client node did not take the call");
-                    failures.push(format!("{}: {why}", node.host_id));
+                    failed += 1;
                 }
             }
         }
-        Err(ModelError::NoClientNode(unavailable(
-            &self.app_id,
-            total,
-            busy,
-            &failures,
-        )))
+        Err(ModelError::NoClientNode(unavailable(&self.app_id, total, busy, failed)))
     }
 }
 
@@ -257,10 +253,10 @@ mod tests {
 
     #[test]
     fn the_no_node_message_names_the_app_and_why() {
-        assert_eq!(unavailable("shop", 0, 0, &[]), "no client node of app shop is online");
+        assert_eq!(unavailable("shop", 0, 0, 0), "no client node of app shop is online");
         assert_eq!(
-            unavailable("shop", 2, 1, &["n2: cannot connect".into()]),
-            "no client node of app shop is available: of 2 online, 1 at maxConcurrent, 1 did not answer (n2: cannot connect)"
+            unavailable("shop", 2, 1, 1),
+            "no client node of app shop is available: of 2 online, 1 at maxConcurrent, 1 did not answer"
         );
     }
 }

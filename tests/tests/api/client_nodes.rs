@@ -239,6 +239,8 @@ async fn a_killed_node_fails_over_and_with_every_node_gone_the_chat_fails_clearl
         message.contains("no client node of app shop is available") && message.contains("did not answer"),
         "{message}"
     );
+    // What the nodes answered, and where they are, stays in the log.
+    assert!(!message.contains("127.0.0.1") && !message.contains("k-a"), "{message}");
     // Only the user's message and the failed answer were stored.
     assert_eq!(t.s.app.count("messages").await, before_messages + 2);
     let (status, error): (i16, Option<String>) =

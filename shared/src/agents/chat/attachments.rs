@@ -142,7 +142,14 @@ pub async fn check(
 pub async fn data_uris(state: &AppState, images: &[Image]) -> Result<Vec<String>, String> {
     let mut uris = Vec::with_capacity(images.len());
     for image in images {
-        let failed = |e: StorageError| format!("reading image {} failed: {e}", image.resource_id);
+        // The store's own words (the SDK's, an address) go to the log, not to whoever chats.
+        let failed = |e: StorageError| {
+            tracing::warn!(resource_id = image.resource_id, error = %e, "reading an attached image failed");
+            format!(
+                "reading image {} failed: the file store did not answer; try again",
+                image.resource_id
+            )
+        };
         let size = state
             .storage()
             .head(&image.storage_key)

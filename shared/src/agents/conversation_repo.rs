@@ -231,13 +231,9 @@ pub struct StartedTurn {
 /// `(conversation_id, id)` index backwards and stops after the limit, stats or not.
 /// Makes the owner's turns in this conversation take turns until the caller's transaction ends.
 pub async fn lock_conversation(conn: &mut PgConnection, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<()> {
-    let owner = match owner {
-        Owner::User(id) => format!("u{id}"),
-        Owner::External(id) => format!("e{id}"),
-    };
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('conversation:' || $1 || ':' || $2 || ':' || $3))")
         .bind(agent_id.to_string())
-        .bind(owner)
+        .bind(owner.key())
         .bind(key)
         .execute(conn)
         .await?;

@@ -100,7 +100,15 @@ async fn draft_and_create(
         .map_err(|e| AppError::from(e).told())?;
     let mut scanner = FieldScanner::default();
     let mut fields: HashMap<&'static str, String> = HashMap::new();
-    while let Some(event) = stream.next().await {
+    const GONE: &str = "the client went away";
+    loop {
+        // A client that left is noticed at once, not at the next line sent: the model call
+        // (paid for) stops with it.
+        let event = tokio::select! {
+            _ = tx.closed() => return Err(GONE.into()),
+            event = stream.next() => event,
+        };
+        let Some(event) = event else { break };
         let text = match event {
             Ok(ChatEvent::Text(t)) => t,
             Ok(_) => continue,
@@ -120,10 +128,14 @@ async fn draft_and_create(
                 .await
                 .is_err()
             {
-                return Err("the client went away".into());
+                return Err(GONE.into());
             }
             fields.insert(field, value);
         }
+    }
+    // Nobody would learn the new agent's id.
+    if tx.is_closed() {
+        return Err(GONE.into());
     }
     let name = fields.remove("name").filter(|n| !n.is_empty());
     let Some(name) = name else {

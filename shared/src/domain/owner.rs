@@ -24,4 +24,12 @@ impl Owner {
             Owner::External(id) => Some(id),
         }
     }
+
+    /// Tells owners apart in one text (`u7`, `e7`), as advisory lock keys name them.
+    pub fn key(self) -> String {
+        match self {
+            Owner::User(id) => format!("u{id}"),
+            Owner::External(id) => format!("e{id}"),
+        }
+    }
 }

@@ -131,9 +131,17 @@ pub async fn extract(state: &AppState, conv: &Conversation, config_id: Option<i6
 
 async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, after: i64) -> AppResult<Vec<MemoryRow>> {
     let db = state.db();
+    // Up to the turn still being answered, if any: its answer (and any later turn's message)
+    // is read by a later run, not skipped for good by moving past it now.
     let messages: Vec<(i64, String, String)> = sqlx::query_as(
-        "SELECT id, role, content FROM messages WHERE conversation_id = $1 AND id > $2 AND status = 1
-         AND role IN ('user', 'assistant') ORDER BY id LIMIT $3",
+        "WITH answering AS (
+           SELECT max(u.id) AS from_id FROM messages u
+           WHERE u.conversation_id = $1 AND u.role = 'user' AND u.id < (
+             SELECT min(a.id) FROM messages a WHERE a.conversation_id = $1 AND a.id > $2 AND a.status = 0))
+         SELECT m.id, m.role, m.content FROM messages m, answering
+         WHERE m.conversation_id = $1 AND m.id > $2 AND m.status = 1 AND m.role IN ('user', 'assistant')
+           AND m.id < COALESCE(answering.from_id, 9223372036854775807)
+         ORDER BY m.id LIMIT $3",
     )
     .bind(conv.id)
     .bind(after)
@@ -165,6 +173,9 @@ async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, afte
         conversation_key: conv.key.clone(),
     };
     let mut tx = db.begin().await?;
+    // Extractions of the owner's other conversations with the agent look for the same
+    // restatements: without taking turns, two would each find none and insert the same memory.
+    repo::lock_owner_memories(&mut tx, conv.agent_id, conv.owner).await?;
     let mut written = Vec::new();
     for (content, vector) in found.iter().zip(&vectors) {
         let literal = vector_literal(vector);

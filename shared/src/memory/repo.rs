@@ -282,6 +282,17 @@ impl Content {
 }
 
 /// An embedding and the model it came from.
+/// Makes writers of one owner's memories with one agent take turns until the caller's
+/// transaction ends.
+pub async fn lock_owner_memories(conn: &mut sqlx::PgConnection, agent_id: i64, owner: Owner) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('memories:' || $1 || ':' || $2))")
+        .bind(agent_id.to_string())
+        .bind(owner.key())
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 pub struct Embedding<'a> {
     pub model_id: i64,
     pub vector: &'a str,
@@ -387,11 +398,14 @@ pub async fn restated(
     match embedding {
         Some(e) => {
             // CASE, not AND: Postgres may evaluate AND operands in any order, and vectors of
-            // another model (of another length) must never reach the distance operator.
+            // another model, or of this model before its length changed (its config now names
+            // another model), must never reach the distance operator.
             let similarity = |q: &mut QueryBuilder<'_, Postgres>| {
                 q.push("(CASE WHEN m.embedding_model_id = ")
                     .push_bind(e.model_id)
-                    .push(" THEN 1 - (m.embedding <=> ")
+                    .push(" AND vector_dims(m.embedding) = vector_dims(")
+                    .push_bind(e.vector.to_owned())
+                    .push("::vector) THEN 1 - (m.embedding <=> ")
                     .push_bind(e.vector.to_owned())
                     .push("::vector) END)");
             };

@@ -195,7 +195,14 @@ async fn run(
         .await
         .map_err(|e| AppError::from(e).to_string())?;
     let mut answer = String::new();
-    while let Some(event) = stream.next().await {
+    loop {
+        // A client that left is noticed at once (a reasoning model sends no text for a while),
+        // and the model call, paid for, stops with it.
+        let event = tokio::select! {
+            _ = tx.closed() => return Ok(()),
+            event = stream.next() => event,
+        };
+        let Some(event) = event else { break };
         match event {
             Ok(ChatEvent::Text(t)) => {
                 answer.push_str(&t);

@@ -1593,3 +1593,99 @@ async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
         .await
         .assert_ok();
 }
+
+/// A turn still being answered when extraction runs is left for a later run, with everything
+/// after it: moving past it would skip its answer for good.
+#[tokio::test]
+async fn extraction_stops_before_a_turn_still_being_answered() {
+    let s = setup(false).await;
+    let config = s.config(json!({})).await;
+    let agent = s.agent(Some(config)).await;
+    let conv = s.conversation(agent, Owner::User(s.admin_id), "busy").await;
+    s.say(
+        conv,
+        agent,
+        &[("user", "FACT: First | The first fact"), ("assistant", "Noted.")],
+    )
+    .await;
+    s.say(conv, agent, &[("user", "FACT: Second | The second fact")]).await;
+    let answering: i64 = sqlx::query_scalar(
+        "INSERT INTO messages (conversation_id, agent_id, role, status) VALUES ($1, $2, 'assistant', 0) RETURNING id",
+    )
+    .bind(conv)
+    .bind(agent)
+    .fetch_one(&s.app.db)
+    .await
+    .unwrap();
+    s.say(
+        conv,
+        agent,
+        &[("user", "FACT: Third | The third fact"), ("assistant", "Noted.")],
+    )
+    .await;
+    let titles = |r: &Reply| -> Vec<String> {
+        let mut t: Vec<String> = r.assert_ok()["memories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["title"].as_str().unwrap().to_owned())
+            .collect();
+        t.sort();
+        t
+    };
+    assert_eq!(titles(&s.extract(&s.admin, agent, "busy").await), ["First"]);
+    sqlx::query("UPDATE messages SET status = 1, content = 'Noted.' WHERE id = $1")
+        .bind(answering)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(titles(&s.extract(&s.admin, agent, "busy").await), ["Second", "Third"]);
+}
+
+/// Memories embedded before their model config changed to a model of another length are
+/// compared by key only, not by distance (which Postgres refuses across lengths): extraction
+/// goes on.
+#[tokio::test]
+async fn restatements_skip_vectors_of_another_length() {
+    let s = setup(false).await;
+    let config = s.config(json!({})).await;
+    let agent = s.agent(Some(config)).await;
+    let owner = Owner::User(s.admin_id);
+    let first = s.conversation(agent, owner, "one").await;
+    s.say(
+        first,
+        agent,
+        &[("user", "FACT: Team size | The team has five engineers")],
+    )
+    .await;
+    s.extract(&s.admin, agent, "one").await.assert_ok();
+    sqlx::query("UPDATE memories SET embedding = '[1,2,3,4]'")
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let second = s.conversation(agent, owner, "two").await;
+    s.say(second, agent, &[("user", "FACT: Office | The office is in Lyon")])
+        .await;
+    let r = s.extract(&s.admin, agent, "two").await;
+    assert_eq!(r.assert_ok()["extractedCount"], 1);
+    assert_eq!(s.app.count("memories").await, 2);
+}
+
+/// Two of an owner's conversations with one agent, extracted at once, restate one memory:
+/// it is stored once (the writers take turns), not once per conversation.
+#[tokio::test]
+async fn concurrent_extractions_of_one_owner_store_a_restated_memory_once() {
+    let s = setup(false).await;
+    let config = s.config(json!({})).await;
+    let agent = s.agent(Some(config)).await;
+    let owner = Owner::User(s.admin_id);
+    for key in ["left", "right"] {
+        let c = s.conversation(agent, owner, key).await;
+        s.say(c, agent, &[("user", "PREFERENCE: Editor theme | Prefers a dark theme")])
+            .await;
+    }
+    let (a, b) = tokio::join!(s.extract(&s.admin, agent, "left"), s.extract(&s.admin, agent, "right"));
+    a.assert_ok();
+    b.assert_ok();
+    assert_eq!(s.app.count("memories").await, 1);
+}

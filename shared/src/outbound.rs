@@ -154,9 +154,21 @@ impl DenyList {
     /// denied address, or redirects there, is still refused. The addresses a client connects
     /// to are the ones checked: a name is resolved once per connection, never again after.
     pub fn guard(&self, builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
+        self.guarded(builder, false)
+    }
+
+    /// `guard`, for requests that carry credentials in headers of their own (an MCP server's
+    /// API key) or in their body (an OAuth client secret): redirects stay on the first
+    /// request's origin. reqwest drops only `Authorization` and cookies on a redirect to
+    /// another host; everything else would follow to wherever the server points.
+    pub fn guard_credentialed(&self, builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
+        self.guarded(builder, true)
+    }
+
+    fn guarded(&self, builder: reqwest::ClientBuilder, same_origin: bool) -> reqwest::ClientBuilder {
         let deny = self.clone();
         let redirects = reqwest::redirect::Policy::custom(move |attempt| {
-            match deny.redirect_refusal(attempt.url(), attempt.previous().len()) {
+            match deny.redirect_refusal(attempt.url(), attempt.previous(), same_origin) {
                 Some(why) => attempt.error(why),
                 None => attempt.follow(),
             }
@@ -164,12 +176,12 @@ impl DenyList {
         builder.dns_resolver(Arc::new(self.clone())).redirect(redirects)
     }
 
-    /// The same guard for the HTTP client of the MCP Streamable HTTP transport, which is built
-    /// on the next major version of reqwest.
+    /// `guard_credentialed` for the HTTP client of the MCP Streamable HTTP transport, which is
+    /// built on the next major version of reqwest.
     pub fn guard_mcp(&self, builder: reqwest13::ClientBuilder) -> reqwest13::ClientBuilder {
         let deny = self.clone();
         let redirects = reqwest13::redirect::Policy::custom(move |attempt| {
-            match deny.redirect_refusal(attempt.url(), attempt.previous().len()) {
+            match deny.redirect_refusal(attempt.url(), attempt.previous(), true) {
                 Some(why) => attempt.error(why),
                 None => attempt.follow(),
             }
@@ -185,11 +197,18 @@ impl DenyList {
             .filter(|ip| self.denies(*ip))
     }
 
-    fn redirect_refusal(&self, url: &reqwest::Url, hops: usize) -> Option<&'static str> {
-        if hops >= 10 {
+    fn redirect_refusal(
+        &self,
+        url: &reqwest::Url,
+        previous: &[reqwest::Url],
+        same_origin: bool,
+    ) -> Option<&'static str> {
+        if previous.len() >= 10 {
             Some("too many redirects")
         } else if self.denied_literal(url).is_some() {
             Some("redirect to a network the service may not call")
+        } else if same_origin && previous.first().is_some_and(|first| first.origin() != url.origin()) {
+            Some("redirect to another origin; the request carries credentials")
         } else {
             None
         }
@@ -233,6 +252,26 @@ impl reqwest13::dns::Resolve for DenyList {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentialed_requests_follow_redirects_on_their_own_origin_only() {
+        let deny = DenyList::parse("D", DEFAULT_DENY).unwrap();
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        let first = [url("https://mcp.example.com/mcp")];
+        let same = url("https://mcp.example.com/v2/mcp");
+        let other = url("https://elsewhere.example.net/mcp");
+        assert_eq!(deny.redirect_refusal(&same, &first, true), None);
+        assert!(deny
+            .redirect_refusal(&other, &first, true)
+            .is_some_and(|w| w.contains("another origin")));
+        assert_eq!(
+            deny.redirect_refusal(&other, &first, false),
+            None,
+            "other clients may follow"
+        );
+        let port = url("https://mcp.example.com:8443/mcp");
+        assert!(deny.redirect_refusal(&port, &first, true).is_some());
+    }
 
     #[test]
     fn default_list_blocks_metadata_and_allows_private_networks() {

@@ -12,6 +12,8 @@ use crate::upstream::{read_body, BodyError, MAX_BODY_BYTES};
 
 /// Used when a token response has no `expires_in`.
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+/// The longest a token is kept, whatever lifetime its endpoint gives it.
+const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// A token is replaced this long before it expires (at most a tenth of its lifetime).
 const MAX_MARGIN: Duration = Duration::from_secs(30);
 
@@ -113,11 +115,19 @@ async fn fetch(http: &reqwest::Client, creds: &Credentials<'_>) -> Result<Token,
         .access_token
         .filter(|t| !t.is_empty())
         .ok_or_else(|| format!("OAuth2 token endpoint {url} returned no access_token{reason}"))?;
-    let lifetime = body.expires_in.map(Duration::from_secs).unwrap_or(DEFAULT_LIFETIME);
+    let lifetime = lifetime_of(body.expires_in);
     Ok(Token {
         access_token,
         renew_at: requested + lifetime - margin(lifetime),
     })
+}
+
+/// How long a token is kept: capped, since a lifetime near u64::MAX seconds would overflow
+/// the instant it is added to.
+fn lifetime_of(expires_in: Option<u64>) -> Duration {
+    expires_in
+        .map(|s| Duration::from_secs(s.min(MAX_LIFETIME.as_secs())))
+        .unwrap_or(DEFAULT_LIFETIME)
 }
 
 fn margin(lifetime: Duration) -> Duration {
@@ -136,6 +146,15 @@ fn without_url(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lifetimes_are_capped() {
+        assert_eq!(lifetime_of(None), DEFAULT_LIFETIME);
+        assert_eq!(lifetime_of(Some(60)), Duration::from_secs(60));
+        let longest = lifetime_of(Some(u64::MAX));
+        assert_eq!(longest, MAX_LIFETIME);
+        assert!(std::time::Instant::now().checked_add(longest).is_some());
+    }
 
     #[test]
     fn renews_shortly_before_expiry() {

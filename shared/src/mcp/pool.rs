@@ -67,7 +67,10 @@ impl McpPool {
             let deny = outbound.deny(reach);
             ReachClients {
                 deny: deny.clone(),
-                http: deny.guard(reqwest::Client::builder()).build().unwrap_or_default(),
+                http: deny
+                    .guard_credentialed(reqwest::Client::builder())
+                    .build()
+                    .unwrap_or_default(),
                 streamable: OnceLock::new(),
             }
         });

@@ -16,9 +16,15 @@ pub fn hash(password: &str) -> Result<String, AppError> {
 
 /// Verifies `password`; an unparsable stored hash never verifies.
 pub fn verify(password: &str, stored: &str) -> bool {
-    PasswordHash::new(stored)
-        .map(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
-        .unwrap_or(false)
+    match PasswordHash::new(stored) {
+        Ok(parsed) => Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok(),
+        // An account with no usable password yet (one `authorize/code` created) takes as long
+        // to refuse as any other: a quick answer would tell which emails have accounts.
+        Err(_) => {
+            burn_time(password);
+            false
+        }
+    }
 }
 
 /// `hash` off the async workers: argon2 takes ~20 ms of CPU, which would stall every other

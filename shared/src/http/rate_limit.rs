@@ -81,27 +81,38 @@ async fn subjects(parts: &mut Parts, state: &AppState) -> Vec<Subject> {
 
 /// One upsert per request: a fixed window per caller, restarted when its time is up. For a
 /// user the same statement reads the identity authentication needs, which it then takes from
-/// the request instead of asking again (one round trip, not two). A failing counter lets the
-/// request through (logged): the limit protects the service, it must not be the reason it
-/// fails.
+/// the request instead of asking again (one round trip, not two). A user's token counts only
+/// while its version is the user's: a revoked one (password changed) is refused by
+/// authentication without using up its user's window, which whoever holds it could otherwise
+/// keep full. A failing counter lets the request through (logged): the limit protects the
+/// service, it must not be the reason it fails.
 async fn check(state: &AppState, subject: &Subject) -> Result<Option<CurrentUser>, AppError> {
     let window = state.config().rate_limits.window_secs;
-    type Counted = (i32, f64, Option<i64>, Option<String>, Option<i16>, Option<i64>);
+    type Counted = (
+        Option<i32>,
+        Option<f64>,
+        Option<i64>,
+        Option<String>,
+        Option<i16>,
+        Option<i64>,
+    );
     let counted: Result<Counted, sqlx::Error> = sqlx::query_as(
         "WITH counted AS (
              INSERT INTO rate_limit_windows AS w (key, window_start, hits)
-             VALUES ($1, to_timestamp((floor(extract(epoch FROM now()) / $2) * $2)::float8), 1)
+             SELECT $1, to_timestamp((floor(extract(epoch FROM now()) / $2) * $2)::float8), 1
+             WHERE $4::bigint IS NULL OR EXISTS (SELECT 1 FROM users WHERE id = $3 AND token_version = $4)
              ON CONFLICT (key) DO UPDATE SET
                hits = CASE WHEN w.window_start >= EXCLUDED.window_start THEN w.hits + 1 ELSE 1 END,
                window_start = GREATEST(w.window_start, EXCLUDED.window_start)
              RETURNING hits, extract(epoch FROM window_start + make_interval(secs => $2) - now())::float8 AS left_secs
          )
          SELECT c.hits, c.left_secs, u.id, u.username, u.role, u.token_version
-         FROM counted c LEFT JOIN users u ON u.id = $3",
+         FROM (SELECT) AS one LEFT JOIN counted c ON TRUE LEFT JOIN users u ON u.id = $3",
     )
     .bind(&subject.key)
     .bind(window as i32)
     .bind(subject.claims.as_ref().map(|c| c.sub))
+    .bind(subject.claims.as_ref().map(|c| c.ver))
     .fetch_one(state.db())
     .await;
     let (hits, left, id, username, role, version) = match counted {
@@ -111,7 +122,7 @@ async fn check(state: &AppState, subject: &Subject) -> Result<Option<CurrentUser
             return Ok(None);
         }
     };
-    if hits <= subject.limit as i32 {
+    if hits.is_none_or(|hits| hits <= subject.limit as i32) {
         // A token that no longer authenticates is left to the extractor, which says why.
         let identity = id
             .zip(username)
@@ -123,7 +134,7 @@ async fn check(state: &AppState, subject: &Subject) -> Result<Option<CurrentUser
             .as_ref()
             .and_then(|claims| authenticate(claims, identity).ok()));
     }
-    let retry_after_secs = (left.ceil() as u64).max(1);
+    let retry_after_secs = (left.unwrap_or(0.0).ceil() as u64).max(1);
     Err(AppError::RateLimited {
         message: format!(
             "too many requests: this {} may send {} requests per {} seconds; try again in {} seconds",

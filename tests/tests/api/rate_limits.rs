@@ -178,3 +178,25 @@ async fn an_app_header_does_not_take_a_user_out_of_the_user_limit() {
     assert_limited(&app.send(as_user_with("crm")).await, "user");
     assert_limited(&app.get("/user", Some(&admin)).await, "user");
 }
+
+/// A revoked token (its user changed the password) is refused without using up its user's
+/// window: whoever still holds it cannot keep the user locked out.
+#[tokio::test]
+async fn a_revoked_token_does_not_use_up_its_users_window() {
+    let app = limited().await;
+    let (_, stolen) = app.regular_user("carol").await;
+    app.put(
+        "/user/password",
+        Some(&stolen),
+        &json!({ "oldPassword": "user-password-1", "newPassword": "fresh-password-2" }),
+    )
+    .await
+    .assert_ok();
+    let login = app.login("carol", "fresh-password-2").await;
+    let fresh = login.assert_ok()["token"].as_str().unwrap().to_owned();
+    next_window().await;
+    for _ in 0..8 {
+        app.get("/user", Some(&stolen)).await.assert_error(401, 401, "");
+    }
+    app.get("/user", Some(&fresh)).await.assert_ok();
+}

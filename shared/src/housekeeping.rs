@@ -1,7 +1,7 @@
 //! The daily clean-up (the housekeeping function, an EventBridge schedule): expired upload
 //! previews and their files, refresh tokens of dead logins, stale login counters, client nodes
-//! long offline and uncollected kicks, memory expiry, and answers whose turn ended without
-//! storing them. Each job is one function of its own
+//! long offline and uncollected kicks, memory expiry, answers whose turn ended without
+//! storing them, and documents whose processing stopped. Each job is one function of its own
 //! domain module; this runs them all, so one failing does not keep the others from running.
 
 use std::time::Duration;
@@ -24,7 +24,12 @@ pub struct Swept {
     pub node_kicks: u64,
     pub archived_memories: u64,
     pub abandoned_answers: u64,
+    pub stalled_documents: u64,
 }
+
+/// A document in processing whose lease ran out this long ago is past every redelivery (three
+/// receives, 18 minutes apart at most): its last message went to the dead-letter queue.
+const STALLED_AFTER: Duration = Duration::from_secs(6 * 3600);
 
 /// An answer still generating this long after its turn began had its process end under it (a
 /// crash, or Lambda's timeout with CHAT_TURN_TIMEOUT_SECS set above it): no turn runs longer
@@ -65,6 +70,10 @@ pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
         abandoned_answers: done(
             "abandoned answers",
             crate::agents::conversation_repo::fail_abandoned(db, abandoned_after(state)).await,
+        ),
+        stalled_documents: done(
+            "stalled documents",
+            crate::rag::documents::repo::fail_stalled(db, STALLED_AFTER).await,
         ),
     };
     tracing::info!(?swept, "housekeeping done");

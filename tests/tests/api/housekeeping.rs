@@ -142,6 +142,25 @@ async fn housekeeping_removes_only_what_has_expired() {
         .unwrap();
     }
 
+    // Documents in processing: one whose lease ran out a day ago (the queue gave up on it), one
+    // being processed now.
+    for (name, lease) in [
+        ("stalled.txt", "now() - interval '1 day'"),
+        ("busy.txt", "now() + interval '1 minute'"),
+    ] {
+        sqlx::query(&format!(
+            "INSERT INTO documents (rag_id, name, file_type, source_path, storage_key, mime_type, file_size,
+               content_hash, status, lease_until, creator_id)
+             VALUES ($1, $2, 'txt', $2, 'k/' || $2, 'text/plain', 1, 'h', 'parsing', {lease}, $3)"
+        ))
+        .bind(kb)
+        .bind(name)
+        .bind(admin_id)
+        .execute(db)
+        .await
+        .unwrap();
+    }
+
     let swept = shared::housekeeping::run(&app.state).await.unwrap();
     assert_eq!(
         swept,
@@ -153,7 +172,16 @@ async fn housekeeping_removes_only_what_has_expired() {
             node_kicks: 1,
             archived_memories: 0,
             abandoned_answers: 1,
+            stalled_documents: 1,
         }
+    );
+    assert_eq!(
+        strings(
+            db,
+            "SELECT name || ':' || status || ':' || coalesce(error_stage, '') FROM documents ORDER BY name"
+        )
+        .await,
+        ["busy.txt:parsing:", "stalled.txt:failed:parsing"]
     );
     assert_eq!(
         strings(db, "SELECT content || ':' || status FROM messages ORDER BY id").await,

@@ -645,6 +645,40 @@ async fn every_dedup_strategy_and_action() {
         .await
         .assert_error(400, 0, "was rejected");
     assert_eq!(s.app.count("documents").await, 1, "nothing committed");
+
+    // Two copies of a stored document in one upload: the first overwrites it, the second is
+    // the first's duplicate (skipped), so one document with that content remains.
+    let twins = [
+        ("e.txt", b"original content".to_vec()),
+        ("f.txt", b"original content".to_vec()),
+    ];
+    let p = s.preview(kb, &twins, Some((2, 2))).await.assert_ok().clone();
+    let decisions: Vec<&str> = p["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(decisions, ["OVERWRITE", "SKIP"]);
+    let items: Vec<Value> = p["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| json!({ "tempResourceId": i["tempResourceId"], "decision": i["decision"] }))
+        .collect();
+    let body = json!({ "previewToken": p["previewToken"], "items": items });
+    let c = s
+        .app
+        .post("/document/upload/commit", t, &body)
+        .await
+        .assert_ok()
+        .clone();
+    assert_eq!(c["conflictChanged"], false);
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM documents")
+        .fetch_all(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(names, ["e.txt"]);
 }
 
 #[tokio::test]

@@ -441,7 +441,7 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     let mut keys = repo::object_keys(&mut *tx, id).await?;
     // Pending uploads' files too: their previews would go with the base's row (a cascade),
     // and nothing would find the files or their resource rows again.
-    keys.extend(crate::rag::documents::upload::remove_previews_of(&mut tx, id).await?);
+    keys.extend(crate::rag::documents::repo::remove_previews_of(&mut tx, id).await?);
     repo::delete(&mut *tx, id).await?;
     indexes.drop_all(&mut tx).await.map_err(store_error)?;
     for key in &keys {

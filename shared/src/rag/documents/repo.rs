@@ -2,7 +2,7 @@
 
 use sqlx::{PgExecutor, PgPool};
 
-use super::{DocImageView, DocRow};
+use super::{DocImageView, DocRow, StoredItem};
 
 const COLUMNS: &str =
     "id, rag_id, name, file_type, source_type, source_path, storage_key, mime_type, file_size, content_hash,
@@ -235,4 +235,39 @@ pub async fn image_key(db: &PgPool, id: i64) -> sqlx::Result<Option<(String, Str
         .bind(id)
         .fetch_optional(db)
         .await
+}
+
+/// Marks failed the documents still in processing whose run stopped (its lease, or its last
+/// change when no worker took it, is `older_than` old): the queue gave up on them. A new run
+/// id keeps a worker that wakes up late from writing. Returns how many.
+pub async fn fail_stalled(db: &PgPool, older_than: std::time::Duration) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "UPDATE documents SET error_stage = status, status = 'failed',
+           error_message = 'processing stopped before it finished; reprocess the document',
+           run_id = gen_random_uuid(), lease_until = NULL, updated_at = now()
+         WHERE status NOT IN ('success', 'failed')
+           AND COALESCE(lease_until, updated_at) < now() - make_interval(secs => $1)",
+    )
+    .bind(older_than.as_secs_f64())
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Removes a base's pending previews and their temporary resource rows in the caller's
+/// transaction (the base is being deleted); returns the keys of their files, for the caller
+/// to delete with the base's own.
+pub async fn remove_previews_of(conn: &mut sqlx::PgConnection, rag_id: i64) -> sqlx::Result<Vec<String>> {
+    let taken: Vec<sqlx::types::Json<Vec<StoredItem>>> =
+        sqlx::query_scalar("DELETE FROM upload_previews WHERE rag_id = $1 RETURNING items")
+            .bind(rag_id)
+            .fetch_all(&mut *conn)
+            .await?;
+    let items: Vec<&StoredItem> = taken.iter().flat_map(|t| t.0.iter()).collect();
+    let ids: Vec<i64> = items.iter().map(|s| s.item.temp_resource_id).collect();
+    sqlx::query("DELETE FROM resources WHERE id = ANY($1)")
+        .bind(&ids)
+        .execute(&mut *conn)
+        .await?;
+    Ok(items.into_iter().map(|s| s.key.clone()).collect())
 }

@@ -61,12 +61,13 @@ async fn decide_all(
                     name: e.item.file_name.clone(),
                 })
         };
-        let by_name = by_name
-            .map(|(id, name)| Conflict { id: Some(id), name })
-            .or_else(|| in_upload(&|e| e.file_name.eq_ignore_ascii_case(&item.file_name)));
-        let by_content = by_content
-            .map(|(id, name)| Conflict { id: Some(id), name })
-            .or_else(|| in_upload(&|e| e.content_hash == item.content_hash));
+        // A file like an earlier one of the same upload is that file's duplicate first, whatever
+        // the base holds: two copies of a document's content would both overwrite it, and two
+        // new documents take its place.
+        let by_name = in_upload(&|e| e.file_name.eq_ignore_ascii_case(&item.file_name))
+            .or_else(|| by_name.map(|(id, name)| Conflict { id: Some(id), name }));
+        let by_content = in_upload(&|e| e.content_hash == item.content_hash)
+            .or_else(|| by_content.map(|(id, name)| Conflict { id: Some(id), name }));
         let outcome = dedup::decide(strategy, action, by_name, by_content);
         item.decision = outcome.decision;
         item.match_type = outcome.match_type;
@@ -225,24 +226,6 @@ async fn discard(state: &AppState, items: &[StoredItem]) {
             .execute(state.db())
             .await;
     }
-}
-
-/// Removes a base's pending previews and their temporary resource rows in the caller's
-/// transaction (the base is being deleted); returns the keys of their files, for the caller
-/// to delete with the base's own.
-pub async fn remove_previews_of(conn: &mut sqlx::PgConnection, rag_id: i64) -> sqlx::Result<Vec<String>> {
-    let taken: Vec<sqlx::types::Json<Vec<StoredItem>>> =
-        sqlx::query_scalar("DELETE FROM upload_previews WHERE rag_id = $1 RETURNING items")
-            .bind(rag_id)
-            .fetch_all(&mut *conn)
-            .await?;
-    let items: Vec<&StoredItem> = taken.iter().flat_map(|t| t.0.iter()).collect();
-    let ids: Vec<i64> = items.iter().map(|s| s.item.temp_resource_id).collect();
-    sqlx::query("DELETE FROM resources WHERE id = ANY($1)")
-        .bind(&ids)
-        .execute(&mut *conn)
-        .await?;
-    Ok(items.into_iter().map(|s| s.key.clone()).collect())
 }
 
 /// Deletes expired previews and their temporary files; returns how many previews.

@@ -202,6 +202,26 @@ pub struct RefreshRow {
     pub claimed: bool,
 }
 
+/// The user a refresh token was issued to, read without locking anything.
+pub async fn refresh_owner(db: impl PgExecutor<'_>, hash: &str) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar("SELECT user_id FROM refresh_tokens WHERE token_hash = $1")
+        .bind(hash)
+        .fetch_optional(db)
+        .await
+}
+
+/// The user's token version, their row locked (FOR SHARE) until the transaction ends. Whoever
+/// issues a refresh token holds it: a revocation, which bumps the version first and revokes
+/// the tokens in a statement of its own, then waits for the issue and revokes its token too,
+/// or came first and is seen here. Users' rows before refresh tokens' rows, always: the
+/// order revocations take them in.
+pub async fn lock_token_version(conn: &mut sqlx::PgConnection, user_id: i64) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar("SELECT token_version FROM users WHERE id = $1 FOR SHARE")
+        .bind(user_id)
+        .fetch_optional(conn)
+        .await
+}
+
 /// Marks a refresh token used, atomically; reports whether it was fresh.
 pub async fn claim_refresh(db: impl PgExecutor<'_>, hash: &str) -> sqlx::Result<Option<RefreshRow>> {
     sqlx::query_as(
@@ -231,28 +251,34 @@ pub async fn purge_expired_families(db: impl PgExecutor<'_>) -> sqlx::Result<u64
 
 /// Revokes one login's refresh tokens and ends its user's access tokens (all of them: an access
 /// token does not name its login, and a leaked refresh token may have minted any of them).
-pub async fn revoke_family(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Result<()> {
+/// Two statements, as in `revoke_all_for_user`.
+pub async fn revoke_family(conn: &mut sqlx::PgConnection, family: Uuid) -> sqlx::Result<()> {
     sqlx::query(
-        "WITH bumped AS (
-             UPDATE users SET token_version = token_version + 1
-             WHERE id = (SELECT user_id FROM refresh_tokens WHERE family_id = $1 LIMIT 1)
-         )
-         UPDATE refresh_tokens SET revoked_at = now() WHERE family_id = $1 AND revoked_at IS NULL",
+        "UPDATE users SET token_version = token_version + 1
+         WHERE id = (SELECT user_id FROM refresh_tokens WHERE family_id = $1 LIMIT 1)",
     )
     .bind(family)
-    .execute(db)
+    .execute(&mut *conn)
     .await?;
+    sqlx::query("UPDATE refresh_tokens SET revoked_at = now() WHERE family_id = $1 AND revoked_at IS NULL")
+        .bind(family)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
-/// Revokes every login of the user, refresh and access tokens alike (a password change).
-pub async fn revoke_all_for_user(db: impl PgExecutor<'_>, user_id: i64) -> sqlx::Result<()> {
-    sqlx::query(
-        "WITH bumped AS (UPDATE users SET token_version = token_version + 1 WHERE id = $1)
-         UPDATE refresh_tokens SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL",
-    )
-    .bind(user_id)
-    .execute(db)
-    .await?;
+/// Revokes every login of the user, refresh and access tokens alike (a password change). Two
+/// statements: the version's bump waits for any refresh or login issuing a token meanwhile
+/// (they hold the user's row, see `lock_token_version`), and the revoke that follows reads
+/// after it, the token that issue wrote included. In one statement it would read before.
+pub async fn revoke_all_for_user(conn: &mut sqlx::PgConnection, user_id: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE users SET token_version = token_version + 1 WHERE id = $1")
+        .bind(user_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("UPDATE refresh_tokens SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL")
+        .bind(user_id)
+        .execute(conn)
+        .await?;
     Ok(())
 }

@@ -87,8 +87,17 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
         return Err(AppError::unauthorized(BAD_LOGIN));
     };
     throttle::succeeded(state.db(), &counters, user.id, ip).await?;
+    // The password was checked against the row as read: a change (or a revocation) since then
+    // refuses the login, which would otherwise get a refresh token the change never revoked.
+    let mut tx = state.db().begin().await?;
+    if repo::lock_token_version(&mut tx, user.id).await? != Some(user.token_version) {
+        return Err(AppError::unauthorized(
+            "the password changed meanwhile (or this user's logins were revoked); log in again",
+        ));
+    }
+    let refresh_token = new_refresh(state, &mut *tx, uuid::Uuid::new_v4(), user.id).await?;
+    tx.commit().await?;
     let token = state.jwt().issue_access(user.id, user.role, user.token_version)?;
-    let refresh_token = new_refresh(state, state.db(), uuid::Uuid::new_v4(), user.id).await?;
     Ok(LoginResult {
         token,
         refresh_token,
@@ -112,12 +121,17 @@ async fn new_refresh<'e>(
 /// one again means it leaked, so every token of that login is revoked.
 pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPair> {
     let presented = validate::required("refreshToken", req.refresh_token)?;
+    let hash = refresh::hash(&presented);
     let mut tx = state.db().begin().await?;
-    let Some(row) = repo::claim_refresh(&mut *tx, &refresh::hash(&presented)).await? else {
+    // The user's row first: a password change meanwhile revokes the token this issues too.
+    if let Some(owner) = repo::refresh_owner(&mut *tx, &hash).await? {
+        repo::lock_token_version(&mut tx, owner).await?;
+    }
+    let Some(row) = repo::claim_refresh(&mut *tx, &hash).await? else {
         return Err(AppError::unauthorized("refresh token invalid; please log in again"));
     };
     if !row.claimed && !row.revoked {
-        repo::revoke_family(&mut *tx, row.family_id).await?;
+        repo::revoke_family(&mut tx, row.family_id).await?;
         tx.commit().await?;
         tracing::warn!(user_id = row.user_id, "refresh token reused; its login was revoked");
         return Err(AppError::unauthorized(
@@ -204,7 +218,7 @@ pub async fn update(state: &AppState, id: i64, req: UpdateUserRequest) -> AppRes
         .await
         .map_err(user_conflict)?;
     if hash.is_some() {
-        repo::revoke_all_for_user(&mut *tx, id).await?;
+        repo::revoke_all_for_user(&mut tx, id).await?;
     }
     tx.commit().await?;
     Ok(())
@@ -226,7 +240,7 @@ pub async fn reset_password(state: &AppState, id: i64, req: PasswordRequest) -> 
     if !repo::set_password(&mut *tx, id, &hash).await? {
         return Err(AppError::not_found("user"));
     }
-    repo::revoke_all_for_user(&mut *tx, id).await?;
+    repo::revoke_all_for_user(&mut tx, id).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -238,13 +252,22 @@ pub async fn change_own_password(state: &AppState, user: &CurrentUser, req: Chan
     let row = repo::find(state.db(), user.id)
         .await?
         .ok_or_else(|| AppError::not_found("user"))?;
+    // Guesses of the old password (someone holding a stolen session, who would then lock the
+    // owner out) are counted like failed logins: LOGIN_MAX_FAILURES, then LOGIN_LOCK_SECS.
+    let cfg = state.config();
+    let guesses = [throttle::Counter {
+        key: format!("pw:{}", user.id),
+        limit: cfg.login_max_failures,
+    }];
+    throttle::reserve(state.db(), &guesses, cfg.login_lock).await?;
     if !password::verify_off_thread(old, row.password_hash.clone()).await {
         return Err(AppError::business("oldPassword is incorrect"));
     }
+    throttle::release(state.db(), &guesses).await?;
     let hash = password::hash_off_thread(new).await?;
     let mut tx = state.db().begin().await?;
     repo::set_password(&mut *tx, user.id, &hash).await?;
-    repo::revoke_all_for_user(&mut *tx, user.id).await?;
+    repo::revoke_all_for_user(&mut tx, user.id).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -7,6 +7,9 @@
 //!   from many places. Addresses the account recently logged in from are exempt, so this lock
 //!   cannot keep the owner out of an address they use.
 //!
+//! A signed-in user's own password change counts wrong old passwords the same way (`pw:<id>`,
+//! `LOGIN_MAX_FAILURES`): someone holding a stolen session guesses no faster than a login.
+//!
 //! An attempt takes its place in every counter before the password is checked, in one upsert
 //! per counter that increments and returns the count under the row's lock. Concurrent attempts
 //! therefore cannot all pass a check made before any of them failed: exactly `limit` get to try.
@@ -88,7 +91,7 @@ fn refusal(wait_secs: f64) -> AppError {
 /// Gives back one place in each counter; a counter left with nothing (and no lock) goes, as it
 /// would have if the attempt had never been made. The delete re-checks the row under its lock,
 /// so an attempt counted in between keeps its row.
-async fn release(db: &PgPool, counters: &[Counter]) -> Result<(), AppError> {
+pub async fn release(db: &PgPool, counters: &[Counter]) -> Result<(), AppError> {
     let keys: Vec<&str> = counters.iter().map(|c| c.key.as_str()).collect();
     sqlx::query("UPDATE login_throttle SET failures = GREATEST(failures - 1, 0) WHERE key = ANY($1)")
         .bind(&keys)

@@ -323,6 +323,28 @@ async fn own_password_change() {
         .assert_error(401, 401, "log in");
 }
 
+/// Guessing the old password with someone's session is throttled like logins: after
+/// LOGIN_MAX_FAILURES (5) wrong guesses the change is locked, the right password included.
+#[tokio::test]
+async fn old_password_guesses_are_throttled() {
+    let app = app().await;
+    let (_, token) = app.regular_user("erin").await;
+    let t = Some(token.as_str());
+    let guess = |old: &str| json!({ "oldPassword": old, "newPassword": "new-pass-123" });
+    for i in 0..5 {
+        app.put("/user/password", t, &guess(&format!("guess-{i}")))
+            .await
+            .assert_error(400, 0, "oldPassword is incorrect");
+    }
+    app.put("/user/password", t, &guess("guess-5"))
+        .await
+        .assert_error(429, 429, "");
+    app.put("/user/password", t, &guess("user-password-1"))
+        .await
+        .assert_error(429, 429, "");
+    app.login("erin", "user-password-1").await.assert_ok();
+}
+
 #[tokio::test]
 async fn authorize_code_grants_quota() {
     let app = app().await;
@@ -546,4 +568,53 @@ async fn access_tokens_end_with_a_password_change_or_a_revoked_login() {
     for token in [&access, &rotated] {
         app.get("/user", Some(token)).await.assert_error(401, 401, "revoked");
     }
+}
+
+/// A password change waits for a refresh that is issuing a token at that moment and revokes
+/// that token too. The refresh is played here step by step as `users::service::refresh` takes
+/// them (the user's row, then the presented token's, then the new token), held open while the
+/// change runs; before, it locked only the presented token, and the change's revoke, waiting on
+/// that row, read the tokens from before the new one existed and left it live.
+#[tokio::test]
+async fn a_password_change_revokes_a_token_issued_while_it_runs() {
+    use shared::users::repo;
+    let app = app().await;
+    let login = app.login("admin", api_tests::ADMIN_PASSWORD).await;
+    let presented = login.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
+    let token = login.body["data"]["token"].as_str().unwrap().to_owned();
+    let hash = shared::auth::refresh::hash(&presented);
+    let mut refreshing = app.db.begin().await.unwrap();
+    let owner = repo::refresh_owner(&mut *refreshing, &hash).await.unwrap().unwrap();
+    repo::lock_token_version(&mut refreshing, owner).await.unwrap();
+    let claimed = repo::claim_refresh(&mut *refreshing, &hash).await.unwrap().unwrap();
+    let body = json!({ "oldPassword": api_tests::ADMIN_PASSWORD, "newPassword": "fresh-password-2" });
+    let change = app.put("/user/password", Some(&token), &body);
+    let issue = async {
+        // Until the change waits on a row the refresh holds.
+        for _ in 0..100 {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            )
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let expires = chrono::Utc::now() + chrono::Duration::days(1);
+        repo::insert_refresh(&mut *refreshing, claimed.family_id, owner, "in-flight", expires)
+            .await
+            .unwrap();
+        refreshing.commit().await.unwrap();
+    };
+    let (changed, ()) = tokio::join!(change, issue);
+    changed.assert_ok();
+    let live: i64 = sqlx::query_scalar("SELECT count(*) FROM refresh_tokens WHERE user_id = $1 AND revoked_at IS NULL")
+        .bind(owner)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(live, 0, "the token issued meanwhile is revoked too");
 }

@@ -14,7 +14,7 @@ use crate::domain::AppCaller;
 use crate::resources::model::UploadUrlResult;
 use crate::resources::repo::{self as resource_repo, NewResource};
 use crate::resources::service::{
-    already_registered, clean_file_name, is_issued_key, sniff_mime, sniff_stored, PRESIGN_TTL,
+    already_registered, clean_file_name, sniff_mime, sniff_stored, uploaded_size, PRESIGN_TTL,
 };
 use crate::{time, validate, AppError, AppResult, AppState};
 
@@ -115,19 +115,9 @@ pub async fn complete_upload(
 ) -> AppResult<UploadedImage> {
     let open_id = users::check_open_id(req.open_id)?;
     let key = validate::required("storageKey", req.storage_key)?;
-    if !is_issued_key(&key, &key_prefix(app)) {
-        return Err(AppError::Forbidden("storageKey was not issued to this app".into()));
-    }
-    // Before anything touches the object: a retried completion must not remove the file its
-    // first completion registered.
-    if resource_repo::is_registered(state.db(), &key).await? {
-        return Err(already_registered());
-    }
     let name = clean_file_name(&validate::required("originalName", req.original_name)?);
     let biz_type = biz_type(req.biz_type)?;
-    let size = state.storage().head(&key).await?.ok_or_else(|| {
-        AppError::validation("storageKey: nothing was uploaded there yet; PUT the file to uploadUrl first")
-    })?;
+    let size = uploaded_size(state, &key, &key_prefix(app), "this app").await?;
     if size > MAX_IMAGE_BYTES as u64 {
         state.storage().delete(&key).await?;
         return Err(AppError::PayloadTooLarge(format!(

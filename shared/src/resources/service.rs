@@ -70,7 +70,7 @@ fn new_key(user_id: i64, file_name: &str) -> String {
 /// Whether `key` has the exact shape of a key issued under `prefix`: a UUID and an optional
 /// lowercase extension, as `new_key` makes them. Other spellings of the same object (`a//b`,
 /// `a/./b`, a trailing `/`) would register one file twice on the filesystem store.
-pub(crate) fn is_issued_key(key: &str, prefix: &str) -> bool {
+fn is_issued_key(key: &str, prefix: &str) -> bool {
     let Some(name) = key.strip_prefix(prefix) else {
         return false;
     };
@@ -237,19 +237,9 @@ pub async fn complete_upload(
     req: CompleteUploadRequest,
 ) -> AppResult<ResourceView> {
     let key = validate::required("storageKey", req.storage_key)?;
-    if !is_issued_key(&key, &format!("resources/{}/", user.id)) {
-        return Err(AppError::Forbidden("storageKey was not issued to you".into()));
-    }
-    // Before anything touches the object: a retried completion must not delete, re-stage or
-    // replace the file its first completion registered.
-    if repo::is_registered(state.db(), &key).await? {
-        return Err(already_registered());
-    }
     let name = clean_file_name(&validate::required("originalName", req.original_name)?);
     let biz_type = biz_type(req.biz_type)?;
-    let size = state.storage().head(&key).await?.ok_or_else(|| {
-        AppError::validation("storageKey: nothing was uploaded there yet; PUT the file to uploadUrl first")
-    })?;
+    let size = uploaded_size(state, &key, &format!("resources/{}/", user.id), "you").await?;
     let max = state.config().max_presigned_upload_bytes;
     if size > max {
         state.storage().delete(&key).await?;
@@ -273,6 +263,22 @@ pub async fn complete_upload(
         creator_id: user.id,
     };
     insert_or_discard(state, &new).await
+}
+
+/// The size of the object a presigned upload put at `key`, for its completion: the key must
+/// be one issued under `prefix` (to `whom`, for the refusal) and not registered yet. Checked
+/// before anything touches the object: a retried completion must not delete, re-stage or
+/// replace the file its first completion registered.
+pub(crate) async fn uploaded_size(state: &AppState, key: &str, prefix: &str, whom: &str) -> AppResult<u64> {
+    if !is_issued_key(key, prefix) {
+        return Err(AppError::Forbidden(format!("storageKey was not issued to {whom}")));
+    }
+    if repo::is_registered(state.db(), key).await? {
+        return Err(already_registered());
+    }
+    state.storage().head(key).await?.ok_or_else(|| {
+        AppError::validation("storageKey: nothing was uploaded there yet; PUT the file to uploadUrl first")
+    })
 }
 
 /// The MIME type of a stored object of `size` bytes, from its first bytes (as `sniff_mime`).

@@ -30,6 +30,34 @@ pub enum AuthConfig {
     },
 }
 
+impl AuthConfig {
+    /// The secret this configuration sends (the API key's value, the token, the client
+    /// secret), if any.
+    pub fn secret(&self) -> Option<&str> {
+        match self {
+            Self::None => None,
+            Self::ApiKey { value, .. } => Some(value),
+            Self::Bearer { token } => Some(token),
+            Self::OAuth2 { client_secret, .. } => Some(client_secret),
+        }
+    }
+
+    fn token_url(&self) -> Option<&str> {
+        match self {
+            Self::OAuth2 { token_url, .. } => Some(token_url),
+            _ => None,
+        }
+    }
+
+    /// Whether `self`, the result of an edit of `stored`, sends the stored secret to another
+    /// address than `stored` did: to another `endpoint` (the server's, before and after) or,
+    /// for OAuth, another token URL.
+    pub fn moves_stored_secret(&self, stored: &AuthConfig, endpoints: (Option<&str>, Option<&str>)) -> bool {
+        let kept = self.secret().is_some() && self.secret() == stored.secret();
+        kept && (endpoints.0 != endpoints.1 || self.token_url() != stored.token_url())
+    }
+}
+
 // Secrets never reach a Debug line: only the type is shown.
 impl std::fmt::Debug for AuthConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

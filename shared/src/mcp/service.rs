@@ -256,6 +256,15 @@ async fn validate(
         (Some(t), None, Some(a)) if t == i64::from(a.code()) => a.clone(),
         (t, raw, _) => AuthConfig::parse(t.unwrap_or(0), raw.as_ref(), stored_auth)?,
     };
+    // A secret its creator stored goes where its creator said: someone else (an administrator)
+    // pointing the server elsewhere sends the secret again, or could read it at their address.
+    if let (Some(r), Some(stored)) = (row, stored_auth) {
+        if r.creator_id != user.id && auth.moves_stored_secret(stored, (r.endpoint.as_deref(), endpoint.as_deref())) {
+            return Err(AppError::validation(
+                "authConfig: send the secret again to point this server elsewhere; the stored one is its creator's",
+            ));
+        }
+    }
     // Checked against the networks of whoever created the server: the caller for a new one.
     let reach = row.map_or(Reach::of_admin(user.is_admin()), McpRow::reach);
     let deny = state.config().outbound.deny(reach);

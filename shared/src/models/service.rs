@@ -422,6 +422,14 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
         Some(k) if !is_masked(&k) => Some(state.secrets().seal(&k)?),
         _ => None,
     };
+    // A key its creator stored goes where its creator said: someone else (an administrator)
+    // pointing the config elsewhere sends the key again, or could read it at their endpoint.
+    let moves = api_endpoint.as_deref().is_some_and(|e| e != row.api_endpoint);
+    if moves && sealed.is_none() && row.creator_id != user.id {
+        return Err(AppError::validation(
+            "apiKey: send the key again to change apiEndpoint; the stored key is the config's creator's",
+        ));
+    }
     validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
     let fields = ConfigFields {
         provider_id: req.provider_id,

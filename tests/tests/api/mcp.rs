@@ -423,6 +423,34 @@ async fn users_see_their_own_and_administrators_servers_and_change_only_their_ow
         ),
         (Some(a_id), Some("checked"))
     );
+    // Her token goes where she says: the administrator pointing her server elsewhere sends a
+    // token of their own (the masked one sent back is not enough); she may move it herself.
+    let path = format!("/mcp-server/{own}");
+    app.put(&path, Some(&admin), &json!({"endpoint": "http://elsewhere/sse"}))
+        .await
+        .assert_error(
+            400,
+            0,
+            "authConfig: send the secret again to point this server elsewhere",
+        );
+    let masked = detail.data()["authConfig"].clone();
+    app.put(
+        &path,
+        Some(&admin),
+        &json!({"endpoint": "http://elsewhere/sse", "authConfig": masked}),
+    )
+    .await
+    .assert_error(400, 0, "authConfig: send the secret again");
+    app.put(
+        &path,
+        Some(&admin),
+        &json!({"endpoint": "http://elsewhere/sse", "authConfig": {"token": "admins-token-123456"}}),
+    )
+    .await
+    .assert_ok();
+    app.put(&path, Some(&alice), &json!({"endpoint": "http://h/sse"}))
+        .await
+        .assert_ok();
 
     // What agent updates use.
     let user = |id, role| shared::http::CurrentUser {

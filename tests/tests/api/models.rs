@@ -526,6 +526,30 @@ async fn personal_configs_belong_to_their_owner() {
     )
     .await
     .assert_status_error(403, 403, "administrator");
+    // Her key goes where she says: an administrator pointing her config elsewhere sends a key
+    // of their own; she may move it herself.
+    let elsewhere = format!("{url}/elsewhere");
+    let config = format!("/ai-model/config/{mine}");
+    app.put(&config, Some(&admin), &json!({ "apiEndpoint": elsewhere }))
+        .await
+        .assert_status_error(400, 0, "apiKey: send the key again to change apiEndpoint");
+    app.put(
+        &config,
+        Some(&admin),
+        &json!({ "apiEndpoint": elsewhere, "apiKey": "****7890" }),
+    )
+    .await
+    .assert_status_error(400, 0, "apiKey: send the key again");
+    app.put(
+        &config,
+        Some(&admin),
+        &json!({ "apiEndpoint": elsewhere, "apiKey": "sk-admins-own-key" }),
+    )
+    .await
+    .assert_status_ok();
+    app.put(&config, Some(&alice), &json!({ "apiEndpoint": url }))
+        .await
+        .assert_status_ok();
     let name: String = sqlx::query_scalar("SELECT model_name FROM model_configs WHERE id = $1")
         .bind(mine)
         .fetch_one(&app.db)

@@ -14,7 +14,7 @@ use crate::domain::AppCaller;
 use crate::resources::model::UploadUrlResult;
 use crate::resources::repo::{self as resource_repo, NewResource};
 use crate::resources::service::{
-    already_registered, clean_file_name, sniff_mime, sniff_stored, uploaded_size, PRESIGN_TTL,
+    already_registered, clean_file_name, presigned_put, sniff_mime, sniff_stored, uploaded_size,
 };
 use crate::{time, validate, AppError, AppResult, AppState};
 
@@ -96,14 +96,7 @@ pub async fn upload_url(state: &AppState, app: &AppCaller, req: ImageUploadUrlRe
     let content_type = validate::required("contentType", req.content_type)?.to_ascii_lowercase();
     let ext = image_extension("contentType", &content_type)?;
     let key = format!("{}{}.{ext}", key_prefix(app), uuid::Uuid::new_v4());
-    let presigned = state.storage().presign_put(&key, &content_type, PRESIGN_TTL).await?;
-    Ok(UploadUrlResult {
-        upload_url: presigned.url,
-        method: "PUT".to_owned(),
-        headers: presigned.headers.into_iter().collect(),
-        storage_key: key,
-        expires_at: time::datetime(chrono::Utc::now() + PRESIGN_TTL),
-    })
+    presigned_put(state, key, &content_type).await
 }
 
 /// Registers an image PUT to a URL of `upload_url` as the external user's. A file that is not

@@ -12,7 +12,7 @@ use crate::storage::{read_all, ByteRange, StorageError};
 use crate::{validate, AppError, AppResult, AppState};
 
 /// How long a presigned upload URL may be used.
-pub(crate) const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
+const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
 const SNIFF_BYTES: u64 = 8192;
 
 /// Keeps the last path segment, drops control characters, caps the length.
@@ -220,8 +220,12 @@ pub async fn upload_url(state: &AppState, user: &CurrentUser, req: UploadUrlRequ
     if content_type.len() > 255 || content_type.chars().any(|c| c.is_control()) {
         return Err(AppError::validation("contentType is not a valid MIME type"));
     }
-    let key = new_key(user.id, &name);
-    let presigned = state.storage().presign_put(&key, &content_type, PRESIGN_TTL).await?;
+    presigned_put(state, new_key(user.id, &name), &content_type).await
+}
+
+/// A URL that writes the object at `key` once, with `content_type`, for PRESIGN_TTL.
+pub(crate) async fn presigned_put(state: &AppState, key: String, content_type: &str) -> AppResult<UploadUrlResult> {
+    let presigned = state.storage().presign_put(&key, content_type, PRESIGN_TTL).await?;
     Ok(UploadUrlResult {
         upload_url: presigned.url,
         method: "PUT".to_owned(),

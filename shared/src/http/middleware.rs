@@ -138,7 +138,8 @@ pub async fn module_envelope(State(state): State<AppState>, req: Request<Body>, 
     let status_module = req
         .uri()
         .path()
-        .strip_prefix(&state.base_path())
+        .strip_prefix('/')
+        .and_then(|p| p.strip_prefix(state.config().api_prefix.as_str()))
         .is_some_and(uses_status_envelope);
     let response = next.run(req).await;
     match status_module {

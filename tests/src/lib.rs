@@ -558,6 +558,16 @@ impl TestApp {
     }
 }
 
+/// The decision of each item of an upload preview, in order.
+pub fn preview_decisions(preview: &Value) -> Vec<String> {
+    preview["items"]
+        .as_array()
+        .expect("preview items")
+        .iter()
+        .map(|i| i["decision"].as_str().expect("a decision").to_owned())
+        .collect()
+}
+
 /// A knowledge-base test setup: the app, the scripted model server, an admin token and an
 /// EMBEDDING model (8 dimensions) to build bases on.
 pub struct KbSetup {

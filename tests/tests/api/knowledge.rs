@@ -653,13 +653,7 @@ async fn every_dedup_strategy_and_action() {
         ("f.txt", b"original content".to_vec()),
     ];
     let p = s.preview(kb, &twins, Some((2, 2))).await.assert_ok().clone();
-    let decisions: Vec<&str> = p["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["decision"].as_str().unwrap())
-        .collect();
-    assert_eq!(decisions, ["OVERWRITE", "SKIP"]);
+    assert_eq!(api_tests::preview_decisions(&p), ["OVERWRITE", "SKIP"]);
     let items: Vec<Value> = p["items"]
         .as_array()
         .unwrap()

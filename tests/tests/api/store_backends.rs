@@ -558,13 +558,7 @@ async fn a_refused_commit_leaves_milvus_as_it_was() {
         ("new.txt", b"something else".to_vec()),
     ];
     let p = s.preview(kb, &files, Some((2, 2))).await.assert_ok().clone();
-    let decisions: Vec<&str> = p["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["decision"].as_str().unwrap())
-        .collect();
-    assert_eq!(decisions, ["OVERWRITE", "NEW"]);
+    assert_eq!(api_tests::preview_decisions(&p), ["OVERWRITE", "NEW"]);
     let item =
         |i: usize, decision: &str| json!({ "tempResourceId": p["items"][i]["tempResourceId"], "decision": decision });
     let body = json!({ "previewToken": p["previewToken"], "items": [item(0, "OVERWRITE"), item(1, "OVERWRITE")] });

@@ -31,7 +31,9 @@ impl Hold {
     /// Holds up to `want` tokens of the user's quota; refuses a user with none left, an
     /// expired quota, or who no longer exists.
     pub async fn take(db: &PgPool, user_id: i64, want: u64) -> AppResult<Self> {
-        let grab = grab(db, user_id, want).await?;
+        // At least one token: a hold of none takes none, and "nothing taken" is what tells a
+        // quota that is used up, so a call estimated at zero was refused to a user with tokens.
+        let grab = grab(db, user_id, want.max(1)).await?;
         let Some(grab) = grab else {
             return Err(AppError::unauthorized("the user no longer exists; please log in again"));
         };

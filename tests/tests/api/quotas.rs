@@ -171,3 +171,24 @@ async fn knowledge_base_model_calls_are_charged_and_an_empty_quota_spends_nothin
         "the search's query embedding charged nothing"
     );
 }
+
+/// A call estimated at no tokens is still held one: a user with tokens left is not told the
+/// quota is used up, one at zero is.
+#[tokio::test]
+async fn a_hold_of_nothing_is_refused_only_when_nothing_is_left() {
+    use shared::models::quota::Hold;
+    let app = api_tests::spawn(api_tests::Store::Filesystem).await;
+    let (id, _) = app.regular_user("zed").await;
+    sqlx::query("UPDATE users SET tokens = 0 WHERE id = $1")
+        .bind(id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    assert!(Hold::take(&app.db, id, 0).await.is_err(), "at zero: refused");
+    sqlx::query("UPDATE users SET tokens = 10 WHERE id = $1")
+        .bind(id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    assert!(Hold::take(&app.db, id, 0).await.is_ok(), "with tokens left: held");
+}

@@ -281,7 +281,6 @@ impl Content {
     }
 }
 
-/// An embedding and the model it came from.
 /// Makes writers of one owner's memories with one agent take turns until the caller's
 /// transaction ends.
 pub async fn lock_owner_memories(conn: &mut sqlx::PgConnection, agent_id: i64, owner: Owner) -> sqlx::Result<()> {
@@ -293,6 +292,7 @@ pub async fn lock_owner_memories(conn: &mut sqlx::PgConnection, agent_id: i64, o
     Ok(())
 }
 
+/// An embedding and the model it came from.
 pub struct Embedding<'a> {
     pub model_id: i64,
     pub vector: &'a str,

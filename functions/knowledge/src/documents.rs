@@ -4,9 +4,10 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use shared::domain::Disposition;
+use shared::domain::UploadedFile;
 use shared::http::envelope::Empty;
 use shared::http::files::file_response;
-use shared::http::multipart::{read_form, FormLimits, MultipartBody};
+use shared::http::multipart::{read_form, Form, FormLimits, MultipartBody};
 use shared::http::{Api, ApiResult, CurrentUser, Envelope, Json, Page, PageQuery, Path, Query};
 use shared::rag::documents::upload::{self, PreviewOptions};
 use shared::rag::documents::{self as docs, service, DocFilter, DocImageView, DocView};
@@ -49,20 +50,35 @@ async fn get(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i6
     service::get(&state, &user, id).await.map(Api)
 }
 
-// The multipart form of an upload preview, for the API document only: the handler reads the
-// multipart body itself, so nothing builds or reads this.
+// The multipart form of an upload preview. The handler reads the body into it and the API
+// document is generated from it, so the two cannot name different fields.
 #[derive(utoipa::ToSchema)]
 #[schema(rename_all = "camelCase")]
-#[allow(dead_code)]
 struct PreviewForm {
-    rag_id: String,
-    /// One or more files (pdf, docx, xlsx, csv, md, txt, html).
-    #[schema(format = Binary)]
-    files: Vec<String>,
+    rag_id: i64,
+    /// One or more files (pdf, docx, xlsx, csv, md, txt, html); `file` is read as well.
+    #[schema(value_type = Vec<String>, format = Binary)]
+    files: Vec<UploadedFile>,
     /// 0 none, 1 by name, 2 by content, 3 by name or content (default: the base's).
     dedup_strategy: Option<i64>,
     /// 0 reject, 1 skip, 2 overwrite (default: the base's).
     dedup_action: Option<i64>,
+}
+
+impl PreviewForm {
+    fn read(mut form: Form) -> AppResult<Self> {
+        let rag_id = form
+            .number("ragId")?
+            .ok_or_else(|| AppError::validation("ragId is required"))?;
+        let mut files = form.take_files("files");
+        files.extend(form.take_files("file"));
+        Ok(Self {
+            rag_id,
+            files,
+            dedup_strategy: form.number("dedupStrategy")?,
+            dedup_action: form.number("dedupAction")?,
+        })
+    }
 }
 
 /// Step one of an upload: store the files as temporary resources and report, per file, what
@@ -75,7 +91,7 @@ async fn preview_upload(
     user: CurrentUser,
     multipart: MultipartBody,
 ) -> ApiResult<docs::PreviewResult> {
-    let mut form = read_form(
+    let form = read_form(
         multipart,
         FormLimits {
             max_file_bytes: state.config().max_upload_bytes,
@@ -83,14 +99,15 @@ async fn preview_upload(
         },
     )
     .await?;
-    let rag_id = form
-        .number("ragId")?
-        .ok_or_else(|| AppError::validation("ragId is required"))?;
-    let mut files = form.take_files("files");
-    files.extend(form.take_files("file"));
+    let PreviewForm {
+        rag_id,
+        files,
+        dedup_strategy,
+        dedup_action,
+    } = PreviewForm::read(form)?;
     let options = PreviewOptions {
-        dedup_strategy: form.number("dedupStrategy")?,
-        dedup_action: form.number("dedupAction")?,
+        dedup_strategy,
+        dedup_action,
     };
     upload::preview(&state, &user, rag_id, files, options).await.map(Api)
 }

@@ -6,9 +6,10 @@ use axum::http::{header, HeaderMap};
 use axum::response::Response;
 use shared::domain::DatetimeRange;
 use shared::domain::Disposition;
+use shared::domain::UploadedFile;
 use shared::http::envelope::Empty;
 use shared::http::files::file_response;
-use shared::http::multipart::{read_form, FormLimits, MultipartBody};
+use shared::http::multipart::{read_form, Form, FormLimits, MultipartBody};
 use shared::http::{Api, ApiResult, CurrentUser, Json, Page, PageQuery, Path, Query};
 use shared::resources::{self, service, ResourceView};
 use shared::{AppError, AppResult, AppState};
@@ -29,18 +30,32 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(complete_upload))
 }
 
-// The multipart form of an upload, for the API document only: the handler reads the
-// multipart body itself, so nothing builds or reads this.
+// The multipart form of an upload. The handler reads the body into it and the API document
+// is generated from it, so the two cannot name different fields.
 #[derive(utoipa::ToSchema)]
 #[schema(rename_all = "camelCase")]
-#[allow(dead_code)]
 struct ResourceUploadForm {
     /// The file.
-    #[schema(format = Binary, content_media_type = "application/octet-stream")]
-    file: String,
+    #[schema(value_type = String, format = Binary, content_media_type = "application/octet-stream")]
+    file: UploadedFile,
     /// Business type, e.g. avatar, document.
     biz_type: Option<String>,
     biz_id: Option<i64>,
+}
+
+impl ResourceUploadForm {
+    fn read(mut form: Form) -> AppResult<Self> {
+        let file = form
+            .take_files("file")
+            .into_iter()
+            .next()
+            .ok_or_else(|| AppError::validation("file is required"))?;
+        Ok(Self {
+            file,
+            biz_type: form.text("bizType"),
+            biz_id: form.number("bizId")?,
+        })
+    }
 }
 
 /// Upload a file (multipart). Files above MAX_UPLOAD_BYTES get 413: use /resource/upload-url.
@@ -48,16 +63,9 @@ struct ResourceUploadForm {
     request_body(content = ResourceUploadForm, content_type = "multipart/form-data"),
     responses((status = 200, body = shared::http::Envelope<ResourceView>), (status = 400), (status = 401), (status = 413)))]
 async fn upload(State(state): State<AppState>, user: CurrentUser, multipart: MultipartBody) -> ApiResult<ResourceView> {
-    let mut form = read_form(multipart, FormLimits::one_file(state.config().max_upload_bytes)).await?;
-    let file = form
-        .take_files("file")
-        .into_iter()
-        .next()
-        .ok_or_else(|| AppError::validation("file is required"))?;
-    let biz_id = form.number("bizId")?;
-    service::upload(&state, &user, file, form.text("bizType"), biz_id)
-        .await
-        .map(Api)
+    let form = read_form(multipart, FormLimits::one_file(state.config().max_upload_bytes)).await?;
+    let ResourceUploadForm { file, biz_type, biz_id } = ResourceUploadForm::read(form)?;
+    service::upload(&state, &user, file, biz_type, biz_id).await.map(Api)
 }
 
 /// Page through resources (your own; administrators see all).

@@ -7,9 +7,10 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use shared::domain::Disposition;
+use shared::domain::UploadedFile;
 use shared::http::envelope::{Empty, StatusApi, StatusEnvelope, StatusPage, StatusPageEnvelope, StatusResult};
 use shared::http::files::content_disposition;
-use shared::http::multipart::{read_form, FormLimits, MultipartBody};
+use shared::http::multipart::{read_form, Form, FormLimits, MultipartBody};
 use shared::http::{CurrentUser, Json, PageQuery, Path, Query};
 use shared::skills::{self as s, drafts, files, service};
 use shared::{AppResult, AppState};
@@ -91,14 +92,21 @@ async fn delete(State(state): State<AppState>, user: CurrentUser, Path(id): Path
     service::delete(&state, &user, id).await.map(|()| StatusApi(Empty))
 }
 
-// The multipart form of a skill upload, for the API document only: the handler reads the
-// multipart body itself, so nothing builds or reads this.
+// The multipart form of a skill upload. The handler reads the body into it and the API
+// document is generated from it, so the two cannot name different fields.
 #[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
 struct SkillUploadForm {
     /// A zip package with `SKILL.md` at its root (or in its single top-level folder).
-    #[schema(format = Binary, content_media_type = "application/zip")]
-    file: String,
+    #[schema(value_type = String, format = Binary, content_media_type = "application/zip")]
+    file: Vec<UploadedFile>,
+}
+
+impl SkillUploadForm {
+    fn read(mut form: Form) -> Self {
+        Self {
+            file: form.take_files("file"),
+        }
+    }
 }
 
 /// Upload a zip package; name and description come from its `SKILL.md` front matter.
@@ -106,14 +114,13 @@ struct SkillUploadForm {
     request_body(content = SkillUploadForm, content_type = "multipart/form-data"),
     responses((status = 200, body = Env<s::Skill>), (status = 400), (status = 401), (status = 413)))]
 async fn upload(State(state): State<AppState>, user: CurrentUser, multipart: MultipartBody) -> StatusResult<s::Skill> {
-    let mut form = read_form(
+    let form = read_form(
         multipart,
         FormLimits::one_file(state.config().skill_limits.max_package_bytes),
     )
     .await?;
-    service::upload(&state, &user, form.take_files("file"))
-        .await
-        .map(StatusApi)
+    let SkillUploadForm { file } = SkillUploadForm::read(form);
+    service::upload(&state, &user, file).await.map(StatusApi)
 }
 
 /// The package as a zip file.

@@ -59,17 +59,39 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
                 )));
             }
         }
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|q| Query(q.0))
-            .map_err(|e: QueryRejection| {
-                let text = e.body_text();
-                let text = text
-                    .strip_prefix("Failed to deserialize query string: ")
-                    .unwrap_or(&text);
-                AppError::Validation(format!("invalid query parameter: {text}"))
-            })
+        let parsed = match without_blank_values(query) {
+            Some(kept) => {
+                let uri: axum::http::Uri = format!("/?{kept}")
+                    .parse()
+                    .map_err(|_| AppError::validation("invalid query string"))?;
+                axum::extract::Query::<T>::try_from_uri(&uri)
+            }
+            None => axum::extract::Query::<T>::from_request_parts(parts, state).await,
+        };
+        parsed.map(|q| Query(q.0)).map_err(|e: QueryRejection| {
+            let text = e.body_text();
+            let text = text
+                .strip_prefix("Failed to deserialize query string: ")
+                .unwrap_or(&text);
+            AppError::Validation(format!("invalid query parameter: {text}"))
+        })
     }
+}
+
+/// The query without its blank parameters, or `None` when it has none. Forms send an unset
+/// filter as `status=`; read as absent, it filters nothing, where parsing it would refuse a
+/// number filter and match only empty text.
+fn without_blank_values(query: &str) -> Option<String> {
+    let pairs = form_urlencoded::parse(query.as_bytes());
+    if !pairs.clone().any(|(_, v)| v.trim().is_empty()) {
+        return None;
+    }
+    let kept = pairs.filter(|(_, v)| !v.trim().is_empty());
+    Some(
+        form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(kept)
+            .finish(),
+    )
 }
 
 /// Path parameters; a wrong type (a word where an id goes) or a NUL character is a 400, not a 500.
@@ -88,5 +110,21 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
             .await
             .map(|p| Path(p.0))
             .map_err(|e: PathRejection| AppError::Validation(format!("invalid path parameter: {}", e.body_text())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_blank_values;
+
+    #[test]
+    fn blank_parameters_are_dropped_and_the_rest_kept_encoded() {
+        assert_eq!(without_blank_values("page=2&size=10"), None);
+        assert_eq!(without_blank_values(""), None);
+        assert_eq!(
+            without_blank_values("status=&keyword=a%26b&bizId=%20&page=2").as_deref(),
+            Some("keyword=a%26b&page=2")
+        );
+        assert_eq!(without_blank_values("x=").as_deref(), Some(""));
     }
 }

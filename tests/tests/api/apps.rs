@@ -40,6 +40,8 @@ async fn create_page_list_update_toggle_and_delete() {
     assert_eq!(page["data"][1]["token"], token.as_str());
     let found = app.get("/app/page?keyword=CRM", Some(&admin)).await;
     assert_eq!(found.assert_ok()["total"], 1);
+    let unset = app.get("/app/page?keyword=&status=", Some(&admin)).await;
+    assert_eq!(unset.assert_ok()["total"], 2, "empty filters filter nothing");
     let range = "datetimeRange=2000-01-01%2000:00:00&datetimeRange=2000-01-02%2000:00:00";
     let old = app.get(&format!("/app/page?{range}"), Some(&admin)).await;
     assert_eq!(old.assert_ok()["total"], 0);

@@ -289,7 +289,10 @@ async fn page_filters() {
         .assert_error(400, 0, "bizId");
     // Forms send unset filters empty: they filter nothing, and a page number still counts.
     let blank = app
-        .get("/resource/page?bizType=&bizId=&originalName=%20&page=2&size=2", Some(&alice))
+        .get(
+            "/resource/page?bizType=&bizId=&originalName=%20&page=2&size=2",
+            Some(&alice),
+        )
         .await;
     let blank = blank.assert_ok();
     assert_eq!((blank["total"].as_i64(), blank["page"].as_i64()), (Some(3), Some(2)));

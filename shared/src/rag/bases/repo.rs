@@ -143,13 +143,15 @@ pub fn index_name(id: i64) -> String {
     format!("chunks_hnsw_kb_{id}")
 }
 
-/// Puts the base's dimension back (a rebuild of its index for a new one failed).
-pub async fn set_dimension(db: &PgPool, id: i64, dimension: i32) -> sqlx::Result<()> {
-    sqlx::query("UPDATE knowledge_bases SET dimension = $2, update_dt = now() WHERE id = $1")
-        .bind(id)
-        .bind(dimension)
-        .execute(db)
-        .await?;
+/// Puts every field of the base back as it was read (an edit whose index could not be built is
+/// undone whole, not only its dimension).
+pub async fn restore(db: &PgPool, id: i64, f: &KbFields<'_>) -> sqlx::Result<()> {
+    let mut qb = QueryBuilder::new(format!(
+        "UPDATE knowledge_bases SET ({FIELD_COLUMNS}, update_dt) = ROW("
+    ));
+    push_fields(&mut qb, f);
+    qb.push(", now()) WHERE id = ").push_bind(id);
+    qb.build().execute(db).await?;
     Ok(())
 }
 

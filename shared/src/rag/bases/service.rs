@@ -221,12 +221,11 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     tx.commit().await?;
     // Built after the row is committed, without blocking other tenants' writes; a base whose
     // index could not be built is removed again, so a failed create leaves nothing.
-    let built = async { repo::build_index(&mut state.db().acquire().await?, id, dimension).await }.await;
-    if let Err(e) = built {
+    if let Err(e) = build_index(state, id, dimension).await {
         if let Err(undo) = repo::delete(state.db(), id).await {
             tracing::error!(rag_id = id, error = %undo, "removing a knowledge base whose index failed");
         }
-        return Err(e.into());
+        return Err(e);
     }
     let row = repo::find(state.db(), id)
         .await?
@@ -369,15 +368,23 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     tx.commit().await?;
     // A base without documents has no chunks: only its index's shape changes. The index is
     // built outside any transaction (concurrently), so a failed build is undone by hand: the
-    // base keeps its old dimension and gets its old index back.
+    // base gets back every field it had, and its old index.
     if dimension != row.dimension {
-        if let Err(e) = repo::build_index(&mut state.db().acquire().await?, id, dimension).await {
-            repo::set_dimension(state.db(), id, row.dimension).await?;
-            repo::build_index(&mut state.db().acquire().await?, id, row.dimension).await?;
-            return Err(e.into());
+        if let Err(e) = build_index(state, id, dimension).await {
+            repo::restore(state.db(), id, &KbFields::of(&row)).await?;
+            if let Err(again) = build_index(state, id, row.dimension).await {
+                // Searches stay right without it (an exact scan of the base's chunks), slower.
+                tracing::error!(rag_id = id, error = %again, "the old vector index of a knowledge base could not be rebuilt");
+            }
+            return Err(e);
         }
     }
     Ok(())
+}
+
+async fn build_index(state: &AppState, id: i64, dimension: i32) -> AppResult<()> {
+    let mut conn = state.db().acquire().await?;
+    Ok(repo::build_index(&mut conn, id, dimension).await?)
 }
 
 pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: KbConfigRequest) -> AppResult<()> {

@@ -1310,6 +1310,41 @@ async fn office_and_pdf_files(store: Store, extra: &[(&str, &str)]) {
     assert_eq!(s.app.count("document_images").await, 0);
 }
 
+/// Images are stored before the transaction that indexes their document: an attempt whose
+/// transaction fails deletes its own, so a document that never indexes leaves no files.
+#[tokio::test]
+async fn an_attempt_that_cannot_index_its_document_leaves_no_image_files() {
+    use shared::rag::parse::fixtures::{self, DocxBlock};
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Pictures", json!({ "extparseSaveImages": true })).await;
+    // Every attempt fails in its final transaction, after its images were stored.
+    sqlx::raw_sql("ALTER TABLE document_images ADD CONSTRAINT refuse_all CHECK (image_index < 0) NOT VALID")
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let png = fixtures::png();
+    let docx = fixtures::docx(&[
+        DocxBlock::Paragraph("A chart follows."),
+        DocxBlock::Image {
+            bytes: &png,
+            description: Some("Chart"),
+        },
+    ]);
+    let ids = doc_ids(&s.upload(kb, &[("chart.docx", docx)]).await).await;
+    let d = s.settled(ids[0]).await;
+    assert_eq!(d["status"], "failed", "{d}");
+    let images = s.app.storage_dir.path().join(format!("rag/{kb}/images"));
+    let left: Vec<_> = std::fs::read_dir(&images)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|doc| std::fs::read_dir(doc.path()).into_iter().flatten().flatten())
+        .map(|f| f.path())
+        .collect();
+    assert!(left.is_empty(), "image files no row holds: {left:?}");
+    assert_eq!(s.app.count("chunks").await, 0);
+}
+
 #[tokio::test]
 async fn smart_chunking_follows_the_model_and_falls_back_with_a_reason() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;

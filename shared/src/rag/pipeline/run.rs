@@ -278,9 +278,13 @@ async fn index(
         error: e,
     };
     let image_keys = store_images(state, doc, parsed).await.map_err(transient)?;
-    let indexes = crate::rag::backends::Indexes::of(state, kb)
-        .await
-        .map_err(|e| permanent("indexing", e.to_string()))?;
+    let indexes = match crate::rag::backends::Indexes::of(state, kb).await {
+        Ok(indexes) => indexes,
+        Err(e) => {
+            delete_images(state, &image_keys).await;
+            return Err(permanent("indexing", e.to_string()));
+        }
+    };
     let result: anyhow::Result<Vec<String>> = async {
         let mut tx = state.db().begin().await?;
         let current: Option<Uuid> = sqlx::query_scalar("SELECT run_id FROM documents WHERE id = $1 FOR UPDATE")
@@ -327,13 +331,26 @@ async fn index(
         Ok(old_images)
     }
     .await;
-    let garbage = result.map_err(transient)?;
-    for key in garbage {
-        if let Err(e) = state.storage().delete(&key).await {
-            tracing::warn!(%key, error = %e, "could not delete an old document image");
+    match result {
+        Ok(garbage) => {
+            delete_images(state, &garbage).await;
+            Ok(())
+        }
+        // This attempt's images belong to no row: the attempt that indexes the document
+        // stores its own.
+        Err(e) => {
+            delete_images(state, &image_keys).await;
+            Err(transient(e))
         }
     }
-    Ok(())
+}
+
+async fn delete_images(state: &AppState, keys: &[String]) {
+    for key in keys {
+        if let Err(e) = state.storage().delete(key).await {
+            tracing::warn!(%key, error = %e, "could not delete a document image no row holds");
+        }
+    }
 }
 
 /// Stores the extracted images under keys of this attempt alone, so a repeated or superseded
@@ -344,10 +361,14 @@ async fn store_images(state: &AppState, doc: &DocRow, parsed: &ParsedDocument) -
     for image in &parsed.images {
         let ext = image.mime.rsplit('/').next().unwrap_or("bin");
         let key = format!("rag/{}/images/{}/{attempt}-{}.{ext}", doc.rag_id, doc.id, image.index);
-        state
+        let stored = state
             .storage()
             .put(&key, bytes::Bytes::from(image.bytes.clone()), &image.mime)
-            .await?;
+            .await;
+        if let Err(e) = stored {
+            delete_images(state, &keys).await;
+            return Err(e.into());
+        }
         keys.push(key);
     }
     Ok(keys)

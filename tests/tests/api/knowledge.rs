@@ -1345,6 +1345,53 @@ async fn an_attempt_that_cannot_index_its_document_leaves_no_image_files() {
     assert_eq!(s.app.count("chunks").await, 0);
 }
 
+/// A document deleted while a processing run commits its images waits for that commit and
+/// deletes those images' files too (it read the keys before the commit and left them behind).
+#[tokio::test]
+async fn a_delete_during_a_runs_commit_removes_the_images_it_committed() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Racing", json!({})).await;
+    let doc = doc_ids(&s.upload(kb, &[("notes.txt", NOTES_TXT.as_bytes().to_vec())]).await).await[0];
+    assert_eq!(s.settled(doc).await["status"], "success");
+    // A run's final transaction, held open: the document's row locked, an image stored.
+    let key = format!("rag/{kb}/images/{doc}/late-0.png");
+    s.app
+        .state
+        .storage()
+        .put(&key, bytes::Bytes::from_static(b"png"), "image/png")
+        .await
+        .unwrap();
+    let mut run = s.app.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM documents WHERE id = $1 FOR UPDATE")
+        .bind(doc)
+        .execute(&mut *run)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO document_images (rag_id, document_id, image_index, storage_key, mime_type) VALUES ($1, $2, 0, $3, 'image/png')",
+    )
+    .bind(kb)
+    .bind(doc)
+    .bind(&key)
+    .execute(&mut *run)
+    .await
+    .unwrap();
+    let path = format!("/document/{doc}");
+    let delete = s.app.delete(&path, t);
+    let commit = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        run.commit().await.unwrap();
+    };
+    let (deleted, ()) = tokio::join!(delete, commit);
+    deleted.assert_ok();
+    assert_eq!(s.app.count("document_images").await, 0);
+    assert!(
+        s.app.state.storage().head(&key).await.unwrap().is_none(),
+        "the late image's file is gone"
+    );
+}
+
 #[tokio::test]
 async fn smart_chunking_follows_the_model_and_falls_back_with_a_reason() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;

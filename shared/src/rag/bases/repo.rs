@@ -239,13 +239,19 @@ pub async fn drop_index(conn: &mut PgConnection, id: i64) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// Storage keys of everything stored for a base's documents and images.
-pub async fn object_keys(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Vec<String>> {
+/// Storage keys of everything stored for a base's documents and images. The documents' rows
+/// are locked first, as for one document's keys (see there): images a processing run commits
+/// meanwhile are read too.
+pub async fn object_keys(conn: &mut PgConnection, id: i64) -> sqlx::Result<Vec<String>> {
+    sqlx::query("SELECT 1 FROM documents WHERE rag_id = $1 ORDER BY id FOR UPDATE")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
     sqlx::query_scalar(
         "SELECT storage_key FROM documents WHERE rag_id = $1 UNION ALL SELECT storage_key FROM document_images WHERE rag_id = $1",
     )
     .bind(id)
-    .fetch_all(db)
+    .fetch_all(conn)
     .await
 }
 

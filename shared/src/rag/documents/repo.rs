@@ -1,6 +1,6 @@
 //! SQL of documents, images and upload previews.
 
-use sqlx::{PgExecutor, PgPool};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 
 use super::{DocImageView, DocRow, StoredItem};
 
@@ -109,13 +109,19 @@ pub async fn insert(db: impl PgExecutor<'_>, d: &NewDoc<'_>) -> sqlx::Result<(i6
     .await
 }
 
-/// Objects of a document: its file and its images.
-pub async fn object_keys(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Vec<String>> {
+/// Objects of a document: its file and its images. The document's row is locked first, in a
+/// statement of its own: a processing run that commits its images meanwhile is waited for and
+/// its images are read too (one statement reads them as of the moment it started).
+pub async fn object_keys(conn: &mut PgConnection, id: i64) -> sqlx::Result<Vec<String>> {
+    sqlx::query("SELECT 1 FROM documents WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
     sqlx::query_scalar(
         "SELECT storage_key FROM documents WHERE id = $1 UNION ALL SELECT storage_key FROM document_images WHERE document_id = $1",
     )
     .bind(id)
-    .fetch_all(db)
+    .fetch_all(conn)
     .await
 }
 

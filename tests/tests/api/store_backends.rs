@@ -574,6 +574,56 @@ async fn a_refused_commit_leaves_milvus_as_it_was() {
     );
 }
 
+/// A commit that overwrites a document and then fails on a later statement leaves the old
+/// document's vectors in Milvus: the store's removals come last, after every statement that
+/// can refuse the commit.
+#[tokio::test]
+async fn a_commit_that_fails_after_its_overwrite_keeps_the_vectors_in_milvus() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let milvus_store = store(&s, 1, 2, milvus_port()).await;
+    let kb = s
+        .kb(
+            "Late failure",
+            json!({ "vectorStoreInstanceId": milvus_store, "searchEngineEnable": false }),
+        )
+        .await;
+    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
+    let old = upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await[0];
+    let vectors = milvus_ids(&coll, Some(old)).await;
+    assert!(!vectors.is_empty());
+    let p = s
+        .preview(kb, &[("animal-copy.txt", ANIMALS.as_bytes().to_vec())], Some((2, 2)))
+        .await
+        .assert_ok()
+        .clone();
+    assert_eq!(api_tests::preview_decisions(&p), ["OVERWRITE"]);
+    // The new document's row cannot be written: the commit fails after the old one's delete.
+    sqlx::raw_sql("ALTER TABLE documents ADD CONSTRAINT refuse_copy CHECK (name <> 'animal-copy.txt') NOT VALID")
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let item = json!({ "tempResourceId": p["items"][0]["tempResourceId"], "decision": "OVERWRITE" });
+    let r = s
+        .app
+        .post(
+            "/document/upload/commit",
+            t,
+            &json!({ "previewToken": p["previewToken"], "items": [item] }),
+        )
+        .await;
+    assert_ne!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        milvus_ids(&coll, Some(old)).await,
+        vectors,
+        "the old document is still found"
+    );
+    assert_eq!(
+        s.app.get(&format!("/document/{old}"), t).await.assert_ok()["status"],
+        "success"
+    );
+}
+
 /// Importing a URL again over the document it overwrites replaces that document's entries in
 /// Milvus too: the old vectors would otherwise stay, found by search and crowding out the rest.
 #[tokio::test]

@@ -142,12 +142,28 @@ impl Indexes {
 
     /// Removes the entries of every chunk of these documents (their rows go with them).
     pub async fn remove_documents(&self, tx: &mut PgConnection, document_ids: &[i64]) -> anyhow::Result<()> {
-        let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE document_id = ANY($1)")
-            .bind(document_ids)
-            .fetch_all(&mut *tx)
-            .await?;
+        let ids = chunk_ids_of(tx, document_ids).await?;
         self.remove(tx, &ids).await
     }
+}
+
+/// Takes the entries of replaced documents' chunks out of the base's stores. Callers run it
+/// last before their commit: a document whose entries went while its rows stayed (a later
+/// statement refused) would no longer be found by search.
+pub async fn remove_replaced(state: &AppState, kb: &KbRow, tx: &mut PgConnection, chunk_ids: &[i64]) -> AppResult<()> {
+    if chunk_ids.is_empty() {
+        return Ok(());
+    }
+    let indexes = Indexes::of(state, kb).await?;
+    indexes.remove(tx, chunk_ids).await.map_err(store_error)
+}
+
+/// The chunks of these documents: what their entries in the stores are named by.
+pub async fn chunk_ids_of(conn: &mut PgConnection, document_ids: &[i64]) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar("SELECT id FROM chunks WHERE document_id = ANY($1)")
+        .bind(document_ids)
+        .fetch_all(conn)
+        .await
 }
 
 /// A backend failure as callers see it: a business error (code 0) saying which store failed

@@ -4,7 +4,7 @@ use super::dedup::{self, Conflict, Decision};
 use super::repo::{self, NewDoc};
 use super::*;
 use crate::domain::{CurrentUser, Page, PageQuery, StoredFile};
-use crate::rag::backends::{store_error, Indexes};
+use crate::rag::backends::{chunk_ids_of, remove_replaced, store_error, Indexes};
 use crate::rag::bases;
 use crate::{AppError, AppResult, AppState};
 
@@ -143,13 +143,15 @@ async fn replace(
         ));
     }
     let mut old_keys = Vec::new();
+    let mut old_chunks = Vec::new();
     if let Some(old) = overwritten {
-        let indexes = Indexes::of(state, kb).await?;
-        indexes.remove_documents(&mut tx, &[old]).await.map_err(store_error)?;
-        old_keys = repo::object_keys(&mut *tx, old).await?;
+        old_keys = repo::object_keys(&mut tx, old).await?;
+        old_chunks = chunk_ids_of(&mut tx, &[old]).await?;
         repo::delete(&mut *tx, old).await?;
     }
     let (id, run_id) = repo::insert(&mut *tx, new).await?;
+    // Last before the commit (see `remove_replaced`).
+    remove_replaced(state, kb, &mut tx, &old_chunks).await?;
     tx.commit().await?;
     Ok((id, run_id, old_keys))
 }

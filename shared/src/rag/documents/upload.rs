@@ -8,7 +8,7 @@ use super::repo::{self as doc_repo, NewDoc};
 use super::*;
 use crate::domain::CurrentUser;
 use crate::domain::UploadedFile;
-use crate::rag::backends::{store_error, Indexes};
+use crate::rag::backends::{chunk_ids_of, remove_replaced};
 use crate::rag::bases::{self, KbRow};
 use crate::rag::parse::FileType;
 use crate::resources::repo::{self as res_repo, NewResource};
@@ -377,6 +377,7 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
     let mut results = Vec::new();
     let mut queued = Vec::new();
     let mut drop_keys = Vec::new();
+    let mut replaced_chunks = Vec::new();
     for stored in &preview.items {
         let item = &stored.item;
         let (decision, _) = chosen(item.temp_resource_id);
@@ -391,9 +392,8 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
         }
         if decision == Decision::Overwrite {
             if let Some(old) = item.conflict_document_id {
-                let indexes = Indexes::of(state, &kb).await?;
-                indexes.remove_documents(&mut tx, &[old]).await.map_err(store_error)?;
-                drop_keys.extend(doc_repo::object_keys(&mut *tx, old).await?);
+                drop_keys.extend(doc_repo::object_keys(&mut tx, old).await?);
+                replaced_chunks.extend(chunk_ids_of(&mut tx, &[old]).await?);
                 doc_repo::delete(&mut *tx, old).await?;
             }
         }
@@ -427,6 +427,9 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
         .bind(&token)
         .execute(&mut *tx)
         .await?;
+    // Last before the commit, once every statement that could refuse it has run: a removal
+    // from an external store (Milvus, OpenSearch) is not undone by a rollback.
+    remove_replaced(state, &kb, &mut tx, &replaced_chunks).await?;
     tx.commit().await?;
 
     for key in drop_keys {

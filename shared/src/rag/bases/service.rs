@@ -445,7 +445,7 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     let kb = owned(state, user, id).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
-    let mut keys = repo::object_keys(&mut *tx, id).await?;
+    let mut keys = repo::object_keys(&mut tx, id).await?;
     // Pending uploads' files too: their previews would go with the base's row (a cascade),
     // and nothing would find the files or their resource rows again.
     keys.extend(crate::rag::documents::repo::remove_previews_of(&mut tx, id).await?);

@@ -91,7 +91,7 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     let kb = bases::service::owned(state, user, doc.rag_id).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
-    let keys = repo::object_keys(&mut *tx, id).await?;
+    let keys = repo::object_keys(&mut tx, id).await?;
     indexes.remove_documents(&mut tx, &[id]).await.map_err(store_error)?;
     repo::delete(&mut *tx, id).await?;
     for key in &keys {

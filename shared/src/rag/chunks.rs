@@ -243,7 +243,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: EditChun
         content: &content,
         vector: &vector,
     };
-    indexes.put(&mut tx, &[entry]).await.map_err(store_error)?;
+    indexes.replace(&mut tx, &[entry]).await.map_err(store_error)?;
     tx.commit().await?;
     get(state, id).await
 }

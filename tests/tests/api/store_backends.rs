@@ -375,6 +375,53 @@ fn of<'a>(
         .collect()
 }
 
+/// An edit of a chunk that Milvus took and OpenSearch then refused keeps the chunk in Milvus
+/// (with the new vector, until the edit is sent again): removing it there, as for a new chunk,
+/// took the chunk out of vector search.
+#[tokio::test]
+async fn a_chunk_edit_refused_by_the_second_engine_keeps_the_chunk_in_the_first() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let os = OpenSearchServer::start().await;
+    let engine = store(&s, 2, 3, os.port).await;
+    let vectors = store(&s, 1, 2, milvus_port()).await;
+    let kb = s
+        .kb(
+            "Two engines",
+            json!({ "vectorStoreInstanceId": vectors, "searchEngineInstanceId": engine, "searchEngineEnable": true }),
+        )
+        .await;
+    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
+    upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
+    let chunk = chunk_ids(&s, "rag_id", kb).await[0];
+    assert!(milvus_ids(&coll, None).await.contains(&chunk));
+    s.app
+        .put(
+            &format!("/store-instance/{engine}"),
+            t,
+            &json!({ "config": { "host": "127.0.0.1", "port": 9 } }),
+        )
+        .await
+        .assert_ok();
+    s.app
+        .put(&format!("/chunk/{chunk}"), t, &json!({ "content": "Changed words." }))
+        .await
+        .assert_error(400, 0, "OpenSearch could not index");
+    assert!(
+        milvus_ids(&coll, None).await.contains(&chunk),
+        "the chunk is still in Milvus"
+    );
+    assert_ne!(s.chunk_texts(chunk_doc(&s, chunk).await).await[0], "Changed words.");
+}
+
+async fn chunk_doc(s: &KbSetup, chunk: i64) -> i64 {
+    sqlx::query_scalar("SELECT document_id FROM chunks WHERE id = $1")
+        .bind(chunk)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn opensearch_full_text_sends_the_recorded_shapes_and_fuses_its_hits() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;

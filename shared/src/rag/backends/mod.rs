@@ -34,6 +34,9 @@ pub struct Entry<'a> {
 pub trait IndexWrites: Send + Sync {
     /// What the errors name, e.g. "Milvus".
     fn backend(&self) -> &'static str;
+    /// Whether its writes are part of `tx`, so a rollback undoes them (the service's own
+    /// Postgres), or go to an engine of their own at once (Milvus, OpenSearch).
+    fn in_transaction(&self) -> bool;
     /// Adds or replaces the entries of these chunks.
     async fn put(&self, tx: &mut PgConnection, entries: &[Entry<'_>]) -> anyhow::Result<()>;
     /// Removes the entries of these chunks (ids without entries are ignored).
@@ -85,25 +88,42 @@ impl Indexes {
         Ok(Self { vector, text })
     }
 
+    /// Both indexes, those inside the transaction first: when an engine of its own fails
+    /// after them, the rollback undoes their part.
     fn all(&self) -> [&dyn IndexWrites; 2] {
-        [
+        let mut all = [
             self.vector.as_ref() as &dyn IndexWrites,
             self.text.as_ref() as &dyn IndexWrites,
-        ]
+        ];
+        all.sort_by_key(|index| !index.in_transaction());
+        all
     }
 
-    /// Writes `entries` to both indexes; on a failure, what was written is removed again.
+    /// Writes the entries of new chunks to both indexes; on a failure, what was written is
+    /// removed again.
     pub async fn put(&self, tx: &mut PgConnection, entries: &[Entry<'_>]) -> anyhow::Result<()> {
-        for (i, index) in self.all().into_iter().enumerate() {
+        let all = self.all();
+        for (i, index) in all.into_iter().enumerate() {
             if let Err(e) = index.put(tx, entries).await {
                 let ids: Vec<i64> = entries.iter().map(|e| e.chunk_id).collect();
-                for written in &self.all()[..i] {
+                for written in &all[..i] {
                     if let Err(undo) = written.remove(tx, &ids).await {
                         tracing::warn!(error = %undo, backend = written.backend(), "could not undo an index write");
                     }
                 }
-                return Err(e.context(format!("{} could not index the chunks", index.backend())));
+                return Err(indexing_failed(index, e));
             }
+        }
+        Ok(())
+    }
+
+    /// Writes new entries of existing chunks to both indexes. On a failure an engine already
+    /// written keeps the new entry: removing it would take the chunk out of that engine (its
+    /// old entry is gone, and Milvus holds the only copy of its vector), while the same edit
+    /// sent again makes both agree.
+    pub async fn replace(&self, tx: &mut PgConnection, entries: &[Entry<'_>]) -> anyhow::Result<()> {
+        for index in self.all() {
+            index.put(tx, entries).await.map_err(|e| indexing_failed(index, e))?;
         }
         Ok(())
     }
@@ -156,6 +176,10 @@ pub async fn remove_replaced(state: &AppState, kb: &KbRow, tx: &mut PgConnection
     }
     let indexes = Indexes::of(state, kb).await?;
     indexes.remove(tx, chunk_ids).await.map_err(store_error)
+}
+
+fn indexing_failed(index: &dyn IndexWrites, e: anyhow::Error) -> anyhow::Error {
+    e.context(format!("{} could not index the chunks", index.backend()))
 }
 
 /// The chunks of these documents: what their entries in the stores are named by.

@@ -203,6 +203,10 @@ impl IndexWrites for OpenSearchIndex {
         "OpenSearch"
     }
 
+    fn in_transaction(&self) -> bool {
+        false
+    }
+
     async fn put(&self, _tx: &mut PgConnection, entries: &[Entry<'_>]) -> anyhow::Result<()> {
         if entries.is_empty() {
             return Ok(());

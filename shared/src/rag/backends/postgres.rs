@@ -32,6 +32,10 @@ impl IndexWrites for PgVectors {
         "PostgreSQL"
     }
 
+    fn in_transaction(&self) -> bool {
+        true
+    }
+
     async fn put(&self, tx: &mut PgConnection, entries: &[Entry<'_>]) -> anyhow::Result<()> {
         let ids: Vec<i64> = entries.iter().map(|e| e.chunk_id).collect();
         let vectors: Vec<String> = entries.iter().map(|e| vector_literal(e.vector)).collect();
@@ -77,6 +81,10 @@ impl PgText {
 impl IndexWrites for PgText {
     fn backend(&self) -> &'static str {
         "PostgreSQL"
+    }
+
+    fn in_transaction(&self) -> bool {
+        true
     }
 
     async fn put(&self, tx: &mut PgConnection, entries: &[Entry<'_>]) -> anyhow::Result<()> {

@@ -123,6 +123,10 @@ impl IndexWrites for MilvusIndex {
         "Milvus"
     }
 
+    fn in_transaction(&self) -> bool {
+        false
+    }
+
     async fn put(&self, _tx: &mut PgConnection, entries: &[Entry<'_>]) -> anyhow::Result<()> {
         if entries.is_empty() {
             return Ok(());

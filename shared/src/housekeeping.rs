@@ -42,36 +42,41 @@ fn abandoned_after(state: &AppState) -> Duration {
 pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
     let db = state.db();
     let mut failed = Vec::new();
-    let mut done = |job: &'static str, outcome: sqlx::Result<u64>| match outcome {
-        Ok(n) => n,
-        Err(e) => {
-            tracing::error!(job, error = %e, "housekeeping job failed");
-            failed.push(job);
-            0
-        }
-    };
     let previews = crate::rag::documents::upload::expire_previews(state).await;
     let swept = Swept {
-        upload_previews: done("upload previews", previews.map(|n| n as u64)),
-        refresh_tokens: done("refresh tokens", crate::users::repo::purge_expired_families(db).await),
+        upload_previews: done(&mut failed, "upload previews", previews.map(|n| n as u64)),
+        refresh_tokens: done(
+            &mut failed,
+            "refresh tokens",
+            crate::users::repo::purge_expired_families(db).await,
+        ),
         login_counters: done(
+            &mut failed,
             "login counters",
             crate::users::throttle::purge_stale(db, state.config().login_lock).await,
         ),
         client_nodes: done(
+            &mut failed,
             "client nodes",
             crate::apps::node_repo::purge_lapsed(db, NODE_RETENTION).await,
         ),
         node_kicks: done(
+            &mut failed,
             "node kicks",
             crate::apps::node_repo::purge_stale_kicks(db, NODE_RETENTION).await,
         ),
-        archived_memories: done("memory expiry", crate::memory::lifecycle::archive_expired(db).await),
+        archived_memories: done(
+            &mut failed,
+            "memory expiry",
+            crate::memory::lifecycle::archive_expired(db).await,
+        ),
         abandoned_answers: done(
+            &mut failed,
             "abandoned answers",
             crate::agents::conversation_repo::fail_abandoned(db, abandoned_after(state)).await,
         ),
         stalled_documents: done(
+            &mut failed,
             "stalled documents",
             crate::rag::documents::repo::fail_stalled(db, STALLED_AFTER).await,
         ),
@@ -81,6 +86,18 @@ pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
         Ok(swept)
     } else {
         Err(anyhow::anyhow!("housekeeping jobs failed: {}", failed.join(", ")))
+    }
+}
+
+/// A job's count, or 0 with the job named among the failed.
+fn done<E: std::fmt::Display>(failed: &mut Vec<&'static str>, job: &'static str, outcome: Result<u64, E>) -> u64 {
+    match outcome {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::error!(job, error = %e, "housekeeping job failed");
+            failed.push(job);
+            0
+        }
     }
 }
 

@@ -243,3 +243,77 @@ async fn housekeeping_removes_only_what_has_expired() {
     assert_eq!(again, shared::housekeeping::Swept::default());
     shared::housekeeping::job(app.state.clone()).await.unwrap();
 }
+
+/// A preview whose file cannot be deleted stays, with that file's resource row, and the next
+/// run finishes it: deleting the preview first left files that no row named any more. A
+/// cancelled preview cannot be committed even while its files wait for that run.
+#[tokio::test]
+async fn previews_whose_files_cannot_be_deleted_yet_are_finished_by_a_later_run() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (app, db) = (&s.app, &s.app.db);
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Stubborn files", json!({})).await;
+    let token = |r: &api_tests::Reply| r.body["data"]["previewToken"].as_str().unwrap().to_owned();
+    let expiring = token(
+        &s.preview(kb, &[("a.txt", b"a".to_vec()), ("b.txt", b"b".to_vec())], None)
+            .await,
+    );
+    let cancelled = s.preview(kb, &[("c.txt", b"c".to_vec())], None).await;
+    let cancelled_item = cancelled.body["data"]["items"][0]["tempResourceId"].clone();
+    let cancelled = token(&cancelled);
+    run(
+        db,
+        "UPDATE upload_previews SET expires_at = now() - interval '1 minute'",
+    )
+    .await;
+    // Sets a directory where a file was: the file system refuses to delete it as a file.
+    let block = |name: &'static str| async move {
+        let key: String = sqlx::query_scalar("SELECT storage_key FROM resources WHERE original_name = $1")
+            .bind(name)
+            .fetch_one(db)
+            .await
+            .unwrap();
+        let path = app.storage_dir.path().join(&key);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir_all(path.join("inside")).unwrap();
+        path
+    };
+    let blocked = [block("a.txt").await, block("c.txt").await];
+    sqlx::query("UPDATE upload_previews SET expires_at = now() + interval '1 hour' WHERE token = $1")
+        .bind(&cancelled)
+        .execute(db)
+        .await
+        .unwrap();
+    app.delete(&format!("/document/upload/preview/{cancelled}"), t)
+        .await
+        .assert_ok();
+    let commit =
+        json!({ "previewToken": cancelled, "items": [{ "tempResourceId": cancelled_item, "decision": "NEW" }] });
+    app.post("/document/upload/commit", t, &commit)
+        .await
+        .assert_error(404, 404, "previewToken");
+
+    assert!(
+        shared::housekeeping::run(&app.state).await.is_err(),
+        "the job reports the failure"
+    );
+    let mut left = strings(db, "SELECT token FROM upload_previews ORDER BY token").await;
+    let mut both = vec![expiring.clone(), cancelled.clone()];
+    left.sort();
+    both.sort();
+    assert_eq!(left, both, "both previews wait for their files");
+    assert_eq!(
+        strings(db, "SELECT original_name FROM resources ORDER BY original_name").await,
+        ["a.txt", "b.txt", "c.txt"],
+        "every file left keeps its row"
+    );
+
+    for path in &blocked {
+        std::fs::remove_dir_all(path).unwrap();
+    }
+    let swept = shared::housekeeping::run(&app.state).await.unwrap();
+    assert_eq!(swept.upload_previews, 2);
+    assert_eq!(app.count("upload_previews").await, 0);
+    assert_eq!(app.count("resources").await, 0);
+    assert_eq!(app.count("documents").await, 0);
+}

@@ -110,7 +110,9 @@ pub async fn preview(
         Err(e) => Err(e),
     };
     if let Err(e) = saved {
-        discard(state, &items).await;
+        if let Err(cleanup) = discard(state, &items).await {
+            tracing::error!(error = %cleanup, "temporary uploads of a failed preview were left behind");
+        }
         return Err(e);
     }
     Ok(PreviewResult {
@@ -215,29 +217,51 @@ async fn store_files(
     Ok(())
 }
 
-/// Removes temporary files and their resource rows (best effort: logged on failure).
-async fn discard(state: &AppState, items: &[StoredItem]) {
+/// Removes temporary files, each one's resource row once its file is gone. Stops at the first
+/// failure: what is left keeps its rows, for whoever tries again to find.
+async fn discard(state: &AppState, items: &[StoredItem]) -> AppResult<()> {
     for s in items {
-        if let Err(e) = state.storage().delete(&s.key).await {
-            tracing::warn!(key = %s.key, error = %e, "could not delete a temporary upload");
-        }
-        let _ = sqlx::query("DELETE FROM resources WHERE id = $1")
+        state.storage().delete(&s.key).await?;
+        sqlx::query("DELETE FROM resources WHERE id = $1")
             .bind(s.item.temp_resource_id)
             .execute(state.db())
-            .await;
+            .await?;
     }
+    Ok(())
 }
 
-/// Deletes expired previews and their temporary files; returns how many previews.
-pub async fn expire_previews(state: &AppState) -> sqlx::Result<usize> {
-    let expired: Vec<sqlx::types::Json<Vec<StoredItem>>> =
-        sqlx::query_scalar("DELETE FROM upload_previews WHERE expires_at < now() RETURNING items")
-            .fetch_all(state.db())
-            .await?;
-    for items in &expired {
-        discard(state, &items.0).await;
+/// Previews one run of the expiry takes on; the next run takes the rest.
+const EXPIRE_BATCH: i64 = 500;
+
+/// Deletes expired previews and their temporary files; returns how many previews. A preview's
+/// row goes only once all its files have: one whose files could not all be deleted stays, and
+/// the next run tries it again. Previews a commit holds are left to it.
+pub async fn expire_previews(state: &AppState) -> AppResult<usize> {
+    let mut tx = state.db().begin().await?;
+    let expired: Vec<(String, sqlx::types::Json<Vec<StoredItem>>)> = sqlx::query_as(
+        "SELECT token, items FROM upload_previews WHERE expires_at < now()
+         ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(EXPIRE_BATCH)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut removed = Vec::with_capacity(expired.len());
+    let mut failure = None;
+    for (token, items) in expired {
+        match discard(state, &items.0).await {
+            Ok(()) => removed.push(token),
+            Err(e) => failure = Some(e),
+        }
     }
-    Ok(expired.len())
+    sqlx::query("DELETE FROM upload_previews WHERE token = ANY($1)")
+        .bind(&removed)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(removed.len()),
+    }
 }
 
 struct Preview {
@@ -276,12 +300,22 @@ async fn load_preview(conn: &mut sqlx::PgConnection, user: &CurrentUser, token: 
 pub async fn cancel(state: &AppState, user: &CurrentUser, token: &str) -> AppResult<()> {
     let mut tx = state.db().begin().await?;
     let preview = load_preview(&mut tx, user, token).await?;
-    sqlx::query("DELETE FROM upload_previews WHERE token = $1")
+    // Expired at once, so it can no longer be committed; its files go now, or with the
+    // expiry of previews when one of them cannot be deleted now.
+    sqlx::query("UPDATE upload_previews SET expires_at = now() - interval '1 second' WHERE token = $1")
         .bind(token)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    discard(state, &preview.items).await;
+    match discard(state, &preview.items).await {
+        Ok(()) => {
+            sqlx::query("DELETE FROM upload_previews WHERE token = $1")
+                .bind(token)
+                .execute(state.db())
+                .await?;
+        }
+        Err(e) => tracing::warn!(error = %e, "a cancelled upload's files are left to the expiry of previews"),
+    }
     Ok(())
 }
 

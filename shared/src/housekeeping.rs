@@ -25,6 +25,7 @@ pub struct Swept {
     pub archived_memories: u64,
     pub abandoned_answers: u64,
     pub stalled_documents: u64,
+    pub leftover_objects: u64,
 }
 
 /// A document in processing whose lease ran out this long ago is past every redelivery (three
@@ -43,6 +44,7 @@ pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
     let db = state.db();
     let mut failed = Vec::new();
     let previews = crate::rag::documents::upload::expire_previews(state).await;
+    let leftovers = crate::resources::leftovers::retry(state).await;
     let swept = Swept {
         upload_previews: done(&mut failed, "upload previews", previews.map(|n| n as u64)),
         refresh_tokens: done(
@@ -80,6 +82,7 @@ pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
             "stalled documents",
             crate::rag::documents::repo::fail_stalled(db, STALLED_AFTER).await,
         ),
+        leftover_objects: done(&mut failed, "leftover objects", leftovers),
     };
     tracing::info!(?swept, "housekeeping done");
     if failed.is_empty() {

@@ -162,18 +162,15 @@ pub async fn update(state: &AppState, id: i64, input: AppInput) -> AppResult<App
 }
 
 /// Deletes the app with everything of its external users, their uploaded images included;
-/// an image file that cannot be removed is logged (its row is gone: nobody is served it).
+/// an image file that cannot be removed now is deleted later by the housekeeping (its row is
+/// gone: nobody is served it).
 pub async fn delete(state: &AppState, id: i64) -> AppResult<()> {
     let images = repo::delete(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("app"))?;
     state.verified_apps().forget(id);
-    futures::stream::iter(images)
-        .for_each_concurrent(8, |key| async move {
-            if let Err(e) = state.storage().delete(&key).await {
-                tracing::error!(key, error = %e, "an image of a deleted app's user was not removed from storage");
-            }
-        })
+    futures::stream::iter(images.chunks(64))
+        .for_each_concurrent(8, |keys| crate::resources::leftovers::delete(state, keys))
         .await;
     Ok(())
 }

@@ -192,8 +192,6 @@ async fn register(state: &AppState, app: &AppCaller, open_id: &str, image: Image
     if resource_repo::is_registered(state.db(), image.key).await? {
         return Err(already_registered());
     }
-    if let Err(cleanup) = state.storage().delete(image.key).await {
-        tracing::error!(key = image.key, error = %cleanup, "orphaned object after a failed insert");
-    }
+    crate::resources::leftovers::delete(state, &[image.key.to_owned()]).await;
     Err(err)
 }

@@ -1,5 +1,6 @@
 //! Uploaded files: bytes in object storage, metadata in Postgres.
 
+pub mod leftovers;
 pub mod model;
 pub mod repo;
 pub mod service;

@@ -141,9 +141,7 @@ async fn insert_or_discard(state: &AppState, new: &NewResource<'_>) -> AppResult
         Ok(row) => Ok(ResourceView::new(row, state)),
         Err(err) if crate::error::is_unique_violation(&err, "resources_storage_key_key") => Err(already_registered()),
         Err(err) => {
-            if let Err(cleanup) = state.storage().delete(new.storage_key).await {
-                tracing::error!(key = new.storage_key, error = %cleanup, "orphaned object after a failed insert");
-            }
+            super::leftovers::delete(state, &[new.storage_key.to_owned()]).await;
             Err(err.into())
         }
     }

@@ -114,9 +114,7 @@ async fn put(state: &AppState, package: &Package) -> AppResult<(String, i64, Fro
 }
 
 async fn discard(state: &AppState, key: &str) {
-    if let Err(e) = state.storage().delete(key).await {
-        tracing::warn!(error = %e, key, "deleting a skill package object failed; it is orphaned");
-    }
+    crate::resources::leftovers::delete(state, &[key.to_owned()]).await;
 }
 
 /// Stores a new skill's package and inserts its row.

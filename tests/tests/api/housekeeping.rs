@@ -161,6 +161,18 @@ async fn housekeeping_removes_only_what_has_expired() {
         .unwrap();
     }
 
+    // Objects whose delete failed when their rows went: one still stored, one gone meanwhile.
+    app.state
+        .storage()
+        .put("skills/left.zip", bytes::Bytes::from_static(b"zip"), "application/zip")
+        .await
+        .unwrap();
+    run(
+        db,
+        "INSERT INTO leftover_objects (storage_key) VALUES ('skills/left.zip'), ('skills/gone.zip')",
+    )
+    .await;
+
     let swept = shared::housekeeping::run(&app.state).await.unwrap();
     assert_eq!(
         swept,
@@ -173,8 +185,11 @@ async fn housekeeping_removes_only_what_has_expired() {
             archived_memories: 0,
             abandoned_answers: 1,
             stalled_documents: 1,
+            leftover_objects: 2,
         }
     );
+    assert!(app.state.storage().head("skills/left.zip").await.unwrap().is_none());
+    assert_eq!(app.count("leftover_objects").await, 0);
     assert_eq!(
         strings(
             db,
@@ -313,7 +328,49 @@ async fn previews_whose_files_cannot_be_deleted_yet_are_finished_by_a_later_run(
     }
     let swept = shared::housekeeping::run(&app.state).await.unwrap();
     assert_eq!(swept.upload_previews, 2);
+    assert_eq!(swept.leftover_objects, 0);
     assert_eq!(app.count("upload_previews").await, 0);
     assert_eq!(app.count("resources").await, 0);
     assert_eq!(app.count("documents").await, 0);
+}
+
+/// A file whose row is gone but whose delete failed is noted and deleted by the next
+/// housekeeping run, not left in storage for good.
+#[tokio::test]
+async fn a_file_whose_delete_failed_is_deleted_by_the_housekeeping() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (app, db) = (&s.app, &s.app.db);
+    let t = Some(s.admin.as_str());
+    let skill = app
+        .post("/skill", t, &json!({ "name": "short-lived", "description": "d" }))
+        .await
+        .assert_status_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let key: String = sqlx::query_scalar("SELECT storage_key FROM skills WHERE id = $1")
+        .bind(skill)
+        .fetch_one(db)
+        .await
+        .unwrap();
+    // A directory where the package was: the file system refuses to delete it as a file.
+    let path = app.storage_dir.path().join(&key);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir_all(path.join("inside")).unwrap();
+    app.delete(&format!("/skill/{skill}"), t).await.assert_status_ok();
+    assert_eq!(
+        strings(db, "SELECT storage_key FROM leftover_objects").await,
+        [key.clone()]
+    );
+    assert!(
+        shared::housekeeping::run(&app.state).await.is_err(),
+        "still refused: reported"
+    );
+    assert_eq!(app.count("leftover_objects").await, 1, "and kept for the next run");
+
+    std::fs::remove_dir_all(&path).unwrap();
+    std::fs::write(&path, b"zip").unwrap();
+    let swept = shared::housekeeping::run(&app.state).await.unwrap();
+    assert_eq!(swept.leftover_objects, 1);
+    assert!(!path.exists(), "the package file is gone");
+    assert_eq!(app.count("leftover_objects").await, 0);
 }

@@ -207,15 +207,11 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
     let (id, run_id, old_keys) = match replace(state, &kb, overwritten, &new).await {
         Ok(done) => done,
         Err(e) => {
-            if let Err(cleanup) = state.storage().delete(&key).await {
-                tracing::error!(key, error = %cleanup, "orphaned object after a failed URL import");
-            }
+            crate::resources::leftovers::delete(state, &[key]).await;
             return Err(e);
         }
     };
-    for k in old_keys {
-        let _ = state.storage().delete(&k).await;
-    }
+    crate::resources::leftovers::delete(state, &old_keys).await;
     crate::rag::pipeline::enqueue(state, id, run_id).await;
     get(state, user, id).await
 }

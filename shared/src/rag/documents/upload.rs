@@ -182,7 +182,7 @@ async fn store_files(
         let resource = match resource {
             Ok(r) => r,
             Err(e) => {
-                let _ = state.storage().delete(&key).await;
+                crate::resources::leftovers::delete(state, &[key]).await;
                 return Err(e.into());
             }
         };
@@ -466,11 +466,7 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
     remove_replaced(state, &kb, &mut tx, &replaced_chunks).await?;
     tx.commit().await?;
 
-    for key in drop_keys {
-        if let Err(e) = state.storage().delete(&key).await {
-            tracing::warn!(%key, error = %e, "could not delete a replaced or skipped file");
-        }
-    }
+    crate::resources::leftovers::delete(state, &drop_keys).await;
     for (id, run_id) in queued {
         crate::rag::pipeline::enqueue(state, id, run_id).await;
     }

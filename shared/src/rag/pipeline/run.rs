@@ -281,7 +281,7 @@ async fn index(
     let indexes = match crate::rag::backends::Indexes::of(state, kb).await {
         Ok(indexes) => indexes,
         Err(e) => {
-            delete_images(state, &image_keys).await;
+            crate::resources::leftovers::delete(state, &image_keys).await;
             return Err(permanent("indexing", e.to_string()));
         }
     };
@@ -333,22 +333,14 @@ async fn index(
     .await;
     match result {
         Ok(garbage) => {
-            delete_images(state, &garbage).await;
+            crate::resources::leftovers::delete(state, &garbage).await;
             Ok(())
         }
         // This attempt's images belong to no row: the attempt that indexes the document
         // stores its own.
         Err(e) => {
-            delete_images(state, &image_keys).await;
+            crate::resources::leftovers::delete(state, &image_keys).await;
             Err(transient(e))
-        }
-    }
-}
-
-async fn delete_images(state: &AppState, keys: &[String]) {
-    for key in keys {
-        if let Err(e) = state.storage().delete(key).await {
-            tracing::warn!(%key, error = %e, "could not delete a document image no row holds");
         }
     }
 }
@@ -366,7 +358,7 @@ async fn store_images(state: &AppState, doc: &DocRow, parsed: &ParsedDocument) -
             .put(&key, bytes::Bytes::from(image.bytes.clone()), &image.mime)
             .await;
         if let Err(e) = stored {
-            delete_images(state, &keys).await;
+            crate::resources::leftovers::delete(state, &keys).await;
             return Err(e.into());
         }
         keys.push(key);

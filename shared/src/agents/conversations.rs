@@ -44,8 +44,7 @@ pub struct MessageView {
     /// user, assistant or system.
     pub role: String,
     pub content: String,
-    /// Assistant messages only.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The model's reasoning, on assistant messages that have one; `null` otherwise.
     pub thinking: Option<String>,
     /// `[{type: IMAGE, resourceId}]` on user messages.
     #[schema(value_type = Vec<crate::agents::chat::attachments::Image>)]

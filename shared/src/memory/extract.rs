@@ -153,7 +153,10 @@ async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, afte
         return Ok(vec![]);
     };
     let strategy = recall::strategy(state, config_id).await?;
-    let found = ask_model(state, &strategy, conv.owner, &messages).await?;
+    let found = match ask_model(state, &strategy, conv.owner, &messages).await? {
+        Ok(found) => found,
+        Err(why) => return Err(unusable_answer(db, conv.id, last_id, why).await?),
+    };
     let texts: Vec<String> = found.iter().map(|c| format!("{}\n{}", c.title, c.content)).collect();
     let vectors = recall::embed(
         state,
@@ -212,7 +215,7 @@ async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, afte
 async fn finish(db: impl sqlx::PgExecutor<'_>, conversation_id: i64, last_id: i64) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE memory_extractions SET last_message_id = GREATEST(last_message_id, $2), lease_until = NULL,
-         update_dt = now() WHERE conversation_id = $1",
+         unusable_answers = 0, update_dt = now() WHERE conversation_id = $1",
     )
     .bind(conversation_id)
     .bind(last_id)
@@ -221,12 +224,39 @@ async fn finish(db: impl sqlx::PgExecutor<'_>, conversation_id: i64, last_id: i6
     .map(|_| ())
 }
 
+/// Unusable answers for the same messages after which they are passed over: a model that
+/// cannot answer them in the contract's shape would otherwise be asked, and paid, again at
+/// every later turn of the conversation, never moving on.
+const MAX_UNUSABLE_ANSWERS: i32 = 3;
+
+/// The error of an answer that broke the output contract, counted; the last one allowed moves
+/// the extraction past the messages (up to `last_id`) it was about.
+async fn unusable_answer(db: &sqlx::PgPool, conversation_id: i64, last_id: i64, why: String) -> AppResult<AppError> {
+    let count: i32 = sqlx::query_scalar(
+        "UPDATE memory_extractions SET unusable_answers = unusable_answers + 1 WHERE conversation_id = $1
+         RETURNING unusable_answers",
+    )
+    .bind(conversation_id)
+    .fetch_one(db)
+    .await?;
+    let told = format!("the extraction model's answer was not usable: {why}");
+    if count < MAX_UNUSABLE_ANSWERS {
+        return Ok(AppError::business(told));
+    }
+    tracing::warn!(conversation_id, last_id, %why, "memory extraction passed over messages no answer fitted");
+    finish(db, conversation_id, last_id).await?;
+    Ok(AppError::business(format!(
+        "{told}; after {count} such answers these messages are passed over"
+    )))
+}
+
+/// The memories the model found; `Ok(Err(why))` when it answered outside the output contract.
 async fn ask_model(
     state: &AppState,
     s: &Strategy,
     owner: Owner,
     messages: &[(i64, String, String)],
-) -> AppResult<Vec<Content>> {
+) -> AppResult<Result<Vec<Content>, String>> {
     let model = match s.config.extraction_model_id {
         Some(id) => gateway::load(state, id, ModelType::Chat).await?,
         None => gateway::default_model(state, ModelType::Chat).await?,
@@ -250,8 +280,7 @@ async fn ask_model(
         ..ChatRequest::default()
     };
     let answer = gateway::chat(state, &model, recall::billing(owner, true), "memory-extraction", &req).await?;
-    parse(&answer.content, max)
-        .map_err(|e| AppError::business(format!("the extraction model's answer was not usable: {e}")))
+    Ok(parse(&answer.content, max))
 }
 
 /// The memories in the model's answer. The answer must hold a JSON object with a `memories`

@@ -56,6 +56,8 @@ async fn a_chat_streams_thinking_then_text_then_done_and_stores_both_messages() 
     assert_eq!(stored.len(), 2);
     assert_eq!(stored[0]["role"], "user");
     assert_eq!(stored[0]["content"], "hello there");
+    assert!(stored[0]["thinking"].is_null(), "listed, null: {}", stored[0]);
+    assert!(stored[0].as_object().unwrap().contains_key("thinking"));
     assert_eq!(stored[1]["role"], "assistant");
     assert_eq!(stored[1]["content"], "You said: hello there");
     assert_eq!(stored[1]["thinking"], "Let me think about it. ");

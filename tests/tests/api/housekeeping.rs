@@ -359,7 +359,7 @@ async fn a_file_whose_delete_failed_is_deleted_by_the_housekeeping() {
     app.delete(&format!("/skill/{skill}"), t).await.assert_status_ok();
     assert_eq!(
         strings(db, "SELECT storage_key FROM leftover_objects").await,
-        [key.clone()]
+        [key.as_str()]
     );
     assert!(
         shared::housekeeping::run(&app.state).await.is_err(),

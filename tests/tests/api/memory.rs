@@ -1689,3 +1689,45 @@ async fn concurrent_extractions_of_one_owner_store_a_restated_memory_once() {
     b.assert_ok();
     assert_eq!(s.app.count("memories").await, 1);
 }
+
+/// Messages whose extraction answers keep breaking the output contract are passed over after
+/// three such answers: not asked about, and paid for, again at every later turn.
+#[tokio::test]
+async fn messages_no_extraction_answer_fits_are_passed_over_after_three() {
+    let s = setup(false).await;
+    let provider = s.app.provider(&s.admin, "prose").await;
+    let prose = s
+        .app
+        .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, json!({}))
+        .await;
+    let config = s.config(json!({ "extractionModelId": prose })).await;
+    let agent = s.agent(Some(config)).await;
+    let conv = s.conversation(agent, Owner::User(s.admin_id), "prose").await;
+    s.say(conv, agent, &[("user", "FACT: Pet | A cat named Tom")]).await;
+    let asked = || s.models.requests().len();
+    for _ in 0..2 {
+        s.extract(&s.admin, agent, "prose")
+            .await
+            .assert_error(400, 0, "answer was not usable");
+    }
+    s.extract(&s.admin, agent, "prose")
+        .await
+        .assert_error(400, 0, "these messages are passed over");
+    let before = asked();
+    let r = s.extract(&s.admin, agent, "prose").await;
+    assert_eq!(r.assert_ok()["extractedCount"], 0);
+    assert_eq!(asked(), before, "the passed-over messages are not sent again");
+
+    // A later message is extracted as usual, its own three chances counted anew.
+    s.say(conv, agent, &[("user", "FACT: Car | A red car")]).await;
+    s.extract(&s.admin, agent, "prose")
+        .await
+        .assert_error(400, 0, "answer was not usable");
+    let unusable: i32 =
+        sqlx::query_scalar("SELECT unusable_answers FROM memory_extractions WHERE conversation_id = $1")
+            .bind(conv)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert_eq!(unusable, 1);
+}

@@ -46,9 +46,14 @@ pub fn start_of_day(dt: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 /// Parses a client-supplied `YYYY-MM-DD HH:mm:ss` (or a bare date) in the configured zone.
+/// The year is four digits: chrono also reads a sign and more digits, years Postgres refuses.
 pub fn parse_datetime(value: &str) -> Option<DateTime<Utc>> {
     let offset = *OFFSET.get_or_init(utc);
     let value = value.trim();
+    let year = value.as_bytes().get(..5)?;
+    if !(year[..4].iter().all(u8::is_ascii_digit) && year[4] == b'-') {
+        return None;
+    }
     let naive = chrono::NaiveDateTime::parse_from_str(value, "%Y-%m-%d %H:%M:%S")
         .or_else(|_| chrono::NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M:%S"))
         .ok()
@@ -71,5 +76,8 @@ mod tests {
         assert_eq!(iso_local(dt), "2026-01-02T03:04:05");
         assert_eq!(datetime(parse_datetime("2026-01-02").unwrap()), "2026-01-02 00:00:00");
         assert!(parse_datetime("yesterday").is_none());
+        for far in ["-5000-01-01", "+2026-01-01", "12026-01-01 00:00:00", "226-01-01"] {
+            assert!(parse_datetime(far).is_none(), "{far}");
+        }
     }
 }

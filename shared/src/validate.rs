@@ -56,11 +56,18 @@ pub fn vector_dimension(requested: i64) -> Result<i32, AppError> {
     }
 }
 
+/// The longest email address (RFC 5321's path limit).
+pub const MAX_EMAIL: usize = 254;
+
 pub fn email(field: &str, value: &str) -> Result<(), AppError> {
-    let ok = value.len() <= 254
-        && !value.chars().any(char::is_whitespace)
+    let ok = value.len() <= MAX_EMAIL
+        && !value.chars().any(|c| c.is_whitespace() || c.is_control())
         && value.split_once('@').is_some_and(|(local, domain)| {
-            !local.is_empty() && domain.contains('.') && !domain.starts_with('.') && !domain.ends_with('.')
+            !local.is_empty()
+                && !domain.contains('@')
+                && domain.contains('.')
+                && !domain.starts_with('.')
+                && !domain.ends_with('.')
         });
     if ok {
         Ok(())
@@ -112,6 +119,8 @@ mod tests {
         assert!(email("email", "a@b.co").is_ok());
         assert!(email("email", "a@b").is_err());
         assert!(email("email", "a b@c.de").is_err());
+        assert!(email("email", "a@b@c.de").is_err());
+        assert!(email("email", "a\u{7}@c.de").is_err());
         assert!(range("days", 0, 1, 10).unwrap_err().to_string().starts_with("days"));
     }
 

@@ -51,6 +51,8 @@ pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> Ap
         validate::length(&format!("labels.{key}"), value, 0, 500)?;
     }
     let labels = serde_json::to_value(labels).map_err(|e| AppError::Internal(e.into()))?;
+    // Stored as parsed: `[10.0.0.7]` or `10.0.0.7]` would make an address no call could use.
+    let host_ip = ip.to_string();
 
     let mut tx = state.db().begin().await?;
     if node_repo::take_kick(&mut *tx, app.id, &host_id).await? {

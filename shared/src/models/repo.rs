@@ -74,6 +74,23 @@ pub async fn delete_provider(db: &PgPool, id: i64) -> sqlx::Result<bool> {
         == 1)
 }
 
+/// Knowledge bases, agents and memory configs that name the config, in a column or in their
+/// settings: each uses it as a model of the type it has now.
+pub async fn users_count(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM knowledge_bases
+                 WHERE embedding_model_id = $1 OR rerank_model_id = $1
+                    OR (chunk_params->>'chunkModelId')::bigint = $1 OR (model_params->>'modelId')::bigint = $1
+                    OR (search_params->>'rerankModelId')::bigint = $1)
+              + (SELECT count(*) FROM agents WHERE chat_model_id = $1)
+              + (SELECT count(*) FROM memory_configs
+                 WHERE embedding_model_id = $1 OR rerank_model_id = $1 OR extraction_model_id = $1)",
+    )
+    .bind(id)
+    .fetch_one(db)
+    .await
+}
+
 pub async fn provider_config_count(db: &PgPool, id: i64) -> sqlx::Result<i64> {
     sqlx::query_scalar("SELECT count(*) FROM model_configs WHERE provider_id = $1")
         .bind(id)

@@ -449,6 +449,16 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     // update the row would otherwise be a second default of the new type.
     let retyped = checked.model_type != row.model_type();
     let mut tx = state.db().begin().await?;
+    // What uses the config uses it as a model of its type: a base's embedding model turned
+    // CHAT would fail every search and ingest, and could not be swapped while it has documents.
+    if retyped {
+        let users = repo::users_count(&mut *tx, id).await?;
+        if users > 0 {
+            return Err(AppError::business(format!(
+                "modelType cannot change while {users} knowledge bases, agents or memory configs use this model config"
+            )));
+        }
+    }
     if row.is_default && (retyped || req.is_default == Some(false)) {
         repo::clear_default(&mut tx, id).await?;
     }

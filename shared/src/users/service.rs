@@ -52,6 +52,9 @@ fn user_conflict(err: sqlx::Error) -> AppError {
 /// elsewhere leaves the owner's own address open (see `throttle`).
 pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<LoginResult> {
     let username = validate::required("username", req.username)?;
+    // No account has a longer name (an email, at most); a name of kilobytes would not fit the
+    // throttle's key index.
+    validate::length("username", &username, 1, validate::MAX_EMAIL)?;
     let password = validate::present("password", req.password.filter(|p| !p.is_empty()))?;
     let cfg = state.config();
     let account = username.to_lowercase();

@@ -350,6 +350,22 @@ async fn heartbeats_need_valid_credentials_and_input() {
     assert_eq!(app.count("client_nodes").await, 0);
 }
 
+/// A node's address is stored as parsed: a stray bracket would make an address no call to the
+/// node could use.
+#[tokio::test]
+async fn a_node_address_is_stored_as_parsed() {
+    let (app, admin) = setup().await;
+    let crm = app.create_app(&admin, "crm").await;
+    for (sent, stored) in [("10.0.0.9]", "10.0.0.9"), ("[fd00::7]", "fd00::7")] {
+        let beat = json!({ "hostId": sent, "hostIp": sent, "grpcPort": 9000 });
+        app.ext_post(&crm, "/node/heartbeat", &beat).await.assert_ok();
+        let nodes = app.get("/app/crm/nodes", Some(&admin)).await;
+        let nodes = nodes.assert_ok().as_array().unwrap().clone();
+        let node = nodes.iter().find(|n| n["hostId"] == sent).unwrap();
+        assert_eq!(node["hostIp"], stored);
+    }
+}
+
 #[tokio::test]
 async fn openapi_documents_the_app_and_external_routes() {
     let app = spawn(Store::Filesystem).await;

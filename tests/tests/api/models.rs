@@ -762,3 +762,24 @@ async fn usage_stats_add_up() {
     let zero = app.get(&format!("/ai-model/usage/stat/{fresh}"), t).await;
     assert_eq!(zero.assert_status_ok()["totalCalls"], 0);
 }
+
+/// A config in use keeps its type: a knowledge base's embedding model turned CHAT would fail
+/// every search and ingest of the base, which could not swap it while it has documents.
+#[tokio::test]
+async fn a_config_in_use_keeps_its_model_type() {
+    let s = api_tests::KbSetup::new(api_tests::Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    s.kb("Embeds", json!({})).await;
+    let config = format!("/ai-model/config/{}", s.embedding_model);
+    s.app
+        .put(&config, t, &json!({ "modelType": "CHAT" }))
+        .await
+        .assert_status_error(400, 0, "modelType cannot change while 1 knowledge bases");
+    let now = s.app.get(&config, t).await;
+    assert_eq!(now.assert_status_ok()["modelType"], "EMBEDDING");
+    // Other changes of a config in use are not refused.
+    s.app
+        .put(&config, t, &json!({ "description": "still embeds" }))
+        .await
+        .assert_status_ok();
+}

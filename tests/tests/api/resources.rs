@@ -284,6 +284,10 @@ async fn page_filters() {
     app.get("/resource/page?datetimeRange=yesterday", Some(&alice))
         .await
         .assert_error(400, 0, "datetimeRange");
+    // Years chrono reads but Postgres cannot hold.
+    app.get("/resource/page?datetimeRange=-5000-01-01,2000-01-01", Some(&alice))
+        .await
+        .assert_error(400, 0, "datetimeRange");
     app.get("/resource/page?bizId=x", Some(&alice))
         .await
         .assert_error(400, 0, "bizId");

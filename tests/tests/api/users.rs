@@ -35,6 +35,17 @@ async fn login_failures_are_clear_and_throttled() {
     app.post("/user/login", None, &json!({ "password": "x" }))
         .await
         .assert_error(400, 0, "username is required");
+    // Longer than any account's name: refused before the throttle keys it (a key of kilobytes
+    // does not fit their index), and counted nowhere.
+    let counters = app.count("login_throttle").await;
+    app.post(
+        "/user/login",
+        None,
+        &json!({ "username": "u".repeat(3000), "password": "x" }),
+    )
+    .await
+    .assert_error(400, 0, "username must be");
+    assert_eq!(app.count("login_throttle").await, counters);
     app.post("/user/login", None, &json!({ "username": "admin" }))
         .await
         .assert_error(400, 0, "password is required");

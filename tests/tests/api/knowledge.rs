@@ -1791,6 +1791,37 @@ async fn a_dimension_change_whose_index_cannot_be_built_is_undone() {
     assert_eq!(after, before);
 }
 
+/// A new embedding model sent without a dimension brings its own, asked as on creation: the
+/// old length would refuse every vector the new model makes.
+#[tokio::test]
+async fn a_new_embedding_model_brings_its_own_dimension() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Re-embedded", json!({})).await;
+    let before = s.app.get(&format!("/rag/{kb}"), t).await;
+    assert_eq!(before.assert_ok()["dimensionOfVectorModel"], 8);
+    let provider = s.app.provider(&s.admin, "wide").await;
+    let wide = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "EMBEDDING",
+            "emb-384",
+            &s.models.base_url,
+            json!({}),
+        )
+        .await;
+    s.app
+        .put(&format!("/rag/{kb}"), t, &json!({ "embeddingModelId": wide }))
+        .await
+        .assert_ok();
+    let after = s.app.get(&format!("/rag/{kb}"), t).await;
+    assert_eq!(after.assert_ok()["dimensionOfVectorModel"], 384);
+    let doc = doc_ids(&s.upload(kb, &[("notes.txt", NOTES_TXT.as_bytes().to_vec())]).await).await[0];
+    assert_eq!(s.settled(doc).await["status"], "success", "the new model's vectors fit");
+}
+
 /// Two commits of the same file into a base that refuses duplicates, sent at once: they take
 /// turns, so exactly one adds the document and the other is told the base changed.
 #[tokio::test]

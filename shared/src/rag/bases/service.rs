@@ -274,19 +274,27 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     settings.chunk.params()?;
     settings.parse.check()?;
     let model_id = req.embedding_model_id.unwrap_or(row.embedding_model_id);
-    let dimension = match req.dimension_of_vector_model {
-        Some(d) => validate::vector_dimension(d)?,
-        None => row.dimension,
-    };
-    let model_changed = model_id != row.embedding_model_id || dimension != row.dimension;
-    if model_changed && row.document_count > 0 {
+    let new_model = model_id != row.embedding_model_id;
+    let asked_dimension = req
+        .dimension_of_vector_model
+        .map(validate::vector_dimension)
+        .transpose()?;
+    if (new_model || asked_dimension.is_some_and(|d| d != row.dimension)) && row.document_count > 0 {
         return Err(AppError::business(
             "embeddingModelId and dimensionOfVectorModel cannot change while the knowledge base has documents",
         ));
     }
-    if model_id != row.embedding_model_id {
+    if new_model {
         check_model(state, user, "embeddingModelId", model_id, ModelType::Embedding).await?;
     }
+    let dimension = match asked_dimension {
+        Some(d) => d,
+        // A new model brings its own length, asked as on creation: kept, the old length would
+        // refuse every vector the new model makes.
+        None if new_model => probe_dimension(state, user, model_id).await?,
+        None => row.dimension,
+    };
+    let model_changed = new_model || dimension != row.dimension;
     if let Some(id) = settings
         .chunk
         .chunk_model_id

@@ -56,6 +56,22 @@ pub fn vector_dimension(requested: i64) -> Result<i32, AppError> {
     }
 }
 
+/// An API key or token, sent in an HTTP header.
+pub const MAX_SECRET: usize = 4096;
+
+/// A secret sent in an HTTP header (an API key): visible ASCII, as a header carries it. A
+/// control character or a newline would fail every request later, reported as an endpoint
+/// that cannot be reached rather than as this field.
+pub fn header_secret(field: &str, value: &str) -> Result<(), AppError> {
+    length(field, value, 1, MAX_SECRET)?;
+    if !value.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
+        return Err(AppError::validation(format!(
+            "{field} must be visible ASCII, as an HTTP header carries it"
+        )));
+    }
+    Ok(())
+}
+
 /// The longest email address (RFC 5321's path limit).
 pub const MAX_EMAIL: usize = 254;
 

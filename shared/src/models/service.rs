@@ -329,6 +329,7 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
     if is_masked(&api_key) {
         return Err(AppError::validation("apiKey must be the real key, not a masked value"));
     }
+    validate::header_secret("apiKey", &api_key)?;
     let api_endpoint = validate::required("apiEndpoint", req.api_endpoint)?;
     validate_endpoint(state, &api_endpoint, Reach::of_admin(user.is_admin())).await?;
     if let Some(c) = &req.config_json {
@@ -419,7 +420,10 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     }
     // A masked key sent back means "keep the stored one".
     let sealed = match validate::optional(req.api_key) {
-        Some(k) if !is_masked(&k) => Some(state.secrets().seal(&k)?),
+        Some(k) if !is_masked(&k) => {
+            validate::header_secret("apiKey", &k)?;
+            Some(state.secrets().seal(&k)?)
+        }
         _ => None,
     };
     // A key its creator stored goes where its creator said: someone else (an administrator)

@@ -168,6 +168,22 @@ async fn knowledge_base_settings_and_validation() {
             json!({ "parseParams": { "engine": "x" } }),
             "parseParams.engine must be default or extparse",
         ),
+        (
+            json!({ "parseParams": { "ocrLang": ["en", "x; rm -rf"] } }),
+            "parseParams.ocrLang[1] must be a language code",
+        ),
+        (
+            json!({ "parseParams": { "ocrLang": vec!["en"; 11] } }),
+            "parseParams.ocrLang may hold at most 10",
+        ),
+        (
+            json!({ "modelParams": { "prompt": format!("{{context}} {{query}} {}", "x".repeat(8000)) } }),
+            "modelParams.prompt must be",
+        ),
+        (
+            json!({ "chunkParams": { "customDelimiter": "-".repeat(201) } }),
+            "chunkParams.customDelimiter must be",
+        ),
     ] {
         app.put(&format!("/rag/{id}/config"), t, &body)
             .await

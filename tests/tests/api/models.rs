@@ -225,6 +225,11 @@ async fn config_validation_names_the_field_and_writes_nothing() {
             "adapterKey generic-rerank does not support CHAT",
         ),
         (with("scope", json!("TEAM")), "scope must be GLOBAL or PERSONAL"),
+        (
+            with("apiKey", json!("sk-12345\nX-Injected: 1")),
+            "apiKey must be visible ASCII",
+        ),
+        (with("apiKey", json!("k".repeat(5000))), "apiKey must be"),
         (with("configJson", json!([1])), "configJson must be a JSON object"),
         (
             with("configJson", json!({ "temperature": 5 })),

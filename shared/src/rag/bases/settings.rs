@@ -65,6 +65,9 @@ impl ChunkSettings {
                 ))
             }
         };
+        // Kept with the base whatever the mode, and applied to every document.
+        crate::validate::at_most("customDelimiter", self.custom_delimiter.as_deref(), MAX_PATTERN_CHARS)?;
+        crate::validate::at_most("chunkRegex", self.chunk_regex.as_deref(), MAX_PATTERN_CHARS)?;
         let params = ChunkParams {
             mode,
             max_tokens: field("maxChunkTokens", self.max_chunk_tokens)?,
@@ -77,6 +80,13 @@ impl ChunkSettings {
 }
 
 /// How documents are read.
+/// A custom delimiter or chunk pattern: a separator, not a text.
+const MAX_PATTERN_CHARS: usize = 200;
+/// OCR languages of one base.
+const MAX_OCR_LANGS: usize = 10;
+/// The Q&A prompt template, sent with every answer.
+const MAX_PROMPT_CHARS: usize = 8000;
+
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ParseSettings {
@@ -117,6 +127,20 @@ impl ParseSettings {
                 return Err(AppError::validation(
                     "parseParams.imageExportMode must be placeholder, embedded or referenced",
                 ));
+            }
+        }
+        if self.ocr_lang.len() > MAX_OCR_LANGS {
+            return Err(AppError::validation(format!(
+                "parseParams.ocrLang may hold at most {MAX_OCR_LANGS} languages"
+            )));
+        }
+        for (i, lang) in self.ocr_lang.iter().enumerate() {
+            let ok =
+                (2..=16).contains(&lang.len()) && lang.chars().all(|c| c.is_ascii_alphabetic() || c == '_' || c == '-');
+            if !ok {
+                return Err(AppError::validation(format!(
+                    "parseParams.ocrLang[{i}] must be a language code such as en or ch_sim (2-16 letters, _ or -)"
+                )));
             }
         }
         crate::validate::range("parseParams.maxImageCount", self.max_image_count, 0, 1000)?;
@@ -194,6 +218,7 @@ pub struct ModelSettings {
 impl ModelSettings {
     pub fn check(&self) -> AppResult<()> {
         crate::validate::range("modelParams.nearbySliceCount", self.nearby_slice_count, 0, 10)?;
+        crate::validate::at_most("modelParams.prompt", self.prompt.as_deref(), MAX_PROMPT_CHARS)?;
         if let Some(p) = &self.prompt {
             if !p.contains("{context}") || !p.contains("{query}") {
                 return Err(AppError::validation(

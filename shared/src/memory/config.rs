@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use crate::domain::CurrentUser;
 use crate::models::{self, ModelType};
 use crate::rag::search::fusion;
+use crate::stores;
 use crate::validate;
 use crate::{time, AppError, AppResult, AppState};
 
@@ -179,21 +180,20 @@ impl ConfigRow {
                 }
             }
         }
-        let db = state.db();
-        for (field, id) in [
-            ("vectorStoreInstanceId", self.vector_store_instance_id),
-            ("searchEngineInstanceId", self.search_engine_instance_id),
+        for (field, id, category) in [
+            (
+                "vectorStoreInstanceId",
+                self.vector_store_instance_id,
+                stores::VECTOR_STORE,
+            ),
+            (
+                "searchEngineInstanceId",
+                self.search_engine_instance_id,
+                stores::SEARCH_ENGINE,
+            ),
         ] {
             if let Some(id) = id {
-                let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM store_instances WHERE id = $1)")
-                    .bind(id)
-                    .fetch_one(db)
-                    .await?;
-                if !exists {
-                    return Err(AppError::validation(format!(
-                        "{field}: store instance {id} does not exist"
-                    )));
-                }
+                stores::service::usable(state, field, Some(id), category).await?;
             }
         }
         Ok(())

@@ -229,3 +229,24 @@ pub async fn test(state: &AppState, user: &CurrentUser, req: StoreTestRequest) -
     probe::test(state, t, &conn).await?;
     Ok(true)
 }
+
+/// The instance `field` names, when it is an active one of `category` (a base's or a memory
+/// config's vector store, search engine); `None` takes the category's default.
+pub async fn usable(state: &AppState, field: &str, id: Option<i64>, category: i16) -> AppResult<i64> {
+    let row = match id {
+        Some(id) => repo::find(state.db(), id)
+            .await?
+            .ok_or_else(|| AppError::validation(format!("{field}: store instance {id} does not exist")))?,
+        None => repo::default_of(state.db(), category)
+            .await?
+            .ok_or_else(|| AppError::validation(format!("{field} is required: no default store instance exists")))?,
+    };
+    if row.category != category || row.status != 1 {
+        return Err(AppError::validation(format!(
+            "{field}: store instance {} is not an active {}",
+            row.id,
+            category_name(category)
+        )));
+    }
+    Ok(row.id)
+}

@@ -1207,6 +1207,11 @@ async fn configs_are_validated_and_managed() {
     let s = setup(false).await;
     let t = s.t();
     let before = s.app.count("memory_configs").await;
+    // The built-in full-text instance: a search engine, not a vector store.
+    let search_engine: i64 = sqlx::query_scalar("SELECT id FROM store_instances WHERE category = 2 AND builtin")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
     for (body, needle) in [
         (json!({ "embeddingModelId": s.embedding_model }), "name is required"),
         (json!({ "name": "x" }), "embeddingModelId is required"),
@@ -1253,6 +1258,10 @@ async fn configs_are_validated_and_managed() {
         (
             json!({ "name": "x", "embeddingModelId": s.embedding_model, "vectorStoreInstanceId": 9999 }),
             "vectorStoreInstanceId: store instance 9999 does not exist",
+        ),
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "vectorStoreInstanceId": search_engine }),
+            "is not an active VECTOR_STORE",
         ),
         (json!({ "name": "x", "embeddingModelId": "one" }), "embeddingModelId"),
     ] {

@@ -113,26 +113,6 @@ async fn check_model(state: &AppState, user: &CurrentUser, field: &str, id: i64,
         .map(|_| ())
 }
 
-/// Resolves a store instance for a category: the given one (checked) or the default.
-async fn store_for(state: &AppState, field: &str, id: Option<i64>, category: i16) -> AppResult<i64> {
-    let row = match id {
-        Some(id) => stores::repo::find(state.db(), id)
-            .await?
-            .ok_or_else(|| AppError::validation(format!("{field}: store instance {id} does not exist")))?,
-        None => stores::repo::default_of(state.db(), category)
-            .await?
-            .ok_or_else(|| AppError::validation(format!("{field} is required: no default store instance exists")))?,
-    };
-    if row.category != category || row.status != 1 {
-        return Err(AppError::validation(format!(
-            "{field}: store instance {} is not an active {}",
-            row.id,
-            stores::category_name(category)
-        )));
-    }
-    Ok(row.id)
-}
-
 /// KB_MAX_PER_USER, for everyone but administrators. In a transaction, the count holds until
 /// it ends (concurrent creations by one user take turns).
 async fn check_cap(state: &AppState, user: &CurrentUser, conn: &mut PgConnection) -> AppResult<()> {
@@ -169,14 +149,14 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     }
     let dedup_strategy = dedup("dedupStrategy", req.dedup_strategy.unwrap_or(2), 3)?;
     let dedup_action = dedup("dedupAction", req.dedup_action.unwrap_or(0), 2)?;
-    let vector_store = store_for(
+    let vector_store = stores::service::usable(
         state,
         "vectorStoreInstanceId",
         req.vector_store_instance_id,
         VECTOR_STORE,
     )
     .await?;
-    let search_store = store_for(
+    let search_store = stores::service::usable(
         state,
         "searchEngineInstanceId",
         req.search_engine_instance_id,
@@ -307,11 +287,11 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         check_model(state, user, "rerankModelId", r, ModelType::Reranker).await?;
     }
     let vector_store = match req.vector_store_instance_id {
-        Some(v) => store_for(state, "vectorStoreInstanceId", Some(v), VECTOR_STORE).await?,
+        Some(v) => stores::service::usable(state, "vectorStoreInstanceId", Some(v), VECTOR_STORE).await?,
         None => row.vector_store_instance_id,
     };
     let search_store = match req.search_engine_instance_id {
-        Some(v) => Some(store_for(state, "searchEngineInstanceId", Some(v), SEARCH_ENGINE).await?),
+        Some(v) => Some(stores::service::usable(state, "searchEngineInstanceId", Some(v), SEARCH_ENGINE).await?),
         None => row.search_engine_instance_id,
     };
     // The entries live in the stores: switching would leave them behind, unsearchable.

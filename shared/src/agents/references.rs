@@ -3,6 +3,8 @@
 
 use super::model::AgentRow;
 use super::repo::{self, AgentData};
+use sqlx::PgConnection;
+
 use crate::domain::CurrentUser;
 use crate::mcp::McpServerBrief;
 use crate::models::{self, ModelType};
@@ -24,13 +26,6 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
             )));
         }
     }
-    if let Some(id) = d.memory_config_id {
-        crate::memory::config::find(state.db(), id)
-            .await?
-            .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?
-            .check_models_usable(state, user, "memoryConfigId")
-            .await?;
-    }
     crate::skills::ensure_exist(state.db(), "skillIds", &d.skill_ids).await?;
     let usable = crate::mcp::usable_ids(state.db(), user, &d.mcp_server_ids).await?;
     if let Some(id) = d.mcp_server_ids.iter().find(|id| !usable.contains(id)) {
@@ -39,6 +34,23 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
         )));
     }
     Ok(())
+}
+
+/// The agent's memory config, held (`FOR SHARE`) by the transaction that writes the agent, its
+/// models checked under that hold: an edit of the config meanwhile either sees this binding
+/// when it checks the config's binders, or is seen here.
+pub async fn hold_memory_config(
+    state: &AppState,
+    user: &CurrentUser,
+    conn: &mut PgConnection,
+    id: Option<i64>,
+) -> AppResult<()> {
+    let Some(id) = id else { return Ok(()) };
+    crate::memory::config::find_held(conn, id)
+        .await?
+        .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?
+        .check_models_usable(state, user, "memoryConfigId")
+        .await
 }
 
 /// Binding an agent to an app sends its chats to the app's client nodes, so only

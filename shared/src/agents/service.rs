@@ -202,15 +202,22 @@ pub async fn create(state: &AppState, user: &CurrentUser, f: AgentFields) -> App
         return Err(AppError::validation("name is required"));
     }
     let data = apply(state, user, blank(), f).await?;
-    Ok(repo::insert(state.db(), &data, user.id).await?)
+    let mut tx = state.db().begin().await?;
+    references::hold_memory_config(state, user, &mut tx, data.memory_config_id).await?;
+    let id = repo::insert(&mut *tx, &data, user.id).await?;
+    tx.commit().await?;
+    Ok(id)
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, f: AgentFields) -> AppResult<AgentView> {
     let agent = managed(state, user, id).await?;
     let data = apply(state, user, AgentData::from(&agent), f).await?;
-    if !repo::update(state.db(), id, agent.update_dt, &data).await? {
+    let mut tx = state.db().begin().await?;
+    references::hold_memory_config(state, user, &mut tx, data.memory_config_id).await?;
+    if !repo::update(&mut *tx, id, agent.update_dt, &data).await? {
         return Err(AppError::changed_meanwhile("agent"));
     }
+    tx.commit().await?;
     let row = repo::find(state.db(), id, user.id)
         .await?
         .ok_or_else(|| AppError::not_found("agent"))?;

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use utoipa::ToSchema;
 
 use crate::domain::CurrentUser;
@@ -359,6 +359,25 @@ pub async fn find(db: &PgPool, id: i64) -> sqlx::Result<Option<ConfigRow>> {
         .await
 }
 
+/// The config, held until the transaction ends: an agent bound to it is written under this
+/// hold, and an edit of the config takes the row for update before it checks the agents bound
+/// to it. Either the edit's check sees the new binding or the binding's check sees the edit.
+pub async fn find_held(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<ConfigRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM memory_configs WHERE id = $1 FOR SHARE"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Takes the config for update (see `find_held`).
+pub async fn lock_for_edit(conn: &mut PgConnection, id: i64) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1 FROM memory_configs WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
 pub async fn list(db: &PgPool) -> sqlx::Result<Vec<ConfigRow>> {
     sqlx::query_as(&format!("SELECT {COLUMNS} FROM memory_configs ORDER BY id"))
         .fetch_all(db)
@@ -379,7 +398,7 @@ pub async fn effective(db: &PgPool, id: Option<i64>) -> AppResult<ConfigRow> {
 /// Writes a new config or every field of an existing one; returns the id. An existing one is
 /// written only as it was read (`c.update_dt`): None when it changed since, and nothing was
 /// written, since `c` would undo that change.
-pub async fn save(db: &PgPool, c: &ConfigRow) -> sqlx::Result<Option<i64>> {
+pub async fn save(db: impl sqlx::PgExecutor<'_>, c: &ConfigRow) -> sqlx::Result<Option<i64>> {
     let mut q = match c.id {
         None => sqlx::QueryBuilder::new(
             "INSERT INTO memory_configs (name, status, vector_store_instance_id, embedding_model_id, dimension, max_recall,

@@ -52,12 +52,16 @@ async fn managed(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Con
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: ConfigRequest) -> AppResult<()> {
+    // Checked under the config's lock: an agent being bound to it meanwhile is either seen by
+    // the check of its binders or checks this edit's models itself (`config::find_held`).
+    let mut tx = state.db().begin().await?;
+    config::lock_for_edit(&mut tx, id).await?;
     let before = managed(state, user, id).await?;
     let mut row = before.clone();
     row.apply(req);
     row.validate(state, user, Some(&before)).await?;
-    match config::save(state.db(), &row).await? {
-        Some(_) => Ok(()),
+    match config::save(&mut *tx, &row).await? {
+        Some(_) => Ok(tx.commit().await?),
         None => Err(AppError::changed_meanwhile("memory config")),
     }
 }

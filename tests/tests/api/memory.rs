@@ -1603,6 +1603,64 @@ async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
         .assert_ok();
 }
 
+/// An agent being bound to a config while the config's creator puts her PERSONAL model into
+/// it: the edit waits for the binding (held with the config) and then sees it, so it is
+/// refused; checked apart, each saw the other's old state and both went through.
+#[tokio::test]
+async fn a_config_edit_sees_an_agent_bound_while_it_checks() {
+    let s = setup(false).await;
+    let (_, alice) = s.app.regular_user("alice").await;
+    let (bob_id, _) = s.app.regular_user("bob").await;
+    let provider = s.app.provider(&s.admin, "alices").await;
+    let hers = ModelServer::start().await;
+    let personal = s
+        .app
+        .model(
+            &alice,
+            provider,
+            "EMBEDDING",
+            "emb-8",
+            &hers.base_url,
+            json!({ "scope": "PERSONAL" }),
+        )
+        .await;
+    let id = s
+        .app
+        .post(
+            "/memory/config",
+            Some(&alice),
+            &json!({ "name": "shared", "embeddingModelId": s.embedding_model }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    // Bob's agent being bound, as the agent service writes it: the config held, not committed.
+    let mut binding = s.app.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM memory_configs WHERE id = $1 FOR SHARE")
+        .bind(id)
+        .execute(&mut *binding)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO agents (name, creator_id, memory_enabled, memory_config_id) VALUES ('b', $1, TRUE, $2)")
+        .bind(bob_id)
+        .bind(id)
+        .execute(&mut *binding)
+        .await
+        .unwrap();
+    let path = format!("/memory/config/{id}");
+    let body = json!({ "embeddingModelId": personal });
+    let edit = s.app.put(&path, Some(&alice), &body);
+    let bind = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        binding.commit().await.unwrap();
+    };
+    let (edited, ()) = tokio::join!(edit, bind);
+    edited.assert_error(400, 0, "is not available to the creators of 1 agent(s)");
+    let now = s.app.get(&path, Some(&alice)).await;
+    assert_eq!(now.assert_ok()["embeddingModelId"], s.embedding_model);
+}
+
 /// A turn still being answered when extraction runs is left for a later run, with everything
 /// after it: moving past it would skip its answer for good.
 #[tokio::test]

@@ -2,6 +2,7 @@
 
 use std::sync::LazyLock;
 
+use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::{ModelConfigRow, ProviderRow};
@@ -286,13 +287,25 @@ pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// Makes `id` the only default of its type; run inside the caller's transaction.
-pub async fn switch_default(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) -> sqlx::Result<()> {
+/// Makes `id` the only default of its type when, its row locked, it is an enabled GLOBAL config
+/// of that type; false, with nothing changed, when it is not (changed since the caller read
+/// it). Run inside the caller's transaction.
+pub async fn switch_default(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) -> sqlx::Result<bool> {
     // Serialise concurrent switches of the same type.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('model-default:' || $1))")
         .bind(model_type)
         .execute(&mut *conn)
         .await?;
+    let eligible: Option<i64> = sqlx::query_scalar(
+        "SELECT id FROM model_configs WHERE id = $1 AND model_type = $2 AND scope = 'GLOBAL' AND is_enabled FOR UPDATE",
+    )
+    .bind(id)
+    .bind(model_type)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if eligible.is_none() {
+        return Ok(false);
+    }
     sqlx::query("UPDATE model_configs SET is_default = FALSE, updated_dt = now() WHERE model_type = $1 AND is_default AND id <> $2")
         .bind(model_type)
         .bind(id)
@@ -302,7 +315,17 @@ pub async fn switch_default(conn: &mut sqlx::PgConnection, id: i64, model_type: 
         .bind(id)
         .execute(&mut *conn)
         .await?;
-    Ok(())
+    Ok(true)
+}
+
+/// Locks the config for the rest of the transaction; whether it is still as of `read` (`None`
+/// when it is gone).
+pub async fn lock_unchanged(conn: &mut sqlx::PgConnection, id: i64, read: DateTime<Utc>) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar("SELECT updated_dt = $2 FROM model_configs WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .bind(read)
+        .fetch_optional(conn)
+        .await
 }
 
 pub async fn clear_default(conn: &mut sqlx::PgConnection, id: i64) -> sqlx::Result<()> {

@@ -365,7 +365,7 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
     let mut tx = state.db().begin().await?;
     let id = repo::insert_config(&mut *tx, &fields, user.id).await?;
     if is_default {
-        repo::switch_default(&mut tx, id, checked.model_type.as_str()).await?;
+        make_default(&mut tx, id, checked.model_type.as_str()).await?;
     }
     tx.commit().await?;
     Ok(id)
@@ -453,6 +453,13 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     // update the row would otherwise be a second default of the new type.
     let retyped = checked.model_type != row.model_type();
     let mut tx = state.db().begin().await?;
+    // Everything above was checked against the row as read; written over a change made since
+    // (a retype, a scope change), this would undo it unchecked.
+    match repo::lock_unchanged(&mut tx, id, row.updated_dt).await? {
+        None => return Err(AppError::not_found("model config")),
+        Some(false) => return Err(AppError::changed_meanwhile("model config")),
+        Some(true) => {}
+    }
     // What uses the config uses it as a model of its type: a base's embedding model turned
     // CHAT would fail every search and ingest, and could not be swapped while it has documents.
     if retyped {
@@ -468,7 +475,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     }
     repo::update_config(&mut *tx, id, &fields).await?;
     if req.is_default == Some(true) {
-        repo::switch_default(&mut tx, id, checked.model_type.as_str()).await?;
+        make_default(&mut tx, id, checked.model_type.as_str()).await?;
     }
     tx.commit().await.map_err(Into::into)
 }
@@ -538,9 +545,21 @@ pub async fn switch_default(state: &AppState, user: &CurrentUser, id: i64) -> Ap
         ));
     }
     let mut tx = state.db().begin().await?;
-    repo::switch_default(&mut tx, id, &row.model_type).await?;
+    make_default(&mut tx, id, &row.model_type).await?;
     tx.commit().await?;
     Ok(true)
+}
+
+/// `repo::switch_default`, refused when the config is not (or no longer) an enabled GLOBAL
+/// config of that type: one changed between the caller's checks and this would otherwise
+/// become a PERSONAL default, or the default of a type it no longer has.
+async fn make_default(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) -> AppResult<()> {
+    if !repo::switch_default(conn, id, model_type).await? {
+        return Err(AppError::business(
+            "isDefault: only an enabled GLOBAL model can be the default (the model changed meanwhile, or is disabled)",
+        ));
+    }
+    Ok(())
 }
 
 pub async fn test_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<TestResult> {

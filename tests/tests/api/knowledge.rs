@@ -1893,7 +1893,7 @@ async fn an_edit_made_from_a_stale_read_writes_nothing() {
         ..KbFields::of(&read)
     };
     let written = repo::update(&s.app.db, id, read.update_dt, &stale).await.unwrap();
-    assert!(!written, "a write from a stale read is refused");
+    assert!(written.is_none(), "a write from a stale read is refused");
     let now = repo::find(&s.app.db, id).await.unwrap().unwrap();
     assert_eq!(now.name, "Handbook");
     assert_eq!(
@@ -1904,7 +1904,8 @@ async fn an_edit_made_from_a_stale_read_writes_nothing() {
         name: "Fresh",
         ..KbFields::of(&now)
     };
-    assert!(repo::update(&s.app.db, id, now.update_dt, &fresh).await.unwrap());
+    let wrote = repo::update(&s.app.db, id, now.update_dt, &fresh).await.unwrap();
+    assert!(wrote.is_some_and(|t| t > now.update_dt), "the time it wrote: {wrote:?}");
 }
 
 /// Changing a base's shape (here its dimension) is decided under the lock that upload commits

@@ -126,7 +126,14 @@ pub async fn insert(db: impl PgExecutor<'_>, f: &KbFields<'_>, creator_id: i64) 
 
 /// Writes the base's fields as `f`, made from the row read at `read` (its `update_dt`); false
 /// when the row changed since, and nothing was written: `f` would undo that change.
-pub async fn update(db: impl PgExecutor<'_>, id: i64, read: DateTime<Utc>, f: &KbFields<'_>) -> sqlx::Result<bool> {
+/// Writes the fields when the base is still as of `read`; the time it wrote, or `None` when
+/// the base changed meanwhile.
+pub async fn update(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    read: DateTime<Utc>,
+    f: &KbFields<'_>,
+) -> sqlx::Result<Option<DateTime<Utc>>> {
     let mut qb = QueryBuilder::new(format!(
         "UPDATE knowledge_bases SET ({FIELD_COLUMNS}, update_dt) = ROW("
     ));
@@ -134,8 +141,9 @@ pub async fn update(db: impl PgExecutor<'_>, id: i64, read: DateTime<Utc>, f: &K
     qb.push(", now()) WHERE id = ")
         .push_bind(id)
         .push(" AND update_dt = ")
-        .push_bind(read);
-    Ok(qb.build().execute(db).await?.rows_affected() == 1)
+        .push_bind(read)
+        .push(" RETURNING update_dt");
+    qb.build_query_scalar().fetch_optional(db).await
 }
 
 /// Name of the base's own HNSW index.
@@ -144,15 +152,21 @@ pub fn index_name(id: i64) -> String {
 }
 
 /// Puts every field of the base back as it was read (an edit whose index could not be built is
-/// undone whole, not only its dimension).
-pub async fn restore(db: &PgPool, id: i64, f: &KbFields<'_>) -> sqlx::Result<()> {
+/// undone whole, not only its dimension), unless the base moved on since the edit `wrote`: an
+/// edit since, or a document added under the new shape. False when it did.
+pub async fn restore(db: &PgPool, id: i64, wrote: DateTime<Utc>, f: &KbFields<'_>) -> sqlx::Result<bool> {
     let mut qb = QueryBuilder::new(format!(
         "UPDATE knowledge_bases SET ({FIELD_COLUMNS}, update_dt) = ROW("
     ));
     push_fields(&mut qb, f);
-    qb.push(", now()) WHERE id = ").push_bind(id);
-    qb.build().execute(db).await?;
-    Ok(())
+    qb.push(", now()) WHERE id = ")
+        .push_bind(id)
+        .push(" AND update_dt = ")
+        .push_bind(wrote)
+        .push(" AND NOT EXISTS (SELECT 1 FROM documents WHERE rag_id = ")
+        .push_bind(id)
+        .push(")");
+    Ok(qb.build().execute(db).await?.rows_affected() == 1)
 }
 
 /// The vector expression the index is built on: pgvector indexes need a fixed dimension,

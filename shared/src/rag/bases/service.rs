@@ -350,16 +350,21 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
             ));
         }
     }
-    if !repo::update(&mut *tx, id, row.update_dt, &fields).await? {
+    let Some(wrote) = repo::update(&mut *tx, id, row.update_dt, &fields).await? else {
         return Err(AppError::changed_meanwhile("knowledge base"));
-    }
+    };
     tx.commit().await?;
     // A base without documents has no chunks: only its index's shape changes. The index is
     // built outside any transaction (concurrently), so a failed build is undone by hand: the
     // base gets back every field it had, and its old index.
     if dimension != row.dimension {
         if let Err(e) = build_index(state, id, dimension).await {
-            repo::restore(state.db(), id, &KbFields::of(&row)).await?;
+            if !repo::restore(state.db(), id, wrote, &KbFields::of(&row)).await? {
+                // Edited or given documents since: what it is now is kept, and so is the
+                // error, for the index of its shape is still to be built.
+                tracing::error!(rag_id = id, error = %e, "a knowledge base's new index failed and the base changed since; not undone");
+                return Err(e);
+            }
             if let Err(again) = build_index(state, id, row.dimension).await {
                 // Searches stay right without it (an exact scan of the base's chunks), slower.
                 tracing::error!(rag_id = id, error = %again, "the old vector index of a knowledge base could not be rebuilt");
@@ -420,7 +425,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         model: &model,
         ..KbFields::of(&row)
     };
-    if !repo::update(state.db(), id, row.update_dt, &fields).await? {
+    if repo::update(state.db(), id, row.update_dt, &fields).await?.is_none() {
         return Err(AppError::changed_meanwhile("knowledge base"));
     }
     Ok(())
@@ -433,10 +438,15 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     let kb = owned(state, user, id).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
-    let mut keys = repo::object_keys(&mut tx, id).await?;
     // Pending uploads' files too: their previews would go with the base's row (a cascade),
-    // and nothing would find the files or their resource rows again.
-    keys.extend(crate::rag::documents::repo::remove_previews_of(&mut tx, id).await?);
+    // and nothing would find the files or their resource rows again. Taken first, as a commit
+    // takes its preview before the base's additions lock: a commit in flight finishes (and
+    // its preview is gone), a later one finds no preview.
+    let mut keys = crate::rag::documents::repo::remove_previews_of(&mut tx, id).await?;
+    // Imports adding documents meanwhile finish first, and their files are among the keys;
+    // later ones wait and find the base gone.
+    crate::rag::documents::repo::lock_additions(&mut tx, id).await?;
+    keys.extend(repo::object_keys(&mut tx, id).await?);
     repo::delete(&mut *tx, id).await?;
     indexes.drop_all(&mut tx).await.map_err(store_error)?;
     for key in &keys {

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 
-use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::model::MemoryRow;
 use crate::db::vector_literal;
@@ -300,6 +300,17 @@ pub struct Embedding<'a> {
 
 /// Writes the text, its index and (when given) its embedding; a memory with no embedding
 /// keeps the one it had.
+/// Locks the memory for the rest of the transaction; whether it is still as of `read` (false
+/// also when it is gone).
+pub async fn lock_unchanged(conn: &mut PgConnection, id: i64, read: DateTime<Utc>) -> sqlx::Result<bool> {
+    let same: Option<bool> = sqlx::query_scalar("SELECT update_dt = $2 FROM memories WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .bind(read)
+        .fetch_optional(conn)
+        .await?;
+    Ok(same == Some(true))
+}
+
 pub async fn write_content(
     db: impl PgExecutor<'_>,
     id: i64,

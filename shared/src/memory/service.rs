@@ -258,6 +258,11 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: UpdateRe
         None
     };
     let mut tx = state.db().begin().await?;
+    // Written over the memory as read: over an edit or a restatement made since, this would
+    // undo it, and could pair its text with the other one's vector.
+    if !repo::lock_unchanged(&mut tx, id, m.update_dt).await? {
+        return Err(AppError::changed_meanwhile("memory"));
+    }
     let emb = embedding.as_ref().map(|(model_id, vector)| Embedding {
         model_id: *model_id,
         vector,

@@ -1067,6 +1067,41 @@ async fn the_state_table_is_enforced() {
         .assert_error(404, 404, "memory");
 }
 
+/// An edit of a memory restated meanwhile (its row taken and rewritten by an extraction) is
+/// refused with 409 rather than written over the restatement.
+#[tokio::test]
+async fn an_edit_of_a_memory_changed_meanwhile_is_refused() {
+    let s = setup(false).await;
+    let config = s.config(json!({})).await;
+    let agent = s.agent(Some(config)).await;
+    let conv = s.conversation(agent, Owner::User(s.admin_id), "edits").await;
+    s.say(conv, agent, &[("user", "FACT: City | Lives in Lyon")]).await;
+    s.extract(&s.admin, agent, "edits").await.assert_ok();
+    let id: i64 = sqlx::query_scalar("SELECT id FROM memories")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    let mut restating = s.app.db.begin().await.unwrap();
+    sqlx::query("UPDATE memories SET content = 'Lives in Paris', update_dt = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *restating)
+        .await
+        .unwrap();
+    let path = format!("/memory/{id}");
+    let body = json!({ "tags": ["home"] });
+    let edit = s.app.put(&path, s.t(), &body);
+    let restate = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        restating.commit().await.unwrap();
+    };
+    let (edited, ()) = tokio::join!(edit, restate);
+    edited.assert_error(409, 409, "changed by someone else meanwhile");
+    let now = s.app.get(&path, s.t()).await;
+    let now = now.assert_ok();
+    assert_eq!(now["content"], "Lives in Paris", "the restatement stands");
+    assert!(!now["tags"].as_array().unwrap().contains(&json!("home")), "{now}");
+}
+
 #[tokio::test]
 async fn memories_are_edited_listed_and_deleted() {
     let s = setup(false).await;

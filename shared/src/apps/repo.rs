@@ -160,6 +160,13 @@ pub async fn toggle_status(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<boo
 /// keys, or None when there is no such app (nothing deleted).
 pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<Option<Vec<String>>> {
     let mut tx = db.begin().await?;
+    // An upload of one of them in flight holds its user's row (its foreign key): waited for
+    // here, so the statement below, run after, sees its image. Uploads later than this lock
+    // wait, and find their user gone.
+    sqlx::query("SELECT 1 FROM external_users WHERE app_id = $1 ORDER BY id FOR UPDATE")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     let images: Vec<String> = sqlx::query_scalar(
         "DELETE FROM resources r USING external_resources e, external_users u
          WHERE e.resource_id = r.id AND u.id = e.external_user_id AND u.app_id = $1

@@ -73,6 +73,13 @@ pub async fn ensure_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<(
 /// request of the same new user stored something meanwhile: its conversation, subscription,
 /// image or memory would go with the user.
 pub async fn delete_user(db: &PgPool, id: i64) -> sqlx::Result<()> {
+    let mut tx = db.begin().await?;
+    // What another request is storing for the user holds the user's row (its foreign key):
+    // waited for here, so the checks below, a statement of their own, see it.
+    sqlx::query("SELECT 1 FROM external_users WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query(
         "DELETE FROM external_users u WHERE u.id = $1
            AND NOT EXISTS (SELECT 1 FROM conversations WHERE external_user_id = u.id)
@@ -81,9 +88,9 @@ pub async fn delete_user(db: &PgPool, id: i64) -> sqlx::Result<()> {
            AND NOT EXISTS (SELECT 1 FROM memories WHERE external_user_id = u.id)",
     )
     .bind(id)
-    .execute(db)
+    .execute(&mut *tx)
     .await?;
-    Ok(())
+    tx.commit().await
 }
 
 pub async fn find_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<Option<ExternalUserRow>> {

@@ -1268,6 +1268,50 @@ async fn removing_a_new_user_again_keeps_one_another_request_used() {
     assert_eq!(left, [conversing, subscribed, uploaded]);
 }
 
+/// An image one of an app's users is uploading while the app is deleted goes with the app: the
+/// delete waits for the upload (which holds its user's row) and then sees its image; it read
+/// the images before and left this one to the app's creator.
+#[tokio::test]
+async fn an_image_uploaded_while_its_app_is_deleted_goes_with_it() {
+    let e = Ext::new().await;
+    let db = e.app().db.clone();
+    e.app()
+        .ext_post(&e.crm, "/resource/upload", &image("ann", PNG))
+        .await
+        .assert_ok();
+    let late = e
+        .app()
+        .upload_resource(&e.s.admin, "late.png", PNG.to_vec(), None)
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    // Ann's second upload, its row linked to her and not yet committed.
+    let mut uploading = db.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO external_resources (resource_id, external_user_id)
+         SELECT $1, id FROM external_users WHERE open_id = 'ann'",
+    )
+    .bind(late)
+    .execute(&mut *uploading)
+    .await
+    .unwrap();
+    let path = format!("/app/{}", e.crm.id);
+    let delete = e.app().delete(&path, Some(&e.s.admin));
+    let upload = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        uploading.commit().await.unwrap();
+    };
+    let (deleted, ()) = tokio::join!(delete, upload);
+    deleted.assert_ok();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM resources WHERE id = $1")
+        .bind(late)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the late image is not left to the app's creator");
+}
+
 /// Deleting an app deletes what its external users uploaded, rows and files: left behind, their
 /// images would become ordinary uploads of the app's creator, listed and served by /resource.
 #[tokio::test]

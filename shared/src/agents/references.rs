@@ -36,21 +36,36 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
     Ok(())
 }
 
-/// The agent's memory config, held (`FOR SHARE`) by the transaction that writes the agent, its
-/// models checked under that hold: an edit of the config meanwhile either sees this binding
-/// when it checks the config's binders, or is seen here.
-pub async fn hold_memory_config(
-    state: &AppState,
-    user: &CurrentUser,
-    conn: &mut PgConnection,
-    id: Option<i64>,
-) -> AppResult<()> {
-    let Some(id) = id else { return Ok(()) };
-    crate::memory::config::find_held(conn, id)
-        .await?
-        .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?
-        .check_models_usable(state, user, "memoryConfigId")
-        .await
+/// The agent's memory config, MCP servers and skills, held (`FOR SHARE`) by the transaction
+/// that writes the agent. An edit of the config meanwhile either sees this binding when it
+/// checks the config's binders, or is seen here (its models are checked again under the
+/// hold); a server or skill deleted meanwhile is either taken out of this agent by its
+/// deletion, which waits for this write, or found gone here.
+pub async fn hold(state: &AppState, user: &CurrentUser, conn: &mut PgConnection, d: &AgentData) -> AppResult<()> {
+    if let Some(id) = d.memory_config_id {
+        crate::memory::config::find_held(conn, id)
+            .await?
+            .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?
+            .check_models_usable(state, user, "memoryConfigId")
+            .await?;
+    }
+    for (field, table, ids) in [
+        ("mcpServerIds", "mcp_servers", &d.mcp_server_ids),
+        ("skillIds", "skills", &d.skill_ids),
+    ] {
+        if ids.is_empty() {
+            continue;
+        }
+        // The table name is one of the two above, never client text.
+        let held: Vec<i64> = sqlx::query_scalar(&format!("SELECT id FROM {table} WHERE id = ANY($1) FOR SHARE"))
+            .bind(ids)
+            .fetch_all(&mut *conn)
+            .await?;
+        if let Some(gone) = ids.iter().find(|id| !held.contains(id)) {
+            return Err(AppError::validation(format!("{field}: {gone} was deleted meanwhile")));
+        }
+    }
+    Ok(())
 }
 
 /// Binding an agent to an app sends its chats to the app's client nodes, so only

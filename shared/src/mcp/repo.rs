@@ -206,7 +206,13 @@ pub async fn mark_error(db: &PgPool, id: i64, tested: DateTime<Utc>, error: &str
 }
 
 /// Deletes the server and takes it out of every agent's list, in the caller's transaction.
+/// The row is locked first: an agent being bound to it holds it, and is waited for, so the
+/// statement after sees that agent too.
 pub async fn delete(conn: &mut sqlx::PgConnection, id: i64) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1 FROM mcp_servers WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
     sqlx::query(
         "UPDATE agents SET mcp_server_ids = array_remove(mcp_server_ids, $1), update_dt = now()
          WHERE $1 = ANY(mcp_server_ids)",

@@ -73,6 +73,15 @@ pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<Str
         .await
 }
 
+/// Locks the skill's row for the rest of the transaction.
+pub async fn lock(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1 FROM skills WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(db)
+        .await
+        .map(|_| ())
+}
+
 /// Unbinds a deleted skill from every agent.
 pub async fn unbind_from_agents(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
     sqlx::query(

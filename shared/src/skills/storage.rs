@@ -165,9 +165,12 @@ pub async fn commit(state: &AppState, row: &SkillRow, package: &Package) -> AppR
     }
 }
 
-/// Deletes the row (unbinding it from agents in the same transaction), then its object.
+/// Deletes the row (unbinding it from agents in the same transaction), then its object. The
+/// row is locked first: an agent being bound to it holds it, and is waited for, so the unbind
+/// after sees that agent too.
 pub async fn delete(state: &AppState, row: &SkillRow) -> AppResult<()> {
     let mut tx = state.db().begin().await?;
+    repo::lock(&mut *tx, row.id).await?;
     repo::unbind_from_agents(&mut *tx, row.id).await?;
     let key = repo::delete(&mut *tx, row.id)
         .await?

@@ -478,6 +478,50 @@ async fn users_see_their_own_and_administrators_servers_and_change_only_their_ow
     );
 }
 
+/// A server deleted while an agent is being bound to it is taken out of that agent too: the
+/// deletion waits for the binding (which holds the server's row) and then sees it. It read
+/// the agents before and left the agent naming a server that no longer exists.
+#[tokio::test]
+async fn a_server_deleted_while_an_agent_is_bound_to_it_leaves_no_reference() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let gone = create(&app, &admin, http_server("gone", 2, "http://h/mcp")).await;
+    let agent: i64 = sqlx::query_scalar(
+        "INSERT INTO agents (name, mcp_enabled, creator_id)
+         VALUES ('helper', TRUE, (SELECT id FROM users WHERE username = 'admin')) RETURNING id",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    // The agent's write, as the agent service makes it: the server held, not yet committed.
+    let mut binding = app.db.begin().await.unwrap();
+    sqlx::query("SELECT id FROM mcp_servers WHERE id = ANY($1) FOR SHARE")
+        .bind(vec![gone])
+        .execute(&mut *binding)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE agents SET mcp_server_ids = $2 WHERE id = $1")
+        .bind(agent)
+        .bind(vec![gone])
+        .execute(&mut *binding)
+        .await
+        .unwrap();
+    let path = format!("/mcp-server/{gone}");
+    let delete = app.delete(&path, Some(&admin));
+    let bind = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        binding.commit().await.unwrap();
+    };
+    let (deleted, ()) = tokio::join!(delete, bind);
+    deleted.assert_ok();
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT mcp_server_ids FROM agents WHERE id = $1")
+        .bind(agent)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(ids.is_empty(), "{ids:?}");
+}
+
 #[tokio::test]
 async fn deleting_a_server_takes_it_out_of_agents() {
     let app = spawn(Store::Filesystem).await;

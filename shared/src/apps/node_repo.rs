@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgExecutor, PgPool};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 
 use super::model::NodeRow;
 
@@ -68,6 +68,7 @@ pub async fn upsert(db: impl PgExecutor<'_>, b: &Beat<'_>) -> sqlx::Result<()> {
 /// Removes the node and remembers the kick; false when no such node was registered.
 pub async fn kick(db: &PgPool, app: i64, host_id: &str) -> sqlx::Result<bool> {
     let mut tx = db.begin().await?;
+    lock_node(&mut tx, app, host_id).await?;
     let removed = sqlx::query("DELETE FROM client_nodes WHERE app_id = $1 AND host_id = $2")
         .bind(app)
         .bind(host_id)
@@ -90,13 +91,27 @@ pub async fn kick(db: &PgPool, app: i64, host_id: &str) -> sqlx::Result<bool> {
 }
 
 /// Consumes a pending kick of this node; true when there was one.
-pub async fn take_kick(db: impl PgExecutor<'_>, app: i64, host_id: &str) -> sqlx::Result<bool> {
+/// Takes the node's kick, if one waits; the caller's transaction then holds the node until it
+/// ends (see `lock_node`).
+pub async fn take_kick(conn: &mut PgConnection, app: i64, host_id: &str) -> sqlx::Result<bool> {
+    lock_node(conn, app, host_id).await?;
     let done = sqlx::query("DELETE FROM client_node_kicks WHERE app_id = $1 AND host_id = $2")
         .bind(app)
         .bind(host_id)
-        .execute(db)
+        .execute(conn)
         .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// A heartbeat and a kick of one node take turns: a heartbeat that found no kick and then
+/// registered the node would otherwise bring back a node kicked in between.
+async fn lock_node(conn: &mut PgConnection, app: i64, host_id: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('client-node:' || $1::text || ':' || $2))")
+        .bind(app)
+        .bind(host_id)
+        .execute(conn)
+        .await
+        .map(|_| ())
 }
 
 /// Deletes nodes whose lease lapsed more than `kept` ago: they stay listed as offline for that

@@ -55,7 +55,7 @@ pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> Ap
     let host_ip = ip.to_string();
 
     let mut tx = state.db().begin().await?;
-    if node_repo::take_kick(&mut *tx, app.id, &host_id).await? {
+    if node_repo::take_kick(&mut tx, app.id, &host_id).await? {
         tx.commit().await?;
         return Ok(HeartbeatReply {
             registered: false,

@@ -126,6 +126,17 @@ pub struct Fields<'a> {
     pub auth_config_enc: Option<&'a str>,
 }
 
+/// Creations and renames to one name take turns until their transactions end: a name must be
+/// free among every server its creator's viewers see, which no index can say, so two at once
+/// would each find it free.
+pub async fn lock_name(conn: &mut sqlx::PgConnection, name: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('mcp-name:' || lower($1)))")
+        .bind(name)
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
 pub async fn insert(db: impl PgExecutor<'_>, f: &Fields<'_>, creator_id: i64) -> sqlx::Result<i64> {
     sqlx::query_scalar(
         "INSERT INTO mcp_servers (name, description, transport_type, endpoint, command, args, env_vars_enc,

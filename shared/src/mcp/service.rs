@@ -330,10 +330,14 @@ async fn check_name_free(
 
 pub async fn create(state: &AppState, user: &CurrentUser, req: McpServerRequest) -> AppResult<i64> {
     let valid = validate(state, user, req, None).await?;
+    let mut tx = state.db().begin().await?;
+    repo::lock_name(&mut tx, &valid.name).await?;
     check_name_free(state, user, &valid.name, user.id, None).await?;
-    repo::insert(state.db(), &valid.fields(), user.id)
+    let id = repo::insert(&mut *tx, &valid.fields(), user.id)
         .await
-        .map_err(|e| duplicate(e, &valid.name))
+        .map_err(|e| duplicate(e, &valid.name))?;
+    tx.commit().await?;
+    Ok(id)
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: McpServerRequest) -> AppResult<()> {
@@ -345,13 +349,16 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: McpServe
     }
     let (auth, env) = row.open_secrets(state.secrets())?;
     let valid = validate(state, user, req, Some((&row, &auth, &env))).await?;
+    let mut tx = state.db().begin().await?;
+    repo::lock_name(&mut tx, &valid.name).await?;
     check_name_free(state, user, &valid.name, row.creator_id, Some(id)).await?;
-    let written = repo::update(state.db(), id, row.update_dt, &valid.fields())
+    let written = repo::update(&mut *tx, id, row.update_dt, &valid.fields())
         .await
         .map_err(|e| duplicate(e, &valid.name))?;
     if !written {
         return Err(AppError::changed_meanwhile("MCP server"));
     }
+    tx.commit().await?;
     state.mcp().invalidate(id);
     Ok(())
 }

@@ -14,6 +14,15 @@ async fn run(db: &sqlx::PgPool, sql: &str) {
     sqlx::query(sql).execute(db).await.unwrap();
 }
 
+/// Puts a directory where the stored file `key` was: the file system refuses to delete it as a
+/// file, as a store that is briefly unreachable would. Returns its path.
+fn undeletable(app: &api_tests::TestApp, key: &str) -> std::path::PathBuf {
+    let path = app.storage_dir.path().join(key);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir_all(path.join("inside")).unwrap();
+    path
+}
+
 #[tokio::test]
 async fn housekeeping_removes_only_what_has_expired() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
@@ -281,17 +290,13 @@ async fn previews_whose_files_cannot_be_deleted_yet_are_finished_by_a_later_run(
         "UPDATE upload_previews SET expires_at = now() - interval '1 minute'",
     )
     .await;
-    // Sets a directory where a file was: the file system refuses to delete it as a file.
     let block = |name: &'static str| async move {
         let key: String = sqlx::query_scalar("SELECT storage_key FROM resources WHERE original_name = $1")
             .bind(name)
             .fetch_one(db)
             .await
             .unwrap();
-        let path = app.storage_dir.path().join(&key);
-        std::fs::remove_file(&path).unwrap();
-        std::fs::create_dir_all(path.join("inside")).unwrap();
-        path
+        undeletable(app, &key)
     };
     let blocked = [block("a.txt").await, block("c.txt").await];
     sqlx::query("UPDATE upload_previews SET expires_at = now() + interval '1 hour' WHERE token = $1")
@@ -352,10 +357,7 @@ async fn a_file_whose_delete_failed_is_deleted_by_the_housekeeping() {
         .fetch_one(db)
         .await
         .unwrap();
-    // A directory where the package was: the file system refuses to delete it as a file.
-    let path = app.storage_dir.path().join(&key);
-    std::fs::remove_file(&path).unwrap();
-    std::fs::create_dir_all(path.join("inside")).unwrap();
+    let path = undeletable(app, &key);
     app.delete(&format!("/skill/{skill}"), t).await.assert_status_ok();
     assert_eq!(
         strings(db, "SELECT storage_key FROM leftover_objects").await,

@@ -1560,13 +1560,17 @@ async fn a_config_edit_made_from_a_stale_read_writes_nothing() {
     assert_eq!(config::save(&s.app.db, &fresh).await.unwrap(), Some(id));
 }
 
-/// Agents bound to a config run its models for their creators' chats. Its creator may not put
-/// a model into it that those creators could not pick (here her PERSONAL one, at an endpoint
-/// of hers): that would send their conversations to her. Her own agents, and administrators'
-/// agents, may run it.
-#[tokio::test]
-async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
-    let s = setup(false).await;
+/// Alice's config on a GLOBAL model, her PERSONAL model at an endpoint of hers, and Bob.
+struct Shared {
+    alice_id: i64,
+    alice: String,
+    bob_id: i64,
+    hers: ModelServer,
+    personal: i64,
+    config: i64,
+}
+
+async fn shared_config(s: &Setup) -> Shared {
     let (alice_id, alice) = s.app.regular_user("alice").await;
     let (bob_id, _) = s.app.regular_user("bob").await;
     let provider = s.app.provider(&s.admin, "alices").await;
@@ -1582,7 +1586,7 @@ async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
             json!({ "scope": "PERSONAL" }),
         )
         .await;
-    let id = s
+    let config = s
         .app
         .post(
             "/memory/config",
@@ -1593,6 +1597,31 @@ async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
         .assert_ok()
         .as_i64()
         .unwrap();
+    Shared {
+        alice_id,
+        alice,
+        bob_id,
+        hers,
+        personal,
+        config,
+    }
+}
+
+/// Agents bound to a config run its models for their creators' chats. Its creator may not put
+/// a model into it that those creators could not pick (here her PERSONAL one, at an endpoint
+/// of hers): that would send their conversations to her. Her own agents, and administrators'
+/// agents, may run it.
+#[tokio::test]
+async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
+    let s = setup(false).await;
+    let Shared {
+        alice_id,
+        alice,
+        bob_id,
+        hers,
+        personal,
+        config: id,
+    } = shared_config(&s).await;
     let bind = |creator: i64| {
         let db = s.app.db.clone();
         async move {
@@ -1644,32 +1673,13 @@ async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
 #[tokio::test]
 async fn a_config_edit_sees_an_agent_bound_while_it_checks() {
     let s = setup(false).await;
-    let (_, alice) = s.app.regular_user("alice").await;
-    let (bob_id, _) = s.app.regular_user("bob").await;
-    let provider = s.app.provider(&s.admin, "alices").await;
-    let hers = ModelServer::start().await;
-    let personal = s
-        .app
-        .model(
-            &alice,
-            provider,
-            "EMBEDDING",
-            "emb-8",
-            &hers.base_url,
-            json!({ "scope": "PERSONAL" }),
-        )
-        .await;
-    let id = s
-        .app
-        .post(
-            "/memory/config",
-            Some(&alice),
-            &json!({ "name": "shared", "embeddingModelId": s.embedding_model }),
-        )
-        .await
-        .assert_ok()
-        .as_i64()
-        .unwrap();
+    let Shared {
+        alice,
+        bob_id,
+        personal,
+        config: id,
+        ..
+    } = shared_config(&s).await;
     // Bob's agent being bound, as the agent service writes it: the config held, not committed.
     let mut binding = s.app.db.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM memory_configs WHERE id = $1 FOR SHARE")

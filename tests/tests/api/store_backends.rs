@@ -582,6 +582,29 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
         .assert_error(400, 0, "store failed");
 }
 
+/// A base on Milvus holding one document (`old`) and its vectors there.
+struct OnMilvus {
+    kb: i64,
+    coll: String,
+    old: i64,
+    vectors: Vec<i64>,
+}
+
+async fn on_milvus(s: &KbSetup, name: &str) -> OnMilvus {
+    let milvus_store = store(s, 1, 2, milvus_port()).await;
+    let kb = s
+        .kb(
+            name,
+            json!({ "vectorStoreInstanceId": milvus_store, "searchEngineEnable": false }),
+        )
+        .await;
+    let coll = format!("agent_platform_kb_{}", base_key(s, kb).await);
+    let old = upload_ok(s, kb, &[("animals.txt", ANIMALS)]).await[0];
+    let vectors = milvus_ids(&coll, Some(old)).await;
+    assert!(!vectors.is_empty());
+    OnMilvus { kb, coll, old, vectors }
+}
+
 /// A commit is checked whole before anything is written: an overwrite followed by a choice the
 /// preview does not allow is refused with the overwritten document and its vectors in Milvus
 /// as they were (a store's removals are not undone when the transaction rolls back).
@@ -589,17 +612,7 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
 async fn a_refused_commit_leaves_milvus_as_it_was() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let t = Some(s.admin.as_str());
-    let milvus_store = store(&s, 1, 2, milvus_port()).await;
-    let kb = s
-        .kb(
-            "Refused",
-            json!({ "vectorStoreInstanceId": milvus_store, "searchEngineEnable": false }),
-        )
-        .await;
-    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
-    let old = upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await[0];
-    let vectors = milvus_ids(&coll, Some(old)).await;
-    assert!(!vectors.is_empty());
+    let OnMilvus { kb, coll, old, vectors } = on_milvus(&s, "Refused").await;
     let files = [
         ("animals.txt", ANIMALS.as_bytes().to_vec()),
         ("new.txt", b"something else".to_vec()),
@@ -628,17 +641,7 @@ async fn a_refused_commit_leaves_milvus_as_it_was() {
 async fn a_commit_that_fails_after_its_overwrite_keeps_the_vectors_in_milvus() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let t = Some(s.admin.as_str());
-    let milvus_store = store(&s, 1, 2, milvus_port()).await;
-    let kb = s
-        .kb(
-            "Late failure",
-            json!({ "vectorStoreInstanceId": milvus_store, "searchEngineEnable": false }),
-        )
-        .await;
-    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
-    let old = upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await[0];
-    let vectors = milvus_ids(&coll, Some(old)).await;
-    assert!(!vectors.is_empty());
+    let OnMilvus { kb, coll, old, vectors } = on_milvus(&s, "Late failure").await;
     let p = s
         .preview(kb, &[("animal-copy.txt", ANIMALS.as_bytes().to_vec())], Some((2, 2)))
         .await

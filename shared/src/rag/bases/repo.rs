@@ -124,16 +124,9 @@ pub async fn insert(db: impl PgExecutor<'_>, f: &KbFields<'_>, creator_id: i64) 
     qb.build_query_scalar().fetch_one(db).await
 }
 
-/// Writes the base's fields as `f`, made from the row read at `read` (its `update_dt`); false
-/// when the row changed since, and nothing was written: `f` would undo that change.
-/// Writes the fields when the base is still as of `read`; the time it wrote, or `None` when
-/// the base changed meanwhile.
-pub async fn update(
-    db: impl PgExecutor<'_>,
-    id: i64,
-    read: DateTime<Utc>,
-    f: &KbFields<'_>,
-) -> sqlx::Result<Option<DateTime<Utc>>> {
+/// `UPDATE` of every field to `f`, when the base is still as of `read` (its `update_dt`): made
+/// from an older row, `f` would undo what changed since. For the caller to end.
+fn write_fields<'a>(id: i64, read: DateTime<Utc>, f: &KbFields<'a>) -> QueryBuilder<'a, Postgres> {
     let mut qb = QueryBuilder::new(format!(
         "UPDATE knowledge_bases SET ({FIELD_COLUMNS}, update_dt) = ROW("
     ));
@@ -141,8 +134,20 @@ pub async fn update(
     qb.push(", now()) WHERE id = ")
         .push_bind(id)
         .push(" AND update_dt = ")
-        .push_bind(read)
-        .push(" RETURNING update_dt");
+        .push_bind(read);
+    qb
+}
+
+/// Writes the fields when the base is still as of `read`; the time it wrote, or `None` when
+/// the base changed meanwhile (nothing written).
+pub async fn update(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    read: DateTime<Utc>,
+    f: &KbFields<'_>,
+) -> sqlx::Result<Option<DateTime<Utc>>> {
+    let mut qb = write_fields(id, read, f);
+    qb.push(" RETURNING update_dt");
     qb.build_query_scalar().fetch_optional(db).await
 }
 
@@ -155,15 +160,8 @@ pub fn index_name(id: i64) -> String {
 /// undone whole, not only its dimension), unless the base moved on since the edit `wrote`: an
 /// edit since, or a document added under the new shape. False when it did.
 pub async fn restore(db: &PgPool, id: i64, wrote: DateTime<Utc>, f: &KbFields<'_>) -> sqlx::Result<bool> {
-    let mut qb = QueryBuilder::new(format!(
-        "UPDATE knowledge_bases SET ({FIELD_COLUMNS}, update_dt) = ROW("
-    ));
-    push_fields(&mut qb, f);
-    qb.push(", now()) WHERE id = ")
-        .push_bind(id)
-        .push(" AND update_dt = ")
-        .push_bind(wrote)
-        .push(" AND NOT EXISTS (SELECT 1 FROM documents WHERE rag_id = ")
+    let mut qb = write_fields(id, wrote, f);
+    qb.push(" AND NOT EXISTS (SELECT 1 FROM documents WHERE rag_id = ")
         .push_bind(id)
         .push(")");
     Ok(qb.build().execute(db).await?.rows_affected() == 1)

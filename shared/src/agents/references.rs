@@ -49,18 +49,22 @@ pub async fn hold(state: &AppState, user: &CurrentUser, conn: &mut PgConnection,
             .check_models_usable(state, user, "memoryConfigId")
             .await?;
     }
-    for (field, table, ids) in [
-        ("mcpServerIds", "mcp_servers", &d.mcp_server_ids),
-        ("skillIds", "skills", &d.skill_ids),
+    for (field, held_ids, ids) in [
+        (
+            "mcpServerIds",
+            "SELECT id FROM mcp_servers WHERE id = ANY($1) FOR SHARE",
+            &d.mcp_server_ids,
+        ),
+        (
+            "skillIds",
+            "SELECT id FROM skills WHERE id = ANY($1) FOR SHARE",
+            &d.skill_ids,
+        ),
     ] {
         if ids.is_empty() {
             continue;
         }
-        // The table name is one of the two above, never client text.
-        let held: Vec<i64> = sqlx::query_scalar(&format!("SELECT id FROM {table} WHERE id = ANY($1) FOR SHARE"))
-            .bind(ids)
-            .fetch_all(&mut *conn)
-            .await?;
+        let held: Vec<i64> = sqlx::query_scalar(held_ids).bind(ids).fetch_all(&mut *conn).await?;
         if let Some(gone) = ids.iter().find(|id| !held.contains(id)) {
             return Err(AppError::validation(format!("{field}: {gone} was deleted meanwhile")));
         }

@@ -1,7 +1,7 @@
 //! SQL of store instances.
 
 use serde_json::Value;
-use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::StoreRow;
 use crate::users::repo::escape_like;
@@ -116,6 +116,28 @@ pub async fn make_default(conn: &mut sqlx::PgConnection, id: i64, category: i16)
         .execute(&mut *conn)
         .await?;
     Ok(())
+}
+
+/// Holds the instance until the transaction ends, when it still is an active one of
+/// `category`: a base written under this hold keeps an instance whose kind an edit (which
+/// takes the row for update, then counts its bases) cannot change meanwhile.
+pub async fn hold(conn: &mut PgConnection, id: i64, category: i16) -> sqlx::Result<bool> {
+    let held: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM store_instances WHERE id = $1 AND category = $2 AND status = 1 FOR SHARE")
+            .bind(id)
+            .bind(category)
+            .fetch_optional(conn)
+            .await?;
+    Ok(held.is_some())
+}
+
+/// Takes the instance for update (see `hold`).
+pub async fn lock_for_edit(conn: &mut PgConnection, id: i64) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1 FROM store_instances WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(conn)
+        .await
+        .map(|_| ())
 }
 
 pub async fn users_count(db: &PgPool, id: i64) -> sqlx::Result<i64> {

@@ -2,6 +2,7 @@
 //! for administrators.
 
 use serde_json::Value;
+use sqlx::PgConnection;
 
 use super::repo::{self, Fields, Filter};
 use super::*;
@@ -151,6 +152,10 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreReq
         Some(code) => store_type(code, category)?,
         None => store_type(i64::from(row.store_type), category)?,
     };
+    // Under the row's lock: a base being given this instance meanwhile holds it, and is counted
+    // once it committed (see `repo::hold`).
+    let mut tx = state.db().begin().await?;
+    repo::lock_for_edit(&mut tx, id).await?;
     check_kind_change(state, &row, category, t).await?;
     let split = req.config.as_ref().map(|c| split_config(state, t, c)).transpose()?;
     let (config, sealed) = match &split {
@@ -165,7 +170,6 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreReq
         password_enc: sealed,
         status: req.status.map(status).transpose()?,
     };
-    let mut tx = state.db().begin().await?;
     repo::update(&mut *tx, id, &fields).await?;
     if req.is_default == Some(true) {
         repo::make_default(&mut tx, id, category).await?;
@@ -249,4 +253,20 @@ pub async fn usable(state: &AppState, field: &str, id: Option<i64>, category: i1
         )));
     }
     Ok(row.id)
+}
+
+/// Holds the base's store instances in the transaction that writes the base (see
+/// `repo::hold`); one changed to another kind, or deactivated, since it was checked is refused.
+pub async fn hold_for_base(conn: &mut PgConnection, stores: [(&str, Option<i64>, i16); 2]) -> AppResult<()> {
+    for (field, id, category) in stores {
+        if let Some(id) = id {
+            if !repo::hold(conn, id, category).await? {
+                return Err(AppError::validation(format!(
+                    "{field}: store instance {id} is not an active {} (it changed meanwhile)",
+                    category_name(category)
+                )));
+            }
+        }
+    }
+    Ok(())
 }

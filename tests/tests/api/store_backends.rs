@@ -582,6 +582,34 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
         .assert_error(400, 0, "store failed");
 }
 
+/// A base created while its store instance is being changed to another category waits for
+/// that change and is refused: it was checked before, and got a search engine as its vector
+/// store.
+#[tokio::test]
+async fn a_base_is_not_given_a_store_changing_kind_meanwhile() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let instance = store(&s, 1, 2, milvus_port()).await;
+    let before = s.app.count("knowledge_bases").await;
+    // An edit of the instance in flight, as the store service makes it: the row taken.
+    let mut editing = s.app.db.begin().await.unwrap();
+    sqlx::query("UPDATE store_instances SET category = 2, store_type = 3 WHERE id = $1")
+        .bind(instance)
+        .execute(&mut *editing)
+        .await
+        .unwrap();
+    let body = json!({ "name": "Racing", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8,
+                       "vectorStoreInstanceId": instance, "searchEngineEnable": false });
+    let create = s.app.post("/rag", t, &body);
+    let edit = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        editing.commit().await.unwrap();
+    };
+    let (created, ()) = tokio::join!(create, edit);
+    created.assert_error(400, 0, "is not an active VECTOR_STORE");
+    assert_eq!(s.app.count("knowledge_bases").await, before);
+}
+
 /// A base on Milvus holding one document (`old`) and its vectors there.
 struct OnMilvus {
     kb: i64,

@@ -29,27 +29,27 @@ struct CategoryQuery {
     responses((status = 200, body = Envelope<Vec<StoreView>>), (status = 400), (status = 401)))]
 async fn list(
     State(state): State<AppState>,
-    _user: CurrentUser,
+    user: CurrentUser,
     Query(q): Query<CategoryQuery>,
 ) -> ApiResult<Vec<StoreView>> {
-    service::list(&state, q.category).await.map(Api)
+    service::list(&state, &user, q.category).await.map(Api)
 }
 
 #[utoipa::path(get, path = "/store-instance/page", tag = "knowledge", security(("svc_auth" = [])), params(PageQuery, StoreFilter),
     responses((status = 200, body = Envelope<Page<StoreView>>), (status = 400), (status = 401)))]
 async fn page(
     State(state): State<AppState>,
-    _user: CurrentUser,
+    user: CurrentUser,
     Query(p): Query<PageQuery>,
     Query(f): Query<StoreFilter>,
 ) -> ApiResult<Page<StoreView>> {
-    service::page(&state, p, f).await.map(Api)
+    service::page(&state, &user, p, f).await.map(Api)
 }
 
 #[utoipa::path(get, path = "/store-instance/{id}", tag = "knowledge", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, body = Envelope<StoreView>), (status = 401), (status = 404)))]
-async fn get(State(state): State<AppState>, _user: CurrentUser, Path(id): Path<i64>) -> ApiResult<StoreView> {
-    service::get(&state, id).await.map(Api)
+async fn get(State(state): State<AppState>, user: CurrentUser, Path(id): Path<i64>) -> ApiResult<StoreView> {
+    service::get(&state, &user, id).await.map(Api)
 }
 
 /// Register a store instance (administrator); returns its id. The password is stored sealed.

@@ -40,7 +40,8 @@ pub struct StoreView {
     /// PGVECTOR, MILVUS, OPENSEARCH or PG_FULLTEXT.
     #[serde(rename = "type")]
     pub store_type: String,
-    /// host, port, database, username, password (masked); empty for the service's own database.
+    /// host, port, database, username, password (masked); empty for the service's own database,
+    /// and for everyone but administrators (where a store lives is the operator's business).
     #[schema(value_type = StoreConfig)]
     pub config: Value,
     /// ACTIVE or INACTIVE.
@@ -53,9 +54,13 @@ pub struct StoreView {
 }
 
 impl StoreView {
-    pub fn new(row: StoreRow, secrets: &SecretBox) -> Self {
-        let mut config = row.config.clone();
-        if let (Some(obj), Some(sealed)) = (config.as_object_mut(), &row.password_enc) {
+    /// `connection`: whether the viewer is shown where and as whom the store is reached.
+    pub fn new(row: StoreRow, secrets: &SecretBox, connection: bool) -> Self {
+        let mut config = match connection {
+            true => row.config.clone(),
+            false => Value::Object(Default::default()),
+        };
+        if let (true, Some(obj), Some(sealed)) = (connection, config.as_object_mut(), &row.password_enc) {
             let masked = secrets
                 .open(sealed)
                 .map(|p| mask_secret(&p))

@@ -52,16 +52,24 @@ fn split_config(state: &AppState, t: StoreType, config: &Value) -> AppResult<(Va
     Ok((clean, sealed))
 }
 
-pub async fn list(state: &AppState, category_code: Option<i64>) -> AppResult<Vec<StoreView>> {
+pub async fn list(state: &AppState, user: &CurrentUser, category_code: Option<i64>) -> AppResult<Vec<StoreView>> {
     let f = Filter {
         category: category_code.map(category).transpose()?,
         ..Default::default()
     };
     let (rows, _) = repo::list(state.db(), &f, None).await?;
-    Ok(rows.into_iter().map(|r| StoreView::new(r, state.secrets())).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| StoreView::new(r, state.secrets(), user.is_admin()))
+        .collect())
 }
 
-pub async fn page(state: &AppState, paging: PageQuery, f: StoreFilter) -> AppResult<Page<StoreView>> {
+pub async fn page(
+    state: &AppState,
+    user: &CurrentUser,
+    paging: PageQuery,
+    f: StoreFilter,
+) -> AppResult<Page<StoreView>> {
     let keyword = validate::optional(f.keyword);
     let store_type = match validate::optional(f.store_type) {
         Some(t) => Some(
@@ -81,17 +89,19 @@ pub async fn page(state: &AppState, paging: PageQuery, f: StoreFilter) -> AppRes
     };
     let (rows, total) = repo::list(state.db(), &filter, Some((paging.size(), paging.offset()))).await?;
     Ok(Page::new(
-        rows.into_iter().map(|r| StoreView::new(r, state.secrets())).collect(),
+        rows.into_iter()
+            .map(|r| StoreView::new(r, state.secrets(), user.is_admin()))
+            .collect(),
         paging,
         total,
     ))
 }
 
-pub async fn get(state: &AppState, id: i64) -> AppResult<StoreView> {
+pub async fn get(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<StoreView> {
     let row = repo::find(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("store instance"))?;
-    Ok(StoreView::new(row, state.secrets()))
+    Ok(StoreView::new(row, state.secrets(), user.is_admin()))
 }
 
 fn store_type(code: i64, category: i16) -> AppResult<StoreType> {

@@ -253,6 +253,20 @@ async fn store_instances() {
         .unwrap();
     assert!(raw.starts_with("v1:") && !raw.contains("sekret"));
     assert!(!got["config"].to_string().contains("sekret"));
+    // Where a store lives, and as whom, is for administrators: others see what to choose.
+    let (_, user) = app.regular_user("chooser").await;
+    for path in [format!("/store-instance/{id}"), "/store-instance?category=1".to_owned()] {
+        let seen = app.get(&path, Some(&user)).await;
+        let text = seen.assert_ok().to_string();
+        assert!(!text.contains("127.0.0.1") && !text.contains("rd-1"), "{path}: {text}");
+    }
+    let listed = app.get("/store-instance/page?size=100", Some(&user)).await;
+    let listed = listed.assert_ok()["data"].as_array().unwrap().clone();
+    let mine = listed.iter().find(|v| v["id"] == id).unwrap();
+    assert_eq!(
+        (mine["name"].as_str(), mine["config"].clone()),
+        (Some("Analytics PG"), json!({}))
+    );
 
     let ok = app.post("/store-instance/test", t, &json!({ "type": "PGVECTOR", "config": { "host": "127.0.0.1", "port": pg_port, "username": "postgres", "database": "postgres" } })).await;
     assert_eq!(ok.assert_ok(), &json!(true));

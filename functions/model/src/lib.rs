@@ -265,8 +265,8 @@ async fn by_provider_type(
 /// The default model of each type.
 #[utoipa::path(get, path = "/ai-model/default", tag = "models", security(("svc_auth" = [])),
     responses((status = 200, body = Env<m::DefaultModels>), (status = 401)))]
-async fn defaults(State(state): State<AppState>, _user: CurrentUser) -> StatusResult<m::DefaultModels> {
-    service::defaults(&state).await.map(StatusApi)
+async fn defaults(State(state): State<AppState>, user: CurrentUser) -> StatusResult<m::DefaultModels> {
+    service::defaults(&state, &user).await.map(StatusApi)
 }
 
 /// The default model of one type (null when none is set).
@@ -275,10 +275,10 @@ async fn defaults(State(state): State<AppState>, _user: CurrentUser) -> StatusRe
     responses((status = 200, body = Env<Option<m::ModelConfigView>>), (status = 400), (status = 401)))]
 async fn default_of_type(
     State(state): State<AppState>,
-    _user: CurrentUser,
+    user: CurrentUser,
     Path(t): Path<String>,
 ) -> AppResult<StatusApi<Option<m::ModelConfigView>>> {
-    service::default_of(&state, model_type(&t)?).await.map(StatusApi)
+    service::default_of(&state, &user, model_type(&t)?).await.map(StatusApi)
 }
 
 /// Make a GLOBAL model the default of its type (administrator); returns true.

@@ -7,6 +7,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::ModelType;
 use crate::crypto::{mask_secret, SecretBox};
+use crate::domain::CurrentUser;
 use crate::time;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -124,9 +125,11 @@ pub struct ModelConfigView {
     pub model_key: String,
     pub model_type: String,
     pub adapter_key: String,
-    /// Masked, e.g. `****wxyz`.
+    /// Masked, e.g. `****wxyz`; `****` for viewers who do not manage the config.
     pub api_key: String,
-    pub api_endpoint: String,
+    /// For those who manage the config (its creator, administrators); `null` for others: an
+    /// administrator's endpoint may be an address in the operator's own network.
+    pub api_endpoint: Option<String>,
     pub description: Option<String>,
     #[schema(value_type = ModelOptions)]
     pub config_json: Value,
@@ -139,11 +142,17 @@ pub struct ModelConfigView {
 }
 
 impl ModelConfigView {
-    pub fn new(row: ModelConfigRow, secrets: &SecretBox) -> Self {
-        let api_key = secrets
-            .open(&row.api_key_enc)
-            .map(|k| mask_secret(&k))
-            .unwrap_or_else(|_| "****".to_owned());
+    /// The config as `viewer` sees it: where it calls, and the tail of its key, only when they
+    /// manage it.
+    pub fn new(row: ModelConfigRow, secrets: &SecretBox, viewer: &CurrentUser) -> Self {
+        let manages = viewer.can_manage(row.creator_id);
+        let api_key = match manages {
+            true => secrets
+                .open(&row.api_key_enc)
+                .map(|k| mask_secret(&k))
+                .unwrap_or_else(|_| "****".to_owned()),
+            false => "****".to_owned(),
+        };
         Self {
             id: row.id,
             provider_id: row.provider_id,
@@ -153,7 +162,7 @@ impl ModelConfigView {
             model_type: row.model_type,
             adapter_key: row.adapter_key,
             api_key,
-            api_endpoint: row.api_endpoint,
+            api_endpoint: manages.then_some(row.api_endpoint),
             description: row.description,
             config_json: row.config_json,
             scope: row.scope,

@@ -265,7 +265,7 @@ pub async fn page_configs(
     let (rows, total) = repo::configs(state.db(), &q, visibility(user), Some((paging.size(), paging.offset()))).await?;
     let views = rows
         .into_iter()
-        .map(|r| ModelConfigView::new(r, state.secrets()))
+        .map(|r| ModelConfigView::new(r, state.secrets(), user))
         .collect();
     Ok(Page::new(views, paging, total))
 }
@@ -274,6 +274,7 @@ pub async fn config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     Ok(ModelConfigView::new(
         visible_config(state, user, id).await?,
         state.secrets(),
+        user,
     ))
 }
 
@@ -517,9 +518,9 @@ pub async fn usable(
     Ok(repo::configs(state.db(), &q, visibility(user), None).await?.0)
 }
 
-pub async fn defaults(state: &AppState) -> AppResult<DefaultModels> {
+pub async fn defaults(state: &AppState, user: &CurrentUser) -> AppResult<DefaultModels> {
     let get = |t: ModelType| async move { repo::default_config(state.db(), t.as_str()).await };
-    let view = |r: Option<ModelConfigRow>| r.map(|r| ModelConfigView::new(r, state.secrets()));
+    let view = |r: Option<ModelConfigRow>| r.map(|r| ModelConfigView::new(r, state.secrets(), user));
     Ok(DefaultModels {
         chat: view(get(ModelType::Chat).await?),
         embedding: view(get(ModelType::Embedding).await?),
@@ -527,10 +528,14 @@ pub async fn defaults(state: &AppState) -> AppResult<DefaultModels> {
     })
 }
 
-pub async fn default_of(state: &AppState, model_type: ModelType) -> AppResult<Option<ModelConfigView>> {
+pub async fn default_of(
+    state: &AppState,
+    user: &CurrentUser,
+    model_type: ModelType,
+) -> AppResult<Option<ModelConfigView>> {
     Ok(repo::default_config(state.db(), model_type.as_str())
         .await?
-        .map(|r| ModelConfigView::new(r, state.secrets())))
+        .map(|r| ModelConfigView::new(r, state.secrets(), user)))
 }
 
 pub async fn switch_default(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<bool> {

@@ -788,3 +788,36 @@ async fn a_config_in_use_keeps_its_model_type() {
         .await
         .assert_status_ok();
 }
+
+/// Where a config calls, and its key's tail, are for those who manage it: a GLOBAL model's
+/// endpoint may be an address in the operator's network.
+#[tokio::test]
+async fn only_managers_see_where_a_config_calls() {
+    let (app, server, admin) = setup().await;
+    let p = app.provider(&admin, "scripted").await;
+    let url = server.base_url.as_str();
+    let global = app.model(&admin, p, "CHAT", "chat-echo", url, json!({})).await;
+    app.put(&format!("/ai-model/switch-default/{global}"), Some(&admin), &json!({}))
+        .await
+        .assert_status_ok();
+    let (_, user) = app.regular_user("reader").await;
+    let path = format!("/ai-model/config/{global}");
+    let seen = app.get(&path, Some(&user)).await;
+    let seen = seen.assert_status_ok();
+    assert_eq!(
+        (seen["apiEndpoint"].clone(), seen["apiKey"].clone()),
+        (json!(null), json!("****"))
+    );
+    for listed in [
+        app.get("/ai-model/configs?pageSize=100", Some(&user))
+            .await
+            .body
+            .to_string(),
+        app.get("/ai-model/default", Some(&user)).await.body.to_string(),
+        app.get("/ai-model/default/CHAT", Some(&user)).await.body.to_string(),
+    ] {
+        assert!(!listed.contains(url) && listed.contains("chat-echo"), "{listed}");
+    }
+    let managed = app.get(&path, Some(&admin)).await;
+    assert_eq!(managed.assert_status_ok()["apiEndpoint"], url);
+}

@@ -18,9 +18,26 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 static TRACES: OnceLock<SdkTracerProvider> = OnceLock::new();
 
+/// The filter when RUST_LOG says nothing: the service at info, sqlx's statement logs only when
+/// slow or failing.
+const DEFAULT_FILTER: &str = "info,sqlx=warn";
+
+/// RUST_LOG (or the default), with MCP's library held to errors unless RUST_LOG names it: at
+/// info it logs every notification a tenant's MCP server sends, tool payloads included.
+fn filter(rust_log: Option<String>) -> EnvFilter {
+    let spec = rust_log
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_FILTER.to_owned());
+    let spec = match spec.contains("rmcp") {
+        true => spec,
+        false => format!("{spec},rmcp=error"),
+    };
+    EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(format!("{DEFAULT_FILTER},rmcp=error")))
+}
+
 /// Installs the global subscriber; later calls are ignored (tests build many apps).
 pub fn init() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let filter = filter(std::env::var("RUST_LOG").ok());
     let pretty = std::env::var("LOG_FORMAT").map(|v| v == "pretty").unwrap_or(false);
     let logs = if pretty {
         tracing_subscriber::fmt::layer().with_target(false).boxed()
@@ -219,4 +236,19 @@ pub async fn flush() {
 /// sqlx) and rustls refuses to guess between them.
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::filter;
+
+    #[test]
+    fn the_mcp_library_logs_only_errors_unless_named() {
+        for rust_log in [None, Some(""), Some("info"), Some("debug,sqlx=warn")] {
+            let f = filter(rust_log.map(str::to_owned)).to_string();
+            assert!(f.contains("rmcp=error"), "{rust_log:?}: {f}");
+        }
+        let named = filter(Some("info,rmcp=debug".to_owned())).to_string();
+        assert!(named.contains("rmcp=debug") && !named.contains("rmcp=error"), "{named}");
+    }
 }

@@ -39,7 +39,7 @@ impl WebSearch for Searxng {
         let resp = req
             .send()
             .await
-            .map_err(|e| format!("web search is unreachable: {e}"))?;
+            .map_err(|e| format!("web search is unreachable: {}", e.without_url()))?;
         if !resp.status().is_success() {
             return Err(format!("web search answered HTTP {}", resp.status().as_u16()));
         }

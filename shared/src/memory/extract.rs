@@ -301,7 +301,8 @@ pub fn parse(answer: &str, max: usize) -> Result<Vec<Content>, String> {
     for item in items {
         match item_content(item) {
             Ok(c) => out.push(c),
-            Err(why) => tracing::warn!(%why, item = %item, "extracted memory dropped"),
+            // The item is what the model read in someone's conversation: its reason only.
+            Err(why) => tracing::warn!(%why, "extracted memory dropped"),
         }
     }
     out.truncate(max);

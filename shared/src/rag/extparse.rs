@@ -58,7 +58,7 @@ pub async fn convert(
         .timeout(TIMEOUT)
         .send()
         .await
-        .map_err(|e| ExtparseError::Retry(format!("the extparse endpoint cannot be reached: {e}")))?;
+        .map_err(|e| ExtparseError::Retry(format!("the extparse endpoint cannot be reached: {}", e.without_url())))?;
     let status = resp.status();
     if status.is_server_error() || status.as_u16() == 429 {
         return Err(ExtparseError::Retry(format!(

@@ -217,6 +217,10 @@ async fn config_validation_names_the_field_and_writes_nothing() {
             "apiEndpoint must be an http(s) URL",
         ),
         (
+            with("apiEndpoint", json!("http://bob:s3cret@127.0.0.1:9/v1")),
+            "apiEndpoint must not hold credentials",
+        ),
+        (
             with("providerId", json!(999)),
             "providerId: provider 999 does not exist",
         ),

@@ -52,7 +52,8 @@ impl ModelError {
         if err.is_timeout() {
             return Self::Timeout(format!("{url}: {err}"));
         }
-        // The source chain says whether DNS, refusal or TLS failed.
+        // The source chain says whether DNS, refusal or TLS failed; the address is said once.
+        let err = err.without_url();
         let mut detail = err.to_string();
         let mut source = std::error::Error::source(&err);
         while let Some(s) = source {

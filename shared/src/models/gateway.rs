@@ -15,7 +15,7 @@ use super::client::{
     MessageContent, ModelError, RerankHit, ToolCall, Usage,
 };
 use super::quota::{self, Hold};
-use super::trace_content::{input_messages, output_messages};
+use super::trace_content::{input_messages, output_messages, record_content, INPUT, OUTPUT};
 use super::usage::{self, PendingUsage, UsageRecord};
 use super::{repo, ModelConfigRow, ModelType};
 use crate::domain::CurrentUser;
@@ -310,8 +310,6 @@ fn call_span(model: &ModelHandle, operation: &'static str, kind: &'static str) -
         gen_ai.usage.output_tokens = Empty,
         gen_ai.response.finish_reasons = Empty,
         gen_ai.response.time_to_first_chunk_ms = Empty,
-        gen_ai.input.messages = Empty,
-        gen_ai.output.messages = Empty,
         error.type = Empty,
         model.config_id = model.row.id,
         call.kind = kind,
@@ -365,7 +363,7 @@ pub async fn chat(
         // Runs in the call's span.
         let capture = crate::telemetry::capture_content();
         if capture {
-            Span::current().record("gen_ai.input.messages", input_messages(&req.messages));
+            record_content(&Span::current(), INPUT, input_messages(&req.messages));
         }
         let answer = match &model.via {
             Some(_) => client::collect(model.open_chat_stream(state, &req).await?).await,
@@ -373,7 +371,7 @@ pub async fn chat(
         }?;
         if capture {
             let output = output_messages(&answer.content, &answer.tool_calls, Some(&answer.finish_reason));
-            Span::current().record("gen_ai.output.messages", output);
+            record_content(&Span::current(), OUTPUT, output);
         }
         Ok(answer)
     };
@@ -476,9 +474,7 @@ async fn stream_on(
         output: crate::telemetry::capture_content().then(Output::default),
     };
     if meter.output.is_some() {
-        meter
-            .span
-            .record("gen_ai.input.messages", input_messages(&req.messages));
+        record_content(&meter.span, INPUT, input_messages(&req.messages));
     }
     let inner = match model.open_chat_stream(state, req).instrument(meter.span.clone()).await {
         Ok(s) => s,
@@ -596,7 +592,7 @@ impl Meter {
         end_span(&self.span, &self.record);
         if let Some(out) = self.output.take() {
             let output = output_messages(&out.text, &out.tool_calls, out.finish_reason.as_deref());
-            self.span.record("gen_ai.output.messages", output);
+            record_content(&self.span, OUTPUT, output);
         }
         // The call's span ends with its settlement, not with whoever holds the stream.
         let span = std::mem::replace(&mut self.span, Span::none());

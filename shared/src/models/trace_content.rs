@@ -4,8 +4,20 @@
 //! hold what users wrote and what knowledge bases and memories returned.
 
 use serde_json::{json, Value};
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::client::{ChatMessage, ContentPart, MessageContent, ToolCall};
+
+pub const INPUT: &str = "gen_ai.input.messages";
+pub const OUTPUT: &str = "gen_ai.output.messages";
+
+/// Puts the text on the span as an OpenTelemetry attribute only, not as a field of the tracing
+/// span: the JSON log lines print the fields of the span they are logged in, and the text is
+/// for the trace store, not for the logs.
+pub fn record_content(span: &Span, key: &'static str, text: String) {
+    span.set_attribute(key, text);
+}
 
 /// The request's messages as `gen_ai.input.messages`. Images are named, not copied: a data URI
 /// would make the span megabytes long.

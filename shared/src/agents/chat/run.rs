@@ -267,7 +267,7 @@ impl Turn {
         let stream = opened.instrument(self.span.clone()).await;
         let mut stream = stream.map_err(|e| match e {
             CallError::Model(e) => self.model_failed(&e),
-            CallError::Refused(e) => Outcome::failed(e.to_string()),
+            CallError::Refused(e) => Outcome::failed(e.told()),
         })?;
         let mut calls = vec![];
         loop {

@@ -244,7 +244,7 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
                     error: anyhow::anyhow!(m.brief()),
                 }
             }
-            CallError::Refused(r) => permanent("embedding", r.to_string()),
+            CallError::Refused(r) => permanent("embedding", r.told()),
         })?;
         vectors.extend(out.vectors);
         let done = ((i + 1) * EMBED_GROUP).min(chunks.len());
@@ -282,7 +282,7 @@ async fn index(
         Ok(indexes) => indexes,
         Err(e) => {
             crate::resources::leftovers::delete(state, &image_keys).await;
-            return Err(permanent("indexing", e.to_string()));
+            return Err(permanent("indexing", e.told()));
         }
     };
     let result: anyhow::Result<Vec<String>> = async {

@@ -113,7 +113,7 @@ impl McpServerView {
 }
 
 /// Create (name, transportType and endpoint or command required) or partial update.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct McpServerRequest {
     pub name: Option<String>,

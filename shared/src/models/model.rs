@@ -177,7 +177,7 @@ impl ModelConfigView {
 
 /// Create (providerId, modelName, modelKey, modelType, apiKey, apiEndpoint required) or
 /// partial update. An apiKey sent back masked keeps the stored key.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelConfigRequest {
     pub provider_id: Option<i64>,

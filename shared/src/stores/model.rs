@@ -83,7 +83,7 @@ impl StoreView {
 }
 
 /// Create (name, category, type and config required) or partial update.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StoreRequest {
     pub name: Option<String>,
@@ -99,7 +99,7 @@ pub struct StoreRequest {
     pub is_default: Option<bool>,
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Deserialize, ToSchema)]
 pub struct StoreTestRequest {
     /// Store type name: PGVECTOR, MILVUS, OPENSEARCH or PG_FULLTEXT.
     #[serde(rename = "type")]
@@ -124,7 +124,7 @@ pub struct StoreFilter {
 }
 
 /// Connection settings read from a config object.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Connection {
     pub host: String,
     pub port: u16,

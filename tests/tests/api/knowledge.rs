@@ -169,6 +169,10 @@ async fn knowledge_base_settings_and_validation() {
             "parseParams.engine must be default or extparse",
         ),
         (
+            json!({ "searchParams": { "rerankEnabled": true } }),
+            "searchParams.rerankModelId is required when searchParams.rerankEnabled is true",
+        ),
+        (
             json!({ "parseParams": { "ocrLang": ["en", "x; rm -rf"] } }),
             "parseParams.ocrLang[1] must be a language code",
         ),

@@ -189,6 +189,12 @@ impl SearchSettings {
         range("searchParams.resultCount", self.result_count, 1, 100)?;
         range("searchParams.enterRerankCount", self.enter_rerank_count, 1, 500)?;
         range("searchParams.rrfK", self.rrf_k, 1, 1000)?;
+        // Without a reranker, search would pass over reranking without a word.
+        if self.rerank_enabled && self.rerank_model_id.is_none() {
+            return Err(AppError::validation(
+                "searchParams.rerankModelId is required when searchParams.rerankEnabled is true",
+            ));
+        }
         if !(0.0..=1.0).contains(&self.threshold) {
             return Err(AppError::validation("searchParams.threshold must be between 0 and 1"));
         }

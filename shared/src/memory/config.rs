@@ -146,6 +146,7 @@ impl ConfigRow {
             validate::length("customExtractionPrompt", p, 1, 8000)?;
         }
         let embedding = validate::present("embeddingModelId", self.embedding_model_id)?;
+        let new_embedding = Some(embedding) != before.and_then(|b| b.embedding_model_id);
         if self.rerank_enabled && self.rerank_model_id.is_none() {
             return Err(AppError::validation(
                 "rerankModelId is required when rerankEnabled is true",
@@ -179,6 +180,12 @@ impl ConfigRow {
                     check_binders_may_use(state, config_id, field, id).await?;
                 }
             }
+        }
+        // Asked now, as a knowledge base asks on creation (recorded, not charged, as memory
+        // upkeep is): vectors longer than an index holds would fail the first memory written.
+        if new_embedding && self.dimension.is_none() {
+            let billing = models::gateway::Billing::RecordOnly(Some(user.id));
+            models::probe::vector_dimension(state, billing, embedding, "memories").await?;
         }
         for (field, id, category) in [
             (

@@ -6,7 +6,7 @@ use super::client::{ChatMessage, ChatRequest, InputKind};
 use super::gateway::{self, Billing, CallError, ModelHandle};
 use super::{ModelConfigRow, ModelType, TestResult};
 use crate::domain::CurrentUser;
-use crate::{AppResult, AppState};
+use crate::{validate, AppError, AppResult, AppState};
 
 /// The endpoint's own words about a failure reach administrators and the config's owner only.
 pub async fn run(state: &AppState, row: ModelConfigRow, user: &CurrentUser) -> AppResult<TestResult> {
@@ -64,4 +64,29 @@ pub async fn run(state: &AppState, row: ModelConfigRow, user: &CurrentUser) -> A
         }),
         Err(CallError::Refused(e)) => Err(e),
     }
+}
+
+/// Asks the embedding model `model_id` (sent as `embeddingModelId`) for one vector to learn its
+/// dimension, refused when `what` (a knowledge base, memories) could not index vectors that long.
+pub async fn vector_dimension(state: &AppState, billing: Billing, model_id: i64, what: &str) -> AppResult<i32> {
+    let model = gateway::load(state, model_id, ModelType::Embedding).await?;
+    let probe = ["dimension probe".to_owned()];
+    let out = gateway::embed(state, &model, billing, &probe, InputKind::Query, None)
+        .await
+        .map_err(|e| {
+            AppError::validation(format!(
+                "embeddingModelId: the dimension could not be probed ({}); send dimensionOfVectorModel",
+                AppError::from(e)
+            ))
+        })?;
+    let probed = out
+        .dimension()
+        .ok_or_else(|| AppError::validation("embeddingModelId: the model returned no vector"))?;
+    validate::vector_dimension(i64::try_from(probed).unwrap_or(i64::MAX)).map_err(|_| {
+        AppError::validation(format!(
+            "embeddingModelId: the model's vectors have {probed} dimensions, more than the {} {what} can index; \
+             send a smaller dimensionOfVectorModel if the model can shorten them",
+            validate::MAX_VECTOR_DIMENSION
+        ))
+    })
 }

@@ -1649,9 +1649,11 @@ async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
         .await
         .assert_ok();
 
-    // Bob's may not: refused, nothing written, her server never called.
+    // Bob's may not: refused, nothing written, her server not called (it was asked for its
+    // dimension when her own agents' config took it above).
     bind(bob_id).await;
     let before = s.app.get(&path, Some(&alice)).await.assert_ok().clone();
+    let asked = hers.requests().len();
     put_personal().await.assert_error(
         400,
         0,
@@ -1659,7 +1661,7 @@ async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
     );
     let after = s.app.get(&path, Some(&alice)).await.assert_ok().clone();
     assert_eq!(after, before, "the config is unchanged");
-    assert!(hers.requests().is_empty(), "her endpoint got no request");
+    assert_eq!(hers.requests().len(), asked, "her endpoint got no request");
     // The rest of an edit is not held back by the model already stored.
     s.app
         .put(&path, Some(&alice), &json!({ "maxRecall": 9 }))
@@ -1842,4 +1844,44 @@ async fn messages_no_extraction_answer_fits_are_passed_over_after_three() {
             .await
             .unwrap();
     assert_eq!(unusable, 1);
+}
+
+/// A config's embedding model is asked for its dimension when the config is saved without one,
+/// as a knowledge base asks on creation: a model whose vectors no index can hold is refused
+/// here, not at the first memory written.
+#[tokio::test]
+async fn a_config_asks_its_embedding_model_for_its_dimension() {
+    let s = setup(false).await;
+    let provider = s.app.provider(&s.admin, "gone").await;
+    // An endpoint nobody answers at: the probe cannot learn the dimension.
+    let silent = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "EMBEDDING",
+            "emb-8",
+            "http://127.0.0.1:9/v1",
+            json!({}),
+        )
+        .await;
+    let before = s.app.count("memory_configs").await;
+    s.app
+        .post(
+            "/memory/config",
+            s.t(),
+            &json!({ "name": "silent", "embeddingModelId": silent }),
+        )
+        .await
+        .assert_error(400, 0, "embeddingModelId: the dimension could not be probed");
+    assert_eq!(s.app.count("memory_configs").await, before);
+    // Told the dimension, it does not ask.
+    s.app
+        .post(
+            "/memory/config",
+            s.t(),
+            &json!({ "name": "told", "embeddingModelId": silent, "dimensionOfVectorModel": 8 }),
+        )
+        .await
+        .assert_ok();
 }

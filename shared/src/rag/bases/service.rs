@@ -8,8 +8,7 @@ use sqlx::PgConnection;
 use super::repo::{self, KbFields};
 use super::*;
 use crate::domain::{CurrentUser, Page, PageQuery};
-use crate::models::client::InputKind;
-use crate::models::gateway::{self, Billing};
+use crate::models::gateway::Billing;
 use crate::models::ModelType;
 use crate::rag::backends::{store_error, Indexes};
 use crate::stores::{self, SEARCH_ENGINE, VECTOR_STORE};
@@ -221,28 +220,10 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     Ok(row.into())
 }
 
-/// Asks the embedding model for one vector to learn its dimension.
+/// The embedding model's dimension, asked of the model at the user's charge (see
+/// `probe::vector_dimension`).
 async fn probe_dimension(state: &AppState, user: &CurrentUser, model_id: i64) -> AppResult<i32> {
-    let model = gateway::load(state, model_id, ModelType::Embedding).await?;
-    let probe = ["dimension probe".to_owned()];
-    let out = gateway::embed(state, &model, Billing::of(user), &probe, InputKind::Query, None)
-        .await
-        .map_err(|e| {
-            AppError::validation(format!(
-                "embeddingModelId: the dimension could not be probed ({}); send dimensionOfVectorModel",
-                AppError::from(e)
-            ))
-        })?;
-    let probed = out
-        .dimension()
-        .ok_or_else(|| AppError::validation("embeddingModelId: the model returned no vector"))?;
-    validate::vector_dimension(i64::try_from(probed).unwrap_or(i64::MAX)).map_err(|_| {
-        AppError::validation(format!(
-            "embeddingModelId: the model's vectors have {probed} dimensions, more than the {} a knowledge base can index; \
-             send a smaller dimensionOfVectorModel if the model can shorten them",
-            validate::MAX_VECTOR_DIMENSION
-        ))
-    })
+    crate::models::probe::vector_dimension(state, Billing::of(user), model_id, "a knowledge base").await
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbRequest) -> AppResult<()> {

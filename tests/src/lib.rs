@@ -494,6 +494,15 @@ impl TestApp {
     }
 
     /// Creates a model config and returns its id; `extra` fields are merged into the body.
+    /// An EMBEDDING config (as `token`, an administrator) at an address nobody answers at, under
+    /// a provider of its own, with `configJson` `config`.
+    pub async fn unreachable_embedding_model(&self, token: &str, config: Value) -> i64 {
+        let provider = self.provider(token, "unreachable").await;
+        let extra = serde_json::json!({ "configJson": config });
+        self.model(token, provider, "EMBEDDING", "emb-8", "http://127.0.0.1:9/v1", extra)
+            .await
+    }
+
     pub async fn model(
         &self,
         token: &str,

@@ -840,17 +840,9 @@ async fn failures_are_precise_and_leave_nothing_half_indexed() {
     assert!(s.chunk_texts(id).await.is_empty());
 
     // The embedding endpoint down: retried, then failed after the last delivery with the reason.
-    let provider = s.app.provider(&s.admin, "down").await;
     let dead = s
         .app
-        .model(
-            &s.admin,
-            provider,
-            "EMBEDDING",
-            "emb-8",
-            "http://127.0.0.1:9/v1",
-            json!({ "configJson": { "maxRetries": 0 } }),
-        )
+        .unreachable_embedding_model(&s.admin, json!({ "maxRetries": 0 }))
         .await;
     let kb2 = s
         .kb("Down", json!({ "embeddingModelId": dead, "dimensionOfVectorModel": 8 }))

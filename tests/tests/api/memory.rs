@@ -1852,19 +1852,8 @@ async fn messages_no_extraction_answer_fits_are_passed_over_after_three() {
 #[tokio::test]
 async fn a_config_asks_its_embedding_model_for_its_dimension() {
     let s = setup(false).await;
-    let provider = s.app.provider(&s.admin, "gone").await;
     // An endpoint nobody answers at: the probe cannot learn the dimension.
-    let silent = s
-        .app
-        .model(
-            &s.admin,
-            provider,
-            "EMBEDDING",
-            "emb-8",
-            "http://127.0.0.1:9/v1",
-            json!({}),
-        )
-        .await;
+    let silent = s.app.unreachable_embedding_model(&s.admin, json!({})).await;
     let before = s.app.count("memory_configs").await;
     s.app
         .post(

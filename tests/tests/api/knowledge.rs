@@ -173,6 +173,10 @@ async fn knowledge_base_settings_and_validation() {
             "searchParams.rerankModelId is required when searchParams.rerankEnabled is true",
         ),
         (
+            json!({ "searchParams": { "rerankEnabled": true, "rerankModelId": 1, "enterRerankCount": 2, "resultCount": 5 } }),
+            "searchParams.enterRerankCount must be at least searchParams.resultCount",
+        ),
+        (
             json!({ "parseParams": { "ocrLang": ["en", "x; rm -rf"] } }),
             "parseParams.ocrLang[1] must be a language code",
         ),

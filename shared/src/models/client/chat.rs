@@ -414,7 +414,10 @@ impl StreamState {
                     Ok(events) => events.iter().for_each(|event| self.on_data(&event.data)),
                     Err(e) => self.fail(ModelError::Protocol(e.to_string())),
                 },
-                Ok(Some(Err(e))) => self.fail(ModelError::Network(format!("the answer stream broke: {e}"))),
+                Ok(Some(Err(e))) => self.fail(ModelError::Network(format!(
+                    "the answer stream broke: {}",
+                    e.without_url()
+                ))),
                 Ok(None) => {
                     match self.decoder.finish() {
                         Ok(Some(event)) => self.on_data(&event.data),

@@ -43,6 +43,12 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
+/// An endpoint's address as errors and logs show it: without its query, where some providers
+/// take a key (`?key=`, `?api-key=`).
+fn shown(url: &str) -> &str {
+    url.split_once('?').map_or(url, |(address, _)| address)
+}
+
 impl Endpoint {
     /// `{base}/{path}`, unless the configured endpoint already names the full path.
     fn url(&self, path: &str) -> String {
@@ -130,7 +136,8 @@ impl ModelClient {
             .and_then(|u| self.outbound.deny(ep.reach).denied_literal(&u));
         if let Some(ip) = denied {
             return Err(ModelError::Network(format!(
-                "{url}: {ip} is in a network the service may not call"
+                "{}: {ip} is in a network the service may not call",
+                shown(&url)
             )));
         }
         let mut attempt = 0;
@@ -139,7 +146,7 @@ impl ModelClient {
                 Ok(resp) => return Ok(resp),
                 Err((err, wait)) if err.is_retryable() && attempt < ep.max_retries() => {
                     attempt += 1;
-                    tracing::debug!(%url, attempt, error = %err, "retrying model call");
+                    tracing::debug!(url = shown(&url), attempt, error = %err, "retrying model call");
                     tokio::time::sleep(wait.unwrap_or_else(|| backoff(attempt))).await;
                 }
                 Err((err, _)) => return Err(err),
@@ -166,11 +173,11 @@ impl ModelClient {
         let resp = match tokio::time::timeout(ep.timeout(), request.send()).await {
             Err(_) => {
                 return Err((
-                    ModelError::Timeout(format!("no response from {url} within {:?}", ep.timeout())),
+                    ModelError::Timeout(format!("no response from {} within {:?}", shown(url), ep.timeout())),
                     None,
                 ))
             }
-            Ok(Err(e)) => return Err((ModelError::from_transport(url, e), None)),
+            Ok(Err(e)) => return Err((ModelError::from_transport(shown(url), e), None)),
             Ok(Ok(resp)) => resp,
         };
         if resp.status().is_success() {
@@ -232,4 +239,18 @@ pub fn reported_tokens(count: Option<u64>) -> u64 {
 pub(crate) fn snippet(text: &str) -> String {
     let t: String = text.chars().take(300).collect();
     t.trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn an_address_is_shown_without_its_query() {
+        assert_eq!(
+            shown("https://h/v1/chat/completions?api-key=sk-1"),
+            "https://h/v1/chat/completions"
+        );
+        assert_eq!(shown("http://h:8000/v1/embeddings"), "http://h:8000/v1/embeddings");
+    }
 }

@@ -189,10 +189,16 @@ impl SearchSettings {
         range("searchParams.resultCount", self.result_count, 1, 100)?;
         range("searchParams.enterRerankCount", self.enter_rerank_count, 1, 500)?;
         range("searchParams.rrfK", self.rrf_k, 1, 1000)?;
-        // Without a reranker, search would pass over reranking without a word.
+        // Without a reranker, search would pass over reranking without a word; with fewer
+        // candidates than results, it would return fewer than asked.
         if self.rerank_enabled && self.rerank_model_id.is_none() {
             return Err(AppError::validation(
                 "searchParams.rerankModelId is required when searchParams.rerankEnabled is true",
+            ));
+        }
+        if self.rerank_enabled && self.enter_rerank_count < self.result_count {
+            return Err(AppError::validation(
+                "searchParams.enterRerankCount must be at least searchParams.resultCount when reranking",
             ));
         }
         if !(0.0..=1.0).contains(&self.threshold) {

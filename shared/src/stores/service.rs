@@ -267,8 +267,11 @@ pub async fn usable(state: &AppState, field: &str, id: Option<i64>, category: i1
 
 /// Holds the base's store instances in the transaction that writes the base (see
 /// `repo::hold`); one changed to another kind, or deactivated, since it was checked is refused.
-pub async fn hold_for_base(conn: &mut PgConnection, stores: [(&str, Option<i64>, i16); 2]) -> AppResult<()> {
-    for (field, id, category) in stores {
+pub async fn hold_for_base(conn: &mut PgConnection, vector_store: i64, search_engine: Option<i64>) -> AppResult<()> {
+    for (field, id, category) in [
+        ("vectorStoreInstanceId", Some(vector_store), VECTOR_STORE),
+        ("searchEngineInstanceId", search_engine, SEARCH_ENGINE),
+    ] {
         if let Some(id) = id {
             if !repo::hold(conn, id, category).await? {
                 return Err(AppError::validation(format!(

@@ -196,14 +196,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     };
     let mut tx = state.db().begin().await?;
     check_cap(state, user, &mut tx).await?;
-    stores::service::hold_for_base(
-        &mut tx,
-        [
-            ("vectorStoreInstanceId", Some(vector_store), VECTOR_STORE),
-            ("searchEngineInstanceId", Some(search_store), SEARCH_ENGINE),
-        ],
-    )
-    .await?;
+    stores::service::hold_for_base(&mut tx, vector_store, Some(search_store)).await?;
     let id = repo::insert(&mut *tx, &fields, user.id).await?;
     tx.commit().await?;
     // Built after the row is committed, without blocking other tenants' writes; a base whose
@@ -340,14 +333,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         }
     }
     if stores_changed {
-        stores::service::hold_for_base(
-            &mut tx,
-            [
-                ("vectorStoreInstanceId", Some(vector_store), VECTOR_STORE),
-                ("searchEngineInstanceId", search_store, SEARCH_ENGINE),
-            ],
-        )
-        .await?;
+        stores::service::hold_for_base(&mut tx, vector_store, search_store).await?;
     }
     let Some(wrote) = repo::update(&mut *tx, id, row.update_dt, &fields).await? else {
         return Err(AppError::changed_meanwhile("knowledge base"));

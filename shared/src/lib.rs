@@ -32,6 +32,7 @@ pub mod state;
 pub mod storage;
 pub mod stores;
 pub mod telemetry;
+pub mod text;
 pub mod time;
 pub mod upstream;
 pub mod users;

@@ -13,6 +13,7 @@ use crate::domain::Owner;
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
 use crate::models::gateway::{self};
 use crate::models::ModelType;
+use crate::text::prefix_chars;
 use crate::{AppError, AppResult, AppState};
 
 /// A new memory whose embedding is at least this close (cosine) to an existing memory of the
@@ -324,7 +325,7 @@ fn text(item: &Value, keys: &[&str]) -> String {
 }
 
 fn cut(s: &str, max: usize) -> String {
-    s.chars().take(max).collect()
+    prefix_chars(s, max).to_owned()
 }
 
 fn item_content(item: &Value) -> Result<Content, String> {

@@ -8,11 +8,15 @@ use serde_json::Value;
 use crate::rag::bases::ParseSettings;
 use crate::rag::document::ParsedDocument;
 use crate::rag::parse::{self, ParseOptions, MAX_UNPACKED_BYTES as MAX_CONVERTED_BYTES};
+use crate::text::excerpt;
 use crate::upstream::{read_body, BodyError};
 use crate::AppState;
 
 /// Conversion can take minutes for long scanned documents.
 const TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How much of the converter's own error text a failed document keeps.
+const MAX_ERROR_CHARS: usize = 500;
 
 /// Why a conversion failed: `Retry` for the endpoint being unreachable or overloaded,
 /// `Fail` for an answer that will not change.
@@ -77,10 +81,11 @@ pub async fn convert(
             .as_str()
             .is_some_and(|s| s != "success" && s != "partial_success")
     {
+        // The converter's words are shown to the base's owner: one line, bounded.
         let errors = body
             .get("errors")
             .or_else(|| body.get("detail"))
-            .map(Value::to_string)
+            .map(|e| excerpt(&e.to_string(), MAX_ERROR_CHARS))
             .unwrap_or_default();
         return Err(ExtparseError::Fail(format!(
             "the extparse endpoint could not convert the file (HTTP {status}): {errors}"

@@ -1469,10 +1469,18 @@ async fn extparse_converts_through_a_docling_compatible_endpoint() {
         axum::routing::post(move |mut form: axum::extract::Multipart| {
             let record = record.clone();
             async move {
+                let mut broken = false;
                 while let Ok(Some(field)) = form.next_field().await {
                     let name = field.name().unwrap_or_default().to_owned();
-                    let value = if name == "files" { "<file>".to_owned() } else { field.text().await.unwrap_or_default() };
+                    let text = field.text().await.unwrap_or_default();
+                    broken |= text.contains("broken");
+                    let value = if name == "files" { "<file>".to_owned() } else { text };
                     record.lock().unwrap().push(format!("{name}={value}"));
+                }
+                if broken {
+                    // A converter that says too much, over several lines.
+                    let said = format!("page 1 unreadable\n{}", "x".repeat(5000));
+                    return axum::Json(json!({ "status": "failure", "errors": [said] }));
                 }
                 axum::Json(json!({ "status": "success", "document": { "md_content": "# Scanned\n\nText recognised by OCR." } }))
             }
@@ -1507,6 +1515,24 @@ async fn extparse_converts_through_a_docling_compatible_endpoint() {
     ] {
         assert!(fields.contains(&expected.to_owned()), "{expected} in {fields:?}");
     }
+
+    // A file the converter refuses fails with the converter's reason: one line, bounded.
+    let id = doc_ids(&s.upload(kb, &[("broken.pdf", b"%PDF-1.4 broken".to_vec())]).await).await[0];
+    let d = s.settled(id).await;
+    assert_eq!(
+        (d["status"].as_str(), d["errorStage"].as_str()),
+        (Some("failed"), Some("parsing")),
+        "{d}"
+    );
+    let said = d["errorMessage"].as_str().unwrap();
+    assert!(
+        said.contains("could not convert the file") && said.contains("page 1 unreadable"),
+        "{said}"
+    );
+    assert!(
+        !said.contains('\n') && said.ends_with('…') && said.chars().count() < 700,
+        "{said}"
+    );
 
     // Without a converter configured the document fails and says what to do.
     let other = KbSetup::new(Store::Filesystem, &[]).await;

@@ -4,6 +4,7 @@
 use crate::agents::conversation_repo as repo;
 use crate::models::client::{ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing, ModelHandle};
+use crate::text::prefix_chars;
 use crate::AppState;
 
 const MAX_TITLE_CHARS: usize = 50;
@@ -11,9 +12,11 @@ const MAX_TITLE_CHARS: usize = 50;
 fn clip(text: &str) -> String {
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     let trimmed = one_line.trim_matches(|c: char| c == '"' || c == '\'' || c == '“' || c == '”' || c.is_whitespace());
-    match trimmed.char_indices().nth(MAX_TITLE_CHARS) {
-        Some((cut, _)) => format!("{}…", &trimmed[..cut]),
-        None => trimmed.to_owned(),
+    let kept = prefix_chars(trimmed, MAX_TITLE_CHARS);
+    if kept.len() < trimmed.len() {
+        format!("{kept}…")
+    } else {
+        kept.to_owned()
     }
 }
 
@@ -39,8 +42,8 @@ pub async fn generate(
             ),
             ChatMessage::user(format!(
                 "User: {}\nAssistant: {}",
-                clip_long(question),
-                clip_long(answer)
+                prefix_chars(question, 1000),
+                prefix_chars(answer, 1000)
             )),
         ],
         max_tokens: Some(30),
@@ -58,13 +61,6 @@ pub async fn generate(
     }
     if let Err(e) = repo::replace_title(state.db(), conversation_id, &fallback(question), &title).await {
         tracing::error!(conversation_id, error = %e, "saving the conversation title failed");
-    }
-}
-
-fn clip_long(text: &str) -> &str {
-    match text.char_indices().nth(1000) {
-        Some((cut, _)) => &text[..cut],
-        None => text,
     }
 }
 

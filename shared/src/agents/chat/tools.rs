@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use crate::agents::web_search::{self, WebSearch};
 use crate::agents::AgentRow;
 use crate::models::client::ToolSpec;
+use crate::text::prefix_chars;
 use crate::AppState;
 
 /// Text handed back to the model from one tool call is cut to this many characters.
@@ -229,8 +230,9 @@ async fn mcp(state: &AppState, server_id: i64, tool: &str, arguments: &Value) ->
 }
 
 fn truncate(text: &mut String) {
-    if let Some((cut, _)) = text.char_indices().nth(MAX_RESULT_CHARS) {
-        text.truncate(cut);
+    let kept = prefix_chars(text, MAX_RESULT_CHARS).len();
+    if kept < text.len() {
+        text.truncate(kept);
         text.push_str("\n[truncated]");
     }
 }

@@ -1,0 +1,42 @@
+//! Text cut to a bounded number of characters, never inside one: for what the service stores
+//! or shows that came from elsewhere (a model, a tool, a converter).
+
+/// The first `max` characters of `text`, or all of it when it is no longer.
+pub fn prefix_chars(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
+/// Text from another system made fit to show in one line of an error: control characters
+/// (line breaks included) become spaces, and at most `max` characters are kept, with an
+/// ellipsis saying that more was cut.
+pub fn excerpt(text: &str, max: usize) -> String {
+    let kept = prefix_chars(text, max);
+    let mut out: String = kept.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if kept.len() < text.len() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_counts_characters_not_bytes() {
+        assert_eq!(prefix_chars("héllo", 2), "hé");
+        assert_eq!(prefix_chars("héllo", 5), "héllo");
+        assert_eq!(prefix_chars("héllo", 50), "héllo");
+        assert_eq!(prefix_chars("", 3), "");
+    }
+
+    #[test]
+    fn excerpt_is_one_bounded_line() {
+        assert_eq!(excerpt("bad\nfile\u{1b}[31m", 100), "bad file [31m");
+        assert_eq!(excerpt("ééééé", 3), "ééé…");
+        assert_eq!(excerpt("short", 5), "short");
+    }
+}

@@ -174,15 +174,15 @@ fn capped(mut p: Plan, body: &Value) -> (Plan, bool) {
     }
     p.reasoning.truncate(max);
     p.text.truncate(max - p.reasoning.len());
-    p.tool = None;
+    p.tools.clear();
     (p, true)
 }
 
-/// The scripted answer: reasoning pieces, text pieces, and a tool call (name, JSON arguments).
+/// The scripted answer: reasoning pieces, text pieces, and tool calls (name, JSON arguments).
 struct Plan {
     reasoning: Vec<String>,
     text: Vec<String>,
-    tool: Option<(String, String)>,
+    tools: Vec<(String, String)>,
 }
 
 /// The agent draft `chat-drafter` streams.
@@ -202,15 +202,16 @@ fn agent_plan(body: &Value, said: &str, words: impl Fn(&str) -> Vec<String>) -> 
     let text = |t: String| Plan {
         reasoning: vec![],
         text: words(&t),
-        tool: None,
+        tools: vec![],
     };
     if let Some(result) = tool_results_after_user(body) {
         return text(format!("Tool said: {result}"));
     }
-    let Some(directive) = said.lines().find_map(|l| l.trim().strip_prefix("CALL ")) else {
+    // Every `CALL name {args}` line is one tool call of the same step.
+    let directives: Vec<&str> = said.lines().filter_map(|l| l.trim().strip_prefix("CALL ")).collect();
+    if directives.is_empty() {
         return text(format!("You said: {said}"));
-    };
-    let (wanted, args) = directive.split_once(' ').unwrap_or((directive, "{}"));
+    }
     let offered: Vec<String> = body["tools"]
         .as_array()
         .map(|t| {
@@ -219,16 +220,21 @@ fn agent_plan(body: &Value, said: &str, words: impl Fn(&str) -> Vec<String>) -> 
                 .collect()
         })
         .unwrap_or_default();
-    match offered
-        .into_iter()
-        .find(|n| n == wanted || n.ends_with(&format!("__{wanted}")))
-    {
-        Some(name) => Plan {
-            reasoning: vec![],
-            text: vec![],
-            tool: Some((name, args.trim().to_owned())),
-        },
-        None => text(format!("Tool {wanted} is not available")),
+    let mut tools = vec![];
+    for directive in directives {
+        let (wanted, args) = directive.split_once(' ').unwrap_or((directive, "{}"));
+        match offered
+            .iter()
+            .find(|n| *n == wanted || n.ends_with(&format!("__{wanted}")))
+        {
+            Some(name) => tools.push((name.clone(), args.trim().to_owned())),
+            None => return text(format!("Tool {wanted} is not available")),
+        }
+    }
+    Plan {
+        reasoning: vec![],
+        text: vec![],
+        tools,
     }
 }
 
@@ -240,14 +246,14 @@ fn plan(model: &str, body: &Value) -> Plan {
         return Plan {
             reasoning: vec![],
             text: vec!["tok ".to_owned(); n],
-            tool: None,
+            tools: vec![],
         };
     }
     match model {
         "mem-extract" => Plan {
             reasoning: vec![],
             text: vec![extraction(&said)],
-            tool: None,
+            tools: vec![],
         },
         "chat-split" => {
             let n = (1..).take_while(|i| said.contains(&format!("[{i}]"))).count();
@@ -255,7 +261,7 @@ fn plan(model: &str, body: &Value) -> Plan {
             Plan {
                 reasoning: vec![],
                 text: vec![answer],
-                tool: None,
+                tools: vec![],
             }
         }
         "chat-agent" => agent_plan(body, &said, words),
@@ -263,13 +269,13 @@ fn plan(model: &str, body: &Value) -> Plan {
         "chat-flood" => Plan {
             reasoning: vec![],
             text: vec!["x".repeat(64 * 1024); 80],
-            tool: None,
+            tools: vec![],
         },
         // An endpoint that asks for a tool whether or not any was offered.
         "chat-loop" => Plan {
             reasoning: vec![],
             text: vec![],
-            tool: Some(("get_weather".to_owned(), "{\"city\": \"Paris\"}".to_owned())),
+            tools: vec![("get_weather".to_owned(), "{\"city\": \"Paris\"}".to_owned())],
         },
         "chat-drafter" => Plan {
             reasoning: vec![],
@@ -279,17 +285,17 @@ fn plan(model: &str, body: &Value) -> Plan {
                 .chunks(7)
                 .map(|c| c.iter().collect())
                 .collect(),
-            tool: None,
+            tools: vec![],
         },
         "chat-drafter-bad" => Plan {
             reasoning: vec![],
             text: words("I would rather not design that."),
-            tool: None,
+            tools: vec![],
         },
         "chat-think" => Plan {
             reasoning: words("Let me think about it. "),
             text: words(&format!("You said: {said}")),
-            tool: None,
+            tools: vec![],
         },
         "chat-tools" => {
             let tool_result = body["messages"]
@@ -300,19 +306,19 @@ fn plan(model: &str, body: &Value) -> Plan {
                 Some(r) => Plan {
                     reasoning: vec![],
                     text: words(&format!("The weather is {}", r["content"].as_str().unwrap_or(""))),
-                    tool: None,
+                    tools: vec![],
                 },
                 None => Plan {
                     reasoning: vec![],
                     text: vec![],
-                    tool: Some(("get_weather".to_owned(), "{\"city\": \"Paris\"}".to_owned())),
+                    tools: vec![("get_weather".to_owned(), "{\"city\": \"Paris\"}".to_owned())],
                 },
             }
         }
         _ => Plan {
             reasoning: vec![],
             text: words(&format!("You said: {said}")),
-            tool: None,
+            tools: vec![],
         },
     }
 }
@@ -408,18 +414,21 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
         }
         _ => events.extend(text),
     }
-    let finish = if let Some((name, args)) = &p.tool {
+    let finish = if !p.tools.is_empty() {
         let call = |delta: Value| chunk(&model, json!({ "tool_calls": [delta] }), None);
-        events.push(call(
-            json!({ "index": 0, "id": "call_1", "type": "function", "function": { "name": name, "arguments": "" } }),
-        ));
-        let middle = args.char_indices().nth(args.chars().count() / 2).map_or(0, |(i, _)| i);
-        events.push(call(
-            json!({ "index": 0, "function": { "arguments": &args[..middle] } }),
-        ));
-        events.push(call(
-            json!({ "index": 0, "function": { "arguments": &args[middle..] } }),
-        ));
+        for (index, (name, args)) in p.tools.iter().enumerate() {
+            let id = format!("call_{}", index + 1);
+            events.push(call(
+                json!({ "index": index, "id": id, "type": "function", "function": { "name": name, "arguments": "" } }),
+            ));
+            let middle = args.char_indices().nth(args.chars().count() / 2).map_or(0, |(i, _)| i);
+            events.push(call(
+                json!({ "index": index, "function": { "arguments": &args[..middle] } }),
+            ));
+            events.push(call(
+                json!({ "index": index, "function": { "arguments": &args[middle..] } }),
+            ));
+        }
         "tool_calls"
     } else if cut {
         "length"
@@ -447,10 +456,17 @@ fn complete(model: &str, p: Plan, usage: Value, cut: bool) -> Response {
     if !p.reasoning.is_empty() {
         message["reasoning_content"] = json!(p.reasoning.concat());
     }
-    let finish = if let Some((name, args)) = &p.tool {
+    let finish = if !p.tools.is_empty() {
         message["content"] = Value::Null;
-        message["tool_calls"] =
-            json!([{ "id": "call_1", "type": "function", "function": { "name": name, "arguments": args } }]);
+        let calls: Vec<Value> = p
+            .tools
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| {
+                json!({ "id": format!("call_{}", i + 1), "type": "function", "function": { "name": name, "arguments": args } })
+            })
+            .collect();
+        message["tool_calls"] = Value::Array(calls);
         "tool_calls"
     } else if cut {
         "length"

@@ -271,6 +271,32 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[1]["messages"].as_array().unwrap().last().unwrap()["role"], "tool");
 
+    // One answer asking for more calls than a step runs: the first MAX_TOOL_CALLS_PER_STEP
+    // run, every other call is answered "not run", and the turn goes on to its answer.
+    let max = shared::agents::chat::MAX_TOOL_CALLS_PER_STEP;
+    let many: Vec<String> = (0..max + 2)
+        .map(|i| format!("CALL web_search {{\"query\": \"q{i}\"}}"))
+        .collect();
+    let before = s.models.requests().len();
+    let events = s.chat(&s.admin, agent, say("t-3", &many.join("\n"))).await.events();
+    let ran = kinds(&events).iter().filter(|k| **k == "tool_call").count();
+    assert_eq!(ran, max, "{events:?}");
+    assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
+    let answered = s.models.requests()[before + 1]["messages"].as_array().unwrap().clone();
+    let results: Vec<&str> = answered
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(results.len(), max + 2, "every call has its answer");
+    assert!(
+        results[..max].iter().all(|r| r.contains("Result 1 for q")),
+        "{results:?}"
+    );
+    assert!(results[max..].iter().all(|r| r.starts_with("not run")), "{results:?}");
+    let stored = messages(&s, &s.admin, agent, "t-3").await;
+    assert_eq!(stored[1]["toolCalls"].as_array().unwrap().len(), max);
+
     // Without web search the tool is not offered.
     let plain = s
         .agent(&s.admin, json!({ "name": "Plain", "chatModelId": model }))

@@ -25,6 +25,11 @@ use crate::AppState;
 /// Model calls in one turn; the last one is offered no tools, so the turn always ends.
 pub const MAX_STEPS: usize = 8;
 
+/// Tool calls run for one model answer. Models ask for a few at once; the ones past this are
+/// answered "not run" (every call needs its answer), so one answer cannot keep the turn busy
+/// on hundreds of calls until its time limit ends it with nothing stored as complete.
+pub const MAX_TOOL_CALLS_PER_STEP: usize = 16;
+
 /// The most an answer (text and reasoning together) may hold. The model is sent `max_tokens`,
 /// but nothing makes an endpoint keep to it, and the answer is kept whole to be stored: one
 /// that streamed without end would grow until the process ran out of memory.
@@ -238,8 +243,13 @@ impl Turn {
                 ));
             }
             messages.push(ChatMessage::assistant_tool_calls(&calls));
-            for call in calls {
-                let result = Box::pin(self.run_tool(out, &toolbox, &call, answer)).await?;
+            for (i, call) in calls.into_iter().enumerate() {
+                let result = match i < MAX_TOOL_CALLS_PER_STEP {
+                    true => Box::pin(self.run_tool(out, &toolbox, &call, answer)).await?,
+                    false => format!(
+                        "not run: at most {MAX_TOOL_CALLS_PER_STEP} tool calls are run per answer; ask again for the ones still needed"
+                    ),
+                };
                 messages.push(ChatMessage::tool_result(call.id, result));
             }
         }

@@ -36,17 +36,26 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
     Ok(())
 }
 
-/// The agent's memory config, MCP servers and skills, held (`FOR SHARE`) by the transaction
-/// that writes the agent. An edit of the config meanwhile either sees this binding when it
-/// checks the config's binders, or is seen here (its models are checked again under the
-/// hold); a server or skill deleted meanwhile is either taken out of this agent by its
-/// deletion, which waits for this write, or found gone here.
-pub async fn hold(state: &AppState, user: &CurrentUser, conn: &mut PgConnection, d: &AgentData) -> AppResult<()> {
+/// The agent's chat model, memory config, MCP servers and skills, held (`FOR SHARE`) by the
+/// transaction that writes the agent. A retype of the model or an edit of the config meanwhile
+/// either sees this binding when it checks their users, or is seen here (the model and the
+/// config's models are checked again under the hold); a server or skill deleted meanwhile is
+/// either taken out of this agent by its deletion, which waits for this write, or found gone
+/// here.
+pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData) -> AppResult<()> {
+    if let Some(id) = d.chat_model_id {
+        let chat = models::service::ModelRef {
+            field: "chatModelId",
+            id,
+            t: ModelType::Chat,
+        };
+        models::service::hold_usable(conn, user, &[chat]).await?;
+    }
     if let Some(id) = d.memory_config_id {
         crate::memory::config::find_held(conn, id)
             .await?
             .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?
-            .check_models_usable(state, user, "memoryConfigId")
+            .check_models_usable(conn, user, "memoryConfigId")
             .await?;
     }
     for (field, held_ids, ids) in [

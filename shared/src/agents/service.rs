@@ -203,7 +203,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, f: AgentFields) -> App
     }
     let data = apply(state, user, blank(), f).await?;
     let mut tx = state.db().begin().await?;
-    references::hold(state, user, &mut tx, &data).await?;
+    references::hold(user, &mut tx, &data).await?;
     let id = repo::insert(&mut *tx, &data, user.id).await?;
     tx.commit().await?;
     Ok(id)
@@ -213,7 +213,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, f: AgentField
     let agent = managed(state, user, id).await?;
     let data = apply(state, user, AgentData::from(&agent), f).await?;
     let mut tx = state.db().begin().await?;
-    references::hold(state, user, &mut tx, &data).await?;
+    references::hold(user, &mut tx, &data).await?;
     if !repo::update(&mut *tx, id, agent.update_dt, &data).await? {
         return Err(AppError::changed_meanwhile("agent"));
     }

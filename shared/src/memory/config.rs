@@ -7,6 +7,7 @@ use sqlx::{PgConnection, PgPool};
 use utoipa::ToSchema;
 
 use crate::domain::CurrentUser;
+use crate::models::service::ModelRef;
 use crate::models::{self, ModelType};
 use crate::rag::search::fusion;
 use crate::stores;
@@ -152,35 +153,13 @@ impl ConfigRow {
                 "rerankModelId is required when rerankEnabled is true",
             ));
         }
-        // Only ids this request sets are checked: one already stored was checked when it was
-        // set, and re-checking would lock a config whose model was disabled since.
-        for (field, id, model_type, stored) in [
-            (
-                "embeddingModelId",
-                Some(embedding),
-                ModelType::Embedding,
-                before.and_then(|b| b.embedding_model_id),
-            ),
-            (
-                "rerankModelId",
-                self.rerank_model_id,
-                ModelType::Reranker,
-                before.and_then(|b| b.rerank_model_id),
-            ),
-            (
-                "extractionModelId",
-                self.extraction_model_id,
-                ModelType::Chat,
-                before.and_then(|b| b.extraction_model_id),
-            ),
-        ] {
-            if let Some(id) = id.filter(|id| Some(*id) != stored) {
-                models::service::usable_config(state, user, field, id, model_type).await?;
-                if let Some(config_id) = before.and_then(|b| b.id) {
-                    check_binders_may_use(state, config_id, field, id).await?;
-                }
-            }
+        let added = self.new_models(before);
+        for r in &added {
+            models::service::usable_config(state, user, r.field, r.id, r.t).await?;
         }
+        // Before the dimension is asked, so that a refused edit calls no endpoint; checked
+        // again under the config's lock (`hold_new_models`).
+        check_binders_may_use(&mut *state.db().acquire().await?, before, &added).await?;
         // Asked now, as a knowledge base asks on creation (recorded, not charged, as memory
         // upkeep is): vectors longer than an index holds would fail the first memory written.
         if new_embedding && self.dimension.is_none() {
@@ -206,21 +185,63 @@ impl ConfigRow {
         Ok(())
     }
 
+    /// The models this config names that `before` (the stored config of an update) did not.
+    /// Only those are checked: one already stored was checked when it was set, and checking it
+    /// again would lock a config whose model was disabled since.
+    fn new_models(&self, before: Option<&ConfigRow>) -> Vec<ModelRef<'static>> {
+        [
+            (
+                "embeddingModelId",
+                self.embedding_model_id,
+                ModelType::Embedding,
+                before.and_then(|b| b.embedding_model_id),
+            ),
+            (
+                "rerankModelId",
+                self.rerank_model_id,
+                ModelType::Reranker,
+                before.and_then(|b| b.rerank_model_id),
+            ),
+            (
+                "extractionModelId",
+                self.extraction_model_id,
+                ModelType::Chat,
+                before.and_then(|b| b.extraction_model_id),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(field, id, t, stored)| id.filter(|id| Some(*id) != stored).map(|id| ModelRef { field, id, t }))
+        .collect()
+    }
+
+    /// Under the config's lock, in the transaction that saves it: the models it newly names,
+    /// held against a retype (and checked again), and each one usable by the creators of the
+    /// agents bound to the config.
+    pub async fn hold_new_models(
+        &self,
+        conn: &mut PgConnection,
+        user: &CurrentUser,
+        before: Option<&ConfigRow>,
+    ) -> AppResult<()> {
+        let added = self.new_models(before);
+        models::service::hold_usable(conn, user, &added).await?;
+        check_binders_may_use(conn, before, &added).await
+    }
+
     /// Recall and extraction with this config run its models. Configs are shared, the models
     /// behind them may be someone's PERSONAL ones (with their key): whoever makes the config
     /// run, by binding it to an agent or by debugging recall, must be able to pick each model
-    /// directly. The error names `field`.
-    pub async fn check_models_usable(&self, state: &AppState, user: &CurrentUser, field: &str) -> AppResult<()> {
-        for (model, model_type) in [
+    /// directly; in a transaction, the models stay held until it ends. The error names `field`.
+    pub async fn check_models_usable(&self, conn: &mut PgConnection, user: &CurrentUser, field: &str) -> AppResult<()> {
+        let refs: Vec<ModelRef<'_>> = [
             (self.embedding_model_id, ModelType::Embedding),
             (self.extraction_model_id, ModelType::Chat),
             (self.rerank_model_id, ModelType::Reranker),
-        ] {
-            if let Some(model) = model {
-                models::service::usable_config(state, user, field, model, model_type).await?;
-            }
-        }
-        Ok(())
+        ]
+        .into_iter()
+        .filter_map(|(id, t)| id.map(|id| ModelRef { field, id, t }))
+        .collect();
+        models::service::hold_usable(conn, user, &refs).await
     }
 }
 
@@ -229,7 +250,21 @@ impl ConfigRow {
 /// could send other people's conversations to an endpoint of their own PERSONAL model. The
 /// rule is `can_see` of the model service, for the binders: an administrator sees every
 /// model, anyone else GLOBAL ones and their own.
-async fn check_binders_may_use(state: &AppState, config_id: i64, field: &str, model_id: i64) -> AppResult<()> {
+async fn check_binders_may_use(
+    conn: &mut PgConnection,
+    before: Option<&ConfigRow>,
+    added: &[ModelRef<'_>],
+) -> AppResult<()> {
+    let Some(config_id) = before.and_then(|b| b.id) else {
+        return Ok(());
+    };
+    for r in added {
+        check_binder_may_use(&mut *conn, config_id, r.field, r.id).await?;
+    }
+    Ok(())
+}
+
+async fn check_binder_may_use(conn: &mut PgConnection, config_id: i64, field: &str, model_id: i64) -> AppResult<()> {
     let refused: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM agents a JOIN users u ON u.id = a.creator_id
          JOIN model_configs m ON m.id = $2
@@ -239,7 +274,7 @@ async fn check_binders_may_use(state: &AppState, config_id: i64, field: &str, mo
     .bind(config_id)
     .bind(model_id)
     .bind(crate::domain::Role::Admin.code())
-    .fetch_one(state.db())
+    .fetch_one(conn)
     .await?;
     if refused > 0 {
         return Err(AppError::validation(format!(

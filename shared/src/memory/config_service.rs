@@ -36,9 +36,13 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: ConfigRequest) ->
     row.apply(req);
     row.creator_id = user.id;
     row.validate(state, user, None).await?;
-    config::save(state.db(), &row)
+    let mut tx = state.db().begin().await?;
+    row.hold_new_models(&mut tx, user, None).await?;
+    let id = config::save(&mut *tx, &row)
         .await?
-        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("an insert returned no id")))
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("an insert returned no id")))?;
+    tx.commit().await?;
+    Ok(id)
 }
 
 async fn managed(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ConfigRow> {
@@ -52,14 +56,18 @@ async fn managed(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Con
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: ConfigRequest) -> AppResult<()> {
-    // Checked under the config's lock: an agent being bound to it meanwhile is either seen by
-    // the check of its binders or checks this edit's models itself (`config::find_held`).
-    let mut tx = state.db().begin().await?;
-    config::lock_for_edit(&mut tx, id).await?;
     let before = managed(state, user, id).await?;
     let mut row = before.clone();
     row.apply(req);
+    // Checked, and a new embedding model asked for its dimension, before the config is taken:
+    // a slow model must not hold up agents being bound to the config meanwhile.
     row.validate(state, user, Some(&before)).await?;
+    // The binders are checked under the config's lock: an agent being bound to it meanwhile
+    // is either seen here or checks this edit's models itself (`config::find_held`). An edit
+    // saved since `before` was read makes the save below find no row: 409.
+    let mut tx = state.db().begin().await?;
+    config::lock_for_edit(&mut tx, id).await?;
+    row.hold_new_models(&mut tx, user, Some(&before)).await?;
     match config::save(&mut *tx, &row).await? {
         Some(_) => Ok(tx.commit().await?),
         None => Err(AppError::changed_meanwhile("memory config")),
@@ -100,7 +108,9 @@ pub async fn debug(state: &AppState, user: &CurrentUser, id: i64, req: DebugRequ
     // Recall runs with the config as checked: a read after the check could see models an
     // edit put in meanwhile that the caller may not use.
     let config = find(state, id).await?;
-    config.check_models_usable(state, user, "id").await?;
+    config
+        .check_models_usable(&mut *state.db().acquire().await?, user, "id")
+        .await?;
     service::visible_agent(state, user, agent_id).await?;
     let owner = Owner::User(user_id);
     let strategy = recall::strategy_of(state, config).await?;

@@ -140,6 +140,16 @@ pub async fn config(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<Mod
         .await
 }
 
+/// The configs, locked (`FOR SHARE`, in id order) until the transaction ends.
+pub async fn configs_held(conn: &mut sqlx::PgConnection, ids: &[i64]) -> sqlx::Result<Vec<ModelConfigRow>> {
+    sqlx::query_as(&format!(
+        "{CONFIG_SELECT} WHERE c.id = ANY($1) ORDER BY c.id FOR SHARE OF c"
+    ))
+    .bind(ids)
+    .fetch_all(conn)
+    .await
+}
+
 #[derive(Debug, Default)]
 pub struct ConfigQuery<'a> {
     pub provider_key: Option<&'a str>,

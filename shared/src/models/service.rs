@@ -1,6 +1,7 @@
 //! Business rules of providers and model configs.
 
 use serde_json::Value;
+use sqlx::PgConnection;
 
 use super::repo::{self, ConfigFields, ConfigQuery, EnableTarget, ProviderFields, Visibility};
 use super::*;
@@ -144,11 +145,32 @@ pub async fn visible_config(state: &AppState, user: &CurrentUser, id: i64) -> Ap
         .ok_or_else(|| AppError::not_found("model config"))
 }
 
+/// A model id taken from a request: the field that named it and the type it must have.
+#[derive(Clone, Copy)]
+pub struct ModelRef<'a> {
+    pub field: &'a str,
+    pub id: i64,
+    pub t: ModelType,
+}
+
 /// The one rule for a model id taken from a request (to store it or to call it): an enabled
 /// config of type `t` that `user` can see. An unknown id, another user's PERSONAL model, a
 /// disabled one and one of the wrong type all get the same validation error naming `field`,
 /// so the answer never tells whether someone else's model exists. Otherwise a user could put
 /// another user's PERSONAL model (and so its API key) to work in their own base or config.
+fn usable_or_refused(user: &CurrentUser, r: ModelRef<'_>, row: Option<ModelConfigRow>) -> AppResult<ModelConfigRow> {
+    row.filter(|row| can_see(user, row) && row.model_type() == r.t && row.is_usable())
+        .ok_or_else(|| {
+            AppError::validation(format!(
+                "{}: model {} does not exist or is not an enabled {} model you can use",
+                r.field,
+                r.id,
+                r.t.as_str()
+            ))
+        })
+}
+
+/// The config a request names, checked by `usable_or_refused`.
 pub async fn usable_config(
     state: &AppState,
     user: &CurrentUser,
@@ -156,15 +178,24 @@ pub async fn usable_config(
     id: i64,
     t: ModelType,
 ) -> AppResult<ModelConfigRow> {
-    repo::config(state.db(), id)
-        .await?
-        .filter(|row| can_see(user, row) && row.model_type() == t && row.is_usable())
-        .ok_or_else(|| {
-            AppError::validation(format!(
-                "{field}: model {id} does not exist or is not an enabled {} model you can use",
-                t.as_str()
-            ))
-        })
+    usable_or_refused(user, ModelRef { field, id, t }, repo::config(state.db(), id).await?)
+}
+
+/// The configs `refs` name, held (`FOR SHARE`) until the caller's transaction ends and checked
+/// again under the hold. A retype counts the config's users under its row lock
+/// (`update_config`): it either waits for the binding being written and counts it, or is seen
+/// here; checked apart, a config could become a RERANKER while an agent was being bound to
+/// it as its chat model.
+pub async fn hold_usable(conn: &mut PgConnection, user: &CurrentUser, refs: &[ModelRef<'_>]) -> AppResult<()> {
+    if refs.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = refs.iter().map(|r| r.id).collect();
+    let rows = repo::configs_held(conn, &ids).await?;
+    for r in refs {
+        usable_or_refused(user, *r, rows.iter().find(|row| row.id == r.id).cloned())?;
+    }
+    Ok(())
 }
 
 /// A config the caller may change: administrators any, others their own PERSONAL ones.

@@ -1708,6 +1708,45 @@ async fn a_config_edit_sees_an_agent_bound_while_it_checks() {
     assert_eq!(now.assert_ok()["embeddingModelId"], s.embedding_model);
 }
 
+/// A new embedding model is asked for its dimension before the config is taken for the edit:
+/// an agent being bound to the config (which holds it) does not wait for a slow model.
+#[tokio::test]
+async fn a_config_edit_asks_its_new_model_without_holding_the_config() {
+    let s = setup(false).await;
+    let id = s.config(json!({})).await;
+    let provider = s.app.provider(&s.admin, "slow").await;
+    let slow = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "EMBEDDING",
+            "emb-8-slow",
+            &s.models.base_url,
+            json!({}),
+        )
+        .await;
+    let path = format!("/memory/config/{id}");
+    let body = json!({ "embeddingModelId": slow });
+    let edit = s.app.put(&path, s.t(), &body);
+    let bind = async {
+        // Halfway through the model's answer (1 s): a binding's hold is granted at once.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let mut binding = s.app.db.begin().await.unwrap();
+        let held = sqlx::query("SELECT 1 FROM memory_configs WHERE id = $1 FOR SHARE NOWAIT")
+            .bind(id)
+            .execute(&mut *binding)
+            .await;
+        binding.rollback().await.unwrap();
+        held.map(|_| ()).map_err(|e| e.to_string())
+    };
+    let (edited, held) = tokio::join!(edit, bind);
+    edited.assert_ok();
+    assert_eq!(held, Ok(()), "the config was not locked while its new model was asked");
+    let now = s.app.get(&path, s.t()).await;
+    assert_eq!(now.assert_ok()["embeddingModelId"], slow);
+}
+
 /// A turn still being answered when extraction runs is left for a later run, with everything
 /// after it: moving past it would skip its answer for good.
 #[tokio::test]

@@ -793,6 +793,81 @@ async fn a_config_in_use_keeps_its_model_type() {
         .assert_status_ok();
 }
 
+/// A binding checked while a retype of its model is in flight: an agent, a knowledge base's
+/// settings and a memory config hold the models they name in the transaction that writes
+/// them, so each waits for the retype and then sees the new type (refused, naming the field,
+/// nothing written). Checked apart, each read the old type and bound a RERANKER as a chat model.
+#[tokio::test]
+async fn a_binding_waits_for_a_retype_in_flight_and_sees_it() {
+    let s = api_tests::KbSetup::new(api_tests::Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let provider = s.app.provider(&s.admin, "retyped").await;
+    let kb = s.kb("Base", json!({})).await;
+    let kb_config = format!("/rag/{kb}/config");
+    for case in ["agent", "knowledge base", "memory config"] {
+        let chat = s
+            .app
+            .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, json!({}))
+            .await;
+        let (field, path, body) = match case {
+            "agent" => ("chatModelId", "/agent", json!({ "name": "bound", "chatModelId": chat })),
+            "knowledge base" => (
+                "modelParams.modelId",
+                kb_config.as_str(),
+                json!({ "modelParams": { "modelId": chat } }),
+            ),
+            _ => (
+                "extractionModelId",
+                "/memory/config",
+                json!({ "name": "bound", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8,
+                    "extractionModelId": chat }),
+            ),
+        };
+        let request = async {
+            match case {
+                "knowledge base" => s.app.put(path, t, &body).await,
+                _ => s.app.post(path, t, &body).await,
+            }
+        };
+        // The retype, as the model service writes it: the row locked, not committed.
+        let mut retype = s.app.db.begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM model_configs WHERE id = $1 FOR UPDATE")
+            .bind(chat)
+            .execute(&mut *retype)
+            .await
+            .unwrap();
+        let retyped = async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            sqlx::query("UPDATE model_configs SET model_type = 'RERANKER' WHERE id = $1")
+                .bind(chat)
+                .execute(&mut *retype)
+                .await
+                .unwrap();
+            retype.commit().await.unwrap();
+        };
+        let (answer, ()) = tokio::join!(request, retyped);
+        answer.assert_error(
+            400,
+            0,
+            &format!("{field}: model {chat} does not exist or is not an enabled CHAT model"),
+        );
+        let (agents, kbs, configs): (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM agents WHERE chat_model_id = $1),
+                    (SELECT count(*) FROM knowledge_bases WHERE (model_params->>'modelId')::bigint = $1),
+                    (SELECT count(*) FROM memory_configs WHERE extraction_model_id = $1)",
+        )
+        .bind(chat)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+        assert_eq!(
+            (agents, kbs, configs),
+            (0, 0, 0),
+            "{case}: nothing bound to the retyped model"
+        );
+    }
+}
+
 /// Where a config calls, and its key's tail, are for those who manage it: a GLOBAL model's
 /// endpoint may be an address in the operator's network.
 #[tokio::test]

@@ -9,6 +9,7 @@ use super::repo::{self, KbFields};
 use super::*;
 use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::models::gateway::Billing;
+use crate::models::service::ModelRef;
 use crate::models::ModelType;
 use crate::rag::backends::{store_error, Indexes};
 use crate::stores::{self, SEARCH_ENGINE, VECTOR_STORE};
@@ -106,10 +107,19 @@ fn dedup(field: &str, value: i64, max: i64) -> AppResult<i16> {
 }
 
 /// A referenced model must be one the caller may use (see `models::service::usable_config`).
-async fn check_model(state: &AppState, user: &CurrentUser, field: &str, id: i64, t: ModelType) -> AppResult<()> {
-    crate::models::service::usable_config(state, user, field, id, t)
-        .await
-        .map(|_| ())
+/// The reference goes into `refs`, for the transaction that writes the base to hold
+/// (`models::service::hold_usable`): a retype meanwhile then sees the base among its users.
+async fn check_model(
+    state: &AppState,
+    user: &CurrentUser,
+    refs: &mut Vec<ModelRef<'static>>,
+    field: &'static str,
+    id: i64,
+    t: ModelType,
+) -> AppResult<()> {
+    crate::models::service::usable_config(state, user, field, id, t).await?;
+    refs.push(ModelRef { field, id, t });
+    Ok(())
 }
 
 /// KB_MAX_PER_USER, for everyone but administrators. In a transaction, the count holds until
@@ -130,7 +140,16 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
     validate::at_most("icon", req.icon.as_deref(), validate::MAX_URL)?;
     let model_id = validate::present("embeddingModelId", req.embedding_model_id)?;
-    check_model(state, user, "embeddingModelId", model_id, ModelType::Embedding).await?;
+    let mut refs = vec![];
+    check_model(
+        state,
+        user,
+        &mut refs,
+        "embeddingModelId",
+        model_id,
+        ModelType::Embedding,
+    )
+    .await?;
     let settings = apply_flat(
         &req,
         Settings {
@@ -141,10 +160,10 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     settings.chunk.params()?;
     settings.parse.check()?;
     if let Some(id) = settings.chunk.chunk_model_id {
-        check_model(state, user, "chunkModelId", id, ModelType::Chat).await?;
+        check_model(state, user, &mut refs, "chunkModelId", id, ModelType::Chat).await?;
     }
     if let Some(id) = req.rerank_model_id {
-        check_model(state, user, "rerankModelId", id, ModelType::Reranker).await?;
+        check_model(state, user, &mut refs, "rerankModelId", id, ModelType::Reranker).await?;
     }
     let dedup_strategy = dedup("dedupStrategy", req.dedup_strategy.unwrap_or(2), 3)?;
     let dedup_action = dedup("dedupAction", req.dedup_action.unwrap_or(0), 2)?;
@@ -196,6 +215,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     };
     let mut tx = state.db().begin().await?;
     check_cap(state, user, &mut tx).await?;
+    crate::models::service::hold_usable(&mut tx, user, &refs).await?;
     stores::service::hold_for_base(&mut tx, vector_store, Some(search_store)).await?;
     let id = repo::insert(&mut *tx, &fields, user.id).await?;
     tx.commit().await?;
@@ -246,8 +266,17 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
             "embeddingModelId and dimensionOfVectorModel cannot change while the knowledge base has documents",
         ));
     }
+    let mut refs = vec![];
     if new_model {
-        check_model(state, user, "embeddingModelId", model_id, ModelType::Embedding).await?;
+        check_model(
+            state,
+            user,
+            &mut refs,
+            "embeddingModelId",
+            model_id,
+            ModelType::Embedding,
+        )
+        .await?;
     }
     let dimension = match asked_dimension {
         Some(d) => d,
@@ -262,11 +291,11 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         .chunk_model_id
         .filter(|m| Some(*m) != row.chunk_params.0.chunk_model_id)
     {
-        check_model(state, user, "chunkModelId", id, ModelType::Chat).await?;
+        check_model(state, user, &mut refs, "chunkModelId", id, ModelType::Chat).await?;
     }
     let rerank = req.rerank_model_id.or(row.rerank_model_id);
     if let Some(r) = req.rerank_model_id {
-        check_model(state, user, "rerankModelId", r, ModelType::Reranker).await?;
+        check_model(state, user, &mut refs, "rerankModelId", r, ModelType::Reranker).await?;
     }
     let vector_store = match req.vector_store_instance_id {
         Some(v) => stores::service::usable(state, "vectorStoreInstanceId", Some(v), VECTOR_STORE).await?,
@@ -332,6 +361,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
             ));
         }
     }
+    crate::models::service::hold_usable(&mut tx, user, &refs).await?;
     if stores_changed {
         stores::service::hold_for_base(&mut tx, vector_store, search_store).await?;
     }
@@ -372,11 +402,12 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         None => row.chunk_params.0.clone(),
     };
     chunk.params().map_err(|e| named_in_section("chunkParams", e))?;
+    let mut refs = vec![];
     if let Some(id) = chunk
         .chunk_model_id
         .filter(|m| Some(*m) != row.chunk_params.0.chunk_model_id)
     {
-        check_model(state, user, "chunkParams.chunkModelId", id, ModelType::Chat).await?;
+        check_model(state, user, &mut refs, "chunkParams.chunkModelId", id, ModelType::Chat).await?;
     }
     let parse = match &req.parse_params {
         Some(p) => merge(&row.parse_params.0, p, "parseParams")?,
@@ -392,7 +423,15 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         .rerank_model_id
         .filter(|r| Some(*r) != row.search_params.0.rerank_model_id)
     {
-        check_model(state, user, "searchParams.rerankModelId", r, ModelType::Reranker).await?;
+        check_model(
+            state,
+            user,
+            &mut refs,
+            "searchParams.rerankModelId",
+            r,
+            ModelType::Reranker,
+        )
+        .await?;
     }
     let model = match &req.model_params {
         Some(p) => merge(&row.model_params.0, p, "modelParams")?,
@@ -400,7 +439,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
     };
     model.check()?;
     if let Some(m) = model.model_id.filter(|m| Some(*m) != row.model_params.0.model_id) {
-        check_model(state, user, "modelParams.modelId", m, ModelType::Chat).await?;
+        check_model(state, user, &mut refs, "modelParams.modelId", m, ModelType::Chat).await?;
     }
     let fields = KbFields {
         rerank_model_id: search.rerank_model_id,
@@ -410,9 +449,12 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         model: &model,
         ..KbFields::of(&row)
     };
-    if repo::update(state.db(), id, row.update_dt, &fields).await?.is_none() {
+    let mut tx = state.db().begin().await?;
+    crate::models::service::hold_usable(&mut tx, user, &refs).await?;
+    if repo::update(&mut *tx, id, row.update_dt, &fields).await?.is_none() {
         return Err(AppError::changed_meanwhile("knowledge base"));
     }
+    tx.commit().await?;
     Ok(())
 }
 

@@ -14,7 +14,8 @@ use crate::domain::AppCaller;
 use crate::resources::model::UploadUrlResult;
 use crate::resources::repo::{self as resource_repo, NewResource};
 use crate::resources::service::{
-    already_registered, clean_file_name, presigned_put, sniff_mime, sniff_stored, uploaded_size,
+    already_registered, biz_type as resource_biz_type, clean_file_name, presigned_put, sniff_mime, sniff_stored,
+    uploaded_size,
 };
 use crate::{time, validate, AppError, AppResult, AppState};
 
@@ -51,10 +52,9 @@ fn image_extension(field: &str, mime: &str) -> AppResult<&'static str> {
         })
 }
 
+/// The admin API's rule, with a partner's uploads tagged ATTACHMENT unless they say otherwise.
 fn biz_type(value: Option<String>) -> AppResult<String> {
-    let biz_type = validate::optional(value).unwrap_or_else(|| "ATTACHMENT".to_owned());
-    validate::length("bizType", &biz_type, 1, 64)?;
-    Ok(biz_type)
+    Ok(resource_biz_type(value)?.unwrap_or_else(|| "ATTACHMENT".to_owned()))
 }
 
 pub async fn upload(state: &AppState, app: &AppCaller, req: UploadRequest) -> AppResult<UploadedImage> {

@@ -79,7 +79,8 @@ fn is_issued_key(key: &str, prefix: &str) -> bool {
     id.len() == 36 && uuid::Uuid::try_parse(id).is_ok() && ext_ok && !(name.contains('.') && ext.is_empty())
 }
 
-fn biz_type(value: Option<String>) -> AppResult<Option<String>> {
+/// A resource's `bizType` as a request gives it: absent when blank.
+pub(crate) fn biz_type(value: Option<String>) -> AppResult<Option<String>> {
     let value = validate::optional(value);
     if let Some(v) = &value {
         validate::length("bizType", v, 1, 64)?;

@@ -630,7 +630,13 @@ async fn images_upload_as_base64_and_only_their_uploader_may_attach_them() {
     wrong_size["fileSize"] = json!(PNG.len() + 1);
     let mut too_big = image("ann", PNG);
     too_big["fileSize"] = json!(10 * 1024 * 1024 + 1);
+    let mut reserved = image("ann", PNG);
+    reserved["bizType"] = json!("rag_upload_preview");
     for (body, needle) in [
+        (
+            reserved,
+            "bizType RAG_UPLOAD_PREVIEW is reserved for knowledge-base uploads".to_owned(),
+        ),
         (
             wrong_size,
             format!(

@@ -1715,16 +1715,10 @@ async fn a_config_edit_asks_its_new_model_without_holding_the_config() {
     let s = setup(false).await;
     let id = s.config(json!({})).await;
     let provider = s.app.provider(&s.admin, "slow").await;
+    let url = &s.models.base_url;
     let slow = s
         .app
-        .model(
-            &s.admin,
-            provider,
-            "EMBEDDING",
-            "emb-8-slow",
-            &s.models.base_url,
-            json!({}),
-        )
+        .model(&s.admin, provider, "EMBEDDING", "emb-8-slow", url, json!({}))
         .await;
     let path = format!("/memory/config/{id}");
     let body = json!({ "embeddingModelId": slow });

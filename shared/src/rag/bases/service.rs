@@ -106,20 +106,34 @@ fn dedup(field: &str, value: i64, max: i64) -> AppResult<i16> {
     Ok(value as i16)
 }
 
-/// A referenced model must be one the caller may use (see `models::service::usable_config`).
-/// The reference goes into `refs`, for the transaction that writes the base to hold
-/// (`models::service::hold_usable`): a retype meanwhile then sees the base among its users.
-async fn check_model(
-    state: &AppState,
-    user: &CurrentUser,
-    refs: &mut Vec<ModelRef<'static>>,
-    field: &'static str,
-    id: i64,
-    t: ModelType,
-) -> AppResult<()> {
-    crate::models::service::usable_config(state, user, field, id, t).await?;
-    refs.push(ModelRef { field, id, t });
-    Ok(())
+/// The models a write of a base names: each must be one the caller may use (see
+/// `models::service::usable_config`), and all are held by the transaction that writes the
+/// base (`models::service::hold_usable`), so that a retype meanwhile sees the base among its
+/// users.
+struct NamedModels<'a> {
+    state: &'a AppState,
+    user: &'a CurrentUser,
+    refs: Vec<ModelRef<'static>>,
+}
+
+impl<'a> NamedModels<'a> {
+    fn new(state: &'a AppState, user: &'a CurrentUser) -> Self {
+        Self {
+            state,
+            user,
+            refs: Vec::new(),
+        }
+    }
+
+    async fn check(&mut self, field: &'static str, id: i64, t: ModelType) -> AppResult<()> {
+        crate::models::service::usable_config(self.state, self.user, field, id, t).await?;
+        self.refs.push(ModelRef { field, id, t });
+        Ok(())
+    }
+
+    async fn hold(&self, conn: &mut PgConnection) -> AppResult<()> {
+        crate::models::service::hold_usable(conn, self.user, &self.refs).await
+    }
 }
 
 /// KB_MAX_PER_USER, for everyone but administrators. In a transaction, the count holds until
@@ -140,16 +154,8 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
     validate::at_most("icon", req.icon.as_deref(), validate::MAX_URL)?;
     let model_id = validate::present("embeddingModelId", req.embedding_model_id)?;
-    let mut refs = vec![];
-    check_model(
-        state,
-        user,
-        &mut refs,
-        "embeddingModelId",
-        model_id,
-        ModelType::Embedding,
-    )
-    .await?;
+    let mut models = NamedModels::new(state, user);
+    models.check("embeddingModelId", model_id, ModelType::Embedding).await?;
     let settings = apply_flat(
         &req,
         Settings {
@@ -160,10 +166,10 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     settings.chunk.params()?;
     settings.parse.check()?;
     if let Some(id) = settings.chunk.chunk_model_id {
-        check_model(state, user, &mut refs, "chunkModelId", id, ModelType::Chat).await?;
+        models.check("chunkModelId", id, ModelType::Chat).await?;
     }
     if let Some(id) = req.rerank_model_id {
-        check_model(state, user, &mut refs, "rerankModelId", id, ModelType::Reranker).await?;
+        models.check("rerankModelId", id, ModelType::Reranker).await?;
     }
     let dedup_strategy = dedup("dedupStrategy", req.dedup_strategy.unwrap_or(2), 3)?;
     let dedup_action = dedup("dedupAction", req.dedup_action.unwrap_or(0), 2)?;
@@ -215,7 +221,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     };
     let mut tx = state.db().begin().await?;
     check_cap(state, user, &mut tx).await?;
-    crate::models::service::hold_usable(&mut tx, user, &refs).await?;
+    models.hold(&mut tx).await?;
     stores::service::hold_for_base(&mut tx, vector_store, Some(search_store)).await?;
     let id = repo::insert(&mut *tx, &fields, user.id).await?;
     tx.commit().await?;
@@ -266,17 +272,9 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
             "embeddingModelId and dimensionOfVectorModel cannot change while the knowledge base has documents",
         ));
     }
-    let mut refs = vec![];
+    let mut models = NamedModels::new(state, user);
     if new_model {
-        check_model(
-            state,
-            user,
-            &mut refs,
-            "embeddingModelId",
-            model_id,
-            ModelType::Embedding,
-        )
-        .await?;
+        models.check("embeddingModelId", model_id, ModelType::Embedding).await?;
     }
     let dimension = match asked_dimension {
         Some(d) => d,
@@ -291,11 +289,11 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         .chunk_model_id
         .filter(|m| Some(*m) != row.chunk_params.0.chunk_model_id)
     {
-        check_model(state, user, &mut refs, "chunkModelId", id, ModelType::Chat).await?;
+        models.check("chunkModelId", id, ModelType::Chat).await?;
     }
     let rerank = req.rerank_model_id.or(row.rerank_model_id);
     if let Some(r) = req.rerank_model_id {
-        check_model(state, user, &mut refs, "rerankModelId", r, ModelType::Reranker).await?;
+        models.check("rerankModelId", r, ModelType::Reranker).await?;
     }
     let vector_store = match req.vector_store_instance_id {
         Some(v) => stores::service::usable(state, "vectorStoreInstanceId", Some(v), VECTOR_STORE).await?,
@@ -361,7 +359,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
             ));
         }
     }
-    crate::models::service::hold_usable(&mut tx, user, &refs).await?;
+    models.hold(&mut tx).await?;
     if stores_changed {
         stores::service::hold_for_base(&mut tx, vector_store, search_store).await?;
     }
@@ -402,12 +400,12 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         None => row.chunk_params.0.clone(),
     };
     chunk.params().map_err(|e| named_in_section("chunkParams", e))?;
-    let mut refs = vec![];
+    let mut models = NamedModels::new(state, user);
     if let Some(id) = chunk
         .chunk_model_id
         .filter(|m| Some(*m) != row.chunk_params.0.chunk_model_id)
     {
-        check_model(state, user, &mut refs, "chunkParams.chunkModelId", id, ModelType::Chat).await?;
+        models.check("chunkParams.chunkModelId", id, ModelType::Chat).await?;
     }
     let parse = match &req.parse_params {
         Some(p) => merge(&row.parse_params.0, p, "parseParams")?,
@@ -423,15 +421,9 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         .rerank_model_id
         .filter(|r| Some(*r) != row.search_params.0.rerank_model_id)
     {
-        check_model(
-            state,
-            user,
-            &mut refs,
-            "searchParams.rerankModelId",
-            r,
-            ModelType::Reranker,
-        )
-        .await?;
+        models
+            .check("searchParams.rerankModelId", r, ModelType::Reranker)
+            .await?;
     }
     let model = match &req.model_params {
         Some(p) => merge(&row.model_params.0, p, "modelParams")?,
@@ -439,7 +431,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
     };
     model.check()?;
     if let Some(m) = model.model_id.filter(|m| Some(*m) != row.model_params.0.model_id) {
-        check_model(state, user, &mut refs, "modelParams.modelId", m, ModelType::Chat).await?;
+        models.check("modelParams.modelId", m, ModelType::Chat).await?;
     }
     let fields = KbFields {
         rerank_model_id: search.rerank_model_id,
@@ -450,7 +442,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         ..KbFields::of(&row)
     };
     let mut tx = state.db().begin().await?;
-    crate::models::service::hold_usable(&mut tx, user, &refs).await?;
+    models.hold(&mut tx).await?;
     if repo::update(&mut *tx, id, row.update_dt, &fields).await?.is_none() {
         return Err(AppError::changed_meanwhile("knowledge base"));
     }

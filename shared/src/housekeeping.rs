@@ -1,5 +1,6 @@
 //! The daily clean-up (the housekeeping function, an EventBridge schedule): expired upload
-//! previews and their files, refresh tokens of dead logins, stale login counters, client nodes
+//! previews and their files, uploads nobody registered (files on disk; S3's lifecycle rule
+//! expires its own), refresh tokens of dead logins, stale login counters, client nodes
 //! long offline and uncollected kicks, memory expiry, answers whose turn ended without
 //! storing them, and documents whose processing stopped. Each job is one function of its own
 //! domain module; this runs them all, so one failing does not keep the others from running.
@@ -18,6 +19,7 @@ pub const NODE_RETENTION: Duration = Duration::from_secs(7 * 86400);
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Swept {
     pub upload_previews: u64,
+    pub staged_uploads: u64,
     pub refresh_tokens: u64,
     pub login_counters: u64,
     pub client_nodes: u64,
@@ -27,6 +29,10 @@ pub struct Swept {
     pub stalled_documents: u64,
     pub leftover_objects: u64,
 }
+
+/// How long a presigned upload may wait for its registration: as long as S3's lifecycle rule
+/// gives a staged object (`infra/template.yaml`); its URL lasts 15 minutes.
+const STAGED_UPLOAD_AGE: Duration = Duration::from_secs(86400);
 
 /// A document in processing whose lease ran out this long ago is past every redelivery (three
 /// receives, 18 minutes apart at most): its last message went to the dead-letter queue.
@@ -47,6 +53,11 @@ pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
     let leftovers = crate::resources::leftovers::retry(state).await;
     let swept = Swept {
         upload_previews: done(&mut failed, "upload previews", previews.map(|n| n as u64)),
+        staged_uploads: done(
+            &mut failed,
+            "staged uploads",
+            state.storage().expire_staged(STAGED_UPLOAD_AGE).await,
+        ),
         refresh_tokens: done(
             &mut failed,
             "refresh tokens",

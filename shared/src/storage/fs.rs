@@ -1,5 +1,8 @@
 //! Local-directory object store. Presigned uploads point at the service's own
-//! `PUT /resource/direct-upload`, authorised by an HMAC over key and expiry.
+//! `PUT /resource/direct-upload`, authorised by an HMAC over key and expiry. An upload arrives
+//! staged: an empty marker file at the same key under `.staged/` says so until the upload is
+//! registered (`keep`), and the daily housekeeping deletes uploads staged for longer than a
+//! day, as S3's lifecycle rule does with its tagged objects.
 
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -15,6 +18,9 @@ use tokio_util::io::ReaderStream;
 use super::{ByteRange, ByteStream, ObjectStore, PresignedPut, StorageError, StorageKind};
 use crate::config::Config;
 use crate::crypto::constant_time_eq;
+
+/// The directory of staged marks; no storage key may start with it.
+const STAGED_DIR: &str = ".staged";
 
 pub struct FsStore {
     root: PathBuf,
@@ -48,13 +54,57 @@ impl FsStore {
 
     fn path(&self, key: &str) -> Result<PathBuf, StorageError> {
         let rel = Path::new(key);
-        let safe = !key.is_empty() && rel.components().all(|c| matches!(c, Component::Normal(_)));
+        let safe = !key.is_empty()
+            && rel.components().all(|c| matches!(c, Component::Normal(_)))
+            && !rel.starts_with(STAGED_DIR);
         if !safe {
             return Err(StorageError::Other(anyhow::anyhow!(
                 "refusing unsafe storage key {key:?}"
             )));
         }
         Ok(self.root.join(rel))
+    }
+
+    /// Where the staged mark of the object at `key` (a key `path` took) is.
+    fn staged_mark(&self, key: &str) -> PathBuf {
+        self.root.join(STAGED_DIR).join(key)
+    }
+
+    async fn mark_staged(&self, key: &str) -> std::io::Result<()> {
+        let mark = self.staged_mark(key);
+        if let Some(dir) = mark.parent() {
+            tokio::fs::create_dir_all(dir).await?;
+        }
+        tokio::fs::write(&mark, b"").await
+    }
+}
+
+/// The staged marks under `dir` (within `marks`, the directory of all of them) last written
+/// before `cutoff`, as storage keys.
+fn stale_marks(
+    marks: &Path,
+    dir: &Path,
+    cutoff: std::time::SystemTime,
+    found: &mut Vec<String>,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            stale_marks(marks, &entry.path(), cutoff, found)?;
+        } else if meta.modified()? < cutoff {
+            if let Some(key) = entry.path().strip_prefix(marks).ok().and_then(Path::to_str) {
+                found.push(key.to_owned());
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn remove_if_present(path: &Path, what: &'static str) -> Result<(), StorageError> {
+    match tokio::fs::remove_file(path).await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(what)(e)),
+        _ => Ok(()),
     }
 }
 
@@ -138,7 +188,14 @@ impl ObjectStore for FsStore {
             Err(e) => Err(e),
         };
         let _ = tokio::fs::remove_file(&tmp).await;
-        placed
+        placed?;
+        // Marked once placed: a refused second PUT must not touch the first one's mark. An
+        // object that could not be marked would never expire, so it goes.
+        if let Err(e) = self.mark_staged(key).await {
+            let _ = tokio::fs::remove_file(&path).await;
+            return Err(io_err("marking the upload staged")(e));
+        }
+        Ok(())
     }
 
     async fn get(&self, key: &str, range: Option<ByteRange>) -> Result<ByteStream, StorageError> {
@@ -165,10 +222,8 @@ impl ObjectStore for FsStore {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        match tokio::fs::remove_file(self.path(key)?).await {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err("deleting object")(e)),
-            _ => Ok(()),
-        }
+        remove_if_present(&self.path(key)?, "deleting object").await?;
+        remove_if_present(&self.staged_mark(key), "deleting a staged mark").await
     }
 
     async fn presign_put(&self, key: &str, content_type: &str, ttl: Duration) -> Result<PresignedPut, StorageError> {
@@ -186,9 +241,32 @@ impl ObjectStore for FsStore {
         })
     }
 
-    /// Files on disk have no lifecycle rule to escape.
-    async fn keep(&self, _key: &str) -> Result<(), StorageError> {
-        Ok(())
+    async fn keep(&self, key: &str) -> Result<(), StorageError> {
+        self.path(key)?;
+        remove_if_present(&self.staged_mark(key), "clearing a staged mark").await
+    }
+
+    async fn expire_staged(&self, age: Duration) -> Result<u64, StorageError> {
+        let marks = self.root.join(STAGED_DIR);
+        let cutoff = std::time::SystemTime::now() - age;
+        let walk = tokio::task::spawn_blocking(move || {
+            let mut found = Vec::new();
+            match std::fs::metadata(&marks) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(found),
+                _ => stale_marks(&marks, &marks, cutoff, &mut found).map(|()| found),
+            }
+        });
+        let stale = walk
+            .await
+            .map_err(|e| StorageError::Other(anyhow::anyhow!("walking staged uploads: {e}")))?
+            .map_err(io_err("walking staged uploads"))?;
+        let mut expired = 0;
+        for key in stale {
+            // Deleted object first: a mark without its object is only a file to remove again.
+            self.delete(&key).await?;
+            expired += 1;
+        }
+        Ok(expired)
     }
 
     async fn check(&self) -> Result<(), StorageError> {
@@ -248,5 +326,46 @@ mod tests {
             .await;
         assert!(matches!(over, Err(StorageError::TooLarge(_))), "{over:?}");
         assert_eq!(bytes_on_disk(&root), 20 * 4096, "the refused upload left bytes behind");
+    }
+
+    fn upload(text: &'static str) -> ByteStream {
+        Box::pin(futures::stream::iter([Ok(Bytes::from_static(text.as_bytes()))]))
+    }
+
+    fn age(store: &FsStore, key: &str, by: Duration) {
+        let mark = std::fs::File::options()
+            .write(true)
+            .open(store.staged_mark(key))
+            .unwrap();
+        mark.set_modified(std::time::SystemTime::now() - by).unwrap();
+    }
+
+    /// Uploads stay staged until kept; the ones staged longer than the age go, object and mark.
+    /// A second PUT to a used key leaves the first one's mark as it was.
+    #[tokio::test]
+    async fn uploads_nobody_keeps_expire_and_kept_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::new(dir.path().to_path_buf(), &crate::config::test_config()).unwrap();
+        let day = Duration::from_secs(86400);
+        for key in ["r/1/old.bin", "r/1/kept.bin", "r/2/new.bin"] {
+            store.put_stream(key, upload("bytes"), 100, "x").await.unwrap();
+        }
+        store.keep("r/1/kept.bin").await.unwrap();
+        age(&store, "r/1/old.bin", 2 * day);
+        let again = store.put_stream("r/1/old.bin", upload("other"), 100, "x").await;
+        assert!(matches!(again, Err(StorageError::Exists)), "{again:?}");
+
+        assert_eq!(store.expire_staged(day).await.unwrap(), 1);
+        assert_eq!(store.head("r/1/old.bin").await.unwrap(), None);
+        assert!(!store.staged_mark("r/1/old.bin").exists());
+        assert_eq!(store.head("r/1/kept.bin").await.unwrap(), Some(5));
+        assert_eq!(
+            store.head("r/2/new.bin").await.unwrap(),
+            Some(5),
+            "staged less than a day"
+        );
+        assert_eq!(store.expire_staged(day).await.unwrap(), 0);
+        // A key cannot name a mark.
+        assert!(store.head(".staged/r/2/new.bin").await.is_err());
     }
 }

@@ -90,11 +90,11 @@ impl From<StorageError> for crate::AppError {
 pub trait ObjectStore: Send + Sync {
     fn kind(&self) -> StorageKind;
     async fn put(&self, key: &str, body: Bytes, content_type: &str) -> Result<(), StorageError>;
-    /// Stores what `body` yields as it arrives as a new object: refused (`Exists`, nothing
-    /// written) when one is at `key` already, as a presigned upload's URL writes once, and
-    /// (`TooLarge`, nothing stored) once it passes `limit` bytes. This default gathers the body
-    /// first, within the limit, and only looks before writing: stores that serve presigned
-    /// uploads themselves override it.
+    /// Stores what `body` yields as it arrives as a new object, staged as a presigned upload's
+    /// is until `keep`: refused (`Exists`, nothing written) when one is at `key` already, as a
+    /// presigned upload's URL writes once, and (`TooLarge`, nothing stored) once it passes
+    /// `limit` bytes. This default gathers the body first, within the limit, and only looks
+    /// before writing: stores that serve presigned uploads themselves override it.
     async fn put_stream(
         &self,
         key: &str,
@@ -128,6 +128,11 @@ pub trait ObjectStore: Send + Sync {
     async fn presign_put(&self, key: &str, content_type: &str, ttl: Duration) -> Result<PresignedPut, StorageError>;
     /// Clears the staged mark of a presigned upload once it is registered.
     async fn keep(&self, key: &str) -> Result<(), StorageError>;
+    /// Deletes the staged uploads older than `age` (nobody registered them); how many. A store
+    /// whose lifecycle rule does this (S3) has nothing to do here.
+    async fn expire_staged(&self, _age: Duration) -> Result<u64, StorageError> {
+        Ok(0)
+    }
     /// Cheap reachability check for /health.
     async fn check(&self) -> Result<(), StorageError>;
 }

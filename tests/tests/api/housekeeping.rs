@@ -170,6 +170,24 @@ async fn housekeeping_removes_only_what_has_expired() {
         .unwrap();
     }
 
+    // Two presigned uploads nobody registered: one staged two days ago, one just now.
+    for key in ["resources/1/abandoned.bin", "resources/1/in-flight.bin"] {
+        let body = futures::stream::iter([Ok(bytes::Bytes::from_static(b"up"))]);
+        app.state
+            .storage()
+            .put_stream(key, Box::pin(body), 10, "x")
+            .await
+            .unwrap();
+    }
+    let mark = app.storage_dir.path().join(".staged/resources/1/abandoned.bin");
+    let two_days = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 86400);
+    std::fs::File::options()
+        .write(true)
+        .open(mark)
+        .unwrap()
+        .set_modified(two_days)
+        .unwrap();
+
     // Objects whose delete failed when their rows went: one still stored, one gone meanwhile.
     app.state
         .storage()
@@ -187,6 +205,7 @@ async fn housekeeping_removes_only_what_has_expired() {
         swept,
         shared::housekeeping::Swept {
             upload_previews: 1,
+            staged_uploads: 1,
             refresh_tokens: 2,
             login_counters: 2,
             client_nodes: 1,
@@ -198,6 +217,9 @@ async fn housekeeping_removes_only_what_has_expired() {
         }
     );
     assert!(app.state.storage().head("skills/left.zip").await.unwrap().is_none());
+    let storage = app.state.storage();
+    assert!(storage.head("resources/1/abandoned.bin").await.unwrap().is_none());
+    assert_eq!(storage.head("resources/1/in-flight.bin").await.unwrap(), Some(2));
     assert_eq!(app.count("leftover_objects").await, 0);
     assert_eq!(
         strings(

@@ -465,9 +465,18 @@ async fn direct_uploads_over_the_limit_are_refused_while_streaming() {
         .await
         .unwrap();
     assert!(put.status().is_success(), "{}", put.status());
-    let stored = walk(app.storage_dir.path());
-    assert_eq!(stored.len(), 1, "{stored:?}");
-    assert_eq!(std::fs::read(&stored[0]).unwrap(), vec![b'z'; 900]);
+    // The file, and its mark as staged until the upload is completed.
+    let key = presigned["storageKey"].as_str().unwrap();
+    let mut stored = walk(app.storage_dir.path());
+    stored.sort();
+    let root = app.storage_dir.path();
+    assert_eq!(stored, [root.join(".staged").join(key), root.join(key)], "{stored:?}");
+    assert_eq!(std::fs::read(root.join(key)).unwrap(), vec![b'z'; 900]);
+    let complete = json!({ "storageKey": key, "originalName": "small.txt" });
+    app.post("/resource/upload/complete", Some(&token), &complete)
+        .await
+        .assert_ok();
+    assert_eq!(walk(root), [root.join(key)], "kept: no longer staged");
 }
 
 #[tokio::test]

@@ -93,6 +93,8 @@ pub struct Config {
     pub chat_turn_timeout: Duration,
     /// MCP: how long a server's tool list is reused (MCP_TOOLS_TTL_SECS, default 60).
     pub mcp_tools_ttl: Duration,
+    /// MCP: how long a session unused stays open (MCP_SESSION_IDLE_SECS, default 600).
+    pub mcp_session_idle: Duration,
     /// MCP: the most bytes of tool result text handed to a model (MCP_RESULT_MAX_BYTES, default 65536).
     pub mcp_result_max_bytes: usize,
     pub rate_limits: RateLimits,
@@ -255,6 +257,7 @@ impl Config {
             mcp_call_timeout: Duration::from_secs(parse_num("MCP_CALL_TIMEOUT_SECS", 60)?),
             chat_turn_timeout: Duration::from_secs(parse_num("CHAT_TURN_TIMEOUT_SECS", 840)?.max(1)),
             mcp_tools_ttl: Duration::from_secs(parse_num("MCP_TOOLS_TTL_SECS", 60)?),
+            mcp_session_idle: Duration::from_secs(parse_num("MCP_SESSION_IDLE_SECS", 600)?.max(1)),
             mcp_result_max_bytes: parse_num("MCP_RESULT_MAX_BYTES", 64 * 1024)? as usize,
             rate_limits: RateLimits {
                 window_secs: parse_num("RATE_LIMIT_WINDOW_SECS", 60)?.clamp(1, 86_400) as u32,

@@ -26,5 +26,6 @@ fn limits(state: &AppState) -> pool::Limits {
         connect_timeout: c.mcp_connect_timeout,
         call_timeout: c.mcp_call_timeout,
         tools_ttl: c.mcp_tools_ttl,
+        session_idle: c.mcp_session_idle,
     }
 }

@@ -3,6 +3,9 @@
 //! A session is replaced when its server's configuration changed (its `update_dt`, so other
 //! processes notice too), when its OAuth2 token is due for renewal, when it failed or timed
 //! out (a stdio child dies with its session), and when the server is updated or deleted here.
+//! One unused for `session_idle` is closed: a server deleted in another process, or no longer
+//! chatted with, would otherwise keep its connection (or its stdio child) for the life of the
+//! process.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,6 +26,7 @@ pub struct Limits {
     pub connect_timeout: Duration,
     pub call_timeout: Duration,
     pub tools_ttl: Duration,
+    pub session_idle: Duration,
 }
 
 struct Live {
@@ -30,11 +34,21 @@ struct Live {
     client: Client,
     renew_at: Option<Instant>,
     tools: Mutex<Option<(Instant, Arc<Vec<Tool>>)>>,
+    /// When a request last took the session.
+    used: Mutex<Instant>,
 }
 
 impl Live {
     fn usable_for(&self, target: &Target) -> bool {
         self.version == target.version && !self.client.is_closed() && self.renew_at.is_none_or(|at| Instant::now() < at)
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.used.lock().unwrap_or_else(PoisonError::into_inner).elapsed()
+    }
+
+    fn take(&self) {
+        *self.used.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
     }
 }
 
@@ -53,6 +67,8 @@ struct ReachClients {
 #[derive(Default)]
 pub struct McpPool {
     slots: Mutex<HashMap<i64, Slot>>,
+    /// When idle sessions were last looked for.
+    swept: Mutex<Option<Instant>>,
     tokens: TokenCache,
     clients: PerReach<ReachClients>,
     outbound: Outbound,
@@ -76,6 +92,7 @@ impl McpPool {
         });
         Self {
             slots: Mutex::default(),
+            swept: Mutex::default(),
             tokens: TokenCache::default(),
             clients,
             outbound: outbound.clone(),
@@ -123,6 +140,35 @@ impl McpPool {
         }
     }
 
+    /// Closes the sessions unused for `idle`, looking at most every `idle / 4` (and at most
+    /// once a second): a session a request is using is skipped, as is one whose slot a request
+    /// holds.
+    fn close_idle(&self, idle: Duration) {
+        {
+            let mut swept = self.swept.lock().unwrap_or_else(PoisonError::into_inner);
+            let every = (idle / 4).max(Duration::from_secs(1));
+            if swept.is_some_and(|at| at.elapsed() < every) {
+                return;
+            }
+            *swept = Some(Instant::now());
+        }
+        // Slots stay (an empty one is a few bytes): a request may have taken one from the map
+        // and be about to open a session in it, which must stay where the next sweep sees it.
+        for slot in self.slots().values() {
+            let Ok(mut current) = slot.try_lock() else {
+                continue;
+            };
+            if current
+                .as_ref()
+                .is_some_and(|live| live.idle_for() >= idle && Arc::strong_count(live) == 1)
+            {
+                if let Some(live) = current.take() {
+                    live.client.cancellation_token().cancel();
+                }
+            }
+        }
+    }
+
     /// Drops `live` if it is still the server's session.
     async fn discard(&self, id: i64, live: &Arc<Live>) {
         let slot = self.slot(id);
@@ -134,9 +180,11 @@ impl McpPool {
     }
 
     async fn session(&self, target: &Target, limits: &Limits) -> Result<Arc<Live>, Failure> {
+        self.close_idle(limits.session_idle);
         let slot = self.slot(target.id);
         let mut current = slot.lock().await;
         if let Some(live) = current.as_ref().filter(|l| l.usable_for(target)) {
+            live.take();
             return Ok(live.clone());
         }
         if let Some(old) = current.take() {
@@ -174,6 +222,7 @@ impl McpPool {
             client: opened.client,
             renew_at: opened.renew_at,
             tools: Mutex::new(None),
+            used: Mutex::new(Instant::now()),
         });
         *current = Some(live.clone());
         Ok(live)

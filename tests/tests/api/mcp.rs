@@ -676,6 +676,59 @@ async fn server_everything_over_stdio_sse_and_streamable_http() {
     assert!(d.data()["lastError"].as_str().is_some_and(|e| !e.is_empty()));
 }
 
+/// The processes whose environment holds `mark` (a stdio server's child, by its envVars).
+fn processes_with(mark: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|p| {
+            std::fs::read(p.path().join("environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == mark.as_bytes()))
+        })
+        .count()
+}
+
+/// A session nobody used for MCP_SESSION_IDLE_SECS is closed (its stdio child ends) when the
+/// pool is next used; the server opens a new one when it is called again.
+#[tokio::test]
+async fn sessions_unused_for_their_idle_time_are_closed() {
+    let app = spawn_with_stdio(Store::Filesystem, &[("MCP_SESSION_IDLE_SECS", "1")]).await;
+    let admin = app.admin_token().await;
+    let (command, args) = everything_stdio();
+    let mark = format!("IDLE_MARK={}", uuid::Uuid::new_v4());
+    let (key, value) = mark.split_once('=').unwrap();
+    let idle = create(
+        &app,
+        &admin,
+        json!({"name": "idle", "transportType": 3, "command": command, "args": args, "envVars": {key: value}}),
+    )
+    .await;
+    let busy = create(
+        &app,
+        &admin,
+        json!({"name": "busy", "transportType": 3, "command": command, "args": args}),
+    )
+    .await;
+    let add = json!({"a": 1, "b": 2});
+    mcp::call_tool(&app.state, idle, "get-sum", add.clone()).await.unwrap();
+    assert!(processes_with(&mark) > 0, "the idle server's child runs");
+
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    mcp::call_tool(&app.state, busy, "get-sum", add.clone()).await.unwrap();
+    let mut left = processes_with(&mark);
+    for _ in 0..50 {
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        left = processes_with(&mark);
+    }
+    assert_eq!(left, 0, "the idle session's child ended");
+    let again = mcp::call_tool(&app.state, idle, "get-sum", add).await.unwrap();
+    assert!(again.text.contains('3'), "{}", again.text);
+    assert!(processes_with(&mark) > 0, "a new session was opened");
+}
+
 #[tokio::test]
 async fn tool_results_are_capped_in_size() {
     let app = spawn_with_stdio(Store::Filesystem, &[("MCP_RESULT_MAX_BYTES", "16")]).await;

@@ -84,6 +84,14 @@ fn missing_field(detail: &str) -> Option<&str> {
     detail.strip_prefix("missing field `")?.strip_suffix('`')
 }
 
+/// The JSON a model wrapped in prose or a code fence: from the first `open` to the last
+/// `close`, or nothing when there is no such pair in that order.
+pub fn enclosed(text: &str, open: char, close: char) -> Option<&str> {
+    let start = text.find(open)?;
+    let end = text.rfind(close)?;
+    (end > start).then(|| &text[start..=end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@ use super::recall::{self, Strategy};
 use super::repo::{self, Content, Embedding, Origin};
 use crate::db::vector_literal;
 use crate::domain::Owner;
+use crate::json::enclosed;
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
 use crate::models::gateway::{self};
 use crate::models::ModelType;
@@ -310,11 +311,13 @@ pub fn parse(answer: &str, max: usize) -> Result<Vec<Content>, String> {
     Ok(out)
 }
 
+/// The answer's JSON object or array, whichever opens first.
 fn json_part(answer: &str) -> Option<&str> {
     let start = answer.find(['{', '['])?;
-    let close = if answer[start..].starts_with('{') { '}' } else { ']' };
-    let end = answer.rfind(close)?;
-    (end > start).then(|| &answer[start..=end])
+    match answer[start..].starts_with('{') {
+        true => enclosed(answer, '{', '}'),
+        false => enclosed(answer, '[', ']'),
+    }
 }
 
 fn text(item: &Value, keys: &[&str]) -> String {

@@ -70,11 +70,7 @@ pub async fn chunk(
 /// Reads `{"boundaries": [...]}` from the answer (code fences and prose around it allowed):
 /// sorted, unique, in 1..=n, and always starting at 1.
 fn boundaries(answer: &str, n: usize) -> Result<Vec<usize>, String> {
-    let json = answer
-        .find('{')
-        .zip(answer.rfind('}'))
-        .map(|(a, b)| &answer[a..=b])
-        .ok_or("the chunk model gave no JSON")?;
+    let json = crate::json::enclosed(answer, '{', '}').ok_or("the chunk model gave no JSON")?;
     let v: Value = serde_json::from_str(json).map_err(|e| format!("the chunk model's JSON is invalid: {e}"))?;
     let list = v["boundaries"]
         .as_array()
@@ -103,6 +99,9 @@ mod tests {
         );
         assert_eq!(boundaries("{\"boundaries\": []}", 5).unwrap(), vec![1]);
         assert!(boundaries("no idea", 5).is_err());
+        // Braces the wrong way round, as a cut or confused answer has them.
+        assert!(boundaries("} {", 5).is_err());
+        assert!(boundaries("note: } then {\"boundaries\": [1, 4", 5).is_err());
         assert!(boundaries("{\"b\": 1}", 5).is_err());
     }
 }

@@ -109,6 +109,13 @@ impl AppError {
     }
 
     /// `log`, then `public_message`: for a failure told inside a stream whose status was sent.
+    /// A failure of the service or what it depends on, not of the request: passed on as it
+    /// is (logged, shown as itself), never folded into another message or taken for a final
+    /// answer about the input.
+    pub fn is_server_side(&self) -> bool {
+        matches!(self, Self::Internal(_) | Self::Unavailable { .. })
+    }
+
     pub fn told(&self) -> String {
         self.log();
         self.public_message()
@@ -151,6 +158,13 @@ impl From<sqlx::Error> for AppError {
             false => Self::Internal(cause),
         }
     }
+}
+
+/// True when a database error is the violation of the named foreign key: a row named by
+/// another was deleted, or one naming it was written, between a check and the statement.
+pub fn is_foreign_key_violation(err: &sqlx::Error, constraint: &str) -> bool {
+    matches!(err, sqlx::Error::Database(db)
+        if db.is_foreign_key_violation() && db.constraint() == Some(constraint))
 }
 
 /// True when a database error is the violation of the named unique constraint.

@@ -7,7 +7,7 @@ use super::repo::{self, ConfigFields, ConfigQuery, EnableTarget, ProviderFields,
 use super::*;
 use crate::crypto::is_masked;
 use crate::domain::{CurrentUser, Page, PageQuery};
-use crate::error::is_unique_violation;
+use crate::error::{is_foreign_key_violation, is_unique_violation};
 use crate::outbound::Reach;
 use crate::{validate, AppError, AppResult, AppState};
 
@@ -116,7 +116,14 @@ pub async fn delete_provider(state: &AppState, user: &CurrentUser, id: i64) -> A
             "the provider still has {configs} model configs; delete them first"
         )));
     }
-    if !repo::delete_provider(state.db(), id).await? {
+    // A config created meanwhile holds the provider through its foreign key.
+    let deleted = repo::delete_provider(state.db(), id).await.map_err(|e| {
+        match is_foreign_key_violation(&e, PROVIDER_OF_CONFIG) {
+            true => AppError::business("a model config was created under the provider meanwhile; delete it first"),
+            false => e.into(),
+        }
+    })?;
+    if !deleted {
         return Err(AppError::not_found("provider"));
     }
     Ok(())
@@ -129,6 +136,9 @@ pub async fn set_provider_enabled(state: &AppState, user: &CurrentUser, id: i64,
     }
     Ok(())
 }
+
+/// The foreign key from a model config to its provider.
+const PROVIDER_OF_CONFIG: &str = "model_configs_provider_id_fkey";
 
 // ---- model configs ----
 
@@ -347,11 +357,13 @@ fn check_combination(
     })
 }
 
+fn unknown_provider(provider_id: i64) -> AppError {
+    AppError::validation(format!("providerId: provider {provider_id} does not exist"))
+}
+
 async fn ensure_provider(state: &AppState, provider_id: i64) -> AppResult<()> {
     if repo::provider(state.db(), provider_id).await?.is_none() {
-        return Err(AppError::validation(format!(
-            "providerId: provider {provider_id} does not exist"
-        )));
+        return Err(unknown_provider(provider_id));
     }
     Ok(())
 }
@@ -401,7 +413,13 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
         is_enabled: req.is_enabled,
     };
     let mut tx = state.db().begin().await?;
-    let id = repo::insert_config(&mut *tx, &fields, user.id).await?;
+    // The provider was checked above; one deleted since is as unknown as it would have been.
+    let id = repo::insert_config(&mut *tx, &fields, user.id).await.map_err(|e| {
+        match is_foreign_key_violation(&e, PROVIDER_OF_CONFIG) {
+            true => unknown_provider(provider_id),
+            false => e.into(),
+        }
+    })?;
     if is_default {
         make_default(&mut tx, id, checked.model_type.as_str()).await?;
     }

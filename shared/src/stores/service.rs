@@ -8,6 +8,7 @@ use super::repo::{self, Fields, Filter};
 use super::*;
 use crate::crypto::is_masked;
 use crate::domain::{CurrentUser, Page, PageQuery};
+use crate::error::is_foreign_key_violation;
 use crate::{validate, AppError, AppResult, AppState};
 
 fn category(value: i64) -> AppResult<i16> {
@@ -227,8 +228,19 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
             "{users} knowledge bases use this store instance"
         )));
     }
-    repo::delete(state.db(), id).await?;
-    Ok(())
+    // A base created meanwhile holds the instance through its foreign key.
+    repo::delete(state.db(), id).await.map_err(|e| {
+        let in_use = [
+            "knowledge_bases_vector_store_instance_id_fkey",
+            "knowledge_bases_search_engine_instance_id_fkey",
+        ]
+        .iter()
+        .any(|fk| is_foreign_key_violation(&e, fk));
+        match in_use {
+            true => AppError::business("a knowledge base was created on this store instance meanwhile"),
+            false => e.into(),
+        }
+    })
 }
 
 /// Administrators only, like registering an instance: the probe connects to any host and

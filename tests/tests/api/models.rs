@@ -868,6 +868,66 @@ async fn a_binding_waits_for_a_retype_in_flight_and_sees_it() {
     }
 }
 
+/// A provider deleted while a config is created under it, either way round: the one that
+/// comes second gets a precise refusal, not an internal error, and the other stands.
+#[tokio::test]
+async fn a_provider_and_a_config_created_under_it_meanwhile() {
+    let (app, server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let admin_id: i64 = app.get("/user", t).await.assert_ok()["id"].as_i64().unwrap();
+    let url = &server.base_url;
+    let body = |provider: i64| {
+        json!({ "providerId": provider, "modelName": "m", "modelKey": "chat-echo", "modelType": "CHAT",
+            "apiKey": GOOD_KEY, "apiEndpoint": url })
+    };
+
+    // A config being written under the provider when the provider's deletion comes.
+    let provider = app.provider(&admin, "first").await;
+    let mut creating = app.db.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO model_configs (provider_id, model_name, model_key, model_type, adapter_key, api_key_enc,
+           api_endpoint, creator_id)
+         VALUES ($1, 'm', 'k', 'CHAT', 'openai', 'sealed', 'http://127.0.0.1:9/v1', $2)",
+    )
+    .bind(provider)
+    .bind(admin_id)
+    .execute(&mut *creating)
+    .await
+    .unwrap();
+    let path = format!("/ai-model/provider/{provider}");
+    let delete = app.delete(&path, t);
+    let commit = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        creating.commit().await.unwrap();
+    };
+    let (deleted, ()) = tokio::join!(delete, commit);
+    deleted.assert_status_error(400, 0, "a model config was created under the provider meanwhile");
+    app.get(&path, t).await.assert_status_ok();
+
+    // The provider being deleted when a config is created under it.
+    let provider = app.provider(&admin, "second").await;
+    let mut deleting = app.db.begin().await.unwrap();
+    sqlx::query("DELETE FROM model_providers WHERE id = $1")
+        .bind(provider)
+        .execute(&mut *deleting)
+        .await
+        .unwrap();
+    let config = body(provider);
+    let create = app.post("/ai-model/config", t, &config);
+    let commit = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        deleting.commit().await.unwrap();
+    };
+    let (created, ()) = tokio::join!(create, commit);
+    created.assert_status_error(400, 0, &format!("providerId: provider {provider} does not exist"));
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM model_configs WHERE provider_id = $1")
+        .bind(provider)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
 /// Where a config calls, and its key's tail, are for those who manage it: a GLOBAL model's
 /// endpoint may be an address in the operator's network.
 #[tokio::test]

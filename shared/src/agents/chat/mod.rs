@@ -60,7 +60,10 @@ fn chat_model(state: &AppState, agent: &AgentRow, config: Option<ModelConfigRow>
         Some(id) => gateway::checked(state, id, config, ModelType::Chat),
         None => gateway::checked_default(state, config, ModelType::Chat),
     };
-    model.map_err(|e| AppError::business(format!("this agent has no usable chat model: {e}")))
+    model.map_err(|e| match e.is_server_side() {
+        true => e,
+        false => AppError::business(format!("this agent has no usable chat model: {}", e.told())),
+    })
 }
 
 fn conversation_key(value: Option<String>) -> AppResult<String> {

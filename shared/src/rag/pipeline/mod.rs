@@ -28,7 +28,12 @@ pub async fn enqueue(state: &AppState, document_id: i64, run_id: uuid::Uuid) {
     if let Err(e) = state.queue().send(QueueName::Ingest, body).await {
         tracing::error!(document_id, error = ?e, "queueing a document failed");
         let message = format!("the document could not be queued ({e}); reprocess it");
-        let _ = crate::rag::documents::repo::mark_failed(state.db(), document_id, run_id, "queue", &message).await;
+        if let Err(e) =
+            crate::rag::documents::repo::mark_failed(state.db(), document_id, run_id, "queue", &message).await
+        {
+            // Left pending: reprocessing it, or the daily housekeeping's stalled-document job, ends that.
+            tracing::error!(document_id, error = %e, "marking an unqueued document failed did not work either");
+        }
     }
 }
 

@@ -97,7 +97,7 @@ fn lease_secs(state: &AppState) -> f64 {
 }
 
 /// Records progress and renews the lease: a worker that stops reporting loses the document.
-async fn set_stage(state: &AppState, doc: &DocRow, status: &str, progress: i32) -> Result<(), Stop> {
+async fn set_stage(state: &AppState, doc: &DocRow, status: &'static str, progress: i32) -> Result<(), Stop> {
     sqlx::query(
         "UPDATE documents SET status = $3, progress = $4, lease_until = now() + make_interval(secs => $5),
          updated_at = now() WHERE id = $1 AND run_id = $2",
@@ -111,7 +111,7 @@ async fn set_stage(state: &AppState, doc: &DocRow, status: &str, progress: i32) 
     .await
     .map(|_| ())
     .map_err(|e| Stop::Transient {
-        stage: "parsing",
+        stage: status,
         error: e.into(),
     })
 }
@@ -220,7 +220,13 @@ async fn parse_document(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Pa
 async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> Result<Vec<Vec<f32>>, Stop> {
     let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding)
         .await
-        .map_err(|e| permanent("embedding", format!("the embedding model cannot be used: {e}")))?;
+        .map_err(|e| match e.is_server_side() {
+            true => Stop::Transient {
+                stage: "embedding",
+                error: e.into(),
+            },
+            false => permanent("embedding", format!("the embedding model cannot be used: {}", e.told())),
+        })?;
     let dim = Some(kb.dimension as usize);
     let mut vectors = Vec::with_capacity(chunks.len());
     for (i, group) in chunks.chunks(EMBED_GROUP).enumerate() {

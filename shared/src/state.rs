@@ -29,6 +29,8 @@ struct Inner {
     models: ModelClient,
     mcp: McpPool,
     verified_apps: VerifiedApps,
+    /// Where clients reach the API, learned from a request when PUBLIC_BASE_URL is not set.
+    learned_base_url: std::sync::OnceLock<String>,
 }
 
 impl AppState {
@@ -78,6 +80,7 @@ impl AppState {
                 models,
                 mcp,
                 verified_apps: VerifiedApps::default(),
+                learned_base_url: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -120,9 +123,28 @@ impl AppState {
         format!("/{}", self.inner.config.api_prefix)
     }
 
-    /// A link to a path of this API, absolute when PUBLIC_BASE_URL is set.
+    /// A link to a path of this API: absolute when PUBLIC_BASE_URL is set or the address was
+    /// learned from a request (`learn_base_url`), else from the host's root.
     pub fn link(&self, path: &str) -> String {
-        let base = self.inner.config.public_base_url.as_deref().unwrap_or("");
+        let base = self
+            .inner
+            .config
+            .public_base_url
+            .as_deref()
+            .or_else(|| self.inner.learned_base_url.get().map(String::as_str))
+            .unwrap_or("");
         format!("{base}{}{path}", self.base_path())
+    }
+
+    /// Takes `base` as the address clients reach the API at, unless PUBLIC_BASE_URL says it
+    /// or one was learned already: behind API Gateway a path from the host's root misses the
+    /// stage the API is deployed at.
+    pub fn learn_base_url(&self, base: impl FnOnce() -> Option<String>) {
+        if self.inner.config.public_base_url.is_some() || self.inner.learned_base_url.get().is_some() {
+            return;
+        }
+        if let Some(base) = base() {
+            let _ = self.inner.learned_base_url.set(base);
+        }
     }
 }

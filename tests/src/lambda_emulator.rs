@@ -276,6 +276,9 @@ pub fn with_traceparent(mut event: Value, traceparent: &str) -> Value {
     event
 }
 
+/// The API's default endpoint the emulated events come through.
+pub const API_DOMAIN: &str = "api1.execute-api.us-east-1.amazonaws.com";
+
 /// An API Gateway REST proxy event for `method path` on stage `prod`.
 pub fn rest_event(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>) -> Value {
     let headers: serde_json::Map<String, Value> = headers
@@ -292,6 +295,7 @@ pub fn rest_event(method: &str, path: &str, headers: &[(&str, &str)], body: Opti
         "queryStringParameters": null, "multiValueQueryStringParameters": null,
         "pathParameters": { "proxy": path.trim_start_matches("/api/") }, "stageVariables": null,
         "requestContext": { "accountId": "000000000000", "resourceId": "abc", "stage": "prod", "requestId": "req-1",
+            "domainName": API_DOMAIN,
             "identity": { "sourceIp": "203.0.113.7", "userAgent": "test" }, "resourcePath": "/api/{proxy+}",
             "httpMethod": method, "apiId": "api1", "path": format!("/prod{path}"), "protocol": "HTTP/1.1" },
         "body": body.map(Value::to_string), "isBase64Encoded": false

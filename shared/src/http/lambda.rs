@@ -1,9 +1,12 @@
 //! Lambda entry points of the HTTP functions: one call per function binary.
 
 use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
 use futures::StreamExt;
+use lambda_http::request::RequestContext;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::AppState;
@@ -24,11 +27,31 @@ async fn application(api: OpenApiRouter<AppState>) -> Result<Router, lambda_http
     let state = crate::startup::start()
         .await
         .map_err(|e| lambda_http::Error::from(format!("{e:#}")))?;
-    let app = super::app::assemble(api, state).0;
+    let app = super::app::assemble(api, state.clone())
+        .0
+        .layer(axum::middleware::from_fn_with_state(state, learn_base_url));
     Ok(match crate::telemetry::tracing_enabled() {
         true => app.layer(axum::middleware::map_response(flush_at_end)),
         false => app,
     })
+}
+
+/// Links the service hands out (`accessUrl`, document images) need the address clients call,
+/// which API Gateway knows and the function does not: without PUBLIC_BASE_URL it is taken from
+/// the request. On the API's default endpoint paths start with the stage; a custom domain maps
+/// the API at its root (one mapped under a base path needs PUBLIC_BASE_URL).
+async fn learn_base_url(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    state.learn_base_url(|| match req.extensions().get::<RequestContext>()? {
+        RequestContext::ApiGatewayV1(c) => {
+            let domain = c.domain_name.as_deref()?;
+            Some(match (domain.ends_with(".amazonaws.com"), c.stage.as_deref()) {
+                (true, Some(stage)) => format!("https://{domain}/{stage}"),
+                _ => format!("https://{domain}"),
+            })
+        }
+        _ => None,
+    });
+    next.run(req).await
 }
 
 /// Lambda may freeze the process as soon as an invocation's response has been sent, spans

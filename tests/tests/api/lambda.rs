@@ -58,6 +58,25 @@ async fn api_gateway_events_reach_the_user_function() {
     assert_eq!((status, body["code"].as_i64()), (401, Some(401)));
 }
 
+/// Behind API Gateway the links the service hands out carry the address clients call, the
+/// stage included: a path from the host's root would miss it (403 from API Gateway).
+#[tokio::test]
+async fn links_under_lambda_carry_the_api_gateway_stage() {
+    let s = ChatSetup::new().await;
+    let uploaded = s.app.upload_resource(&s.admin, "a.txt", b"text".to_vec(), None).await;
+    let id = uploaded.assert_ok()["id"].as_i64().unwrap();
+    let f = Emulator::start(binary("resource-api"), &function_env(&s.app)).await;
+    let page = rest_event("GET", "/api/resource/page", &[("svc-auth", &s.admin)], None);
+    let (status, body) = json_answer(f.invoke(page).await);
+    assert_eq!(status, 200, "{body}");
+    let domain = api_tests::lambda_emulator::API_DOMAIN;
+    assert_eq!(
+        body["data"]["data"][0]["accessUrl"],
+        format!("https://{domain}/prod/api/resource/{id}/preview"),
+        "{body}"
+    );
+}
+
 /// Under Lambda the login throttle counts by API Gateway's source IP, whatever
 /// `X-Forwarded-For` says: five failures lock that address for the account, another address
 /// still logs in.

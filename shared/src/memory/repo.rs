@@ -10,7 +10,7 @@ use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 use super::model::MemoryRow;
 use crate::db::vector_literal;
 use crate::domain::Owner;
-use crate::rag::bases::repo::{ops, vector_expr};
+use crate::rag::bases::repo::{ops, vector_cast, vector_expr};
 use crate::rag::search::bm25;
 use crate::rag::search::fusion::Hit;
 use crate::rag::segment;
@@ -90,15 +90,6 @@ pub async fn list(db: &PgPool, scope: &Scope, limit: i64) -> sqlx::Result<Vec<Me
     q.build_query_as().fetch_all(db).await
 }
 
-/// The cast of a query vector matching [`vector_expr`].
-fn query_cast(dimension: i32) -> String {
-    if dimension > 2000 {
-        format!("halfvec({dimension})")
-    } else {
-        format!("vector({dimension})")
-    }
-}
-
 /// The partial HNSW index over the memories of one embedding model and dimension. DDL takes
 /// no bind parameters: the numbers are our own ids and a vector length, never client text.
 fn index_sql(model_id: i64, dimension: i32) -> String {
@@ -138,7 +129,7 @@ pub async fn vector_hits(
     limit: usize,
 ) -> sqlx::Result<Vec<Hit>> {
     let dimension = vector.len() as i32;
-    let (expr, cast) = (vector_expr(dimension), query_cast(dimension));
+    let (expr, cast) = (vector_expr(dimension), vector_cast(dimension));
     let literal = vector_literal(vector);
     let mut q = QueryBuilder::new(format!("SELECT m.id, (1 - ({expr} <=> "));
     q.push_bind(literal.clone())
@@ -298,8 +289,6 @@ pub struct Embedding<'a> {
     pub vector: &'a str,
 }
 
-/// Writes the text, its index and (when given) its embedding; a memory with no embedding
-/// keeps the one it had.
 /// Locks the memory for the rest of the transaction; whether it is still as of `read` (false
 /// also when it is gone).
 pub async fn lock_unchanged(conn: &mut PgConnection, id: i64, read: DateTime<Utc>) -> sqlx::Result<bool> {
@@ -311,6 +300,8 @@ pub async fn lock_unchanged(conn: &mut PgConnection, id: i64, read: DateTime<Utc
     Ok(same == Some(true))
 }
 
+/// Writes the text, its index and (when given) its embedding; a memory with no embedding
+/// keeps the one it had.
 pub async fn write_content(
     db: impl PgExecutor<'_>,
     id: i64,

@@ -131,11 +131,7 @@ pub async fn vector_hits(
     limit: usize,
 ) -> sqlx::Result<Vec<Hit>> {
     let expr = bases::repo::vector_expr(dimension);
-    let cast = if dimension > 2000 {
-        format!("halfvec({dimension})")
-    } else {
-        format!("vector({dimension})")
-    };
+    let cast = bases::repo::vector_cast(dimension);
     let sql = format!(
         "SELECT id, (1 - ({expr} <=> $1::{cast}))::float8 AS score FROM chunks
          WHERE rag_id = {rag_id} AND embedding IS NOT NULL ORDER BY {expr} <=> $1::{cast} LIMIT $2"

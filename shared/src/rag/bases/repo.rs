@@ -177,6 +177,15 @@ pub fn vector_expr(dimension: i32) -> String {
     }
 }
 
+/// The type a query vector is cast to, to be compared with [`vector_expr`].
+pub fn vector_cast(dimension: i32) -> String {
+    if dimension > 2000 {
+        format!("halfvec({dimension})")
+    } else {
+        format!("vector({dimension})")
+    }
+}
+
 /// The operator class of [`vector_expr`] for cosine distance.
 pub fn ops(dimension: i32) -> &'static str {
     if dimension > 2000 {

@@ -3,7 +3,7 @@
 use axum::extract::State;
 use shared::http::envelope::Empty;
 use shared::http::{Api, ApiResult, CurrentUser, Envelope, Json, Path};
-use shared::memory::config::{ConfigRequest, ConfigView};
+use shared::memory::config_model::{ConfigRequest, ConfigView};
 use shared::memory::{config_service, DebugRequest, MemoryView};
 use shared::AppState;
 use utoipa_axum::router::OpenApiRouter;

@@ -52,7 +52,7 @@ pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData) ->
         models::service::hold_usable(conn, user, &[chat]).await?;
     }
     if let Some(id) = d.memory_config_id {
-        crate::memory::config::find_held(conn, id)
+        crate::memory::config_repo::find_held(conn, id)
             .await?
             .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?
             .check_models_usable(conn, user, "memoryConfigId")

@@ -1,89 +1,18 @@
-//! Memory configs: the recall strategy and extraction settings an agent is bound to, their
-//! validation, and the built-in defaults used when an agent has none.
+//! Memory configs' rules: what a request may change, and the checks a config must pass,
+//! against the models it names and the agents bound to it.
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use sqlx::{PgConnection, PgPool};
-use utoipa::ToSchema;
+use sqlx::PgConnection;
 
+use super::config_model::{ConfigRequest, ConfigRow, FUSION_STRATEGIES};
+use super::config_repo;
 use crate::domain::CurrentUser;
 use crate::models::service::ModelRef;
 use crate::models::{self, ModelType};
-use crate::rag::search::fusion;
 use crate::stores;
 use crate::validate;
-use crate::{time, AppError, AppResult, AppState};
-
-pub const FUSION_STRATEGIES: [&str; 2] = ["RRF", "WEIGHTED_SUM"];
-
-/// The stored settings; also the shape of the built-in defaults (`id` None).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ConfigRow {
-    pub id: Option<i64>,
-    pub name: String,
-    pub status: i16,
-    pub vector_store_instance_id: Option<i64>,
-    pub embedding_model_id: Option<i64>,
-    pub dimension: Option<i32>,
-    pub max_recall: i32,
-    pub rerank_model_id: Option<i64>,
-    pub enter_rerank_count: i32,
-    pub extraction_interval: i32,
-    pub max_memories_per_extraction: i32,
-    pub extraction_model_id: Option<i64>,
-    pub memory_expiration_days: Option<i32>,
-    pub rrf_k: i32,
-    pub search_engine_enable: bool,
-    pub search_engine_instance_id: Option<i64>,
-    pub rewrite_enabled: bool,
-    pub rerank_enabled: bool,
-    pub threshold_enabled: bool,
-    pub similarity_threshold: f64,
-    pub dense_weight: f64,
-    pub fusion_strategy: String,
-    pub custom_extraction_prompt: Option<String>,
-    pub creator_id: i64,
-    pub create_dt: DateTime<Utc>,
-    pub update_dt: DateTime<Utc>,
-}
+use crate::{AppError, AppResult, AppState};
 
 impl ConfigRow {
-    /// What an agent with `memoryEnabled` but no `memoryConfigId` gets: the default EMBEDDING
-    /// model, the default CHAT model for extraction, vector-only recall of 5, an extraction
-    /// every 5 rounds of at most 5 memories, no expiry. The same values are the column
-    /// defaults of a new config.
-    pub fn builtin() -> Self {
-        let now = Utc::now();
-        Self {
-            id: None,
-            name: "built-in defaults".to_owned(),
-            status: 1,
-            vector_store_instance_id: None,
-            embedding_model_id: None,
-            dimension: None,
-            max_recall: 5,
-            rerank_model_id: None,
-            enter_rerank_count: 20,
-            extraction_interval: 5,
-            max_memories_per_extraction: 5,
-            extraction_model_id: None,
-            memory_expiration_days: None,
-            rrf_k: 60,
-            search_engine_enable: false,
-            search_engine_instance_id: None,
-            rewrite_enabled: false,
-            rerank_enabled: false,
-            threshold_enabled: false,
-            similarity_threshold: 0.5,
-            dense_weight: fusion::DEFAULT_DENSE_WEIGHT,
-            fusion_strategy: fusion::DEFAULT_STRATEGY.to_owned(),
-            custom_extraction_prompt: None,
-            creator_id: 0,
-            create_dt: now,
-            update_dt: now,
-        }
-    }
-
     /// Applies the fields a request carries (absent = unchanged).
     pub fn apply(&mut self, r: ConfigRequest) {
         macro_rules! set {
@@ -265,17 +194,7 @@ async fn check_binders_may_use(
 }
 
 async fn check_binder_may_use(conn: &mut PgConnection, config_id: i64, field: &str, model_id: i64) -> AppResult<()> {
-    let refused: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM agents a JOIN users u ON u.id = a.creator_id
-         JOIN model_configs m ON m.id = $2
-         WHERE a.memory_config_id = $1 AND m.scope = 'PERSONAL' AND m.creator_id <> a.creator_id
-           AND u.role <> $3",
-    )
-    .bind(config_id)
-    .bind(model_id)
-    .bind(crate::domain::Role::Admin.code())
-    .fetch_one(conn)
-    .await?;
+    let refused = config_repo::binders_who_may_not_use(conn, config_id, model_id).await?;
     if refused > 0 {
         return Err(AppError::validation(format!(
             "{field}: model {model_id} is not available to the creators of {refused} agent(s) using this memory config"
@@ -292,226 +211,10 @@ fn unit(field: &str, v: f64) -> AppResult<()> {
     }
 }
 
-/// Body of POST and PUT /memory/config: every field optional on update; `name` and
-/// `embeddingModelId` required on create.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ConfigRequest {
-    pub name: Option<String>,
-    /// 1 enabled (default), 0 disabled.
-    pub status: Option<i16>,
-    pub vector_store_instance_id: Option<i64>,
-    pub embedding_model_id: Option<i64>,
-    pub dimension_of_vector_model: Option<i32>,
-    pub max_recall: Option<i32>,
-    pub rerank_model_id: Option<i64>,
-    pub enter_rerank_count: Option<i32>,
-    /// Rounds (user messages) between two extractions.
-    pub extraction_interval: Option<i32>,
-    pub max_memories_per_extraction: Option<i32>,
-    pub extraction_model_id: Option<i64>,
-    pub memory_expiration_days: Option<i32>,
-    pub rrf_k: Option<i32>,
-    pub search_engine_enable: Option<bool>,
-    pub rewrite_enabled: Option<bool>,
-    pub rerank_enabled: Option<bool>,
-    pub threshold_enabled: Option<bool>,
-    pub similarity_threshold: Option<f64>,
-    pub dense_weight: Option<f64>,
-    /// RRF or WEIGHTED_SUM.
-    pub fusion_strategy: Option<String>,
-    pub search_engine_instance_id: Option<i64>,
-    pub custom_extraction_prompt: Option<String>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ConfigView {
-    pub id: i64,
-    pub name: String,
-    pub status: i16,
-    pub vector_store_instance_id: Option<i64>,
-    pub embedding_model_id: Option<i64>,
-    pub dimension_of_vector_model: Option<i32>,
-    pub max_recall: i32,
-    pub rerank_model_id: Option<i64>,
-    pub enter_rerank_count: i32,
-    pub extraction_interval: i32,
-    pub max_memories_per_extraction: i32,
-    pub extraction_model_id: Option<i64>,
-    pub memory_expiration_days: Option<i32>,
-    pub rrf_k: i32,
-    pub search_engine_enable: bool,
-    pub rewrite_enabled: bool,
-    pub rerank_enabled: bool,
-    pub threshold_enabled: bool,
-    pub similarity_threshold: f64,
-    pub dense_weight: f64,
-    pub fusion_strategy: String,
-    pub search_engine_instance_id: Option<i64>,
-    pub custom_extraction_prompt: Option<String>,
-    pub creator_id: i64,
-    pub create_dt: String,
-    pub update_dt: String,
-}
-
-impl From<ConfigRow> for ConfigView {
-    fn from(r: ConfigRow) -> Self {
-        Self {
-            id: r.id.unwrap_or_default(),
-            name: r.name,
-            status: r.status,
-            vector_store_instance_id: r.vector_store_instance_id,
-            embedding_model_id: r.embedding_model_id,
-            dimension_of_vector_model: r.dimension,
-            max_recall: r.max_recall,
-            rerank_model_id: r.rerank_model_id,
-            enter_rerank_count: r.enter_rerank_count,
-            extraction_interval: r.extraction_interval,
-            max_memories_per_extraction: r.max_memories_per_extraction,
-            extraction_model_id: r.extraction_model_id,
-            memory_expiration_days: r.memory_expiration_days,
-            rrf_k: r.rrf_k,
-            search_engine_enable: r.search_engine_enable,
-            rewrite_enabled: r.rewrite_enabled,
-            rerank_enabled: r.rerank_enabled,
-            threshold_enabled: r.threshold_enabled,
-            similarity_threshold: r.similarity_threshold,
-            dense_weight: r.dense_weight,
-            fusion_strategy: r.fusion_strategy,
-            search_engine_instance_id: r.search_engine_instance_id,
-            custom_extraction_prompt: r.custom_extraction_prompt,
-            creator_id: r.creator_id,
-            create_dt: time::datetime(r.create_dt),
-            update_dt: time::datetime(r.update_dt),
-        }
-    }
-}
-
-const COLUMNS: &str = "id, name, status, vector_store_instance_id, embedding_model_id, dimension, max_recall,
-    rerank_model_id, enter_rerank_count, extraction_interval, max_memories_per_extraction, extraction_model_id,
-    memory_expiration_days, rrf_k, search_engine_enable, search_engine_instance_id, rewrite_enabled, rerank_enabled,
-    threshold_enabled, similarity_threshold, dense_weight, fusion_strategy, custom_extraction_prompt, creator_id,
-    create_dt, update_dt";
-
-pub async fn find(db: &PgPool, id: i64) -> sqlx::Result<Option<ConfigRow>> {
-    sqlx::query_as(&format!("SELECT {COLUMNS} FROM memory_configs WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(db)
-        .await
-}
-
-/// The config, held until the transaction ends: an agent bound to it is written under this
-/// hold, and an edit of the config takes the row for update before it checks the agents bound
-/// to it. Either the edit's check sees the new binding or the binding's check sees the edit.
-pub async fn find_held(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<ConfigRow>> {
-    sqlx::query_as(&format!("SELECT {COLUMNS} FROM memory_configs WHERE id = $1 FOR SHARE"))
-        .bind(id)
-        .fetch_optional(conn)
-        .await
-}
-
-/// Takes the config for update (see `find_held`).
-pub async fn lock_for_edit(conn: &mut PgConnection, id: i64) -> sqlx::Result<()> {
-    sqlx::query("SELECT 1 FROM memory_configs WHERE id = $1 FOR UPDATE")
-        .bind(id)
-        .execute(conn)
-        .await
-        .map(|_| ())
-}
-
-pub async fn list(db: &PgPool) -> sqlx::Result<Vec<ConfigRow>> {
-    sqlx::query_as(&format!("SELECT {COLUMNS} FROM memory_configs ORDER BY id"))
-        .fetch_all(db)
-        .await
-}
-
-/// The settings an agent's memory runs with: its config, or the built-in defaults when it
-/// has none. A config id that no longer exists is an error, not a silent fallback.
-pub async fn effective(db: &PgPool, id: Option<i64>) -> AppResult<ConfigRow> {
-    match id {
-        None => Ok(ConfigRow::builtin()),
-        Some(id) => find(db, id)
-            .await?
-            .ok_or_else(|| AppError::business(format!("memory config {id} does not exist"))),
-    }
-}
-
-/// Writes a new config or every field of an existing one; returns the id. An existing one is
-/// written only as it was read (`c.update_dt`): None when it changed since, and nothing was
-/// written, since `c` would undo that change.
-pub async fn save(db: impl sqlx::PgExecutor<'_>, c: &ConfigRow) -> sqlx::Result<Option<i64>> {
-    let mut q = match c.id {
-        None => sqlx::QueryBuilder::new(
-            "INSERT INTO memory_configs (name, status, vector_store_instance_id, embedding_model_id, dimension, max_recall,
-             rerank_model_id, enter_rerank_count, extraction_interval, max_memories_per_extraction, extraction_model_id,
-             memory_expiration_days, rrf_k, search_engine_enable, search_engine_instance_id, rewrite_enabled,
-             rerank_enabled, threshold_enabled, similarity_threshold, dense_weight, fusion_strategy,
-             custom_extraction_prompt, creator_id) VALUES (",
-        ),
-        Some(_) => sqlx::QueryBuilder::new(
-            "UPDATE memory_configs SET update_dt = now(), (name, status, vector_store_instance_id, embedding_model_id,
-             dimension, max_recall, rerank_model_id, enter_rerank_count, extraction_interval, max_memories_per_extraction,
-             extraction_model_id, memory_expiration_days, rrf_k, search_engine_enable, search_engine_instance_id,
-             rewrite_enabled, rerank_enabled, threshold_enabled, similarity_threshold, dense_weight, fusion_strategy,
-             custom_extraction_prompt, creator_id) = (",
-        ),
-    };
-    let mut s = q.separated(", ");
-    s.push_bind(&c.name)
-        .push_bind(c.status)
-        .push_bind(c.vector_store_instance_id)
-        .push_bind(c.embedding_model_id)
-        .push_bind(c.dimension)
-        .push_bind(c.max_recall)
-        .push_bind(c.rerank_model_id)
-        .push_bind(c.enter_rerank_count)
-        .push_bind(c.extraction_interval)
-        .push_bind(c.max_memories_per_extraction)
-        .push_bind(c.extraction_model_id)
-        .push_bind(c.memory_expiration_days)
-        .push_bind(c.rrf_k)
-        .push_bind(c.search_engine_enable)
-        .push_bind(c.search_engine_instance_id)
-        .push_bind(c.rewrite_enabled)
-        .push_bind(c.rerank_enabled)
-        .push_bind(c.threshold_enabled)
-        .push_bind(c.similarity_threshold)
-        .push_bind(c.dense_weight)
-        .push_bind(&c.fusion_strategy)
-        .push_bind(&c.custom_extraction_prompt)
-        .push_bind(c.creator_id);
-    match c.id {
-        None => q.push(") RETURNING id"),
-        Some(id) => q
-            .push(") WHERE id = ")
-            .push_bind(id)
-            .push(" AND update_dt = ")
-            .push_bind(c.update_dt)
-            .push(" RETURNING id"),
-    };
-    q.build_query_scalar().fetch_optional(db).await
-}
-
-pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM memory_configs WHERE id = $1")
-        .bind(id)
-        .execute(db)
-        .await
-        .map(|_| ())
-}
-
-/// Agents bound to the config.
-pub async fn agents_using(db: &PgPool, id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM agents WHERE memory_config_id = $1")
-        .bind(id)
-        .fetch_one(db)
-        .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rag::search::fusion;
 
     #[test]
     fn apply_changes_only_the_given_fields() {

@@ -1,7 +1,8 @@
 //! `/memory/config`: memory config CRUD and the recall debugger. Any signed-in user may read
 //! configs and create one; only its creator or an administrator may change or delete it.
 
-use super::config::{self, ConfigRequest, ConfigRow, ConfigView};
+use super::config_model::{ConfigRequest, ConfigRow, ConfigView};
+use super::config_repo;
 use super::model::{DebugRequest, MemoryView};
 use super::repo::{self, Scope};
 use super::{recall, service};
@@ -12,7 +13,7 @@ use crate::validate;
 use crate::{AppError, AppResult, AppState};
 
 pub async fn list(state: &AppState) -> AppResult<Vec<ConfigView>> {
-    Ok(config::list(state.db())
+    Ok(config_repo::list(state.db())
         .await?
         .into_iter()
         .map(ConfigView::from)
@@ -20,7 +21,7 @@ pub async fn list(state: &AppState) -> AppResult<Vec<ConfigView>> {
 }
 
 async fn find(state: &AppState, id: i64) -> AppResult<ConfigRow> {
-    config::find(state.db(), id)
+    config_repo::find(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("memory config"))
 }
@@ -38,7 +39,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: ConfigRequest) ->
     row.validate(state, user, None).await?;
     let mut tx = state.db().begin().await?;
     row.hold_new_models(&mut tx, user, None).await?;
-    let id = config::save(&mut *tx, &row)
+    let id = config_repo::save(&mut *tx, &row)
         .await?
         .ok_or_else(|| AppError::Internal(anyhow::anyhow!("an insert returned no id")))?;
     tx.commit().await?;
@@ -63,12 +64,12 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: ConfigRe
     // a slow model must not hold up agents being bound to the config meanwhile.
     row.validate(state, user, Some(&before)).await?;
     // The binders are checked under the config's lock: an agent being bound to it meanwhile
-    // is either seen here or checks this edit's models itself (`config::find_held`). An edit
+    // is either seen here or checks this edit's models itself (`config_repo::find_held`). An edit
     // saved since `before` was read makes the save below find no row: 409.
     let mut tx = state.db().begin().await?;
-    config::lock_for_edit(&mut tx, id).await?;
+    config_repo::lock_for_edit(&mut tx, id).await?;
     row.hold_new_models(&mut tx, user, Some(&before)).await?;
-    match config::save(&mut *tx, &row).await? {
+    match config_repo::save(&mut *tx, &row).await? {
         Some(_) => Ok(tx.commit().await?),
         None => Err(AppError::changed_meanwhile("memory config")),
     }
@@ -77,14 +78,14 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: ConfigRe
 /// Refused while agents are bound to the config: they would silently lose their strategy.
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
     managed(state, user, id).await?;
-    let n = config::agents_using(state.db(), id).await?;
+    let n = config_repo::agents_using(state.db(), id).await?;
     if n > 0 {
         return Err(AppError::business(format!(
             "memory config {id} is used by {n} agent(s); unbind it first"
         )));
     }
     // An agent bound meanwhile holds the config through its foreign key.
-    config::delete(state.db(), id).await.map_err(|e| match e {
+    config_repo::delete(state.db(), id).await.map_err(|e| match e {
         sqlx::Error::Database(db) if db.constraint() == Some("agents_memory_config_id_fkey") => AppError::business(
             format!("memory config {id} was just bound to an agent; unbind it first"),
         ),

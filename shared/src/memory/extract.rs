@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::config;
+use super::config_repo;
 use super::model::{MemoryRow, MEMORY_TYPES};
 use super::recall::{self, Strategy};
 use super::repo::{self, Content, Embedding, Origin};
@@ -380,7 +380,7 @@ fn item_content(item: &Value) -> Result<Content, String> {
 /// extraction (or the last queued one, so later rounds do not queue the same work again).
 pub async fn after_round(state: &AppState, conv: &Conversation, config_id: Option<i64>) -> AppResult<()> {
     let db = state.db();
-    let interval = config::effective(db, config_id).await?.extraction_interval.max(1);
+    let interval = config_repo::effective(db, config_id).await?.extraction_interval.max(1);
     let (rounds, newest): (i64, Option<i64>) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE m.role = 'user'), max(m.id) FROM messages m
          WHERE m.conversation_id = $1 AND m.id > COALESCE((SELECT GREATEST(last_message_id, queued_message_id)

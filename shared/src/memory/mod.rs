@@ -3,10 +3,12 @@
 //!
 //! Chat uses two calls: [`recall`] before answering and [`after_round`] after each round.
 //! An agent with `memoryEnabled` but no `memoryConfigId` runs on the built-in defaults
-//! ([`config::ConfigRow::builtin`]): the default EMBEDDING model for recall, the default CHAT
+//! ([`config_model::ConfigRow::builtin`]): the default EMBEDDING model for recall, the default CHAT
 //! model for extraction.
 
 pub mod config;
+pub mod config_model;
+pub mod config_repo;
 pub mod config_service;
 pub mod context;
 pub mod extract;

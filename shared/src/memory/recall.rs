@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::config::{self, ConfigRow};
+use super::config_model::ConfigRow;
+use super::config_repo;
 use super::repo::{self, Scope};
 use crate::domain::Owner;
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
@@ -37,7 +38,7 @@ pub struct Strategy {
 
 /// The strategy of config `config_id`, or of the built-in defaults (default EMBEDDING model).
 pub async fn strategy(state: &AppState, config_id: Option<i64>) -> AppResult<Strategy> {
-    strategy_of(state, config::effective(state.db(), config_id).await?).await
+    strategy_of(state, config_repo::effective(state.db(), config_id).await?).await
 }
 
 /// The strategy of a config already read (and checked) by the caller.

@@ -1376,7 +1376,7 @@ async fn configs_are_validated_and_managed() {
         .await
         .assert_error(400, 0, "used by 1 agent");
     // A binding that lands between that count and the delete is held by the foreign key.
-    let raced = shared::memory::config::delete(&s.app.db, id).await.unwrap_err();
+    let raced = shared::memory::config_repo::delete(&s.app.db, id).await.unwrap_err();
     assert!(raced.to_string().contains("agents_memory_config_id_fkey"), "{raced}");
     sqlx::query("UPDATE agents SET memory_config_id = NULL WHERE id = $1")
         .bind(agent)
@@ -1534,10 +1534,10 @@ async fn stats_and_context_preview() {
 /// nothing instead of undoing that change, and the API answers 409.
 #[tokio::test]
 async fn a_config_edit_made_from_a_stale_read_writes_nothing() {
-    use shared::memory::config;
+    use shared::memory::config_repo;
     let s = setup(false).await;
     let id = s.config(json!({})).await;
-    let read = config::find(&s.app.db, id).await.unwrap().unwrap();
+    let read = config_repo::find(&s.app.db, id).await.unwrap().unwrap();
     s.app
         .put(&format!("/memory/config/{id}"), s.t(), &json!({ "maxRecall": 7 }))
         .await
@@ -1545,11 +1545,11 @@ async fn a_config_edit_made_from_a_stale_read_writes_nothing() {
     let mut stale = read.clone();
     stale.name = "stale".into();
     assert_eq!(
-        config::save(&s.app.db, &stale).await.unwrap(),
+        config_repo::save(&s.app.db, &stale).await.unwrap(),
         None,
         "a write from a stale read is refused"
     );
-    let now = config::find(&s.app.db, id).await.unwrap().unwrap();
+    let now = config_repo::find(&s.app.db, id).await.unwrap().unwrap();
     assert_eq!(
         (now.name.as_str(), now.max_recall),
         ("memory", 7),
@@ -1557,7 +1557,7 @@ async fn a_config_edit_made_from_a_stale_read_writes_nothing() {
     );
     let mut fresh = now.clone();
     fresh.name = "fresh".into();
-    assert_eq!(config::save(&s.app.db, &fresh).await.unwrap(), Some(id));
+    assert_eq!(config_repo::save(&s.app.db, &fresh).await.unwrap(), Some(id));
 }
 
 /// Alice's config on a GLOBAL model, her PERSONAL model at an endpoint of hers, and Bob.

@@ -1,0 +1,143 @@
+//! Memory configs in the database: read, held, saved, deleted, and who is bound to them.
+
+use sqlx::{PgConnection, PgPool};
+
+use super::config_model::ConfigRow;
+use crate::{AppError, AppResult};
+
+const COLUMNS: &str = "id, name, status, vector_store_instance_id, embedding_model_id, dimension, max_recall,
+    rerank_model_id, enter_rerank_count, extraction_interval, max_memories_per_extraction, extraction_model_id,
+    memory_expiration_days, rrf_k, search_engine_enable, search_engine_instance_id, rewrite_enabled, rerank_enabled,
+    threshold_enabled, similarity_threshold, dense_weight, fusion_strategy, custom_extraction_prompt, creator_id,
+    create_dt, update_dt";
+
+pub async fn find(db: &PgPool, id: i64) -> sqlx::Result<Option<ConfigRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM memory_configs WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// The config, held until the transaction ends: an agent bound to it is written under this
+/// hold, and an edit of the config takes the row for update before it checks the agents bound
+/// to it. Either the edit's check sees the new binding or the binding's check sees the edit.
+pub async fn find_held(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<ConfigRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM memory_configs WHERE id = $1 FOR SHARE"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Takes the config for update (see `find_held`).
+pub async fn lock_for_edit(conn: &mut PgConnection, id: i64) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1 FROM memory_configs WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+pub async fn list(db: &PgPool) -> sqlx::Result<Vec<ConfigRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM memory_configs ORDER BY id"))
+        .fetch_all(db)
+        .await
+}
+
+/// The settings an agent's memory runs with: its config, or the built-in defaults when it
+/// has none. A config id that no longer exists is an error, not a silent fallback.
+pub async fn effective(db: &PgPool, id: Option<i64>) -> AppResult<ConfigRow> {
+    match id {
+        None => Ok(ConfigRow::builtin()),
+        Some(id) => find(db, id)
+            .await?
+            .ok_or_else(|| AppError::business(format!("memory config {id} does not exist"))),
+    }
+}
+
+/// Writes a new config or every field of an existing one; returns the id. An existing one is
+/// written only as it was read (`c.update_dt`): None when it changed since, and nothing was
+/// written, since `c` would undo that change.
+pub async fn save(db: impl sqlx::PgExecutor<'_>, c: &ConfigRow) -> sqlx::Result<Option<i64>> {
+    let mut q = match c.id {
+        None => sqlx::QueryBuilder::new(
+            "INSERT INTO memory_configs (name, status, vector_store_instance_id, embedding_model_id, dimension, max_recall,
+             rerank_model_id, enter_rerank_count, extraction_interval, max_memories_per_extraction, extraction_model_id,
+             memory_expiration_days, rrf_k, search_engine_enable, search_engine_instance_id, rewrite_enabled,
+             rerank_enabled, threshold_enabled, similarity_threshold, dense_weight, fusion_strategy,
+             custom_extraction_prompt, creator_id) VALUES (",
+        ),
+        Some(_) => sqlx::QueryBuilder::new(
+            "UPDATE memory_configs SET update_dt = now(), (name, status, vector_store_instance_id, embedding_model_id,
+             dimension, max_recall, rerank_model_id, enter_rerank_count, extraction_interval, max_memories_per_extraction,
+             extraction_model_id, memory_expiration_days, rrf_k, search_engine_enable, search_engine_instance_id,
+             rewrite_enabled, rerank_enabled, threshold_enabled, similarity_threshold, dense_weight, fusion_strategy,
+             custom_extraction_prompt, creator_id) = (",
+        ),
+    };
+    let mut s = q.separated(", ");
+    s.push_bind(&c.name)
+        .push_bind(c.status)
+        .push_bind(c.vector_store_instance_id)
+        .push_bind(c.embedding_model_id)
+        .push_bind(c.dimension)
+        .push_bind(c.max_recall)
+        .push_bind(c.rerank_model_id)
+        .push_bind(c.enter_rerank_count)
+        .push_bind(c.extraction_interval)
+        .push_bind(c.max_memories_per_extraction)
+        .push_bind(c.extraction_model_id)
+        .push_bind(c.memory_expiration_days)
+        .push_bind(c.rrf_k)
+        .push_bind(c.search_engine_enable)
+        .push_bind(c.search_engine_instance_id)
+        .push_bind(c.rewrite_enabled)
+        .push_bind(c.rerank_enabled)
+        .push_bind(c.threshold_enabled)
+        .push_bind(c.similarity_threshold)
+        .push_bind(c.dense_weight)
+        .push_bind(&c.fusion_strategy)
+        .push_bind(&c.custom_extraction_prompt)
+        .push_bind(c.creator_id);
+    match c.id {
+        None => q.push(") RETURNING id"),
+        Some(id) => q
+            .push(") WHERE id = ")
+            .push_bind(id)
+            .push(" AND update_dt = ")
+            .push_bind(c.update_dt)
+            .push(" RETURNING id"),
+    };
+    q.build_query_scalar().fetch_optional(db).await
+}
+
+pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM memory_configs WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await
+        .map(|_| ())
+}
+
+/// Agents bound to the config.
+pub async fn agents_using(db: &PgPool, id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM agents WHERE memory_config_id = $1")
+        .bind(id)
+        .fetch_one(db)
+        .await
+}
+
+/// The agents bound to the config whose creators may not use `model_id`: a PERSONAL model
+/// is its creator's (and administrators').
+pub async fn binders_who_may_not_use(conn: &mut PgConnection, config_id: i64, model_id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM agents a JOIN users u ON u.id = a.creator_id
+         JOIN model_configs m ON m.id = $2
+         WHERE a.memory_config_id = $1 AND m.scope = 'PERSONAL' AND m.creator_id <> a.creator_id
+           AND u.role <> $3",
+    )
+    .bind(config_id)
+    .bind(model_id)
+    .bind(crate::domain::Role::Admin.code())
+    .fetch_one(conn)
+    .await
+}

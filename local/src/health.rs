@@ -12,13 +12,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn health(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
-    let db = sqlx::query("SELECT 1")
-        .execute(state.db())
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string());
-    let storage = state.storage().check().await.map_err(|e| e.to_string());
-    let queue = state.queue().check().await.map_err(|e| format!("{e:#}"));
+    let health = shared::health::check(&state).await;
     // Anyone may ask, and the reasons name hosts and users: they go to the log only.
     let show = |part: &str, r: &Result<(), String>| match r {
         Ok(()) => json!("ok"),
@@ -27,17 +21,15 @@ async fn health(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
             json!({ "error": "unavailable; the reason is in the service log" })
         }
     };
-    let healthy = db.is_ok() && storage.is_ok() && queue.is_ok();
-    let status = if healthy {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
+    let (status, word) = match health.is_ok() {
+        true => (StatusCode::OK, "ok"),
+        false => (StatusCode::SERVICE_UNAVAILABLE, "degraded"),
     };
     let body = json!({
-        "status": if healthy { "ok" } else { "degraded" },
-        "db": show("db", &db),
-        "storage": show("storage", &storage),
-        "queue": show("queue", &queue),
+        "status": word,
+        "db": show("db", &health.db),
+        "storage": show("storage", &health.storage),
+        "queue": show("queue", &health.queue),
     });
     (status, Json(body))
 }

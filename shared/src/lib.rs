@@ -14,6 +14,7 @@ pub mod db;
 pub mod domain;
 pub mod error;
 pub mod external;
+pub mod health;
 pub mod housekeeping;
 #[cfg(feature = "http")]
 pub mod http;

@@ -86,36 +86,48 @@ impl ClientNode for Node {
         })?;
         let (target, chat) = node_wire::decode_request(req.into_inner());
         let endpoint = self.endpoint(&target);
-        let models = self.models.clone();
-        let host_id = self.config.host_id.clone();
         let (tx, rx) = mpsc::channel::<Result<ChatDelta, Status>>(32);
+        let relay = relay(self.models.clone(), endpoint, chat, self.config.host_id.clone(), tx);
+        // The slot is the relay's until it ends.
         tokio::spawn(async move {
             let _busy = busy;
-            if tx.send(Ok(node_wire::accepted(&host_id))).await.is_err() {
-                return;
-            }
-            let mut stream = match models.chat_stream(&endpoint, &chat).await {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = tx.send(Ok(node_wire::failed(&e))).await;
-                    return;
-                }
-            };
-            loop {
-                let event = tokio::select! {
-                    // The platform hung up: dropping the stream closes the upstream call.
-                    _ = tx.closed() => return,
-                    event = stream.next() => event,
-                };
-                let Some(event) = event else { return };
-                for delta in node_wire::encode_event(event) {
-                    if tx.send(Ok(delta)).await.is_err() {
-                        return;
-                    }
-                }
-            }
+            relay.await;
         });
         let out = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|d| (d, rx)) });
         Ok(Response::new(Box::pin(out)))
+    }
+}
+
+/// Sends the platform the node's acceptance, then the model's answer as it streams, or the
+/// reason it failed; stops when the platform hangs up (dropping the model's stream closes the
+/// upstream call).
+async fn relay(
+    models: ModelClient,
+    endpoint: Endpoint,
+    chat: shared::models::client::ChatRequest,
+    host_id: String,
+    tx: mpsc::Sender<Result<ChatDelta, Status>>,
+) {
+    if tx.send(Ok(node_wire::accepted(&host_id))).await.is_err() {
+        return;
+    }
+    let mut stream = match models.chat_stream(&endpoint, &chat).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = tx.send(Ok(node_wire::failed(&e))).await;
+            return;
+        }
+    };
+    loop {
+        let event = tokio::select! {
+            _ = tx.closed() => return,
+            event = stream.next() => event,
+        };
+        let Some(event) = event else { return };
+        for delta in node_wire::encode_event(event) {
+            if tx.send(Ok(delta)).await.is_err() {
+                return;
+            }
+        }
     }
 }

@@ -1411,6 +1411,28 @@ async fn an_image_that_grew_after_its_upload_is_not_read() {
     assert!(s.models.requests().is_empty(), "the model was not called");
 }
 
+/// Turns with images, many at once on a small pool: each looks its images up before it takes
+/// the conversation's lock (and its connection), so they cannot all hold a connection while
+/// waiting for another.
+#[tokio::test]
+async fn turns_with_images_at_once_do_not_starve_a_small_pool() {
+    let s = ChatSetup::with(api_tests::Store::Filesystem, &[("DB_MAX_CONNECTIONS", "2")]).await;
+    let vision = s
+        .chat_model("chat-echo", json!({ "configJson": { "capabilities": ["vision"] } }))
+        .await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Seeing", "chatModelId": vision }))
+        .await;
+    let png = upload(&s, &s.admin, "a.png", PNG).await;
+    let body =
+        |i: usize| json!({ "conversationId": format!("pool-{i}"), "content": "look", "attachments": [image(png)] });
+    let replies = futures::future::join_all((0..4).map(|i| s.chat(&s.admin, agent, body(i)))).await;
+    for reply in replies {
+        let events = reply.events();
+        assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
+    }
+}
+
 /// Two turns with images sent at once to one conversation take turns: the images it holds are
 /// counted for each after the other stored its own, so together they cannot pass the limit.
 #[tokio::test]

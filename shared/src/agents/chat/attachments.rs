@@ -80,13 +80,13 @@ fn check_resource(field: &str, r: &ResourceRow) -> AppResult<()> {
     Ok(())
 }
 
-/// Checks the attachments against the model, the uploads and the conversation's image budget.
+/// Checks the attachments against the model and the uploads, and that one message holds no
+/// more than a conversation may (what the conversation holds already: `check_count`, under its lock).
 pub async fn check(
     state: &AppState,
     items: Vec<AttachmentIn>,
     model: &ModelConfigRow,
     owner: ResourceOwner,
-    images_so_far: i64,
 ) -> AppResult<Vec<Image>> {
     if items.is_empty() {
         return Ok(vec![]);
@@ -104,14 +104,7 @@ pub async fn check(
             .ok_or_else(|| AppError::validation(format!("{field}.resourceId is required")))?;
         images.push((field, id));
     }
-    let total = images_so_far + images.len() as i64;
-    if total > MAX_IMAGES_PER_CONVERSATION {
-        return Err(AppError::validation(format!(
-            "attachments: a conversation may hold at most {MAX_IMAGES_PER_CONVERSATION} images \
-             (it has {images_so_far}, this message adds {})",
-            images.len()
-        )));
-    }
+    check_count(0, images.len())?;
     let mut checked = Vec::with_capacity(images.len());
     for (field, id) in images {
         let resource = owner
@@ -134,6 +127,17 @@ pub async fn check(
         )));
     }
     Ok(checked)
+}
+
+/// A conversation holding `images_so_far` may take `adding` more.
+pub fn check_count(images_so_far: i64, adding: usize) -> AppResult<()> {
+    if images_so_far + adding as i64 > MAX_IMAGES_PER_CONVERSATION {
+        return Err(AppError::validation(format!(
+            "attachments: a conversation may hold at most {MAX_IMAGES_PER_CONVERSATION} images \
+             (it has {images_so_far}, this message adds {adding})"
+        )));
+    }
+    Ok(())
 }
 
 /// The images as `data:` URIs for the model. Each is read up to the size its object has now,

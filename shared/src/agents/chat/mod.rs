@@ -112,7 +112,10 @@ fn check_disabled_ids(mcp_server_ids: &Option<Vec<i64>>, skill_ids: &Option<Vec<
 
 /// Stores the user's message and the assistant's placeholder, with the checked images. A turn
 /// with images counts those the conversation holds and stores its own under one lock: two such
-/// turns at once would each count before the other stored, and together pass the limit.
+/// turns at once would each count before the other stored, and together pass the limit. The
+/// images are looked up before the lock's transaction: looked up inside, on a second pooled
+/// connection, turns holding one connection each and waiting for another could take the
+/// whole pool.
 async fn store_turn<'n>(
     state: &AppState,
     caller: Caller,
@@ -124,13 +127,14 @@ async fn store_turn<'n>(
     if items.is_empty() {
         return Ok((repo::start_turn(state.db(), &new_turn(&[])?).await?, vec![]));
     }
+    let images = attachments::check(state, items, model, caller.resources).await?;
     let mut tx = state.db().begin().await?;
     repo::lock_conversation(&mut tx, agent_id, caller.owner, key).await?;
     let images_so_far = match repo::find(&mut *tx, agent_id, caller.owner, key).await? {
         Some(c) => repo::image_count(&mut *tx, c.id).await?,
         None => 0,
     };
-    let images = attachments::check(state, items, model, caller.resources, images_so_far).await?;
+    attachments::check_count(images_so_far, images.len())?;
     let started = repo::start_turn(&mut *tx, &new_turn(&images)?).await?;
     tx.commit().await?;
     Ok((started, images))

@@ -152,6 +152,17 @@ impl From<sqlx::Error> for AppError {
                 .is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03")),
             _ => false,
         };
+        // Two transactions that took the same rows in opposite orders (a binding holding the
+        // models it names while an administrator switches a default, say): Postgres ends one
+        // of them, and nothing of it was written. Logged, as the chain shows which statement.
+        let deadlocked = matches!(&err, sqlx::Error::Database(db)
+            if db.code().is_some_and(|c| matches!(c.as_ref(), "40P01" | "40001")));
+        if deadlocked {
+            tracing::warn!(error = %err, "a transaction was ended by the database to break a deadlock");
+            return Self::Conflict(
+                "a concurrent change to the same records got in the way and nothing was changed; try again".into(),
+            );
+        }
         let cause = anyhow::Error::new(err).context("database");
         match unreachable {
             true => Self::unavailable("the database", cause),

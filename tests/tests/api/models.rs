@@ -868,6 +868,65 @@ async fn a_binding_waits_for_a_retype_in_flight_and_sees_it() {
     }
 }
 
+/// A binding and an administrator's change that take the same model configs in opposite
+/// orders (here: an agent holding its chat model, then its memory config's model; the other
+/// side those two the other way round, as a default switch does): Postgres ends one of them,
+/// and the request it ended answers 409 "try again" with nothing written, not 500.
+#[tokio::test]
+async fn a_deadlock_between_a_binding_and_another_change_is_a_conflict() {
+    let s = api_tests::KbSetup::new(api_tests::Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let provider = s.app.provider(&s.admin, "locked").await;
+    let url = &s.models.base_url;
+    let chat = s
+        .app
+        .model(&s.admin, provider, "CHAT", "chat-echo", url, json!({}))
+        .await;
+    let extraction = s
+        .app
+        .model(&s.admin, provider, "CHAT", "mem-extract", url, json!({}))
+        .await;
+    let config = json!({ "name": "m", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8,
+        "extractionModelId": extraction });
+    let config = s
+        .app
+        .post("/memory/config", t, &config)
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+
+    let mut other = s.app.db.begin().await.unwrap();
+    // This side waits long enough for the request's side to find the deadlock first.
+    sqlx::query("SET LOCAL deadlock_timeout = '20s'")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    sqlx::query("SELECT 1 FROM model_configs WHERE id = $1 FOR UPDATE")
+        .bind(extraction)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let body = json!({ "name": "bound", "chatModelId": chat, "memoryEnabled": true, "memoryConfigId": config });
+    let create = s.app.post("/agent", t, &body);
+    let cross = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        sqlx::query("SELECT 1 FROM model_configs WHERE id = $1 FOR UPDATE")
+            .bind(chat)
+            .execute(&mut *other)
+            .await
+            .unwrap();
+        other.rollback().await.unwrap();
+    };
+    let (created, ()) = tokio::join!(create, cross);
+    created.assert_error(409, 409, "try again");
+    let agents: i64 = sqlx::query_scalar("SELECT count(*) FROM agents WHERE name = 'bound'")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(agents, 0);
+}
+
 /// A provider deleted while a config is created under it, either way round: the one that
 /// comes second gets a precise refusal, not an internal error, and the other stands.
 #[tokio::test]

@@ -2,7 +2,9 @@
 //! `PUT /resource/direct-upload`, authorised by an HMAC over key and expiry. An upload arrives
 //! staged: an empty marker file at the same key under `.staged/` says so until the upload is
 //! registered (`keep`), and the daily housekeeping deletes uploads staged for longer than a
-//! day, as S3's lifecycle rule does with its tagged objects.
+//! day, as S3's lifecycle rule does with its tagged objects. An expiry first moves the mark
+//! under `.expiring/` (a rename: it or a registration's `keep` goes first, never both), then
+//! deletes the object.
 
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +23,8 @@ use crate::crypto::constant_time_eq;
 
 /// The directory of staged marks; no storage key may start with it.
 const STAGED_DIR: &str = ".staged";
+/// Where the marks of uploads being expired go; no storage key may start with it either.
+const EXPIRING_DIR: &str = ".expiring";
 
 pub struct FsStore {
     root: PathBuf,
@@ -56,7 +60,8 @@ impl FsStore {
         let rel = Path::new(key);
         let safe = !key.is_empty()
             && rel.components().all(|c| matches!(c, Component::Normal(_)))
-            && !rel.starts_with(STAGED_DIR);
+            && !rel.starts_with(STAGED_DIR)
+            && !rel.starts_with(EXPIRING_DIR);
         if !safe {
             return Err(StorageError::Other(anyhow::anyhow!(
                 "refusing unsafe storage key {key:?}"
@@ -70,12 +75,51 @@ impl FsStore {
         self.root.join(STAGED_DIR).join(key)
     }
 
-    async fn mark_staged(&self, key: &str) -> std::io::Result<()> {
+    /// Marks the object at `key` staged; false when a mark was there already (another
+    /// upload's, to be left alone).
+    async fn mark_staged(&self, key: &str) -> std::io::Result<bool> {
         let mark = self.staged_mark(key);
         if let Some(dir) = mark.parent() {
             tokio::fs::create_dir_all(dir).await?;
         }
-        tokio::fs::write(&mark, b"").await
+        match tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&mark)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes the mark of the upload at `key` away from registration; false when it is gone
+    /// (registered meanwhile).
+    async fn claim_expiry(&self, key: &str) -> std::io::Result<bool> {
+        let claimed = self.root.join(EXPIRING_DIR).join(key);
+        if let Some(dir) = claimed.parent() {
+            tokio::fs::create_dir_all(dir).await?;
+        }
+        match tokio::fs::rename(self.staged_mark(key), &claimed).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes an upload whose mark `claim_expiry` took, then the mark.
+    async fn expire(&self, key: &str) -> Result<bool, StorageError> {
+        if !self
+            .claim_expiry(key)
+            .await
+            .map_err(io_err("claiming a staged upload"))?
+        {
+            return Ok(false);
+        }
+        remove_if_present(&self.path(key)?, "deleting an expired upload").await?;
+        remove_if_present(&self.root.join(EXPIRING_DIR).join(key), "removing an expired mark").await?;
+        Ok(true)
     }
 }
 
@@ -87,9 +131,18 @@ fn stale_marks(
     cutoff: std::time::SystemTime,
     found: &mut Vec<String>,
 ) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
+    // A mark cleared (an upload registered) while the walk passes is simply not there.
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if gone(&e) => return Ok(()),
+        entries => entries?,
+    };
+    for entry in entries {
         let entry = entry?;
-        let meta = entry.metadata()?;
+        let meta = match entry.metadata() {
+            Err(e) if gone(&e) => continue,
+            meta => meta?,
+        };
         if meta.is_dir() {
             stale_marks(marks, &entry.path(), cutoff, found)?;
         } else if meta.modified()? < cutoff {
@@ -180,22 +233,28 @@ impl ObjectStore for FsStore {
             file.flush().await.map_err(io_err("writing object"))
         }
         .await;
-        let placed = match written {
-            Ok(()) => tokio::fs::hard_link(&tmp, &path).await.map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => StorageError::Exists,
-                _ => io_err("placing object")(e),
+        let placed = written;
+        // Marked before it is placed: a completion racing the PUT finds the mark to clear, and
+        // an upload dropped between the two leaves a mark, never an object that cannot expire.
+        // A refused second PUT leaves the first one's mark as it found it.
+        let marked = match placed {
+            Ok(()) => self.mark_staged(key).await.map_err(io_err("marking the upload staged")),
+            Err(e) => Err(e),
+        };
+        let placed = match marked {
+            Ok(ours) => tokio::fs::hard_link(&tmp, &path).await.map_err(|e| {
+                if ours {
+                    let _ = std::fs::remove_file(self.staged_mark(key));
+                }
+                match e.kind() {
+                    std::io::ErrorKind::AlreadyExists => StorageError::Exists,
+                    _ => io_err("placing object")(e),
+                }
             }),
             Err(e) => Err(e),
         };
         let _ = tokio::fs::remove_file(&tmp).await;
-        placed?;
-        // Marked once placed: a refused second PUT must not touch the first one's mark. An
-        // object that could not be marked would never expire, so it goes.
-        if let Err(e) = self.mark_staged(key).await {
-            let _ = tokio::fs::remove_file(&path).await;
-            return Err(io_err("marking the upload staged")(e));
-        }
-        Ok(())
+        placed
     }
 
     async fn get(&self, key: &str, range: Option<ByteRange>) -> Result<ByteStream, StorageError> {
@@ -243,7 +302,13 @@ impl ObjectStore for FsStore {
 
     async fn keep(&self, key: &str) -> Result<(), StorageError> {
         self.path(key)?;
-        remove_if_present(&self.staged_mark(key), "clearing a staged mark").await
+        remove_if_present(&self.staged_mark(key), "clearing a staged mark").await?;
+        // An expiry that took the mark first deletes the object: it is not there to keep.
+        match tokio::fs::try_exists(self.root.join(EXPIRING_DIR).join(key)).await {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(StorageError::NotFound),
+            Err(e) => Err(io_err("checking a staged mark")(e)),
+        }
     }
 
     async fn expire_staged(&self, age: Duration) -> Result<u64, StorageError> {
@@ -262,9 +327,11 @@ impl ObjectStore for FsStore {
             .map_err(io_err("walking staged uploads"))?;
         let mut expired = 0;
         for key in stale {
-            // Deleted object first: a mark without its object is only a file to remove again.
-            self.delete(&key).await?;
-            expired += 1;
+            // One upload that cannot be deleted now is tried again at the next run.
+            match self.expire(&key).await {
+                Ok(done) => expired += u64::from(done),
+                Err(e) => tracing::warn!(key, error = %e, "an expired upload could not be deleted"),
+            }
         }
         Ok(expired)
     }
@@ -367,5 +434,27 @@ mod tests {
         assert_eq!(store.expire_staged(day).await.unwrap(), 0);
         // A key cannot name a mark.
         assert!(store.head(".staged/r/2/new.bin").await.is_err());
+        assert!(store.head(".expiring/r/2/new.bin").await.is_err());
+    }
+
+    /// An expiry and a registration of one upload: whichever takes the mark first wins, and a
+    /// registered upload is never deleted under its row.
+    #[tokio::test]
+    async fn an_expiry_and_a_registration_never_both_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::new(dir.path().to_path_buf(), &crate::config::test_config()).unwrap();
+        let day = Duration::from_secs(86400);
+        for key in ["r/1/kept.bin", "r/1/lost.bin"] {
+            store.put_stream(key, upload("bytes"), 100, "x").await.unwrap();
+            age(&store, key, 2 * day);
+        }
+        // Registered before the sweep reaches it: kept.
+        store.keep("r/1/kept.bin").await.unwrap();
+        assert!(!store.claim_expiry("r/1/kept.bin").await.unwrap());
+        // Claimed by the sweep first: its registration is refused.
+        assert!(store.claim_expiry("r/1/lost.bin").await.unwrap());
+        assert!(matches!(store.keep("r/1/lost.bin").await, Err(StorageError::NotFound)));
+        assert_eq!(store.expire_staged(day).await.unwrap(), 0, "nothing left marked");
+        assert_eq!(store.head("r/1/kept.bin").await.unwrap(), Some(5));
     }
 }

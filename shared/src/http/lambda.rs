@@ -38,11 +38,13 @@ async fn application(api: OpenApiRouter<AppState>) -> Result<Router, lambda_http
 
 /// Links the service hands out (`accessUrl`, document images) need the address clients call,
 /// which API Gateway knows and the function does not: without PUBLIC_BASE_URL it is taken from
-/// the request. On the API's default endpoint paths start with the stage; a custom domain maps
-/// the API at its root (one mapped under a base path needs PUBLIC_BASE_URL).
+/// the first request an instance serves (not the console's test invocations, whose address is
+/// made up). On the API's default endpoint paths start with the stage; a custom domain maps
+/// the API at its root (one mapped under a base path, or served at two addresses, needs
+/// PUBLIC_BASE_URL).
 async fn learn_base_url(State(state): State<AppState>, req: Request, next: Next) -> Response {
     state.learn_base_url(|| match req.extensions().get::<RequestContext>()? {
-        RequestContext::ApiGatewayV1(c) => {
+        RequestContext::ApiGatewayV1(c) if c.stage.as_deref() != Some("test-invoke-stage") => {
             let domain = c.domain_name.as_deref()?;
             Some(match (domain.ends_with(".amazonaws.com"), c.stage.as_deref()) {
                 (true, Some(stage)) => format!("https://{domain}/{stage}"),

@@ -12,6 +12,7 @@ use crate::domain::spawn_stream;
 use crate::domain::CurrentUser;
 use crate::models::client::{ChatEvent, ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing, ModelHandle};
+use crate::models::quota::Hold;
 use crate::models::ModelType;
 use crate::rag::bases::KbRow;
 use crate::rag::search::{self, SearchResult};
@@ -66,11 +67,32 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
     if let Some(c) = &conversation {
         crate::validate::length("conversationId", c, 1, 128)?;
     }
+    // The answer's tokens are held before the stream starts: a user whose quota cannot pay
+    // for an answer is refused with the module's envelope (403), as every streamed route
+    // refuses, not by an error line inside a 200 stream. A base with no usable chat model is
+    // told on the stream, as documented.
+    let billing = Billing::of(user);
+    let asked = match chat_model(state, &kb).await {
+        Ok(model) => {
+            let hold = gateway::hold(state, billing, gateway::turn_estimate(state, &model, &query)).await?;
+            Ok(Asked {
+                model,
+                hold,
+                user_id: user.id,
+                billing,
+            })
+        }
+        Err(e) if e.is_server_side() => return Err(e),
+        Err(e) => Err(e.to_string()),
+    };
     let state = state.clone();
-    let (user_id, billing) = (user.id, Billing::of(user));
     Ok(spawn_stream(move |tx: Sender| {
         async move {
-            if let Err(message) = run(&state, &kb, (user_id, billing), &query, conversation.as_deref(), &tx).await {
+            let answered = match asked {
+                Ok(asked) => run(&state, &kb, asked, &query, conversation.as_deref(), &tx).await,
+                Err(message) => Err(message),
+            };
+            if let Err(message) = answered {
                 let _ = tx.send(QaEvent::Error { message }).await;
             }
         }
@@ -80,11 +102,29 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
 
 type Sender = tokio::sync::mpsc::Sender<QaEvent>;
 
-async fn chat_model(state: &AppState, kb: &KbRow) -> Result<ModelHandle, String> {
+/// Who asks, with what, paid how: the answer's model, the tokens held for it, the asker.
+struct Asked {
+    model: ModelHandle,
+    hold: Hold,
+    user_id: i64,
+    billing: Billing,
+}
+
+async fn chat_model(state: &AppState, kb: &KbRow) -> AppResult<ModelHandle> {
+    let refused = |e: AppError, told: String| match e.is_server_side() {
+        true => e,
+        false => AppError::business(told),
+    };
     match kb.model_params.0.model_id {
-        Some(id) => gateway::load(state, id, ModelType::Chat).await.map_err(|e| format!("the Q&A model cannot be used: {}", e.told())),
-        None => gateway::default_model(state, ModelType::Chat).await.map_err(|_| {
-            "no chat model is configured for this knowledge base (modelParams.modelId) and there is no default CHAT model".to_owned()
+        Some(id) => gateway::load(state, id, ModelType::Chat)
+            .await
+            .map_err(|e| {
+                let told = format!("the Q&A model cannot be used: {}", e.told());
+                refused(e, told)
+            }),
+        None => gateway::default_model(state, ModelType::Chat).await.map_err(|e| {
+            let told = "no chat model is configured for this knowledge base (modelParams.modelId) and there is no default CHAT model";
+            refused(e, told.to_owned())
         }),
     }
 }
@@ -167,16 +207,21 @@ fn prompt(kb: &KbRow, context: &[String], query: &str) -> String {
         .replace("{query}", query)
 }
 
-/// `caller`: whose conversation it is, and how its calls are paid.
+/// Retrieves, answers with the held tokens, and stores the exchange in `conversation` if one is named.
 async fn run(
     state: &AppState,
     kb: &KbRow,
-    (user_id, billing): (i64, Billing),
+    asked: Asked,
     query: &str,
     conversation: Option<&str>,
     tx: &Sender,
 ) -> Result<(), String> {
-    let model = chat_model(state, kb).await?;
+    let Asked {
+        model,
+        hold,
+        user_id,
+        billing,
+    } = asked;
     let past = history(state, kb, user_id, conversation).await?;
     let search_query = retrieval_query(state, &model, kb, billing, &past, query).await;
     let (results, _) = search::retrieve(state, kb, &search_query, billing)
@@ -191,7 +236,7 @@ async fn run(
         messages,
         ..Default::default()
     };
-    let mut stream = gateway::chat_stream(state, &model, billing, "qa", &req, None)
+    let mut stream = gateway::chat_stream_held(state, &model, billing, hold, "qa", &req, None)
         .await
         .map_err(|e| AppError::from(e).to_string())?;
     let mut answer = String::new();

@@ -150,6 +150,22 @@ async fn knowledge_base_model_calls_are_charged_and_an_empty_quota_spends_nothin
         "{failed}"
     );
     assert!(s.models.requests().is_empty(), "the model was called");
+    // Q&A on the base is refused before its stream starts, with the envelope's 403.
+    let provider = app.provider(&s.admin, "answers").await;
+    let chat = app
+        .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, json!({}))
+        .await;
+    app.put(
+        &format!("/rag/{rag}/config"),
+        b,
+        &json!({ "modelParams": { "modelId": chat } }),
+    )
+    .await
+    .assert_ok();
+    app.post("/rag/qa/stream", b, &json!({ "ragId": rag, "query": "embeddings" }))
+        .await
+        .assert_error(403, 403, "token quota is used up");
+    assert!(s.models.requests().is_empty(), "the model was called");
 
     // With tokens, the same document indexes and its embeddings cost; so does a search.
     sqlx::query("UPDATE users SET tokens = 10000, totals = 10000 WHERE id = $1")

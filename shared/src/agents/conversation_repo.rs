@@ -299,17 +299,15 @@ pub struct FinishedAnswer<'a> {
 /// the time its two messages carry. Touching the conversation again would be a second update of
 /// its row per turn, never HOT because that column is indexed. The usage of the turn's model
 /// calls is stored by the same statement: one round trip and one transaction after the answer,
-/// not two.
+/// not two. False when the message is gone (its conversation was deleted meanwhile); the usage
+/// is stored all the same, as the calls were made.
 pub async fn finish_assistant_message(
     db: &PgPool,
     id: i64,
     a: &FinishedAnswer<'_>,
     usage: &[UsageRecord],
-) -> sqlx::Result<()> {
-    let mut qb = QueryBuilder::new("");
-    if !usage.is_empty() {
-        qb.push("WITH answer AS (");
-    }
+) -> sqlx::Result<bool> {
+    let mut qb = QueryBuilder::new("WITH answer AS (");
     qb.push("UPDATE messages SET content = ")
         .push_bind(a.content)
         .push(", thinking = NULLIF(")
@@ -329,13 +327,16 @@ pub async fn finish_assistant_message(
         .push(", duration_ms = ")
         .push_bind(a.duration_ms)
         .push(" WHERE id = ")
-        .push_bind(id);
+        .push_bind(id)
+        .push(" RETURNING id)");
     if !usage.is_empty() {
-        qb.push(") ");
+        qb.push(", usage AS (");
         usage::push_insert(&mut qb, usage);
+        qb.push(")");
     }
-    qb.build().execute(db).await?;
-    Ok(())
+    qb.push(" SELECT count(*) FROM answer");
+    let updated: i64 = qb.build_query_scalar().fetch_one(db).await?;
+    Ok(updated == 1)
 }
 
 /// Marks failed the assistant messages still generating (status 0) that began more than

@@ -1411,6 +1411,31 @@ async fn an_image_that_grew_after_its_upload_is_not_read() {
     assert!(s.models.requests().is_empty(), "the model was not called");
 }
 
+/// A conversation deleted while its turn is being answered: the answer has nowhere to go, and
+/// the stream ends with an error line, not a `done` naming a message that does not exist.
+#[tokio::test]
+async fn a_conversation_deleted_mid_answer_ends_with_an_error_line() {
+    let s = ChatSetup::new().await;
+    let slow = s.chat_model("chat-slow", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "Slow", "chatModelId": slow })).await;
+    let chat = s.chat(&s.admin, agent, say("gone", "one two three"));
+    let delete = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        sqlx::query("DELETE FROM conversations WHERE conversation_key = 'gone'")
+            .execute(&s.app.db)
+            .await
+            .unwrap()
+            .rows_affected()
+    };
+    let (reply, deleted) = tokio::join!(chat, delete);
+    assert_eq!(deleted, 1, "the conversation was there to delete");
+    let events = reply.events();
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "error", "{events:?}");
+    assert!(last["message"].as_str().unwrap().contains("was deleted"), "{last}");
+    assert!(!events.iter().any(|e| e["type"] == "done"), "{events:?}");
+}
+
 /// Turns with images, many at once on a small pool: each looks its images up before it takes
 /// the conversation's lock (and its connection), so they cannot all hold a connection while
 /// waiting for another.

@@ -35,6 +35,15 @@ pub const MAX_TOOL_CALLS_PER_STEP: usize = 16;
 /// that streamed without end would grow until the process ran out of memory.
 pub const MAX_ANSWER_BYTES: usize = 4 << 20;
 
+/// What became of the answer's final statement.
+enum Stored {
+    Yes,
+    /// The message was deleted with its conversation meanwhile; the usage was stored.
+    Gone,
+    /// The statement failed: nothing of it was written.
+    Failed,
+}
+
 pub(super) struct Turn {
     /// The request's span, taken into the parts of the turn that open spans, log or call out,
     /// not into the relay of tokens: the turn's task is polled at every token.
@@ -153,7 +162,12 @@ impl Turn {
             .await;
         // An answer the conversation does not keep is not reported complete.
         let outcome = match (outcome, stored) {
-            (Outcome::Complete, false) => Outcome::failed("the answer could not be stored; try again".to_owned()),
+            (Outcome::Complete, Stored::Failed) => {
+                Outcome::failed("the answer could not be stored; try again".to_owned())
+            }
+            (Outcome::Complete, Stored::Gone) => {
+                Outcome::failed("the conversation was deleted while it was being answered".to_owned())
+            }
             (outcome, _) => outcome,
         };
         match &outcome {
@@ -373,7 +387,7 @@ impl Turn {
     /// Whether the answer was stored. The statement is tried twice (a connection the database
     /// closed fails its first one); when it fails, the usage records go back to be stored on
     /// their own, and the message is left to housekeeping, which marks it failed.
-    async fn store(&self, answer: &Answer, outcome: &Outcome, duration_ms: u64) -> bool {
+    async fn store(&self, answer: &Answer, outcome: &Outcome, duration_ms: u64) -> Stored {
         let (status, error) = match outcome {
             Outcome::Complete => (1, None),
             Outcome::Failed { kept, .. } => (2, Some(kept.as_str())),
@@ -397,11 +411,12 @@ impl Turn {
             stored = finish().await;
         }
         match stored {
-            Ok(()) => true,
+            Ok(true) => Stored::Yes,
+            Ok(false) => Stored::Gone,
             Err(e) => {
                 tracing::error!(message_id = self.assistant_id, error = %e, "storing the assistant's message failed");
                 self.usage.give_back(usage);
-                false
+                Stored::Failed
             }
         }
     }

@@ -1411,6 +1411,29 @@ async fn an_image_that_grew_after_its_upload_is_not_read() {
     assert!(s.models.requests().is_empty(), "the model was not called");
 }
 
+/// A quota that can pay for part of a model call only: the turn starts (some tokens are left)
+/// and the call is refused when it is sized; the stream's `error` line carries the refusal's
+/// code (403), not the 500 of a server failure.
+#[tokio::test]
+async fn a_model_call_the_quota_cannot_pay_ends_with_its_own_code() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "A", "chatModelId": model })).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 5).await;
+    let events = s
+        .chat(&alice, agent, say("q", "a question of a few words"))
+        .await
+        .events();
+    let last = events.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["code"]),
+        (&json!("error"), &json!(403)),
+        "{events:?}"
+    );
+    assert!(last["message"].as_str().unwrap().contains("quota is used up"), "{last}");
+}
+
 /// A conversation deleted while its turn is being answered: the answer has nowhere to go, and
 /// the stream ends with an error line, not a `done` naming a message that does not exist.
 #[tokio::test]

@@ -20,7 +20,7 @@ use crate::models::client::{ChatEvent, ChatMessage, ChatRequest, ModelError, Too
 use crate::models::gateway::{self, CallError, ModelHandle};
 use crate::models::quota::Hold;
 use crate::models::usage::PendingUsage;
-use crate::AppState;
+use crate::{AppError, AppState};
 
 /// Model calls in one turn; the last one is offered no tools, so the turn always ends.
 pub const MAX_STEPS: usize = 8;
@@ -70,9 +70,11 @@ pub(super) struct Turn {
 /// How a turn ended.
 enum Outcome {
     Complete,
-    /// What the person chatting is told, and what the stored message keeps (the same but for
-    /// failed model calls: see `Turn::model_failed`).
+    /// The `error` line's code (500 but for a refusal of the service's own, such as a quota
+    /// used up between two model calls: 403), what the person chatting is told, and what the
+    /// stored message keeps (the same but for failed model calls: see `Turn::model_failed`).
     Failed {
+        code: i64,
         told: String,
         kept: String,
     },
@@ -83,8 +85,19 @@ enum Outcome {
 impl Outcome {
     fn failed(message: String) -> Self {
         Self::Failed {
+            code: 500,
             told: message.clone(),
             kept: message,
+        }
+    }
+
+    /// A refusal of the service's own, told with its code.
+    fn refused(e: &AppError) -> Self {
+        let told = e.told();
+        Self::Failed {
+            code: e.code(),
+            told: told.clone(),
+            kept: told,
         }
     }
 }
@@ -194,10 +207,10 @@ impl Turn {
                     .await;
                 }
             }
-            Outcome::Failed { told, .. } => {
+            Outcome::Failed { code, told, .. } => {
                 let _ = out
                     .send(StreamEvent::Error {
-                        code: 500,
+                        code: *code,
                         message: told.clone(),
                     })
                     .await;
@@ -291,7 +304,7 @@ impl Turn {
         let stream = opened.instrument(self.span.clone()).await;
         let mut stream = stream.map_err(|e| match e {
             CallError::Model(e) => self.model_failed(&e),
-            CallError::Refused(e) => Outcome::failed(e.told()),
+            CallError::Refused(e) => Outcome::refused(&e),
         })?;
         let mut calls = vec![];
         loop {
@@ -381,7 +394,7 @@ impl Turn {
         tracing::warn!(agent_id = self.agent.id, model_id = self.model.row.id, error = %e, "model call failed");
         let own = matches!(self.caller.owner, Owner::User(id) if id == self.model.row.creator_id);
         let told = format!("the model call failed: {}", e.told_to(own));
-        Outcome::Failed { told, kept }
+        Outcome::Failed { code: 500, told, kept }
     }
 
     /// Whether the answer was stored. The statement is tried twice (a connection the database

@@ -618,6 +618,54 @@ async fn a_client_disconnect_stops_the_upstream_and_keeps_the_partial_answer() {
     );
 }
 
+/// A client that leaves while the turn's context is gathered (here a slow embedding model
+/// recalling memories) is noticed there: the paid chat model is never called, and the turn is
+/// stored as stopped.
+#[tokio::test]
+async fn a_client_gone_before_the_model_call_is_noticed_before_it() {
+    let s = ChatSetup::new().await;
+    let chat = s.chat_model("chat-echo", json!({})).await;
+    let slow = s.embedding_model("emb-8-slow").await;
+    let config = s.memory_config(slow).await;
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Slow recall", "chatModelId": chat, "memoryEnabled": true, "memoryConfigId": config }),
+        )
+        .await;
+    let resp = s
+        .app
+        .client
+        .post(s.app.url(&format!("/agent/{agent}/chat")))
+        .header("Svc-Auth", &s.admin)
+        .json(&say("gone-early", "what do you remember"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    drop(resp);
+    let mut status = 0;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = sqlx::query_scalar::<_, i16>("SELECT status FROM messages WHERE role = 'assistant'")
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+        if status != 0 {
+            break;
+        }
+    }
+    assert_eq!(status, 3, "stopped");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let chats = s
+        .models
+        .requests()
+        .into_iter()
+        .filter(|r| r["model"] == "chat-echo")
+        .count();
+    assert_eq!(chats, 0, "the chat model was not called");
+}
+
 #[tokio::test]
 async fn the_history_window_keeps_the_last_messages_of_the_conversation() {
     let s = ChatSetup::new().await;

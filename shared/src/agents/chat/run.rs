@@ -237,7 +237,12 @@ impl Turn {
                 context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
             )
         };
-        let (images, toolbox, memories, knowledge) = Box::pin(gathered).instrument(self.span.clone()).await;
+        // A client that leaves while the context is gathered (recall and retrieval embed the
+        // question, MCP servers list their tools) is noticed at once: no model call follows.
+        let (images, toolbox, memories, knowledge) = tokio::select! {
+            _ = out.tx.closed() => return Err(Outcome::Stopped),
+            gathered = Box::pin(gathered).instrument(self.span.clone()) => gathered,
+        };
         let images = images.map_err(Outcome::failed)?;
         let ctx = Context {
             tool_notes: toolbox.prompt_notes.clone(),
@@ -301,7 +306,10 @@ impl Turn {
                 None => gateway::chat_stream(state, model, billing, "chat", req, usage).await,
             }
         };
-        let stream = opened.instrument(self.span.clone()).await;
+        let stream = tokio::select! {
+            _ = out.tx.closed() => return Err(Outcome::Stopped),
+            stream = opened.instrument(self.span.clone()) => stream,
+        };
         let mut stream = stream.map_err(|e| match e {
             CallError::Model(e) => self.model_failed(&e),
             CallError::Refused(e) => Outcome::refused(&e),

@@ -480,9 +480,12 @@ async fn stream_on(
         Ok(s) => s,
         Err(e) => {
             meter.record.error = Some(e.to_string());
-            // Nothing was generated: record the failure with no tokens.
+            // Nothing was generated: record the failure with no tokens, settled before the
+            // failure is told (see the stream's end below).
             meter.reported = true;
-            meter.close();
+            if let Some(settle) = meter.end() {
+                settle.await;
+            }
             return Err(e.into());
         }
     };
@@ -494,6 +497,13 @@ async fn stream_on(
             match inner.next().await {
                 Some(ev) => {
                     meter.observe(&ev);
+                    // A failed stream is settled before its failure is told, as an ended one
+                    // is: whoever reads it may end the response (and Lambda the process) next.
+                    if ev.is_err() {
+                        if let Some(settle) = meter.end() {
+                            settle.await;
+                        }
+                    }
                     Some((ev, metered))
                 }
                 None => {

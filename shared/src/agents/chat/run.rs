@@ -153,13 +153,20 @@ impl Turn {
         let started = Instant::now();
         let out = Out { tx };
         let mut answer = Answer::default();
-        let hold = self.hold.take();
+        let mut hold = self.hold.take();
         let history = std::mem::take(&mut self.history);
         // The turn's large parts are boxed where they are awaited: inline, the turn's future
         // was 57 KB (the model call, every tool, memory and knowledge, the title's own model
         // call), copied whole whenever it moved, and every turn paid for the largest path.
         let limit = self.state.config().chat_turn_timeout;
-        let conversed = tokio::time::timeout(limit, Box::pin(self.converse(&out, &mut answer, hold, history))).await;
+        let conversed =
+            tokio::time::timeout(limit, Box::pin(self.converse(&out, &mut answer, &mut hold, history))).await;
+        // Tokens held for a model call the turn never made (it failed or stopped before one)
+        // go back before the stream ends: under Lambda, a task left to run after the answer
+        // may never run.
+        if let Some(unused) = hold.take() {
+            unused.settle(0).await;
+        }
         let outcome = match conversed {
             Ok(Ok(())) => Outcome::Complete,
             Ok(Err(o)) => o,
@@ -219,12 +226,13 @@ impl Turn {
         }
     }
 
-    /// Dropping `hold` unused (the turn failed before its first model call) gives it back.
+    /// `hold` goes to the first model call; left unused (the turn failed or stopped before
+    /// one), `run` gives it back.
     async fn converse(
         &self,
         out: &Out,
         answer: &mut Answer,
-        mut hold: Option<Hold>,
+        hold: &mut Option<Hold>,
         history: Vec<HistoryMessage>,
     ) -> Result<(), Outcome> {
         // Independent reads, side by side: each one waited for in turn would add its round

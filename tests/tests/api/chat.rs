@@ -563,26 +563,31 @@ async fn an_answer_that_cannot_be_stored_ends_with_an_error_and_keeps_its_usage(
     assert_eq!(usage, 1, "the model call's usage is stored on its own");
 }
 
-#[tokio::test]
-async fn a_client_disconnect_stops_the_upstream_and_keeps_the_partial_answer() {
-    let s = ChatSetup::new().await;
-    let slow = s.chat_model("chat-slow", json!({})).await;
-    let agent = s.agent(&s.admin, json!({ "name": "Slow", "chatModelId": slow })).await;
-    let resp = s
-        .app
+/// An agent whose chat model takes images, and an image of the administrator's to attach.
+async fn seeing_agent_and_image(s: &ChatSetup) -> (i64, i64) {
+    let vision = s
+        .chat_model("chat-echo", json!({ "configJson": { "capabilities": ["vision"] } }))
+        .await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Seeing", "chatModelId": vision }))
+        .await;
+    (agent, upload(s, &s.admin, "a.png", PNG).await)
+}
+
+/// The chat's response once its headers are in, its body left to the caller (to drop).
+async fn open_chat(s: &ChatSetup, agent: i64, body: Value) -> reqwest::Response {
+    s.app
         .client
         .post(s.app.url(&format!("/agent/{agent}/chat")))
         .header("Svc-Auth", &s.admin)
-        .json(&say("d-1", "a b c d e f g h i j"))
+        .json(&body)
         .send()
         .await
-        .unwrap();
-    let mut body = resp.bytes_stream();
-    let first = body.next().await.unwrap().unwrap();
-    assert!(String::from_utf8_lossy(&first).contains("\"text\""));
-    drop(body);
+        .unwrap()
+}
 
-    // The stored answer turns to "stopped" and the model server stops sending.
+/// The status the only assistant message settles on (waiting while it is 0, generating).
+async fn settled_answer_status(s: &ChatSetup) -> i16 {
     let mut status = 0;
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -594,7 +599,22 @@ async fn a_client_disconnect_stops_the_upstream_and_keeps_the_partial_answer() {
             break;
         }
     }
-    assert_eq!(status, 3, "stopped");
+    status
+}
+
+#[tokio::test]
+async fn a_client_disconnect_stops_the_upstream_and_keeps_the_partial_answer() {
+    let s = ChatSetup::new().await;
+    let slow = s.chat_model("chat-slow", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "Slow", "chatModelId": slow })).await;
+    let resp = open_chat(&s, agent, say("d-1", "a b c d e f g h i j")).await;
+    let mut body = resp.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("\"text\""));
+    drop(body);
+
+    // The stored answer turns to "stopped" and the model server stops sending.
+    assert_eq!(settled_answer_status(&s).await, 3, "stopped");
     // The model server notices the closed connection at its next write or two.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let sent_then = s.models.chunks_sent();
@@ -627,29 +647,10 @@ async fn a_client_gone_before_the_model_call_is_noticed_before_it() {
             json!({ "name": "Slow recall", "chatModelId": chat, "memoryEnabled": true, "memoryConfigId": config }),
         )
         .await;
-    let resp = s
-        .app
-        .client
-        .post(s.app.url(&format!("/agent/{agent}/chat")))
-        .header("Svc-Auth", &s.admin)
-        .json(&say("gone-early", "what do you remember"))
-        .send()
-        .await
-        .unwrap();
+    let resp = open_chat(&s, agent, say("gone-early", "what do you remember")).await;
     assert_eq!(resp.status(), 200);
     drop(resp);
-    let mut status = 0;
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        status = sqlx::query_scalar::<_, i16>("SELECT status FROM messages WHERE role = 'assistant'")
-            .fetch_one(&s.app.db)
-            .await
-            .unwrap();
-        if status != 0 {
-            break;
-        }
-    }
-    assert_eq!(status, 3, "stopped");
+    assert_eq!(settled_answer_status(&s).await, 3, "stopped");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let chats = s
         .models
@@ -1422,13 +1423,7 @@ async fn a_chat_whose_knowledge_or_memory_fails_says_so_and_answers_without_them
 #[tokio::test]
 async fn an_image_that_grew_after_its_upload_is_not_read() {
     let s = ChatSetup::new().await;
-    let vision = s
-        .chat_model("chat-echo", json!({ "configJson": { "capabilities": ["vision"] } }))
-        .await;
-    let agent = s
-        .agent(&s.admin, json!({ "name": "Seeing", "chatModelId": vision }))
-        .await;
-    let png = upload(&s, &s.admin, "a.png", PNG).await;
+    let (agent, png) = seeing_agent_and_image(&s).await;
     let key: String = sqlx::query_scalar("SELECT storage_key FROM resources WHERE id = $1")
         .bind(png)
         .fetch_one(&s.app.db)
@@ -1507,13 +1502,7 @@ async fn a_conversation_deleted_mid_answer_ends_with_an_error_line() {
 #[tokio::test]
 async fn turns_with_images_at_once_do_not_starve_a_small_pool() {
     let s = ChatSetup::with(api_tests::Store::Filesystem, &[("DB_MAX_CONNECTIONS", "2")]).await;
-    let vision = s
-        .chat_model("chat-echo", json!({ "configJson": { "capabilities": ["vision"] } }))
-        .await;
-    let agent = s
-        .agent(&s.admin, json!({ "name": "Seeing", "chatModelId": vision }))
-        .await;
-    let png = upload(&s, &s.admin, "a.png", PNG).await;
+    let (agent, png) = seeing_agent_and_image(&s).await;
     let body =
         |i: usize| json!({ "conversationId": format!("pool-{i}"), "content": "look", "attachments": [image(png)] });
     let replies = futures::future::join_all((0..4).map(|i| s.chat(&s.admin, agent, body(i)))).await;
@@ -1528,13 +1517,7 @@ async fn turns_with_images_at_once_do_not_starve_a_small_pool() {
 #[tokio::test]
 async fn concurrent_turns_with_images_keep_the_conversations_limit() {
     let s = ChatSetup::new().await;
-    let vision = s
-        .chat_model("chat-echo", json!({ "configJson": { "capabilities": ["vision"] } }))
-        .await;
-    let agent = s
-        .agent(&s.admin, json!({ "name": "Seeing", "chatModelId": vision }))
-        .await;
-    let png = upload(&s, &s.admin, "a.png", PNG).await;
+    let (agent, png) = seeing_agent_and_image(&s).await;
     for round in 0..5 {
         let body = json!({ "conversationId": format!("pair-{round}"), "content": "look",
                            "attachments": [image(png), image(png)] });

@@ -108,7 +108,6 @@ impl AppError {
         }
     }
 
-    /// `log`, then `public_message`: for a failure told inside a stream whose status was sent.
     /// A failure of the service or what it depends on, not of the request: passed on as it
     /// is (logged, shown as itself), never folded into another message or taken for a final
     /// answer about the input.
@@ -116,9 +115,19 @@ impl AppError {
         matches!(self, Self::Internal(_) | Self::Unavailable { .. })
     }
 
+    /// `log`, then `public_message`: for a failure told inside a stream whose status was sent.
     pub fn told(&self) -> String {
         self.log();
         self.public_message()
+    }
+
+    /// A refusal about the input, worded by `say` from what this error tells; a failure of the
+    /// service is passed on as it is (`is_server_side`).
+    pub fn refusal(self, say: impl FnOnce(String) -> String) -> Self {
+        match self.is_server_side() {
+            true => self,
+            false => Self::Business(say(self.told())),
+        }
     }
 }
 

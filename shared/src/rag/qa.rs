@@ -111,20 +111,14 @@ struct Asked {
 }
 
 async fn chat_model(state: &AppState, kb: &KbRow) -> AppResult<ModelHandle> {
-    let refused = |e: AppError, told: String| match e.is_server_side() {
-        true => e,
-        false => AppError::business(told),
-    };
     match kb.model_params.0.model_id {
         Some(id) => gateway::load(state, id, ModelType::Chat)
             .await
-            .map_err(|e| {
-                let told = format!("the Q&A model cannot be used: {}", e.told());
-                refused(e, told)
-            }),
+            .map_err(|e| e.refusal(|told| format!("the Q&A model cannot be used: {told}"))),
         None => gateway::default_model(state, ModelType::Chat).await.map_err(|e| {
-            let told = "no chat model is configured for this knowledge base (modelParams.modelId) and there is no default CHAT model";
-            refused(e, told.to_owned())
+            e.refusal(|_| {
+                "no chat model is configured for this knowledge base (modelParams.modelId) and there is no default CHAT model".to_owned()
+            })
         }),
     }
 }

@@ -60,10 +60,7 @@ fn chat_model(state: &AppState, agent: &AgentRow, config: Option<ModelConfigRow>
         Some(id) => gateway::checked(state, id, config, ModelType::Chat),
         None => gateway::checked_default(state, config, ModelType::Chat),
     };
-    model.map_err(|e| match e.is_server_side() {
-        true => e,
-        false => AppError::business(format!("this agent has no usable chat model: {}", e.told())),
-    })
+    model.map_err(|e| e.refusal(|told| format!("this agent has no usable chat model: {told}")))
 }
 
 fn conversation_key(value: Option<String>) -> AppResult<String> {

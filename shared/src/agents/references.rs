@@ -42,22 +42,25 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
 /// config's models are checked again under the hold); a server or skill deleted meanwhile is
 /// either taken out of this agent by its deletion, which waits for this write, or found gone
 /// here.
+/// The models are held in one statement (in id order), after the config, as a config's
+/// edit takes the config before its models.
 pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData) -> AppResult<()> {
-    if let Some(id) = d.chat_model_id {
-        let chat = models::service::ModelRef {
+    let mut named: Vec<models::service::ModelRef<'_>> = d
+        .chat_model_id
+        .map(|id| models::service::ModelRef {
             field: "chatModelId",
             id,
             t: ModelType::Chat,
-        };
-        models::service::hold_usable(conn, user, &[chat]).await?;
-    }
+        })
+        .into_iter()
+        .collect();
     if let Some(id) = d.memory_config_id {
-        crate::memory::config_repo::find_held(conn, id)
+        let config = crate::memory::config_repo::find_held(conn, id)
             .await?
-            .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?
-            .check_models_usable(conn, user, "memoryConfigId")
-            .await?;
+            .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?;
+        named.extend(config.model_refs("memoryConfigId"));
     }
+    models::service::hold_usable(conn, user, &named).await?;
     for (field, held_ids, ids) in [
         (
             "mcpServerIds",

@@ -1,7 +1,7 @@
 //! Memory configs' rules: what a request may change, and the checks a config must pass,
 //! against the models it names and the agents bound to it.
 
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgExecutor};
 
 use super::config_model::{ConfigRequest, ConfigRow, FUSION_STRATEGIES};
 use super::config_repo;
@@ -88,7 +88,7 @@ impl ConfigRow {
         }
         // Before the dimension is asked, so that a refused edit calls no endpoint; checked
         // again under the config's lock (`hold_new_models`).
-        check_binders_may_use(&mut *state.db().acquire().await?, before, &added).await?;
+        check_binders_may_use(state.db(), before, &added).await?;
         // Asked now, as a knowledge base asks on creation (recorded, not charged, as memory
         // upkeep is): vectors longer than an index holds would fail the first memory written.
         if new_embedding && self.dimension.is_none() {
@@ -154,23 +154,22 @@ impl ConfigRow {
     ) -> AppResult<()> {
         let added = self.new_models(before);
         models::service::hold_usable(conn, user, &added).await?;
-        check_binders_may_use(conn, before, &added).await
+        check_binders_may_use(&mut *conn, before, &added).await
     }
 
     /// Recall and extraction with this config run its models. Configs are shared, the models
     /// behind them may be someone's PERSONAL ones (with their key): whoever makes the config
     /// run, by binding it to an agent or by debugging recall, must be able to pick each model
-    /// directly; in a transaction, the models stay held until it ends. The error names `field`.
-    pub async fn check_models_usable(&self, conn: &mut PgConnection, user: &CurrentUser, field: &str) -> AppResult<()> {
-        let refs: Vec<ModelRef<'_>> = [
+    /// directly (`models::service::hold_usable` on these). The refusal names `field`.
+    pub fn model_refs<'f>(&self, field: &'f str) -> Vec<ModelRef<'f>> {
+        [
             (self.embedding_model_id, ModelType::Embedding),
             (self.extraction_model_id, ModelType::Chat),
             (self.rerank_model_id, ModelType::Reranker),
         ]
         .into_iter()
         .filter_map(|(id, t)| id.map(|id| ModelRef { field, id, t }))
-        .collect();
-        models::service::hold_usable(conn, user, &refs).await
+        .collect()
     }
 }
 
@@ -180,25 +179,23 @@ impl ConfigRow {
 /// rule is `can_see` of the model service, for the binders: an administrator sees every
 /// model, anyone else GLOBAL ones and their own.
 async fn check_binders_may_use(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     before: Option<&ConfigRow>,
     added: &[ModelRef<'_>],
 ) -> AppResult<()> {
-    let Some(config_id) = before.and_then(|b| b.id) else {
+    // A new config has no binders yet.
+    let Some(config_id) = before.and_then(|b| b.id).filter(|_| !added.is_empty()) else {
         return Ok(());
     };
+    let ids: Vec<i64> = added.iter().map(|r| r.id).collect();
+    let refused = config_repo::binders_who_may_not_use(db, config_id, &ids).await?;
     for r in added {
-        check_binder_may_use(&mut *conn, config_id, r.field, r.id).await?;
-    }
-    Ok(())
-}
-
-async fn check_binder_may_use(conn: &mut PgConnection, config_id: i64, field: &str, model_id: i64) -> AppResult<()> {
-    let refused = config_repo::binders_who_may_not_use(conn, config_id, model_id).await?;
-    if refused > 0 {
-        return Err(AppError::validation(format!(
-            "{field}: model {model_id} is not available to the creators of {refused} agent(s) using this memory config"
-        )));
+        if let Some((_, agents)) = refused.iter().find(|(model, _)| *model == r.id) {
+            return Err(AppError::validation(format!(
+                "{}: model {} is not available to the creators of {agents} agent(s) using this memory config",
+                r.field, r.id
+            )));
+        }
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Memory configs in the database: read, held, saved, deleted, and who is bound to them.
 
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 
 use super::config_model::ConfigRow;
 use crate::{AppError, AppResult};
@@ -57,7 +57,7 @@ pub async fn effective(db: &PgPool, id: Option<i64>) -> AppResult<ConfigRow> {
 /// Writes a new config or every field of an existing one; returns the id. An existing one is
 /// written only as it was read (`c.update_dt`): None when it changed since, and nothing was
 /// written, since `c` would undo that change.
-pub async fn save(db: impl sqlx::PgExecutor<'_>, c: &ConfigRow) -> sqlx::Result<Option<i64>> {
+pub async fn save(db: impl PgExecutor<'_>, c: &ConfigRow) -> sqlx::Result<Option<i64>> {
     let mut q = match c.id {
         None => sqlx::QueryBuilder::new(
             "INSERT INTO memory_configs (name, status, vector_store_instance_id, embedding_model_id, dimension, max_recall,
@@ -126,18 +126,23 @@ pub async fn agents_using(db: &PgPool, id: i64) -> sqlx::Result<i64> {
         .await
 }
 
-/// The agents bound to the config whose creators may not use `model_id`: a PERSONAL model
-/// is its creator's (and administrators').
-pub async fn binders_who_may_not_use(conn: &mut PgConnection, config_id: i64, model_id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM agents a JOIN users u ON u.id = a.creator_id
-         JOIN model_configs m ON m.id = $2
+/// Of `model_ids`, those the creators of some agents bound to the config may not use, with
+/// how many such agents: a PERSONAL model is its creator's (and administrators').
+pub async fn binders_who_may_not_use(
+    db: impl PgExecutor<'_>,
+    config_id: i64,
+    model_ids: &[i64],
+) -> sqlx::Result<Vec<(i64, i64)>> {
+    sqlx::query_as(
+        "SELECT m.id, count(*) FROM agents a JOIN users u ON u.id = a.creator_id
+         JOIN model_configs m ON m.id = ANY($2)
          WHERE a.memory_config_id = $1 AND m.scope = 'PERSONAL' AND m.creator_id <> a.creator_id
-           AND u.role <> $3",
+           AND u.role <> $3
+         GROUP BY m.id",
     )
     .bind(config_id)
-    .bind(model_id)
+    .bind(model_ids)
     .bind(crate::domain::Role::Admin.code())
-    .fetch_one(conn)
+    .fetch_all(db)
     .await
 }

@@ -109,9 +109,8 @@ pub async fn debug(state: &AppState, user: &CurrentUser, id: i64, req: DebugRequ
     // Recall runs with the config as checked: a read after the check could see models an
     // edit put in meanwhile that the caller may not use.
     let config = find(state, id).await?;
-    config
-        .check_models_usable(&mut *state.db().acquire().await?, user, "id")
-        .await?;
+    let models = config.model_refs("id");
+    crate::models::service::hold_usable(&mut *state.db().acquire().await?, user, &models).await?;
     service::visible_agent(state, user, agent_id).await?;
     let owner = Owner::User(user_id);
     let strategy = recall::strategy_of(state, config).await?;

@@ -37,11 +37,7 @@ impl FsStore {
     /// written aside and renamed, so a reader never sees half a file.
     async fn write_aside(&self, key: &str) -> Result<(PathBuf, PathBuf), StorageError> {
         let path = self.path(key)?;
-        if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(io_err("creating object dir"))?;
-        }
+        make_parent(&path).await.map_err(io_err("creating object dir"))?;
         let tmp = path.with_extension(format!("part-{}", uuid::Uuid::new_v4()));
         Ok((path, tmp))
     }
@@ -75,13 +71,16 @@ impl FsStore {
         self.root.join(STAGED_DIR).join(key)
     }
 
+    /// Where that mark is while its upload is being expired.
+    fn expiring_mark(&self, key: &str) -> PathBuf {
+        self.root.join(EXPIRING_DIR).join(key)
+    }
+
     /// Marks the object at `key` staged; false when a mark was there already (another
     /// upload's, to be left alone).
     async fn mark_staged(&self, key: &str) -> std::io::Result<bool> {
         let mark = self.staged_mark(key);
-        if let Some(dir) = mark.parent() {
-            tokio::fs::create_dir_all(dir).await?;
-        }
+        make_parent(&mark).await?;
         match tokio::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -97,10 +96,8 @@ impl FsStore {
     /// Takes the mark of the upload at `key` away from registration; false when it is gone
     /// (registered meanwhile).
     async fn claim_expiry(&self, key: &str) -> std::io::Result<bool> {
-        let claimed = self.root.join(EXPIRING_DIR).join(key);
-        if let Some(dir) = claimed.parent() {
-            tokio::fs::create_dir_all(dir).await?;
-        }
+        let claimed = self.expiring_mark(key);
+        make_parent(&claimed).await?;
         match tokio::fs::rename(self.staged_mark(key), &claimed).await {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -118,7 +115,7 @@ impl FsStore {
             return Ok(false);
         }
         remove_if_present(&self.path(key)?, "deleting an expired upload").await?;
-        remove_if_present(&self.root.join(EXPIRING_DIR).join(key), "removing an expired mark").await?;
+        remove_if_present(&self.expiring_mark(key), "removing an expired mark").await?;
         Ok(true)
     }
 }
@@ -152,6 +149,14 @@ fn stale_marks(
         }
     }
     Ok(())
+}
+
+/// Makes the directory a file at `path` goes in.
+async fn make_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) => tokio::fs::create_dir_all(dir).await,
+        None => Ok(()),
+    }
 }
 
 async fn remove_if_present(path: &Path, what: &'static str) -> Result<(), StorageError> {
@@ -219,7 +224,10 @@ impl ObjectStore for FsStore {
         use futures::StreamExt;
         use tokio::io::AsyncWriteExt;
         let (path, tmp) = self.write_aside(key).await?;
-        let written = async {
+        // Marked before it is placed: a completion racing the PUT finds the mark to clear, and
+        // an upload dropped between the two leaves a mark, never an object that cannot expire.
+        // A refused second PUT leaves the first one's mark as it found it.
+        let placed = async {
             let mut file = tokio::fs::File::create(&tmp).await.map_err(io_err("creating object"))?;
             let mut size = 0u64;
             while let Some(chunk) = body.next().await {
@@ -230,19 +238,12 @@ impl ObjectStore for FsStore {
                 }
                 file.write_all(&chunk).await.map_err(io_err("writing object"))?;
             }
-            file.flush().await.map_err(io_err("writing object"))
-        }
-        .await;
-        let placed = written;
-        // Marked before it is placed: a completion racing the PUT finds the mark to clear, and
-        // an upload dropped between the two leaves a mark, never an object that cannot expire.
-        // A refused second PUT leaves the first one's mark as it found it.
-        let marked = match placed {
-            Ok(()) => self.mark_staged(key).await.map_err(io_err("marking the upload staged")),
-            Err(e) => Err(e),
-        };
-        let placed = match marked {
-            Ok(ours) => tokio::fs::hard_link(&tmp, &path).await.map_err(|e| {
+            file.flush().await.map_err(io_err("writing object"))?;
+            let ours = self
+                .mark_staged(key)
+                .await
+                .map_err(io_err("marking the upload staged"))?;
+            tokio::fs::hard_link(&tmp, &path).await.map_err(|e| {
                 if ours {
                     let _ = std::fs::remove_file(self.staged_mark(key));
                 }
@@ -250,9 +251,9 @@ impl ObjectStore for FsStore {
                     std::io::ErrorKind::AlreadyExists => StorageError::Exists,
                     _ => io_err("placing object")(e),
                 }
-            }),
-            Err(e) => Err(e),
-        };
+            })
+        }
+        .await;
         let _ = tokio::fs::remove_file(&tmp).await;
         placed
     }
@@ -304,7 +305,7 @@ impl ObjectStore for FsStore {
         self.path(key)?;
         remove_if_present(&self.staged_mark(key), "clearing a staged mark").await?;
         // An expiry that took the mark first deletes the object: it is not there to keep.
-        match tokio::fs::try_exists(self.root.join(EXPIRING_DIR).join(key)).await {
+        match tokio::fs::try_exists(self.expiring_mark(key)).await {
             Ok(false) => Ok(()),
             Ok(true) => Err(StorageError::NotFound),
             Err(e) => Err(io_err("checking a staged mark")(e)),

@@ -297,17 +297,30 @@ pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// Makes `id` the only default of its type when, its row locked, it is an enabled GLOBAL config
-/// of that type; false, with nothing changed, when it is not (changed since the caller read
-/// it). Run inside the caller's transaction.
-pub async fn switch_default(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) -> sqlx::Result<bool> {
-    // Serialise concurrent switches of the same type.
+/// Takes what a default switch changes: the type's advisory lock (switches of one type take
+/// turns), then the config and the type's current default, in id order as bindings hold the
+/// configs they name. In another order a binding holding the old default while it waits for
+/// the new one, and the switch holding the new one while it waits for the old, deadlock.
+pub async fn lock_for_default_switch(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) -> sqlx::Result<()> {
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('model-default:' || $1))")
         .bind(model_type)
         .execute(&mut *conn)
         .await?;
+    sqlx::query("SELECT 1 FROM model_configs WHERE id = $1 OR (model_type = $2 AND is_default) ORDER BY id FOR UPDATE")
+        .bind(id)
+        .bind(model_type)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Makes `id` the only default of its type when, its row locked, it is an enabled GLOBAL config
+/// of that type; false, with nothing changed, when it is not (changed since the caller read
+/// it). Run inside the caller's transaction.
+pub async fn switch_default(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) -> sqlx::Result<bool> {
+    lock_for_default_switch(conn, id, model_type).await?;
     let eligible: Option<i64> = sqlx::query_scalar(
-        "SELECT id FROM model_configs WHERE id = $1 AND model_type = $2 AND scope = 'GLOBAL' AND is_enabled FOR UPDATE",
+        "SELECT id FROM model_configs WHERE id = $1 AND model_type = $2 AND scope = 'GLOBAL' AND is_enabled",
     )
     .bind(id)
     .bind(model_type)

@@ -509,6 +509,10 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     // update the row would otherwise be a second default of the new type.
     let retyped = checked.model_type != row.model_type();
     let mut tx = state.db().begin().await?;
+    if req.is_default == Some(true) {
+        // Before this row's own lock, which would otherwise come first whatever the ids.
+        repo::lock_for_default_switch(&mut tx, id, checked.model_type.as_str()).await?;
+    }
     // Everything above was checked against the row as read; written over a change made since
     // (a retype, a scope change), this would undo it unchecked.
     match repo::lock_unchanged(&mut tx, id, row.updated_dt).await? {

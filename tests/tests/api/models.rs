@@ -927,6 +927,55 @@ async fn a_deadlock_between_a_binding_and_another_change_is_a_conflict() {
     assert_eq!(agents, 0);
 }
 
+/// A default switch, by its route or by a config's update, takes the old and the new default
+/// in id order, as a binding takes the models it names: a binding that holds the old default
+/// and takes the new one next is waited for, where before the two deadlocked and Postgres ended
+/// the switch (409).
+#[tokio::test]
+async fn a_default_switch_waits_for_a_binding_instead_of_deadlocking() {
+    let (app, server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let provider = app.provider(&admin, "ordered").await;
+    let url = server.base_url.as_str();
+    let old = app
+        .model(&admin, provider, "CHAT", "chat-echo", url, json!({ "isDefault": true }))
+        .await;
+    let new = app.model(&admin, provider, "CHAT", "chat-think", url, json!({})).await;
+    for (case, path, body) in [
+        ("switch", format!("/ai-model/switch-default/{new}"), json!({})),
+        (
+            "update",
+            format!("/ai-model/config/{new}"),
+            json!({ "isDefault": true }),
+        ),
+    ] {
+        app.put(&format!("/ai-model/switch-default/{old}"), t, &json!({}))
+            .await
+            .assert_status_ok();
+        let mut binder = app.db.begin().await.unwrap();
+        // The switch's side would find a deadlock first.
+        sqlx::query("SET LOCAL deadlock_timeout = '20s'")
+            .execute(&mut *binder)
+            .await
+            .unwrap();
+        let hold = |id: i64| sqlx::query("SELECT 1 FROM model_configs WHERE id = $1 FOR SHARE").bind(id);
+        hold(old).execute(&mut *binder).await.unwrap();
+        let switch = app.put(&path, t, &body);
+        let bind = async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            hold(new).execute(&mut *binder).await.unwrap();
+            binder.commit().await.unwrap();
+        };
+        let (switched, ()) = tokio::join!(switch, bind);
+        switched.assert_status_ok();
+        let default: i64 = sqlx::query_scalar("SELECT id FROM model_configs WHERE model_type = 'CHAT' AND is_default")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+        assert_eq!(default, new, "{case}");
+    }
+}
+
 /// A provider deleted while a config is created under it, either way round: the one that
 /// comes second gets a precise refusal, not an internal error, and the other stands.
 #[tokio::test]

@@ -36,6 +36,15 @@ pub async fn find_by_username(db: &PgPool, username: &str) -> sqlx::Result<Optio
     .await
 }
 
+/// Takes a transaction lock on an email address (case-insensitive), held until it ends.
+pub async fn lock_email(conn: &mut sqlx::PgConnection, email: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('user-email:' || lower($1)))")
+        .bind(email)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 pub async fn find_by_email(db: impl PgExecutor<'_>, email: &str) -> sqlx::Result<Option<UserRow>> {
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM users WHERE lower(email) = lower($1) FOR UPDATE"

@@ -292,6 +292,9 @@ pub async fn authorize_code(state: &AppState, req: AuthorizeCodeRequest) -> AppR
     let expire = Utc::now() + chrono::Duration::days(days);
 
     let mut tx = state.db().begin().await?;
+    // Two grants to a new email take turns: the row lock below finds nothing to lock, and
+    // both would insert the user (the second refused as a taken username, its grant lost).
+    repo::lock_email(&mut tx, &email).await?;
     match repo::find_by_email(&mut *tx, &email).await? {
         Some(user) => {
             if !repo::grant_quota(&mut *tx, user.id, totals, expire, MAX_TOKENS).await? {
@@ -310,7 +313,15 @@ pub async fn authorize_code(state: &AppState, req: AuthorizeCodeRequest) -> AppR
                 totals,
                 expire_dt: Some(expire),
             };
-            repo::insert(&mut *tx, &new).await.map_err(user_conflict)?;
+            repo::insert(&mut *tx, &new).await.map_err(|e| {
+                if is_unique_violation(&e, "users_username_key") {
+                    AppError::business(format!(
+                        "email: no user has the email {email}, and the username {email} is another user's; give that user this email or grant to another address"
+                    ))
+                } else {
+                    user_conflict(e)
+                }
+            })?;
         }
     }
     tx.commit().await?;

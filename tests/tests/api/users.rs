@@ -413,6 +413,46 @@ async fn authorize_code_grants_quota() {
     }
     assert_eq!(app.count("users").await, before + 1);
 
+    // An unknown email that is someone else's username is refused, naming the email.
+    let bob = json!({ "username": "bob@example.com", "password": "password-1", "role": 2 });
+    app.post("/user", t, &bob).await.assert_ok();
+    let to_bob = json!({ "email": "bob@example.com", "days": 7, "totals": 50 });
+    app.post("/user/authorize/code", t, &to_bob).await.assert_error(
+        400,
+        0,
+        "email: no user has the email bob@example.com, and the username",
+    );
+    let bob_totals: i64 = sqlx::query_scalar("SELECT totals FROM users WHERE username = 'bob@example.com'")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(bob_totals, 0);
+
+    // Two grants to a new email at once both count. The test's table lock holds both at their
+    // insert, after each has looked the email up, unless grants to one email take turns.
+    let mut writes = app.db.begin().await.unwrap();
+    sqlx::query("LOCK TABLE users IN SHARE MODE")
+        .execute(&mut *writes)
+        .await
+        .unwrap();
+    let twice = json!({ "email": "twice@example.com", "days": 7, "totals": 50 });
+    let release = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        writes.commit().await.unwrap();
+    };
+    let (first, second, ()) = tokio::join!(
+        app.post("/user/authorize/code", t, &twice),
+        app.post("/user/authorize/code", t, &twice),
+        release
+    );
+    first.assert_ok();
+    second.assert_ok();
+    let twice_tokens: Vec<i64> = sqlx::query_scalar("SELECT tokens FROM users WHERE email = 'twice@example.com'")
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(twice_tokens, vec![100]);
+
     // Grants add up to the largest quota and no further: the one that would pass it changes
     // nothing.
     let max = shared::users::service::MAX_TOKENS;

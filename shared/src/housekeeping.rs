@@ -2,8 +2,9 @@
 //! previews and their files, uploads nobody registered (files on disk; S3's lifecycle rule
 //! expires its own), refresh tokens of dead logins, stale login counters, client nodes
 //! long offline and uncollected kicks, memory expiry, answers whose turn ended without
-//! storing them, and documents whose processing stopped. Each job is one function of its own
-//! domain module; this runs them all, so one failing does not keep the others from running.
+//! storing them, documents whose processing stopped, and vector indexes of deleted bases.
+//! Each job is one function of its own domain module; this runs them all, so one failing does
+//! not keep the others from running.
 
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ pub struct Swept {
     pub abandoned_answers: u64,
     pub stalled_documents: u64,
     pub leftover_objects: u64,
+    pub orphan_indexes: u64,
 }
 
 /// How long a presigned upload may wait for its registration: as long as S3's lifecycle rule
@@ -94,6 +96,11 @@ pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
             crate::rag::documents::repo::fail_stalled(db, STALLED_AFTER).await,
         ),
         leftover_objects: done(&mut failed, "leftover objects", leftovers),
+        orphan_indexes: done(
+            &mut failed,
+            "orphan vector indexes",
+            crate::rag::bases::service::drop_orphan_indexes(state).await,
+        ),
     };
     tracing::info!(?swept, "housekeeping done");
     if failed.is_empty() {

@@ -200,6 +200,13 @@ async fn housekeeping_removes_only_what_has_expired() {
     )
     .await;
 
+    // The vector index of a base deleted while its drop failed.
+    run(
+        db,
+        "CREATE INDEX chunks_hnsw_kb_987654 ON chunks (id) WHERE rag_id = 987654",
+    )
+    .await;
+
     let swept = shared::housekeeping::run(&app.state).await.unwrap();
     assert_eq!(
         swept,
@@ -214,7 +221,17 @@ async fn housekeeping_removes_only_what_has_expired() {
             abandoned_answers: 1,
             stalled_documents: 1,
             leftover_objects: 2,
+            orphan_indexes: 1,
         }
+    );
+    assert_eq!(
+        strings(
+            db,
+            "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'chunks_hnsw_kb_%' ORDER BY 1"
+        )
+        .await,
+        [format!("chunks_hnsw_kb_{kb}")],
+        "the live base's index stays"
     );
     assert!(app.state.storage().head("skills/left.zip").await.unwrap().is_none());
     let storage = app.state.storage();

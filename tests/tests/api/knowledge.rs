@@ -1623,6 +1623,38 @@ async fn expired_previews_are_cleaned_up_with_their_files() {
 #[tokio::test]
 async fn building_a_bases_index_does_not_block_writers_of_other_bases() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let body = json!({ "name": "new", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8 });
+    let created = while_a_writer_is_open(&s, "CREATE INDEX%", s.app.post("/rag", Some(&s.admin), &body)).await;
+    let id = created.assert_ok()["id"].as_i64().unwrap();
+    let valid: bool = sqlx::query_scalar(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1",
+    )
+    .bind(format!("chunks_hnsw_kb_{id}"))
+    .fetch_one(&s.app.db)
+    .await
+    .unwrap();
+    assert!(valid, "the base's index is built and valid");
+
+    // Deleting the base drops its index as it was built: a plain DROP INDEX took the table
+    // whole, and other tenants' searches and writes queued behind it.
+    let deleted = while_a_writer_is_open(&s, "DROP INDEX%", s.app.delete(&format!("/rag/{id}"), Some(&s.admin))).await;
+    deleted.assert_ok();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_class WHERE relname = $1")
+        .bind(format!("chunks_hnsw_kb_{id}"))
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the deleted base's index is gone");
+}
+
+/// Sends `request` while a writer of `chunks` holds its transaction open; once the request's
+/// DDL (`ddl`, a pattern of its statement) waits for that writer, another writer must get
+/// through before the open one ends.
+async fn while_a_writer_is_open(
+    s: &KbSetup,
+    ddl: &str,
+    request: impl std::future::Future<Output = api_tests::Reply>,
+) -> api_tests::Reply {
     let writer = |pool: sqlx::PgPool| async move {
         let mut conn = pool.acquire().await.unwrap();
         sqlx::query("SET lock_timeout = '5s'")
@@ -1633,22 +1665,18 @@ async fn building_a_bases_index_does_not_block_writers_of_other_bases() {
             .execute(&mut *conn)
             .await
     };
-    // A writer in the middle of its transaction.
     let mut open = s.app.db.begin().await.unwrap();
     sqlx::query("DELETE FROM chunks WHERE id = -1")
         .execute(&mut *open)
         .await
         .unwrap();
-    let body = json!({ "name": "new", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8 });
-    let create = s.app.post("/rag", Some(&s.admin), &body);
     let meanwhile = async {
-        // Wait until the build is queued behind the open transaction.
         let mut waiting = false;
         for _ in 0..200 {
             waiting = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                            WHERE query ILIKE 'CREATE INDEX%' AND wait_event_type = 'Lock')",
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query ILIKE $1 AND wait_event_type = 'Lock')",
             )
+            .bind(ddl)
             .fetch_one(&s.app.db)
             .await
             .unwrap();
@@ -1657,23 +1685,14 @@ async fn building_a_bases_index_does_not_block_writers_of_other_bases() {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        assert!(waiting, "the index build never waited for the open writer");
-        // Another writer goes through meanwhile.
+        assert!(waiting, "{ddl} never waited for the open writer");
         writer(s.app.db.clone())
             .await
-            .expect("a write to chunks was blocked by the index build");
+            .unwrap_or_else(|e| panic!("a write to chunks was blocked by {ddl}: {e}"));
         open.commit().await.unwrap();
     };
-    let (created, ()) = tokio::join!(create, meanwhile);
-    let id = created.assert_ok()["id"].as_i64().unwrap();
-    let valid: bool = sqlx::query_scalar(
-        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1",
-    )
-    .bind(format!("chunks_hnsw_kb_{id}"))
-    .fetch_one(&s.app.db)
-    .await
-    .unwrap();
-    assert!(valid, "the base's index is built and valid");
+    let (response, ()) = tokio::join!(request, meanwhile);
+    response
 }
 
 #[tokio::test]

@@ -54,8 +54,8 @@ impl IndexWrites for PgVectors {
         Ok(())
     }
 
-    async fn drop_all(&self, tx: &mut PgConnection) -> anyhow::Result<()> {
-        bases::repo::drop_index(tx, self.rag_id).await?;
+    /// The chunks go with the base's rows; their index after them (`bases::service::delete`).
+    async fn drop_all(&self, _tx: &mut PgConnection) -> anyhow::Result<()> {
         Ok(())
     }
 }

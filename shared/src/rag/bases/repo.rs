@@ -205,6 +205,27 @@ const INDEX_BUILD_LOCK: i64 = 0x6b62_5f69_6478; // "kb_idx"
 /// takes no bind parameters; `id` and `dimension` are integers from our own rows, never client
 /// text.
 pub async fn build_index(conn: &mut PoolConnection<Postgres>, id: i64, dimension: i32) -> sqlx::Result<()> {
+    let create = format!(
+        "CREATE INDEX CONCURRENTLY {} ON chunks USING hnsw ({} {}) WHERE rag_id = {id}",
+        index_name(id),
+        vector_expr(dimension),
+        ops(dimension)
+    );
+    concurrently(conn, &[drop_statement(id), create]).await
+}
+
+/// Drops a deleted base's index, as concurrently as it was built: a plain `DROP INDEX` takes
+/// `chunks` whole, and every tenant's search and write queues behind it.
+pub async fn drop_index(conn: &mut PoolConnection<Postgres>, id: i64) -> sqlx::Result<()> {
+    concurrently(conn, &[drop_statement(id)]).await
+}
+
+fn drop_statement(id: i64) -> String {
+    format!("DROP INDEX CONCURRENTLY IF EXISTS {}", index_name(id))
+}
+
+/// Runs DDL on `chunks` holding the index build lock.
+async fn concurrently(conn: &mut PoolConnection<Postgres>, statements: &[String]) -> sqlx::Result<()> {
     // Tried, not waited for: a session blocked in pg_advisory_lock holds a snapshot that the
     // running build would wait for in turn.
     while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
@@ -214,17 +235,11 @@ pub async fn build_index(conn: &mut PoolConnection<Postgres>, id: i64, dimension
     {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let built = async {
-        sqlx::query(&format!("DROP INDEX CONCURRENTLY IF EXISTS {}", index_name(id)))
-            .execute(&mut **conn)
-            .await?;
-        let sql = format!(
-            "CREATE INDEX CONCURRENTLY {} ON chunks USING hnsw ({} {}) WHERE rag_id = {id}",
-            index_name(id),
-            vector_expr(dimension),
-            ops(dimension)
-        );
-        sqlx::query(&sql).execute(&mut **conn).await
+    let ran = async {
+        for sql in statements {
+            sqlx::query(sql).execute(&mut **conn).await?;
+        }
+        Ok::<_, sqlx::Error>(())
     }
     .await;
     let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
@@ -235,9 +250,22 @@ pub async fn build_index(conn: &mut PoolConnection<Postgres>, id: i64, dimension
         // Closing the connection is what releases a session lock it could not release itself.
         conn.close_on_drop();
     }
-    built?;
+    ran?;
     unlocked?;
     Ok(())
+}
+
+/// Ids of the bases whose index outlived them (its drop after the base's deletion failed).
+pub async fn orphan_indexes(db: &PgPool) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT m.id
+         FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid,
+              LATERAL (SELECT (regexp_match(c.relname, '^chunks_hnsw_kb_([0-9]+)$'))[1]::bigint AS id) m
+         WHERE i.indrelid = 'chunks'::regclass AND m.id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM knowledge_bases k WHERE k.id = m.id)",
+    )
+    .fetch_all(db)
+    .await
 }
 
 /// How many knowledge bases `creator_id` has, counted under a lock that makes concurrent
@@ -251,13 +279,6 @@ pub async fn count_for_creation(conn: &mut PgConnection, creator_id: i64) -> sql
         .bind(creator_id)
         .fetch_one(conn)
         .await
-}
-
-pub async fn drop_index(conn: &mut PgConnection, id: i64) -> sqlx::Result<()> {
-    sqlx::query(&format!("DROP INDEX IF EXISTS {}", index_name(id)))
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 /// Storage keys of everything stored for a base's documents and images. The documents' rows

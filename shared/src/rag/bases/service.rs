@@ -472,5 +472,20 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
         state.storage().delete(key).await?;
     }
     tx.commit().await?;
+    // Its chunks went with the rows; the empty index is dropped after them, concurrently.
+    let mut conn = state.db().acquire().await?;
+    if let Err(e) = repo::drop_index(&mut conn, id).await {
+        tracing::warn!(rag_id = id, error = %e, "a deleted knowledge base's vector index was left for housekeeping");
+    }
     Ok(())
+}
+
+/// Drops the vector indexes of deleted bases whose drop failed (housekeeping); how many.
+pub async fn drop_orphan_indexes(state: &AppState) -> anyhow::Result<u64> {
+    let ids = repo::orphan_indexes(state.db()).await?;
+    let mut conn = state.db().acquire().await?;
+    for &id in &ids {
+        repo::drop_index(&mut conn, id).await?;
+    }
+    Ok(ids.len() as u64)
 }

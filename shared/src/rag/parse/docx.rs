@@ -76,7 +76,7 @@ fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result
         }
     }
     Ok(ParsedDocument {
-        sections: body.outline.into_sections(),
+        sections: body.outline.into_sections()?,
         images: images.into_images(),
         page_count: None,
     })

@@ -53,7 +53,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<ParsedDocument, ParseError> {
     walker.element(html.root_element(), 0);
     walker.flush();
     Ok(ParsedDocument {
-        sections: walker.outline.into_sections(),
+        sections: walker.outline.into_sections()?,
         ..ParsedDocument::default()
     })
 }

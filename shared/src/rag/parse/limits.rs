@@ -50,6 +50,7 @@ impl Limits {
 }
 
 /// A running total against one of the limits above.
+#[derive(Debug)]
 pub(super) struct Budget {
     left: usize,
     limit: usize,

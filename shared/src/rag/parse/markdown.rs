@@ -45,7 +45,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<ParsedDocument, ParseError> {
     }
     flush_paragraph(&mut outline, &mut paragraph);
     Ok(ParsedDocument {
-        sections: outline.into_sections(),
+        sections: outline.into_sections()?,
         ..ParsedDocument::default()
     })
 }

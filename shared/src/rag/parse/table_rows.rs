@@ -4,8 +4,10 @@
 //! table apart from its header.
 
 use super::limits::Budget;
+use super::outline::MAX_TITLE_PART_CHARS;
 use super::ParseError;
 use crate::rag::document::{Section, SectionKind};
+use crate::text::excerpt;
 
 /// Rows per section, so a large table is not one giant section.
 const ROWS_PER_SECTION: usize = 50;
@@ -30,6 +32,8 @@ pub(super) fn sections(
     let Some(header) = rows.next() else {
         return Ok(Vec::new());
     };
+    // Repeated in every section, as a heading is.
+    let title = excerpt(title, MAX_TITLE_PART_CHARS);
     let mut lines = Vec::new();
     for row in rows {
         if let Some(line) = render_row(&header, &row) {
@@ -42,7 +46,7 @@ pub(super) fn sections(
         .map(|chunk| Section {
             kind: SectionKind::Table,
             text: chunk.join("\n"),
-            title: Some(title.to_owned()),
+            title: Some(title.clone()),
             page: None,
         })
         .collect())

@@ -207,16 +207,13 @@ pub fn document(meta: &FrontMatter, body: &str) -> String {
 
 /// The instructions below the front matter (the whole text when there is none).
 pub fn body(content: &str) -> &str {
-    match parse_lines(content) {
-        Ok(p) => {
-            let skip: usize = p.lines[..=p.close].iter().map(|l| l.len() + 1).sum();
-            content
-                .get(skip.min(content.len())..)
-                .unwrap_or_default()
-                .trim_start_matches(['\r', '\n'])
-        }
-        Err(_) => content,
-    }
+    let Ok(parsed) = parse_lines(content) else {
+        return content;
+    };
+    // Counted on the text as it is: the parsed lines lost their '\r' and the mark before them.
+    let text = content.strip_prefix('\u{feff}').unwrap_or(content);
+    let skip: usize = text.split_inclusive('\n').take(parsed.close + 1).map(str::len).sum();
+    text[skip..].trim_start_matches(['\r', '\n'])
 }
 
 /// A YAML scalar for `value`: plain when that reads back unchanged, double-quoted otherwise
@@ -314,5 +311,10 @@ mod tests {
         assert_eq!(parse(&doc).unwrap(), meta("技能", "Say \"hi\"\nthen stop"));
         assert_eq!(body(&doc), "# Steps\n1. go\n");
         assert_eq!(body("no front matter"), "no front matter");
+        // Written on Windows, with a byte order mark and a description of Chinese characters.
+        let windows =
+            "\u{feff}---\r\nname: pdf\r\ndescription: 填写表格\r\nlicense: MIT\r\n---\r\n\r\n# Steps\r\n1. go";
+        assert_eq!(parse(windows).unwrap(), meta("pdf", "填写表格"));
+        assert_eq!(body(windows), "# Steps\r\n1. go");
     }
 }

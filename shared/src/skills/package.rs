@@ -78,6 +78,10 @@ impl Package {
         }
         let mut archive = ZipArchive::new(Cursor::new(bytes))
             .map_err(|e| refused(format!("the file is not a valid zip archive ({e})")))?;
+        // The archive keeps one of two entries of one name, unsaid, and counts it once.
+        if archive.has_duplicate_names() {
+            return Err(refused("it holds two entries with the same name".to_owned()));
+        }
         if archive.len() > limits.max_entries {
             return Err(too_large(format!(
                 "it has {} entries; the limit is {}",
@@ -478,6 +482,19 @@ mod tests {
         assert!(message(Package::open(&win, &limits())).contains("backslash"));
         let dup = zip_of(&[("a", b"x"), ("a/b", b"y")]);
         assert!(message(Package::open(&dup, &limits())).contains("is a file"));
+    }
+
+    #[test]
+    fn refuses_two_entries_of_one_name() {
+        let mut bytes = zip_of(&[("SKILL.md", b"one"), ("SKILL.mx", b"two")]);
+        // Writers refuse a second entry of a name; other tools write one (the local header's
+        // name and the central directory's both renamed).
+        let mut from = 0;
+        while let Some(at) = bytes[from..].windows(8).position(|w| w == b"SKILL.mx") {
+            bytes[from + at..from + at + 8].copy_from_slice(b"SKILL.md");
+            from += at + 8;
+        }
+        assert!(message(Package::open(&bytes, &limits())).contains("two entries with the same name"));
     }
 
     #[test]

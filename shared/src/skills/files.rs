@@ -44,9 +44,11 @@ pub async fn read(state: &AppState, id: i64, raw_path: Option<String>) -> AppRes
     let at = required_path("path", raw_path)?;
     let (row, package) = storage::current(state, id).await?;
     let data = file_bytes(state, &package, &at)?;
+    // Text with a NUL goes as base64 too: the API refuses NUL in JSON, so it could not be
+    // saved back as it was read.
     let (content, encoding) = match std::str::from_utf8(data) {
-        Ok(text) => (text.to_owned(), "utf-8"),
-        Err(_) => (base64::engine::general_purpose::STANDARD.encode(data), "base64"),
+        Ok(text) if !text.contains('\0') => (text.to_owned(), "utf-8"),
+        _ => (base64::engine::general_purpose::STANDARD.encode(data), "base64"),
     };
     Ok(FileContent {
         path: at,

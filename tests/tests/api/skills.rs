@@ -411,6 +411,27 @@ async fn round_trip(store: Store) {
         .delete(&format!("/skill/{id}/files?path=assets/logo.png"), t)
         .await
         .assert_status_ok();
+    // UTF-8 text holding a NUL reads back as base64, as it can only be written.
+    s.write(
+        &s.admin,
+        id,
+        "assets/nul.txt",
+        json!({ "content": "YQBi", "encoding": "base64" }),
+    )
+    .await
+    .assert_status_ok();
+    let nul = s.read(id, "assets/nul.txt").await;
+    assert_eq!(
+        (
+            nul.assert_status_ok()["encoding"].as_str(),
+            nul.assert_status_ok()["content"].as_str()
+        ),
+        (Some("base64"), Some("YQBi"))
+    );
+    s.app
+        .delete(&format!("/skill/{id}/files?path=assets/nul.txt"), t)
+        .await
+        .assert_status_ok();
     let new_md = SKILL_MD.replace("name: pdf-forms", "name: forms-filler");
     s.write(&s.admin, id, "SKILL.md", json!({ "content": new_md }))
         .await
@@ -431,7 +452,7 @@ async fn round_trip(store: Store) {
     let rows = s.rows().await;
     assert_eq!(
         (rows[0].1.as_str(), rows[0].6),
-        ("forms-filler", 9),
+        ("forms-filler", 11),
         "SKILL.md renames the skill; one version per change"
     );
     assert_eq!(s.objects().await.len(), 1, "exactly one package object");

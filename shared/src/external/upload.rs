@@ -186,11 +186,18 @@ async fn register(state: &AppState, app: &AppCaller, open_id: &str, image: Image
         }
         Err(err) => err,
     };
+    // Neither clean-up may end the request early: a database that failed the insert likely
+    // fails them too, and the object would stay with no row naming it.
     if let Some(user) = created {
-        users::remove_created(state, app, open_id, user).await?;
+        if let Err(e) = users::remove_created(state, app, open_id, user).await {
+            tracing::warn!(error = %e, "an external user created for a failed upload was kept");
+        }
     }
-    if resource_repo::is_registered(state.db(), image.key).await? {
-        return Err(already_registered());
+    match resource_repo::is_registered(state.db(), image.key).await {
+        Ok(true) => return Err(already_registered()),
+        Ok(false) => {}
+        // Only a second completion of the same upload could have registered the key.
+        Err(e) => tracing::warn!(error = %e, key = image.key, "whether a failed upload's object is registered is unknown; deleting it"),
     }
     crate::resources::leftovers::delete(state, &[image.key.to_owned()]).await;
     Err(err)

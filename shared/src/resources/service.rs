@@ -182,8 +182,9 @@ pub async fn file(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<St
     })
 }
 
-/// Deletes the object and the row together: the row is only removed once the object is gone.
-/// Whoever may read a resource may delete it; others get the 404 of an unknown id.
+/// Deletes the row, then the object (one whose delete fails is noted for housekeeping): the
+/// other way round, a failed commit left a row naming a deleted object. Whoever may read a
+/// resource may delete it; others get the 404 of an unknown id.
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
     let mut tx = state.db().begin().await?;
     let row = repo::find_readable(&mut *tx, id, reader(user), true)
@@ -198,8 +199,8 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
         ));
     }
     repo::delete(&mut *tx, id).await?;
-    state.storage().delete(&row.storage_key).await?;
     tx.commit().await?;
+    super::leftovers::delete(state, &[row.storage_key]).await;
     Ok(())
 }
 

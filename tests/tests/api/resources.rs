@@ -100,6 +100,25 @@ async fn round_trip(store: Store) {
     assert!(object_exists(&app, store, &key).await);
     assert_eq!(app.count("resources").await, 1);
 
+    // A delete whose commit fails keeps the object its row still names.
+    for sql in [
+        "CREATE FUNCTION refuse_commit() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$",
+        "CREATE CONSTRAINT TRIGGER refuse_commit AFTER DELETE ON resources
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_commit()",
+    ] {
+        sqlx::query(sql).execute(&app.db).await.unwrap();
+    }
+    app.delete(&format!("/resource/{id}"), Some(&token))
+        .await
+        .assert_error(500, 500, "");
+    assert!(object_exists(&app, store, &key).await, "the object its row names stays");
+    assert_eq!(app.count("resources").await, 1);
+    sqlx::query("DROP TRIGGER refuse_commit ON resources")
+        .execute(&app.db)
+        .await
+        .unwrap();
+
     app.delete(&format!("/resource/{id}"), Some(&token)).await.assert_ok();
     assert!(!object_exists(&app, store, &key).await, "object removed from the store");
     assert_eq!(app.count("resources").await, 0);

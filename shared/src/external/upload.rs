@@ -197,7 +197,9 @@ async fn register(state: &AppState, app: &AppCaller, open_id: &str, image: Image
         Ok(true) => return Err(already_registered()),
         Ok(false) => {}
         // Only a second completion of the same upload could have registered the key.
-        Err(e) => tracing::warn!(error = %e, key = image.key, "whether a failed upload's object is registered is unknown; deleting it"),
+        Err(e) => {
+            tracing::warn!(error = %e, key = image.key, "whether a failed upload's object is registered is unknown; deleting it")
+        }
     }
     crate::resources::leftovers::delete(state, &[image.key.to_owned()]).await;
     Err(err)

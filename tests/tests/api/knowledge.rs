@@ -953,6 +953,48 @@ async fn redelivery_and_duplicates_yield_one_set_of_chunks() {
     assert_eq!(answer.batch_item_failures[0].item_identifier, "m5");
 }
 
+/// A run whose document is reprocessed (or deleted) while it works stops at its next stage
+/// instead of embedding, and paying for, chunks nobody will keep.
+#[tokio::test]
+async fn a_superseded_run_stops_before_its_model_calls() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Superseded", json!({})).await;
+    let reply = s.upload(kb, &[("guide.md", GUIDE_MD.as_bytes().to_vec())]).await;
+    let id = doc_ids(&reply).await[0];
+    s.settled(id).await;
+    let (run_id,): (uuid::Uuid,) = sqlx::query_as("SELECT run_id FROM documents WHERE id = $1")
+        .bind(id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    // The run starts again; a reprocess gives the document a new run as it reaches chunking.
+    for sql in [
+        "UPDATE documents SET status = 'pending', lease_until = NULL WHERE id = $1",
+        "CREATE FUNCTION reprocess_now() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN NEW.run_id := gen_random_uuid(); RETURN NEW; END $$",
+        "CREATE TRIGGER reprocess_now BEFORE UPDATE ON documents FOR EACH ROW
+           WHEN (NEW.status = 'chunking') EXECUTE FUNCTION reprocess_now()",
+    ] {
+        sqlx::query(sql).bind(id).execute(&s.app.db).await.unwrap();
+    }
+    let usage = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM model_usage")
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap()
+    };
+    let before = usage().await;
+    let message = json!({ "documentId": id, "runId": run_id }).to_string();
+    let handler = shared::rag::pipeline::handler(s.app.state.clone());
+    let answer = handler(shared::queue::event(vec![shared::queue::message(
+        "m1", &message, 1, None,
+    )]))
+    .await
+    .unwrap();
+    assert!(answer.batch_item_failures.is_empty());
+    assert_eq!(usage().await, before, "no embedding call for the superseded run");
+}
+
 #[tokio::test]
 async fn chunks_by_hand_are_embedded() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;

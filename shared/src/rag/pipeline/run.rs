@@ -27,6 +27,9 @@ enum Stop {
     Permanent { stage: &'static str, message: String },
     /// Worth another delivery (storage or model endpoint hiccup).
     Transient { stage: &'static str, error: anyhow::Error },
+    /// The document was deleted or given a newer run: what this one would still do (paid
+    /// model calls among it) is waste.
+    Superseded,
 }
 
 fn permanent(stage: &'static str, message: impl Into<String>) -> Stop {
@@ -61,6 +64,13 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool) -> a
     };
     match stages(state, &doc, &kb).await {
         Ok(()) => Ok(()),
+        Err(Stop::Superseded) => {
+            tracing::info!(
+                document_id = doc.id,
+                "the document was deleted or reprocessed meanwhile: run stopped"
+            );
+            Ok(())
+        }
         Err(Stop::Permanent { stage, message }) => {
             tracing::warn!(document_id = doc.id, stage, %message, "document failed");
             doc_repo::mark_failed(db, doc.id, doc.run_id, stage, &message).await?;
@@ -96,9 +106,10 @@ fn lease_secs(state: &AppState) -> f64 {
     state.config().ingest_lease.as_secs_f64()
 }
 
-/// Records progress and renews the lease: a worker that stops reporting loses the document.
+/// Records progress and renews the lease: a worker that stops reporting loses the document,
+/// and a run the document no longer has stops.
 async fn set_stage(state: &AppState, doc: &DocRow, status: &'static str, progress: i32) -> Result<(), Stop> {
-    sqlx::query(
+    let updated = sqlx::query(
         "UPDATE documents SET status = $3, progress = $4, lease_until = now() + make_interval(secs => $5),
          updated_at = now() WHERE id = $1 AND run_id = $2",
     )
@@ -109,11 +120,14 @@ async fn set_stage(state: &AppState, doc: &DocRow, status: &'static str, progres
     .bind(lease_secs(state))
     .execute(state.db())
     .await
-    .map(|_| ())
     .map_err(|e| Stop::Transient {
         stage: status,
         error: e.into(),
-    })
+    })?;
+    match updated.rows_affected() {
+        0 => Err(Stop::Superseded),
+        _ => Ok(()),
+    }
 }
 
 fn ms(since: Instant) -> u64 {

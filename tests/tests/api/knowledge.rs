@@ -711,6 +711,11 @@ async fn every_dedup_strategy_and_action() {
         .await
         .unwrap();
     assert_eq!(names, ["e.txt"]);
+
+    // Names of one upload are the same whatever the case of their letters, ASCII or not.
+    let cased = [("Äpfel.txt", b"one".to_vec()), ("äPFEL.txt", b"two".to_vec())];
+    let p = s.preview(kb, &cased, Some((1, 0))).await.assert_ok().clone();
+    assert_eq!(api_tests::preview_decisions(&p), ["NEW", "REJECT"]);
 }
 
 #[tokio::test]

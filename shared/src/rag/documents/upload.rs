@@ -64,7 +64,9 @@ async fn decide_all(
         // A file like an earlier one of the same upload is that file's duplicate first, whatever
         // the base holds: two copies of a document's content would both overwrite it, and two
         // new documents take its place.
-        let by_name = in_upload(&|e| e.file_name.eq_ignore_ascii_case(&item.file_name))
+        // Folded beyond ASCII, as Postgres' lower() does under a UTF-8 locale (RDS's default):
+        // folded less than the stored names are, "Ä.txt" and "ä.txt" both overwrote "ä.txt".
+        let by_name = in_upload(&|e| e.file_name.to_lowercase() == item.file_name.to_lowercase())
             .or_else(|| by_name.map(|(id, name)| Conflict { id: Some(id), name }));
         let by_content = in_upload(&|e| e.content_hash == item.content_hash)
             .or_else(|| by_content.map(|(id, name)| Conflict { id: Some(id), name }));

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::domain::{CurrentUser, Page, PageQuery};
@@ -172,6 +173,13 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) 
     let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
+    hold_document(
+        &mut tx,
+        "SELECT id FROM documents WHERE id = $1 FOR SHARE",
+        document_id,
+        "document",
+    )
+    .await?;
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO chunks (rag_id, document_id, paragraph_index, chunk_index, content, token_count, vector_status)
          SELECT $1, $2, 0, COALESCE(max(chunk_index) + 1, 0), $3, $4, 'success'
@@ -201,6 +209,24 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) 
     get(state, id).await
 }
 
+/// The document of a chunk, by the chunk's id; only the document is held, as its deletion
+/// takes it before the chunks.
+const OF_CHUNK: &str =
+    "SELECT d.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1 FOR SHARE OF d";
+
+/// Holds the document `select` finds by `id` (`FOR SHARE`) for the rest of the transaction,
+/// or answers that `what` does not exist. A document's deletion takes its row first and then
+/// removes the store entries of the chunks it finds: a chunk written meanwhile would keep an
+/// entry in Milvus or OpenSearch that no row names. Held, the edit lands before the deletion
+/// (whose removal then includes it) or finds the document gone.
+async fn hold_document(tx: &mut PgConnection, select: &str, id: i64, what: &str) -> AppResult<i64> {
+    sqlx::query_scalar(select)
+        .bind(id)
+        .fetch_optional(tx)
+        .await?
+        .ok_or_else(|| AppError::not_found(what))
+}
+
 async fn get(state: &AppState, id: i64) -> AppResult<ChunkView> {
     let row: ChunkRow = sqlx::query_as(&format!("{SELECT} WHERE c.id = $1"))
         .bind(id)
@@ -228,15 +254,18 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: EditChun
     let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
-    let document_id: i64 = sqlx::query_scalar(
-        "UPDATE chunks SET content = $2, token_count = $3, vector_status = 'success', update_dt = now() WHERE id = $1
-         RETURNING document_id",
+    let document_id = hold_document(&mut tx, OF_CHUNK, id, "chunk").await?;
+    let updated = sqlx::query(
+        "UPDATE chunks SET content = $2, token_count = $3, vector_status = 'success', update_dt = now() WHERE id = $1",
     )
     .bind(id)
     .bind(&content)
     .bind(tokens)
-    .fetch_one(&mut *tx)
+    .execute(&mut *tx)
     .await?;
+    if updated.rows_affected() == 0 {
+        return Err(AppError::not_found("chunk"));
+    }
     let entry = Entry {
         chunk_id: id,
         document_id,
@@ -252,10 +281,12 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     let kb = owned_kb(state, user, id).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
+    hold_document(&mut tx, OF_CHUNK, id, "chunk").await?;
     let doc: i64 = sqlx::query_scalar("DELETE FROM chunks WHERE id = $1 RETURNING document_id")
         .bind(id)
-        .fetch_one(&mut *tx)
-        .await?;
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| AppError::not_found("chunk"))?;
     sqlx::query("UPDATE documents SET chunk_count = GREATEST(chunk_count - 1, 0), updated_at = now() WHERE id = $1")
         .bind(doc)
         .execute(&mut *tx)

@@ -1071,6 +1071,45 @@ async fn chunks_by_hand_are_embedded() {
         .delete(&format!("/chunk/{chunk}"), t)
         .await
         .assert_error(404, 404, "chunk not found");
+
+    use futures::FutureExt;
+    // Edits sent while a document's deletion is under way wait for it and find the document
+    // gone (404); before, they wrote past its removal of the chunks' store entries, or failed
+    // with 500.
+    let files: Vec<(&str, Vec<u8>)> = ["p.txt", "q.txt", "r.txt"]
+        .iter()
+        .map(|name| (*name, format!("{name}: {NOTES_TXT}").into_bytes()))
+        .collect();
+    let docs = doc_ids(&s.upload(kb, &files).await).await;
+    for (method, doc) in ["PUT", "DELETE", "POST"].into_iter().zip(docs) {
+        s.settled(doc).await;
+        let chunk: i64 = sqlx::query_scalar("SELECT min(id) FROM chunks WHERE document_id = $1")
+            .bind(doc)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+        let mut deleting = s.app.db.begin().await.unwrap();
+        sqlx::query("DELETE FROM documents WHERE id = $1")
+            .bind(doc)
+            .execute(&mut *deleting)
+            .await
+            .unwrap();
+        let path = format!("/chunk/{chunk}");
+        let late = json!({ "content": "late" });
+        let added = json!({ "ragId": kb, "documentId": doc, "content": "late" });
+        let (edit, told) = match method {
+            "PUT" => (s.app.put(&path, t, &late).boxed(), "chunk not found"),
+            "DELETE" => (s.app.delete(&path, t).boxed(), "chunk not found"),
+            _ => (s.app.post("/chunk", t, &added).boxed(), "document not found"),
+        };
+        let deleted = async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            deleting.commit().await.unwrap();
+        };
+        let (edited, ()) = tokio::join!(edit, deleted);
+        edited.assert_error(404, 404, told);
+        assert_eq!(s.chunk_texts(doc).await.len(), 0, "{method}");
+    }
 }
 
 /// The word counts full-text search plans with stay exact through every way chunks change:

@@ -1701,6 +1701,28 @@ async fn expired_previews_are_cleaned_up_with_their_files() {
         .post("/document/upload/commit", Some(&s.admin), &body)
         .await
         .assert_error(404, 404, "expired");
+
+    // A preview expires a few others on its way, not all of them: the rest is the daily
+    // housekeeping's, not a partner's upload's.
+    for i in 0..7 {
+        s.preview(kb, &[(&format!("{i}.txt"), format!("upload {i}").into_bytes())], None)
+            .await
+            .assert_ok();
+    }
+    sqlx::query("UPDATE upload_previews SET expires_at = now() - interval '1 second'")
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    s.preview(kb, &[("last.txt", b"last upload".to_vec())], None)
+        .await
+        .assert_ok();
+    assert_eq!(s.app.count("upload_previews").await, 1 + 8 - 5);
+    assert_eq!(
+        shared::rag::documents::upload::expire_previews(&s.app.state)
+            .await
+            .unwrap(),
+        3
+    );
 }
 
 /// Creating a base builds its vector index without blocking other tenants' writes to the

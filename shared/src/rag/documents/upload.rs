@@ -97,7 +97,7 @@ pub async fn preview(
         )));
     }
     let (strategy, action) = resolve_dedup(&kb, &options)?;
-    if let Err(e) = expire_previews(state).await {
+    if let Err(e) = expire(state, EXPIRE_IN_PASSING).await {
         tracing::warn!(error = %e, "expiring upload previews failed");
     }
     let mut items: Vec<StoredItem> = Vec::with_capacity(files.len());
@@ -232,19 +232,29 @@ async fn discard(state: &AppState, items: &[StoredItem]) -> AppResult<()> {
     Ok(())
 }
 
-/// Previews one run of the expiry takes on; the next run takes the rest.
+/// Previews one run of the daily expiry takes on; the next run takes the rest.
 const EXPIRE_BATCH: i64 = 500;
 
-/// Deletes expired previews and their temporary files; returns how many previews. A preview's
-/// row goes only once all its files have: one whose files could not all be deleted stays, and
-/// the next run tries it again. Previews a commit holds are left to it.
+/// Previews a new preview expires on its way: a few, so that abandoned ones go sooner than the
+/// daily run without someone's upload paying for hundreds of file deletes (API Gateway ends a
+/// request after 29 s).
+const EXPIRE_IN_PASSING: i64 = 5;
+
+/// The daily expiry of previews (see `expire`).
 pub async fn expire_previews(state: &AppState) -> AppResult<usize> {
+    expire(state, EXPIRE_BATCH).await
+}
+
+/// Deletes up to `limit` expired previews and their temporary files; returns how many
+/// previews. A preview's row goes only once all its files have: one whose files could not all
+/// be deleted stays, and the next run tries it again. Previews a commit holds are left to it.
+async fn expire(state: &AppState, limit: i64) -> AppResult<usize> {
     let mut tx = state.db().begin().await?;
     let expired: Vec<(String, sqlx::types::Json<Vec<StoredItem>>)> = sqlx::query_as(
         "SELECT token, items FROM upload_previews WHERE expires_at < now()
          ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
-    .bind(EXPIRE_BATCH)
+    .bind(limit)
     .fetch_all(&mut *tx)
     .await?;
     let mut removed = Vec::with_capacity(expired.len());

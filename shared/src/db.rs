@@ -1,10 +1,10 @@
-//! The Postgres pool and the migrations applied at start-up.
+//! The Postgres pool, the migrations applied at start-up, and SQL text the repositories share.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, PgPool};
+use sqlx::{Connection, PgPool, Postgres, QueryBuilder};
 
 use crate::config::Config;
 
@@ -66,6 +66,24 @@ pub fn vector_literal(v: &[f32]) -> String {
     }
     s.push(']');
     s
+}
+
+/// Pushes a partial update's new row for `columns` (a constant list, "a, b"), to follow
+/// `UPDATE table t SET (a, b) = `: each column takes the value `values` binds for it (in the
+/// order of `columns`), or keeps its own where that is NULL.
+pub fn push_sent_or_kept<'a>(
+    qb: &mut QueryBuilder<'a, Postgres>,
+    columns: &str,
+    values: impl FnOnce(&mut QueryBuilder<'a, Postgres>),
+) {
+    let kept: Vec<String> = columns
+        .split(',')
+        .map(str::trim)
+        .map(|c| format!("COALESCE(f.{c}, t.{c})"))
+        .collect();
+    qb.push(format!("(SELECT {} FROM (VALUES (", kept.join(", ")));
+    values(qb);
+    qb.push(format!(")) AS f({columns}))"));
 }
 
 #[cfg(test)]

@@ -137,50 +137,42 @@ pub async fn lock_name(conn: &mut sqlx::PgConnection, name: &str) -> sqlx::Resul
         .map(|_| ())
 }
 
+/// The columns of `Fields`, in its order.
+const WRITTEN: &str =
+    "name, description, transport_type, endpoint, command, args, env_vars_enc, auth_type, auth_config_enc";
+
+/// The values of `WRITTEN`.
+fn push_values<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &Fields<'a>) {
+    qb.separated(", ")
+        .push_bind(f.name)
+        .push_bind(f.description)
+        .push_bind(f.transport_type)
+        .push_bind(f.endpoint)
+        .push_bind(f.command)
+        .push_bind(f.args)
+        .push_bind(f.env_vars_enc)
+        .push_bind(f.auth_type)
+        .push_bind(f.auth_config_enc);
+}
+
 pub async fn insert(db: impl PgExecutor<'_>, f: &Fields<'_>, creator_id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "INSERT INTO mcp_servers (name, description, transport_type, endpoint, command, args, env_vars_enc,
-             auth_type, auth_config_enc, creator_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-    )
-    .bind(f.name)
-    .bind(f.description)
-    .bind(f.transport_type)
-    .bind(f.endpoint)
-    .bind(f.command)
-    .bind(f.args)
-    .bind(f.env_vars_enc)
-    .bind(f.auth_type)
-    .bind(f.auth_config_enc)
-    .bind(creator_id)
-    .fetch_one(db)
-    .await
+    let mut qb = QueryBuilder::new(format!("INSERT INTO mcp_servers ({WRITTEN}, creator_id) VALUES ("));
+    push_values(&mut qb, f);
+    qb.push(", ").push_bind(creator_id).push(") RETURNING id");
+    qb.build_query_scalar().fetch_one(db).await
 }
 
 /// A changed configuration makes the last test result stale: the status returns to `unknown`.
 /// `f` was made from the row read at `read` (its `update_dt`); false when the row changed since,
 /// and nothing was written: `f` would undo that change.
 pub async fn update(db: impl PgExecutor<'_>, id: i64, read: DateTime<Utc>, f: &Fields<'_>) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        "UPDATE mcp_servers SET name = $2, description = $3, transport_type = $4, endpoint = $5, command = $6,
-             args = $7, env_vars_enc = $8, auth_type = $9, auth_config_enc = $10,
-             status = 'unknown', last_error = NULL, update_dt = clock_timestamp()
-         WHERE id = $1 AND update_dt = $11",
-    )
-    .bind(id)
-    .bind(f.name)
-    .bind(f.description)
-    .bind(f.transport_type)
-    .bind(f.endpoint)
-    .bind(f.command)
-    .bind(f.args)
-    .bind(f.env_vars_enc)
-    .bind(f.auth_type)
-    .bind(f.auth_config_enc)
-    .bind(read)
-    .execute(db)
-    .await?;
-    Ok(done.rows_affected() == 1)
+    let mut qb = QueryBuilder::new(format!("UPDATE mcp_servers SET ({WRITTEN}) = ROW("));
+    push_values(&mut qb, f);
+    qb.push("), status = 'unknown', last_error = NULL, update_dt = clock_timestamp() WHERE id = ")
+        .push_bind(id)
+        .push(" AND update_dt = ")
+        .push_bind(read);
+    Ok(qb.build().execute(db).await?.rows_affected() == 1)
 }
 
 /// Records a test of the configuration of `tested` (its `update_dt`); a test of a configuration

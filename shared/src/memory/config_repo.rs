@@ -54,25 +54,19 @@ pub async fn effective(db: &PgPool, id: Option<i64>) -> AppResult<ConfigRow> {
     }
 }
 
+/// The columns `save` writes, in the order it binds them.
+const WRITTEN: &str = "name, status, vector_store_instance_id, embedding_model_id, dimension, max_recall,
+    rerank_model_id, enter_rerank_count, extraction_interval, max_memories_per_extraction, extraction_model_id,
+    memory_expiration_days, rrf_k, search_engine_enable, search_engine_instance_id, rewrite_enabled, rerank_enabled,
+    threshold_enabled, similarity_threshold, dense_weight, fusion_strategy, custom_extraction_prompt, creator_id";
+
 /// Writes a new config or every field of an existing one; returns the id. An existing one is
 /// written only as it was read (`c.update_dt`): None when it changed since, and nothing was
 /// written, since `c` would undo that change.
 pub async fn save(db: impl PgExecutor<'_>, c: &ConfigRow) -> sqlx::Result<Option<i64>> {
     let mut q = match c.id {
-        None => sqlx::QueryBuilder::new(
-            "INSERT INTO memory_configs (name, status, vector_store_instance_id, embedding_model_id, dimension, max_recall,
-             rerank_model_id, enter_rerank_count, extraction_interval, max_memories_per_extraction, extraction_model_id,
-             memory_expiration_days, rrf_k, search_engine_enable, search_engine_instance_id, rewrite_enabled,
-             rerank_enabled, threshold_enabled, similarity_threshold, dense_weight, fusion_strategy,
-             custom_extraction_prompt, creator_id) VALUES (",
-        ),
-        Some(_) => sqlx::QueryBuilder::new(
-            "UPDATE memory_configs SET update_dt = now(), (name, status, vector_store_instance_id, embedding_model_id,
-             dimension, max_recall, rerank_model_id, enter_rerank_count, extraction_interval, max_memories_per_extraction,
-             extraction_model_id, memory_expiration_days, rrf_k, search_engine_enable, search_engine_instance_id,
-             rewrite_enabled, rerank_enabled, threshold_enabled, similarity_threshold, dense_weight, fusion_strategy,
-             custom_extraction_prompt, creator_id) = (",
-        ),
+        None => sqlx::QueryBuilder::new(format!("INSERT INTO memory_configs ({WRITTEN}) VALUES (")),
+        Some(_) => sqlx::QueryBuilder::new(format!("UPDATE memory_configs SET update_dt = now(), ({WRITTEN}) = (")),
     };
     let mut s = q.separated(", ");
     s.push_bind(&c.name)

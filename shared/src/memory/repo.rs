@@ -300,6 +300,22 @@ pub async fn lock_unchanged(conn: &mut PgConnection, id: i64, read: DateTime<Utc
     Ok(same == Some(true))
 }
 
+/// The columns `push_content` binds, in its order.
+const CONTENT_COLUMNS: &str = "memory_type, category, title, content, tags, confidence_score, normalized_key, tsv";
+
+fn push_content<'a>(qb: &mut QueryBuilder<'a, Postgres>, c: &'a Content) {
+    let mut v = qb.separated(", ");
+    v.push_bind(&c.memory_type)
+        .push_bind(&c.category)
+        .push_bind(&c.title)
+        .push_bind(&c.content)
+        .push_bind(&c.tags)
+        .push_bind(c.confidence_score)
+        .push_bind(c.normalized_key())
+        .push_bind(c.index_text())
+        .push_unseparated("::tsvector");
+}
+
 /// Writes the text, its index and (when given) its embedding; a memory with no embedding
 /// keeps the one it had.
 pub async fn write_content(
@@ -308,26 +324,15 @@ pub async fn write_content(
     c: &Content,
     embedding: Option<Embedding<'_>>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE memories SET memory_type = $2, category = $3, title = $4, content = $5, tags = $6,
-         confidence_score = $7, normalized_key = $8, tsv = $9::tsvector,
-         embedding = COALESCE($10::vector, embedding), embedding_model_id = COALESCE($11, embedding_model_id),
-         update_dt = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(&c.memory_type)
-    .bind(&c.category)
-    .bind(&c.title)
-    .bind(&c.content)
-    .bind(&c.tags)
-    .bind(c.confidence_score)
-    .bind(c.normalized_key())
-    .bind(c.index_text())
-    .bind(embedding.as_ref().map(|e| e.vector))
-    .bind(embedding.as_ref().map(|e| e.model_id))
-    .execute(db)
-    .await
-    .map(|_| ())
+    let mut qb = QueryBuilder::new(format!("UPDATE memories SET ({CONTENT_COLUMNS}) = ("));
+    push_content(&mut qb, c);
+    qb.push("), embedding = COALESCE(")
+        .push_bind(embedding.as_ref().map(|e| e.vector))
+        .push("::vector, embedding), embedding_model_id = COALESCE(")
+        .push_bind(embedding.as_ref().map(|e| e.model_id))
+        .push(", embedding_model_id), update_dt = now() WHERE id = ")
+        .push_bind(id);
+    qb.build().execute(db).await.map(|_| ())
 }
 
 pub async fn set_relevance(db: impl PgExecutor<'_>, id: i64, score: f64) -> sqlx::Result<()> {
@@ -353,29 +358,24 @@ pub async fn insert(
     c: &Content,
     embedding: Option<Embedding<'_>>,
 ) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "INSERT INTO memories (agent_id, user_id, external_user_id, conversation_id, conversation_key, memory_type,
-         category, title, content, tags, confidence_score, normalized_key, tsv, embedding, embedding_model_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::tsvector, $14::vector, $15)
-         RETURNING id",
-    )
-    .bind(o.agent_id)
-    .bind(o.owner.user_id())
-    .bind(o.owner.external_user_id())
-    .bind(o.conversation_id)
-    .bind(&o.conversation_key)
-    .bind(&c.memory_type)
-    .bind(&c.category)
-    .bind(&c.title)
-    .bind(&c.content)
-    .bind(&c.tags)
-    .bind(c.confidence_score)
-    .bind(c.normalized_key())
-    .bind(c.index_text())
-    .bind(embedding.as_ref().map(|e| e.vector))
-    .bind(embedding.as_ref().map(|e| e.model_id))
-    .fetch_one(db)
-    .await
+    let mut qb = QueryBuilder::new(format!(
+        "INSERT INTO memories (agent_id, user_id, external_user_id, conversation_id, conversation_key,
+         {CONTENT_COLUMNS}, embedding, embedding_model_id) VALUES ("
+    ));
+    qb.separated(", ")
+        .push_bind(o.agent_id)
+        .push_bind(o.owner.user_id())
+        .push_bind(o.owner.external_user_id())
+        .push_bind(o.conversation_id)
+        .push_bind(&o.conversation_key);
+    qb.push(", ");
+    push_content(&mut qb, c);
+    qb.push(", ")
+        .push_bind(embedding.as_ref().map(|e| e.vector))
+        .push("::vector, ")
+        .push_bind(embedding.as_ref().map(|e| e.model_id))
+        .push(") RETURNING id");
+    qb.build_query_scalar().fetch_one(db).await
 }
 
 /// The memory a new one restates, if any: same owner, agent and type, and either the same

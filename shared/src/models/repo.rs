@@ -215,51 +215,49 @@ pub struct ConfigFields<'a> {
     pub is_enabled: Option<bool>,
 }
 
-pub async fn insert_config(db: impl PgExecutor<'_>, f: &ConfigFields<'_>, creator_id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "INSERT INTO model_configs (provider_id, model_name, model_key, model_type, adapter_key, api_key_enc, api_endpoint,
-         description, config_json, scope, is_enabled, creator_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, COALESCE($9, '{}'::jsonb), COALESCE($10, 'GLOBAL'), COALESCE($11, TRUE), $12)
-         RETURNING id",
-    )
-    .bind(f.provider_id)
-    .bind(f.model_name)
-    .bind(f.model_key)
-    .bind(f.model_type)
-    .bind(f.adapter_key)
-    .bind(f.api_key_enc)
-    .bind(f.api_endpoint)
-    .bind(f.description)
-    .bind(f.config_json)
-    .bind(f.scope)
-    .bind(f.is_enabled)
-    .bind(creator_id)
-    .fetch_one(db)
-    .await
+/// The columns of `ConfigFields`, in its order.
+const CONFIG_COLUMNS: &str = "provider_id, model_name, model_key, model_type, adapter_key, api_key_enc, api_endpoint,
+    description, config_json, scope, is_enabled";
+
+/// The values of `CONFIG_COLUMNS`.
+fn push_config_values<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &ConfigFields<'a>) {
+    qb.separated(", ")
+        .push_bind(f.provider_id)
+        .push_bind(f.model_name)
+        .push_bind(f.model_key)
+        .push_bind(f.model_type)
+        .push_bind(f.adapter_key)
+        .push_bind(f.api_key_enc)
+        .push_bind(f.api_endpoint)
+        .push_bind(f.description)
+        .push_bind(f.config_json)
+        .push_bind(f.scope)
+        .push_bind(f.is_enabled);
 }
 
+/// A new config; options it leaves out take their defaults (no settings, GLOBAL, enabled).
+pub async fn insert_config(db: impl PgExecutor<'_>, f: &ConfigFields<'_>, creator_id: i64) -> sqlx::Result<i64> {
+    let no_settings = serde_json::json!({});
+    let f = ConfigFields {
+        config_json: Some(f.config_json.unwrap_or(&no_settings)),
+        scope: Some(f.scope.unwrap_or("GLOBAL")),
+        is_enabled: Some(f.is_enabled.unwrap_or(true)),
+        ..*f
+    };
+    let mut qb = QueryBuilder::new(format!(
+        "INSERT INTO model_configs ({CONFIG_COLUMNS}, creator_id) VALUES ("
+    ));
+    push_config_values(&mut qb, &f);
+    qb.push(", ").push_bind(creator_id).push(") RETURNING id");
+    qb.build_query_scalar().fetch_one(db).await
+}
+
+/// Writes the fields `f` holds; the others keep their values.
 pub async fn update_config(db: impl PgExecutor<'_>, id: i64, f: &ConfigFields<'_>) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE model_configs SET provider_id = COALESCE($2, provider_id), model_name = COALESCE($3, model_name),
-         model_key = COALESCE($4, model_key), model_type = COALESCE($5, model_type), adapter_key = COALESCE($6, adapter_key),
-         api_key_enc = COALESCE($7, api_key_enc), api_endpoint = COALESCE($8, api_endpoint),
-         description = COALESCE($9, description), config_json = COALESCE($10, config_json), scope = COALESCE($11, scope),
-         is_enabled = COALESCE($12, is_enabled), updated_dt = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(f.provider_id)
-    .bind(f.model_name)
-    .bind(f.model_key)
-    .bind(f.model_type)
-    .bind(f.adapter_key)
-    .bind(f.api_key_enc)
-    .bind(f.api_endpoint)
-    .bind(f.description)
-    .bind(f.config_json)
-    .bind(f.scope)
-    .bind(f.is_enabled)
-    .execute(db)
-    .await?;
+    let mut qb = QueryBuilder::new(format!("UPDATE model_configs t SET ({CONFIG_COLUMNS}) = "));
+    crate::db::push_sent_or_kept(&mut qb, CONFIG_COLUMNS, |qb| push_config_values(qb, f));
+    qb.push(", updated_dt = now() WHERE t.id = ").push_bind(id);
+    qb.build().execute(db).await?;
     Ok(())
 }
 

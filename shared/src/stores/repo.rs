@@ -71,36 +71,38 @@ pub struct Fields<'a> {
     pub status: Option<i16>,
 }
 
-pub async fn insert(db: impl PgExecutor<'_>, f: &Fields<'_>) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "INSERT INTO store_instances (name, category, store_type, config, password_enc, status)
-         VALUES ($1, $2, $3, $4, $5, COALESCE($6, 1)) RETURNING id",
-    )
-    .bind(f.name)
-    .bind(f.category)
-    .bind(f.store_type)
-    .bind(f.config)
-    .bind(f.password_enc)
-    .bind(f.status)
-    .fetch_one(db)
-    .await
+/// The columns of `Fields`, in its order.
+const WRITTEN: &str = "name, category, store_type, config, password_enc, status";
+
+/// The values of `WRITTEN`.
+fn push_values<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &Fields<'a>) {
+    qb.separated(", ")
+        .push_bind(f.name)
+        .push_bind(f.category)
+        .push_bind(f.store_type)
+        .push_bind(f.config)
+        .push_bind(f.password_enc)
+        .push_bind(f.status);
 }
 
+/// A new instance; enabled unless `f` says otherwise.
+pub async fn insert(db: impl PgExecutor<'_>, f: &Fields<'_>) -> sqlx::Result<i64> {
+    let f = Fields {
+        status: Some(f.status.unwrap_or(1)),
+        ..*f
+    };
+    let mut qb = QueryBuilder::new(format!("INSERT INTO store_instances ({WRITTEN}) VALUES ("));
+    push_values(&mut qb, &f);
+    qb.push(") RETURNING id");
+    qb.build_query_scalar().fetch_one(db).await
+}
+
+/// Writes the fields `f` holds; the others keep their values.
 pub async fn update(db: impl PgExecutor<'_>, id: i64, f: &Fields<'_>) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE store_instances SET name = COALESCE($2, name), category = COALESCE($3, category),
-         store_type = COALESCE($4, store_type), config = COALESCE($5, config), password_enc = COALESCE($6, password_enc),
-         status = COALESCE($7, status), update_dt = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(f.name)
-    .bind(f.category)
-    .bind(f.store_type)
-    .bind(f.config)
-    .bind(f.password_enc)
-    .bind(f.status)
-    .execute(db)
-    .await?;
+    let mut qb = QueryBuilder::new(format!("UPDATE store_instances t SET ({WRITTEN}) = "));
+    crate::db::push_sent_or_kept(&mut qb, WRITTEN, |qb| push_values(qb, f));
+    qb.push(", update_dt = now() WHERE t.id = ").push_bind(id);
+    qb.build().execute(db).await?;
     Ok(())
 }
 

@@ -94,13 +94,21 @@ pub async fn check_app(
     app: Option<&str>,
     current: Option<&str>,
 ) -> AppResult<()> {
-    let Some(app) = app.filter(|a| Some(*a) != current) else {
+    if app == current {
         return Ok(());
-    };
-    if !user.is_admin() || !repo::app_exists(state.db(), app).await? {
-        return Err(AppError::validation(format!("appId: app {app} does not exist")));
     }
-    Ok(())
+    match app {
+        // The binding keeps the agent to one app's partners: its owner taking it out would
+        // open it to every app's.
+        None if !user.is_admin() => Err(AppError::Forbidden(
+            "appId: only administrators take an agent out of its app".to_owned(),
+        )),
+        None => Ok(()),
+        Some(app) if !user.is_admin() || !repo::app_exists(state.db(), app).await? => {
+            Err(AppError::validation(format!("appId: app {app} does not exist")))
+        }
+        Some(_) => Ok(()),
+    }
 }
 
 /// The agent's MCP servers and skills, in the order the agent lists them.

@@ -1209,6 +1209,20 @@ async fn only_administrators_bind_agents_to_apps_and_app_ids_stay_unknown_to_oth
         (renamed.assert_ok()["name"].as_str(), renamed.data()["appId"].as_str()),
         (Some("Renamed"), Some("crm"))
     );
+    // Nor does he take it out of the app, which would open it to every app's partners.
+    let before = app.snapshot().await;
+    for unbind in [json!({ "appId": null }), json!({ "appId": "" })] {
+        app.put(&format!("/agent/{agent}"), Some(&bob), &unbind)
+            .await
+            .assert_error(403, 403, "appId: only administrators take an agent out of its app");
+    }
+    app.snapshot()
+        .await
+        .assert_unchanged_since(&before, "bob unbinding his agent");
+    let unbound = app
+        .put(&format!("/agent/{agent}"), Some(&s.admin), &json!({ "appId": null }))
+        .await;
+    assert!(unbound.assert_ok()["appId"].is_null());
 }
 
 /// What others' MCP servers give away: a regular user sees an administrator's shared server as

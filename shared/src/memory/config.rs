@@ -13,8 +13,16 @@ use crate::validate;
 use crate::{AppError, AppResult, AppState};
 
 impl ConfigRow {
-    /// Applies the fields a request carries (absent = unchanged).
+    /// Applies the fields a request carries (absent = unchanged). A new embedding model
+    /// without a dimension drops the old model's: kept, every vector of the new one would be
+    /// refused as the wrong length (validation asks the new model instead).
     pub fn apply(&mut self, r: ConfigRequest) {
+        if r.embedding_model_id
+            .is_some_and(|id| Some(id) != self.embedding_model_id)
+            && r.dimension_of_vector_model.is_none()
+        {
+            self.dimension = None;
+        }
         macro_rules! set {
             ($($field:ident <- $src:expr),* $(,)?) => { $( if let Some(v) = $src { self.$field = v; } )* };
         }

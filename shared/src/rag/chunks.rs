@@ -175,7 +175,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) 
     let mut tx = state.db().begin().await?;
     hold_document(
         &mut tx,
-        "SELECT id FROM documents WHERE id = $1 FOR SHARE",
+        "SELECT id FROM documents WHERE id = $1 FOR NO KEY UPDATE",
         document_id,
         "document",
     )
@@ -209,12 +209,18 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) 
     get(state, id).await
 }
 
-/// The document of a chunk, by the chunk's id; only the document is held, as its deletion
-/// takes it before the chunks.
+/// The document of a chunk, by the chunk's id, held as an edit of the chunk's text holds it
+/// (the document's row is not written); only the document, as its deletion takes it before
+/// the chunks.
 const OF_CHUNK: &str =
     "SELECT d.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1 FOR SHARE OF d";
 
-/// Holds the document `select` finds by `id` (`FOR SHARE`) for the rest of the transaction,
+/// The same, held as an addition or a removal holds it: they write the document's chunk count
+/// next, and two holding it shared would each wait for the other to let go of it.
+const OF_CHUNK_COUNTED: &str =
+    "SELECT d.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1 FOR NO KEY UPDATE OF d";
+
+/// Holds the document `select` finds by `id` for the rest of the transaction,
 /// or answers that `what` does not exist. A document's deletion takes its row first and then
 /// removes the store entries of the chunks it finds: a chunk written meanwhile would keep an
 /// entry in Milvus or OpenSearch that no row names. Held, the edit lands before the deletion
@@ -281,7 +287,7 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     let kb = owned_kb(state, user, id).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
-    hold_document(&mut tx, OF_CHUNK, id, "chunk").await?;
+    hold_document(&mut tx, OF_CHUNK_COUNTED, id, "chunk").await?;
     let doc: i64 = sqlx::query_scalar("DELETE FROM chunks WHERE id = $1 RETURNING document_id")
         .bind(id)
         .fetch_optional(&mut *tx)

@@ -66,6 +66,20 @@ impl Package {
         p
     }
 
+    /// Opens an uploaded zip: `open`'s checks, and every path one the file API can name (it
+    /// trims what it is sent, so a path beginning or ending with a space could never be read,
+    /// edited or deleted online). Stored packages are opened without this rule: some were
+    /// stored before it.
+    pub fn open_upload(bytes: &[u8], limits: &SkillLimits) -> Result<Self, AppError> {
+        let package = Self::open(bytes, limits)?;
+        if let Some(path) = package.entries.keys().find(|p| p.trim() != p.as_str()) {
+            return Err(refused(format!(
+                "entry path {path:?} begins or ends with a space, which the file API cannot name"
+            )));
+        }
+        Ok(package)
+    }
+
     /// Opens and checks a zip archive. A package whose files all sit in one top-level folder
     /// holding `SKILL.md` (how most tools zip a folder) is moved up to the root.
     pub fn open(bytes: &[u8], limits: &SkillLimits) -> Result<Self, AppError> {
@@ -495,6 +509,23 @@ mod tests {
             from += at + 8;
         }
         assert!(message(Package::open(&bytes, &limits())).contains("two entries with the same name"));
+    }
+
+    #[test]
+    fn uploads_name_only_paths_the_file_api_can_name() {
+        // A directory's path ends at its name: "docs /a.md" holds "docs ".
+        for name in ["notes.md ", " notes.md", "docs/a.md ", "docs /a.md"] {
+            let bytes = zip_of(&[("SKILL.md", b"x"), (name, b"y")]);
+            assert!(
+                message(Package::open_upload(&bytes, &limits())).contains("begins or ends with a space"),
+                "{name:?}"
+            );
+            assert!(Package::open(&bytes, &limits()).is_ok(), "stored: {name:?}");
+        }
+        let inner = zip_of(&[("SKILL.md", b"x"), ("my docs/ a b.md", b"y")]);
+        assert!(Package::open_upload(&inner, &limits())
+            .unwrap()
+            .exists("my docs/ a b.md"));
     }
 
     #[test]

@@ -22,8 +22,6 @@ pub enum PathError {
     Backslash,
     #[error("contains control characters")]
     Control,
-    #[error("has a segment that begins or ends with a space")]
-    SpacedSegment,
     #[error("is longer than {MAX_PATH_CHARS} characters or deeper than {MAX_DEPTH} levels")]
     TooLong,
 }
@@ -49,10 +47,6 @@ pub fn clean(raw: &str) -> Result<String, PathError> {
     }
     if segments.iter().any(|s| s.is_empty() || *s == ".") {
         return Err(PathError::EmptySegment);
-    }
-    // The file API trims what it is sent, so such a file could never be named there.
-    if segments.iter().any(|s| s.trim() != *s) {
-        return Err(PathError::SpacedSegment);
     }
     if trimmed.chars().count() > MAX_PATH_CHARS || segments.len() > MAX_DEPTH {
         return Err(PathError::TooLong);
@@ -132,9 +126,6 @@ mod tests {
         assert_eq!(clean("a\0b"), Err(PathError::Control));
         assert_eq!(clean(""), Err(PathError::Empty));
         assert_eq!(clean(&"a/".repeat(20)), Err(PathError::TooLong));
-        assert_eq!(clean("notes.md "), Err(PathError::SpacedSegment));
-        assert_eq!(clean("docs /a.md"), Err(PathError::SpacedSegment));
-        assert_eq!(clean("my notes/a b.md").unwrap(), "my notes/a b.md");
     }
 
     #[test]

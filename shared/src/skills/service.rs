@@ -47,7 +47,7 @@ pub async fn upload(state: &AppState, user: &CurrentUser, mut files: Vec<Uploade
     let file = files
         .pop()
         .ok_or_else(|| AppError::validation("file is required (a zip package holding SKILL.md)"))?;
-    let package = Package::open(&file.bytes, &state.config().skill_limits)?;
+    let package = Package::open_upload(&file.bytes, &state.config().skill_limits)?;
     let file_name = file.file_name.trim().chars().take(255).collect::<String>();
     storage::create(state, user, &package, &file_name)
         .await

@@ -958,6 +958,35 @@ async fn redelivery_and_duplicates_yield_one_set_of_chunks() {
     assert_eq!(answer.batch_item_failures[0].item_identifier, "m5");
 }
 
+/// Chunks of one document added and removed at once all go through: each holds the
+/// document's row the way it writes its chunk count, so none waits for another's hold while
+/// holding its own (a deadlock Postgres ends with 409).
+#[tokio::test]
+async fn chunks_of_one_document_are_added_and_removed_at_once() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Busy", json!({})).await;
+    let id = doc_ids(&s.upload(kb, &[("n.txt", NOTES_TXT.as_bytes().to_vec())]).await).await[0];
+    s.settled(id).await;
+    let body = json!({ "ragId": kb, "documentId": id, "content": "Added at the same time." });
+    let mut chunks = Vec::new();
+    for _ in 0..4 {
+        let added = s.app.post("/chunk", t, &body).await;
+        chunks.push(added.assert_ok()["id"].as_i64().unwrap());
+    }
+    let before = s.chunk_texts(id).await.len();
+    let paths: Vec<String> = chunks.iter().map(|c| format!("/chunk/{c}")).collect();
+    let removals = futures::future::join_all(paths.iter().map(|p| s.app.delete(p, t)));
+    let additions = futures::future::join_all((0..4).map(|_| s.app.post("/chunk", t, &body)));
+    let (removed, added) = tokio::join!(removals, additions);
+    for reply in removed.iter().chain(&added) {
+        reply.assert_ok();
+    }
+    assert_eq!(s.chunk_texts(id).await.len(), before);
+    let count = s.app.get(&format!("/document/{id}"), t).await.assert_ok()["chunkCount"].clone();
+    assert_eq!(count, before as i64);
+}
+
 /// A run whose document is reprocessed (or deleted) while it works stops at its next stage
 /// instead of embedding, and paying for, chunks nobody will keep.
 #[tokio::test]

@@ -1906,4 +1906,26 @@ async fn a_config_asks_its_embedding_model_for_its_dimension() {
         )
         .await
         .assert_ok();
+    // Given another model without a dimension, the old model's is not the new one's: asked.
+    let told = s.app.count("memory_configs").await;
+    let id: i64 = sqlx::query_scalar("SELECT id FROM memory_configs WHERE name = 'told'")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    let other = s.app.unreachable_embedding_model(&s.admin, json!({})).await;
+    s.app
+        .put(
+            &format!("/memory/config/{id}"),
+            s.t(),
+            &json!({ "embeddingModelId": other }),
+        )
+        .await
+        .assert_error(400, 0, "embeddingModelId: the dimension could not be probed");
+    let kept: (i64, Option<i32>) =
+        sqlx::query_as("SELECT embedding_model_id, dimension FROM memory_configs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert_eq!((kept, s.app.count("memory_configs").await), ((silent, Some(8)), told));
 }

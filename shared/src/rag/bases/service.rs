@@ -472,9 +472,13 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
         state.storage().delete(key).await?;
     }
     tx.commit().await?;
-    // Its chunks went with the rows; the empty index is dropped after them, concurrently.
-    let mut conn = state.db().acquire().await?;
-    if let Err(e) = repo::drop_index(&mut conn, id).await {
+    // Its chunks went with the rows; the empty index is dropped after them, concurrently. The
+    // base is deleted whatever happens to the drop: housekeeping drops what is left.
+    let dropped = async {
+        let mut conn = state.db().acquire().await?;
+        repo::drop_index(&mut conn, id).await
+    };
+    if let Err(e) = dropped.await {
         tracing::warn!(rag_id = id, error = %e, "a deleted knowledge base's vector index was left for housekeeping");
     }
     Ok(())

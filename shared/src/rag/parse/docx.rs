@@ -50,7 +50,7 @@ fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result
         Ok(Entry::Bytes(bytes)) => heading_styles(&String::from_utf8_lossy(&bytes)).unwrap_or_default(),
         _ => HashMap::new(),
     };
-    let body = Body::read(&String::from_utf8_lossy(&document), &styles)
+    let body = Body::read(&String::from_utf8_lossy(&document), &styles, limits)
         .map_err(|err| ParseError(format!("not a valid docx file: broken XML in {DOCUMENT_PART}: {err}")))?;
 
     let mut images = ImageCollector::new(options);
@@ -289,7 +289,6 @@ struct Table {
     cell: String,
 }
 
-#[derive(Default)]
 struct Body {
     outline: Outline,
     images: Vec<ImageReference>,
@@ -311,12 +310,15 @@ struct BodyReader<'a> {
 }
 
 impl Body {
-    fn read(xml: &str, styles: &HashMap<String, u8>) -> Result<Body, quick_xml::Error> {
+    fn read(xml: &str, styles: &HashMap<String, u8>, limits: &Limits) -> Result<Body, quick_xml::Error> {
         let mut reader = NsReader::from_str(xml);
         reader.config_mut().expand_empty_elements = true;
         let mut state = BodyReader {
             styles,
-            body: Body::default(),
+            body: Body {
+                outline: Outline::with_budget(limits.text()),
+                images: Vec::new(),
+            },
             paragraphs: Vec::new(),
             tables: Vec::new(),
             run_depth: 0,

@@ -1912,7 +1912,18 @@ async fn a_config_asks_its_embedding_model_for_its_dimension() {
         .fetch_one(&s.app.db)
         .await
         .unwrap();
-    let other = s.app.unreachable_embedding_model(&s.admin, json!({})).await;
+    let provider = s.app.provider(&s.admin, "unreachable-too").await;
+    let other = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "EMBEDDING",
+            "emb-8",
+            "http://127.0.0.1:9/v1",
+            json!({}),
+        )
+        .await;
     s.app
         .put(
             &format!("/memory/config/{id}"),

@@ -297,6 +297,20 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
     let stored = messages(&s, &s.admin, agent, "t-3").await;
     assert_eq!(stored[1]["toolCalls"].as_array().unwrap().len(), max);
 
+    // Arguments cut off mid-way (an answer stopped by its token limit) run nothing: the model
+    // is told they are not JSON, not given the tool's result for no arguments.
+    let before = s.models.requests().len();
+    let events = s
+        .chat(&s.admin, agent, say("t-4", "CALL web_search {\"query\": \"cut"))
+        .await
+        .events();
+    assert_eq!(kinds(&events)[..2], ["tool_call", "tool_result"], "{events:?}");
+    assert_eq!(events[0]["arguments"], "{\"query\": \"cut");
+    assert_eq!(events[1]["ok"], false);
+    let answered = s.models.requests()[before + 1]["messages"].as_array().unwrap().clone();
+    let told = answered.last().unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(told.contains("not valid JSON") && told.contains("was not run"), "{told}");
+
     // Without web search the tool is not offered.
     let plain = s
         .agent(&s.admin, json!({ "name": "Plain", "chatModelId": model }))

@@ -11,7 +11,7 @@ use tracing::{Instrument, Span};
 use super::attachments::{self, Image};
 use super::events::{StreamEvent, TokenUsage};
 use super::prompt::{self, Context};
-use super::tools::{Disabled, Toolbox};
+use super::tools::{Disabled, ToolOutput, Toolbox};
 use super::{context, title, Caller};
 use crate::agents::conversation_repo::{self as repo, FinishedAnswer, HistoryMessage};
 use crate::agents::AgentRow;
@@ -359,7 +359,16 @@ impl Turn {
         call: &ToolCall,
         answer: &mut Answer,
     ) -> Result<String, Outcome> {
-        let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
+        // An answer cut short (its token limit) can end inside a call's arguments. Run with
+        // none instead, a tool whose arguments are all optional would do what nobody asked.
+        let parsed = match call.arguments.trim() {
+            "" => Ok(json!({})),
+            raw => serde_json::from_str::<Value>(raw),
+        };
+        let arguments = match &parsed {
+            Ok(arguments) => arguments.clone(),
+            Err(_) => Value::String(call.arguments.clone()),
+        };
         let server_id = toolbox.server_of(&call.name);
         out.send(StreamEvent::ToolCall {
             name: call.name.clone(),
@@ -367,9 +376,15 @@ impl Turn {
             arguments: arguments.clone(),
         })
         .await?;
-        let result = tokio::select! {
-            _ = out.tx.closed() => return Err(Outcome::Stopped),
-            result = toolbox.call(&self.state, &call.name, &arguments).instrument(self.span.clone()) => result,
+        let result = match parsed {
+            Ok(arguments) => tokio::select! {
+                _ = out.tx.closed() => return Err(Outcome::Stopped),
+                result = toolbox.call(&self.state, &call.name, &arguments).instrument(self.span.clone()) => result,
+            },
+            Err(e) => ToolOutput::failed(format!(
+                "the arguments of {} are not valid JSON ({e}); the tool was not run",
+                call.name
+            )),
         };
         answer.tool_calls.push(json!({
             "name": call.name, "serverId": server_id, "arguments": arguments, "ok": result.ok,

@@ -36,7 +36,7 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
-    fn failed(message: impl Into<String>) -> Self {
+    pub fn failed(message: impl Into<String>) -> Self {
         Self {
             text: message.into(),
             ok: false,

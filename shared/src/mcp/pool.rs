@@ -203,9 +203,13 @@ impl McpPool {
                 .await
                 .map_err(|e| Failure::new(e.to_string()))?;
         }
-        // A server saved before stdio was turned off or its command unlisted must not start.
-        if let Transport::Stdio { command, .. } = &target.transport {
+        // A server saved before stdio was turned off, its command unlisted or its variables
+        // refused must not start.
+        if let Transport::Stdio { command, env, .. } = &target.transport {
             self.stdio.check(command).map_err(|e| Failure::new(e.to_string()))?;
+            for key in env.keys() {
+                super::stdio::check_env(key).map_err(|e| Failure::new(e.to_string()))?;
+            }
         }
         // A pooled session outlives the request that opened it: its tasks get a span of their
         // own, or they would keep that request's span (and trace) open for as long as they run.

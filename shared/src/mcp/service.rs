@@ -143,6 +143,7 @@ fn env_vars(sent: BTreeMap<String, String>, stored: &BTreeMap<String, String>) -
                 "envVars key {key:?} must be a variable name (letters, digits and _, not starting with a digit)"
             )));
         }
+        super::stdio::check_env(&key)?;
         let value = if is_masked(&value) {
             stored.get(&key).cloned().ok_or_else(|| {
                 AppError::validation(format!(

@@ -3,8 +3,9 @@
 //! code reads what the service's user can read (the database password in the environment is
 //! withheld, but files, the network position and the instance role are not). So stdio is off
 //! unless the operator turns it on (`MCP_STDIO_ENABLED`), and then runs only the commands the
-//! operator listed (`MCP_STDIO_COMMANDS`). Both are checked when a server is saved (400) and
-//! again before each start, so a server saved before the rules changed does not run either.
+//! operator listed (`MCP_STDIO_COMMANDS`), with no variable that makes them run other code.
+//! All are checked when a server is saved (400) and again before each start, so a server saved
+//! before the rules changed does not run either.
 
 use crate::config::Config;
 use crate::AppError;
@@ -40,6 +41,33 @@ impl StdioPolicy {
         }
         Ok(())
     }
+}
+
+/// Refuses a variable that makes a listed command run other code: where bare names are looked
+/// up, libraries loaded first, code an interpreter loads before its script or takes as
+/// options. Any of them turns `MCP_STDIO_COMMANDS` into "anything".
+pub fn check_env(key: &str) -> Result<(), AppError> {
+    const NAMES: [&str; 11] = [
+        "PATH",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "PERL5LIB",
+        "PERL5OPT",
+        "PERLLIB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "BASH_ENV",
+        "ENV",
+        "JAVA_TOOL_OPTIONS",
+    ];
+    const PREFIXES: [&str; 5] = ["LD_", "DYLD_", "PYTHON", "_JAVA_", "JDK_JAVA_"];
+    let upper = key.to_ascii_uppercase();
+    if NAMES.contains(&upper.as_str()) || PREFIXES.iter().any(|p| upper.starts_with(p)) {
+        return Err(AppError::validation(format!(
+            "envVars.{key} is not allowed: it chooses what program or code runs, and only the commands in MCP_STDIO_COMMANDS may run"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

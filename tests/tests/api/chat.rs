@@ -309,7 +309,10 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
     assert_eq!(events[1]["ok"], false);
     let answered = s.models.requests()[before + 1]["messages"].as_array().unwrap().clone();
     let told = answered.last().unwrap()["content"].as_str().unwrap().to_owned();
-    assert!(told.contains("not valid JSON") && told.contains("was not run"), "{told}");
+    assert!(
+        told.contains("not valid JSON") && told.contains("was not run"),
+        "{told}"
+    );
 
     // Without web search the tool is not offered.
     let plain = s

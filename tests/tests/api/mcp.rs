@@ -138,6 +138,23 @@ async fn every_validation_rule_is_refused_and_writes_nothing() {
             "envVars.K is a masked value",
         ),
         (
+            json!({"name": "a", "transportType": 3, "command": "x",
+                   "envVars": {"NODE_OPTIONS": "--import=data:text/javascript,process.exit(3)"}}),
+            "envVars.NODE_OPTIONS is not allowed",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": {"LD_PRELOAD": "/tmp/x.so"}}),
+            "envVars.LD_PRELOAD is not allowed",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": {"Path": "/tmp"}}),
+            "envVars.Path is not allowed",
+        ),
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": {"PYTHONSTARTUP": "/tmp/x.py"}}),
+            "envVars.PYTHONSTARTUP is not allowed",
+        ),
+        (
             json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 7}),
             "authType must be 0 (none), 1 (API key header), 2 (bearer token) or 3",
         ),
@@ -1190,6 +1207,19 @@ async fn stdio_servers_are_off_by_default_and_run_only_listed_commands() {
     let t = test.assert_ok();
     assert_eq!(t["success"], false, "{t}");
     assert!(t["message"].as_str().unwrap().contains("stdio) is disabled"), "{t}");
+
+    // Saved with a variable that makes the command run other code (before the rule): not
+    // started either.
+    let steered = serde_json::to_string(&json!({ "NODE_OPTIONS": "--require=/tmp/x.js" })).unwrap();
+    sqlx::query("UPDATE mcp_servers SET env_vars_enc = $2 WHERE id = $1")
+        .bind(id)
+        .bind(on.state.secrets().seal(&steered).unwrap())
+        .execute(&on.db)
+        .await
+        .unwrap();
+    on.get(&format!("/mcp-server/{id}/tools"), Some(&admin))
+        .await
+        .assert_error(400, 0, "envVars.NODE_OPTIONS is not allowed");
 }
 
 /// A Streamable HTTP server that restarted has forgotten its sessions: server-everything

@@ -323,8 +323,14 @@ fn json_part(answer: &str) -> Option<&str> {
 fn text(item: &Value, keys: &[&str]) -> String {
     keys.iter()
         .find_map(|k| item.get(*k).and_then(Value::as_str))
-        .map(|s| s.trim().to_owned())
+        .map(storable)
         .unwrap_or_default()
+}
+
+/// A model's string as Postgres stores text: without NUL, which fails the whole write (and
+/// every later extraction of the conversation, asked the same messages again).
+fn storable(s: &str) -> String {
+    s.replace('\0', "").trim().to_owned()
 }
 
 fn cut(s: &str, max: usize) -> String {
@@ -354,7 +360,7 @@ fn item_content(item: &Value) -> Result<Content, String> {
         .map(|a| {
             a.iter()
                 .filter_map(Value::as_str)
-                .map(|t| cut(t.trim(), 50))
+                .map(|t| cut(&storable(t), 50))
                 .filter(|t| !t.is_empty())
                 .collect()
         })
@@ -433,6 +439,23 @@ mod tests {
         assert_eq!(parse("[]", 3).unwrap().len(), 0);
         assert!(parse("no json here", 3).is_err());
         assert!(parse("{\"other\": 1}", 3).unwrap_err().contains("memories"));
+    }
+
+    #[test]
+    fn nul_characters_of_an_answer_are_dropped() {
+        let answer = r#"{"memories": [{"memoryType": "FACT", "title": "a\u0000b", "content": "\u0000x",
+            "category": "c\u0000", "tags": ["t\u0000", "\u0000"]}]}"#;
+        let got = parse(answer, 5).unwrap();
+        let c = &got[0];
+        assert_eq!(
+            (
+                c.title.as_str(),
+                c.content.as_str(),
+                c.category.as_str(),
+                c.tags.clone()
+            ),
+            ("ab", "x", "c", vec!["t".to_owned()])
+        );
     }
 
     #[test]

@@ -2,8 +2,7 @@
 //! window of messages, the recalled memories, and their size in tokens.
 
 use super::model::{ContextPreview, PreviewMemory, PreviewMessage};
-use super::repo::Scope;
-use super::{extract, recall, service};
+use super::{extract, service};
 use crate::domain::CurrentUser;
 use crate::domain::Owner;
 use crate::models::gateway::Billing;
@@ -40,18 +39,16 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
         .find(|(role, _)| role == "user")
         .map(|(_, c)| c.clone());
     let memories = match (agent.memory_enabled, last_user) {
-        (true, Some(query)) if !query.trim().is_empty() => {
-            let s = recall::strategy(state, agent.memory_config_id).await?;
-            // A preview is not a recall: access counts stay as they are.
-            recall::run(
-                state,
-                &Scope::recall(agent_id, owner),
-                &s,
-                Billing::of(user),
-                &query,
-                false,
-            )
-            .await?
+        (true, Some(query)) => {
+            let who = super::Recall {
+                agent_id,
+                owner,
+                billing: Billing::of(user),
+                config_id: agent.memory_config_id,
+            };
+            // What the chat would recall (nothing with a disabled config), but not counted as
+            // a recall: access counts stay as they are.
+            super::recall(state, who, &query, false).await?
         }
         _ => vec![],
     };

@@ -27,27 +27,29 @@ use crate::domain::Owner;
 use crate::models::gateway::Billing;
 use crate::{AppError, AppResult, AppState};
 
-/// The owner's ACTIVE memories of the agent most relevant to `query`, by the config's
-/// strategy (built-in defaults when `memory_config_id` is None), its model calls paid by
-/// `billing` (the chat turn's payer); their access count and time are updated. The caller checks the agent's `memoryEnabled`. A disabled config (status 0)
-/// or a blank query recalls nothing; a missing config or model is an error.
-pub async fn recall(
-    state: &AppState,
-    agent_id: i64,
-    owner: Owner,
-    billing: Billing,
-    memory_config_id: Option<i64>,
-    query: &str,
-) -> AppResult<Vec<RecalledMemory>> {
+/// Who recalls for whom: the owner's memories of the agent, the model calls paid by `billing`
+/// (the chat turn's payer), by the strategy of `config_id` (built-in defaults when None).
+pub struct Recall {
+    pub agent_id: i64,
+    pub owner: Owner,
+    pub billing: Billing,
+    pub config_id: Option<i64>,
+}
+
+/// The owner's ACTIVE memories of the agent most relevant to `query`; their access count and
+/// time are updated when `counted` (a chat's recall, not a preview of it). The caller checks
+/// the agent's `memoryEnabled`. A disabled config (status 0) or a blank query recalls nothing;
+/// a missing config or model is an error.
+pub async fn recall(state: &AppState, r: Recall, query: &str, counted: bool) -> AppResult<Vec<RecalledMemory>> {
     if query.trim().is_empty() {
         return Ok(vec![]);
     }
-    let strategy = recall::strategy(state, memory_config_id).await?;
+    let strategy = recall::strategy(state, r.config_id).await?;
     if strategy.config.status == 0 {
         return Ok(vec![]);
     }
-    let scope = repo::Scope::recall(agent_id, owner);
-    recall::run(state, &scope, &strategy, billing, query, true).await
+    let scope = repo::Scope::recall(r.agent_id, r.owner);
+    recall::run(state, &scope, &strategy, r.billing, query, counted).await
 }
 
 /// Called by chat after each completed round of conversation `conversation_pk`

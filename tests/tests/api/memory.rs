@@ -451,9 +451,7 @@ async fn the_similarity_threshold_keeps_unrelated_questions_from_recalling() {
         .await
         .unwrap();
     assert_eq!(s.memory_count().await, 5);
-    let recall = |q: &'static str| {
-        shared::memory::recall(&s.app.state, agent, owner, Billing::RecordOnly(None), Some(config), q)
-    };
+    let recall = |q: &'static str| recall_as_chat(&s.app.state, agent, owner, Some(config), q);
     for unrelated in ["how do tides form in the ocean", "recipe for a chocolate cake"] {
         let got = recall(unrelated).await.unwrap();
         assert!(got.is_empty(), "{unrelated}: {got:?}");
@@ -505,16 +503,9 @@ async fn recall_reranks_with_the_configs_reranker_and_rewrites_with_its_model() 
     assert_eq!(s.memory_count().await, 3);
 
     let question = "which tea does the user drink every morning";
-    let got = shared::memory::recall(
-        &s.app.state,
-        agent,
-        owner,
-        Billing::RecordOnly(None),
-        Some(reranked),
-        question,
-    )
-    .await
-    .unwrap();
+    let got = recall_as_chat(&s.app.state, agent, owner, Some(reranked), question)
+        .await
+        .unwrap();
     assert_eq!(got[0].title, "Drinks", "{got:?}");
     let calls: Vec<Value> = s
         .models
@@ -538,16 +529,9 @@ async fn recall_reranks_with_the_configs_reranker_and_rewrites_with_its_model() 
 
     let rewriting = s.config(json!({ "rewriteEnabled": true })).await;
     let before = s.models.requests().len();
-    shared::memory::recall(
-        &s.app.state,
-        agent,
-        owner,
-        Billing::RecordOnly(None),
-        Some(rewriting),
-        "and what about my dog?",
-    )
-    .await
-    .unwrap();
+    recall_as_chat(&s.app.state, agent, owner, Some(rewriting), "and what about my dog?")
+        .await
+        .unwrap();
     let rewrite = s.models.requests()[before..]
         .iter()
         .find(|r| {
@@ -564,21 +548,31 @@ async fn recall_reranks_with_the_configs_reranker_and_rewrites_with_its_model() 
     assert_eq!(rewrite["messages"][1]["content"], "and what about my dog?");
 }
 
+/// What a chat would recall (access counted), its model calls recorded for nobody.
+async fn recall_as_chat(
+    state: &shared::AppState,
+    agent: i64,
+    owner: Owner,
+    config: Option<i64>,
+    query: &str,
+) -> shared::AppResult<Vec<shared::memory::RecalledMemory>> {
+    let who = shared::memory::Recall {
+        agent_id: agent,
+        owner,
+        billing: Billing::RecordOnly(None),
+        config_id: config,
+    };
+    shared::memory::recall(state, who, query, true).await
+}
+
 /// Ranks of the expected memory (0 = first, None = not recalled) for each question of the
 /// labelled set, recalled with `config`.
 async fn ranks(s: &Setup, agent: i64, owner: Owner, config: i64, set: &[(String, i64)]) -> Vec<Option<usize>> {
     let mut out = Vec::new();
     for (question, expected) in set {
-        let got = shared::memory::recall(
-            &s.app.state,
-            agent,
-            owner,
-            Billing::RecordOnly(None),
-            Some(config),
-            question,
-        )
-        .await
-        .unwrap();
+        let got = recall_as_chat(&s.app.state, agent, owner, Some(config), question)
+            .await
+            .unwrap();
         out.push(got.iter().position(|m| m.id == *expected));
     }
     out
@@ -766,9 +760,7 @@ async fn recall_finds_the_relevant_memory_of_its_owner_only() {
     };
     let (a_ids, b_ids, e_ids) = (ids_of(a).await, ids_of(b).await, ids_of(e).await);
 
-    let recall = |owner: Owner, q: &'static str| {
-        shared::memory::recall(state, agent, owner, Billing::RecordOnly(None), Some(config), q)
-    };
+    let recall = |owner: Owner, q: &'static str| recall_as_chat(state, agent, owner, Some(config), q);
     let got = recall(a, "which colour scheme do I like when coding").await.unwrap();
     assert_eq!(got[0].title, "Editor theme", "{got:?}");
     assert_eq!(got[0].memory_type, "PREFERENCE");
@@ -1498,11 +1490,11 @@ async fn stats_and_context_preview() {
     assert_eq!(d["compressionApplied"], true);
 
     // Stats: recall twice, then count.
-    let recalled = shared::memory::recall(&s.app.state, agent, owner, Billing::RecordOnly(None), None, "my dog")
+    let recalled = recall_as_chat(&s.app.state, agent, owner, None, "my dog")
         .await
         .unwrap();
     assert_eq!(recalled.len(), 2);
-    shared::memory::recall(&s.app.state, agent, owner, Billing::RecordOnly(None), None, "my dog")
+    recall_as_chat(&s.app.state, agent, owner, None, "my dog")
         .await
         .unwrap();
     let stats = s.app.get(&format!("/memory/agent/{agent}/stats"), s.t()).await;
@@ -1514,6 +1506,14 @@ async fn stats_and_context_preview() {
     assert_eq!(st["retrievalEffectiveness"], 1.0);
     assert_eq!(st["mostUsed"].as_array().unwrap().len(), 2);
     assert_eq!(st["dateRange"]["start"].as_str().unwrap().len(), 19);
+    // With a disabled config the chat recalls nothing, and the preview says so.
+    let off = s.config(json!({ "status": 0, "dimensionOfVectorModel": 8 })).await;
+    s.app
+        .put(&format!("/agent/{agent}"), s.t(), &json!({ "memoryConfigId": off }))
+        .await
+        .assert_ok();
+    let d = preview(&s, agent).await;
+    assert_eq!(d.assert_ok()["memories"], json!([]));
     let (_, other) = s.app.regular_user("dave").await;
     let theirs = s
         .app

@@ -55,16 +55,15 @@ pub async fn memories(state: &AppState, agent: &AgentRow, caller: Caller, query:
         return Ok(vec![]);
     }
     let span = tracing::info_span!("memory_recall", agent.id = agent.id, memory.recalled = Empty);
-    let recalled = crate::memory::recall(
-        state,
-        agent.id,
-        caller.owner,
-        caller.billing,
-        agent.memory_config_id,
-        query,
-    )
-    .instrument(span.clone())
-    .await;
+    let who = crate::memory::Recall {
+        agent_id: agent.id,
+        owner: caller.owner,
+        billing: caller.billing,
+        config_id: agent.memory_config_id,
+    };
+    let recalled = crate::memory::recall(state, who, query, true)
+        .instrument(span.clone())
+        .await;
     if let Ok(found) = &recalled {
         span.record("memory.recalled", found.len() as i64);
     }

@@ -85,6 +85,18 @@ pub async fn conversation(db: &sqlx::PgPool, id: i64) -> sqlx::Result<Option<Con
     Ok(row.and_then(ConversationRow::into_conversation))
 }
 
+/// The memory config the agent uses now, or None when its memory is off or the agent is gone.
+/// A queued extraction runs as the agent is when it runs: rebound to another config meanwhile,
+/// the old one's models (possibly someone else's endpoint) must not read the conversation.
+pub async fn current_config(db: &sqlx::PgPool, agent_id: i64) -> sqlx::Result<Option<Option<i64>>> {
+    let agent: Option<(bool, Option<i64>)> =
+        sqlx::query_as("SELECT memory_enabled, memory_config_id FROM agents WHERE id = $1")
+            .bind(agent_id)
+            .fetch_optional(db)
+            .await?;
+    Ok(agent.filter(|(enabled, _)| *enabled).map(|(_, config)| config))
+}
+
 /// The owner's conversation with the agent under the client's conversation id.
 pub async fn by_key(db: &sqlx::PgPool, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<Option<Conversation>> {
     let row: Option<ConversationRow> = sqlx::query_as(&format!(
@@ -411,7 +423,7 @@ pub async fn after_round(state: &AppState, conv: &Conversation, config_id: Optio
     if claimed.is_none() {
         return Ok(()); // another round queued it meanwhile
     }
-    super::queue::enqueue(state, conv.id, config_id).await?;
+    super::queue::enqueue(state, conv.id).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! The memory queue's messages: one per conversation to extract memories from. Produced after
-//! a chat round (and by the extraction itself when it defers), consumed by `worker`.
+//! a chat round, consumed by `worker`.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,18 +9,13 @@ use crate::{AppError, AppResult, AppState};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExtractMessage {
-    /// conversations.id
+    /// conversations.id; the config is the agent's when the message is handled.
     pub conversation_id: i64,
-    pub memory_config_id: Option<i64>,
 }
 
 /// Queues the extraction of a conversation's memories.
-pub async fn enqueue(state: &AppState, conversation_id: i64, memory_config_id: Option<i64>) -> AppResult<()> {
-    let body = serde_json::json!(ExtractMessage {
-        conversation_id,
-        memory_config_id
-    })
-    .to_string();
+pub async fn enqueue(state: &AppState, conversation_id: i64) -> AppResult<()> {
+    let body = serde_json::json!(ExtractMessage { conversation_id }).to_string();
     state
         .queue()
         .send(QueueName::Memory, body)

@@ -22,7 +22,10 @@ async fn process(state: AppState, m: SqsMessage) -> anyhow::Result<()> {
     let Some(conv) = extract::conversation(state.db(), msg.conversation_id).await? else {
         return Ok(()); // deleted meanwhile
     };
-    let written = extract::extract(state, &conv, msg.memory_config_id)
+    let Some(config_id) = extract::current_config(state.db(), conv.agent_id).await? else {
+        return Ok(()); // the agent's memory was turned off meanwhile
+    };
+    let written = extract::extract(state, &conv, config_id)
         .await
         .map_err(|e| anyhow::anyhow!("extracting conversation {} failed: {e}", conv.id))?;
     tracing::info!(

@@ -406,6 +406,30 @@ async fn rounds_queue_an_extraction(s: Setup) {
         .count();
     assert_eq!(models_called, 1, "the redelivery did not call the model again");
 
+    // A message runs with the agent's config as it is when handled (one queued before a
+    // rebind named the old one), and not at all once the agent's memory is off.
+    s.say(
+        conv,
+        agent,
+        &[("user", "FACT: Car | Drives a blue van"), ("assistant", "Nice.")],
+    )
+    .await;
+    let stale = json!({ "conversationId": conv, "memoryConfigId": 999_999 }).to_string();
+    let off = shared::queue::event(vec![shared::queue::message("m-4", &stale, 1, None)]);
+    s.app
+        .put(&format!("/agent/{agent}"), s.t(), &json!({ "memoryEnabled": false }))
+        .await
+        .assert_ok();
+    assert!(worker(off).await.unwrap().batch_item_failures.is_empty());
+    assert_eq!(s.memory_count().await, 2, "memory off: nothing extracted");
+    s.app
+        .put(&format!("/agent/{agent}"), s.t(), &json!({ "memoryEnabled": true }))
+        .await
+        .assert_ok();
+    let on = shared::queue::event(vec![shared::queue::message("m-5", &stale, 1, None)]);
+    assert!(worker(on).await.unwrap().batch_item_failures.is_empty());
+    assert_eq!(s.memory_count().await, 3, "extracted with the agent's own config");
+
     // after_round checks that the conversation is the caller's.
     let err = shared::memory::after_round(state, agent, Owner::User(s.admin_id + 100), conv, Some(config))
         .await

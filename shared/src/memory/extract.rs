@@ -222,6 +222,14 @@ async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, afte
     }
     finish(&mut *tx, conv.id, last_id).await?;
     tx.commit().await?;
+    // A full window may have left messages behind: rounds queue the next extraction only
+    // every `extractionInterval`, which at more rounds than a window holds fell further behind
+    // with each run.
+    if messages.len() as i64 == MAX_MESSAGES {
+        if let Err(e) = super::queue::enqueue(state, conv.id).await {
+            tracing::warn!(conversation_id = conv.id, error = %e, "the rest of a conversation was not queued for extraction");
+        }
+    }
     Ok(repo::load(db, &written).await?)
 }
 

@@ -1,5 +1,5 @@
 //! The memory queue's messages: one per conversation to extract memories from. Produced after
-//! a chat round, consumed by `worker`.
+//! a chat round (and by an extraction whose window was full), consumed by `worker`.
 
 use serde::{Deserialize, Serialize};
 

@@ -430,6 +430,34 @@ async fn rounds_queue_an_extraction(s: Setup) {
     assert!(worker(on).await.unwrap().batch_item_failures.is_empty());
     assert_eq!(s.memory_count().await, 3, "extracted with the agent's own config");
 
+    // An extraction that reads a full window of messages queues the rest: the rounds queue
+    // the next one only every `extractionInterval`, and the backlog would grow with each run.
+    let long: Vec<(&str, String)> = (0..120)
+        .flat_map(|i| {
+            [
+                ("user", format!("Round {i} of small talk")),
+                ("assistant", "Sure.".to_owned()),
+            ]
+        })
+        .collect();
+    let long: Vec<(&str, &str)> = long.iter().map(|(r, c)| (*r, c.as_str())).collect();
+    s.say(conv, agent, &long).await;
+    let newest: i64 = sqlx::query_scalar("SELECT max(id) FROM messages")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    let next = shared::queue::event(vec![shared::queue::message("m-6", &body, 1, None)]);
+    assert!(worker(next).await.unwrap().batch_item_failures.is_empty());
+    let extracted_up_to = || async {
+        sqlx::query_scalar::<_, i64>("SELECT last_message_id FROM memory_extractions WHERE conversation_id = $1")
+            .bind(conv)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap()
+    };
+    assert!(extracted_up_to().await < newest, "one run reads one window");
+    wait_for(Duration::from_secs(20), async || extracted_up_to().await == newest).await;
+
     // after_round checks that the conversation is the caller's.
     let err = shared::memory::after_round(state, agent, Owner::User(s.admin_id + 100), conv, Some(config))
         .await

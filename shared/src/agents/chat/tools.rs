@@ -171,7 +171,17 @@ impl Toolbox {
         );
     }
 
-    fn add(&mut self, spec: ToolSpec, target: Target) {
+    /// Adds a tool under its name or, when that is taken (two tools of one server that read
+    /// the same once made fit for models, `a.b` and `a_b`), under the name with a number: a
+    /// name sent twice sent every call of both tools to the one added last.
+    fn add(&mut self, mut spec: ToolSpec, target: Target) {
+        let wanted = spec.name.clone();
+        let mut n = 1;
+        while self.targets.contains_key(&spec.name) {
+            n += 1;
+            let suffix = format!("_{n}");
+            spec.name = format!("{}{suffix}", prefix_chars(&wanted, MAX_NAME_CHARS - suffix.len()));
+        }
         self.targets.insert(spec.name.clone(), target);
         self.specs.push(spec);
     }
@@ -216,8 +226,14 @@ fn mcp_tool_name(server_id: i64, tool: &str) -> String {
             }
         })
         .collect();
-    format!("mcp{server_id}__{clean}").chars().take(64).collect()
+    format!("mcp{server_id}__{clean}")
+        .chars()
+        .take(MAX_NAME_CHARS)
+        .collect()
 }
+
+/// The longest function name OpenAI-compatible models take.
+const MAX_NAME_CHARS: usize = 64;
 
 async fn mcp(state: &AppState, server_id: i64, tool: &str, arguments: &Value) -> ToolOutput {
     match crate::mcp::call_tool(state, server_id, tool, arguments.clone()).await {
@@ -308,5 +324,31 @@ mod tests {
         assert_eq!(mcp_tool_name(3, &"x".repeat(100)).len(), 64);
         let e = string_arg(&json!({"query": " "}), "query").unwrap_err();
         assert!(!e.ok && e.text.contains("query"));
+    }
+
+    #[test]
+    fn tools_whose_names_read_the_same_get_names_of_their_own() {
+        let mut toolbox = Toolbox::default();
+        let long = "x".repeat(100);
+        for tool in ["a.b", "a_b", "a b", &long, &format!("{long}y")] {
+            let spec = ToolSpec {
+                name: mcp_tool_name(3, tool),
+                description: String::new(),
+                parameters: json!({}),
+            };
+            let target = Target::Mcp {
+                server_id: 3,
+                tool: tool.to_owned(),
+            };
+            toolbox.add(spec, target);
+        }
+        let names: Vec<&str> = toolbox.specs().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(&names[..3], ["mcp3__a_b", "mcp3__a_b_2", "mcp3__a_b_3"]);
+        assert_eq!((names[3].len(), names[4].len()), (64, 64));
+        assert!(names[4].ends_with("_2"));
+        match toolbox.targets.get("mcp3__a_b_2") {
+            Some(Target::Mcp { tool, .. }) => assert_eq!(tool, "a_b"),
+            _ => panic!("a_b is reachable under its own name"),
+        }
     }
 }

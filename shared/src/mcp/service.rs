@@ -234,6 +234,20 @@ async fn validate(
             ));
         }
         let stored_env = stored.filter(|_| same_kind).map(|s| s.2.clone()).unwrap_or_default();
+        let keeps_stored = match &req.env_vars {
+            Some(sent) => sent.values().any(|v| is_masked(v)),
+            None => !stored_env.is_empty(),
+        };
+        // As with authConfig below: values its creator stored go only to the program its
+        // creator named; someone else changing the program sends them again.
+        let moved = row.is_some_and(|r| {
+            r.creator_id != user.id && (r.command.as_deref() != Some(command.as_str()) || r.args != args)
+        });
+        if moved && keeps_stored {
+            return Err(AppError::validation(
+                "envVars: send the values again to change command or args; the stored ones are the server creator's",
+            ));
+        }
         let env = match req.env_vars {
             Some(sent) => env_vars(sent, &stored_env)?,
             None => stored_env,

@@ -1208,6 +1208,50 @@ async fn stdio_servers_are_off_by_default_and_run_only_listed_commands() {
     assert_eq!(t["success"], false, "{t}");
     assert!(t["message"].as_str().unwrap().contains("stdio) is disabled"), "{t}");
 
+    // Its creator's variables go only to the program its creator named: another administrator
+    // changing the command or its arguments sends them again.
+    let secret = create(
+        &on,
+        &admin,
+        json!({"name": "secret", "transportType": 3, "command": command, "args": args,
+               "envVars": {"TOKEN": "creators-token"}}),
+    )
+    .await;
+    let other_admin = on
+        .post(
+            "/user",
+            Some(&admin),
+            &json!({"username": "root2", "password": "password-2", "role": 1}),
+        )
+        .await;
+    other_admin.assert_ok();
+    let other = on.login("root2", "password-2").await.assert_ok()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/mcp-server/{secret}");
+    let masked = on.get(&path, Some(&admin)).await.assert_ok()["envVars"].clone();
+    for body in [
+        json!({"args": ["elsewhere.js"]}),
+        json!({"args": ["elsewhere.js"], "envVars": masked}),
+    ] {
+        on.put(&path, Some(&other), &body).await.assert_error(
+            400,
+            0,
+            "envVars: send the values again to change command or args",
+        );
+    }
+    on.put(&path, Some(&other), &json!({"description": "only words"}))
+        .await
+        .assert_ok();
+    on.put(
+        &path,
+        Some(&other),
+        &json!({"args": ["elsewhere.js"], "envVars": {"TOKEN": "their-own"}}),
+    )
+    .await
+    .assert_ok();
+
     // Saved with a variable that makes the command run other code (before the rule): not
     // started either.
     let steered = serde_json::to_string(&json!({ "NODE_OPTIONS": "--require=/tmp/x.js" })).unwrap();

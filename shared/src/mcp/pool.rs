@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
+use rmcp::model::{CallToolRequestParams, CallToolResult, PaginatedRequestParams, Tool};
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::oauth::TokenCache;
@@ -279,15 +279,14 @@ impl McpPool {
             if let Some(tools) = cached {
                 return Ok(tools);
             }
-            let listed = tokio::time::timeout(limits.call_timeout, live.client.list_all_tools())
+            let listed = tokio::time::timeout(limits.call_timeout, list_tools(&live.client))
                 .await
                 .map_err(|_| {
                     Failure::timed_out(format!(
                         "tools/list took longer than {} s",
                         limits.call_timeout.as_secs()
                     ))
-                })?
-                .map_err(|e| Failure::from_service("tools/list failed", &e))?;
+                })??;
             let tools = Arc::new(listed);
             *live.tools.lock().unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), tools.clone()));
             Ok(tools)
@@ -317,4 +316,42 @@ impl McpPool {
         })
         .await
     }
+}
+
+/// Pages of a tool list read at most: a server answering with a next page forever would
+/// otherwise be read until the call's time limit, every page kept.
+const MAX_TOOL_PAGES: usize = 20;
+/// Tools and bytes of their descriptions and schemas one server may list: every chat step
+/// sends them all to the model, paid by whoever is chatting.
+const MAX_TOOLS: usize = 256;
+const MAX_TOOL_BYTES: usize = 1024 * 1024;
+
+/// The server's tools, page after page, within the bounds above.
+async fn list_tools(client: &Client) -> Result<Vec<Tool>, Failure> {
+    let mut tools = Vec::new();
+    let mut bytes = 0;
+    let mut cursor = None;
+    for _ in 0..MAX_TOOL_PAGES {
+        let page = client
+            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .map_err(|e| Failure::from_service("tools/list failed", &e))?;
+        for tool in page.tools {
+            bytes += serde_json::to_vec(&tool).map_or(0, |b| b.len());
+            tools.push(tool);
+        }
+        if tools.len() > MAX_TOOLS || bytes > MAX_TOOL_BYTES {
+            return Err(Failure::new(format!(
+                "the server lists more than {MAX_TOOLS} tools or {} KiB of tool descriptions; the service takes at most that many",
+                MAX_TOOL_BYTES / 1024
+            )));
+        }
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            return Ok(tools);
+        }
+    }
+    Err(Failure::new(format!(
+        "the server's tool list goes on past {MAX_TOOL_PAGES} pages"
+    )))
 }

@@ -1368,3 +1368,49 @@ async fn an_edit_made_from_a_stale_read_writes_nothing() {
         .await
         .unwrap());
 }
+
+/// A Streamable HTTP server whose tool list never ends (every page names a next one) or is
+/// too long: it is read within bounds and refused with a reason, not read until the call's
+/// time limit with every page kept, nor sent whole to the model in every chat step.
+#[tokio::test]
+async fn a_tool_list_past_the_bounds_is_refused() {
+    use axum::{routing::post, Json, Router};
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    // tools/list pages of `per_page` tools, each page naming the next.
+    let serve = |per_page: usize| async move {
+        let answer = move |Json(req): Json<Value>| async move {
+            let id = req["id"].clone();
+            let result = match req["method"].as_str() {
+                Some("initialize") => json!({ "protocolVersion": "2025-03-26", "capabilities": { "tools": {} },
+                    "serverInfo": { "name": "endless", "version": "1" } }),
+                Some("tools/list") => {
+                    let page = req["params"]["cursor"]
+                        .as_str()
+                        .unwrap_or("0")
+                        .parse::<usize>()
+                        .unwrap();
+                    let tools: Vec<Value> = (0..per_page)
+                        .map(|i| json!({ "name": format!("t{page}_{i}"), "inputSchema": { "type": "object" } }))
+                        .collect();
+                    json!({ "tools": tools, "nextCursor": (page + 1).to_string() })
+                }
+                _ => return axum::http::StatusCode::ACCEPTED.into_response(),
+            };
+            Json(json!({ "jsonrpc": "2.0", "id": id, "result": result })).into_response()
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let router = Router::new().route("/mcp", post(answer));
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        url
+    };
+    use axum::response::IntoResponse;
+    for (per_page, told) in [(1, "past 20 pages"), (100, "more than 256 tools")] {
+        let url = serve(per_page).await;
+        let id = create(&app, &admin, http_server(&format!("endless-{per_page}"), 2, &url)).await;
+        app.get(&format!("/mcp-server/{id}/tools"), Some(&admin))
+            .await
+            .assert_error(400, 0, told);
+    }
+}

@@ -87,6 +87,7 @@ pub async fn connect(
     }
     let (tx, inbox) = mpsc::channel(64);
     let reader = tokio::spawn(async move {
+        let mut ignored = 0;
         while let Some(next) = events.next().await {
             let ev = match next {
                 Ok(ev) => ev,
@@ -104,7 +105,16 @@ pub async fn connect(
                         break;
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "MCP SSE: ignoring a message that is not JSON-RPC"),
+                // A server sending nothing else would write a log line per event for as long
+                // as the session lives.
+                Err(e) => {
+                    ignored += 1;
+                    if ignored == MAX_IGNORED {
+                        tracing::warn!(error = %e, "MCP SSE: {MAX_IGNORED} messages were not JSON-RPC; the session ends");
+                        break;
+                    }
+                    tracing::warn!(error = %e, "MCP SSE: ignoring a message that is not JSON-RPC");
+                }
             }
         }
     });
@@ -117,6 +127,9 @@ pub async fn connect(
         reader,
     })
 }
+
+/// Messages a session ignores (not JSON-RPC) before it ends.
+const MAX_IGNORED: u32 = 20;
 
 impl Transport<RoleClient> for SseTransport {
     type Error = SseError;

@@ -1190,6 +1190,54 @@ async fn the_model_calls_mcp_tools_and_answers_with_their_results() {
     assert_eq!(joined(&events, "text"), "Tool echo is not available");
     let analytics = s.app.get(&format!("/agent/{agent}/analytics?range=1d"), t).await;
     assert_eq!(analytics.assert_ok()["totalToolCalls"], 2);
+
+    // Tools start only in the first half of a turn's time (here 4 s): a call still running
+    // past it leaves the rest unrun and the turn answers, where hanging tools used to run it
+    // into its limit with no answer.
+    let short = s
+        .app
+        .instance_with(|c| c.chat_turn_timeout = Duration::from_secs(4))
+        .await;
+    let slow = "CALL trigger-long-running-operation {\"duration\": 3, \"steps\": 1}\nCALL echo {\"message\": \"late\"}";
+    let body = json!({ "conversationId": "m-4", "content": slow });
+    let reply = s
+        .app
+        .send(
+            s.app
+                .client
+                .post(format!("{short}/agent/{agent}/chat"))
+                .header("Svc-Auth", &s.admin)
+                .json(&body),
+        )
+        .await;
+    let events = api_tests::chat::ndjson(std::str::from_utf8(&reply.bytes).unwrap());
+    assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
+    assert_eq!(kinds(&events).iter().filter(|k| **k == "tool_call").count(), 1);
+    // The turn's last model call (a title's may come after it) carried both calls' answers.
+    let answered: Vec<Value> = s
+        .models
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r["messages"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"))
+        })
+        .collect();
+    let results: Vec<&str> = answered.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        results
+            .last()
+            .unwrap()
+            .starts_with("not run: this turn's time for tools is spent"),
+        "{results:?}"
+    );
 }
 
 /// A knowledge base on `embedding` holding `files`, every one indexed.

@@ -260,8 +260,11 @@ impl Turn {
         let system = prompt::system_prompt(&self.agent.instruction, &ctx);
         let mut messages = prompt::messages(system, history, &self.content, images);
 
+        // Tools start only in the first half of the turn's time, so a turn whose tools hang
+        // (16 calls of a minute each pass the limit) still has time left to answer.
+        let tools_until = Instant::now() + self.state.config().chat_turn_timeout / 2;
         for step in 0..MAX_STEPS {
-            let tools = match step + 1 < MAX_STEPS {
+            let tools = match step + 1 < MAX_STEPS && Instant::now() < tools_until {
                 true => toolbox.specs().to_vec(),
                 false => vec![],
             };
@@ -284,11 +287,14 @@ impl Turn {
             }
             messages.push(ChatMessage::assistant_tool_calls(&calls));
             for (i, call) in calls.into_iter().enumerate() {
-                let result = match i < MAX_TOOL_CALLS_PER_STEP {
-                    true => Box::pin(self.run_tool(out, &toolbox, &call, answer)).await?,
-                    false => format!(
+                let result = if i >= MAX_TOOL_CALLS_PER_STEP {
+                    format!(
                         "not run: at most {MAX_TOOL_CALLS_PER_STEP} tool calls are run per answer; ask again for the ones still needed"
-                    ),
+                    )
+                } else if Instant::now() >= tools_until {
+                    "not run: this turn's time for tools is spent; answer with what you have".to_owned()
+                } else {
+                    Box::pin(self.run_tool(out, &toolbox, &call, answer)).await?
                 };
                 messages.push(ChatMessage::tool_result(call.id, result));
             }

@@ -162,6 +162,8 @@ async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, afte
     .bind(MAX_MESSAGES)
     .fetch_all(db)
     .await?;
+    let fetched = messages.len() as i64;
+    let (messages, cut_short) = within_transcript(messages);
     let Some(last_id) = messages.last().map(|m| m.0) else {
         finish(db, conv.id, after).await?;
         return Ok(vec![]);
@@ -225,12 +227,39 @@ async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, afte
     // A full window may have left messages behind: rounds queue the next extraction only
     // every `extractionInterval`, which at more rounds than a window holds fell further behind
     // with each run.
-    if messages.len() as i64 == MAX_MESSAGES {
+    if cut_short || fetched == MAX_MESSAGES {
         if let Err(e) = super::queue::enqueue(state, conv.id).await {
             tracing::warn!(conversation_id = conv.id, error = %e, "the rest of a conversation was not queued for extraction");
         }
     }
     Ok(repo::load(db, &written).await?)
+}
+
+/// Characters of messages one extraction reads: a model's context, and the quota paying for
+/// it, hold only so much. A few long pastes passed both, and every later run asked again for
+/// the same, larger, window.
+const MAX_TRANSCRIPT_CHARS: usize = 48_000;
+
+/// The first messages that fit in one transcript (the first always, cut to fit), and whether
+/// some were left for the next run.
+fn within_transcript(messages: Vec<(i64, String, String)>) -> (Vec<(i64, String, String)>, bool) {
+    let total = messages.len();
+    let mut used = 0;
+    let mut kept = Vec::new();
+    for (id, role, content) in messages {
+        let chars = content.chars().count();
+        if !kept.is_empty() && used + chars > MAX_TRANSCRIPT_CHARS {
+            break;
+        }
+        used += chars;
+        let content = match chars > MAX_TRANSCRIPT_CHARS {
+            true => cut(&content, MAX_TRANSCRIPT_CHARS),
+            false => content,
+        };
+        kept.push((id, role, content));
+    }
+    let left = kept.len() < total;
+    (kept, left)
 }
 
 /// Records how far the conversation is extracted and releases the lease.
@@ -459,6 +488,17 @@ mod tests {
         assert_eq!(parse("[]", 3).unwrap().len(), 0);
         assert!(parse("no json here", 3).is_err());
         assert!(parse("{\"other\": 1}", 3).unwrap_err().contains("memories"));
+    }
+
+    #[test]
+    fn a_transcript_takes_the_messages_that_fit() {
+        let m = |id: i64, chars: usize| (id, "user".to_owned(), "x".repeat(chars));
+        let (kept, left) = within_transcript(vec![m(1, 30_000), m(2, 18_000), m(3, 1)]);
+        assert_eq!((kept.iter().map(|k| k.0).collect::<Vec<_>>(), left), (vec![1, 2], true));
+        let (kept, left) = within_transcript(vec![m(1, 100_000), m(2, 1)]);
+        assert_eq!((kept.len(), kept[0].2.len(), left), (1, MAX_TRANSCRIPT_CHARS, true));
+        let (kept, left) = within_transcript(vec![m(1, 10), m(2, 10)]);
+        assert_eq!((kept.len(), left), (2, false));
     }
 
     #[test]

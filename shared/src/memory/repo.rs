@@ -90,18 +90,26 @@ pub async fn list(db: &PgPool, scope: &Scope, limit: i64) -> sqlx::Result<Vec<Me
     q.build_query_as().fetch_all(db).await
 }
 
-/// The partial HNSW index over the memories of one embedding model and dimension. DDL takes
-/// no bind parameters: the numbers are our own ids and a vector length, never client text.
+fn index_name(model_id: i64, dimension: i32) -> String {
+    format!("memories_hnsw_m{model_id}_d{dimension}")
+}
+
+/// The partial HNSW index over the memories of one embedding model and dimension, built
+/// without blocking writes. DDL takes no bind parameters: the numbers are our own ids and a
+/// vector length, never client text.
 fn index_sql(model_id: i64, dimension: i32) -> String {
     format!(
-        "CREATE INDEX IF NOT EXISTS memories_hnsw_m{model_id}_d{dimension} ON memories USING hnsw ({} {})
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON memories USING hnsw ({} {})
          WHERE embedding_model_id = {model_id} AND vector_dims(embedding) = {dimension}",
+        index_name(model_id, dimension),
         vector_expr(dimension),
         ops(dimension)
     )
 }
 
-/// Creates the index for a model's memories the first time this process writes one.
+/// Creates the index for a model's memories when the catalog has no valid one, the first time
+/// this process writes such a memory. A plain `CREATE INDEX`, even of an index that exists,
+/// takes a lock on `memories` that waits for any open writer and holds up every later one.
 pub async fn ensure_vector_index(db: &PgPool, model_id: i64, dimension: i32) -> sqlx::Result<()> {
     static DONE: OnceLock<Mutex<HashSet<(i64, i32)>>> = OnceLock::new();
     let done = DONE.get_or_init(Mutex::default);
@@ -109,7 +117,26 @@ pub async fn ensure_vector_index(db: &PgPool, model_id: i64, dimension: i32) -> 
     if known(done) {
         return Ok(());
     }
-    sqlx::raw_sql(&index_sql(model_id, dimension)).execute(db).await?;
+    let name = index_name(model_id, dimension);
+    let valid: Option<bool> = sqlx::query_scalar(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1",
+    )
+    .bind(&name)
+    .fetch_optional(db)
+    .await?;
+    let build = match valid {
+        Some(true) => vec![],
+        None => vec![index_sql(model_id, dimension)],
+        // A build that failed half way leaves an invalid index, which `IF NOT EXISTS` keeps.
+        Some(false) => vec![
+            format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"),
+            index_sql(model_id, dimension),
+        ],
+    };
+    if !build.is_empty() {
+        let mut conn = db.acquire().await?;
+        crate::rag::bases::repo::concurrently(&mut conn, &build).await?;
+    }
     if let Ok(mut d) = done.lock() {
         d.insert((model_id, dimension));
     }

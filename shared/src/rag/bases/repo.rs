@@ -224,8 +224,9 @@ fn drop_statement(id: i64) -> String {
     format!("DROP INDEX CONCURRENTLY IF EXISTS {}", index_name(id))
 }
 
-/// Runs DDL on `chunks` holding the index build lock.
-async fn concurrently(conn: &mut PoolConnection<Postgres>, statements: &[String]) -> sqlx::Result<()> {
+/// Runs index DDL that cannot run in a transaction (`CONCURRENTLY`) holding the index build
+/// lock: builds on any table take turns.
+pub async fn concurrently(conn: &mut PoolConnection<Postgres>, statements: &[String]) -> sqlx::Result<()> {
     // Tried, not waited for: a session blocked in pg_advisory_lock holds a snapshot that the
     // running build would wait for in turn.
     while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")

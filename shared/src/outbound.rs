@@ -23,6 +23,22 @@ pub const DEFAULT_DENY: &str = "169.254.0.0/16,fe80::/10,fd00:ec2::254/128,100.1
 pub const DEFAULT_USER_DENY: &str = "127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,\
 198.18.0.0/15,224.0.0.0/4,240.0.0.0/4,::1/128,::/128,fc00::/7,ff00::/8";
 
+/// The IPv4 host an IPv6 address reaches, where it names one: IPv4-mapped, and the NAT64
+/// well-known prefix (64:ff9b::/96, RFC 6052), which a DNS64 network hands out for IPv4-only
+/// hosts (169.254.169.254 as 64:ff9b::a9fe:a9fe). Otherwise the address itself.
+fn embedded_v4(ip: IpAddr) -> IpAddr {
+    let IpAddr::V6(v6) = ip else {
+        return ip;
+    };
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return IpAddr::V4(v4);
+    }
+    match v6.octets() {
+        [0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0, a, b, c, d] => IpAddr::V4([a, b, c, d].into()),
+        _ => ip,
+    }
+}
+
 /// Who configured an address the service calls, which decides the networks it may reach.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Reach {
@@ -112,12 +128,9 @@ impl DenyList {
     }
 
     pub fn denies(&self, ip: IpAddr) -> bool {
-        // An IPv4-mapped IPv6 address reaches the IPv4 host.
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        self.0.iter().any(|net| net.contains(&ip))
+        self.0
+            .iter()
+            .any(|net| net.contains(&ip) || net.contains(&embedded_v4(ip)))
     }
 
     /// Checks a URL field when it is saved: an address literal, or every address its host
@@ -280,6 +293,7 @@ mod tests {
             "169.254.169.254",
             "fd00:ec2::254",
             "::ffff:169.254.169.254",
+            "64:ff9b::a9fe:a9fe",
             "fe80::1",
             "100.100.100.200",
         ] {
@@ -312,6 +326,7 @@ mod tests {
             "::1",
             "fd12::1",
             "::ffff:127.0.0.1",
+            "64:ff9b::10.0.0.5",
         ] {
             let ip = ip.parse().unwrap();
             assert!(outbound.deny(Reach::User).denies(ip), "{ip}");

@@ -118,16 +118,11 @@ pub async fn ensure_vector_index(db: &PgPool, model_id: i64, dimension: i32) -> 
         return Ok(());
     }
     let name = index_name(model_id, dimension);
-    let valid: Option<bool> = sqlx::query_scalar(
-        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1",
-    )
-    .bind(&name)
-    .fetch_optional(db)
-    .await?;
-    let build = match valid {
+    let build = match crate::rag::bases::repo::index_validity(db, &name).await? {
         Some(true) => vec![],
         None => vec![index_sql(model_id, dimension)],
-        // A build that failed half way leaves an invalid index, which `IF NOT EXISTS` keeps.
+        // A build in progress, or one that failed half way (which `IF NOT EXISTS` would keep):
+        // looked at again under the build lock, and rebuilt only if still not valid.
         Some(false) => vec![
             format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"),
             index_sql(model_id, dimension),
@@ -135,7 +130,7 @@ pub async fn ensure_vector_index(db: &PgPool, model_id: i64, dimension: i32) -> 
     };
     if !build.is_empty() {
         let mut conn = db.acquire().await?;
-        crate::rag::bases::repo::concurrently(&mut conn, &build).await?;
+        crate::rag::bases::repo::concurrently(&mut conn, &build, Some(&name)).await?;
     }
     if let Ok(mut d) = done.lock() {
         d.insert((model_id, dimension));

@@ -211,22 +211,38 @@ pub async fn build_index(conn: &mut PoolConnection<Postgres>, id: i64, dimension
         vector_expr(dimension),
         ops(dimension)
     );
-    concurrently(conn, &[drop_statement(id), create]).await
+    concurrently(conn, &[drop_statement(id), create], None).await
 }
 
 /// Drops a deleted base's index, as concurrently as it was built: a plain `DROP INDEX` takes
 /// `chunks` whole, and every tenant's search and write queues behind it.
 pub async fn drop_index(conn: &mut PoolConnection<Postgres>, id: i64) -> sqlx::Result<()> {
-    concurrently(conn, &[drop_statement(id)]).await
+    concurrently(conn, &[drop_statement(id)], None).await
 }
 
 fn drop_statement(id: i64) -> String {
     format!("DROP INDEX CONCURRENTLY IF EXISTS {}", index_name(id))
 }
 
+/// Whether the index `name` is valid; None when there is no such index. A build in progress,
+/// or one that failed half way, is not.
+pub async fn index_validity(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1",
+    )
+    .bind(name)
+    .fetch_optional(db)
+    .await
+}
+
 /// Runs index DDL that cannot run in a transaction (`CONCURRENTLY`) holding the index build
-/// lock: builds on any table take turns.
-pub async fn concurrently(conn: &mut PoolConnection<Postgres>, statements: &[String]) -> sqlx::Result<()> {
+/// lock: builds on any table take turns. Given `unless_valid`, nothing runs when that index is
+/// valid once the lock is held: a build seen in progress before it has finished meanwhile.
+pub async fn concurrently(
+    conn: &mut PoolConnection<Postgres>,
+    statements: &[String],
+    unless_valid: Option<&str>,
+) -> sqlx::Result<()> {
     // Tried, not waited for: a session blocked in pg_advisory_lock holds a snapshot that the
     // running build would wait for in turn.
     while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
@@ -237,6 +253,11 @@ pub async fn concurrently(conn: &mut PoolConnection<Postgres>, statements: &[Str
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let ran = async {
+        if let Some(name) = unless_valid {
+            if index_validity(&mut **conn, name).await? == Some(true) {
+                return Ok(());
+            }
+        }
         for sql in statements {
             sqlx::query(sql).execute(&mut **conn).await?;
         }

@@ -26,7 +26,7 @@ pub const DEFAULT_USER_DENY: &str = "127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.16
 /// The IPv4 host an IPv6 address reaches, where it names one: IPv4-mapped, and the NAT64
 /// well-known prefix (64:ff9b::/96, RFC 6052), which a DNS64 network hands out for IPv4-only
 /// hosts (169.254.169.254 as 64:ff9b::a9fe:a9fe). Otherwise the address itself.
-fn embedded_v4(ip: IpAddr) -> IpAddr {
+pub fn embedded_v4(ip: IpAddr) -> IpAddr {
     let IpAddr::V6(v6) = ip else {
         return ip;
     };

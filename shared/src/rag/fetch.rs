@@ -36,7 +36,7 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 || v6.is_unspecified()
                 || (seg[0] & 0xfe00) == 0xfc00
                 || (seg[0] & 0xffc0) == 0xfe80
-                || v6.to_ipv4_mapped().is_some_and(|v4| is_internal(IpAddr::V4(v4)))
+                || matches!(crate::outbound::embedded_v4(ip), IpAddr::V4(v4) if is_internal(IpAddr::V4(v4)))
         }
     }
 }
@@ -181,10 +181,12 @@ mod tests {
             "fd00::1",
             "fe80::1",
             "::ffff:127.0.0.1",
+            "64:ff9b::a00:5",
+            "64:ff9b::a9fe:a9fe",
         ] {
             assert!(is_internal(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["8.8.8.8", "1.1.1.1", "2606:4700::1111"] {
+        for ip in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "64:ff9b::808:808"] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }
     }

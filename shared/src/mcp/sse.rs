@@ -101,6 +101,7 @@ pub async fn connect(
             }
             match serde_json::from_str::<ServerJsonRpcMessage>(&ev.data) {
                 Ok(msg) => {
+                    ignored = 0;
                     if tx.send(msg).await.is_err() {
                         break;
                     }
@@ -110,7 +111,7 @@ pub async fn connect(
                 Err(e) => {
                     ignored += 1;
                     if ignored == MAX_IGNORED {
-                        tracing::warn!(error = %e, "MCP SSE: {MAX_IGNORED} messages were not JSON-RPC; the session ends");
+                        tracing::warn!(error = %e, "MCP SSE: {MAX_IGNORED} messages in a row were not JSON-RPC; the session ends");
                         break;
                     }
                     tracing::warn!(error = %e, "MCP SSE: ignoring a message that is not JSON-RPC");
@@ -128,7 +129,7 @@ pub async fn connect(
     })
 }
 
-/// Messages a session ignores (not JSON-RPC) before it ends.
+/// Messages in a row a session ignores (not JSON-RPC) before it ends.
 const MAX_IGNORED: u32 = 20;
 
 impl Transport<RoleClient> for SseTransport {

@@ -47,8 +47,12 @@ impl StdioPolicy {
 /// up, libraries loaded first, code an interpreter loads before its script or takes as
 /// options. Any of them turns `MCP_STDIO_COMMANDS` into "anything".
 pub fn check_env(key: &str) -> Result<(), AppError> {
-    const NAMES: [&str; 11] = [
+    const NAMES: [&str; 15] = [
         "PATH",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "GCONV_PATH",
         "NODE_OPTIONS",
         "NODE_PATH",
         "PERL5LIB",

@@ -15,7 +15,8 @@
 //! - `chat-500`: always HTTP 500
 //! - `chat-slow`: waits 300 ms before each chunk
 //! - `chat-bench-N`: N one-token chunks as fast as possible
-//! - `chat-agent`: follows a directive in the last user message, `CALL <tool> <json arguments>`:
+//! - `chat-agent`: follows a directive in the last user message, `CALL <tool> <json arguments>`
+//!   (with a `CUT` line, the answer ends with finish_reason `length` after its calls):
 //!   calls the offered tool whose name is `<tool>` or ends in `__<tool>` (or answers that the
 //!   tool is not available); once a tool result follows the user message it answers
 //!   "Tool said: <result>"; without a directive it echoes like `chat-echo`
@@ -429,7 +430,11 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
                 json!({ "index": index, "function": { "arguments": &args[middle..] } }),
             ));
         }
-        "tool_calls"
+        // A `CUT` line: the answer stopped at its token limit just after its calls.
+        match last_user_text(&body).lines().any(|l| l.trim() == "CUT") {
+            true => "length",
+            false => "tool_calls",
+        }
     } else if cut {
         "length"
     } else {

@@ -1185,20 +1185,43 @@ async fn the_model_calls_mcp_tools_and_answers_with_their_results() {
         .events();
     assert!(joined(&events, "text").contains("hello tools"));
 
+    // An answer stopped by its token limit right after its calls: the last one's arguments
+    // may have been cut (even to a valid ""), so it is not run; the ones before it are.
+    let cut = "CALL echo {\"message\": \"first\"}\nCALL echo {\"message\": \"second\"}\nCUT";
+    let events = s.chat(&s.admin, agent, say("m-2b", cut)).await.events();
+    assert_eq!(
+        kinds(&events).iter().filter(|k| **k == "tool_call").count(),
+        1,
+        "{events:?}"
+    );
+    assert_eq!(events[0]["arguments"], json!({ "message": "first" }));
+    assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
+
     let off = json!({ "conversationId": "m-3", "content": "CALL echo {\"message\": \"x\"}", "disabledMcpServerIds": [server] });
     let events = s.chat(&s.admin, agent, off).await.events();
     assert_eq!(joined(&events, "text"), "Tool echo is not available");
     let analytics = s.app.get(&format!("/agent/{agent}/analytics?range=1d"), t).await;
-    assert_eq!(analytics.assert_ok()["totalToolCalls"], 2);
+    assert_eq!(analytics.assert_ok()["totalToolCalls"], 3);
 
-    // Tools start only in the first half of a turn's time (here 4 s): a call still running
+    // Tools start only in the first half of a turn's time (here 10 s): a call still running
     // past it leaves the rest unrun and the turn answers, where hanging tools used to run it
-    // into its limit with no answer.
+    // into its limit with no answer. The instance's pool is warmed first, so the server's
+    // start is not counted in the turn.
     let short = s
         .app
-        .instance_with(|c| c.chat_turn_timeout = Duration::from_secs(4))
+        .instance_with(|c| c.chat_turn_timeout = Duration::from_secs(10))
         .await;
-    let slow = "CALL trigger-long-running-operation {\"duration\": 3, \"steps\": 1}\nCALL echo {\"message\": \"late\"}";
+    let warm = s
+        .app
+        .send(
+            s.app
+                .client
+                .get(format!("{short}/mcp-server/{server}/tools"))
+                .header("Svc-Auth", &s.admin),
+        )
+        .await;
+    warm.assert_ok();
+    let slow = "CALL trigger-long-running-operation {\"duration\": 6, \"steps\": 1}\nCALL echo {\"message\": \"late\"}";
     let body = json!({ "conversationId": "m-4", "content": slow });
     let reply = s
         .app

@@ -148,6 +148,14 @@ impl Out {
     }
 }
 
+/// What one model call asked for.
+#[derive(Default)]
+struct Step {
+    calls: Vec<ToolCall>,
+    /// It stopped at its token limit (finish reason `length`).
+    cut_off: bool,
+}
+
 impl Turn {
     pub async fn run(mut self, tx: Sender<StreamEvent>) {
         let started = Instant::now();
@@ -274,7 +282,7 @@ impl Turn {
                 tools,
                 ..Default::default()
             };
-            let calls = self.model_step(out, &req, answer, hold.take()).await?;
+            let Step { calls, cut_off } = self.model_step(out, &req, answer, hold.take()).await?;
             if calls.is_empty() {
                 return Ok(());
             }
@@ -286,8 +294,12 @@ impl Turn {
                 ));
             }
             messages.push(ChatMessage::assistant_tool_calls(&calls));
+            let last = calls.len() - 1;
             for (i, call) in calls.into_iter().enumerate() {
-                let result = if i >= MAX_TOOL_CALLS_PER_STEP {
+                // Its arguments may have ended where the limit fell, even as valid JSON ("").
+                let result = if cut_off && i == last {
+                    "not run: your answer reached its token limit while asking for this call; ask again".to_owned()
+                } else if i >= MAX_TOOL_CALLS_PER_STEP {
                     format!(
                         "not run: at most {MAX_TOOL_CALLS_PER_STEP} tool calls are run per answer; ask again for the ones still needed"
                     )
@@ -309,7 +321,7 @@ impl Turn {
         req: &ChatRequest,
         answer: &mut Answer,
         hold: Option<Hold>,
-    ) -> Result<Vec<ToolCall>, Outcome> {
+    ) -> Result<Step, Outcome> {
         let (state, model, billing) = (&self.state, &self.model, self.caller.billing);
         let usage = Some(&self.usage);
         // The call's own span (and the hold's) opens below the request's; the stream then
@@ -328,7 +340,7 @@ impl Turn {
             CallError::Model(e) => self.model_failed(&e),
             CallError::Refused(e) => Outcome::refused(&e),
         })?;
-        let mut calls = vec![];
+        let mut step = Step::default();
         loop {
             let event = tokio::select! {
                 // Dropping the model stream closes the upstream connection.
@@ -336,7 +348,7 @@ impl Turn {
                 event = stream.next() => event,
             };
             match event {
-                None => return Ok(calls),
+                None => return Ok(step),
                 Some(Ok(ChatEvent::Reasoning(t))) => {
                     answer.thinking.push_str(&t);
                     answer.check_size()?;
@@ -347,12 +359,12 @@ impl Turn {
                     answer.check_size()?;
                     out.send(StreamEvent::Text { content: t }).await?;
                 }
-                Some(Ok(ChatEvent::ToolCalls(c))) => calls.extend(c),
+                Some(Ok(ChatEvent::ToolCalls(c))) => step.calls.extend(c),
                 Some(Ok(ChatEvent::Usage(u))) => {
                     answer.usage.prompt_tokens += u.prompt_tokens;
                     answer.usage.completion_tokens += u.completion_tokens;
                 }
-                Some(Ok(ChatEvent::Finish(_))) => {}
+                Some(Ok(ChatEvent::Finish(reason))) => step.cut_off = reason == "length",
                 Some(Err(e)) => return Err(self.model_failed(&e)),
             }
         }

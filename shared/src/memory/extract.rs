@@ -14,6 +14,7 @@ use crate::json::enclosed;
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
 use crate::models::gateway::{self};
 use crate::models::ModelType;
+use crate::rag::chunk::count_tokens;
 use crate::text::prefix_chars;
 use crate::{AppError, AppResult, AppState};
 
@@ -235,10 +236,14 @@ async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, afte
     Ok(repo::load(db, &written).await?)
 }
 
-/// Characters of messages one extraction reads: a model's context, and the quota paying for
-/// it, hold only so much. A few long pastes passed both, and every later run asked again for
-/// the same, larger, window.
-const MAX_TRANSCRIPT_CHARS: usize = 48_000;
+/// Tokens of messages one extraction reads: a model's context, and the quota paying for it,
+/// hold only so much. A few long pastes passed both, and every later run asked again for the
+/// same, larger, window.
+const MAX_TRANSCRIPT_TOKENS: usize = 24_000;
+
+/// What a first message longer than that keeps: characters, at most about 1.5 tokens each
+/// even in CJK text.
+const FIRST_MESSAGE_CHARS: usize = 16_000;
 
 /// The first messages that fit in one transcript (the first always, cut to fit), and whether
 /// some were left for the next run.
@@ -247,13 +252,13 @@ fn within_transcript(messages: Vec<(i64, String, String)>) -> (Vec<(i64, String,
     let mut used = 0;
     let mut kept = Vec::new();
     for (id, role, content) in messages {
-        let chars = content.chars().count();
-        if !kept.is_empty() && used + chars > MAX_TRANSCRIPT_CHARS {
+        let tokens = count_tokens(&content);
+        if !kept.is_empty() && used + tokens > MAX_TRANSCRIPT_TOKENS {
             break;
         }
-        used += chars;
-        let content = match chars > MAX_TRANSCRIPT_CHARS {
-            true => cut(&content, MAX_TRANSCRIPT_CHARS),
+        used += tokens.min(MAX_TRANSCRIPT_TOKENS);
+        let content = match tokens > MAX_TRANSCRIPT_TOKENS {
+            true => cut(&content, FIRST_MESSAGE_CHARS),
             false => content,
         };
         kept.push((id, role, content));
@@ -492,11 +497,15 @@ mod tests {
 
     #[test]
     fn a_transcript_takes_the_messages_that_fit() {
-        let m = |id: i64, chars: usize| (id, "user".to_owned(), "x".repeat(chars));
-        let (kept, left) = within_transcript(vec![m(1, 30_000), m(2, 18_000), m(3, 1)]);
+        // " word" is one token.
+        let m = |id: i64, words: usize| (id, "user".to_owned(), " word".repeat(words));
+        let (kept, left) = within_transcript(vec![m(1, 15_000), m(2, 8_900), m(3, 200)]);
         assert_eq!((kept.iter().map(|k| k.0).collect::<Vec<_>>(), left), (vec![1, 2], true));
-        let (kept, left) = within_transcript(vec![m(1, 100_000), m(2, 1)]);
-        assert_eq!((kept.len(), kept[0].2.len(), left), (1, MAX_TRANSCRIPT_CHARS, true));
+        let (kept, left) = within_transcript(vec![m(1, 30_000), m(2, 1)]);
+        assert_eq!(
+            (kept.len(), kept[0].2.chars().count(), left),
+            (1, FIRST_MESSAGE_CHARS, true)
+        );
         let (kept, left) = within_transcript(vec![m(1, 10), m(2, 10)]);
         assert_eq!((kept.len(), left), (2, false));
     }

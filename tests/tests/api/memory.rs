@@ -1564,8 +1564,10 @@ async fn stats_and_context_preview() {
         .put(&format!("/agent/{agent}"), s.t(), &json!({ "memoryConfigId": off }))
         .await
         .assert_ok();
+    let asked = s.models.requests().len();
     let d = preview(&s, agent).await;
     assert_eq!(d.assert_ok()["memories"], json!([]));
+    assert_eq!(s.models.requests().len(), asked, "no embedding asked for, none charged");
     let (_, other) = s.app.regular_user("dave").await;
     let theirs = s
         .app

@@ -1763,25 +1763,16 @@ async fn building_a_bases_index_does_not_block_writers_of_other_bases() {
     let body = json!({ "name": "new", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8 });
     let created = while_a_writer_is_open(&s, "CREATE INDEX%", s.app.post("/rag", Some(&s.admin), &body)).await;
     let id = created.assert_ok()["id"].as_i64().unwrap();
-    let valid: bool = sqlx::query_scalar(
-        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1",
-    )
-    .bind(format!("chunks_hnsw_kb_{id}"))
-    .fetch_one(&s.app.db)
-    .await
-    .unwrap();
-    assert!(valid, "the base's index is built and valid");
+    let index = shared::rag::bases::repo::index_name(id);
+    let validity = || shared::rag::bases::repo::index_validity(&s.app.db, &index);
+    let valid = validity().await.unwrap();
+    assert_eq!(valid, Some(true), "the base's index is built and valid");
 
     // Deleting the base drops its index as it was built: a plain DROP INDEX took the table
     // whole, and other tenants' searches and writes queued behind it.
     let deleted = while_a_writer_is_open(&s, "DROP INDEX%", s.app.delete(&format!("/rag/{id}"), Some(&s.admin))).await;
     deleted.assert_ok();
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_class WHERE relname = $1")
-        .bind(format!("chunks_hnsw_kb_{id}"))
-        .fetch_one(&s.app.db)
-        .await
-        .unwrap();
-    assert_eq!(left, 0, "the deleted base's index is gone");
+    assert_eq!(validity().await.unwrap(), None, "the deleted base's index is gone");
 }
 
 /// Sends `request` while a writer of `chunks` holds its transaction open; once the request's

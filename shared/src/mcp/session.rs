@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use process_wrap::tokio::{CommandWrap, ProcessGroup};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::{AuthRequiredError, StreamableHttpClientTransportConfig};
@@ -242,6 +243,11 @@ pub async fn open(
                 )
                 .envs(env)
                 .args(args);
+            // A process group of its own, so that ending the session kills what the command
+            // started too: `npx`, `uvx` or a shell run the server as their child, which the
+            // plain kill of the command left running with its stdout open.
+            let mut cmd = CommandWrap::from(cmd);
+            cmd.wrap(ProcessGroup::leader());
             // Its stderr is not kept: tools print their configuration there, secrets included.
             let (transport, _) = TokioChildProcess::builder(cmd)
                 .stderr(std::process::Stdio::null())

@@ -844,6 +844,50 @@ async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
     assert!(until_marked(&marker, 0).await, "a deleted server's child is killed");
 }
 
+/// A server run through a wrapper (a shell here, `npx` or `uvx` in use) is killed with what
+/// the wrapper started: the command's own process is not the server.
+#[tokio::test]
+async fn a_timed_out_stdio_server_is_killed_with_the_processes_it_started() {
+    let app = spawn_with(
+        Store::Filesystem,
+        &api_tests::mcp_servers::with_stdio("/bin/sh", &[("MCP_CALL_TIMEOUT_SECS", "2")]),
+    )
+    .await;
+    let admin = app.admin_token().await;
+    let (server, server_args) = everything_stdio();
+    let marker = uuid::Uuid::new_v4().to_string();
+    // The shell starts a helper in the background and becomes the server; the helper is the
+    // kind of process a wrapper leaves behind.
+    let mut args = vec![json!("-c"), json!("sleep 600 & exec \"$0\" \"$@\""), json!(server)];
+    args.extend(server_args.into_iter().map(Value::from));
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "wrapped", "transportType": 3, "command": "/bin/sh", "args": args,
+        "envVars": {"MCP_TEST_MARKER": marker}}),
+    )
+    .await;
+    let sum = mcp::call_tool(&app.state, id, "get-sum", json!({"a": 1, "b": 2}))
+        .await
+        .unwrap();
+    assert_eq!(sum.text, "The sum of 1 and 2 is 3.");
+    assert_eq!(processes_marked(&marker), 2, "the server and its helper");
+    let slow = mcp::call_tool(
+        &app.state,
+        id,
+        "trigger-long-running-operation",
+        json!({"duration": 10, "steps": 2}),
+    )
+    .await
+    .unwrap();
+    assert!(slow.is_error, "{slow:?}");
+    assert!(
+        until_marked(&marker, 0).await,
+        "the server and its helper are gone: {} left",
+        processes_marked(&marker)
+    );
+}
+
 /// The status after a test, and the whole detail.
 async fn test_status(app: &TestApp, token: &str, id: i64, seen: &mut Seen) -> (bool, Value) {
     let t = seen.keep(

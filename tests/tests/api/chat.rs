@@ -649,6 +649,50 @@ async fn a_client_disconnect_stops_the_upstream_and_keeps_the_partial_answer() {
     );
 }
 
+/// A client that leaves during a tool call has the call cancelled at the MCP server
+/// (`notifications/cancelled`), which would otherwise work on for nobody.
+#[tokio::test]
+async fn a_client_gone_during_a_tool_call_cancels_it_at_the_server() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let token = "cancel-token-abcdef";
+    let tools = api_tests::mcp_servers::guarded(&["bearer", token]).await;
+    let body = json!({ "name": "waiting", "transportType": 2, "endpoint": tools.url("/mcp"),
+        "authType": 2, "authConfig": { "token": token } });
+    let server = s
+        .app
+        .post("/mcp-server", Some(&s.admin), &body)
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Waiter", "chatModelId": model, "mcpEnabled": true, "mcpServerIds": [server] }),
+        )
+        .await;
+    let until = |line: &'static str| {
+        let tools = &tools;
+        async move {
+            for _ in 0..100 {
+                if tools.count(line) > 0 {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            false
+        }
+    };
+    let stream = open_chat(&s, agent, say("w-1", "CALL wait {\"seconds\": 60}"))
+        .await
+        .bytes_stream();
+    assert!(until("WAIT-STARTED").await, "the tool call reached the server");
+    drop(stream);
+    assert!(until("WAIT-CANCELLED").await, "the server was told to stop");
+    assert_eq!(settled_answer_status(&s).await, 3, "stopped");
+}
+
 /// A client that leaves while the turn's context is gathered (here a slow embedding model
 /// recalling memories) is noticed there: the paid chat model is never called, and the turn is
 /// stored as stopped.

@@ -121,30 +121,49 @@ pub async fn extract(state: &AppState, conv: &Conversation, config_id: Option<i6
         .bind(conv.id)
         .execute(db)
         .await?;
-    let leased: Option<i64> = sqlx::query_scalar(
+    let leased: Option<(i64, Lease)> = sqlx::query_as(
         "UPDATE memory_extractions SET lease_until = now() + interval '5 minutes', update_dt = now()
-         WHERE conversation_id = $1 AND (lease_until IS NULL OR lease_until < now()) RETURNING last_message_id",
+         WHERE conversation_id = $1 AND (lease_until IS NULL OR lease_until < now())
+         RETURNING last_message_id, lease_until",
     )
     .bind(conv.id)
     .fetch_optional(db)
     .await?;
-    let Some(after) = leased else {
+    let Some((after, lease)) = leased else {
         return Err(AppError::business(format!(
             "conversation {} is being extracted right now; try again shortly",
             conv.key
         )));
     };
-    let outcome = run(state, conv, config_id, after).await;
+    let outcome = run(state, conv, config_id, (after, lease)).await;
     if outcome.is_err() {
-        sqlx::query("UPDATE memory_extractions SET lease_until = NULL WHERE conversation_id = $1")
+        sqlx::query("UPDATE memory_extractions SET lease_until = NULL WHERE conversation_id = $1 AND lease_until = $2")
             .bind(conv.id)
+            .bind(lease)
             .execute(db)
             .await?;
     }
     outcome
 }
 
-async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, after: i64) -> AppResult<Vec<MemoryRow>> {
+/// A run's lease, told apart from its successor's by its end: a run that outlives its lease
+/// (a slow model) must neither clear the lease of the run that took over nor write what that
+/// run writes too.
+type Lease = chrono::DateTime<chrono::Utc>;
+
+fn lease_lost(conv: &Conversation) -> AppError {
+    AppError::Conflict(format!(
+        "the extraction of conversation {} ran past its lease and another run took over; nothing was written",
+        conv.key
+    ))
+}
+
+async fn run(
+    state: &AppState,
+    conv: &Conversation,
+    config_id: Option<i64>,
+    (after, lease): (i64, Lease),
+) -> AppResult<Vec<MemoryRow>> {
     let db = state.db();
     // Up to the turn still being answered, if any: its answer (and any later turn's message)
     // is read by a later run, not skipped for good by moving past it now.
@@ -166,13 +185,15 @@ async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, afte
     let fetched = messages.len() as i64;
     let (messages, cut_short) = within_transcript(messages);
     let Some(last_id) = messages.last().map(|m| m.0) else {
-        finish(db, conv.id, after).await?;
-        return Ok(vec![]);
+        return match finish(db, (conv.id, lease), after).await? {
+            true => Ok(vec![]),
+            false => Err(lease_lost(conv)),
+        };
     };
     let strategy = recall::strategy(state, config_id).await?;
     let found = match ask_model(state, &strategy, conv.owner, &messages).await? {
         Ok(found) => found,
-        Err(why) => return Err(unusable_answer(db, conv.id, last_id, why).await?),
+        Err(why) => return Err(unusable_answer(db, conv, (last_id, lease), why).await?),
     };
     let texts: Vec<String> = found.iter().map(|c| format!("{}\n{}", c.title, c.content)).collect();
     let vectors = recall::embed(
@@ -223,7 +244,9 @@ async fn run(state: &AppState, conv: &Conversation, config_id: Option<i64>, afte
             written.push(id);
         }
     }
-    finish(&mut *tx, conv.id, last_id).await?;
+    if !finish(&mut *tx, (conv.id, lease), last_id).await? {
+        return Err(lease_lost(conv));
+    }
     tx.commit().await?;
     // A full window may have left messages behind: rounds queue the next extraction only
     // every `extractionInterval`, which at more rounds than a window holds fell further behind
@@ -267,17 +290,23 @@ fn within_transcript(messages: Vec<(i64, String, String)>) -> (Vec<(i64, String,
     (kept, left)
 }
 
-/// Records how far the conversation is extracted and releases the lease.
-async fn finish(db: impl sqlx::PgExecutor<'_>, conversation_id: i64, last_id: i64) -> sqlx::Result<()> {
-    sqlx::query(
+/// Records how far the conversation is extracted and releases the lease; false when the lease
+/// is no longer this run's.
+async fn finish(
+    db: impl sqlx::PgExecutor<'_>,
+    (conversation_id, lease): (i64, Lease),
+    last_id: i64,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
         "UPDATE memory_extractions SET last_message_id = GREATEST(last_message_id, $2), lease_until = NULL,
-         unusable_answers = 0, update_dt = now() WHERE conversation_id = $1",
+         unusable_answers = 0, update_dt = now() WHERE conversation_id = $1 AND lease_until = $3",
     )
     .bind(conversation_id)
     .bind(last_id)
+    .bind(lease)
     .execute(db)
-    .await
-    .map(|_| ())
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// Unusable answers for the same messages after which they are passed over: a model that
@@ -287,20 +316,31 @@ const MAX_UNUSABLE_ANSWERS: i32 = 3;
 
 /// The error of an answer that broke the output contract, counted; the last one allowed moves
 /// the extraction past the messages (up to `last_id`) it was about.
-async fn unusable_answer(db: &sqlx::PgPool, conversation_id: i64, last_id: i64, why: String) -> AppResult<AppError> {
-    let count: i32 = sqlx::query_scalar(
-        "UPDATE memory_extractions SET unusable_answers = unusable_answers + 1 WHERE conversation_id = $1
-         RETURNING unusable_answers",
+async fn unusable_answer(
+    db: &sqlx::PgPool,
+    conv: &Conversation,
+    (last_id, lease): (i64, Lease),
+    why: String,
+) -> AppResult<AppError> {
+    let count: Option<i32> = sqlx::query_scalar(
+        "UPDATE memory_extractions SET unusable_answers = unusable_answers + 1
+         WHERE conversation_id = $1 AND lease_until = $2 RETURNING unusable_answers",
     )
-    .bind(conversation_id)
-    .fetch_one(db)
+    .bind(conv.id)
+    .bind(lease)
+    .fetch_optional(db)
     .await?;
+    let Some(count) = count else {
+        return Ok(lease_lost(conv));
+    };
     let told = format!("the extraction model's answer was not usable: {why}");
     if count < MAX_UNUSABLE_ANSWERS {
         return Ok(AppError::business(told));
     }
-    tracing::warn!(conversation_id, last_id, %why, "memory extraction passed over messages no answer fitted");
-    finish(db, conversation_id, last_id).await?;
+    tracing::warn!(conversation_id = conv.id, last_id, %why, "memory extraction passed over messages no answer fitted");
+    if !finish(db, (conv.id, lease), last_id).await? {
+        return Ok(lease_lost(conv));
+    }
     Ok(AppError::business(format!(
         "{told}; after {count} such answers these messages are passed over"
     )))

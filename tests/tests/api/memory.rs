@@ -1843,6 +1843,48 @@ async fn extraction_stops_before_a_turn_still_being_answered() {
     assert_eq!(titles(&s.extract(&s.admin, agent, "busy").await), ["Second", "Third"]);
 }
 
+/// A run that outlives its lease (a slow model) leaves the run that took over alone: it writes
+/// no memory and keeps that run's lease, which would otherwise let a third run start at once.
+#[tokio::test]
+async fn an_extraction_that_outlives_its_lease_writes_nothing() {
+    let s = setup(false).await;
+    let provider = s.app.provider(&s.admin, "slow").await;
+    let url = &s.models.base_url;
+    let slow = s
+        .app
+        .model(&s.admin, provider, "EMBEDDING", "emb-8-slow", url, json!({}))
+        .await;
+    let config = s.config(json!({ "embeddingModelId": slow })).await;
+    let agent = s.agent(Some(config)).await;
+    let conv = s.conversation(agent, Owner::User(s.admin_id), "slow").await;
+    s.say(conv, agent, &[("user", "FACT: Office | The office is in Lyon")])
+        .await;
+    let successor = async {
+        // While the run waits for its embeddings (1 s), its lease runs out and another run
+        // takes the conversation.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+            "UPDATE memory_extractions SET lease_until = now() + interval '5 minutes' WHERE conversation_id = $1
+             RETURNING lease_until",
+        )
+        .bind(conv)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap()
+    };
+    let (r, successor) = tokio::join!(s.extract(&s.admin, agent, "slow"), successor);
+    r.assert_error(409, 409, "another run took over");
+    assert_eq!(s.memory_count().await, 0);
+    let (lease, last): (Option<chrono::DateTime<chrono::Utc>>, i64) =
+        sqlx::query_as("SELECT lease_until, last_message_id FROM memory_extractions WHERE conversation_id = $1")
+            .bind(conv)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert_eq!(lease, Some(successor), "the successor's lease stands");
+    assert_eq!(last, 0, "nothing marked as extracted");
+}
+
 /// Memories embedded before their model config changed to a model of another length are
 /// compared by key only, not by distance (which Postgres refuses across lengths): extraction
 /// goes on.

@@ -283,10 +283,24 @@ pub enum EnableTarget {
 
 /// Deletes the config; its usage records and the messages it answered keep their rows, with the
 /// config's id set to null (the foreign keys that did this were dropped, migration 0021).
+/// Deletes the config and clears what names it in a column (by their foreign keys) or in a
+/// knowledge base's settings: a base falls back to the default chat model and to no reranking,
+/// as an agent falls back to the default chat model. Left in the settings, the id failed every
+/// search and Q&A of the base, and its next config edit wrote it back into a column (500).
 pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
     sqlx::query(
         "WITH usage AS (UPDATE model_usage SET model_id = NULL WHERE model_id = $1),
-              answers AS (UPDATE messages SET model_id = NULL WHERE model_id = $1)
+              answers AS (UPDATE messages SET model_id = NULL WHERE model_id = $1),
+              bases AS (
+                UPDATE knowledge_bases SET
+                  search_params = CASE WHEN (search_params->>'rerankModelId')::bigint = $1
+                    THEN search_params - 'rerankModelId' || '{\"rerankEnabled\": false}' ELSE search_params END,
+                  model_params = CASE WHEN (model_params->>'modelId')::bigint = $1
+                    THEN model_params - 'modelId' ELSE model_params END,
+                  chunk_params = CASE WHEN (chunk_params->>'chunkModelId')::bigint = $1
+                    THEN chunk_params - 'chunkModelId' ELSE chunk_params END
+                WHERE (search_params->>'rerankModelId')::bigint = $1 OR (model_params->>'modelId')::bigint = $1
+                   OR (chunk_params->>'chunkModelId')::bigint = $1)
          DELETE FROM model_configs WHERE id = $1",
     )
     .bind(id)

@@ -541,7 +541,8 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
 }
 
 /// Refused while a knowledge base embeds with the config: its stored vectors are that model's,
-/// so the base cannot lose it (every other reference is cleared with the config).
+/// so the base cannot lose it (every other reference is cleared with the config, see
+/// `repo::delete_config`).
 pub async fn delete_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
     managed_config(state, user, id).await?;
     repo::delete_config(state.db(), id).await.map_err(|e| match e {

@@ -311,6 +311,43 @@ async fn rerank_reorders_the_candidates() {
     assert_eq!(rerank_calls, 1);
 }
 
+/// A reranker and a chat model a base names in its settings may be deleted: the base falls
+/// back to no reranking and the default chat model, and stays searchable and editable (the
+/// dead ids failed every search, and the next config edit answered 500).
+#[tokio::test]
+async fn deleting_models_a_base_names_in_its_settings_leaves_it_usable() {
+    let (s, kb) = indexed(json!({})).await;
+    let t = Some(s.admin.as_str());
+    let provider = s.app.provider(&s.admin, "gone").await;
+    let url = &s.models.base_url;
+    let reranker = s
+        .app
+        .model(&s.admin, provider, "RERANKER", "rerank", url, json!({}))
+        .await;
+    let chat = s
+        .app
+        .model(&s.admin, provider, "CHAT", "chat-echo", url, json!({}))
+        .await;
+    let config = json!({ "searchParams": { "rerankEnabled": true, "rerankModelId": reranker, "enterRerankCount": 10,
+        "resultCount": 3 }, "modelParams": { "modelId": chat } });
+    s.app.put(&format!("/rag/{kb}/config"), t, &config).await.assert_ok();
+    for id in [reranker, chat] {
+        s.app
+            .delete(&format!("/ai-model/config/{id}"), t)
+            .await
+            .assert_status_ok();
+    }
+    let base = s.app.get(&format!("/rag/{kb}"), t).await.assert_ok().clone();
+    assert_eq!(base["searchParams"]["rerankEnabled"], false, "{base}");
+    assert!(base["searchParams"]["rerankModelId"].is_null(), "{base}");
+    assert!(base["modelParams"]["modelId"].is_null(), "{base}");
+    let query = json!({ "ragId": kb, "query": "small omnivorous mammals" });
+    let found = s.app.post("/rag/search", t, &query).await;
+    assert!(!contents(found.assert_ok()).is_empty());
+    let edit = json!({ "chunkParams": { "maxChunkTokens": 400 } });
+    s.app.put(&format!("/rag/{kb}/config"), t, &edit).await.assert_ok();
+}
+
 fn ndjson(bytes: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(bytes)
         .lines()

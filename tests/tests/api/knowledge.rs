@@ -177,6 +177,10 @@ async fn knowledge_base_settings_and_validation() {
             "searchParams.enterRerankCount must be at least searchParams.resultCount",
         ),
         (
+            json!({ "searchParams": { "enterRerankCount": 201 } }),
+            "searchParams.enterRerankCount must be between 1 and 200",
+        ),
+        (
             json!({ "parseParams": { "ocrLang": ["en", "x; rm -rf"] } }),
             "parseParams.ocrLang[1] must be a language code",
         ),

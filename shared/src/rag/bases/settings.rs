@@ -187,7 +187,9 @@ impl SearchSettings {
     pub fn check(&self) -> AppResult<()> {
         use crate::validate::range;
         range("searchParams.resultCount", self.result_count, 1, 100)?;
-        range("searchParams.enterRerankCount", self.enter_rerank_count, 1, 500)?;
+        // Search hands a reranker at most 200 candidates (`search::retrieve`); more was accepted
+        // and silently not used.
+        range("searchParams.enterRerankCount", self.enter_rerank_count, 1, 200)?;
         range("searchParams.rrfK", self.rrf_k, 1, 1000)?;
         // Without a reranker, search would pass over reranking without a word; with fewer
         // candidates than results, it would return fewer than asked.

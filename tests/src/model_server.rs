@@ -27,8 +27,10 @@
 //! - `mem-extract`: memory extraction JSON (in a code fence, as models often answer): one
 //!   memory for every transcript line `user: TYPE: title | content`, confidence 0.9
 //! - `emb-8`: 8-dimensional bag-of-words embeddings; `emb-8-slow` the same after 1 s
-//! - `emb-384`: 384-dimensional pseudo-random unit vectors (benchmarks)
-//! - `rerank`: word-overlap relevance scores
+//! - `emb-384`: 384-dimensional pseudo-random unit vectors (benchmarks); with either
+//!   embedding model, a text holding `<zero>` gets a zero vector and one holding `<huge>` a
+//!   first component of 1e39 (past f32)
+//! - `rerank`: word-overlap relevance scores; `rerank-twice` lists every result twice
 //! - `GET /search?q=..&format=json`: a SearXNG-shaped web search answering three results
 //!   about the query
 //!
@@ -563,11 +565,18 @@ async fn embeddings(State(script): State<Script>, headers: HeaderMap, Json(body)
         .enumerate()
         .rev()
         .map(|(i, t)| {
-            let v = if model == "emb-384" {
+            let mut v = if model == "emb-384" {
                 wide_embedding(t)
             } else {
                 toy_embedding(t)
             };
+            if t.contains("<zero>") {
+                v.fill(0.0);
+            }
+            let mut v = json!(v);
+            if t.contains("<huge>") {
+                v[0] = json!(1e39);
+            }
             json!({ "object": "embedding", "index": i, "embedding": v })
         })
         .collect();
@@ -579,7 +588,7 @@ async fn rerank(State(script): State<Script>, headers: HeaderMap, Json(body): Js
     if let Some(refused) = script.refusal(&headers, &body) {
         return refused;
     }
-    if body["model"] != "rerank" {
+    if body["model"] != "rerank" && body["model"] != "rerank-twice" {
         return error(StatusCode::NOT_FOUND, "model not found");
     }
     let words = |s: &str| -> std::collections::HashSet<String> {
@@ -608,6 +617,9 @@ async fn rerank(State(script): State<Script>, headers: HeaderMap, Json(body): Js
     });
     let top = body["top_n"].as_u64().unwrap_or(results.len() as u64) as usize;
     results.truncate(top);
+    if body["model"] == "rerank-twice" {
+        results = results.iter().flat_map(|r| [r.clone(), r.clone()]).collect();
+    }
     Json(json!({ "results": results })).into_response()
 }
 

@@ -299,6 +299,34 @@ async fn rerank_sorts_best_first() {
         .is_empty());
 }
 
+/// Answers no store could compare are refused as the endpoint's fault: an infinite
+/// component (pgvector refused it: 500), a zero vector (NaN distances: every chunk ranked
+/// first), a document ranked twice (a result short of `top_n`).
+#[tokio::test]
+async fn vectors_and_rankings_that_cannot_be_compared_are_refused() {
+    let server = ModelServer::start().await;
+    let client = ModelClient::new();
+    let ep = endpoint(&server, "emb-8", json!({}));
+    for (text, told) in [
+        ("<huge> number", "not a finite 32-bit float"),
+        ("<zero> vector", "all zeros"),
+    ] {
+        let texts = vec!["a fine text".to_owned(), text.to_owned()];
+        let err = client.embed(&ep, &texts, InputKind::Document, None).await.unwrap_err();
+        assert!(
+            matches!(&err, ModelError::Protocol(m) if m.contains(told)),
+            "{text}: {err}"
+        );
+    }
+    let docs = vec!["one document".to_owned(), "another document".to_owned()];
+    let twice = endpoint(&server, "rerank-twice", json!({}));
+    let err = client.rerank(&twice, "document", &docs, 2).await.unwrap_err();
+    assert!(
+        matches!(&err, ModelError::Protocol(m) if m.contains("ranked twice")),
+        "{err}"
+    );
+}
+
 /// Quota, usage records and a client that goes away, through the gateway every module uses.
 #[tokio::test]
 async fn gateway_enforces_quota_and_records_usage() {

@@ -103,6 +103,7 @@ impl ModelClient {
                 .map(|x| x.as_f64().map(|f| f as f32))
                 .collect::<Option<Vec<f32>>>()
                 .ok_or_else(|| ModelError::Protocol("an embedding holds a non-number".into()))?;
+            comparable(&vector)?;
             indexed.push((index, vector));
         }
         indexed.sort_by_key(|(i, _)| *i);
@@ -114,4 +115,19 @@ impl ModelClient {
             prompt_tokens: super::reported_tokens(v.pointer("/usage/prompt_tokens").and_then(Value::as_u64)),
         })
     }
+}
+
+/// A vector every store can hold and compare: pgvector refuses infinite components (a number
+/// past f32 becomes one), and a zero vector has no direction, so its cosine distance to every
+/// vector is NaN, which ranked every stored chunk equal and first.
+fn comparable(vector: &[f32]) -> Result<(), ModelError> {
+    if vector.iter().any(|x| !x.is_finite()) {
+        return Err(ModelError::Protocol(
+            "an embedding holds a number that is not a finite 32-bit float".into(),
+        ));
+    }
+    if vector.iter().all(|x| *x == 0.0) {
+        return Err(ModelError::Protocol("an embedding is empty or all zeros".into()));
+    }
+    Ok(())
 }

@@ -39,6 +39,11 @@ impl ModelClient {
             if index >= documents.len() {
                 return Err(ModelError::Protocol(format!("result index {index} is out of range")));
             }
+            // A document ranked twice would take two of the result's places and leave it
+            // short once the repeat is dropped.
+            if hits.iter().any(|h: &RerankHit| h.index == index) {
+                return Err(ModelError::Protocol(format!("document {index} is ranked twice")));
+            }
             let score = r
                 .get("relevance_score")
                 .or_else(|| r.get("score"))

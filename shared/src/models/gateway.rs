@@ -284,11 +284,17 @@ async fn hold_chat(
 #[tracing::instrument(name = "quota_settle", skip_all, fields(charged = charge))]
 async fn after_call(state: &AppState, model: &ModelConfigRow, hold: Hold, mut record: UsageRecord, charge: bool) {
     record.cost = usage::cost(model, record.usage);
-    if let Err(e) = usage::record(state.db(), std::slice::from_ref(&record)).await {
-        tracing::error!(error = %e, model_id = model.id, "recording model usage failed");
-    }
-    let used = record.usage.total();
-    hold.settle(if charge { used } else { 0 }).await;
+    let (db, model_id) = (state.db().clone(), model.id);
+    // A task of its own, for the reason `Hold::settle` gives: dropped while the usage was
+    // written, the hold went back whole and the call was free.
+    let bookkeeping = async move {
+        if let Err(e) = usage::record(&db, std::slice::from_ref(&record)).await {
+            tracing::error!(error = %e, model_id, "recording model usage failed");
+        }
+        let used = record.usage.total();
+        hold.settle(if charge { used } else { 0 }).await;
+    };
+    let _ = tokio::spawn(bookkeeping.in_current_span()).await;
 }
 
 fn start(model: &ModelHandle, billing: Billing, kind: &'static str) -> (UsageRecord, Instant) {

@@ -515,7 +515,7 @@ async fn endpoints_that_misbehave_or_take_too_long_end_the_turn_as_failed() {
     );
 }
 
-/// A reported usage past what an i64 holds charges the most it can, never a negative amount:
+/// A reported usage past what an i64 holds charges what it can, never a negative amount:
 /// an endpoint a user configures cannot hand them a quota.
 #[tokio::test]
 async fn an_absurd_reported_usage_cannot_raise_a_quota() {
@@ -548,6 +548,41 @@ async fn an_absurd_reported_usage_cannot_raise_a_quota() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(left, 0, "charged to zero, not credited");
+}
+
+/// An agent whose model endpoint reports absurd usage cannot empty the quota of whoever
+/// chats with it: a call is charged at most twice what it held.
+#[tokio::test]
+async fn another_users_endpoint_cannot_empty_a_chatters_quota() {
+    let s = ChatSetup::new().await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    let (bob_id, bob) = s.app.regular_user("bob").await;
+    s.set_quota(alice_id, 1_000).await;
+    s.set_quota(bob_id, 1_000_000).await;
+    let provider = s.app.provider(&s.admin, "greedy").await;
+    let greedy = s
+        .app
+        .model(
+            &alice,
+            provider,
+            "CHAT",
+            "chat-greedy",
+            &s.models.base_url,
+            json!({ "scope": "PERSONAL" }),
+        )
+        .await;
+    let agent = s
+        .agent(&alice, json!({ "name": "Greedy", "chatModelId": greedy }))
+        .await;
+    let events = s.chat(&bob, agent, say("g-1", "hello")).await.events();
+    assert_eq!(kinds(&events).last().unwrap(), "done", "{events:?}");
+    // The turn's call and its title's, each held and charged on its own.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (left, _) = s.tokens_left_and_used(bob_id).await;
+    assert!(
+        (1_000_000 - 60_000..1_000_000).contains(&left),
+        "charged at most twice each hold: {left} left"
+    );
 }
 
 /// An answer that cannot be stored is not reported done, and the turn's usage is still kept.

@@ -109,6 +109,10 @@ pub async fn verify(state: &AppState, token: &str) -> AppResult<EmbedScope> {
     unverified.insecure_disable_signature_validation();
     unverified.validate_exp = false;
     let named = decode::<Claims>(token, &DecodingKey::from_secret(&[]), &unverified).map_err(|_| refused())?;
+    // Read before the signature is checked: a NUL no app id holds failed the lookup (500).
+    if named.claims.app.contains('\0') {
+        return Err(refused());
+    }
     let app = repo::find_by_app_id(state.db(), &named.claims.app)
         .await?
         .filter(|a| a.is_enabled())
@@ -118,7 +122,11 @@ pub async fn verify(state: &AppState, token: &str) -> AppResult<EmbedScope> {
     validation.leeway = 5;
     let data =
         decode::<Claims>(token, &DecodingKey::from_secret(secret.as_bytes()), &validation).map_err(|_| refused())?;
-    if data.claims.typ != KIND || data.claims.app != app.app_id {
+    // The app's own holder can sign what it likes: an openId this service would not issue
+    // (past 128 characters, holding a NUL) is refused here, not by the database later.
+    let sub = &data.claims.sub;
+    let issuable = !sub.is_empty() && sub.chars().count() <= 128 && !sub.contains('\0');
+    if data.claims.typ != KIND || data.claims.app != app.app_id || !issuable {
         return Err(refused());
     }
     Ok(EmbedScope {

@@ -911,7 +911,21 @@ async fn embed_tokens_speak_for_one_open_id_of_one_app() {
     let mut tampered = token.clone();
     tampered.pop();
     tampered.push(if token.ends_with('A') { 'B' } else { 'A' });
-    for bad in [tampered.as_str(), "not.a.jwt", "x"] {
+    // Claims this service never issues: an app id holding a NUL (unsigned: read before the
+    // signature is checked), an openId holding one signed with the app's own token.
+    let b64 = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let nul_app = format!(
+        "{}.{}.x",
+        b64(json!({ "alg": "HS256", "typ": "JWT" })),
+        b64(json!({ "app": "\u{0}", "sub": "ann", "iat": 0, "exp": 4_000_000_000_i64, "typ": "embed" }))
+    );
+    let nul_sub = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &json!({ "app": e.crm.app_id, "sub": "ann\u{0}", "iat": 0, "exp": 4_000_000_000_i64, "typ": "embed" }),
+        &jsonwebtoken::EncodingKey::from_secret(e.crm.token.as_bytes()),
+    )
+    .unwrap();
+    for bad in [tampered.as_str(), "not.a.jwt", "x", &nul_app, &nul_sub] {
         chat_with_token(&e, bad, say(agent, "ann", "w", "hi"))
             .await
             .unwrap_err()

@@ -192,12 +192,20 @@ pub async fn hold(state: &AppState, billing: Billing, want: u64) -> AppResult<Ho
 /// What a chat turn holds before anything is stored: the question and a full answer. The first
 /// model call tops it up to the size of its real request.
 pub fn turn_estimate(state: &AppState, model: &ModelHandle, question: &str) -> u64 {
-    let question = ChatRequest {
+    let (prompt, answer) = chat_size(state, model, &asking(question));
+    prompt + answer
+}
+
+/// The question's share of `turn_estimate`: what a turn keeps held while its retrieval runs.
+pub fn question_estimate(state: &AppState, model: &ModelHandle, question: &str) -> u64 {
+    chat_size(state, model, &asking(question)).0
+}
+
+fn asking(question: &str) -> ChatRequest {
+    ChatRequest {
         messages: vec![super::client::ChatMessage::user(question)],
         ..Default::default()
-    };
-    let (prompt, answer) = chat_size(state, model, &question);
-    prompt + answer
+    }
 }
 
 /// Tokens per image when holding quota: a data URI's size says little about what a model charges.

@@ -68,6 +68,26 @@ impl Hold {
         Ok(())
     }
 
+    /// Gives back all but `keep` of the hold (at least one token stays held), for the work a
+    /// turn does before its first model call to pay from: held whole, a full answer's reserve
+    /// took a small quota, and the turn's own retrieval found none left. The model call tops
+    /// the hold up again with what is free then.
+    pub async fn lend_above(&mut self, keep: u64) {
+        let Some(user_id) = self.user_id else {
+            return;
+        };
+        let keep = keep.max(1);
+        if self.held <= keep {
+            return;
+        }
+        let lent = self.held - keep;
+        // Lowered before the write: dropped mid-write, the hold gives back only what it kept,
+        // never the lent tokens a second time.
+        self.held = keep;
+        let db = self.db.clone();
+        let _ = tokio::spawn(async move { settle(&db, user_id, lent, 0).await }).await;
+    }
+
     /// The most tokens the call may use; None when not limited.
     pub fn limit(&self) -> Option<u64> {
         self.user_id.map(|_| self.held)

@@ -212,10 +212,13 @@ async fn run(
 ) -> Result<(), String> {
     let Asked {
         model,
-        hold,
+        mut hold,
         user_id,
         billing,
     } = asked;
+    // Retrieval pays for its calls first (a rewrite, the query's embedding, a rerank); the
+    // answer takes what is left when it starts.
+    hold.lend_above(gateway::question_estimate(state, &model, query)).await;
     let past = history(state, kb, user_id, conversation).await?;
     let search_query = retrieval_query(state, &model, kb, billing, &past, query).await;
     let (results, _) = search::retrieve(state, kb, &search_query, billing)

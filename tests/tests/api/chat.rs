@@ -1385,6 +1385,29 @@ async fn a_chat_with_a_knowledge_base_puts_the_retrieved_chunks_into_the_prompt(
             && system.contains("[1] Refunds are accepted within 30 days of purchase with a receipt."),
         "the retrieved chunk, numbered, in the prompt: {system}"
     );
+
+    // A user with less left than a full answer's reserve (8,192 tokens) gets the knowledge
+    // too: the turn held the whole reserve first, and retrieval found the quota empty.
+    let (bob_id, bob) = s.app.regular_user("bob").await;
+    s.set_quota(bob_id, 6_000).await;
+    let events = s
+        .chat(&bob, agent, say("kb-2", "parcels ship from which city"))
+        .await
+        .events();
+    assert_eq!(kinds(&events).last().unwrap(), "done", "{events:?}");
+    assert!(!kinds(&events).iter().any(|k| k == "warning"), "{events:?}");
+    let request = s
+        .models
+        .requests()
+        .into_iter()
+        .find(|r| r["model"] == "chat-echo" && r["messages"].to_string().contains("parcels ship from"))
+        .expect("bob's chat reached the model");
+    assert!(
+        request["messages"][0]["content"]
+            .as_str()
+            .is_some_and(|p| p.contains("Parcels ship from Lisbon")),
+        "{request}"
+    );
 }
 
 #[tokio::test]

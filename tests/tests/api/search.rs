@@ -372,6 +372,37 @@ async fn answer_with_echo(s: &KbSetup, kb: i64, mut model_params: Value, search_
         .assert_ok();
 }
 
+/// A user with less left than a full answer's reserve (8,192 tokens) still gets one, with
+/// the base's context: the answer held its whole reserve first, and retrieval's query
+/// embedding found the quota empty.
+#[tokio::test]
+async fn qa_answers_a_user_with_less_left_than_a_full_answer() {
+    let (s, kb) = indexed(json!({})).await;
+    answer_with_echo(&s, kb, json!({ "prompt": "CONTEXT<{context}> Q<{query}>" }), json!({})).await;
+    let (bob_id, bob) = s.app.regular_user("bob").await;
+    sqlx::query("UPDATE knowledge_bases SET creator_id = $1 WHERE id = $2")
+        .bind(bob_id)
+        .bind(kb)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE users SET tokens = 6000, totals = 6000 WHERE id = $1")
+        .bind(bob_id)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let ask = json!({ "ragId": kb, "query": "how do I install it" });
+    let reply = s.app.post("/rag/qa/stream", Some(&bob), &ask).await;
+    let events = ndjson(&reply.bytes);
+    assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "text")
+        .map(|e| e["data"].as_str().unwrap())
+        .collect();
+    assert!(text.contains("Download the package"), "{text}");
+}
+
 #[tokio::test]
 async fn qa_streams_text_then_references_and_keeps_the_conversation() {
     let (s, kb) = indexed(json!({})).await;

@@ -243,6 +243,14 @@ impl Turn {
         hold: &mut Option<Hold>,
         history: Vec<HistoryMessage>,
     ) -> Result<(), Outcome> {
+        // Recall and retrieval pay for their calls first; the first model call takes what is
+        // left when it starts.
+        if self.agent.memory_enabled || (self.agent.rag_enabled && self.agent.rag_id.is_some()) {
+            if let Some(hold) = hold.as_mut() {
+                hold.lend_above(gateway::question_estimate(&self.state, &self.model, &self.content))
+                    .await;
+            }
+        }
         // Independent reads, side by side: each one waited for in turn would add its round
         // trip to the time before the first token.
         let gathered = async {

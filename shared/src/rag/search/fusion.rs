@@ -43,9 +43,15 @@ pub fn rrf(lists: &[&[Hit]], k: f64) -> Vec<Hit> {
 }
 
 /// Weighted sum of min-max normalised scores: `dense_weight` for vectors, the rest for text.
+/// The weights are shared among the lists that found something, as RRF's best sum is: with
+/// full text finding nothing, the best chunk scored `dense_weight` (0.9), and a threshold above
+/// it returned nothing, not even an exact match.
 pub fn weighted(dense: &[Hit], sparse: &[Hit], dense_weight: f64) -> Vec<Hit> {
+    let lists = [(dense, dense_weight), (sparse, 1.0 - dense_weight)];
+    let answered: f64 = lists.iter().filter(|(l, _)| !l.is_empty()).map(|(_, w)| w).sum();
     let mut sums: HashMap<i64, f64> = HashMap::new();
-    for (list, weight) in [(dense, dense_weight), (sparse, 1.0 - dense_weight)] {
+    for (list, weight) in lists {
+        let weight = if answered > 0.0 { weight / answered } else { 0.0 };
         let (min, max) = list
             .iter()
             .fold((f64::MAX, f64::MIN), |(lo, hi), h| (lo.min(h.score), hi.max(h.score)));
@@ -103,5 +109,11 @@ mod tests {
         assert_eq!(fused[0].id, 1);
         assert!((fused[0].score - 0.7).abs() < 1e-9);
         assert!(fused.iter().all(|h| (0.0..=1.0).contains(&h.score)));
+        // Only one retriever answered: its first hit still scores 1.
+        for (dense, sparse) in [(hits(&[4, 5]), vec![]), (vec![], hits(&[6]))] {
+            let alone = weighted(&dense, &sparse, 0.9);
+            assert!((alone[0].score - 1.0).abs() < 1e-12, "{alone:?}");
+        }
+        assert!(weighted(&[], &[], 0.9).is_empty());
     }
 }

@@ -21,7 +21,8 @@
 //!   tool is not available); once a tool result follows the user message it answers
 //!   "Tool said: <result>"; without a directive it echoes like `chat-echo`
 //! - `chat-drafter`: streams a JSON agent draft in 7-character pieces; `chat-drafter-bad`
-//!   answers prose with no JSON
+//!   answers prose with no JSON; `chat-drafter-long` a draft whose description passes the
+//!   agent's limit and whose greeting holds a NUL
 //! - `chat-split`: answers `{"boundaries": [1, m]}` for a prompt of numbered paragraphs
 //!   `[1] .. [n]`, with m the middle one
 //! - `mem-extract`: memory extraction JSON (in a code fence, as models often answer): one
@@ -290,6 +291,14 @@ fn plan(model: &str, body: &Value) -> Plan {
                 .collect(),
             tools: vec![],
         },
+        "chat-drafter-long" => Plan {
+            reasoning: vec![],
+            text: vec![format!(
+                r#"{{"name": "Verbose", "description": "{}", "greeting": "Hi\u0000 there"}}"#,
+                "d".repeat(1500)
+            )],
+            tools: vec![],
+        },
         "chat-drafter-bad" => Plan {
             reasoning: vec![],
             text: words("I would rather not design that."),
@@ -365,6 +374,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-loop",
             "chat-drafter",
             "chat-drafter-bad",
+            "chat-drafter-long",
             "mem-extract",
         ]
         .contains(&model.as_str());

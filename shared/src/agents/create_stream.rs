@@ -44,12 +44,20 @@ fn avatar(value: &str) -> String {
     }
 }
 
+/// A drafted value as the agent can hold it: the model writes what it likes, and a value past
+/// the field's limit, or holding a NUL, failed the creation at the end of a paid draft.
 fn clean(field: &str, value: String) -> String {
     if field == "avatar" {
-        avatar(&value)
-    } else {
-        value.trim().to_owned()
+        return avatar(&value);
     }
+    let limit = match field {
+        "name" => service::MAX_NAME,
+        "description" => service::MAX_DESCRIPTION,
+        "greeting" => service::MAX_GREETING,
+        _ => service::MAX_INSTRUCTION,
+    };
+    let value: String = value.trim().chars().filter(|c| *c != '\0').take(limit).collect();
+    value.trim_end().to_owned()
 }
 
 pub async fn start(
@@ -143,7 +151,7 @@ async fn draft_and_create(
     };
     let mut take = |f: &str| fields.remove(f);
     let agent = AgentFields {
-        name: Some(name.chars().take(100).collect()),
+        name: Some(name),
         description: take("description"),
         instruction: take("instruction"),
         greeting: take("greeting"),
@@ -163,5 +171,8 @@ mod tests {
         assert_eq!(escape("a\\b\nc\rd"), "a\\\\b\\nc\\rd");
         assert_eq!(avatar("robot"), "🤖");
         assert_eq!(avatar(" 🧭 "), "🧭");
+        assert_eq!(clean("greeting", " Hi\0 there ".into()), "Hi there");
+        assert_eq!(clean("name", "n".repeat(150)).len(), service::MAX_NAME);
+        assert_eq!(clean("description", "d".repeat(1500)).len(), service::MAX_DESCRIPTION);
     }
 }

@@ -128,17 +128,23 @@ fn dedup(mut ids: Vec<i64>) -> Vec<i64> {
     ids
 }
 
+/// Characters an agent's texts may hold.
+pub const MAX_NAME: usize = 100;
+pub const MAX_DESCRIPTION: usize = 1000;
+pub const MAX_INSTRUCTION: usize = 20_000;
+pub const MAX_GREETING: usize = 2000;
+
 /// Applies the sent fields over `data`, checking each one; references are checked to exist
 /// and be usable by the caller.
 async fn apply(state: &AppState, user: &CurrentUser, mut data: AgentData, f: AgentFields) -> AppResult<AgentData> {
     if let Some(name) = f.name {
         let name = name.trim().to_owned();
-        validate::length("name", &name, 1, 100)?;
+        validate::length("name", &name, 1, MAX_NAME)?;
         data.name = name;
     }
-    text("description", f.description, 1000, &mut data.description)?;
-    text("instruction", f.instruction, 20_000, &mut data.instruction)?;
-    text("greeting", f.greeting, 2000, &mut data.greeting)?;
+    text("description", f.description, MAX_DESCRIPTION, &mut data.description)?;
+    text("instruction", f.instruction, MAX_INSTRUCTION, &mut data.instruction)?;
+    text("greeting", f.greeting, MAX_GREETING, &mut data.greeting)?;
     text("avatar", f.avatar, 512, &mut data.avatar)?;
     if data.avatar.is_empty() {
         DEFAULT_AVATAR.clone_into(&mut data.avatar);

@@ -391,6 +391,22 @@ async fn the_creation_stream_announces_each_field_then_creates_the_agent() {
     assert_eq!(a["chatModelId"], model);
 }
 
+/// A draft whose values the agent cannot hold as written (too long, a NUL) is fitted to it:
+/// the creation failed at the end of the paid draft.
+#[tokio::test]
+async fn a_draft_past_the_agents_limits_is_fitted_to_them() {
+    let s = ChatSetup::new().await;
+    s.chat_model("chat-drafter-long", json!({ "isDefault": true })).await;
+    let (status, body) = create_stream(&s, json!({ "description": "a talkative assistant" })).await;
+    assert_eq!(status, 200);
+    let last = body.lines().last().unwrap_or_default();
+    let id: i64 = last.strip_prefix("[DONE]").expect(&body).parse().unwrap();
+    let a = s.app.get(&format!("/agent/{id}"), Some(&s.admin)).await;
+    let a = a.assert_ok();
+    assert_eq!(a["description"].as_str().unwrap().chars().count(), 1000);
+    assert_eq!(a["greeting"], "Hi there");
+}
+
 #[tokio::test]
 async fn a_failed_draft_ends_with_an_error_and_creates_nothing() {
     let s = ChatSetup::new().await;

@@ -71,10 +71,11 @@ pub async fn start(
         .await
         .map_err(|_| AppError::business("no default CHAT model is configured to draft the agent"))?;
     // Held now so that a user without quota is refused before the stream starts.
+    let billing = Billing::of(user);
     let hold = gateway::hold(
         state,
-        Billing::of(user),
-        gateway::turn_estimate(state, &model, &description),
+        billing,
+        gateway::turn_estimate(state, &model, billing, &description),
     )
     .await?;
     let (state, user) = (state.clone(), user.clone());

@@ -191,14 +191,14 @@ pub async fn hold(state: &AppState, billing: Billing, want: u64) -> AppResult<Ho
 
 /// What a chat turn holds before anything is stored: the question and a full answer. The first
 /// model call tops it up to the size of its real request.
-pub fn turn_estimate(state: &AppState, model: &ModelHandle, question: &str) -> u64 {
-    let (prompt, answer) = chat_size(state, model, &asking(question));
+pub fn turn_estimate(state: &AppState, model: &ModelHandle, billing: Billing, question: &str) -> u64 {
+    let (prompt, answer) = chat_size(state, model, billing.user_id(), &asking(question));
     prompt + answer
 }
 
 /// The question's share of `turn_estimate`: what a turn keeps held while its retrieval runs.
-pub fn question_estimate(state: &AppState, model: &ModelHandle, question: &str) -> u64 {
-    chat_size(state, model, &asking(question)).0
+pub fn question_estimate(question: &str) -> u64 {
+    prompt_bound(&asking(question))
 }
 
 fn asking(question: &str) -> ChatRequest {
@@ -244,11 +244,18 @@ fn prompt_bound(req: &ChatRequest) -> u64 {
 }
 
 /// The tokens a chat call may need: its prompt (estimated from above) and its longest answer.
-fn chat_size(state: &AppState, model: &ModelHandle, req: &ChatRequest) -> (u64, u64) {
-    let answer = req
-        .max_tokens
-        .or_else(|| model.endpoint.option_u64("maxTokens"))
-        .unwrap_or(state.config().quota_completion_reserve);
+/// The config's `maxTokens` sizes the answer beyond `QUOTA_COMPLETION_RESERVE_TOKENS` only
+/// for a payer who could change it (a GLOBAL config, which administrators keep, or their own):
+/// another user's config behind their agent, set to a million, held and could charge a whole
+/// quota on each call.
+fn chat_size(state: &AppState, model: &ModelHandle, payer: Option<i64>, req: &ChatRequest) -> (u64, u64) {
+    let reserve = state.config().quota_completion_reserve;
+    let trusted = model.row.scope == "GLOBAL" || Some(model.row.creator_id) == payer;
+    let configured = model
+        .endpoint
+        .option_u64("maxTokens")
+        .map(|n| if trusted { n } else { n.min(reserve) });
+    let answer = req.max_tokens.or(configured).unwrap_or(reserve);
     (prompt_bound(req), answer)
 }
 
@@ -264,7 +271,7 @@ async fn fit(
     if hold.limit().is_none() {
         return Ok(req);
     }
-    let (prompt, answer) = chat_size(state, model, &req);
+    let (prompt, answer) = chat_size(state, model, hold.payer(), &req);
     hold.top_up(prompt + answer).await?;
     let held = hold.limit().unwrap_or(0);
     if held <= prompt {
@@ -281,7 +288,7 @@ async fn hold_chat(
     billing: Billing,
     req: &ChatRequest,
 ) -> Result<(Hold, ChatRequest), CallError> {
-    let (prompt, answer) = chat_size(state, model, req);
+    let (prompt, answer) = chat_size(state, model, billing.user_id(), req);
     let mut hold = hold(state, billing, prompt + answer).await?;
     let req = fit(state, model, &mut hold, req).await?;
     Ok((hold, req))

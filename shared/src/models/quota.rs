@@ -88,6 +88,11 @@ impl Hold {
         let _ = tokio::spawn(async move { settle(&db, user_id, lent, 0).await }).await;
     }
 
+    /// Whose quota pays; None when not limited.
+    pub fn payer(&self) -> Option<i64> {
+        self.user_id
+    }
+
     /// The most tokens the call may use; None when not limited.
     pub fn limit(&self) -> Option<u64> {
         self.user_id.map(|_| self.held)

@@ -74,7 +74,7 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
     let billing = Billing::of(user);
     let asked = match chat_model(state, &kb).await {
         Ok(model) => {
-            let hold = gateway::hold(state, billing, gateway::turn_estimate(state, &model, &query)).await?;
+            let hold = gateway::hold(state, billing, gateway::turn_estimate(state, &model, billing, &query)).await?;
             Ok(Asked {
                 model,
                 hold,
@@ -218,7 +218,7 @@ async fn run(
     } = asked;
     // Retrieval pays for its calls first (a rewrite, the query's embedding, a rerank); the
     // answer takes what is left when it starts.
-    hold.lend_above(gateway::question_estimate(state, &model, query)).await;
+    hold.lend_above(gateway::question_estimate(query)).await;
     let past = history(state, kb, user_id, conversation).await?;
     let search_query = retrieval_query(state, &model, kb, billing, &past, query).await;
     let (results, _) = search::retrieve(state, kb, &search_query, billing)

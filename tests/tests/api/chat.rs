@@ -551,7 +551,8 @@ async fn an_absurd_reported_usage_cannot_raise_a_quota() {
 }
 
 /// An agent whose model endpoint reports absurd usage cannot empty the quota of whoever
-/// chats with it: a call is charged at most twice what it held.
+/// chats with it: a call is charged at most twice what it held, and another user's config
+/// cannot make the hold itself large (`maxTokens` a million).
 #[tokio::test]
 async fn another_users_endpoint_cannot_empty_a_chatters_quota() {
     let s = ChatSetup::new().await;
@@ -568,7 +569,7 @@ async fn another_users_endpoint_cannot_empty_a_chatters_quota() {
             "CHAT",
             "chat-greedy",
             &s.models.base_url,
-            json!({ "scope": "PERSONAL" }),
+            json!({ "scope": "PERSONAL", "configJson": { "maxTokens": 1_000_000 } }),
         )
         .await;
     let agent = s

@@ -245,25 +245,28 @@ impl Turn {
     ) -> Result<(), Outcome> {
         // Recall and retrieval pay for their calls first; the first model call takes what is
         // left when it starts.
-        if self.agent.memory_enabled || (self.agent.rag_enabled && self.agent.rag_id.is_some()) {
-            if let Some(hold) = hold.as_mut() {
-                hold.lend_above(gateway::question_estimate(&self.state, &self.model, &self.content))
-                    .await;
+        let retrieves = self.agent.memory_enabled || (self.agent.rag_enabled && self.agent.rag_id.is_some());
+        let recalled = async {
+            if let (true, Some(hold)) = (retrieves, hold.as_mut()) {
+                hold.lend_above(gateway::question_estimate(&self.content)).await;
             }
-        }
+            tokio::join!(
+                context::memories(&self.state, &self.agent, self.caller, &self.content),
+                context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
+            )
+        };
         // Independent reads, side by side: each one waited for in turn would add its round
         // trip to the time before the first token.
         let gathered = async {
             tokio::join!(
                 attachments::data_uris(&self.state, &self.images),
                 Toolbox::for_agent(&self.state, &self.agent, &self.disabled),
-                context::memories(&self.state, &self.agent, self.caller, &self.content),
-                context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
+                recalled,
             )
         };
         // A client that leaves while the context is gathered (recall and retrieval embed the
         // question, MCP servers list their tools) is noticed at once: no model call follows.
-        let (images, toolbox, memories, knowledge) = tokio::select! {
+        let (images, toolbox, (memories, knowledge)) = tokio::select! {
             _ = out.tx.closed() => return Err(Outcome::Stopped),
             gathered = Box::pin(gathered).instrument(self.span.clone()) => gathered,
         };

@@ -221,6 +221,29 @@ async fn knowledge_base_settings_and_validation() {
     assert_eq!(app.get("/rag/page", Some(&other)).await.assert_ok()["total"], 0);
 }
 
+/// A base saved when `enterRerankCount` went up to 500 stays editable: the migration that
+/// narrowed it brings stored values to 200, which search already used.
+#[tokio::test]
+async fn bases_saved_under_the_old_rerank_limit_stay_editable() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("old", json!({})).await;
+    sqlx::query("UPDATE knowledge_bases SET search_params = search_params || '{\"enterRerankCount\": 500}'")
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let edit = json!({ "chunkParams": { "maxChunkTokens": 400 } });
+    let refused = s.app.put(&format!("/rag/{kb}/config"), t, &edit).await;
+    refused.assert_error(400, 0, "searchParams.enterRerankCount must be between 1 and 200");
+    sqlx::raw_sql(include_str!("../../../migrations/0026_kb_enter_rerank_count_limit.sql"))
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    s.app.put(&format!("/rag/{kb}/config"), t, &edit).await.assert_ok();
+    let base = s.app.get(&format!("/rag/{kb}"), t).await;
+    assert_eq!(base.assert_ok()["searchParams"]["enterRerankCount"], 200);
+}
+
 #[tokio::test]
 async fn store_instances() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;

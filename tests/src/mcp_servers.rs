@@ -42,6 +42,13 @@ pub fn everything_stdio() -> (String, Vec<String>) {
     (bin.display().to_string(), vec!["stdio".to_owned()])
 }
 
+/// The command and args that start the Python SDK's stdio server (`stdio_server.py`), which
+/// exits when its stdin closes.
+pub fn python_stdio() -> (String, Vec<String>) {
+    let python = tools_dir().join("venv/bin/python");
+    (python.display().to_string(), vec![fixture("stdio_server.py")])
+}
+
 /// `MCP_STDIO_COMMANDS` for tests: the `server-everything` binary they start, and `node` and
 /// `x`, which tests save as commands but never start.
 pub fn stdio_commands() -> String {
@@ -115,6 +122,10 @@ pub async fn everything_on(transport: &str, port: u16) -> Fixture {
     cmd.arg(transport).env("PORT", port.to_string());
     Fixture::start(cmd, port).await
 }
+
+/// How many tools the guarded server lists (`add`, `shout`, `session_id`, `trace_parent`,
+/// `wait`).
+pub const GUARDED_TOOLS: usize = 5;
 
 /// The Python SDK server that wants a credential: `["bearer", TOKEN]`, `["apikey", HEADER,
 /// VALUE]` or `["jwt", ISSUER]`, over Streamable HTTP at `/mcp`.

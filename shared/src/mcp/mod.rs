@@ -5,6 +5,7 @@ pub mod auth;
 pub mod model;
 pub mod oauth;
 pub mod pool;
+mod process_group;
 pub mod repo;
 pub mod service;
 pub mod session;

@@ -12,6 +12,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::ServiceExt;
 
 use super::oauth::{Credentials, TokenCache};
+use super::process_group::EndGroupWithLeader;
 use super::streamable::StreamableClient;
 use super::{sse, AuthConfig, McpRow};
 use crate::crypto::SecretBox;
@@ -245,9 +246,10 @@ pub async fn open(
                 .args(args);
             // A process group of its own, so that ending the session kills what the command
             // started too: `npx`, `uvx` or a shell run the server as their child, which the
-            // plain kill of the command left running with its stdout open.
+            // plain kill of the command left running with its stdout open, and a wrapper that
+            // exits when its stdin closes left running too (see `process_group`).
             let mut cmd = CommandWrap::from(cmd);
-            cmd.wrap(ProcessGroup::leader());
+            cmd.wrap(ProcessGroup::leader()).wrap(EndGroupWithLeader);
             // Its stderr is not kept: tools print their configuration there, secrets included.
             let (transport, _) = TokioChildProcess::builder(cmd)
                 .stderr(std::process::Stdio::null())

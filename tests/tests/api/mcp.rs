@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use api_tests::free_port;
-use api_tests::mcp_servers::{everything, everything_on, everything_stdio, guarded, guarded_sse, oauth, LogCapture};
+use api_tests::mcp_servers::{
+    everything, everything_on, everything_stdio, guarded, guarded_sse, oauth, LogCapture, GUARDED_TOOLS,
+};
 use api_tests::{spawn, spawn_with, spawn_with_stdio, Reply, Store, TestApp};
 use serde_json::{json, Value};
 use shared::mcp;
@@ -888,6 +890,37 @@ async fn a_timed_out_stdio_server_is_killed_with_the_processes_it_started() {
     );
 }
 
+/// A wrapped server that ends when its stdin closes (the graceful end of a session: here the
+/// server's deletion) takes what the wrapper started with it: the kill of the group came only
+/// when the leader outlived the wait.
+#[tokio::test]
+async fn a_wrapped_stdio_server_that_exits_on_its_own_takes_its_group_along() {
+    let app = spawn_with(Store::Filesystem, &api_tests::mcp_servers::with_stdio("/bin/sh", &[])).await;
+    let admin = app.admin_token().await;
+    let (python, script) = api_tests::mcp_servers::python_stdio();
+    let marker = uuid::Uuid::new_v4().to_string();
+    let mut args = vec![json!("-c"), json!("sleep 600 & exec \"$0\" \"$@\""), json!(python)];
+    args.extend(script.into_iter().map(Value::from));
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "plain", "transportType": 3, "command": "/bin/sh", "args": args,
+        "envVars": {"MCP_TEST_MARKER": marker}}),
+    )
+    .await;
+    let sum = mcp::call_tool(&app.state, id, "add", json!({"a": 2, "b": 3}))
+        .await
+        .unwrap();
+    assert_eq!(sum.text, "5");
+    assert_eq!(processes_marked(&marker), 2, "the server and its helper");
+    app.delete(&format!("/mcp-server/{id}"), Some(&admin)).await.assert_ok();
+    assert!(
+        until_marked(&marker, 0).await,
+        "the server and its helper are gone: {} left",
+        processes_marked(&marker)
+    );
+}
+
 /// The status after a test, and the whole detail.
 async fn test_status(app: &TestApp, token: &str, id: i64, seen: &mut Seen) -> (bool, Value) {
     let t = seen.keep(
@@ -943,7 +976,7 @@ async fn bearer_and_api_key_servers_need_the_right_credentials() {
     .assert_ok();
     let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
     assert!(
-        ok && d["status"] == "connected" && d["toolCount"] == 4 && d["lastError"].is_null(),
+        ok && d["status"] == "connected" && d["toolCount"] == GUARDED_TOOLS && d["lastError"].is_null(),
         "{d}"
     );
     // The credential goes with every request, tool calls included.
@@ -1022,7 +1055,10 @@ async fn sse_servers_get_the_credentials_on_the_stream_and_every_message() {
         seen.keep(app.put(&format!("/mcp-server/{id}"), Some(&admin), auth).await)
             .assert_ok();
         let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
-        assert!(ok && d["status"] == "connected" && d["toolCount"] == 4, "{d}");
+        assert!(
+            ok && d["status"] == "connected" && d["toolCount"] == GUARDED_TOOLS,
+            "{d}"
+        );
         let sum = mcp::call_tool(&app.state, id, "add", json!({"a": 40, "b": 2}))
             .await
             .unwrap();
@@ -1058,7 +1094,7 @@ async fn sessions_are_reused_until_the_server_changes() {
     let first = session().await;
     assert_eq!(session().await, first, "one session per server in a process");
     let tools = mcp::tools_of_servers(&app.state, &[id]).await.unwrap();
-    assert_eq!(tools[0].1.as_ref().unwrap().len(), 4);
+    assert_eq!(tools[0].1.as_ref().unwrap().len(), GUARDED_TOOLS);
     assert_eq!(session().await, first, "listing tools used the same session");
 
     app.put(

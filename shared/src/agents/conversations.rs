@@ -72,7 +72,9 @@ impl From<MessageRow> for MessageView {
     }
 }
 
-/// The agent's managers (creator, administrators) see every conversation; others their own.
+/// The agent's managers (creator, administrators) see every conversation; others their own,
+/// also on an agent hidden from them since they chatted (disabled): their conversations stay
+/// theirs to read and delete. With none, a hidden agent answers as an unknown one.
 pub async fn page(
     state: &AppState,
     user: &CurrentUser,
@@ -80,22 +82,34 @@ pub async fn page(
     paging: PageQuery,
     period: PeriodQuery,
 ) -> AppResult<Page<ConversationSummary>> {
-    let agent = service::visible(state, user, agent_id).await?;
+    let own = Some(Owner::User(user.id));
+    let (owner, hidden) = match service::visible(state, user, agent_id).await {
+        Ok(agent) => (
+            (!user.can_manage(agent.creator_id)).then_some(Owner::User(user.id)),
+            None,
+        ),
+        Err(e @ AppError::NotFound(_)) => (own, Some(e)),
+        Err(e) => return Err(e),
+    };
     let filter = SummaryFilter {
         agent_id,
-        owner: (!user.can_manage(agent.creator_id)).then_some(Owner::User(user.id)),
+        owner,
         active: period.range()?,
     };
     let (rows, total) = repo::page(state.db(), &filter, paging.size(), paging.offset()).await?;
+    if let (Some(unknown), 0) = (hidden, total) {
+        return Err(unknown);
+    }
     Ok(Page::new(rows.into_iter().map(Into::into).collect(), paging, total))
 }
 
-/// The caller's own conversation with this id, or (for the agent's managers) anyone's.
+/// The caller's own conversation with this id (whether or not the agent is still visible to
+/// them, as in `page`), or (for the agent's managers) anyone's.
 async fn resolve(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str) -> AppResult<ConversationRow> {
-    let agent = service::visible(state, user, agent_id).await?;
     if let Some(c) = repo::find(state.db(), agent_id, Owner::User(user.id), key).await? {
         return Ok(c);
     }
+    let agent = service::visible(state, user, agent_id).await?;
     if user.can_manage(agent.creator_id) {
         if let Some(c) = repo::find_any(state.db(), agent_id, key).await? {
             return Ok(c);

@@ -36,8 +36,9 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
     Ok(())
 }
 
-/// The agent's chat model, memory config, MCP servers and skills, held (`FOR SHARE`) by the
-/// transaction that writes the agent. A retype of the model or an edit of the config meanwhile
+/// The agent's chat model, memory config, MCP servers, skills, knowledge base and app, held
+/// (`FOR SHARE`) by the transaction that writes the agent (a base or app deleted between the
+/// check and the write failed the write on its foreign key: 500). A retype of the model or an edit of the config meanwhile
 /// either sees this binding when it checks their users, or is seen here (the model and the
 /// config's models are checked again under the hold); a server or skill deleted meanwhile is
 /// either taken out of this agent by its deletion, which waits for this write, or found gone
@@ -65,12 +66,17 @@ pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData) ->
         (
             "mcpServerIds",
             "SELECT id FROM mcp_servers WHERE id = ANY($1) FOR SHARE",
-            &d.mcp_server_ids,
+            d.mcp_server_ids.as_slice(),
         ),
         (
             "skillIds",
             "SELECT id FROM skills WHERE id = ANY($1) FOR SHARE",
-            &d.skill_ids,
+            d.skill_ids.as_slice(),
+        ),
+        (
+            "ragId",
+            "SELECT id FROM knowledge_bases WHERE id = ANY($1) FOR SHARE",
+            d.rag_id.as_slice(),
         ),
     ] {
         if ids.is_empty() {
@@ -79,6 +85,15 @@ pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData) ->
         let held: Vec<i64> = sqlx::query_scalar(held_ids).bind(ids).fetch_all(&mut *conn).await?;
         if let Some(gone) = ids.iter().find(|id| !held.contains(id)) {
             return Err(AppError::validation(format!("{field}: {gone} was deleted meanwhile")));
+        }
+    }
+    if let Some(app) = &d.app_id {
+        let held: Option<i32> = sqlx::query_scalar("SELECT 1 FROM apps WHERE app_id = $1 FOR SHARE")
+            .bind(app)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if held.is_none() {
+            return Err(AppError::validation(format!("appId: app {app} was deleted meanwhile")));
         }
     }
     Ok(())

@@ -246,17 +246,19 @@ pub async fn mine(state: &AppState, user: &CurrentUser) -> AppResult<Vec<AgentVi
     Ok(rows.into_iter().map(AgentView::from).collect())
 }
 
-/// Subscribing twice, or unsubscribing when not subscribed, is not an error.
+/// Subscribing twice, or unsubscribing when not subscribed, is not an error. Unsubscribing
+/// needs no sight of the agent: one disabled since is hidden from its subscribers, who could
+/// otherwise never leave it (it came back to their list when enabled again).
 pub async fn subscribe(state: &AppState, user: &CurrentUser, id: i64, on: bool) -> AppResult<()> {
-    let agent = visible(state, user, id).await?;
-    if on {
-        if !agent.is_enabled() {
-            return Err(AppError::business("this agent is disabled and cannot be subscribed to"));
-        }
-        repo::subscribe(state.db(), id, user.id).await?;
-    } else {
+    if !on {
         repo::unsubscribe(state.db(), id, user.id).await?;
+        return Ok(());
     }
+    let agent = visible(state, user, id).await?;
+    if !agent.is_enabled() {
+        return Err(AppError::business("this agent is disabled and cannot be subscribed to"));
+    }
+    repo::subscribe(state.db(), id, user.id).await?;
     Ok(())
 }
 

@@ -326,6 +326,47 @@ async fn my_agents_hide_a_subscribed_agent_while_it_is_disabled() {
     assert!(listed(t).await, "the subscription was kept");
 }
 
+/// A disabled agent is hidden from its subscribers, but not their own part of it: they can
+/// unsubscribe, and list, read and delete their conversations with it (all answered 404, and
+/// the subscription came back with the agent).
+#[tokio::test]
+async fn a_subscriber_leaves_a_disabled_agent_and_keeps_their_conversations() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 100_000).await;
+    let t = Some(alice.as_str());
+    let shared = s
+        .agent(&s.admin, json!({ "name": "Shared", "chatModelId": model }))
+        .await;
+    let path = |p: &str| format!("/agent/{shared}{p}");
+    s.app.post(&path("/subscribe"), t, &json!({})).await.assert_ok();
+    s.chat(&alice, shared, api_tests::chat::say("mine", "hello"))
+        .await
+        .events();
+    let status = |status: i64| json!({ "status": status });
+    let admin = Some(s.admin.as_str());
+    s.app.put(&path(""), admin, &status(0)).await.assert_ok();
+
+    s.app.delete(&path("/subscribe"), t).await.assert_ok();
+    let list = s.app.get(&path("/conversations"), t).await;
+    assert_eq!(list.assert_ok()["total"], 1);
+    let messages = s.app.get(&path("/conversation/mine/messages"), t).await;
+    assert_eq!(messages.assert_ok().as_array().unwrap().len(), 2);
+    s.app.delete(&path("/conversation/mine"), t).await.assert_ok();
+    s.app
+        .get(&path("/conversations"), t)
+        .await
+        .assert_error(404, 404, "agent");
+
+    s.app.put(&path(""), admin, &status(1)).await.assert_ok();
+    let my = s.app.get("/agent/my", t).await;
+    assert!(
+        !my.assert_ok().as_array().unwrap().iter().any(|a| a["id"] == shared),
+        "the subscription ended"
+    );
+}
+
 #[tokio::test]
 async fn chat_models_lists_enabled_chat_models_with_capabilities() {
     let s = ChatSetup::new().await;
@@ -364,6 +405,36 @@ async fn create_stream_as(s: &ChatSetup, token: &str, body: Value) -> (u16, Stri
         .await
         .unwrap();
     (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+/// An agent saved while its knowledge base is being deleted waits for the deletion and is
+/// refused by name: it wrote the deleted base's id back and failed on the foreign key (500).
+#[tokio::test]
+async fn an_agent_saved_while_its_knowledge_base_is_deleted_is_refused_by_name() {
+    let s = ChatSetup::new().await;
+    let t = Some(s.admin.as_str());
+    let embedding = s.embedding_model("emb-8").await;
+    let body = json!({ "name": "kb", "embeddingModelId": embedding });
+    let kb = s.app.post("/rag", t, &body).await.assert_ok()["id"].as_i64().unwrap();
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Support", "ragEnabled": true, "ragId": kb }))
+        .await;
+    let mut deleting = s.app.db.begin().await.unwrap();
+    sqlx::query("DELETE FROM knowledge_bases WHERE id = $1")
+        .bind(kb)
+        .execute(&mut *deleting)
+        .await
+        .unwrap();
+    let (path, renamed) = (format!("/agent/{agent}"), json!({ "name": "Renamed" }));
+    let edit = s.app.put(&path, t, &renamed);
+    let commit = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        deleting.commit().await.unwrap();
+    };
+    let (edited, ()) = tokio::join!(edit, commit);
+    edited.assert_error(400, 0, &format!("ragId: {kb} was deleted meanwhile"));
+    let a = s.app.get(&format!("/agent/{agent}"), t).await;
+    assert_eq!(a.assert_ok()["name"], "Support", "nothing written");
 }
 
 #[tokio::test]

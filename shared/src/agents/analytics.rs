@@ -68,8 +68,11 @@ impl Window {
         (0..self.buckets)
             .map(|i| {
                 let at = self.start + self.bucket * i as i32;
+                // An hour's bucket is labelled with its local start to the minute: buckets
+                // follow UTC hours, and in a zone half an hour off ("+05:30") a label cut at
+                // the hour named a time 30 minutes before the bucket's.
                 if self.bucket == Duration::hours(1) {
-                    time::datetime(at)[..13].to_owned() + ":00"
+                    time::datetime(at)[..16].to_owned()
                 } else {
                     time::date(at)
                 }

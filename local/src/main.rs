@@ -21,5 +21,7 @@ async fn main() -> anyhow::Result<()> {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await?;
+    // Stdio MCP servers run in process groups of their own, out of the terminal's reach.
+    state.mcp().close_all(std::time::Duration::from_secs(10)).await;
     Ok(())
 }

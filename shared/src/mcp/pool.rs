@@ -140,6 +140,25 @@ impl McpPool {
         }
     }
 
+    /// Ends every session and waits, up to `within`, for each to finish, stdio children
+    /// killed: a process that exits without this leaves them running (their kill is a task on
+    /// the runtime being shut down, and a terminal's Ctrl-C does not reach their own process
+    /// group).
+    pub async fn close_all(&self, within: Duration) {
+        let slots: Vec<Slot> = self.slots().drain().map(|(_, slot)| slot).collect();
+        let mut ending = Vec::new();
+        for slot in slots {
+            let Some(live) = slot.lock().await.take() else {
+                continue;
+            };
+            live.client.cancellation_token().cancel();
+            if let Ok(live) = Arc::try_unwrap(live) {
+                ending.push(live.client.waiting());
+            }
+        }
+        let _ = tokio::time::timeout(within, futures::future::join_all(ending)).await;
+    }
+
     /// Closes the sessions unused for `idle`, looking at most every `idle / 4` (and at most
     /// once a second): a session a request is using is skipped, as is one whose slot a request
     /// holds.

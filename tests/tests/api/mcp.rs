@@ -919,6 +919,23 @@ async fn a_wrapped_stdio_server_that_exits_on_its_own_takes_its_group_along() {
         "the server and its helper are gone: {} left",
         processes_marked(&marker)
     );
+
+    // A process that ends (the local server on Ctrl-C) closes every session first, and waits
+    // for their children to be killed.
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "plain 2", "transportType": 3, "command": "/bin/sh", "args": args,
+        "envVars": {"MCP_TEST_MARKER": marker}}),
+    )
+    .await;
+    mcp::call_tool(&app.state, id, "add", json!({"a": 2, "b": 3}))
+        .await
+        .unwrap();
+    assert_eq!(processes_marked(&marker), 2);
+    app.state.mcp().close_all(Duration::from_secs(10)).await;
+    // Killed before it returns; a signalled process takes a moment to leave /proc.
+    assert!(until_marked(&marker, 0).await, "ended by close_all");
 }
 
 /// The status after a test, and the whole detail.

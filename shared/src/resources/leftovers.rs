@@ -1,8 +1,81 @@
-//! Objects whose rows are already gone. A delete that fails (storage briefly unreachable) is
-//! noted, and the daily housekeeping tries it again: a passing failure leaves no file in the
-//! bucket for good, where logging it left it to whoever reads the logs.
+//! Objects no row names: those whose rows are gone, and those written ahead of the row that
+//! will name them. A delete that fails (storage briefly unreachable) is noted, and the daily
+//! housekeeping tries it again: a passing failure leaves no file in the bucket for good, where
+//! logging it left it to whoever reads the logs. An object about to be written is noted too,
+//! due a day later, and the statement storing its row takes the note back (`TAKE_BACK`): a
+//! request that ends between the two (a Lambda timeout, an answer lost after the commit)
+//! leaves nothing the housekeeping does not find.
 
+use bytes::Bytes;
+use sqlx::PgPool;
+
+use crate::storage::StorageError;
 use crate::{AppResult, AppState};
+
+/// The start of a statement that stores a row naming an object whose storage key is bound as
+/// parameter `key_param`: the note `ahead` wrote goes with the row, in one statement.
+pub fn take_back(key_param: u8) -> String {
+    format!("WITH taken_back AS (DELETE FROM leftover_objects WHERE storage_key = ${key_param})")
+}
+
+/// Notes `key` before its object is written, due for deletion a day later: longer than any
+/// request lives, so an object whose row is still on its way is never taken.
+pub async fn ahead(db: &PgPool, key: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO leftover_objects (storage_key, due_at) VALUES ($1, now() + interval '1 day')
+         ON CONFLICT (storage_key) DO NOTHING",
+    )
+    .bind(key)
+    .execute(db)
+    .await
+    .map(|_| ())
+}
+
+/// Writes an object ahead of the row that will name it; a write that fails leaves nothing
+/// behind, unless it may have stored the object after all.
+pub async fn put_ahead(state: &AppState, key: &str, bytes: Bytes, mime: &str) -> AppResult<()> {
+    ahead(state.db(), key).await?;
+    if let Err(e) = state.storage().put(key, bytes, mime).await {
+        let certain = !matches!(e, StorageError::Unavailable(_) | StorageError::Other(_));
+        unnamed(state, key, certain).await;
+        return Err(e.into());
+    }
+    Ok(())
+}
+
+/// An object written ahead of a row that was not stored. When nothing can have been stored
+/// (`certain`), the object and its note go now, leaving storage and the table as they were;
+/// otherwise (a lost answer: the row may be stored, and then took the note back) both stay
+/// for the housekeeping.
+pub async fn unnamed(state: &AppState, key: &str, certain: bool) {
+    if !certain {
+        tracing::warn!(%key, "an object's row may not have been stored; housekeeping deletes it in a day if not");
+        return;
+    }
+    let outcome = match state.storage().delete(key).await {
+        Ok(()) => sqlx::query("DELETE FROM leftover_objects WHERE storage_key = $1"),
+        Err(e) => {
+            tracing::warn!(%key, error = %e, "an object delete failed; housekeeping deletes it later");
+            sqlx::query("UPDATE leftover_objects SET due_at = now() WHERE storage_key = $1")
+        }
+    }
+    .bind(key)
+    .execute(state.db())
+    .await;
+    if let Err(e) = outcome {
+        tracing::error!(%key, error = %e, "an unnamed object's note was not updated");
+    }
+}
+
+/// Whether a failed statement certainly wrote nothing: the database answered (an error of its
+/// own, a refused or unobtainable connection). A connection lost while waiting for the answer
+/// may have committed it.
+pub fn certain(err: &sqlx::Error) -> bool {
+    !matches!(
+        err,
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed
+    )
+}
 
 /// Objects one housekeeping run tries; the next run takes the rest.
 const RETRY_BATCH: i64 = 1000;
@@ -27,10 +100,11 @@ pub async fn delete(state: &AppState, keys: &[String]) {
 /// Deletes the noted objects; returns how many went. Those that fail again stay noted, and
 /// the run reports the failure.
 pub async fn retry(state: &AppState) -> AppResult<u64> {
-    let keys: Vec<String> = sqlx::query_scalar("SELECT storage_key FROM leftover_objects ORDER BY noted_at LIMIT $1")
-        .bind(RETRY_BATCH)
-        .fetch_all(state.db())
-        .await?;
+    let keys: Vec<String> =
+        sqlx::query_scalar("SELECT storage_key FROM leftover_objects WHERE due_at <= now() ORDER BY due_at LIMIT $1")
+            .bind(RETRY_BATCH)
+            .fetch_all(state.db())
+            .await?;
     let mut deleted = 0;
     let mut failure = None;
     for key in keys {

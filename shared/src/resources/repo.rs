@@ -23,8 +23,9 @@ pub struct NewResource<'a> {
 
 pub async fn insert(db: impl PgExecutor<'_>, r: &NewResource<'_>) -> sqlx::Result<ResourceRow> {
     sqlx::query_as(&format!(
-        "INSERT INTO resources (storage_key, original_name, file_size, mime_type, storage_type, biz_type, biz_id,
-         content_hash, creator_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {COLUMNS}"
+        "{} INSERT INTO resources (storage_key, original_name, file_size, mime_type, storage_type, biz_type,
+         biz_id, content_hash, creator_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {COLUMNS}",
+        super::leftovers::take_back(1)
     ))
     .bind(r.storage_key)
     .bind(r.original_name)

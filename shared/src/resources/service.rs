@@ -116,7 +116,7 @@ pub async fn upload(
     let hash = crate::crypto::content_hash(&file.bytes);
     let key = new_key(user.id, &name);
     let size = file.bytes.len() as i64;
-    state.storage().put(&key, file.bytes, &mime).await?;
+    super::leftovers::put_ahead(state, &key, file.bytes, &mime).await?;
     let new = NewResource {
         storage_key: &key,
         original_name: &name,
@@ -142,7 +142,7 @@ async fn insert_or_discard(state: &AppState, new: &NewResource<'_>) -> AppResult
         Ok(row) => Ok(ResourceView::new(row, state)),
         Err(err) if crate::error::is_unique_violation(&err, "resources_storage_key_key") => Err(already_registered()),
         Err(err) => {
-            super::leftovers::delete(state, &[new.storage_key.to_owned()]).await;
+            super::leftovers::unnamed(state, new.storage_key, super::leftovers::certain(&err)).await;
             Err(err.into())
         }
     }

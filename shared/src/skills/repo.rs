@@ -1,5 +1,6 @@
 //! SQL of the skill module.
 
+use crate::resources::leftovers::take_back;
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::{SkillBrief, SkillRow};
@@ -19,8 +20,9 @@ pub struct NewSkill<'a> {
 
 pub async fn insert(db: &PgPool, s: &NewSkill<'_>) -> sqlx::Result<SkillRow> {
     sqlx::query_as(&format!(
-        "INSERT INTO skills (name, description, file_name, file_size, storage_key, creator_id)
-         VALUES ($1, $2, $3, $4, $5, $6) RETURNING {COLUMNS}"
+        "{} INSERT INTO skills (name, description, file_name, file_size, storage_key, creator_id)
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING {COLUMNS}",
+        take_back(5)
     ))
     .bind(s.name)
     .bind(s.description)
@@ -51,9 +53,10 @@ pub struct NewPackage<'a> {
 /// someone else changed or deleted it first.
 pub async fn swap_package(db: &PgPool, id: i64, version: i64, p: &NewPackage<'_>) -> sqlx::Result<Option<SkillRow>> {
     sqlx::query_as(&format!(
-        "UPDATE skills SET name = $3, description = $4, file_size = $5, storage_key = $6,
+        "{} UPDATE skills SET name = $3, description = $4, file_size = $5, storage_key = $6,
                 version = version + 1, update_dt = now()
-         WHERE id = $1 AND version = $2 RETURNING {COLUMNS}"
+         WHERE id = $1 AND version = $2 RETURNING {COLUMNS}",
+        take_back(6)
     ))
     .bind(id)
     .bind(version)

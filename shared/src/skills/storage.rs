@@ -10,6 +10,7 @@ use super::package::{Package, SKILL_MD};
 use super::repo::{self, NewPackage, NewSkill};
 use super::SkillRow;
 use crate::domain::CurrentUser;
+use crate::resources::leftovers;
 use crate::storage::{read_all, StorageError};
 use crate::{AppError, AppResult, AppState};
 
@@ -109,12 +110,12 @@ async fn put(state: &AppState, package: &Package) -> AppResult<(String, i64, Fro
     }
     let key = format!("skills/{}.zip", uuid::Uuid::new_v4());
     let size = bytes.len() as i64;
-    state.storage().put(&key, bytes.into(), CONTENT_TYPE).await?;
+    leftovers::put_ahead(state, &key, bytes.into(), CONTENT_TYPE).await?;
     Ok((key, size, meta))
 }
 
 async fn discard(state: &AppState, key: &str) {
-    crate::resources::leftovers::delete(state, &[key.to_owned()]).await;
+    leftovers::delete(state, &[key.to_owned()]).await;
 }
 
 /// Stores a new skill's package and inserts its row.
@@ -131,7 +132,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, package: &Package, fil
     match repo::insert(state.db(), &new).await {
         Ok(row) => Ok(row),
         Err(e) => {
-            discard(state, &key).await;
+            leftovers::unnamed(state, &key, leftovers::certain(&e)).await;
             Err(e.into())
         }
     }
@@ -159,7 +160,7 @@ pub async fn commit(state: &AppState, row: &SkillRow, package: &Package) -> AppR
             }
         }
         Err(e) => {
-            discard(state, &key).await;
+            leftovers::unnamed(state, &key, leftovers::certain(&e)).await;
             Err(e.into())
         }
     }

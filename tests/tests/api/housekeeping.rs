@@ -415,3 +415,38 @@ async fn a_file_whose_delete_failed_is_deleted_by_the_housekeeping() {
     assert!(!path.exists(), "the package file is gone");
     assert_eq!(app.count("leftover_objects").await, 0);
 }
+
+/// An object is noted before it is written and the statement storing its row takes the note
+/// back: uploads leave no note, and an object whose request ended before its row (a Lambda
+/// timeout) is deleted by the housekeeping once its note is due, and not before (its row may
+/// still be on its way).
+#[tokio::test]
+async fn an_object_whose_row_never_came_is_deleted_once_due() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (app, db) = (&s.app, &s.app.db);
+    let t = Some(s.admin.as_str());
+    app.post("/skill", t, &json!({ "name": "kept", "description": "d" }))
+        .await
+        .assert_status_ok();
+    app.upload_resource(&s.admin, "a.txt", b"kept".to_vec(), None)
+        .await
+        .assert_ok();
+    let kb = s.kb("kept", json!({})).await;
+    s.upload(kb, &[("a.md", b"# A\nalpha".to_vec())]).await.assert_ok();
+    assert_eq!(app.count("leftover_objects").await, 0, "every row took its note back");
+
+    let key = "resources/1/00000000-0000-4000-8000-000000000000.txt";
+    let orphan = bytes::Bytes::from_static(b"orphan");
+    shared::resources::leftovers::put_ahead(&app.state, key, orphan, "text/plain")
+        .await
+        .unwrap();
+    let stored = || async { app.state.storage().head(key).await.unwrap().is_some() };
+    let swept = shared::housekeeping::run(&app.state).await.unwrap();
+    assert_eq!(swept.leftover_objects, 0);
+    assert!(stored().await, "not due yet");
+    run(db, "UPDATE leftover_objects SET due_at = now() - interval '1 minute'").await;
+    let swept = shared::housekeeping::run(&app.state).await.unwrap();
+    assert_eq!(swept.leftover_objects, 1);
+    assert!(!stored().await, "deleted once due");
+    assert_eq!(app.count("leftover_objects").await, 0);
+}

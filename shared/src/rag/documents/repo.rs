@@ -89,12 +89,14 @@ pub async fn lock_additions(conn: &mut sqlx::PgConnection, rag_id: i64) -> sqlx:
     Ok(())
 }
 
-/// Inserts a pending document; returns (id, run id).
+/// Inserts a pending document, taking back the note of an object written ahead of it (see
+/// `resources::leftovers`); returns (id, run id).
 pub async fn insert(db: impl PgExecutor<'_>, d: &NewDoc<'_>) -> sqlx::Result<(i64, uuid::Uuid)> {
-    sqlx::query_as(
-        "INSERT INTO documents (rag_id, name, file_type, source_type, source_path, storage_key, mime_type, file_size,
-         content_hash, creator_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id, run_id",
-    )
+    sqlx::query_as(&format!(
+        "{} INSERT INTO documents (rag_id, name, file_type, source_type, source_path, storage_key, mime_type,
+         file_size, content_hash, creator_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id, run_id",
+        crate::resources::leftovers::take_back(6)
+    ))
     .bind(d.rag_id)
     .bind(d.name)
     .bind(d.file_type)

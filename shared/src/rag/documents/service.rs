@@ -6,6 +6,7 @@ use super::*;
 use crate::domain::{CurrentUser, Page, PageQuery, StoredFile};
 use crate::rag::backends::{chunk_ids_of, remove_replaced, store_error, Indexes};
 use crate::rag::bases;
+use crate::resources::leftovers;
 use crate::{AppError, AppResult, AppState};
 
 /// A document of a base the caller owns, or 404.
@@ -186,7 +187,7 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
     let key = format!("rag/{rag_id}/uploads/{}", uuid::Uuid::new_v4().simple());
     let mime = crate::resources::service::sniff_mime(&fetched.bytes, &name);
     let size = fetched.bytes.len() as i64;
-    state.storage().put(&key, fetched.bytes, &mime).await?;
+    leftovers::put_ahead(state, &key, fetched.bytes, &mime).await?;
     let overwritten = match outcome.decision {
         Decision::Overwrite => outcome.conflict.and_then(|c| c.id),
         _ => None,
@@ -203,15 +204,17 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
         content_hash: &hash,
         creator_id: user.id,
     };
-    // The new object is removed again whatever fails after it was stored.
+    // The new object is removed again whatever fails after it was stored, unless the failure
+    // may have come after the commit (the database unreachable): housekeeping has it then.
     let (id, run_id, old_keys) = match replace(state, &kb, overwritten, &new).await {
         Ok(done) => done,
         Err(e) => {
-            crate::resources::leftovers::delete(state, &[key]).await;
+            let certain = !matches!(e, AppError::Unavailable { .. });
+            leftovers::unnamed(state, &key, certain).await;
             return Err(e);
         }
     };
-    crate::resources::leftovers::delete(state, &old_keys).await;
+    leftovers::delete(state, &old_keys).await;
     crate::rag::pipeline::enqueue(state, id, run_id).await;
     get(state, user, id).await
 }

@@ -11,6 +11,7 @@ use crate::domain::UploadedFile;
 use crate::rag::backends::{chunk_ids_of, remove_replaced};
 use crate::rag::bases::{self, KbRow};
 use crate::rag::parse::FileType;
+use crate::resources::leftovers;
 use crate::resources::repo::{self as res_repo, NewResource};
 use crate::resources::service::{clean_file_name, sniff_mime};
 use crate::{AppError, AppResult, AppState};
@@ -165,7 +166,7 @@ async fn store_files(
         let hash = crate::crypto::content_hash(&file.bytes);
         let size = file.bytes.len() as i64;
         let key = format!("rag/{}/uploads/{}", kb.id, uuid::Uuid::new_v4().simple());
-        state.storage().put(&key, file.bytes, &mime).await?;
+        leftovers::put_ahead(state, &key, file.bytes, &mime).await?;
         let resource = res_repo::insert(
             state.db(),
             &NewResource {
@@ -184,7 +185,7 @@ async fn store_files(
         let resource = match resource {
             Ok(r) => r,
             Err(e) => {
-                crate::resources::leftovers::delete(state, &[key]).await;
+                leftovers::unnamed(state, &key, leftovers::certain(&e)).await;
                 return Err(e.into());
             }
         };

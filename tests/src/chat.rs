@@ -177,7 +177,12 @@ impl ChatSetup {
     /// `mcp_servers::with_stdio`); returns its id.
     pub async fn everything_server(&self) -> i64 {
         let (command, args) = crate::mcp_servers::everything_stdio();
-        let body = json!({ "name": "everything", "transportType": 3, "command": command, "args": args });
+        self.mcp_server(json!({ "name": "everything", "transportType": 3, "command": command, "args": args }))
+            .await
+    }
+
+    /// Creates an MCP server from `body` as the administrator; returns its id.
+    pub async fn mcp_server(&self, body: Value) -> i64 {
         self.app
             .post("/mcp-server", Some(&self.admin), &body)
             .await

@@ -49,16 +49,8 @@ async fn a_streamed_chat_is_one_trace_of_retrieval_recall_model_and_tool_spans()
     // An MCP server over HTTP that answers the traceparent each call carried in its `_meta`.
     let echo = api_tests::mcp_servers::guarded(&["none"]).await;
     let echo_server = s
-        .app
-        .post(
-            "/mcp-server",
-            Some(&s.admin),
-            &json!({ "name": "trace echo", "transportType": 2, "endpoint": echo.url("/mcp") }),
-        )
-        .await
-        .assert_ok()
-        .as_i64()
-        .unwrap();
+        .mcp_server(json!({ "name": "trace echo", "transportType": 2, "endpoint": echo.url("/mcp") }))
+        .await;
     let agent = s
         .agent(
             &s.admin,

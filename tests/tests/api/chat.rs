@@ -515,6 +515,15 @@ async fn endpoints_that_misbehave_or_take_too_long_end_the_turn_as_failed() {
     );
 }
 
+/// An agent of `alice` on her own endpoint, which reports more tokens than an i64 holds, with
+/// `config` for its model config.
+async fn greedy_agent(s: &ChatSetup, alice: &str, config: Value) -> i64 {
+    let provider = s.app.provider(&s.admin, "greedy").await;
+    let url = &s.models.base_url;
+    let greedy = s.app.model(alice, provider, "CHAT", "chat-greedy", url, config).await;
+    s.agent(alice, json!({ "name": "Greedy", "chatModelId": greedy })).await
+}
+
 /// A reported usage past what an i64 holds charges what it can, never a negative amount:
 /// an endpoint a user configures cannot hand them a quota.
 #[tokio::test]
@@ -522,21 +531,7 @@ async fn an_absurd_reported_usage_cannot_raise_a_quota() {
     let s = ChatSetup::new().await;
     let (alice_id, alice) = s.app.regular_user("alice").await;
     s.set_quota(alice_id, 1_000).await;
-    let provider = s.app.provider(&s.admin, "greedy").await;
-    let greedy = s
-        .app
-        .model(
-            &alice,
-            provider,
-            "CHAT",
-            "chat-greedy",
-            &s.models.base_url,
-            json!({ "scope": "PERSONAL" }),
-        )
-        .await;
-    let agent = s
-        .agent(&alice, json!({ "name": "Greedy", "chatModelId": greedy }))
-        .await;
+    let agent = greedy_agent(&s, &alice, json!({ "scope": "PERSONAL" })).await;
     let events = s.chat(&alice, agent, say("g-1", "hello")).await.events();
     assert_eq!(kinds(&events).last().unwrap(), "done", "{events:?}");
     let mut left = i64::MAX;
@@ -556,25 +551,11 @@ async fn an_absurd_reported_usage_cannot_raise_a_quota() {
 #[tokio::test]
 async fn another_users_endpoint_cannot_empty_a_chatters_quota() {
     let s = ChatSetup::new().await;
-    let (alice_id, alice) = s.app.regular_user("alice").await;
+    let (_, alice) = s.app.regular_user("alice").await;
     let (bob_id, bob) = s.app.regular_user("bob").await;
-    s.set_quota(alice_id, 1_000).await;
     s.set_quota(bob_id, 1_000_000).await;
-    let provider = s.app.provider(&s.admin, "greedy").await;
-    let greedy = s
-        .app
-        .model(
-            &alice,
-            provider,
-            "CHAT",
-            "chat-greedy",
-            &s.models.base_url,
-            json!({ "scope": "PERSONAL", "configJson": { "maxTokens": 1_000_000 } }),
-        )
-        .await;
-    let agent = s
-        .agent(&alice, json!({ "name": "Greedy", "chatModelId": greedy }))
-        .await;
+    let config = json!({ "scope": "PERSONAL", "configJson": { "maxTokens": 1_000_000 } });
+    let agent = greedy_agent(&s, &alice, config).await;
     let events = s.chat(&bob, agent, say("g-1", "hello")).await.events();
     assert_eq!(kinds(&events).last().unwrap(), "done", "{events:?}");
     // The turn's call and its title's, each held and charged on its own.
@@ -693,15 +674,12 @@ async fn a_client_gone_during_a_tool_call_cancels_it_at_the_server() {
     let model = s.chat_model("chat-agent", json!({})).await;
     let token = "cancel-token-abcdef";
     let tools = api_tests::mcp_servers::guarded(&["bearer", token]).await;
-    let body = json!({ "name": "waiting", "transportType": 2, "endpoint": tools.url("/mcp"),
-        "authType": 2, "authConfig": { "token": token } });
     let server = s
-        .app
-        .post("/mcp-server", Some(&s.admin), &body)
-        .await
-        .assert_ok()
-        .as_i64()
-        .unwrap();
+        .mcp_server(
+            json!({ "name": "waiting", "transportType": 2, "endpoint": tools.url("/mcp"),
+            "authType": 2, "authConfig": { "token": token } }),
+        )
+        .await;
     let agent = s
         .agent(
             &s.admin,

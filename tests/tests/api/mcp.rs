@@ -818,14 +818,7 @@ async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
     assert_eq!(sum.text, "The sum of 1 and 1 is 2.");
     assert_eq!(processes_marked(&marker), 1, "one child for the session");
     let started = std::time::Instant::now();
-    let slow = mcp::call_tool(
-        &app.state,
-        id,
-        "trigger-long-running-operation",
-        json!({"duration": 10, "steps": 2}),
-    )
-    .await
-    .unwrap();
+    let slow = ten_second_operation(&app, id).await;
     assert!(
         slow.is_error && slow.text.contains("did not answer within 2 s"),
         "{slow:?}"
@@ -846,8 +839,43 @@ async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
     assert!(until_marked(&marker, 0).await, "a deleted server's child is killed");
 }
 
-/// A server run through a wrapper (a shell here, `npx` or `uvx` in use) is killed with what
-/// the wrapper started: the command's own process is not the server.
+/// server-everything's operation of 10 s, past the tests' call time limit (2 s).
+async fn ten_second_operation(app: &TestApp, id: i64) -> mcp::ToolOutcome {
+    let args = json!({"duration": 10, "steps": 2});
+    mcp::call_tool(&app.state, id, "trigger-long-running-operation", args)
+        .await
+        .unwrap()
+}
+
+/// A stdio server run through a wrapper (a shell here, `npx` or `uvx` in use) that starts a
+/// helper in the background and becomes `(command, args)`: the helper is the kind of process
+/// a wrapper leaves behind. Returns the server's id, once both run.
+async fn wrapped(app: &TestApp, admin: &str, name: &str, (command, args): (String, Vec<String>), marker: &str) -> i64 {
+    let mut sh_args = vec![json!("-c"), json!("sleep 600 & exec \"$0\" \"$@\""), json!(command)];
+    sh_args.extend(args.into_iter().map(Value::from));
+    let id = create(
+        app,
+        admin,
+        json!({"name": name, "transportType": 3, "command": "/bin/sh", "args": sh_args,
+        "envVars": {"MCP_TEST_MARKER": marker}}),
+    )
+    .await;
+    let tools = mcp::tools_of_servers(&app.state, &[id]).await.unwrap();
+    assert!(tools[0].1.is_ok(), "{name} lists its tools");
+    assert_eq!(processes_marked(marker), 2, "the server and its helper");
+    id
+}
+
+async fn gone(marker: &str) {
+    assert!(
+        until_marked(marker, 0).await,
+        "the server and its helper are gone: {} left",
+        processes_marked(marker)
+    );
+}
+
+/// A wrapped server is killed with what the wrapper started: the command's own process is
+/// not the server.
 #[tokio::test]
 async fn a_timed_out_stdio_server_is_killed_with_the_processes_it_started() {
     let app = spawn_with(
@@ -856,38 +884,11 @@ async fn a_timed_out_stdio_server_is_killed_with_the_processes_it_started() {
     )
     .await;
     let admin = app.admin_token().await;
-    let (server, server_args) = everything_stdio();
     let marker = uuid::Uuid::new_v4().to_string();
-    // The shell starts a helper in the background and becomes the server; the helper is the
-    // kind of process a wrapper leaves behind.
-    let mut args = vec![json!("-c"), json!("sleep 600 & exec \"$0\" \"$@\""), json!(server)];
-    args.extend(server_args.into_iter().map(Value::from));
-    let id = create(
-        &app,
-        &admin,
-        json!({"name": "wrapped", "transportType": 3, "command": "/bin/sh", "args": args,
-        "envVars": {"MCP_TEST_MARKER": marker}}),
-    )
-    .await;
-    let sum = mcp::call_tool(&app.state, id, "get-sum", json!({"a": 1, "b": 2}))
-        .await
-        .unwrap();
-    assert_eq!(sum.text, "The sum of 1 and 2 is 3.");
-    assert_eq!(processes_marked(&marker), 2, "the server and its helper");
-    let slow = mcp::call_tool(
-        &app.state,
-        id,
-        "trigger-long-running-operation",
-        json!({"duration": 10, "steps": 2}),
-    )
-    .await
-    .unwrap();
+    let id = wrapped(&app, &admin, "wrapped", everything_stdio(), &marker).await;
+    let slow = ten_second_operation(&app, id).await;
     assert!(slow.is_error, "{slow:?}");
-    assert!(
-        until_marked(&marker, 0).await,
-        "the server and its helper are gone: {} left",
-        processes_marked(&marker)
-    );
+    gone(&marker).await;
 }
 
 /// A wrapped server that ends when its stdin closes (the graceful end of a session: here the
@@ -897,45 +898,21 @@ async fn a_timed_out_stdio_server_is_killed_with_the_processes_it_started() {
 async fn a_wrapped_stdio_server_that_exits_on_its_own_takes_its_group_along() {
     let app = spawn_with(Store::Filesystem, &api_tests::mcp_servers::with_stdio("/bin/sh", &[])).await;
     let admin = app.admin_token().await;
-    let (python, script) = api_tests::mcp_servers::python_stdio();
     let marker = uuid::Uuid::new_v4().to_string();
-    let mut args = vec![json!("-c"), json!("sleep 600 & exec \"$0\" \"$@\""), json!(python)];
-    args.extend(script.into_iter().map(Value::from));
-    let id = create(
-        &app,
-        &admin,
-        json!({"name": "plain", "transportType": 3, "command": "/bin/sh", "args": args,
-        "envVars": {"MCP_TEST_MARKER": marker}}),
-    )
-    .await;
+    let python = api_tests::mcp_servers::python_stdio;
+    let id = wrapped(&app, &admin, "plain", python(), &marker).await;
     let sum = mcp::call_tool(&app.state, id, "add", json!({"a": 2, "b": 3}))
         .await
         .unwrap();
     assert_eq!(sum.text, "5");
-    assert_eq!(processes_marked(&marker), 2, "the server and its helper");
     app.delete(&format!("/mcp-server/{id}"), Some(&admin)).await.assert_ok();
-    assert!(
-        until_marked(&marker, 0).await,
-        "the server and its helper are gone: {} left",
-        processes_marked(&marker)
-    );
+    gone(&marker).await;
 
     // A process that ends (the local server on Ctrl-C) closes every session first, and waits
-    // for their children to be killed.
-    let id = create(
-        &app,
-        &admin,
-        json!({"name": "plain 2", "transportType": 3, "command": "/bin/sh", "args": args,
-        "envVars": {"MCP_TEST_MARKER": marker}}),
-    )
-    .await;
-    mcp::call_tool(&app.state, id, "add", json!({"a": 2, "b": 3}))
-        .await
-        .unwrap();
-    assert_eq!(processes_marked(&marker), 2);
+    // for their children to be killed (a signalled process takes a moment to leave /proc).
+    wrapped(&app, &admin, "plain 2", python(), &marker).await;
     app.state.mcp().close_all(Duration::from_secs(10)).await;
-    // Killed before it returns; a signalled process takes a moment to leave /proc.
-    assert!(until_marked(&marker, 0).await, "ended by close_all");
+    gone(&marker).await;
 }
 
 /// The status after a test, and the whole detail.

@@ -155,6 +155,15 @@ impl Setup {
         .unwrap()
     }
 
+    /// An embedding model that answers after a second (`emb-8-slow`).
+    async fn slow_embedding_model(&self) -> i64 {
+        let provider = self.app.provider(&self.admin, "slow").await;
+        let url = &self.models.base_url;
+        self.app
+            .model(&self.admin, provider, "EMBEDDING", "emb-8-slow", url, json!({}))
+            .await
+    }
+
     async fn memory_count(&self) -> i64 {
         self.app.count("memories").await
     }
@@ -1768,12 +1777,7 @@ async fn a_config_edit_sees_an_agent_bound_while_it_checks() {
 async fn a_config_edit_asks_its_new_model_without_holding_the_config() {
     let s = setup(false).await;
     let id = s.config(json!({})).await;
-    let provider = s.app.provider(&s.admin, "slow").await;
-    let url = &s.models.base_url;
-    let slow = s
-        .app
-        .model(&s.admin, provider, "EMBEDDING", "emb-8-slow", url, json!({}))
-        .await;
+    let slow = s.slow_embedding_model().await;
     let path = format!("/memory/config/{id}");
     let body = json!({ "embeddingModelId": slow });
     let edit = s.app.put(&path, s.t(), &body);
@@ -1848,12 +1852,7 @@ async fn extraction_stops_before_a_turn_still_being_answered() {
 #[tokio::test]
 async fn an_extraction_that_outlives_its_lease_writes_nothing() {
     let s = setup(false).await;
-    let provider = s.app.provider(&s.admin, "slow").await;
-    let url = &s.models.base_url;
-    let slow = s
-        .app
-        .model(&s.admin, provider, "EMBEDDING", "emb-8-slow", url, json!({}))
-        .await;
+    let slow = s.slow_embedding_model().await;
     let config = s.config(json!({ "embeddingModelId": slow })).await;
     let agent = s.agent(Some(config)).await;
     let conv = s.conversation(agent, Owner::User(s.admin_id), "slow").await;

@@ -98,7 +98,11 @@ pub async fn page(
     };
     let (rows, total) = repo::page(state.db(), &filter, paging.size(), paging.offset()).await?;
     if let (Some(unknown), 0) = (hidden, total) {
-        return Err(unknown);
+        // None in the period asked is not none at all.
+        let any = SummaryFilter { active: None, ..filter };
+        if repo::page(state.db(), &any, 1, 0).await?.1 == 0 {
+            return Err(unknown);
+        }
     }
     Ok(Page::new(rows.into_iter().map(Into::into).collect(), paging, total))
 }

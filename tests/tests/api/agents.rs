@@ -351,6 +351,15 @@ async fn a_subscriber_leaves_a_disabled_agent_and_keeps_their_conversations() {
     s.app.delete(&path("/subscribe"), t).await.assert_ok();
     let list = s.app.get(&path("/conversations"), t).await;
     assert_eq!(list.assert_ok()["total"], 1);
+    let later = s
+        .app
+        .get(&path("/conversations?start=2999-01-01&end=2999-12-31"), t)
+        .await;
+    assert_eq!(
+        later.assert_ok()["total"],
+        0,
+        "none in the period, not an unknown agent"
+    );
     let messages = s.app.get(&path("/conversation/mine/messages"), t).await;
     assert_eq!(messages.assert_ok().as_array().unwrap().len(), 2);
     s.app.delete(&path("/conversation/mine"), t).await.assert_ok();

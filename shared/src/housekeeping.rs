@@ -1,5 +1,5 @@
 //! The daily clean-up (the housekeeping function, an EventBridge schedule): expired upload
-//! previews and their files, uploads nobody registered (files on disk; S3's lifecycle rule
+//! previews and their files, files of previews never saved, uploads nobody registered (files on disk; S3's lifecycle rule
 //! expires its own), refresh tokens of dead logins, stale login counters, client nodes
 //! long offline and uncollected kicks, memory expiry, answers whose turn ended without
 //! storing them, documents whose processing stopped, and vector indexes of deleted bases.
@@ -20,6 +20,7 @@ pub const NODE_RETENTION: Duration = Duration::from_secs(7 * 86400);
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Swept {
     pub upload_previews: u64,
+    pub unsaved_preview_files: u64,
     pub staged_uploads: u64,
     pub refresh_tokens: u64,
     pub login_counters: u64,
@@ -52,9 +53,11 @@ pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
     let db = state.db();
     let mut failed = Vec::new();
     let previews = crate::rag::documents::upload::expire_previews(state).await;
+    let unsaved = crate::rag::documents::upload::sweep_unsaved(state).await;
     let leftovers = crate::resources::leftovers::retry(state).await;
     let swept = Swept {
         upload_previews: done(&mut failed, "upload previews", previews.map(|n| n as u64)),
+        unsaved_preview_files: done(&mut failed, "unsaved preview files", unsaved.map(|n| n as u64)),
         staged_uploads: done(
             &mut failed,
             "staged uploads",

@@ -11,6 +11,7 @@ use super::model::{CompleteImageUploadRequest, ImageUploadUrlRequest, UploadRequ
 use super::{repo, users};
 use crate::agents::chat::attachments::MAX_IMAGE_BYTES;
 use crate::domain::AppCaller;
+use crate::resources::leftovers;
 use crate::resources::model::UploadUrlResult;
 use crate::resources::repo::{self as resource_repo, NewResource};
 use crate::resources::service::{
@@ -75,7 +76,7 @@ pub async fn upload(state: &AppState, app: &AppCaller, req: UploadRequest) -> Ap
     let ext = image_extension("content", &mime)?;
     let key = format!("{}{}.{ext}", key_prefix(app), uuid::Uuid::new_v4());
     let hash = crate::crypto::content_hash(&bytes);
-    state.storage().put(&key, bytes.into(), &mime).await?;
+    leftovers::put_ahead(state, &key, bytes.into(), &mime).await?;
     let image = Image {
         key: &key,
         name: &name,
@@ -122,6 +123,8 @@ pub async fn complete_upload(
         state.storage().delete(&key).await?;
         return Err(refused);
     }
+    // Noted before it is kept (the staged mark's expiry no longer covers it after that).
+    leftovers::ahead(state.db(), &key).await?;
     state.storage().keep(&key).await?;
     let image = Image {
         key: &key,
@@ -148,7 +151,8 @@ struct Image<'a> {
 
 /// Registers a stored image as the external user's resource, creating the user on first
 /// contact. A failure leaves nothing: the object is deleted and a user this request created
-/// removed, except that a key registered meanwhile (two completions at once) keeps its file.
+/// removed, except that a key registered meanwhile (two completions at once) keeps its file,
+/// and one whose registration is unknown is left to the housekeeping (see `leftovers`).
 async fn register(state: &AppState, app: &AppCaller, open_id: &str, image: Image<'_>) -> AppResult<UploadedImage> {
     let new = NewResource {
         storage_key: image.key,
@@ -193,14 +197,20 @@ async fn register(state: &AppState, app: &AppCaller, open_id: &str, image: Image
             tracing::warn!(error = %e, "an external user created for a failed upload was kept");
         }
     }
+    // Only a second completion of the same upload could have registered the key, or this one
+    // if its commit's answer was lost.
     match resource_repo::is_registered(state.db(), image.key).await {
-        Ok(true) => return Err(already_registered()),
-        Ok(false) => {}
-        // Only a second completion of the same upload could have registered the key.
+        Ok(true) => {
+            if let Err(e) = leftovers::named(state.db(), image.key).await {
+                tracing::warn!(error = %e, key = image.key, "a registered object's note was kept");
+            }
+            return Err(already_registered());
+        }
+        Ok(false) => leftovers::unnamed(state, image.key, true).await,
+        // Its note stays: the housekeeping deletes the object in a day unless a row names it.
         Err(e) => {
-            tracing::warn!(error = %e, key = image.key, "whether a failed upload's object is registered is unknown; deleting it")
+            tracing::warn!(error = %e, key = image.key, "whether a failed upload's object is registered is unknown; left to housekeeping")
         }
     }
-    crate::resources::leftovers::delete(state, &[image.key.to_owned()]).await;
     Err(err)
 }

@@ -31,6 +31,15 @@ pub async fn ahead(db: &PgPool, key: &str) -> sqlx::Result<()> {
     .map(|_| ())
 }
 
+/// Takes back the note of `key`, which a stored row is known to name.
+pub async fn named(db: &PgPool, key: &str) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM leftover_objects WHERE storage_key = $1")
+        .bind(key)
+        .execute(db)
+        .await
+        .map(|_| ())
+}
+
 /// Writes an object ahead of the row that will name it; a write that fails leaves nothing
 /// behind, unless it may have stored the object after all.
 pub async fn put_ahead(state: &AppState, key: &str, bytes: Bytes, mime: &str) -> AppResult<()> {
@@ -67,14 +76,18 @@ pub async fn unnamed(state: &AppState, key: &str, certain: bool) {
     }
 }
 
-/// Whether a failed statement certainly wrote nothing: the database answered (an error of its
-/// own, a refused or unobtainable connection). A connection lost while waiting for the answer
-/// may have committed it.
+/// Whether a failed statement certainly wrote nothing: the database refused it (an error of
+/// its own, not the connection ending under it) or it never reached the database. Anything
+/// else (a lost connection, a result that could not be read) may have come after the commit.
 pub fn certain(err: &sqlx::Error) -> bool {
-    !matches!(
-        err,
-        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed
-    )
+    match err {
+        sqlx::Error::Database(db) => !db.code().is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Configuration(_)
+        | sqlx::Error::Encode(_) => true,
+        _ => false,
+    }
 }
 
 /// Objects one housekeeping run tries; the next run takes the rest.

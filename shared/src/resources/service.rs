@@ -136,11 +136,15 @@ pub(crate) fn already_registered() -> AppError {
 }
 
 /// The row for an object just stored, or the object removed again. Not when the key is already
-/// registered (two completions of one upload at once): the object is that row's file.
+/// registered (two completions of one upload at once): the object is that row's file, and the
+/// note this completion wrote, after that row took its own back, must not outlive it.
 async fn insert_or_discard(state: &AppState, new: &NewResource<'_>) -> AppResult<ResourceView> {
     match repo::insert(state.db(), new).await {
         Ok(row) => Ok(ResourceView::new(row, state)),
-        Err(err) if crate::error::is_unique_violation(&err, "resources_storage_key_key") => Err(already_registered()),
+        Err(err) if crate::error::is_unique_violation(&err, "resources_storage_key_key") => {
+            super::leftovers::named(state.db(), new.storage_key).await?;
+            Err(already_registered())
+        }
         Err(err) => {
             super::leftovers::unnamed(state, new.storage_key, super::leftovers::certain(&err)).await;
             Err(err.into())
@@ -254,6 +258,8 @@ pub async fn complete_upload(
     let mime = sniff_stored(state, &key, &name, size).await?;
     // Refused before it is kept: the staged object expires with the other abandoned uploads.
     check_image_claim("originalName", &name, &mime)?;
+    // Noted before it is kept (the staged mark's expiry no longer covers it after that).
+    super::leftovers::ahead(state.db(), &key).await?;
     state.storage().keep(&key).await?;
     let new = NewResource {
         storage_key: &key,

@@ -52,11 +52,16 @@ pub struct NewPackage<'a> {
 /// Points the row at a new package if it is still at `version` (compare and swap); None when
 /// someone else changed or deleted it first.
 pub async fn swap_package(db: &PgPool, id: i64, version: i64, p: &NewPackage<'_>) -> sqlx::Result<Option<SkillRow>> {
+    // The new package's note goes only with the swap: on a conflict the package is deleted
+    // by the caller, and a request ending before that leaves it to the housekeeping.
     sqlx::query_as(&format!(
-        "{} UPDATE skills SET name = $3, description = $4, file_size = $5, storage_key = $6,
-                version = version + 1, update_dt = now()
-         WHERE id = $1 AND version = $2 RETURNING {COLUMNS}",
-        take_back(6)
+        "WITH updated AS (
+           UPDATE skills SET name = $3, description = $4, file_size = $5, storage_key = $6,
+                  version = version + 1, update_dt = now()
+           WHERE id = $1 AND version = $2 RETURNING {COLUMNS}),
+         taken_back AS (
+           DELETE FROM leftover_objects WHERE storage_key = $6 AND EXISTS (SELECT 1 FROM updated))
+         SELECT * FROM updated"
     ))
     .bind(id)
     .bind(version)

@@ -153,7 +153,7 @@ pub async fn commit(state: &AppState, row: &SkillRow, package: &Package) -> AppR
             Ok(updated)
         }
         Ok(None) => {
-            discard(state, &key).await;
+            leftovers::unnamed(state, &key, true).await;
             match repo::find(state.db(), row.id).await? {
                 Some(now) => Err(conflict(row.id, row.version, now.version)),
                 None => Err(AppError::not_found("skill")),

@@ -42,6 +42,21 @@ async fn housekeeping_removes_only_what_has_expired() {
             .unwrap()
     };
     let (old_key, live_key) = (key_of("old.txt").await, key_of("live.txt").await);
+    // A preview whose request ended before the preview was saved: its file, two days old, is
+    // named by no preview.
+    let unsaved = s.preview(kb, &[("unsaved.txt", b"unsaved".to_vec())], None).await;
+    let unsaved = unsaved.assert_ok()["previewToken"].as_str().unwrap().to_owned();
+    let unsaved_key = key_of("unsaved.txt").await;
+    sqlx::query("DELETE FROM upload_previews WHERE token = $1")
+        .bind(&unsaved)
+        .execute(db)
+        .await
+        .unwrap();
+    run(
+        db,
+        "UPDATE resources SET create_dt = now() - interval '2 days' WHERE original_name = 'unsaved.txt'",
+    )
+    .await;
     sqlx::query("UPDATE upload_previews SET expires_at = now() - interval '1 minute' WHERE token = $1")
         .bind(&old)
         .execute(db)
@@ -212,6 +227,7 @@ async fn housekeeping_removes_only_what_has_expired() {
         swept,
         shared::housekeeping::Swept {
             upload_previews: 1,
+            unsaved_preview_files: 1,
             staged_uploads: 1,
             refresh_tokens: 2,
             login_counters: 2,
@@ -263,6 +279,11 @@ async fn housekeeping_removes_only_what_has_expired() {
         "the expired preview's file is gone"
     );
     assert_eq!(storage.head(&live_key).await.unwrap(), Some(4));
+    assert_eq!(
+        storage.head(&unsaved_key).await.unwrap(),
+        None,
+        "the unsaved preview's file is gone"
+    );
     assert_eq!(app.count("refresh_tokens").await, tokens_before - 2);
     assert_eq!(
         strings(

@@ -246,6 +246,28 @@ pub async fn expire_previews(state: &AppState) -> AppResult<usize> {
     expire(state, EXPIRE_BATCH).await
 }
 
+/// Deletes the temporary files of previews that were never saved: a request that ended
+/// between storing its files and its preview (a Lambda timeout), or whose clean-up failed,
+/// left rows no preview names, which nothing else reaches (the resource API refuses them).
+/// Older than a day, they are past any preview's hour. Returns how many.
+pub async fn sweep_unsaved(state: &AppState) -> AppResult<usize> {
+    let keys: Vec<String> = sqlx::query_scalar(
+        "DELETE FROM resources WHERE id IN (
+           SELECT r.id FROM resources r
+           WHERE r.biz_type = $1 AND r.create_dt < now() - interval '1 day'
+             AND NOT EXISTS (SELECT 1 FROM upload_previews p
+                             WHERE p.items @> jsonb_build_array(jsonb_build_object('key', r.storage_key)))
+           ORDER BY r.id LIMIT $2)
+         RETURNING storage_key",
+    )
+    .bind(crate::resources::KB_PREVIEW_BIZ_TYPE)
+    .bind(EXPIRE_BATCH)
+    .fetch_all(state.db())
+    .await?;
+    leftovers::delete(state, &keys).await;
+    Ok(keys.len())
+}
+
 /// Deletes up to `limit` expired previews and their temporary files; returns how many
 /// previews. A preview's row goes only once all its files have: one whose files could not all
 /// be deleted stays, and the next run tries it again. Previews a commit holds are left to it.

@@ -57,7 +57,7 @@ pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
     let leftovers = crate::resources::leftovers::retry(state).await;
     let swept = Swept {
         upload_previews: done(&mut failed, "upload previews", previews.map(|n| n as u64)),
-        unsaved_preview_files: done(&mut failed, "unsaved preview files", unsaved.map(|n| n as u64)),
+        unsaved_preview_files: done(&mut failed, "unsaved preview files", unsaved),
         staged_uploads: done(
             &mut failed,
             "staged uploads",

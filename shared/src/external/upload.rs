@@ -166,6 +166,8 @@ async fn register(state: &AppState, app: &AppCaller, open_id: &str, image: Image
         creator_id: app.creator_id,
     };
     let mut created = None;
+    // A commit whose answer was lost may have stored the row: nothing is undone then.
+    let mut maybe_stored = false;
     let stored = async {
         let (user, is_new) = users::ensure(state, app, open_id).await?;
         if is_new {
@@ -174,7 +176,10 @@ async fn register(state: &AppState, app: &AppCaller, open_id: &str, image: Image
         let mut tx = state.db().begin().await?;
         let row = resource_repo::insert(&mut *tx, &new).await?;
         repo::own_resource(&mut *tx, row.id, user).await?;
-        tx.commit().await?;
+        if let Err(e) = tx.commit().await {
+            maybe_stored = !leftovers::certain(&e);
+            return Err(e.into());
+        }
         Ok::<_, AppError>(row)
     }
     .await;
@@ -190,6 +195,13 @@ async fn register(state: &AppState, app: &AppCaller, open_id: &str, image: Image
         }
         Err(err) => err,
     };
+    if maybe_stored {
+        tracing::warn!(
+            key = image.key,
+            "an upload's commit may have been stored; its object is left to housekeeping"
+        );
+        return Err(err);
+    }
     // Neither clean-up may end the request early: a database that failed the insert likely
     // fails them too, and the object would stay with no row naming it.
     if let Some(user) = created {
@@ -197,8 +209,7 @@ async fn register(state: &AppState, app: &AppCaller, open_id: &str, image: Image
             tracing::warn!(error = %e, "an external user created for a failed upload was kept");
         }
     }
-    // Only a second completion of the same upload could have registered the key, or this one
-    // if its commit's answer was lost.
+    // Only a second completion of the same upload could have registered the key.
     match resource_repo::is_registered(state.db(), image.key).await {
         Ok(true) => {
             if let Err(e) = leftovers::named(state.db(), image.key).await {

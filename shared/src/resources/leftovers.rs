@@ -23,7 +23,7 @@ pub fn take_back(key_param: u8) -> String {
 pub async fn ahead(db: &PgPool, key: &str) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO leftover_objects (storage_key, due_at) VALUES ($1, now() + interval '1 day')
-         ON CONFLICT (storage_key) DO NOTHING",
+         ON CONFLICT (storage_key) DO UPDATE SET due_at = GREATEST(leftover_objects.due_at, EXCLUDED.due_at)",
     )
     .bind(key)
     .execute(db)
@@ -110,14 +110,33 @@ pub async fn delete(state: &AppState, keys: &[String]) {
     }
 }
 
-/// Deletes the noted objects; returns how many went. Those that fail again stay noted, and
-/// the run reports the failure.
+/// A row of one of the tables that keep storage keys names the noted key.
+const NAMED: &str = "EXISTS (SELECT 1 FROM resources r WHERE r.storage_key = l.storage_key)
+    OR EXISTS (SELECT 1 FROM skills s WHERE s.storage_key = l.storage_key)
+    OR EXISTS (SELECT 1 FROM documents d WHERE d.storage_key = l.storage_key)
+    OR EXISTS (SELECT 1 FROM document_images i WHERE i.storage_key = l.storage_key)";
+
+/// Deletes the noted objects that are due; returns how many went. Those that fail again stay
+/// noted, and the run reports the failure. A due note whose key a row names after all (a
+/// completion retried while the first one was saving wrote its note after that row took its
+/// own back) is dropped, its object kept: the check is what makes a note safe to act on.
 pub async fn retry(state: &AppState) -> AppResult<u64> {
-    let keys: Vec<String> =
-        sqlx::query_scalar("SELECT storage_key FROM leftover_objects WHERE due_at <= now() ORDER BY due_at LIMIT $1")
-            .bind(RETRY_BATCH)
-            .fetch_all(state.db())
-            .await?;
+    let kept = sqlx::query(&format!(
+        "DELETE FROM leftover_objects l WHERE l.due_at <= now() AND ({NAMED})"
+    ))
+    .execute(state.db())
+    .await?
+    .rows_affected();
+    if kept > 0 {
+        tracing::warn!(kept, "notes of objects that rows name were dropped, their objects kept");
+    }
+    let keys: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT l.storage_key FROM leftover_objects l WHERE l.due_at <= now() AND NOT ({NAMED})
+         ORDER BY l.due_at LIMIT $1"
+    ))
+    .bind(RETRY_BATCH)
+    .fetch_all(state.db())
+    .await?;
     let mut deleted = 0;
     let mut failure = None;
     for key in keys {

@@ -250,22 +250,26 @@ pub async fn expire_previews(state: &AppState) -> AppResult<usize> {
 /// between storing its files and its preview (a Lambda timeout), or whose clean-up failed,
 /// left rows no preview names, which nothing else reaches (the resource API refuses them).
 /// Older than a day, they are past any preview's hour. Returns how many.
-pub async fn sweep_unsaved(state: &AppState) -> AppResult<usize> {
-    let keys: Vec<String> = sqlx::query_scalar(
-        "DELETE FROM resources WHERE id IN (
-           SELECT r.id FROM resources r
-           WHERE r.biz_type = $1 AND r.create_dt < now() - interval '1 day'
-             AND NOT EXISTS (SELECT 1 FROM upload_previews p
-                             WHERE p.items @> jsonb_build_array(jsonb_build_object('key', r.storage_key)))
-           ORDER BY r.id LIMIT $2)
-         RETURNING storage_key",
+/// The files are noted in the statement that deletes their rows; the housekeeping's retry of
+/// noted objects, which runs after this, deletes them.
+pub async fn sweep_unsaved(state: &AppState) -> AppResult<u64> {
+    let swept = sqlx::query(
+        "WITH gone AS (
+           DELETE FROM resources WHERE id IN (
+             SELECT r.id FROM resources r
+             WHERE r.biz_type = $1 AND r.storage_key LIKE 'rag/%/uploads/%'
+               AND r.create_dt < now() - interval '1 day'
+               AND NOT EXISTS (SELECT 1 FROM upload_previews p
+                               WHERE p.items @> jsonb_build_array(jsonb_build_object('key', r.storage_key)))
+             ORDER BY r.id LIMIT $2)
+           RETURNING storage_key)
+         INSERT INTO leftover_objects (storage_key) SELECT storage_key FROM gone ON CONFLICT DO NOTHING",
     )
     .bind(crate::resources::KB_PREVIEW_BIZ_TYPE)
     .bind(EXPIRE_BATCH)
-    .fetch_all(state.db())
+    .execute(state.db())
     .await?;
-    leftovers::delete(state, &keys).await;
-    Ok(keys.len())
+    Ok(swept.rows_affected())
 }
 
 /// Deletes up to `limit` expired previews and their temporary files; returns how many

@@ -1471,6 +1471,11 @@ async fn office_and_pdf_files(store: Store, extra: &[(&str, &str)]) {
     assert!(all.contains("apples") && all.contains("pears"), "{all}");
     assert_eq!(pages[0].0, Some(1), "chunks keep their page number");
 
+    assert_eq!(
+        s.app.count("leftover_objects").await,
+        0,
+        "the indexed images' rows took their notes back"
+    );
     // Deleting the document removes its image file too.
     let key: String = sqlx::query_scalar("SELECT storage_key FROM document_images WHERE document_id = $1")
         .bind(ids[0])
@@ -1515,6 +1520,7 @@ async fn an_attempt_that_cannot_index_its_document_leaves_no_image_files() {
         .collect();
     assert!(left.is_empty(), "image files no row holds: {left:?}");
     assert_eq!(s.app.count("chunks").await, 0);
+    assert_eq!(s.app.count("leftover_objects").await, 0, "and no note of them");
 }
 
 /// A document deleted while a processing run commits its images waits for that commit and

@@ -16,6 +16,7 @@ use crate::rag::documents::repo as doc_repo;
 use crate::rag::documents::DocRow;
 use crate::rag::extparse::ExtparseError;
 use crate::rag::parse::{self, ParseOptions};
+use crate::resources::leftovers;
 use crate::AppState;
 
 /// Texts embedded per call between progress updates.
@@ -301,18 +302,19 @@ async fn index(
     let indexes = match crate::rag::backends::Indexes::of(state, kb).await {
         Ok(indexes) => indexes,
         Err(e) => {
-            crate::resources::leftovers::delete(state, &image_keys).await;
+            unnamed(state, &image_keys, true).await;
             return Err(permanent("indexing", e.told()));
         }
     };
-    let result: anyhow::Result<Vec<String>> = async {
+    // The replaced images, or None when another run superseded this one.
+    let result: anyhow::Result<Option<Vec<String>>> = async {
         let mut tx = state.db().begin().await?;
         let current: Option<Uuid> = sqlx::query_scalar("SELECT run_id FROM documents WHERE id = $1 FOR UPDATE")
             .bind(doc.id)
             .fetch_optional(&mut *tx)
             .await?;
         if current != Some(doc.run_id) {
-            return Ok(image_keys.clone()); // superseded while we worked: our images are waste
+            return Ok(None); // superseded while we worked: our images are waste
         }
         super::write_chunks(&mut tx, &indexes, kb.id, doc.id, written.chunks, written.vectors).await?;
         let old_images: Vec<String> = sqlx::query_scalar("DELETE FROM document_images WHERE document_id = $1 RETURNING storage_key")
@@ -320,10 +322,11 @@ async fn index(
             .fetch_all(&mut *tx)
             .await?;
         for ((image, key), ocr) in parsed.images.iter().zip(&image_keys).zip(written.ocr) {
-            sqlx::query(
-                "INSERT INTO document_images (rag_id, document_id, image_index, storage_key, mime_type, caption, section_title, source_page, ocr_text)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
+            sqlx::query(&format!(
+                "{} INSERT INTO document_images (rag_id, document_id, image_index, storage_key, mime_type, caption,
+                 section_title, source_page, ocr_text) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                leftovers::take_back(4)
+            ))
             .bind(kb.id)
             .bind(doc.id)
             .bind(image.index as i32)
@@ -348,38 +351,49 @@ async fn index(
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(old_images)
+        Ok(Some(old_images))
     }
     .await;
     match result {
-        Ok(garbage) => {
-            crate::resources::leftovers::delete(state, &garbage).await;
+        Ok(Some(replaced)) => {
+            leftovers::delete(state, &replaced).await;
+            Ok(())
+        }
+        Ok(None) => {
+            unnamed(state, &image_keys, true).await;
             Ok(())
         }
         // This attempt's images belong to no row: the attempt that indexes the document
-        // stores its own.
+        // stores its own. Unless the commit's answer was lost: the housekeeping sees then.
         Err(e) => {
-            crate::resources::leftovers::delete(state, &image_keys).await;
+            let certain = e.downcast_ref::<sqlx::Error>().is_none_or(leftovers::certain);
+            unnamed(state, &image_keys, certain).await;
             Err(transient(e))
         }
     }
 }
 
+/// An attempt's images no row names (see `leftovers::unnamed`).
+async fn unnamed(state: &AppState, keys: &[String], certain: bool) {
+    for key in keys {
+        leftovers::unnamed(state, key, certain).await;
+    }
+}
+
 /// Stores the extracted images under keys of this attempt alone, so a repeated or superseded
-/// attempt never overwrites, or later deletes, what another attempt indexed.
+/// attempt never overwrites, or later deletes, what another attempt indexed. Each is noted
+/// ahead of its row (see `leftovers`): a worker killed before its commit leaves files the
+/// housekeeping deletes.
 async fn store_images(state: &AppState, doc: &DocRow, parsed: &ParsedDocument) -> anyhow::Result<Vec<String>> {
     let attempt = Uuid::new_v4().simple();
     let mut keys = Vec::with_capacity(parsed.images.len());
     for image in &parsed.images {
         let ext = image.mime.rsplit('/').next().unwrap_or("bin");
         let key = format!("rag/{}/images/{}/{attempt}-{}.{ext}", doc.rag_id, doc.id, image.index);
-        let stored = state
-            .storage()
-            .put(&key, bytes::Bytes::from(image.bytes.clone()), &image.mime)
-            .await;
+        let stored = leftovers::put_ahead(state, &key, bytes::Bytes::from(image.bytes.clone()), &image.mime).await;
         if let Err(e) = stored {
-            crate::resources::leftovers::delete(state, &keys).await;
-            return Err(e.into());
+            unnamed(state, &keys, true).await;
+            return Err(anyhow::anyhow!("storing image {}: {e}", image.index));
         }
         keys.push(key);
     }

@@ -153,7 +153,14 @@ async fn replace(
     let (id, run_id) = repo::insert(&mut *tx, new).await?;
     // Last before the commit (see `remove_replaced`).
     remove_replaced(state, kb, &mut tx, &old_chunks).await?;
-    tx.commit().await?;
+    // A commit whose answer was lost may have stored the document: told as the database being
+    // unavailable, which the caller takes as "maybe stored" and leaves the file to housekeeping.
+    if let Err(e) = tx.commit().await {
+        return Err(match leftovers::certain(&e) {
+            true => e.into(),
+            false => AppError::unavailable("the database", anyhow::Error::new(e)),
+        });
+    }
     Ok((id, run_id, old_keys))
 }
 
@@ -205,7 +212,8 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
         creator_id: user.id,
     };
     // The new object is removed again whatever fails after it was stored, unless the failure
-    // may have come after the commit (the database unreachable): housekeeping has it then.
+    // may have come after the commit (told as the database unavailable): housekeeping has it
+    // then, and keeps it if the document was stored.
     let (id, run_id, old_keys) = match replace(state, &kb, overwritten, &new).await {
         Ok(done) => done,
         Err(e) => {

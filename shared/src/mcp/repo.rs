@@ -100,6 +100,21 @@ pub async fn visible_ids(db: &PgPool, viewer: Viewer, ids: &[i64]) -> sqlx::Resu
     Ok(ids.iter().copied().filter(|id| found.contains(id)).collect())
 }
 
+/// Of `ids`, those the user `user_id` may use with their role as it is now (see
+/// `push_visible`), in their order.
+pub async fn usable_by(db: &PgPool, user_id: i64, ids: &[i64]) -> sqlx::Result<Vec<i64>> {
+    let found: Vec<i64> = sqlx::query_scalar(
+        "SELECT s.id FROM mcp_servers s WHERE s.id = ANY($1)
+           AND (s.creator_id = $2 OR s.creator_id IN (SELECT id FROM users WHERE role = 1)
+                OR EXISTS (SELECT 1 FROM users u WHERE u.id = $2 AND u.role = 1))",
+    )
+    .bind(ids)
+    .bind(user_id)
+    .fetch_all(db)
+    .await?;
+    Ok(ids.iter().copied().filter(|id| found.contains(id)).collect())
+}
+
 pub async fn briefs(db: &PgPool, ids: &[i64]) -> sqlx::Result<Vec<McpServerBrief>> {
     let rows: Vec<McpServerBrief> =
         sqlx::query_as("SELECT id, name, description, transport_type, status FROM mcp_servers WHERE id = ANY($1)")

@@ -1193,6 +1193,50 @@ async fn the_model_loads_a_skill_and_follows_it_and_disabled_skills_are_not_offe
     assert_eq!(detail.assert_ok()["skillIds"], json!([pirate]));
 }
 
+/// An agent offers an MCP server only while its creator may use it: an administrator's shared
+/// server, bound by a regular user, is no longer offered once that administrator is demoted.
+#[tokio::test]
+async fn a_shared_server_whose_creator_was_demoted_is_no_longer_offered() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let (bob_id, bob) = s.app.regular_user("bob").await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 100_000).await;
+    let role = |id: i64, role: i16| {
+        let db = s.app.db.clone();
+        async move {
+            sqlx::query("UPDATE users SET role = $2 WHERE id = $1")
+                .bind(id)
+                .bind(role)
+                .execute(&db)
+                .await
+                .unwrap();
+        }
+    };
+    role(bob_id, 1).await;
+    let tools = api_tests::mcp_servers::guarded(&["none"]).await;
+    let body = json!({ "name": "bobs", "transportType": 2, "endpoint": tools.url("/mcp") });
+    let server = s
+        .app
+        .post("/mcp-server", Some(&bob), &body)
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let agent = s
+        .agent(
+            &alice,
+            json!({ "name": "Adder", "chatModelId": model, "mcpEnabled": true, "mcpServerIds": [server] }),
+        )
+        .await;
+    let add = |key: &'static str| say(key, "CALL add {\"a\": 2, \"b\": 3}");
+    let events = s.chat(&alice, agent, add("d-1")).await.events();
+    assert_eq!(joined(&events, "text"), "Tool said: 5", "{events:?}");
+    role(bob_id, 2).await;
+    let events = s.chat(&alice, agent, add("d-2")).await.events();
+    assert_eq!(joined(&events, "text"), "Tool add is not available", "{events:?}");
+}
+
 #[tokio::test]
 async fn the_model_calls_mcp_tools_and_answers_with_their_results() {
     let commands = api_tests::mcp_servers::stdio_commands();

@@ -94,6 +94,16 @@ impl Toolbox {
         if ids.is_empty() {
             return;
         }
+        // Only servers the agent's creator may use now: a server shared by an administrator
+        // who was demoted since is no longer theirs to offer (it stayed bound).
+        let ids = match crate::mcp::repo::usable_by(state.db(), agent.creator_id, &ids).await {
+            Ok(ids) if !ids.is_empty() => ids,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(agent_id = agent.id, error = %e, "reading the agent's MCP servers failed; chatting without them");
+                return;
+            }
+        };
         let servers = match crate::mcp::tools_of_servers(state, &ids).await {
             Ok(s) => s,
             Err(e) => {

@@ -88,8 +88,16 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
     let state = state.clone();
     Ok(spawn_stream(move |tx: Sender| {
         async move {
+            let limit = state.config().qa_timeout;
             let answered = match asked {
-                Ok(asked) => run(&state, &kb, asked, &query, conversation.as_deref(), &tx).await,
+                Ok(asked) => tokio::time::timeout(limit, run(&state, &kb, asked, &query, conversation.as_deref(), &tx))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(format!(
+                            "the answer took longer than {} s (QA_TIMEOUT_SECS) and was stopped",
+                            limit.as_secs()
+                        ))
+                    }),
                 Err(message) => Err(message),
             };
             if let Err(message) = answered {

@@ -403,6 +403,34 @@ async fn qa_answers_a_user_with_less_left_than_a_full_answer() {
     assert!(text.contains("Download the package"), "{text}");
 }
 
+/// An answer past `QA_TIMEOUT_SECS` is stopped with an error line, before the function's own
+/// time limit would end the process with none (and the tokens held never settled).
+#[tokio::test]
+async fn a_qa_answer_past_its_time_limit_ends_with_an_error_line() {
+    let s = KbSetup::new(Store::Filesystem, &[("QA_TIMEOUT_SECS", "1")]).await;
+    let kb = s.kb("Slow", json!({})).await;
+    let reply = s.upload(kb, &[("guide.md", GUIDE_MD.as_bytes().to_vec())]).await;
+    let doc = reply.assert_ok()["items"][0]["id"].as_i64().unwrap();
+    assert_eq!(s.settled(doc).await["status"], "success");
+    let provider = s.app.provider(&s.admin, "slow").await;
+    let url = &s.models.base_url;
+    let slow = s
+        .app
+        .model(&s.admin, provider, "CHAT", "chat-slow", url, json!({}))
+        .await;
+    let config = json!({ "modelParams": { "modelId": slow } });
+    s.app
+        .put(&format!("/rag/{kb}/config"), Some(&s.admin), &config)
+        .await
+        .assert_ok();
+    let ask = json!({ "ragId": kb, "query": "how do I install it" });
+    let reply = s.app.post("/rag/qa/stream", Some(&s.admin), &ask).await;
+    let events = ndjson(&reply.bytes);
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "error", "{events:?}");
+    assert!(last["message"].as_str().unwrap().contains("QA_TIMEOUT_SECS"), "{last}");
+}
+
 #[tokio::test]
 async fn qa_streams_text_then_references_and_keeps_the_conversation() {
     let (s, kb) = indexed(json!({})).await;

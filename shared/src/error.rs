@@ -26,6 +26,9 @@ pub enum AppError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// A `Range` that names no byte of the file; its size goes in `Content-Range`.
+    #[error("the requested range is not within the file's {size} bytes")]
+    RangeNotSatisfiable { size: u64 },
     #[error("{message}")]
     RateLimited { message: String, retry_after_secs: u64 },
     /// A backing service (database, object storage) cannot be reached; the cause is logged.
@@ -74,6 +77,7 @@ impl AppError {
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -22,6 +22,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
             .headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
+            // Media types compare without regard to case (RFC 9110, 8.3.1).
+            .map(|v| v.to_ascii_lowercase())
             .map(|v| v.starts_with("application/json") || v.contains("+json"))
             .unwrap_or(false);
         if !is_json {

@@ -7,7 +7,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::domain::{Disposition, StoredFile};
 use crate::storage::{parse_range, ObjectStore};
-use crate::AppResult;
+use crate::{AppError, AppResult};
 
 const FILENAME_ENCODE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
 
@@ -43,7 +43,7 @@ pub async fn file_response(
         Some(h) => match parse_range(h, file.size) {
             Ok(r) => r,
             Err(()) => {
-                let mut resp = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+                let mut resp = AppError::RangeNotSatisfiable { size: file.size }.into_response();
                 insert(
                     resp.headers_mut(),
                     header::CONTENT_RANGE,

@@ -231,7 +231,7 @@ impl ObjectStore for FsStore {
             let mut file = tokio::fs::File::create(&tmp).await.map_err(io_err("creating object"))?;
             let mut size = 0u64;
             while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(io_err("reading the upload"))?;
+                let chunk = chunk.map_err(|e| StorageError::BadBody(e.to_string()))?;
                 size += chunk.len() as u64;
                 if size > limit {
                     return Err(StorageError::TooLarge(limit));

@@ -65,6 +65,10 @@ pub enum StorageError {
     /// A streamed upload went past its limit of this many bytes; nothing was stored.
     #[error("upload exceeds the limit of {0} bytes")]
     TooLarge(u64),
+    /// The sender's body could not be read to its end (a cancelled upload, broken chunked
+    /// encoding, fewer bytes than announced); nothing was stored.
+    #[error("the upload could not be read to its end: {0}")]
+    BadBody(String),
     /// The store could not be reached (connection refused, timed out).
     #[error("storage unreachable: {0:#}")]
     Unavailable(anyhow::Error),
@@ -77,6 +81,7 @@ impl From<StorageError> for crate::AppError {
         match err {
             StorageError::NotFound => crate::AppError::NotFound("stored file not found".into()),
             StorageError::TooLarge(_) => crate::AppError::PayloadTooLarge(err.to_string()),
+            StorageError::BadBody(_) => crate::AppError::validation(err.to_string()),
             StorageError::Exists => crate::AppError::Conflict(
                 "this upload URL was used already; ask for a new one to upload another file".into(),
             ),
@@ -108,7 +113,7 @@ pub trait ObjectStore: Send + Sync {
         use futures::StreamExt;
         let mut buf = bytes::BytesMut::new();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| StorageError::Other(anyhow::anyhow!("reading the upload: {e}")))?;
+            let chunk = chunk.map_err(|e| StorageError::BadBody(e.to_string()))?;
             if (buf.len() + chunk.len()) as u64 > limit {
                 return Err(StorageError::TooLarge(limit));
             }

@@ -294,3 +294,24 @@ async fn every_property_of_the_api_document_has_a_schema_but_the_free_form_ones(
     }
     assert!(untyped.is_empty(), "properties without a schema: {untyped:?}");
 }
+
+/// A JSON body is recognised whatever the case of its media type (RFC 9110: media types
+/// compare case-insensitively); anything else is refused by name.
+#[tokio::test]
+async fn json_bodies_are_recognised_whatever_the_case_of_their_media_type() {
+    let app = spawn(Store::Filesystem).await;
+    let body = serde_json::json!({ "username": api_tests::ADMIN_USERNAME, "password": api_tests::ADMIN_PASSWORD });
+    let login = |content_type: &'static str| {
+        app.send(
+            app.client
+                .post(app.url("/user/login"))
+                .header("Content-Type", content_type)
+                .body(body.to_string()),
+        )
+    };
+    let reply = login("APPLICATION/JSON; charset=utf-8").await;
+    assert!(reply.assert_ok()["token"].is_string());
+    login("text/plain")
+        .await
+        .assert_error(400, 0, "request body must be JSON");
+}

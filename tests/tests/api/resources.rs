@@ -90,7 +90,8 @@ async fn round_trip(store: Store) {
                 .header("Range", "bytes=999999999-"),
         )
         .await;
-    assert_eq!(bad.status, 416);
+    assert_eq!(bad.headers["content-range"], format!("bytes */{}", bytes.len()));
+    bad.assert_error(416, 416, "not within the file's");
 
     // Another user cannot delete it; nothing changes.
     let (_, other) = app.regular_user("other").await;
@@ -472,6 +473,23 @@ async fn direct_uploads_over_the_limit_are_refused_while_streaming() {
     app.send(app.client.put(&url).body(reqwest::Body::wrap_stream(chunks)))
         .await
         .assert_error(413, 413, "exceeds the limit of 1000 bytes");
+    let leftover = walk(app.storage_dir.path());
+    assert!(leftover.is_empty(), "nothing kept in storage: {leftover:?}");
+    // A body that breaks off (malformed chunked encoding) is the sender's fault: 400, not 500.
+    let path_and_query = presigned["uploadUrl"].as_str().unwrap();
+    let host = app.origin.trim_start_matches("http://").to_owned();
+    let mut conn = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let request = format!(
+        "PUT {path_and_query} HTTP/1.1\r\nHost: {host}\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut conn, request.as_bytes())
+        .await
+        .unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::io::AsyncReadExt::read(&mut conn, &mut answer).await.unwrap();
+    let head = String::from_utf8_lossy(&answer[..n]);
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    assert!(head.contains("could not be read to its end"), "{head}");
     let leftover = walk(app.storage_dir.path());
     assert!(leftover.is_empty(), "nothing kept in storage: {leftover:?}");
     // Within the limit, chunked too, it is stored whole.

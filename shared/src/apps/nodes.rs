@@ -25,6 +25,11 @@ fn int(field: &str, value: Option<i64>, default: Option<i64>, min: i64, max: i64
 pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> AppResult<HeartbeatReply> {
     let host_id = validate::required("hostId", beat.host_id)?;
     validate::length("hostId", &host_id, 1, 128)?;
+    // The admin API names a node by its id in a path: `.`, `..` or a `/` there is collapsed or
+    // split by clients and proxies, and the node could never be kicked.
+    if matches!(host_id.as_str(), "." | "..") || host_id.contains('/') {
+        return Err(AppError::validation("hostId may not be '.', '..' or hold a '/'"));
+    }
     let host_ip = validate::required("hostIp", beat.host_ip)?;
     // The platform connects to this address with the node's work: it must be an address, and
     // not one outbound calls may never reach (cloud metadata, link-local).
@@ -75,7 +80,16 @@ pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> Ap
         labels,
         expire_dt,
     };
-    node_repo::upsert(&mut *tx, &row).await?;
+    // An app deleted since its credentials were checked (they are cached for 5 s): its nodes
+    // are refused as its callers are.
+    if let Err(e) = node_repo::upsert(&mut *tx, &row).await {
+        return Err(
+            match crate::error::is_foreign_key_violation(&e, "client_nodes_app_id_fkey") {
+                true => AppError::unauthorized("app credentials invalid or app disabled"),
+                false => e.into(),
+            },
+        );
+    }
     tx.commit().await?;
     Ok(HeartbeatReply {
         registered: true,

@@ -60,10 +60,11 @@ pub struct RouteTicket {
     pub cursor: i64,
 }
 
-/// Loads the app and, for ROUND_ROBIN, takes the next cursor value in the same statement.
+/// Loads the app, if enabled, and, for ROUND_ROBIN, takes the next cursor value in the same
+/// statement.
 pub async fn route_ticket(db: &PgPool, app_id: &str) -> sqlx::Result<Option<RouteTicket>> {
     sqlx::query_as(
-        "WITH a AS (SELECT id, route_strategy, token_enc FROM apps WHERE app_id = $1),
+        "WITH a AS (SELECT id, route_strategy, token_enc FROM apps WHERE app_id = $1 AND status = 1),
               c AS (UPDATE apps SET route_cursor = route_cursor + 1
                     WHERE id = (SELECT id FROM a) AND route_strategy = 'ROUND_ROBIN' RETURNING route_cursor)
          SELECT a.id, a.route_strategy, a.token_enc, COALESCE((SELECT route_cursor FROM c), 0) AS cursor FROM a",

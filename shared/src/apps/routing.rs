@@ -130,7 +130,13 @@ impl ChatTransport for NodeRoute {
         let app = repo::route_ticket(db, &self.app_id)
             .await
             .map_err(|e| self.lookup_failed(e))?
-            .ok_or_else(|| ModelError::NoClientNode(format!("app {} of this agent does not exist", self.app_id)))?;
+            // A disabled app's nodes get no more chats, though their leases still run.
+            .ok_or_else(|| {
+                ModelError::NoClientNode(format!(
+                    "app {} of this agent does not exist or is disabled",
+                    self.app_id
+                ))
+            })?;
         let token = self
             .state
             .secrets()

@@ -29,6 +29,10 @@ fn check_app_id(value: Option<String>) -> AppResult<String> {
             "appId may only hold letters, digits, '_', '-' and '.'",
         ));
     }
+    // Named in paths (`/app/{appId}/nodes`), where clients collapse these two.
+    if app_id == "." || app_id == ".." {
+        return Err(AppError::validation("appId may not be '.' or '..'"));
+    }
     Ok(app_id)
 }
 

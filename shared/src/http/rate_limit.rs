@@ -68,9 +68,16 @@ async fn subjects(parts: &mut Parts, state: &AppState) -> Vec<Subject> {
     let app_headers = parts.headers.contains_key("svc-app-id") || parts.headers.contains_key("svc-token");
     if app_headers || subjects.is_empty() {
         if let Ok(caller) = ExternalCaller::from_request_parts(parts, state).await {
+            // An app's nodes beat in a window of their own: counted with the app's other
+            // requests (its embed tokens' too, which any visitor of the partner's page holds),
+            // a flood of those starved the beats, and every node's lease ran out.
+            let (key, noun) = match parts.uri.path().ends_with("/node/heartbeat") {
+                true => (format!("n:{}", caller.app.id), "app's nodes"),
+                false => (format!("a:{}", caller.app.id), "app"),
+            };
             subjects.push(Subject {
-                key: format!("a:{}", caller.app.id),
-                noun: "app",
+                key,
+                noun,
                 limit: limits.per_app,
                 claims: None,
             });

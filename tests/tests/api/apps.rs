@@ -98,6 +98,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
         (json!({ "appName": "x" }), "appId is required"),
         (json!({ "appId": "x" }), "appName is required"),
         (json!({ "appId": "has space", "appName": "x" }), "appId may only hold"),
+        (json!({ "appId": "..", "appName": "x" }), "appId may not be '.' or '..'"),
         (
             json!({ "appId": "a".repeat(65), "appName": "x" }),
             "appId must be 1 to 64",
@@ -336,6 +337,14 @@ async fn heartbeats_need_valid_credentials_and_input() {
             json!({ "hostId": "n", "hostIp": "10.0.0.1", "grpcPort": 9000, "labels": { "a": 1 } }),
             "labels",
         ),
+        (
+            json!({ "hostId": "..", "hostIp": "10.0.0.1", "grpcPort": 9000 }),
+            "hostId may not be",
+        ),
+        (
+            json!({ "hostId": "a/b", "hostIp": "10.0.0.1", "grpcPort": 9000 }),
+            "hostId may not be",
+        ),
     ] {
         app.ext_post(&crm, "/node/heartbeat", &bad)
             .await
@@ -348,6 +357,18 @@ async fn heartbeats_need_valid_credentials_and_input() {
         .await
         .assert_error(401, 401, "disabled");
     assert_eq!(app.count("client_nodes").await, 0);
+
+    // An app deleted while its credentials are still cached (5 s): its node is refused as
+    // its callers are, not with a 500 on the node's foreign key.
+    let erp = app.create_app(&admin, "erp").await;
+    app.ext_post(&erp, "/node/heartbeat", &body).await.assert_ok();
+    sqlx::query("DELETE FROM apps WHERE app_id = 'erp'")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    app.ext_post(&erp, "/node/heartbeat", &body)
+        .await
+        .assert_error(401, 401, "app credentials");
 }
 
 /// A node's address is stored as parsed: a stray bracket would make an address no call to the

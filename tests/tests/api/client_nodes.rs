@@ -314,6 +314,28 @@ async fn a_call_running_on_a_node_counts_against_its_max_concurrent() {
     assert_ne!(home.host_id, other.host_id);
 }
 
+/// A disabled app's nodes get no more chats, though their leases still run.
+#[tokio::test]
+async fn a_disabled_apps_nodes_get_no_chats() {
+    let t = Setup::new("ROUND_ROBIN", "chat-echo", &[("off-a", 4)]).await;
+    t.served_by("on", "hello").await;
+    let served = t.nodes[0].served().len();
+    sqlx::query("UPDATE apps SET status = 0 WHERE app_id = 'shop'")
+        .execute(&t.s.app.db)
+        .await
+        .unwrap();
+    let events = t.chat("off", "anyone there?").await;
+    assert_eq!(kinds(&events), ["error"], "{events:?}");
+    assert!(
+        events[0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("is disabled"),
+        "{events:?}"
+    );
+    assert_eq!(t.nodes[0].served().len(), served, "the node got nothing");
+}
+
 #[tokio::test]
 async fn with_no_node_online_the_chat_ends_with_an_error_naming_the_app() {
     let t = Setup::new("ROUND_ROBIN", "chat-echo", &[]).await;

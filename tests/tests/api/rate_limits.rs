@@ -145,6 +145,10 @@ async fn each_app_has_its_own_limit_and_its_embed_tokens_count_to_it() {
         )
         .await;
     assert_limited(&embed, "app");
+    // The app's nodes still beat: their window is their own, or the app's other traffic
+    // would let every node's lease run out.
+    let beat = json!({ "hostId": "n", "hostIp": "10.0.0.1", "grpcPort": 9000 });
+    app.ext_post(&crm, "/node/heartbeat", &beat).await.assert_ok();
     // The other app, and the admin API, are not affected; wrong credentials are refused by
     // authentication, not counted.
     app.ext_get(&erp, "/agents").await.assert_ok();

@@ -12,7 +12,7 @@ use tonic::transport::Endpoint as GrpcEndpoint;
 use super::node_proto::{self as pb, chat_delta::Kind, client_node_client::ClientNodeClient};
 use super::node_wire::DeltaDecoder;
 use super::NodeRow;
-use crate::models::client::{ChatEvent, ChatStream, ModelError};
+use crate::models::client::{ChatEvent, ChatStream, ModelError, MAX_STREAM_BYTES};
 
 /// How long a node has to connect and accept a call before the next node gets it.
 pub const ACCEPT_WITHIN: Duration = Duration::from_secs(5);
@@ -85,6 +85,7 @@ pub async fn open(
         pending: VecDeque::new(),
         host: node.host_id.clone(),
         idle,
+        received: 0,
         done: false,
         _slot: slot,
     };
@@ -134,6 +135,10 @@ struct Relay {
     pending: VecDeque<Result<ChatEvent, ModelError>>,
     host: String,
     idle: Duration,
+    /// Bytes of the deltas read so far, bounded as a model endpoint's stream is
+    /// (`MAX_STREAM_BYTES`): a node streaming tool-call fragments without end grew them in
+    /// memory until the process was killed.
+    received: usize,
     /// Nothing more will be read from the node.
     done: bool,
     _slot: Slot,
@@ -164,6 +169,15 @@ impl Relay {
                     self.host
                 ))),
                 Ok(Ok(Some(delta))) => {
+                    self.received += prost::Message::encoded_len(&delta);
+                    if self.received > MAX_STREAM_BYTES {
+                        self.fail(ModelError::Protocol(format!(
+                            "client node {} sent more than {} MiB and was cut off there",
+                            self.host,
+                            MAX_STREAM_BYTES >> 20
+                        )));
+                        continue;
+                    }
                     for ev in self.decoder.decode(delta) {
                         // A node's error is the last thing it says.
                         self.done |= ev.is_err();

@@ -100,19 +100,25 @@ pub async fn visible_ids(db: &PgPool, viewer: Viewer, ids: &[i64]) -> sqlx::Resu
     Ok(ids.iter().copied().filter(|id| found.contains(id)).collect())
 }
 
-/// Of `ids`, those the user `user_id` may use with their role as it is now (see
-/// `push_visible`), in their order.
+/// Of `ids`, those the user `user_id` may use with their role as it is now (`visible_ids`),
+/// in their order; none for a user who no longer exists.
 pub async fn usable_by(db: &PgPool, user_id: i64, ids: &[i64]) -> sqlx::Result<Vec<i64>> {
-    let found: Vec<i64> = sqlx::query_scalar(
-        "SELECT s.id FROM mcp_servers s WHERE s.id = ANY($1)
-           AND (s.creator_id = $2 OR s.creator_id IN (SELECT id FROM users WHERE role = 1)
-                OR EXISTS (SELECT 1 FROM users u WHERE u.id = $2 AND u.role = 1))",
+    let role: Option<i16> = sqlx::query_scalar("SELECT role FROM users WHERE id = $1")
+        .bind(user_id)
+        .fetch_optional(db)
+        .await?;
+    let Some(role) = role else {
+        return Ok(vec![]);
+    };
+    visible_ids(
+        db,
+        Viewer {
+            user_id,
+            admin: role == 1,
+        },
+        ids,
     )
-    .bind(ids)
-    .bind(user_id)
-    .fetch_all(db)
-    .await?;
-    Ok(ids.iter().copied().filter(|id| found.contains(id)).collect())
+    .await
 }
 
 pub async fn briefs(db: &PgPool, ids: &[i64]) -> sqlx::Result<Vec<McpServerBrief>> {

@@ -84,8 +84,7 @@ impl Hold {
         // Lowered before the write: dropped mid-write, the hold gives back only what it kept,
         // never the lent tokens a second time.
         self.held = keep;
-        let db = self.db.clone();
-        let _ = tokio::spawn(async move { settle(&db, user_id, lent, 0).await }).await;
+        settle_in_task(&self.db, user_id, lent, 0).await;
     }
 
     /// Whose quota pays; None when not limited.
@@ -109,8 +108,7 @@ impl Hold {
         let (Some(user_id), held) = (self.user_id.take(), self.held) else {
             return;
         };
-        let db = self.db.clone();
-        let _ = tokio::spawn(async move { settle(&db, user_id, held, used).await }).await;
+        settle_in_task(&self.db, user_id, held, used).await;
     }
 }
 
@@ -169,6 +167,12 @@ async fn grab(db: &PgPool, user_id: i64, want: u64) -> sqlx::Result<Option<Grab>
         expired,
         taken: taken.unwrap_or(0).max(0) as u64,
     }))
+}
+
+/// `settle` in a task of its own, awaited: a caller dropped while it waits does not stop it.
+async fn settle_in_task(db: &PgPool, user_id: i64, held: u64, used: u64) {
+    let db = db.clone();
+    let _ = tokio::spawn(async move { settle(&db, user_id, held, used).await }).await;
 }
 
 /// The most a call is charged, in holds: the estimate a hold is made of counts with another

@@ -2,7 +2,7 @@
 //! will name them. A delete that fails (storage briefly unreachable) is noted, and the daily
 //! housekeeping tries it again: a passing failure leaves no file in the bucket for good, where
 //! logging it left it to whoever reads the logs. An object about to be written is noted too,
-//! due a day later, and the statement storing its row takes the note back (`TAKE_BACK`): a
+//! due a day later, and the statement storing its row takes the note back (`take_back`): a
 //! request that ends between the two (a Lambda timeout, an answer lost after the commit)
 //! leaves nothing the housekeeping does not find.
 
@@ -31,7 +31,7 @@ pub async fn ahead(db: &PgPool, key: &str) -> sqlx::Result<()> {
     .map(|_| ())
 }
 
-/// Takes back the note of `key`, which a stored row is known to name.
+/// Takes back the note of `key`: a stored row names it, or its object is gone.
 pub async fn named(db: &PgPool, key: &str) -> sqlx::Result<()> {
     sqlx::query("DELETE FROM leftover_objects WHERE storage_key = $1")
         .bind(key)
@@ -62,15 +62,16 @@ pub async fn unnamed(state: &AppState, key: &str, certain: bool) {
         return;
     }
     let outcome = match state.storage().delete(key).await {
-        Ok(()) => sqlx::query("DELETE FROM leftover_objects WHERE storage_key = $1"),
+        Ok(()) => named(state.db(), key).await,
         Err(e) => {
             tracing::warn!(%key, error = %e, "an object delete failed; housekeeping deletes it later");
             sqlx::query("UPDATE leftover_objects SET due_at = now() WHERE storage_key = $1")
+                .bind(key)
+                .execute(state.db())
+                .await
+                .map(|_| ())
         }
-    }
-    .bind(key)
-    .execute(state.db())
-    .await;
+    };
     if let Err(e) = outcome {
         tracing::error!(%key, error = %e, "an unnamed object's note was not updated");
     }

@@ -193,3 +193,94 @@ impl Relay {
         self.done = true;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+
+    use futures::{Stream, StreamExt};
+    use tonic::{Request, Response, Status};
+
+    use super::*;
+    use crate::apps::node_proto::client_node_server::{ClientNode, ClientNodeServer};
+
+    /// A node that accepts the call, then streams fragments of one tool call's arguments well
+    /// past the stream limit before it finishes.
+    struct Flood;
+
+    const FRAGMENT: usize = 64 * 1024;
+
+    #[tonic::async_trait]
+    impl ClientNode for Flood {
+        type ChatStream = Pin<Box<dyn Stream<Item = Result<pb::ChatDelta, Status>> + Send>>;
+
+        async fn chat(&self, _: Request<pb::ChatRequest>) -> Result<Response<Self::ChatStream>, Status> {
+            let accepted = pb::ChatDelta {
+                kind: Some(Kind::Accepted(pb::Accepted {
+                    host_id: "flood".into(),
+                })),
+            };
+            let fragment = || pb::ChatDelta {
+                kind: Some(Kind::ToolCall(pb::ToolCallDelta {
+                    index: 0,
+                    id: "call-1".into(),
+                    name: "f".into(),
+                    arguments: "x".repeat(FRAGMENT),
+                })),
+            };
+            let finish = pb::ChatDelta {
+                kind: Some(Kind::Finish("tool_calls".into())),
+            };
+            let fragments = futures::stream::repeat_with(fragment).take(MAX_STREAM_BYTES / FRAGMENT + 64);
+            let deltas = futures::stream::once(async move { accepted })
+                .chain(fragments)
+                .chain(futures::stream::once(async move { finish }));
+            Ok(Response::new(Box::pin(deltas.map(Ok))))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_streaming_past_the_limit_is_cut_off_there() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let serving = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(ClientNodeServer::new(Flood))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let node = NodeRow {
+            id: 1,
+            app_id: "app".into(),
+            app_name: "app".into(),
+            host_id: "flood".into(),
+            host_ip: "127.0.0.1".into(),
+            grpc_port: i32::from(port),
+            max_concurrent: 1,
+            active_chats: 0,
+            labels: serde_json::Value::Null,
+            expire_dt: chrono::Utc::now(),
+        };
+        let creds = Credentials {
+            app_id: "app",
+            token: "token",
+        };
+        let stream = open(&node, &creds, pb::ChatRequest::default(), Duration::from_secs(30))
+            .await
+            .expect("the node accepts the call");
+        let events: Vec<_> = stream.collect().await;
+        serving.abort();
+
+        // Fragments are assembled until the model finishes, so the only event is the cut.
+        let oks = events.iter().filter(|e| e.is_ok()).count();
+        assert_eq!(
+            (events.len(), oks),
+            (1, 0),
+            "events and how many of them were not errors"
+        );
+        match &events[0] {
+            Err(ModelError::Protocol(message)) => assert!(message.contains("more than 32 MiB"), "{message}"),
+            other => panic!("expected the cut, got {other:?}"),
+        }
+        assert_eq!(in_flight(&node), 0, "the call's slot is released with its stream");
+    }
+}

@@ -107,8 +107,9 @@ fn check_package(bytes: &[u8], limits: &Limits) -> Result<(), ParseError> {
     Ok(())
 }
 
-/// Counts the elements called `names` in `xml` (the part `part`), and the number the `declared`
-/// attribute of the root claims, against `max`.
+/// Counts the elements called `names` in `xml` (the part `part`), and the numbers the `declared`
+/// attribute claims, against `max`. The attribute is checked on every element, not only the
+/// root: calamine reserves for the first `sst` element wherever it stands, behind decoys.
 fn check_count(
     part: &str,
     xml: &[u8],
@@ -128,7 +129,6 @@ fn check_count(
     config.check_end_names = false;
     config.check_comments = false;
     let mut count = 0usize;
-    let mut root = true;
     loop {
         // Refused rather than left to calamine: what it reads past an error here would be uncounted.
         let event = reader
@@ -139,11 +139,16 @@ fn check_count(
             Event::Eof => return Ok(()),
             _ => continue,
         };
-        if std::mem::take(&mut root) {
-            let claimed = declared
-                .and_then(|attribute| element.try_get_attribute(attribute).ok().flatten())
-                .and_then(|attribute| attribute.value.trim().parse::<u128>().ok());
-            if claimed.is_some_and(|claimed| claimed > max as u128) {
+        if let Some(declared) = declared {
+            // Unchecked: a repeated attribute before it would hide it from a checked walk.
+            let claims_too_many = element
+                .attributes()
+                .with_checks(false)
+                .flatten()
+                .filter(|attribute| attribute.key.0 == declared)
+                .filter_map(|attribute| attribute.value.trim().parse::<u128>().ok())
+                .any(|claimed| claimed > max as u128);
+            if claims_too_many {
                 return Err(too_many());
             }
         }
@@ -319,6 +324,16 @@ mod tests {
         let bytes = fixtures::with_zip_entry(&base, "xl/sharedStrings.xml", strings);
         let err = parse(&bytes).unwrap_err().to_string();
         assert!(err.contains("more than 2000000 shared strings"), "{err}");
+        // Behind a decoy element, or a repeated attribute, the claim is still seen.
+        for strings in [
+            r#"<x/><sst uniqueCount="100000000000"><si><t>a</t></si></sst>"#,
+            r#"<r><sst uniqueCount="100000000000"><si><t>a</t></si></sst></r>"#,
+            r#"<sst a="1" a="2" uniqueCount="100000000000"><si><t>a</t></si></sst>"#,
+        ] {
+            let bytes = fixtures::with_zip_entry(&base, "xl/sharedStrings.xml", strings.as_bytes());
+            let err = parse(&bytes).unwrap_err().to_string();
+            assert!(err.contains("more than 2000000 shared strings"), "{strings}: {err}");
+        }
         // Counted as well as declared: a table may understate its size.
         let many: String = (0..11).map(|i| format!("<si><t>{i}</t></si>")).collect();
         let strings = format!(r#"<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">{many}</sst>"#);

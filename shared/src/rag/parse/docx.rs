@@ -50,7 +50,14 @@ fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result
         Ok(Entry::Bytes(bytes)) => heading_styles(&String::from_utf8_lossy(&bytes)).unwrap_or_default(),
         _ => HashMap::new(),
     };
-    let body = Body::read(&String::from_utf8_lossy(&document), &styles, limits)
+    // A body may name pictures far more often than a base keeps them (the same one thousands
+    // of times, each with a caption): references past a few per wanted image are not kept, and
+    // pictures that turn out unreadable or too large leave room for the ones after them.
+    let image_slots = match options.save_images {
+        true => options.max_image_count.saturating_mul(4),
+        false => 0,
+    };
+    let body = Body::read(&String::from_utf8_lossy(&document), &styles, limits, image_slots)
         .map_err(|err| ParseError(format!("not a valid docx file: broken XML in {DOCUMENT_PART}: {err}")))?;
 
     let mut images = ImageCollector::new(options);
@@ -294,14 +301,33 @@ struct Body {
     images: Vec<ImageReference>,
 }
 
+/// Tables nested deeper than this are read as text of the cell that holds them: each level
+/// copies its text into the level above when it closes, so a document nested thousands deep
+/// would cost time quadratic in its size.
+const MAX_TABLE_DEPTH: usize = 5;
+
+/// Characters an image's caption or section title keeps: an attribute can be megabytes long.
+const MAX_LABEL_CHARS: usize = 1_000;
+
+fn label(text: String) -> String {
+    match text.char_indices().nth(MAX_LABEL_CHARS) {
+        Some((end, _)) => text[..end].to_owned(),
+        None => text,
+    }
+}
+
 /// The reader's position in `word/document.xml`.
 struct BodyReader<'a> {
     styles: &'a HashMap<String, u8>,
     body: Body,
     /// Open paragraphs, innermost last: a text box puts paragraphs inside a paragraph.
     paragraphs: Vec<Paragraph>,
-    /// Open tables, innermost last.
+    /// Open tables, innermost last, up to `MAX_TABLE_DEPTH`.
     tables: Vec<Table>,
+    /// Open tables at any depth.
+    table_depth: usize,
+    /// Image references still kept.
+    image_slots: usize,
     run_depth: usize,
     in_text: bool,
     /// Depth inside an element whose content is skipped.
@@ -310,7 +336,12 @@ struct BodyReader<'a> {
 }
 
 impl Body {
-    fn read(xml: &str, styles: &HashMap<String, u8>, limits: &Limits) -> Result<Body, quick_xml::Error> {
+    fn read(
+        xml: &str,
+        styles: &HashMap<String, u8>,
+        limits: &Limits,
+        image_slots: usize,
+    ) -> Result<Body, quick_xml::Error> {
         let mut reader = NsReader::from_str(xml);
         reader.config_mut().expand_empty_elements = true;
         let mut state = BodyReader {
@@ -321,6 +352,8 @@ impl Body {
             },
             paragraphs: Vec::new(),
             tables: Vec::new(),
+            table_depth: 0,
+            image_slots,
             run_depth: 0,
             in_text: false,
             skip_depth: 0,
@@ -351,6 +384,14 @@ impl Body {
 }
 
 impl BodyReader<'_> {
+    /// The innermost open table, when it is one read as a table.
+    fn kept_table(&mut self) -> Option<&mut Table> {
+        match self.table_depth <= MAX_TABLE_DEPTH {
+            true => self.tables.last_mut(),
+            false => None,
+        }
+    }
+
     fn start(&mut self, tag: Option<Tag>, element: &BytesStart) {
         if self.skip_depth > 0 || tag == Some(Tag::Fallback) {
             self.skip_depth += 1;
@@ -378,28 +419,35 @@ impl BodyReader<'_> {
             Some(Tag::Tab) if in_run => self.push_text("\t"),
             Some(Tag::Break) if in_run => self.push_text("\n"),
             Some(Tag::NoBreakHyphen) if in_run => self.push_text("-"),
-            Some(Tag::Table) => self.tables.push(Table::default()),
+            Some(Tag::Table) => {
+                self.table_depth += 1;
+                if self.table_depth <= MAX_TABLE_DEPTH {
+                    self.tables.push(Table::default());
+                }
+            }
             Some(Tag::Row) => {
-                if let Some(table) = self.tables.last_mut() {
+                if let Some(table) = self.kept_table() {
                     table.cells.clear();
                 }
             }
             Some(Tag::Cell) => {
-                if let Some(table) = self.tables.last_mut() {
+                if let Some(table) = self.kept_table() {
                     table.cell.clear();
                 }
             }
             Some(Tag::DrawingProperties) => {
-                self.caption = attribute(element, "descr").or_else(|| attribute(element, "title"));
+                self.caption = attribute(element, "descr")
+                    .or_else(|| attribute(element, "title"))
+                    .map(label);
             }
-            Some(Tag::Blip) => {
+            Some(Tag::Blip) if self.body.images.len() < self.image_slots => {
                 if let Some(relationship) = attribute(element, "embed") {
                     self.body.images.push(ImageReference {
                         relationship,
                         place: ImagePlace {
                             page: None,
                             caption: self.caption.clone(),
-                            section_title: self.body.outline.title(),
+                            section_title: self.body.outline.title().map(label),
                         },
                     });
                 }
@@ -422,13 +470,13 @@ impl BodyReader<'_> {
             Some(Tag::Run) => self.run_depth = self.run_depth.saturating_sub(1),
             Some(Tag::Text) => self.in_text = false,
             Some(Tag::Cell) => {
-                if let Some(table) = self.tables.last_mut() {
+                if let Some(table) = self.kept_table() {
                     let cell = std::mem::take(&mut table.cell);
                     table.cells.push(cell.trim().to_owned());
                 }
             }
             Some(Tag::Row) => {
-                if let Some(table) = self.tables.last_mut() {
+                if let Some(table) = self.kept_table() {
                     if table.cells.iter().any(|cell| !cell.is_empty()) {
                         table.rows.push(table.cells.join(" | "));
                     }
@@ -436,6 +484,12 @@ impl BodyReader<'_> {
                 }
             }
             Some(Tag::Table) => {
+                let kept = self.table_depth <= MAX_TABLE_DEPTH;
+                self.table_depth = self.table_depth.saturating_sub(1);
+                // A deeper table left its paragraphs in the cell of the last kept one.
+                if !kept {
+                    return;
+                }
                 if let Some(table) = self.tables.pop() {
                     match self.tables.last_mut() {
                         // A table nested in a cell becomes part of that cell's text.
@@ -584,6 +638,60 @@ mod tests {
         };
         assert_eq!(parse(&bytes, &one).unwrap().images.len(), 1);
         assert!(parse(&bytes, &ParseOptions::default()).unwrap().images.is_empty());
+    }
+
+    /// A `word/document.xml` whose body is `body`.
+    fn document_xml(body: &str) -> String {
+        format!(
+            r#"<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main" xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships" xmlns:wp="http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing" xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"><w:body>{body}</w:body></w:document>"#
+        )
+    }
+
+    fn docx_with_body(body: &str) -> Vec<u8> {
+        let base = fixtures::docx(&[DocxBlock::Paragraph("placeholder")]);
+        fixtures::with_zip_entry(&base, DOCUMENT_PART, document_xml(body).as_bytes())
+    }
+
+    #[test]
+    fn pictures_named_over_and_over_keep_a_few_short_references() {
+        let caption = "c".repeat(100_000);
+        let blips = r#"<a:blip r:embed="rIdImage1"/>"#.repeat(1_000);
+        let body = format!(
+            r#"<w:p><w:r><w:t>Text</w:t></w:r></w:p><w:p><w:r><wp:docPr id="1" descr="{caption}"/>{blips}</w:r></w:p>"#
+        );
+        let xml = document_xml(&body);
+        let read = |slots| Body::read(&xml, &HashMap::new(), &Limits::DOCUMENT, slots).unwrap();
+        let read_body = read(8);
+        assert_eq!(read_body.images.len(), 8);
+        let caption = read_body.images[0].place.caption.as_deref().unwrap();
+        assert_eq!(caption.chars().count(), MAX_LABEL_CHARS);
+        assert!(read(0).images.is_empty(), "no references when no images are wanted");
+        // The text is read all the same.
+        let document = parse(&docx_with_body(&body), &options_with_images()).unwrap();
+        assert_eq!(document.sections[0].text, "Text");
+    }
+
+    #[test]
+    fn tables_nested_past_the_depth_limit_are_read_as_their_cells_text() {
+        let depth = 12;
+        let mut body = String::new();
+        for level in 1..=depth {
+            body.push_str(&format!("<w:tbl><w:tr><w:tc><w:p><w:r><w:t>L{level}</w:t></w:r></w:p>"));
+        }
+        for _ in 1..=depth {
+            body.push_str("</w:tc><w:tc><w:p><w:r><w:t>x</w:t></w:r></w:p></w:tc></w:tr></w:tbl>");
+        }
+        let document = parse(&docx_with_body(&body), &ParseOptions::default()).unwrap();
+        assert_eq!(document.sections.len(), 1);
+        let text = &document.sections[0].text;
+        // Kept tables join their cells with " | "; past the limit, cells' text runs on in the
+        // cell of the deepest kept table, nothing lost.
+        let kept: String = (1..=MAX_TABLE_DEPTH).map(|l| format!("L{l} ")).collect();
+        assert!(text.starts_with(&kept), "{text}");
+        for level in 1..=depth {
+            assert!(text.contains(&format!("L{level}")), "L{level} in {text}");
+        }
+        assert_eq!(text.matches(" | x").count(), MAX_TABLE_DEPTH, "{text}");
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct Limits {
 
 struct Live {
     version: chrono::DateTime<chrono::Utc>,
+    /// The networks it was opened to reach: its creator's role may have changed since.
+    reach: Reach,
     client: Client,
     renew_at: Option<Instant>,
     tools: Mutex<Option<(Instant, Arc<Vec<Tool>>)>>,
@@ -40,7 +42,10 @@ struct Live {
 
 impl Live {
     fn usable_for(&self, target: &Target) -> bool {
-        self.version == target.version && !self.client.is_closed() && self.renew_at.is_none_or(|at| Instant::now() < at)
+        self.version == target.version
+            && self.reach == target.reach
+            && !self.client.is_closed()
+            && self.renew_at.is_none_or(|at| Instant::now() < at)
     }
 
     fn idle_for(&self) -> Duration {
@@ -242,6 +247,7 @@ impl McpPool {
         .map_err(|_| Failure::timed_out(format!("no MCP session within {} s", limits.connect_timeout.as_secs())))??;
         let live = Arc::new(Live {
             version: target.version,
+            reach: target.reach,
             client: opened.client,
             renew_at: opened.renew_at,
             tools: Mutex::new(None),

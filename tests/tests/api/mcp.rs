@@ -1488,3 +1488,40 @@ async fn a_tool_list_past_the_bounds_is_refused() {
             .assert_error(400, 0, told);
     }
 }
+
+/// A server's reach follows its creator's role now, not when its session was opened: a session
+/// opened while its creator was an administrator (reaching the service's own networks) is not
+/// used again once they are demoted.
+#[tokio::test]
+async fn a_demoted_creators_open_session_is_not_used_beyond_their_new_reach() {
+    let app = spawn_with(
+        Store::Filesystem,
+        &[("OUTBOUND_USER_DENY_CIDRS", shared::outbound::DEFAULT_USER_DENY)],
+    )
+    .await;
+    let (bob_id, bob) = app.regular_user("bob").await;
+    let role = |role: i16| {
+        sqlx::query("UPDATE users SET role = $2 WHERE id = $1")
+            .bind(bob_id)
+            .bind(role)
+            .execute(&app.db)
+    };
+    role(1).await.unwrap();
+    let tools = guarded(&["none"]).await;
+    let id = create(&app, &bob, http_server("internal", 2, &tools.url("/mcp"))).await;
+    let path = format!("/mcp-server/{id}/tools");
+    let listed = app.get(&path, Some(&bob)).await;
+    assert_eq!(listed.assert_ok().as_array().unwrap().len(), GUARDED_TOOLS);
+
+    role(2).await.unwrap();
+    let refused = app.get(&path, Some(&bob)).await;
+    assert!(refused.body.to_string().contains("may not call"), "{}", refused.body);
+    let call = mcp::call_tool(&app.state, id, "add", json!({"a": 1, "b": 2}))
+        .await
+        .unwrap();
+    assert!(
+        call.is_error && call.text.contains("could not be reached"),
+        "{}",
+        call.text
+    );
+}

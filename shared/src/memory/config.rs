@@ -99,9 +99,24 @@ impl ConfigRow {
         check_binders_may_use(state.db(), before, &added).await?;
         // Asked now, as a knowledge base asks on creation (recorded, not charged, as memory
         // upkeep is): vectors longer than an index holds would fail the first memory written.
-        if new_embedding && self.dimension.is_none() {
-            let billing = models::gateway::Billing::RecordOnly(Some(user.id));
-            models::probe::vector_dimension(state, billing, embedding, "memories").await?;
+        let billing = models::gateway::Billing::RecordOnly(Some(user.id));
+        let new_dimension = self.dimension != before.and_then(|b| b.dimension);
+        match self.dimension {
+            None if new_embedding => {
+                models::probe::vector_dimension(state, billing, embedding, "memories").await?;
+            }
+            // A dimension given is taken at its word while the model cannot answer, and must be
+            // the model's when it can: every extraction would otherwise pay for its model call,
+            // then fail at storing the memories, on every retry.
+            Some(told) if new_embedding || new_dimension => {
+                let answered = models::probe::embedding_length(state, billing, embedding).await.ok();
+                if let Some(length) = answered.filter(|length| i64::try_from(*length).ok() != Some(told.into())) {
+                    return Err(AppError::validation(format!(
+                        "dimensionOfVectorModel: the model's vectors have {length} dimensions, not {told}"
+                    )));
+                }
+            }
+            _ => {}
         }
         for (field, id, category) in [
             (

@@ -69,6 +69,19 @@ pub async fn run(state: &AppState, row: ModelConfigRow, user: &CurrentUser) -> A
 /// Asks the embedding model `model_id` (sent as `embeddingModelId`) for one vector to learn its
 /// dimension, refused when `what` (a knowledge base, memories) could not index vectors that long.
 pub async fn vector_dimension(state: &AppState, billing: Billing, model_id: i64, what: &str) -> AppResult<i32> {
+    let probed = embedding_length(state, billing, model_id).await?;
+    validate::vector_dimension(i64::try_from(probed).unwrap_or(i64::MAX)).map_err(|_| {
+        // The service never asks a model for shorter vectors, so only another model helps.
+        AppError::validation(format!(
+            "embeddingModelId: the model's vectors have {probed} dimensions, more than the {} {what} can index; \
+             choose a model with shorter vectors",
+            validate::MAX_VECTOR_DIMENSION
+        ))
+    })
+}
+
+/// The length of one vector of the embedding model `model_id`, as it answers now.
+pub async fn embedding_length(state: &AppState, billing: Billing, model_id: i64) -> AppResult<usize> {
     let model = gateway::load(state, model_id, ModelType::Embedding).await?;
     let probe = ["dimension probe".to_owned()];
     let out = gateway::embed(state, &model, billing, &probe, InputKind::Query, None)
@@ -79,14 +92,6 @@ pub async fn vector_dimension(state: &AppState, billing: Billing, model_id: i64,
                 AppError::from(e)
             ))
         })?;
-    let probed = out
-        .dimension()
-        .ok_or_else(|| AppError::validation("embeddingModelId: the model returned no vector"))?;
-    validate::vector_dimension(i64::try_from(probed).unwrap_or(i64::MAX)).map_err(|_| {
-        AppError::validation(format!(
-            "embeddingModelId: the model's vectors have {probed} dimensions, more than the {} {what} can index; \
-             send a smaller dimensionOfVectorModel if the model can shorten them",
-            validate::MAX_VECTOR_DIMENSION
-        ))
-    })
+    out.dimension()
+        .ok_or_else(|| AppError::validation("embeddingModelId: the model returned no vector"))
 }

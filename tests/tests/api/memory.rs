@@ -2034,4 +2034,33 @@ async fn a_config_asks_its_embedding_model_for_its_dimension() {
             .await
             .unwrap();
     assert_eq!((kept, s.app.count("memory_configs").await), ((silent, Some(8)), told));
+
+    // A model that answers must agree with the dimension given, on creation and on an edit:
+    // every extraction would otherwise pay for its call and fail at storing the memories.
+    let wrong = json!({ "name": "wrong", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 256 });
+    s.app.post("/memory/config", s.t(), &wrong).await.assert_error(
+        400,
+        0,
+        "dimensionOfVectorModel: the model's vectors have 8 dimensions, not 256",
+    );
+    assert_eq!(s.app.count("memory_configs").await, told);
+    let right = s.config(json!({ "dimensionOfVectorModel": 8 })).await;
+    s.app
+        .put(
+            &format!("/memory/config/{right}"),
+            s.t(),
+            &json!({ "dimensionOfVectorModel": 16 }),
+        )
+        .await
+        .assert_error(
+            400,
+            0,
+            "dimensionOfVectorModel: the model's vectors have 8 dimensions, not 16",
+        );
+    let dimension: Option<i32> = sqlx::query_scalar("SELECT dimension FROM memory_configs WHERE id = $1")
+        .bind(right)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(dimension, Some(8));
 }

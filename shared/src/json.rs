@@ -1,6 +1,7 @@
 //! Reading JSON so that a wrong value is refused with the path of its field.
 
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use crate::AppError;
 
@@ -14,6 +15,16 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
         }
     }
     Ok(value)
+}
+
+/// Tells an absent field (`None`) from an explicit `null` (`Some(None)`), for fields an update
+/// clears with `null`: `#[serde(default, deserialize_with = "crate::json::nullable")]`.
+pub fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

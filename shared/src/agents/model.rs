@@ -188,7 +188,7 @@ pub struct AgentFields {
     pub greeting: Option<String>,
     pub preset_questions: Option<Vec<String>>,
     pub avatar: Option<String>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::json::nullable")]
     #[schema(value_type = Option<i64>)]
     pub chat_model_id: Option<Option<i64>>,
     pub mcp_enabled: Option<bool>,
@@ -197,11 +197,11 @@ pub struct AgentFields {
     pub skill_ids: Option<Vec<i64>>,
     pub web_search_enabled: Option<bool>,
     pub rag_enabled: Option<bool>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::json::nullable")]
     #[schema(value_type = Option<i64>)]
     pub rag_id: Option<Option<i64>>,
     pub memory_enabled: Option<bool>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::json::nullable")]
     #[schema(value_type = Option<i64>)]
     pub memory_config_id: Option<Option<i64>>,
     /// History window in messages, 0 to 200 (default 20).
@@ -209,20 +209,11 @@ pub struct AgentFields {
     /// Administrators only.
     pub is_featured: Option<bool>,
     /// An existing app's appId.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::json::nullable")]
     #[schema(value_type = Option<String>)]
     pub app_id: Option<Option<String>>,
     /// 1 enabled, 0 disabled.
     pub status: Option<i16>,
-}
-
-/// Tells an absent field (`None`) from an explicit `null` (`Some(None)`).
-fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
 }
 
 /// A selectable chat model.

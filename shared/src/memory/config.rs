@@ -13,13 +13,13 @@ use crate::validate;
 use crate::{AppError, AppResult, AppState};
 
 impl ConfigRow {
-    /// Applies the fields a request carries (absent = unchanged). A new embedding model
-    /// without a dimension drops the old model's: kept, every vector of the new one would be
-    /// refused as the wrong length (validation asks the new model instead).
+    /// Applies the fields a request carries (absent = unchanged, `null` clears). A new
+    /// embedding model without a dimension drops the old model's: kept, every vector of the
+    /// new one would be refused as the wrong length (validation asks the new model instead).
     pub fn apply(&mut self, r: ConfigRequest) {
         if r.embedding_model_id
             .is_some_and(|id| Some(id) != self.embedding_model_id)
-            && r.dimension_of_vector_model.is_none()
+            && r.dimension_of_vector_model.flatten().is_none()
         {
             self.dimension = None;
         }
@@ -43,13 +43,13 @@ impl ConfigRow {
             fusion_strategy <- r.fusion_strategy.map(|f| f.trim().to_uppercase()),
         );
         set!(
-            vector_store_instance_id <- r.vector_store_instance_id.map(Some),
+            vector_store_instance_id <- r.vector_store_instance_id,
             embedding_model_id <- r.embedding_model_id.map(Some),
-            dimension <- r.dimension_of_vector_model.map(Some),
-            rerank_model_id <- r.rerank_model_id.map(Some),
-            extraction_model_id <- r.extraction_model_id.map(Some),
-            memory_expiration_days <- r.memory_expiration_days.map(Some),
-            search_engine_instance_id <- r.search_engine_instance_id.map(Some),
+            dimension <- r.dimension_of_vector_model,
+            rerank_model_id <- r.rerank_model_id,
+            extraction_model_id <- r.extraction_model_id,
+            memory_expiration_days <- r.memory_expiration_days,
+            search_engine_instance_id <- r.search_engine_instance_id,
             custom_extraction_prompt <- r.custom_extraction_prompt.map(|p| validate::optional(Some(p))),
         );
     }
@@ -244,7 +244,7 @@ mod tests {
             name: Some("  tuned ".into()),
             max_recall: Some(8),
             fusion_strategy: Some("rrf".into()),
-            memory_expiration_days: Some(30),
+            memory_expiration_days: Some(Some(30)),
             custom_extraction_prompt: Some("  ".into()),
             ..ConfigRequest::default()
         });
@@ -256,5 +256,13 @@ mod tests {
         assert_eq!(c.custom_extraction_prompt, None);
         assert_eq!(c.extraction_interval, 5);
         assert_eq!(c.dense_weight, fusion::DEFAULT_DENSE_WEIGHT);
+        // Absent keeps, null clears.
+        c.apply(ConfigRequest::default());
+        assert_eq!(c.memory_expiration_days, Some(30));
+        c.apply(ConfigRequest {
+            memory_expiration_days: Some(None),
+            ..ConfigRequest::default()
+        });
+        assert_eq!(c.memory_expiration_days, None);
     }
 }

@@ -79,24 +79,35 @@ impl ConfigRow {
 }
 
 /// Body of POST and PUT /memory/config: every field optional on update; `name` and
-/// `embeddingModelId` required on create.
+/// `embeddingModelId` required on create. The optional references and settings are cleared by
+/// an explicit `null` on update.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigRequest {
     pub name: Option<String>,
     /// 1 enabled (default), 0 disabled.
     pub status: Option<i16>,
-    pub vector_store_instance_id: Option<i64>,
+    #[serde(default, deserialize_with = "crate::json::nullable")]
+    #[schema(value_type = Option<i64>)]
+    pub vector_store_instance_id: Option<Option<i64>>,
     pub embedding_model_id: Option<i64>,
-    pub dimension_of_vector_model: Option<i32>,
+    #[serde(default, deserialize_with = "crate::json::nullable")]
+    #[schema(value_type = Option<i32>)]
+    pub dimension_of_vector_model: Option<Option<i32>>,
     pub max_recall: Option<i32>,
-    pub rerank_model_id: Option<i64>,
+    #[serde(default, deserialize_with = "crate::json::nullable")]
+    #[schema(value_type = Option<i64>)]
+    pub rerank_model_id: Option<Option<i64>>,
     pub enter_rerank_count: Option<i32>,
     /// Rounds (user messages) between two extractions.
     pub extraction_interval: Option<i32>,
     pub max_memories_per_extraction: Option<i32>,
-    pub extraction_model_id: Option<i64>,
-    pub memory_expiration_days: Option<i32>,
+    #[serde(default, deserialize_with = "crate::json::nullable")]
+    #[schema(value_type = Option<i64>)]
+    pub extraction_model_id: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "crate::json::nullable")]
+    #[schema(value_type = Option<i32>)]
+    pub memory_expiration_days: Option<Option<i32>>,
     pub rrf_k: Option<i32>,
     pub search_engine_enable: Option<bool>,
     pub rewrite_enabled: Option<bool>,
@@ -106,7 +117,9 @@ pub struct ConfigRequest {
     pub dense_weight: Option<f64>,
     /// RRF or WEIGHTED_SUM.
     pub fusion_strategy: Option<String>,
-    pub search_engine_instance_id: Option<i64>,
+    #[serde(default, deserialize_with = "crate::json::nullable")]
+    #[schema(value_type = Option<i64>)]
+    pub search_engine_instance_id: Option<Option<i64>>,
     pub custom_extraction_prompt: Option<String>,
 }
 

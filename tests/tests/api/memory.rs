@@ -1398,6 +1398,35 @@ async fn configs_are_validated_and_managed() {
         ),
         (&json!(8), &json!(true), &json!(0.6))
     );
+    // An explicit null clears an optional setting; an absent field keeps it.
+    s.app
+        .put(&format!("/memory/config/{id}"), t, &json!({ "maxRecall": 7 }))
+        .await
+        .assert_ok();
+    let c = s.app.get(&format!("/memory/config/{id}"), t).await;
+    assert_eq!(
+        (
+            &c.assert_ok()["memoryExpirationDays"],
+            &c.assert_ok()["extractionModelId"]
+        ),
+        (&json!(30), &json!(s.chat_model))
+    );
+    s.app
+        .put(
+            &format!("/memory/config/{id}"),
+            t,
+            &json!({ "memoryExpirationDays": null, "extractionModelId": null }),
+        )
+        .await
+        .assert_ok();
+    let c = s.app.get(&format!("/memory/config/{id}"), t).await;
+    assert_eq!(
+        (
+            &c.assert_ok()["memoryExpirationDays"],
+            &c.assert_ok()["extractionModelId"]
+        ),
+        (&Value::Null, &Value::Null)
+    );
     assert_eq!(
         s.app
             .get("/memory/config", t)

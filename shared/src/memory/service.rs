@@ -141,11 +141,16 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
     let candidates = (limit as usize * 4).clamp(10, 200);
     let mut dense: Vec<Vec<Hit>> = Vec::new();
     for model_id in repo::embedding_models(db, &scope).await? {
-        let handle = crate::models::gateway::load(state, model_id, crate::models::ModelType::Embedding).await;
+        // Only a model the caller may use embeds their query: memories stored through an
+        // agent's config may have been embedded with its creator's PERSONAL model (their key).
+        let embedding = crate::models::ModelType::Embedding;
+        let handle = crate::models::service::usable_config(state, user, "embeddingModelId", model_id, embedding)
+            .await
+            .and_then(|row| crate::models::gateway::checked(state, model_id, Some(row), embedding));
         let Ok(handle) = handle else {
             tracing::warn!(
                 model_id,
-                "memories of an unusable embedding model searched by full text only"
+                "memories of an embedding model the caller cannot use searched by full text only"
             );
             continue;
         };

@@ -2093,3 +2093,61 @@ async fn a_config_asks_its_embedding_model_for_its_dimension() {
         .unwrap();
     assert_eq!(dimension, Some(8));
 }
+
+/// A search embeds its query only with models the caller may use: memories stored through
+/// someone else's agent may have been embedded with that person's PERSONAL model (their key).
+#[tokio::test]
+async fn a_search_runs_only_embedding_models_the_caller_may_use() {
+    let s = setup(false).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    let (bob_id, bob) = s.app.regular_user("bob").await;
+    // Searches are charged: both may pay.
+    sqlx::query("UPDATE users SET tokens = 100000, totals = 100000 WHERE id = ANY($1)")
+        .bind(vec![alice_id, bob_id])
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let provider = s.app.provider(&s.admin, "personal").await;
+    let personal = s
+        .app
+        .model(
+            &alice,
+            provider,
+            "EMBEDDING",
+            "emb-8",
+            &s.models.base_url,
+            json!({ "scope": "PERSONAL" }),
+        )
+        .await;
+    let agent = s.agent(None).await;
+    let vector = format!("[{}]", ["0.5"; 8].join(","));
+    for (owner, title) in [(alice_id, "alice's plan"), (bob_id, "bob's plan")] {
+        let id = s.seed_memory(agent, Owner::User(owner), title, "ACTIVE").await;
+        sqlx::query("UPDATE memories SET embedding_model_id = $2, embedding = $3::vector WHERE id = $1")
+            .bind(id)
+            .bind(personal)
+            .bind(&vector)
+            .execute(&s.app.db)
+            .await
+            .unwrap();
+    }
+    let asked = |query: &str| {
+        s.models
+            .requests()
+            .iter()
+            .filter(|r| r.to_string().contains(query))
+            .count()
+    };
+    let search = |token: String, query: &'static str| {
+        let app = &s.app;
+        async move {
+            app.post("/memory/search", Some(&token), &json!({ "query": query }))
+                .await
+                .assert_ok();
+        }
+    };
+    search(alice.clone(), "plans of alice").await;
+    assert_eq!(asked("plans of alice"), 1, "her own model embeds her query");
+    search(bob.clone(), "plans of bob").await;
+    assert_eq!(asked("plans of bob"), 0, "her model does not run for bob");
+}

@@ -150,8 +150,25 @@ pub fn database_failed(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| cause.is::<sqlx::Error>())
 }
 
+/// What a partner's app is told when its credentials are not (or no longer) good.
+pub const APP_REFUSED: &str = "app credentials invalid or app disabled";
+
+/// The foreign keys from a partner app's rows to the app and its end users. An app deleted while
+/// its credentials were still cached (`auth::verified_apps`, 5 s) takes its end users with it,
+/// so a request of that app storing anything for them fails one of these.
+const GONE_APP_KEYS: &[&str] = &[
+    "external_users_app_id_fkey",
+    "external_subscriptions_external_user_id_fkey",
+    "conversations_external_user_id_fkey",
+    "external_resources_external_user_id_fkey",
+    "client_nodes_app_id_fkey",
+];
+
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
+        if GONE_APP_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
+            return Self::unauthorized(APP_REFUSED);
+        }
         // Lost or refused connections (a restart, a failover) are worth a retry; the rest is a bug.
         let unreachable = match &err {
             sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => {

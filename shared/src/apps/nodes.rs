@@ -80,16 +80,9 @@ pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> Ap
         labels,
         expire_dt,
     };
-    // An app deleted since its credentials were checked (they are cached for 5 s): its nodes
-    // are refused as its callers are.
-    if let Err(e) = node_repo::upsert(&mut *tx, &row).await {
-        return Err(
-            match crate::error::is_foreign_key_violation(&e, "client_nodes_app_id_fkey") {
-                true => AppError::unauthorized("app credentials invalid or app disabled"),
-                false => e.into(),
-            },
-        );
-    }
+    // An app deleted since its credentials were checked (they are cached for 5 s) fails the
+    // foreign key: its nodes are refused as its callers are (`error::GONE_APP_KEYS`).
+    node_repo::upsert(&mut *tx, &row).await?;
     tx.commit().await?;
     Ok(HeartbeatReply {
         registered: true,

@@ -36,7 +36,7 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AppCaller, AppE
     if let Some(app) = state.verified_apps().get(app_id, token) {
         return Ok(app.into());
     }
-    let refused = || AppError::unauthorized("app credentials invalid or app disabled");
+    let refused = || AppError::unauthorized(crate::error::APP_REFUSED);
     let row: Option<(i64, String, i16, i64)> =
         sqlx::query_as("SELECT id, token_enc, status, creator_id FROM apps WHERE app_id = $1")
             .bind(app_id)

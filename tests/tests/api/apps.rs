@@ -369,6 +369,10 @@ async fn heartbeats_need_valid_credentials_and_input() {
     app.ext_post(&erp, "/node/heartbeat", &body)
         .await
         .assert_error(401, 401, "app credentials");
+    // So are its other calls that store something for its end users.
+    app.ext_post(&erp, "/user/register", &json!({ "openId": "late" }))
+        .await
+        .assert_error(401, 401, "app credentials");
 }
 
 /// A node's address is stored as parsed: a stray bracket would make an address no call to the

@@ -160,9 +160,18 @@ pub fn check(name: &str, description: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `content` with its `name` and `description` set, every other line kept as it was.
+/// `content` with its `name` and `description` set, every other line kept as it was: the
+/// byte-order mark and line ends of the front matter as they were, everything from its closing
+/// line on byte for byte.
 pub fn with_metadata(content: &str, meta: &FrontMatter) -> Result<String, String> {
     let parsed = parse_lines(content)?;
+    let text = content.strip_prefix('\u{feff}').unwrap_or(content);
+    let bom = &content[..content.len() - text.len()];
+    let newline = match text.split('\n').next().is_some_and(|first| first.ends_with('\r')) {
+        true => "\r\n",
+        false => "\n",
+    };
+    let closing_at: usize = text.split_inclusive('\n').take(parsed.close).map(str::len).sum();
     let mut out: Vec<String> = vec!["---".to_owned()];
     let mut done = (false, false);
     let mut i = 1;
@@ -191,8 +200,7 @@ pub fn with_metadata(content: &str, meta: &FrontMatter) -> Result<String, String
     if !done.0 {
         out.insert(1, format!("name: {}", yaml_string(&meta.name)));
     }
-    out.extend(parsed.lines[parsed.close..].iter().map(|l| (*l).to_owned()));
-    Ok(out.join("\n"))
+    Ok(format!("{bom}{}{newline}{}", out.join(newline), &text[closing_at..]))
 }
 
 /// A new `SKILL.md` with the given metadata and `body` below the front matter.
@@ -303,6 +311,13 @@ mod tests {
         let added = with_metadata("---\nlicense: MIT\n---\nbody", &meta("a", "b")).unwrap();
         assert_eq!(parse(&added).unwrap(), meta("a", "b"));
         assert!(added.ends_with("license: MIT\n---\nbody"));
+        // Written on Windows: the mark and line ends stay, and the body is not touched.
+        let windows = "\u{feff}---\r\nname: old\r\ndescription: d\r\n---\r\n# Body\r\nkeep\n";
+        let new = with_metadata(windows, &meta("new", "e")).unwrap();
+        assert_eq!(
+            new,
+            "\u{feff}---\r\nname: new\r\ndescription: e\r\n---\r\n# Body\r\nkeep\n"
+        );
     }
 
     #[test]

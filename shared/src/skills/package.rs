@@ -204,6 +204,8 @@ impl Package {
         self.entries = std::mem::take(&mut self.entries)
             .into_iter()
             .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|rest| (rest.to_owned(), v)))
+            // Finder's metadata inside the folder is at the top now, where it is dropped too.
+            .filter(|(k, _)| !path::is_macos_metadata(k))
             .collect();
     }
 
@@ -479,11 +481,13 @@ mod tests {
             ("my-skill/SKILL.md", b"x"),
             ("my-skill/ref/a.md", b"y"),
             ("__MACOSX/._x", b"z"),
+            ("my-skill/__MACOSX/._y", b"w"),
         ]);
         let p = Package::open(&bytes, &limits()).unwrap();
         assert_eq!(p.file("SKILL.md"), Some(b"x".as_slice()));
         assert_eq!(p.file("ref/a.md"), Some(b"y".as_slice()));
         assert!(!p.exists("my-skill"));
+        assert!(!p.exists("__MACOSX") && !p.exists("__MACOSX/._y"));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! leaves nothing the housekeeping does not find.
 
 use bytes::Bytes;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::storage::StorageError;
 use crate::{AppResult, AppState};
@@ -94,19 +94,37 @@ pub fn certain(err: &sqlx::Error) -> bool {
 /// Objects one housekeeping run tries; the next run takes the rest.
 const RETRY_BATCH: i64 = 1000;
 
-/// Deletes objects no row names any more; one that cannot be deleted now is noted for the
-/// housekeeping to delete later.
+/// Notes objects that the transaction `tx` stops naming, due now: deleted once it commits
+/// (`delete` takes the notes back), they are left to the housekeeping by a request that ends
+/// between the two (a Lambda timeout, an answer lost after the commit).
+pub async fn going(tx: &mut PgConnection, keys: &[String]) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO leftover_objects (storage_key) SELECT unnest($1::text[])
+         ON CONFLICT (storage_key) DO UPDATE SET due_at = LEAST(leftover_objects.due_at, now())",
+    )
+    .bind(keys)
+    .execute(tx)
+    .await
+    .map(|_| ())
+}
+
+/// Deletes objects no row names any more, taking back their notes (`going`); one that cannot
+/// be deleted now is noted for the housekeeping to delete later.
 pub async fn delete(state: &AppState, keys: &[String]) {
     for key in keys {
-        if let Err(e) = state.storage().delete(key).await {
-            tracing::warn!(%key, error = %e, "an object delete failed; housekeeping deletes it later");
-            let noted = sqlx::query("INSERT INTO leftover_objects (storage_key) VALUES ($1) ON CONFLICT DO NOTHING")
-                .bind(key)
-                .execute(state.db())
-                .await;
-            if let Err(e) = noted {
-                tracing::error!(%key, error = %e, "an object no row names was left in storage");
+        let outcome = match state.storage().delete(key).await {
+            Ok(()) => named(state.db(), key).await,
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "an object delete failed; housekeeping deletes it later");
+                sqlx::query("INSERT INTO leftover_objects (storage_key) VALUES ($1) ON CONFLICT DO NOTHING")
+                    .bind(key)
+                    .execute(state.db())
+                    .await
+                    .map(|_| ())
             }
+        };
+        if let Err(e) = outcome {
+            tracing::error!(%key, error = %e, "an object's note was not updated");
         }
     }
 }

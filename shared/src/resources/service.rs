@@ -203,8 +203,10 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
         ));
     }
     repo::delete(&mut *tx, id).await?;
+    let keys = [row.storage_key];
+    super::leftovers::going(&mut tx, &keys).await?;
     tx.commit().await?;
-    super::leftovers::delete(state, &[row.storage_key]).await;
+    super::leftovers::delete(state, &keys).await;
     Ok(())
 }
 

@@ -51,24 +51,29 @@ pub struct NewPackage<'a> {
 
 /// Points the row at a new package if it is still at `version` (compare and swap); None when
 /// someone else changed or deleted it first.
-pub async fn swap_package(db: &PgPool, id: i64, version: i64, p: &NewPackage<'_>) -> sqlx::Result<Option<SkillRow>> {
+pub async fn swap_package(db: &PgPool, old: &SkillRow, p: &NewPackage<'_>) -> sqlx::Result<Option<SkillRow>> {
     // The new package's note goes only with the swap: on a conflict the package is deleted
-    // by the caller, and a request ending before that leaves it to the housekeeping.
+    // by the caller, and a request ending before that leaves it to the housekeeping. The old
+    // package is noted with the swap, due now (see `leftovers::going`).
     sqlx::query_as(&format!(
         "WITH updated AS (
            UPDATE skills SET name = $3, description = $4, file_size = $5, storage_key = $6,
                   version = version + 1, update_dt = now()
            WHERE id = $1 AND version = $2 RETURNING {COLUMNS}),
          taken_back AS (
-           DELETE FROM leftover_objects WHERE storage_key = $6 AND EXISTS (SELECT 1 FROM updated))
+           DELETE FROM leftover_objects WHERE storage_key = $6 AND EXISTS (SELECT 1 FROM updated)),
+         going AS (
+           INSERT INTO leftover_objects (storage_key) SELECT $7 FROM updated
+           ON CONFLICT (storage_key) DO UPDATE SET due_at = LEAST(leftover_objects.due_at, now()))
          SELECT * FROM updated"
     ))
-    .bind(id)
-    .bind(version)
+    .bind(old.id)
+    .bind(old.version)
     .bind(p.name)
     .bind(p.description)
     .bind(p.file_size)
     .bind(p.storage_key)
+    .bind(&old.storage_key)
     .fetch_optional(db)
     .await
 }

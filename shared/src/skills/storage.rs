@@ -147,7 +147,7 @@ pub async fn commit(state: &AppState, row: &SkillRow, package: &Package) -> AppR
         file_size: size,
         storage_key: &key,
     };
-    match repo::swap_package(state.db(), row.id, row.version, &next).await {
+    match repo::swap_package(state.db(), row, &next).await {
         Ok(Some(updated)) => {
             discard(state, &row.storage_key).await;
             Ok(updated)
@@ -176,7 +176,9 @@ pub async fn delete(state: &AppState, row: &SkillRow) -> AppResult<()> {
     let key = repo::delete(&mut *tx, row.id)
         .await?
         .ok_or_else(|| AppError::not_found("skill"))?;
+    let keys = [key];
+    leftovers::going(&mut tx, &keys).await?;
     tx.commit().await?;
-    discard(state, &key).await;
+    leftovers::delete(state, &keys).await;
     Ok(())
 }

@@ -95,10 +95,11 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     let keys = repo::object_keys(&mut tx, id).await?;
     indexes.remove_documents(&mut tx, &[id]).await.map_err(store_error)?;
     repo::delete(&mut *tx, id).await?;
-    for key in &keys {
-        state.storage().delete(key).await?;
-    }
+    leftovers::going(&mut tx, &keys).await?;
     tx.commit().await?;
+    // After the commit: deleted before it, a commit that failed left a document whose files
+    // were gone.
+    leftovers::delete(state, &keys).await;
     Ok(())
 }
 
@@ -151,6 +152,7 @@ async fn replace(
         repo::delete(&mut *tx, old).await?;
     }
     let (id, run_id) = repo::insert(&mut *tx, new).await?;
+    leftovers::going(&mut tx, &old_keys).await?;
     // Last before the commit (see `remove_replaced`).
     remove_replaced(state, kb, &mut tx, &old_chunks).await?;
     // A commit whose answer was lost may have stored the document: told as the database being

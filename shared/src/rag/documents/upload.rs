@@ -500,6 +500,7 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
         .bind(&token)
         .execute(&mut *tx)
         .await?;
+    crate::resources::leftovers::going(&mut tx, &drop_keys).await?;
     // Last before the commit, once every statement that could refuse it has run: a removal
     // from an external store (Milvus, OpenSearch) is not undone by a rollback.
     remove_replaced(state, &kb, &mut tx, &replaced_chunks).await?;

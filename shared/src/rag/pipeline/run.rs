@@ -350,6 +350,7 @@ async fn index(
         .bind(&timings)
         .execute(&mut *tx)
         .await?;
+        leftovers::going(&mut tx, &old_images).await?;
         tx.commit().await?;
         Ok(Some(old_images))
     }

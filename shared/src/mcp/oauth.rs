@@ -44,9 +44,23 @@ pub struct Token {
 #[derive(Deserialize)]
 struct TokenResponse {
     access_token: Option<String>,
+    #[serde(default, deserialize_with = "seconds")]
     expires_in: Option<u64>,
     error: Option<String>,
     error_description: Option<String>,
+}
+
+/// `expires_in` as a number or a numeric string (Azure AD's v1 endpoint sends "3599"), whole or
+/// not; anything else is no lifetime (the default applies) rather than no token.
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    let seconds = match &value {
+        serde_json::Value::Number(n) => n.as_f64(),
+        serde_json::Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    // Saturating: a lifetime is capped anyway (`lifetime_of`).
+    Ok(seconds.filter(|s| s.is_finite() && *s >= 0.0).map(|s| s as u64))
 }
 
 #[derive(Default)]
@@ -154,6 +168,23 @@ mod tests {
         let longest = lifetime_of(Some(u64::MAX));
         assert_eq!(longest, MAX_LIFETIME);
         assert!(std::time::Instant::now().checked_add(longest).is_some());
+    }
+
+    #[test]
+    fn a_lifetime_may_come_as_a_string_or_a_fraction() {
+        let lifetime = |body: &str| {
+            serde_json::from_str::<TokenResponse>(body)
+                .map(|r| r.expires_in)
+                .unwrap()
+        };
+        assert_eq!(lifetime(r#"{"access_token":"t","expires_in":3599}"#), Some(3599));
+        assert_eq!(lifetime(r#"{"access_token":"t","expires_in":"3599"}"#), Some(3599));
+        assert_eq!(lifetime(r#"{"access_token":"t","expires_in":3600.0}"#), Some(3600));
+        for unreadable in ["-5", "\"soon\"", "null", "[]"] {
+            let body = format!(r#"{{"access_token":"t","expires_in":{unreadable}}}"#);
+            assert_eq!(lifetime(&body), None, "{unreadable}");
+        }
+        assert_eq!(lifetime(r#"{"access_token":"t"}"#), None);
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub struct FsStore {
     root: PathBuf,
     signing_key: Vec<u8>,
     upload_url: String,
+    /// Uploads mark and place their objects one at a time: two PUTs of one upload URL at once
+    /// could otherwise interleave so that the loser removed the mark the winner's object needs,
+    /// and that object would never expire. The store serves one process (the local server).
+    placing: tokio::sync::Mutex<()>,
 }
 
 impl FsStore {
@@ -49,6 +53,7 @@ impl FsStore {
             root,
             signing_key: signing_key(config),
             upload_url: format!("{base}/{}/resource/direct-upload", config.api_prefix),
+            placing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -239,6 +244,7 @@ impl ObjectStore for FsStore {
                 file.write_all(&chunk).await.map_err(io_err("writing object"))?;
             }
             file.flush().await.map_err(io_err("writing object"))?;
+            let _turn = self.placing.lock().await;
             let ours = self
                 .mark_staged(key)
                 .await

@@ -619,6 +619,9 @@ async fn every_dedup_strategy_and_action() {
             0 => [("NEW", "NONE"), ("NEW", "NONE")],
             1 => [(hit, "BY_NAME"), ("NEW", "NONE")],
             2 => [("NEW", "NONE"), (hit, "BY_CONTENT")],
+            // The document the first file overwrites is the first file's: the second, matching
+            // it too, is the first one's duplicate (two documents would take its place).
+            _ if action == 2 => [(hit, "BY_NAME"), ("SKIP", "BY_CONTENT")],
             _ => [(hit, "BY_NAME"), (hit, "BY_CONTENT")],
         }
     };
@@ -627,7 +630,7 @@ async fn every_dedup_strategy_and_action() {
             let reply = s.preview(kb, &files, Some((strategy, action))).await;
             let p = reply.assert_ok().clone();
             let items = p["items"].as_array().unwrap();
-            for (item, (decision, match_type)) in items.iter().zip(expect(strategy, action)) {
+            for (index, (item, (decision, match_type))) in items.iter().zip(expect(strategy, action)).enumerate() {
                 assert_eq!(
                     (item["decision"].as_str(), item["matchType"].as_str()),
                     (Some(decision), Some(match_type)),
@@ -635,6 +638,11 @@ async fn every_dedup_strategy_and_action() {
                 );
                 if match_type == "NONE" {
                     assert!(item["conflictDocumentId"].is_null());
+                } else if (strategy, action, index) == (3, 2, 1) {
+                    assert_eq!(
+                        (&item["conflictDocumentId"], item["conflictDocumentName"].as_str()),
+                        (&Value::Null, Some("A.TXT"))
+                    );
                 } else {
                     assert_eq!(
                         (
@@ -733,6 +741,28 @@ async fn every_dedup_strategy_and_action() {
         .assert_ok()
         .clone();
     assert_eq!(c["conflictChanged"], false);
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM documents")
+        .fetch_all(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(names, ["e.txt"]);
+
+    // By name or content: one file matches the stored document by name, another by content.
+    // The first claims it, the second is its duplicate; one document stays in its place.
+    let pair = [
+        ("e.txt", b"changed content".to_vec()),
+        ("g.txt", b"original content".to_vec()),
+    ];
+    let p = s.preview(kb, &pair, Some((3, 2))).await.assert_ok().clone();
+    assert_eq!(api_tests::preview_decisions(&p), ["OVERWRITE", "SKIP"]);
+    let items: Vec<Value> = p["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| json!({ "tempResourceId": i["tempResourceId"], "decision": i["decision"] }))
+        .collect();
+    let body = json!({ "previewToken": p["previewToken"], "items": items });
+    s.app.post("/document/upload/commit", t, &body).await.assert_ok();
     let names: Vec<String> = sqlx::query_scalar("SELECT name FROM documents")
         .fetch_all(&s.app.db)
         .await

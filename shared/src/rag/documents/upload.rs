@@ -67,10 +67,16 @@ async fn decide_all(
         // new documents take its place.
         // Folded beyond ASCII, as Postgres' lower() does under a UTF-8 locale (RDS's default):
         // folded less than the stored names are, "Ä.txt" and "ä.txt" both overwrote "ä.txt".
-        let by_name = in_upload(&|e| e.file_name.to_lowercase() == item.file_name.to_lowercase())
-            .or_else(|| by_name.map(|(id, name)| Conflict { id: Some(id), name }));
-        let by_content = in_upload(&|e| e.content_hash == item.content_hash)
-            .or_else(|| by_content.map(|(id, name)| Conflict { id: Some(id), name }));
+        // A stored document an earlier file of the upload overwrites (matched by name, where
+        // this one matches it by content, say) is that file's: overwritten by both, it would
+        // leave two documents in its place.
+        let stored = |(id, name): (i64, String)| {
+            in_upload(&|e| e.decision == Decision::Overwrite && e.conflict_document_id == Some(id))
+                .unwrap_or(Conflict { id: Some(id), name })
+        };
+        let by_name =
+            in_upload(&|e| e.file_name.to_lowercase() == item.file_name.to_lowercase()).or_else(|| by_name.map(stored));
+        let by_content = in_upload(&|e| e.content_hash == item.content_hash).or_else(|| by_content.map(stored));
         let outcome = dedup::decide(strategy, action, by_name, by_content);
         item.decision = outcome.decision;
         item.match_type = outcome.match_type;

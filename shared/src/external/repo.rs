@@ -71,7 +71,8 @@ pub async fn ensure_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<(
 
 /// Removes a user again (a first chat that was refused leaves nothing behind), unless another
 /// request of the same new user stored something meanwhile: its conversation, subscription,
-/// image or memory would go with the user.
+/// image or memory would go with the user, as would a registration's nickname, avatar and extra
+/// (a registration writes the row again, so it is no longer as first created).
 pub async fn delete_user(db: &PgPool, id: i64) -> sqlx::Result<()> {
     let mut tx = db.begin().await?;
     // What another request is storing for the user holds the user's row (its foreign key):
@@ -81,7 +82,7 @@ pub async fn delete_user(db: &PgPool, id: i64) -> sqlx::Result<()> {
         .execute(&mut *tx)
         .await?;
     sqlx::query(
-        "DELETE FROM external_users u WHERE u.id = $1
+        "DELETE FROM external_users u WHERE u.id = $1 AND u.update_dt = u.create_dt
            AND NOT EXISTS (SELECT 1 FROM conversations WHERE external_user_id = u.id)
            AND NOT EXISTS (SELECT 1 FROM external_subscriptions WHERE external_user_id = u.id)
            AND NOT EXISTS (SELECT 1 FROM external_resources WHERE external_user_id = u.id)

@@ -1278,14 +1278,33 @@ async fn removing_a_new_user_again_keeps_one_another_request_used() {
     .fetch_one(&app.db)
     .await
     .unwrap();
-    for id in [untouched, conversing, subscribed, uploaded] {
+    // Registered by the partner meanwhile: its nickname and extra are the partner's.
+    let app_pk: i64 = sqlx::query_scalar("SELECT id FROM apps WHERE app_id = 'race'")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    let (bare, _) = shared::external::repo::ensure_user(&app.db, app_pk, "u5")
+        .await
+        .unwrap();
+    let registration = shared::external::repo::UserData {
+        app: app_pk,
+        open_id: "u5",
+        nickname: Some("Ann"),
+        avatar: None,
+        extra: None,
+    };
+    let (registered, created) = shared::external::repo::upsert_user(&app.db, &registration)
+        .await
+        .unwrap();
+    assert_eq!((registered.id, created), (bare, false));
+    for id in [untouched, conversing, subscribed, uploaded, registered.id] {
         shared::external::repo::delete_user(&app.db, id).await.unwrap();
     }
     let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM external_users ORDER BY id")
         .fetch_all(&app.db)
         .await
         .unwrap();
-    assert_eq!(left, [conversing, subscribed, uploaded]);
+    assert_eq!(left, [conversing, subscribed, uploaded, registered.id]);
 }
 
 /// An image one of an app's users is uploading while the app is deleted goes with the app: the

@@ -183,6 +183,7 @@ pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<Option<Vec<String>>> {
     if done.rows_affected() != 1 {
         return Ok(None);
     }
+    crate::resources::leftovers::going(&mut tx, &images).await?;
     tx.commit().await?;
     Ok(Some(images))
 }

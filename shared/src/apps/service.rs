@@ -1,7 +1,6 @@
 //! Business rules of app management (administrators only).
 
 use base64::Engine as _;
-use futures::StreamExt as _;
 use rand::RngCore;
 
 use super::model::{AppFilter, AppInput, AppOption, AppRow, AppView, ClientNode};
@@ -166,16 +165,14 @@ pub async fn update(state: &AppState, id: i64, input: AppInput) -> AppResult<App
 }
 
 /// Deletes the app with everything of its external users, their uploaded images included;
-/// an image file that cannot be removed now is deleted later by the housekeeping (its row is
-/// gone: nobody is served it).
+/// an image file that is not removed now (it cannot be, or the request ends first: their keys
+/// are noted with the rows' delete) is deleted later by the housekeeping.
 pub async fn delete(state: &AppState, id: i64) -> AppResult<()> {
     let images = repo::delete(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("app"))?;
     state.verified_apps().forget(id);
-    futures::stream::iter(images.chunks(64))
-        .for_each_concurrent(8, |keys| crate::resources::leftovers::delete(state, keys))
-        .await;
+    crate::resources::leftovers::delete(state, &images).await;
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 //! leaves nothing the housekeeping does not find.
 
 use bytes::Bytes;
+use futures::StreamExt;
 use sqlx::{PgConnection, PgPool};
 
 use crate::storage::StorageError;
@@ -108,25 +109,28 @@ pub async fn going(tx: &mut PgConnection, keys: &[String]) -> sqlx::Result<()> {
     .map(|_| ())
 }
 
-/// Deletes objects no row names any more, taking back their notes (`going`); one that cannot
-/// be deleted now is noted for the housekeeping to delete later.
+/// Deletes objects no row names any more (eight at a time: an app's or a base's may be
+/// thousands), taking back their notes (`going`); one that cannot be deleted now is noted for
+/// the housekeeping to delete later.
 pub async fn delete(state: &AppState, keys: &[String]) {
-    for key in keys {
-        let outcome = match state.storage().delete(key).await {
-            Ok(()) => named(state.db(), key).await,
-            Err(e) => {
-                tracing::warn!(%key, error = %e, "an object delete failed; housekeeping deletes it later");
-                sqlx::query("INSERT INTO leftover_objects (storage_key) VALUES ($1) ON CONFLICT DO NOTHING")
-                    .bind(key)
-                    .execute(state.db())
-                    .await
-                    .map(|_| ())
+    futures::stream::iter(keys)
+        .for_each_concurrent(8, |key| async move {
+            let outcome = match state.storage().delete(key).await {
+                Ok(()) => named(state.db(), key).await,
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "an object delete failed; housekeeping deletes it later");
+                    sqlx::query("INSERT INTO leftover_objects (storage_key) VALUES ($1) ON CONFLICT DO NOTHING")
+                        .bind(key)
+                        .execute(state.db())
+                        .await
+                        .map(|_| ())
+                }
+            };
+            if let Err(e) = outcome {
+                tracing::error!(%key, error = %e, "an object's note was not updated");
             }
-        };
-        if let Err(e) = outcome {
-            tracing::error!(%key, error = %e, "an object's note was not updated");
-        }
-    }
+        })
+        .await;
 }
 
 /// A row of one of the tables that keep storage keys names the noted key.

@@ -450,9 +450,9 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
     Ok(())
 }
 
-/// Deletes the base with every document, chunk, vector, image and stored file. Entries and
-/// objects are removed before the rows commit, as a document's are (see there): a failure
-/// leaves the rows to a retry, which completes the delete.
+/// Deletes the base with every document, chunk, vector, image and stored file. Store entries
+/// are removed before the rows commit, files after it with their keys noted, as a document's
+/// are (see there).
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
     let kb = owned(state, user, id).await?;
     let indexes = Indexes::of(state, &kb).await?;
@@ -467,11 +467,10 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     crate::rag::documents::repo::lock_additions(&mut tx, id).await?;
     keys.extend(repo::object_keys(&mut tx, id).await?);
     repo::delete(&mut *tx, id).await?;
+    crate::resources::leftovers::going(&mut tx, &keys).await?;
     indexes.drop_all(&mut tx).await.map_err(store_error)?;
-    for key in &keys {
-        state.storage().delete(key).await?;
-    }
     tx.commit().await?;
+    crate::resources::leftovers::delete(state, &keys).await;
     // Its chunks went with the rows; the empty index is dropped after them, concurrently. The
     // base is deleted whatever happens to the drop: housekeeping drops what is left.
     let dropped = async {

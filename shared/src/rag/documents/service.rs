@@ -82,11 +82,11 @@ pub async fn image(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<S
     })
 }
 
-/// Deletes the document, its chunks, index entries, images and files; entries and objects go
-/// before the rows commit, so a store that is down refuses the delete instead of leaving its
-/// entries behind for good. A failure part-way (the second of two stores, or of several
-/// objects) leaves the rows to a retry, which completes it: removing what is already gone
-/// succeeds in every store.
+/// Deletes the document, its chunks, index entries, images and files; index entries go before
+/// the rows commit, so a store that is down refuses the delete instead of leaving its entries
+/// behind for good (a failure part-way leaves the rows to a retry, which completes it: removing
+/// what is already gone succeeds in every store). Files go after the commit, their keys noted
+/// with it (`leftovers::going`): one not removed then is the housekeeping's.
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
     let doc = owned(state, user, id).await?;
     let kb = bases::service::owned(state, user, doc.rag_id).await?;

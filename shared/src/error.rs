@@ -153,21 +153,38 @@ pub fn database_failed(e: &anyhow::Error) -> bool {
 /// What a partner's app is told when its credentials are not (or no longer) good.
 pub const APP_REFUSED: &str = "app credentials invalid or app disabled";
 
-/// The foreign keys from a partner app's rows to the app and its end users. An app deleted while
-/// its credentials were still cached (`auth::verified_apps`, 5 s) takes its end users with it,
-/// so a request of that app storing anything for them fails one of these.
-const GONE_APP_KEYS: &[&str] = &[
-    "external_users_app_id_fkey",
+/// The foreign keys from a partner app's rows to the app: an app deleted while its credentials
+/// were still cached (`auth::verified_apps`, 5 s) fails them, and is refused as its callers are.
+const GONE_APP_KEYS: &[&str] = &["external_users_app_id_fkey", "client_nodes_app_id_fkey"];
+
+/// The foreign keys from rows stored for an end user of a partner to that user: the user went
+/// meanwhile, with its app or as a new user whose refused first request removed it again. A
+/// retry finds the app refused, or registers the user anew.
+const GONE_END_USER_KEYS: &[&str] = &[
     "external_subscriptions_external_user_id_fkey",
     "conversations_external_user_id_fkey",
     "external_resources_external_user_id_fkey",
-    "client_nodes_app_id_fkey",
+];
+
+/// The foreign keys from what a chat or a subscription stores to its agent.
+const GONE_AGENT_KEYS: &[&str] = &[
+    "conversations_agent_id_fkey",
+    "messages_agent_id_fkey",
+    "agent_subscriptions_agent_id_fkey",
+    "external_subscriptions_agent_id_fkey",
 ];
 
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
         if GONE_APP_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
             return Self::unauthorized(APP_REFUSED);
+        }
+        // An agent deleted between a chat's or subscription's check and its insert.
+        if GONE_AGENT_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
+            return Self::not_found("agent");
+        }
+        if GONE_END_USER_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
+            return Self::Conflict("the end user was removed while this request ran; try again".into());
         }
         // Lost or refused connections (a restart, a failover) are worth a retry; the rest is a bug.
         let unreachable = match &err {

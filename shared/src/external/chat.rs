@@ -81,7 +81,11 @@ pub async fn start(
     started
 }
 
-/// Collects the stream into one answer; an `error` line or the timeout fails the call.
+/// Collects the stream into one answer; an `error` line or the timeout fails the call. The
+/// stream is read to its end, past `done`: the turn's work after its answer (a new
+/// conversation's title, queueing memory extraction) runs before the answer is sent, as the
+/// streamed chat keeps its body open for it. Under Lambda, work left after the response may
+/// never run.
 pub async fn sync(state: &AppState, caller: &ExternalCaller, req: ExternalChatRequest) -> AppResult<SyncAnswer> {
     let mut events = start(state, caller, req).await?;
     let mut answer = SyncAnswer {
@@ -93,6 +97,7 @@ pub async fn sync(state: &AppState, caller: &ExternalCaller, req: ExternalChatRe
         warnings: Vec::new(),
     };
     let collect = async {
+        let mut done = false;
         while let Some(event) = events.next().await {
             match event {
                 StreamEvent::Text { content } => answer.content.push_str(&content),
@@ -106,16 +111,19 @@ pub async fn sync(state: &AppState, caller: &ExternalCaller, req: ExternalChatRe
                     answer.conversation_id = conversation_id;
                     answer.usage = usage;
                     answer.duration_ms = duration_ms;
-                    return Ok(());
+                    done = true;
                 }
-                StreamEvent::Error { message, .. } => {
+                StreamEvent::Error { message, .. } if !done => {
                     return Err(AppError::business(format!("the answer failed: {message}")))
                 }
-                StreamEvent::Warning { message, .. } => answer.warnings.push(message),
-                StreamEvent::ToolCall { .. } | StreamEvent::ToolResult { .. } => {}
+                StreamEvent::Warning { message, .. } if !done => answer.warnings.push(message),
+                _ => {}
             }
         }
-        Err(AppError::business("the answer ended before it was complete"))
+        match done {
+            true => Ok(()),
+            false => Err(AppError::business("the answer ended before it was complete")),
+        }
     };
     match tokio::time::timeout(SYNC_TIMEOUT, collect).await {
         Ok(result) => result.map(|()| answer),

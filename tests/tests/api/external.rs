@@ -500,6 +500,18 @@ async fn streamed_and_sync_chat_store_messages_under_the_external_user() {
         .find(|r| r["messages"].to_string().contains("again"))
         .unwrap();
     assert!(last["messages"].to_string().contains("hello there"), "{last}");
+
+    // A new conversation has the model's title by the time the sync answer is out: the turn's
+    // work after its answer runs before the call returns (under Lambda, after it might never).
+    e.app()
+        .ext_post(&e.crm, "/agent/chat/sync", &say(agent, "ann", "c-2", "name this"))
+        .await
+        .assert_ok();
+    let title: String = sqlx::query_scalar("SELECT title FROM conversations WHERE conversation_key = 'c-2'")
+        .fetch_one(&e.app().db)
+        .await
+        .unwrap();
+    assert!(title.starts_with("You said"), "the model's title: {title}");
 }
 
 #[tokio::test]

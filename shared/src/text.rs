@@ -9,6 +9,15 @@ pub fn prefix_chars(text: &str, max: usize) -> &str {
     }
 }
 
+/// Text a model sent, as the service can store it: without NUL characters, which Postgres text
+/// cannot hold (an answer with one could not be stored, and was lost whole).
+pub fn model_text(text: &str) -> String {
+    match text.contains('\0') {
+        true => text.replace('\0', ""),
+        false => text.to_owned(),
+    }
+}
+
 /// Text from another system made fit to show in one line of an error: control characters
 /// (line breaks included) become spaces, and at most `max` characters are kept, with an
 /// ellipsis saying that more was cut.
@@ -31,6 +40,12 @@ mod tests {
         assert_eq!(prefix_chars("héllo", 5), "héllo");
         assert_eq!(prefix_chars("héllo", 50), "héllo");
         assert_eq!(prefix_chars("", 3), "");
+    }
+
+    #[test]
+    fn model_text_holds_no_nul() {
+        assert_eq!(model_text("a\0b\0"), "ab");
+        assert_eq!(model_text("plain"), "plain");
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! - `chat-drafter`: streams a JSON agent draft in 7-character pieces; `chat-drafter-bad`
 //!   answers prose with no JSON; `chat-drafter-long` a draft whose description passes the
 //!   agent's limit and whose greeting holds a NUL
+//! - `chat-nul`: answers like `chat-echo`, with NUL characters in its thinking and text
 //! - `chat-split`: answers `{"boundaries": [1, m]}` for a prompt of numbered paragraphs
 //!   `[1] .. [n]`, with m the middle one
 //! - `mem-extract`: memory extraction JSON (in a code fence, as models often answer): one
@@ -269,6 +270,11 @@ fn plan(model: &str, body: &Value) -> Plan {
             }
         }
         "chat-agent" => agent_plan(body, &said, words),
+        "chat-nul" => Plan {
+            reasoning: vec!["Hm\0m. ".to_owned()],
+            text: words(&format!("You\0 said: {said}\0")),
+            tools: vec![],
+        },
         // An endpoint that ignores max_tokens: 5 MiB of text.
         "chat-flood" => Plan {
             reasoning: vec![],
@@ -375,6 +381,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-drafter",
             "chat-drafter-bad",
             "chat-drafter-long",
+            "chat-nul",
             "mem-extract",
         ]
         .contains(&model.as_str());
@@ -490,8 +497,9 @@ fn complete(model: &str, p: Plan, usage: Value, cut: bool) -> Response {
     } else {
         "stop"
     };
+    // `"error": null` on success, as some OpenAI-compatible servers send it.
     Json(json!({ "id": "chatcmpl-1", "object": "chat.completion", "model": model,
-        "choices": [{ "index": 0, "message": message, "finish_reason": finish }], "usage": usage }))
+        "choices": [{ "index": 0, "message": message, "finish_reason": finish }], "usage": usage, "error": null }))
     .into_response()
 }
 

@@ -37,7 +37,7 @@ pub fn escape(value: &str) -> String {
 /// One emoji-like avatar: short and without letters or digits, else the default.
 fn avatar(value: &str) -> String {
     let v = value.trim();
-    if v.is_empty() || v.chars().count() > 8 || v.chars().any(|c| c.is_ascii_alphanumeric()) {
+    if v.is_empty() || v.chars().count() > 8 || v.chars().any(|c| c.is_ascii_alphanumeric() || c == '\0') {
         "🤖".to_owned()
     } else {
         v.to_owned()

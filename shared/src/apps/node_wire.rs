@@ -8,6 +8,7 @@ use crate::models::client::{
     reported_tokens, ChatEvent, ChatMessage, ChatRequest, ContentPart, Endpoint, FunctionCall, ImageUrl,
     MessageContent, ModelError, ToolCallOut, ToolCallParts, ToolSpec, Usage,
 };
+use crate::text::model_text;
 
 /// The request a node receives for a chat call to `ep`. Neither its API key nor its base URL
 /// leaves the platform: the URL is whatever the model config's author typed, and a node calls
@@ -217,17 +218,19 @@ impl DeltaDecoder {
     pub fn decode(&mut self, d: pb::ChatDelta) -> Vec<Result<ChatEvent, ModelError>> {
         match d.kind {
             None | Some(DeltaKind::Accepted(_)) => vec![],
-            Some(DeltaKind::Text(t)) => vec![Ok(ChatEvent::Text(t))],
-            Some(DeltaKind::Reasoning(t)) => vec![Ok(ChatEvent::Reasoning(t))],
+            // A node relays a model's text: held to what the service can store, as the model
+            // client holds an endpoint's (`text::model_text`).
+            Some(DeltaKind::Text(t)) => vec![Ok(ChatEvent::Text(model_text(&t)))],
+            Some(DeltaKind::Reasoning(t)) => vec![Ok(ChatEvent::Reasoning(model_text(&t)))],
             Some(DeltaKind::ToolCall(c)) => {
                 let slot = self.tools.part(c.index.into());
                 if slot.id.is_empty() {
-                    slot.id = c.id;
+                    slot.id = model_text(&c.id);
                 }
                 if slot.name.is_empty() {
-                    slot.name = c.name;
+                    slot.name = model_text(&c.name);
                 }
-                slot.arguments.push_str(&c.arguments);
+                slot.arguments.push_str(&model_text(&c.arguments));
                 vec![]
             }
             Some(DeltaKind::Usage(u)) => vec![Ok(ChatEvent::Usage(Usage {

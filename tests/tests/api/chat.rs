@@ -88,6 +88,23 @@ async fn a_chat_streams_thinking_then_text_then_done_and_stores_both_messages() 
     );
 }
 
+/// Postgres text holds no NUL: a model's text with one is stored, and streamed, without it (the
+/// answer could not be stored and was lost whole).
+#[tokio::test]
+async fn an_answer_holding_nul_characters_is_stored_without_them() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-nul", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "Nul", "chatModelId": model })).await;
+    let events = s.chat(&s.admin, agent, say("c-1", "hello")).await.events();
+    assert_eq!(kinds(&events).last().unwrap(), "done", "{events:?}");
+    assert_eq!(joined(&events, "text"), "You said: hello");
+    let stored = messages(&s, &s.admin, agent, "c-1").await;
+    assert_eq!(
+        (&stored[1]["content"], &stored[1]["thinking"], &stored[1]["status"]),
+        (&json!("You said: hello"), &json!("Hmm. "), &json!(1))
+    );
+}
+
 #[tokio::test]
 async fn refusals_store_nothing() {
     let s = ChatSetup::new().await;

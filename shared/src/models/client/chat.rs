@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::chunk::Chunk;
 use super::error::upstream_message;
 use super::{reported_tokens, snippet, Endpoint, ModelClient, ModelError};
+use crate::text::model_text;
 use crate::upstream::SseDecoder;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -253,14 +254,15 @@ impl ModelClient {
         let v = self
             .post_json(ep, "chat/completions", &request_body(ep, req, false))
             .await?;
-        if let Some(err) = v.get("error") {
+        // Some endpoints send `"error": null` with every answer, as the streamed chunks do.
+        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
             return Err(reported_error(&v.to_string(), err));
         }
         let choice = v
             .pointer("/choices/0")
             .ok_or_else(|| ModelError::Protocol("the answer has no choices".into()))?;
         let message = &choice["message"];
-        let text = |key: &str| message.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let text = |key: &str| model_text(message.get(key).and_then(Value::as_str).unwrap_or_default());
         let tool_calls = message
             .get("tool_calls")
             .and_then(Value::as_array)
@@ -268,17 +270,9 @@ impl ModelClient {
                 calls
                     .iter()
                     .map(|c| ToolCall {
-                        id: c["id"].as_str().unwrap_or_default().to_owned(),
-                        name: c
-                            .pointer("/function/name")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned(),
-                        arguments: c
-                            .pointer("/function/arguments")
-                            .and_then(Value::as_str)
-                            .unwrap_or("{}")
-                            .to_owned(),
+                        id: model_text(c["id"].as_str().unwrap_or_default()),
+                        name: model_text(c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default()),
+                        arguments: model_text(c.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("{}")),
                     })
                     .collect()
             })
@@ -470,10 +464,10 @@ impl StreamState {
         }
         if let Some(choice) = chunk.choice() {
             if let Some(r) = choice.reasoning() {
-                self.pending.push_back(Ok(ChatEvent::Reasoning(r.to_owned())));
+                self.pending.push_back(Ok(ChatEvent::Reasoning(model_text(r))));
             }
             if let Some(t) = choice.text() {
-                self.pending.push_back(Ok(ChatEvent::Text(t.to_owned())));
+                self.pending.push_back(Ok(ChatEvent::Text(model_text(t))));
             }
             self.collect_tools(choice.tool_calls());
             if let Some(reason) = &choice.finish_reason {
@@ -492,13 +486,13 @@ impl StreamState {
             let index = c.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
             let slot = self.tools.part(index);
             if let Some(id) = c.get("id").and_then(Value::as_str) {
-                slot.id = id.to_owned();
+                slot.id = model_text(id);
             }
             if let Some(name) = c.pointer("/function/name").and_then(Value::as_str) {
-                slot.name.push_str(name);
+                slot.name.push_str(&model_text(name));
             }
             if let Some(args) = c.pointer("/function/arguments").and_then(Value::as_str) {
-                slot.arguments.push_str(args);
+                slot.arguments.push_str(&model_text(args));
             }
         }
     }

@@ -426,13 +426,18 @@ pub async fn rerank(
     documents: &[String],
     top_n: usize,
 ) -> Result<Vec<RerankHit>, CallError> {
-    let want = text_tokens(query.len() + documents.iter().map(String::len).sum::<usize>());
-    let hold = hold(state, billing, want).await?;
+    let bytes = query.len() + documents.iter().map(String::len).sum::<usize>();
+    let hold = hold(state, billing, text_tokens(bytes)).await?;
     let call = state.models().rerank(&model.endpoint, query, documents, top_n);
-    metered(state, model, billing, hold, ("rerank", "rerank"), call, |_| {
-        Usage::default()
+    // What the endpoint reports, else 4 characters a token as for a stream without usage: a
+    // rerank charged nothing let a searcher spend the operator's reranker without end.
+    let estimate = bytes.div_ceil(4) as u64;
+    let ranked = metered(state, model, billing, hold, ("rerank", "rerank"), call, |r| Usage {
+        prompt_tokens: r.reported_tokens.unwrap_or(estimate),
+        completion_tokens: 0,
     })
-    .await
+    .await?;
+    Ok(ranked.hits)
 }
 
 /// A streamed answer whose usage is recorded when it ends, fails, or is dropped by a client

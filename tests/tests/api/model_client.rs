@@ -280,7 +280,7 @@ async fn rerank_sorts_best_first() {
         "the capital of france is paris".to_owned(),
         "paris".to_owned(),
     ];
-    let hits = client
+    let ranked = client
         .rerank(
             &endpoint(&server, "rerank", json!({})),
             "what is the capital of france",
@@ -289,13 +289,16 @@ async fn rerank_sorts_best_first() {
         )
         .await
         .unwrap();
+    let hits = ranked.hits;
     assert_eq!(hits.len(), 2);
     assert_eq!(hits[0].index, 1);
     assert!(hits[0].score >= hits[1].score);
+    assert_eq!(ranked.reported_tokens, None, "the scripted reranker reports no usage");
     assert!(client
         .rerank(&endpoint(&server, "rerank", json!({})), "q", &[], 3)
         .await
         .unwrap()
+        .hits
         .is_empty());
 }
 

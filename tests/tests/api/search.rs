@@ -309,6 +309,13 @@ async fn rerank_reorders_the_candidates() {
     assert!(r["metrics"]["rerankMs"].as_f64().unwrap() > 0.0);
     let rerank_calls = s.models.requests().iter().filter(|q| q["model"] == "rerank").count();
     assert_eq!(rerank_calls, 1);
+    // Charged what it read: the endpoint reports no usage, so 4 characters a token.
+    let recorded: Vec<i64> = sqlx::query_scalar("SELECT prompt_tokens FROM model_usage WHERE model_id = $1")
+        .bind(reranker)
+        .fetch_all(&s.app.db)
+        .await
+        .unwrap();
+    assert!(matches!(recorded[..], [tokens] if tokens > 10), "{recorded:?}");
 }
 
 /// A reranker and a chat model a base names in its settings may be deleted: the base falls

@@ -20,7 +20,7 @@ use serde_json::Value;
 pub use chat::*;
 pub use embed::{Embeddings, InputKind};
 pub use error::ModelError;
-pub use rerank::RerankHit;
+pub use rerank::{RerankHit, Reranking};
 
 /// Where and how to call one model: the decrypted view of a model config.
 #[derive(Clone)]

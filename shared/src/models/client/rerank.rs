@@ -11,6 +11,22 @@ pub struct RerankHit {
     pub score: f64,
 }
 
+/// A ranking and the tokens the endpoint says it took, when it says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reranking {
+    pub hits: Vec<RerankHit>,
+    pub reported_tokens: Option<u64>,
+}
+
+/// Tokens a rerank answer reports: `usage.total_tokens` (Jina, vLLM, Xinference) or
+/// `usage.prompt_tokens`, or Cohere's `meta.tokens.input_tokens`.
+fn reported_tokens(v: &Value) -> Option<u64> {
+    v.pointer("/usage/total_tokens")
+        .or_else(|| v.pointer("/usage/prompt_tokens"))
+        .or_else(|| v.pointer("/meta/tokens/input_tokens"))
+        .and_then(Value::as_u64)
+}
+
 impl ModelClient {
     /// Scores `documents` against `query`, best first, at most `top_n`.
     pub async fn rerank(
@@ -19,9 +35,9 @@ impl ModelClient {
         query: &str,
         documents: &[String],
         top_n: usize,
-    ) -> Result<Vec<RerankHit>, ModelError> {
+    ) -> Result<Reranking, ModelError> {
         if documents.is_empty() {
-            return Ok(vec![]);
+            return Ok(Reranking::default());
         }
         let body = json!({ "model": ep.model, "query": query, "documents": documents, "top_n": top_n, "return_documents": false });
         let v = self.post_json(ep, "rerank", &body).await?;
@@ -53,6 +69,27 @@ impl ModelClient {
         }
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         hits.truncate(top_n);
-        Ok(hits)
+        Ok(Reranking {
+            hits,
+            reported_tokens: reported_tokens(&v),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reported_tokens_are_read_where_endpoints_put_them() {
+        let tokens = |v: Value| reported_tokens(&v);
+        assert_eq!(tokens(json!({ "usage": { "total_tokens": 42 } })), Some(42));
+        assert_eq!(tokens(json!({ "usage": { "prompt_tokens": 7 } })), Some(7));
+        assert_eq!(tokens(json!({ "meta": { "tokens": { "input_tokens": 9 } } })), Some(9));
+        assert_eq!(
+            tokens(json!({ "meta": { "billed_units": { "search_units": 1 } } })),
+            None
+        );
+        assert_eq!(tokens(json!({ "usage": { "total_tokens": "many" } })), None);
     }
 }

@@ -72,6 +72,8 @@ pub struct ModelConfigRow {
     pub model_type: String,
     pub adapter_key: String,
     pub api_key_enc: String,
+    /// Who stored the key (its creator, or an administrator who sent one).
+    pub key_set_by: i64,
     pub api_endpoint: String,
     pub description: Option<String>,
     pub config_json: Value,

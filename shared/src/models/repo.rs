@@ -101,7 +101,8 @@ pub async fn provider_config_count(db: &PgPool, id: i64) -> sqlx::Result<i64> {
 
 const CONFIG_SELECT: &str =
     "SELECT c.id, c.provider_id, p.provider_name, c.model_name, c.model_key, c.model_type, c.adapter_key,
-    c.api_key_enc, c.api_endpoint, c.description, c.config_json, c.scope, c.is_default, c.is_enabled, c.creator_id,
+    c.api_key_enc, c.key_set_by, c.api_endpoint, c.description, c.config_json, c.scope, c.is_default, c.is_enabled,
+    c.creator_id,
     c.created_dt, c.updated_dt, p.is_enabled AS provider_enabled,
     EXISTS (SELECT 1 FROM users u WHERE u.id = c.creator_id AND u.role = 1) AS by_operator
     FROM model_configs c JOIN model_providers p ON p.id = c.provider_id";
@@ -208,6 +209,8 @@ pub struct ConfigFields<'a> {
     pub model_type: Option<&'a str>,
     pub adapter_key: Option<&'a str>,
     pub api_key_enc: Option<&'a str>,
+    /// Who sent `api_key_enc`: set with it.
+    pub key_set_by: Option<i64>,
     pub api_endpoint: Option<&'a str>,
     pub description: Option<&'a str>,
     pub config_json: Option<&'a serde_json::Value>,
@@ -216,8 +219,8 @@ pub struct ConfigFields<'a> {
 }
 
 /// The columns of `ConfigFields`, in its order.
-const CONFIG_COLUMNS: &str = "provider_id, model_name, model_key, model_type, adapter_key, api_key_enc, api_endpoint,
-    description, config_json, scope, is_enabled";
+const CONFIG_COLUMNS: &str = "provider_id, model_name, model_key, model_type, adapter_key, api_key_enc, key_set_by,
+    api_endpoint, description, config_json, scope, is_enabled";
 
 /// The values of `CONFIG_COLUMNS`.
 fn push_config_values<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &ConfigFields<'a>) {
@@ -228,6 +231,7 @@ fn push_config_values<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &ConfigFields<
         .push_bind(f.model_type)
         .push_bind(f.adapter_key)
         .push_bind(f.api_key_enc)
+        .push_bind(f.key_set_by)
         .push_bind(f.api_endpoint)
         .push_bind(f.description)
         .push_bind(f.config_json)
@@ -242,6 +246,7 @@ pub async fn insert_config(db: impl PgExecutor<'_>, f: &ConfigFields<'_>, creato
         config_json: Some(f.config_json.unwrap_or(&no_settings)),
         scope: Some(f.scope.unwrap_or("GLOBAL")),
         is_enabled: Some(f.is_enabled.unwrap_or(true)),
+        key_set_by: Some(f.key_set_by.unwrap_or(creator_id)),
         ..*f
     };
     let mut qb = QueryBuilder::new(format!(

@@ -406,6 +406,7 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
         model_type: Some(checked.model_type.as_str()),
         adapter_key: Some(&checked.adapter),
         api_key_enc: Some(&sealed),
+        key_set_by: Some(user.id),
         api_endpoint: Some(&api_endpoint),
         description: description.as_deref(),
         config_json: req.config_json.as_ref(),
@@ -482,12 +483,21 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
         }
         _ => None,
     };
-    // A key its creator stored goes where its creator said: someone else (an administrator)
-    // pointing the config elsewhere sends the key again, or could read it at their endpoint.
+    // A stored key goes where whoever stored it said: anyone else pointing the config
+    // elsewhere (an administrator, or its creator when an administrator stored the key) sends
+    // a key of their own, or could read it at their endpoint.
     let moves = api_endpoint.as_deref().is_some_and(|e| e != row.api_endpoint);
-    if moves && sealed.is_none() && row.creator_id != user.id {
+    let others_key = sealed.is_none() && row.key_set_by != user.id;
+    if moves && others_key {
         return Err(AppError::validation(
-            "apiKey: send the key again to change apiEndpoint; the stored key is the config's creator's",
+            "apiKey: send the key again to change apiEndpoint; the stored key is not yours",
+        ));
+    }
+    // Nor does someone's key serve everyone without them: a PERSONAL config made GLOBAL by an
+    // administrator carries a key of theirs.
+    if checked.scope == "GLOBAL" && row.scope != "GLOBAL" && others_key {
+        return Err(AppError::validation(
+            "apiKey: send a key of your own to make this config GLOBAL; the stored key is not yours",
         ));
     }
     validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
@@ -498,6 +508,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
         model_type: Some(checked.model_type.as_str()),
         adapter_key: Some(&checked.adapter),
         api_key_enc: sealed.as_deref(),
+        key_set_by: sealed.is_some().then_some(user.id),
         api_endpoint: api_endpoint.as_deref(),
         description: req.description.as_deref(),
         config_json: req.config_json.as_ref(),

@@ -473,7 +473,7 @@ async fn switch_default_leaves_exactly_one() {
 async fn personal_configs_belong_to_their_owner() {
     let (app, server, admin) = setup().await;
     let p = app.provider(&admin, "scripted").await;
-    let (_, alice) = app.regular_user("alice").await;
+    let (alice_id, alice) = app.regular_user("alice").await;
     let (_, bob) = app.regular_user("bob").await;
     let url = server.base_url.as_str();
     let global = app.model(&admin, p, "CHAT", "chat-echo", url, json!({})).await;
@@ -556,9 +556,34 @@ async fn personal_configs_belong_to_their_owner() {
     )
     .await
     .assert_status_ok();
+    // The key is his now: she may not send it elsewhere either, but with a key of her own.
     app.put(&config, Some(&alice), &json!({ "apiEndpoint": url }))
         .await
+        .assert_status_error(
+            400,
+            0,
+            "apiKey: send the key again to change apiEndpoint; the stored key is not yours",
+        );
+    app.put(
+        &config,
+        Some(&alice),
+        &json!({ "apiEndpoint": url, "apiKey": "sk-alices-key-2" }),
+    )
+    .await
+    .assert_status_ok();
+    app.put(&config, Some(&alice), &json!({ "apiEndpoint": elsewhere }))
+        .await
         .assert_status_ok();
+    // Nor does her key serve everyone: made GLOBAL only with a key of the administrator's.
+    app.put(&config, Some(&admin), &json!({ "scope": "GLOBAL" }))
+        .await
+        .assert_status_error(400, 0, "apiKey: send a key of your own to make this config GLOBAL");
+    let (scope, setter): (String, i64) = sqlx::query_as("SELECT scope, key_set_by FROM model_configs WHERE id = $1")
+        .bind(mine)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!((scope.as_str(), setter), ("PERSONAL", alice_id));
     let name: String = sqlx::query_scalar("SELECT model_name FROM model_configs WHERE id = $1")
         .bind(mine)
         .fetch_one(&app.db)
@@ -994,8 +1019,8 @@ async fn a_provider_and_a_config_created_under_it_meanwhile() {
     let mut creating = app.db.begin().await.unwrap();
     sqlx::query(
         "INSERT INTO model_configs (provider_id, model_name, model_key, model_type, adapter_key, api_key_enc,
-           api_endpoint, creator_id)
-         VALUES ($1, 'm', 'k', 'CHAT', 'openai', 'sealed', 'http://127.0.0.1:9/v1', $2)",
+           api_endpoint, creator_id, key_set_by)
+         VALUES ($1, 'm', 'k', 'CHAT', 'openai', 'sealed', 'http://127.0.0.1:9/v1', $2, $2)",
     )
     .bind(provider)
     .bind(admin_id)

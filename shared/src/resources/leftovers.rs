@@ -62,20 +62,7 @@ pub async fn unnamed(state: &AppState, key: &str, certain: bool) {
         tracing::warn!(%key, "an object's row may not have been stored; housekeeping deletes it in a day if not");
         return;
     }
-    let outcome = match state.storage().delete(key).await {
-        Ok(()) => named(state.db(), key).await,
-        Err(e) => {
-            tracing::warn!(%key, error = %e, "an object delete failed; housekeeping deletes it later");
-            sqlx::query("UPDATE leftover_objects SET due_at = now() WHERE storage_key = $1")
-                .bind(key)
-                .execute(state.db())
-                .await
-                .map(|_| ())
-        }
-    };
-    if let Err(e) = outcome {
-        tracing::error!(%key, error = %e, "an unnamed object's note was not updated");
-    }
+    delete_now(state, key).await;
 }
 
 /// Whether a failed statement certainly wrote nothing: the database refused it (an error of
@@ -99,38 +86,35 @@ const RETRY_BATCH: i64 = 1000;
 /// (`delete` takes the notes back), they are left to the housekeeping by a request that ends
 /// between the two (a Lambda timeout, an answer lost after the commit).
 pub async fn going(tx: &mut PgConnection, keys: &[String]) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO leftover_objects (storage_key) SELECT unnest($1::text[])
-         ON CONFLICT (storage_key) DO UPDATE SET due_at = LEAST(leftover_objects.due_at, now())",
-    )
-    .bind(keys)
-    .execute(tx)
-    .await
-    .map(|_| ())
+    sqlx::query(DUE_NOW).bind(keys).execute(tx).await.map(|_| ())
 }
+
+/// Notes the keys `$1` due now, or makes their notes due now.
+const DUE_NOW: &str = "INSERT INTO leftover_objects (storage_key) SELECT unnest($1::text[])
+    ON CONFLICT (storage_key) DO UPDATE SET due_at = LEAST(leftover_objects.due_at, now())";
 
 /// Deletes objects no row names any more (eight at a time: an app's or a base's may be
 /// thousands), taking back their notes (`going`); one that cannot be deleted now is noted for
 /// the housekeeping to delete later.
 pub async fn delete(state: &AppState, keys: &[String]) {
     futures::stream::iter(keys)
-        .for_each_concurrent(8, |key| async move {
-            let outcome = match state.storage().delete(key).await {
-                Ok(()) => named(state.db(), key).await,
-                Err(e) => {
-                    tracing::warn!(%key, error = %e, "an object delete failed; housekeeping deletes it later");
-                    sqlx::query("INSERT INTO leftover_objects (storage_key) VALUES ($1) ON CONFLICT DO NOTHING")
-                        .bind(key)
-                        .execute(state.db())
-                        .await
-                        .map(|_| ())
-                }
-            };
-            if let Err(e) = outcome {
-                tracing::error!(%key, error = %e, "an object's note was not updated");
-            }
-        })
+        .for_each_concurrent(8, |key| delete_now(state, key))
         .await;
+}
+
+/// Deletes the object and takes its note back; when the delete fails, its note is due now for
+/// the housekeeping.
+async fn delete_now(state: &AppState, key: &str) {
+    let outcome = match state.storage().delete(key).await {
+        Ok(()) => named(state.db(), key).await,
+        Err(e) => {
+            tracing::warn!(%key, error = %e, "an object delete failed; housekeeping deletes it later");
+            sqlx::query(DUE_NOW).bind([key]).execute(state.db()).await.map(|_| ())
+        }
+    };
+    if let Err(e) = outcome {
+        tracing::error!(%key, error = %e, "an object's note was not updated");
+    }
 }
 
 /// A row of one of the tables that keep storage keys names the noted key.

@@ -727,25 +727,8 @@ async fn every_dedup_strategy_and_action() {
     ];
     let p = s.preview(kb, &twins, Some((2, 2))).await.assert_ok().clone();
     assert_eq!(api_tests::preview_decisions(&p), ["OVERWRITE", "SKIP"]);
-    let items: Vec<Value> = p["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| json!({ "tempResourceId": i["tempResourceId"], "decision": i["decision"] }))
-        .collect();
-    let body = json!({ "previewToken": p["previewToken"], "items": items });
-    let c = s
-        .app
-        .post("/document/upload/commit", t, &body)
-        .await
-        .assert_ok()
-        .clone();
-    assert_eq!(c["conflictChanged"], false);
-    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM documents")
-        .fetch_all(&s.app.db)
-        .await
-        .unwrap();
-    assert_eq!(names, ["e.txt"]);
+    assert_eq!(commit_as_previewed(&s, &p).await["conflictChanged"], false);
+    assert_eq!(document_names(&s).await, ["e.txt"]);
 
     // By name or content: one file matches the stored document by name, another by content.
     // The first claims it, the second is its duplicate; one document stays in its place.
@@ -755,6 +738,17 @@ async fn every_dedup_strategy_and_action() {
     ];
     let p = s.preview(kb, &pair, Some((3, 2))).await.assert_ok().clone();
     assert_eq!(api_tests::preview_decisions(&p), ["OVERWRITE", "SKIP"]);
+    commit_as_previewed(&s, &p).await;
+    assert_eq!(document_names(&s).await, ["e.txt"]);
+
+    // Names of one upload are the same whatever the case of their letters, ASCII or not.
+    let cased = [("Äpfel.txt", b"one".to_vec()), ("äPFEL.txt", b"two".to_vec())];
+    let p = s.preview(kb, &cased, Some((1, 0))).await.assert_ok().clone();
+    assert_eq!(api_tests::preview_decisions(&p), ["NEW", "REJECT"]);
+}
+
+/// Commits every file of the preview `p` with the decision the preview proposed.
+async fn commit_as_previewed(s: &KbSetup, p: &Value) -> Value {
     let items: Vec<Value> = p["items"]
         .as_array()
         .unwrap()
@@ -762,17 +756,18 @@ async fn every_dedup_strategy_and_action() {
         .map(|i| json!({ "tempResourceId": i["tempResourceId"], "decision": i["decision"] }))
         .collect();
     let body = json!({ "previewToken": p["previewToken"], "items": items });
-    s.app.post("/document/upload/commit", t, &body).await.assert_ok();
-    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM documents")
+    s.app
+        .post("/document/upload/commit", Some(&s.admin), &body)
+        .await
+        .assert_ok()
+        .clone()
+}
+
+async fn document_names(s: &KbSetup) -> Vec<String> {
+    sqlx::query_scalar("SELECT name FROM documents ORDER BY id")
         .fetch_all(&s.app.db)
         .await
-        .unwrap();
-    assert_eq!(names, ["e.txt"]);
-
-    // Names of one upload are the same whatever the case of their letters, ASCII or not.
-    let cased = [("Äpfel.txt", b"one".to_vec()), ("äPFEL.txt", b"two".to_vec())];
-    let p = s.preview(kb, &cased, Some((1, 0))).await.assert_ok().clone();
-    assert_eq!(api_tests::preview_decisions(&p), ["NEW", "REJECT"]);
+        .unwrap()
 }
 
 #[tokio::test]

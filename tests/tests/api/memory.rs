@@ -164,6 +164,22 @@ impl Setup {
             .await
     }
 
+    /// A PERSONAL `emb-8` model of the user of `token` (their key and endpoint).
+    async fn personal_embedding(&self, token: &str) -> i64 {
+        let provider = self.app.provider(&self.admin, "personal").await;
+        let url = &self.models.base_url;
+        self.app
+            .model(
+                token,
+                provider,
+                "EMBEDDING",
+                "emb-8",
+                url,
+                json!({ "scope": "PERSONAL" }),
+            )
+            .await
+    }
+
     async fn memory_count(&self) -> i64 {
         self.app.count("memories").await
     }
@@ -964,18 +980,7 @@ async fn the_debugger_runs_only_models_the_caller_may_use_and_only_on_agents_the
     let s = setup(false).await;
     let (alice_id, alice) = s.app.regular_user("alice").await;
     let (bob_id, bob) = s.app.regular_user("bob").await;
-    let provider = s.app.provider(&s.admin, "personal").await;
-    let personal = s
-        .app
-        .model(
-            &alice,
-            provider,
-            "EMBEDDING",
-            "emb-8",
-            &s.models.base_url,
-            json!({ "scope": "PERSONAL" }),
-        )
-        .await;
+    let personal = s.personal_embedding(&alice).await;
     let config = s
         .app
         .post(
@@ -1399,33 +1404,21 @@ async fn configs_are_validated_and_managed() {
         (&json!(8), &json!(true), &json!(0.6))
     );
     // An explicit null clears an optional setting; an absent field keeps it.
-    s.app
-        .put(&format!("/memory/config/{id}"), t, &json!({ "maxRecall": 7 }))
-        .await
-        .assert_ok();
-    let c = s.app.get(&format!("/memory/config/{id}"), t).await;
+    let expiry_and_extraction = |body: Value| {
+        let (app, path) = (&s.app, format!("/memory/config/{id}"));
+        async move {
+            app.put(&path, t, &body).await.assert_ok();
+            let c = app.get(&path, t).await.assert_ok().clone();
+            (c["memoryExpirationDays"].clone(), c["extractionModelId"].clone())
+        }
+    };
     assert_eq!(
-        (
-            &c.assert_ok()["memoryExpirationDays"],
-            &c.assert_ok()["extractionModelId"]
-        ),
-        (&json!(30), &json!(s.chat_model))
+        expiry_and_extraction(json!({ "maxRecall": 7 })).await,
+        (json!(30), json!(s.chat_model))
     );
-    s.app
-        .put(
-            &format!("/memory/config/{id}"),
-            t,
-            &json!({ "memoryExpirationDays": null, "extractionModelId": null }),
-        )
-        .await
-        .assert_ok();
-    let c = s.app.get(&format!("/memory/config/{id}"), t).await;
     assert_eq!(
-        (
-            &c.assert_ok()["memoryExpirationDays"],
-            &c.assert_ok()["extractionModelId"]
-        ),
-        (&Value::Null, &Value::Null)
+        expiry_and_extraction(json!({ "memoryExpirationDays": null, "extractionModelId": null })).await,
+        (Value::Null, Value::Null)
     );
     assert_eq!(
         s.app
@@ -2107,18 +2100,7 @@ async fn a_search_runs_only_embedding_models_the_caller_may_use() {
         .execute(&s.app.db)
         .await
         .unwrap();
-    let provider = s.app.provider(&s.admin, "personal").await;
-    let personal = s
-        .app
-        .model(
-            &alice,
-            provider,
-            "EMBEDDING",
-            "emb-8",
-            &s.models.base_url,
-            json!({ "scope": "PERSONAL" }),
-        )
-        .await;
+    let personal = s.personal_embedding(&alice).await;
     let agent = s.agent(None).await;
     let vector = format!("[{}]", ["0.5"; 8].join(","));
     for (owner, title) in [(alice_id, "alice's plan"), (bob_id, "bob's plan")] {

@@ -52,8 +52,8 @@ pub async fn insert_provider(db: &PgPool, f: &ProviderFields<'_>) -> sqlx::Resul
 pub async fn update_provider(db: &PgPool, id: i64, f: &ProviderFields<'_>) -> sqlx::Result<bool> {
     let n = sqlx::query(
         "UPDATE model_providers SET provider_name = COALESCE($2, provider_name), provider_key = COALESCE($3, provider_key),
-         description = COALESCE($4, description), icon_url = COALESCE($5, icon_url), is_enabled = COALESCE($6, is_enabled),
-         updated_dt = now() WHERE id = $1",
+         description = NULLIF(COALESCE($4, description), ''), icon_url = NULLIF(COALESCE($5, icon_url), ''),
+         is_enabled = COALESCE($6, is_enabled), updated_dt = now() WHERE id = $1",
     )
     .bind(id)
     .bind(f.name)
@@ -101,7 +101,7 @@ pub async fn provider_config_count(db: &PgPool, id: i64) -> sqlx::Result<i64> {
 
 const CONFIG_SELECT: &str =
     "SELECT c.id, c.provider_id, p.provider_name, c.model_name, c.model_key, c.model_type, c.adapter_key,
-    c.api_key_enc, c.key_set_by, c.api_endpoint, c.description, c.config_json, c.scope, c.is_default, c.is_enabled,
+    c.api_key_enc, COALESCE(c.key_set_by, c.creator_id) AS key_set_by, c.api_endpoint, c.description, c.config_json, c.scope, c.is_default, c.is_enabled,
     c.creator_id,
     c.created_dt, c.updated_dt, p.is_enabled AS provider_enabled,
     EXISTS (SELECT 1 FROM users u WHERE u.id = c.creator_id AND u.role = 1) AS by_operator
@@ -212,15 +212,16 @@ pub struct ConfigFields<'a> {
     /// Who sent `api_key_enc`: set with it.
     pub key_set_by: Option<i64>,
     pub api_endpoint: Option<&'a str>,
+    /// Written apart from the others: on an update a blank one clears it (`NULL`, never `''`).
     pub description: Option<&'a str>,
     pub config_json: Option<&'a serde_json::Value>,
     pub scope: Option<&'a str>,
     pub is_enabled: Option<bool>,
 }
 
-/// The columns of `ConfigFields`, in its order.
+/// The columns of `ConfigFields` but `description`, in its order.
 const CONFIG_COLUMNS: &str = "provider_id, model_name, model_key, model_type, adapter_key, api_key_enc, key_set_by,
-    api_endpoint, description, config_json, scope, is_enabled";
+    api_endpoint, config_json, scope, is_enabled";
 
 /// The values of `CONFIG_COLUMNS`.
 fn push_config_values<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &ConfigFields<'a>) {
@@ -233,7 +234,6 @@ fn push_config_values<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &ConfigFields<
         .push_bind(f.api_key_enc)
         .push_bind(f.key_set_by)
         .push_bind(f.api_endpoint)
-        .push_bind(f.description)
         .push_bind(f.config_json)
         .push_bind(f.scope)
         .push_bind(f.is_enabled);
@@ -250,10 +250,14 @@ pub async fn insert_config(db: impl PgExecutor<'_>, f: &ConfigFields<'_>, creato
         ..*f
     };
     let mut qb = QueryBuilder::new(format!(
-        "INSERT INTO model_configs ({CONFIG_COLUMNS}, creator_id) VALUES ("
+        "INSERT INTO model_configs ({CONFIG_COLUMNS}, description, creator_id) VALUES ("
     ));
     push_config_values(&mut qb, &f);
-    qb.push(", ").push_bind(creator_id).push(") RETURNING id");
+    qb.push(", ")
+        .push_bind(f.description)
+        .push(", ")
+        .push_bind(creator_id)
+        .push(") RETURNING id");
     qb.build_query_scalar().fetch_one(db).await
 }
 
@@ -261,7 +265,10 @@ pub async fn insert_config(db: impl PgExecutor<'_>, f: &ConfigFields<'_>, creato
 pub async fn update_config(db: impl PgExecutor<'_>, id: i64, f: &ConfigFields<'_>) -> sqlx::Result<()> {
     let mut qb = QueryBuilder::new(format!("UPDATE model_configs t SET ({CONFIG_COLUMNS}) = "));
     crate::db::push_sent_or_kept(&mut qb, CONFIG_COLUMNS, |qb| push_config_values(qb, f));
-    qb.push(", updated_dt = now() WHERE t.id = ").push_bind(id);
+    qb.push(", description = NULLIF(COALESCE(")
+        .push_bind(f.description)
+        .push(", t.description), ''), updated_dt = now() WHERE t.id = ")
+        .push_bind(id);
     qb.build().execute(db).await?;
     Ok(())
 }

@@ -90,13 +90,18 @@ pub async fn update_provider(state: &AppState, user: &CurrentUser, id: i64, req:
     if let Some(k) = &key {
         provider_key(k)?;
     }
-    validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
-    validate::at_most("iconUrl", req.icon_url.as_deref(), validate::MAX_URL)?;
+    // Trimmed; a blank one clears the field (the statement stores NULL, never '').
+    let (description, icon_url) = (
+        req.description.as_deref().map(str::trim),
+        req.icon_url.as_deref().map(str::trim),
+    );
+    validate::at_most("description", description, validate::MAX_DESCRIPTION)?;
+    validate::at_most("iconUrl", icon_url, validate::MAX_URL)?;
     let fields = ProviderFields {
         name: name.as_deref(),
         key: key.as_deref(),
-        description: req.description.as_deref(),
-        icon_url: req.icon_url.as_deref(),
+        description,
+        icon_url,
         is_enabled: req.is_enabled,
     };
     if !repo::update_provider(state.db(), id, &fields)
@@ -500,7 +505,9 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
             "apiKey: send a key of your own to make this config GLOBAL; the stored key is not yours",
         ));
     }
-    validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
+    // Trimmed; a blank one clears it (the statement stores NULL, never '').
+    let description = req.description.as_deref().map(str::trim);
+    validate::at_most("description", description, validate::MAX_DESCRIPTION)?;
     let fields = ConfigFields {
         provider_id: req.provider_id,
         model_name: model_name.as_deref(),
@@ -510,7 +517,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
         api_key_enc: sealed.as_deref(),
         key_set_by: sealed.is_some().then_some(user.id),
         api_endpoint: api_endpoint.as_deref(),
-        description: req.description.as_deref(),
+        description,
         config_json: req.config_json.as_ref(),
         scope: Some(checked.scope),
         is_enabled: req.is_enabled,

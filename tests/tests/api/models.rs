@@ -1,6 +1,6 @@
 use api_tests::model_server::{ModelServer, GOOD_KEY};
 use api_tests::{spawn, Store, TestApp};
-use serde_json::json;
+use serde_json::{json, Value};
 
 async fn setup() -> (TestApp, ModelServer, String) {
     let app = spawn(Store::Filesystem).await;
@@ -99,6 +99,12 @@ async fn providers_lifecycle() {
         app.get(&format!("/ai-model/provider/{id}"), t).await.assert_status_ok()["description"],
         "OpenAI"
     );
+    // A blank one clears it: null, as on creation, never "".
+    app.put(&format!("/ai-model/provider/{id}"), t, &json!({ "description": "  " }))
+        .await
+        .assert_status_ok();
+    let cleared = app.get(&format!("/ai-model/provider/{id}"), t).await;
+    assert_eq!(cleared.assert_status_ok()["description"], Value::Null);
     app.put("/ai-model/provider/9999", t, &json!({ "description": "x" }))
         .await
         .assert_status_error(404, 404, "provider not found");
@@ -179,6 +185,12 @@ async fn configs_keys_are_encrypted_masked_and_kept() {
         app.get(&format!("/ai-model/config/{id}"), t).await.assert_status_ok()["apiKey"],
         "****0000"
     );
+    // A blank description clears it: null, never "".
+    app.put(&format!("/ai-model/config/{id}"), t, &json!({ "description": " " }))
+        .await
+        .assert_status_ok();
+    let cleared = app.get(&format!("/ai-model/config/{id}"), t).await;
+    assert_eq!(cleared.assert_status_ok()["description"], Value::Null);
 }
 
 #[tokio::test]
@@ -1019,8 +1031,8 @@ async fn a_provider_and_a_config_created_under_it_meanwhile() {
     let mut creating = app.db.begin().await.unwrap();
     sqlx::query(
         "INSERT INTO model_configs (provider_id, model_name, model_key, model_type, adapter_key, api_key_enc,
-           api_endpoint, creator_id, key_set_by)
-         VALUES ($1, 'm', 'k', 'CHAT', 'openai', 'sealed', 'http://127.0.0.1:9/v1', $2, $2)",
+           api_endpoint, creator_id)
+         VALUES ($1, 'm', 'k', 'CHAT', 'openai', 'sealed', 'http://127.0.0.1:9/v1', $2)",
     )
     .bind(provider)
     .bind(admin_id)

@@ -27,6 +27,22 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// `value` with every NUL character dropped from its strings and keys: Postgres' jsonb holds
+/// none, and a model's tool arguments may (escaped, so only parsing shows them).
+pub fn without_nul(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => Value::String(crate::text::model_text(&s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_nul).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (crate::text::model_text(&k), without_nul(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -105,6 +121,12 @@ pub fn enclosed(text: &str, open: char, close: char) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nul_goes_from_strings_and_keys() {
+        let v: serde_json::Value = serde_json::from_str(r#"{"q\u0000": ["a\u0000b", 1, {"c": "\u0000"}]}"#).unwrap();
+        assert_eq!(without_nul(v), serde_json::json!({ "q": ["ab", 1, { "c": "" }] }));
+    }
+
     use super::*;
 
     #[derive(Debug, serde::Deserialize)]

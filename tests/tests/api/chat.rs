@@ -105,6 +105,40 @@ async fn an_answer_holding_nul_characters_is_stored_without_them() {
     );
 }
 
+/// A tool's arguments with an escaped NUL parse into one: shown and stored without it, and the
+/// turn completes (its statement failed on the NUL, and the whole answer was lost).
+#[tokio::test]
+async fn tool_arguments_holding_an_escaped_nul_are_stored_without_it() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let tools = api_tests::mcp_servers::guarded(&["none"]).await;
+    let body = json!({ "name": "tools", "transportType": 2, "endpoint": tools.url("/mcp") });
+    let server = s
+        .app
+        .post("/mcp-server", Some(&s.admin), &body)
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Shouter", "chatModelId": model, "mcpEnabled": true, "mcpServerIds": [server] }),
+        )
+        .await;
+    let call = r#"CALL shout {"text": "a\u0000b"}"#;
+    let events = s.chat(&s.admin, agent, say("n-1", call)).await.events();
+    assert_eq!(kinds(&events).last().unwrap(), "done", "{events:?}");
+    let stored = messages(&s, &s.admin, agent, "n-1").await;
+    assert_eq!(stored[1]["status"], 1, "{}", stored[1]);
+    assert_eq!(
+        stored[1]["toolCalls"][0]["arguments"],
+        json!({ "text": "ab" }),
+        "{}",
+        stored[1]
+    );
+}
+
 #[tokio::test]
 async fn refusals_store_nothing() {
     let s = ChatSetup::new().await;

@@ -394,10 +394,12 @@ impl Turn {
             "" => Ok(json!({})),
             raw => serde_json::from_str::<Value>(raw),
         };
-        let arguments = match &parsed {
+        // Shown and stored without NUL (escaped in the arguments, it parses into one): the
+        // answer's statement would fail on it, and the whole answer would be lost.
+        let arguments = crate::json::without_nul(match &parsed {
             Ok(arguments) => arguments.clone(),
             Err(_) => Value::String(call.arguments.clone()),
-        };
+        });
         let server_id = toolbox.server_of(&call.name);
         out.send(StreamEvent::ToolCall {
             name: call.name.clone(),
@@ -466,13 +468,15 @@ impl Turn {
             Outcome::Failed { kept, .. } => (2, Some(kept.as_str())),
             Outcome::Stopped => (3, Some("the client went away before the answer finished")),
         };
+        // An endpoint's error body may hold a NUL too.
+        let error = error.map(crate::text::model_text);
         let finished = FinishedAnswer {
             content: &answer.text,
             thinking: &answer.thinking,
             tool_calls: Value::Array(answer.tool_calls.clone()),
             tool_call_count: answer.tool_calls.len() as i32,
             status,
-            error,
+            error: error.as_deref(),
             prompt_tokens: answer.usage.prompt_tokens as i64,
             completion_tokens: answer.usage.completion_tokens as i64,
             duration_ms: duration_ms as i64,

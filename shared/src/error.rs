@@ -166,10 +166,10 @@ const GONE_END_USER_KEYS: &[&str] = &[
     "external_resources_external_user_id_fkey",
 ];
 
-/// The foreign keys from what a chat or a subscription stores to its agent.
+/// The foreign keys from what a chat or a subscription stores to its agent: the agent was
+/// deleted between the request's check and its insert.
 const GONE_AGENT_KEYS: &[&str] = &[
     "conversations_agent_id_fkey",
-    "messages_agent_id_fkey",
     "agent_subscriptions_agent_id_fkey",
     "external_subscriptions_agent_id_fkey",
 ];
@@ -179,9 +179,8 @@ impl From<sqlx::Error> for AppError {
         if GONE_APP_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
             return Self::unauthorized(APP_REFUSED);
         }
-        // An agent deleted between a chat's or subscription's check and its insert.
         if GONE_AGENT_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
-            return Self::not_found("agent");
+            return Self::Conflict("the agent was deleted while this request ran".into());
         }
         if GONE_END_USER_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
             return Self::Conflict("the end user was removed while this request ran; try again".into());

@@ -426,6 +426,10 @@ pub async fn rerank(
     documents: &[String],
     top_n: usize,
 ) -> Result<Vec<RerankHit>, CallError> {
+    // Nothing to rank calls nothing, and is charged nothing.
+    if documents.is_empty() {
+        return Ok(vec![]);
+    }
     let bytes = query.len() + documents.iter().map(String::len).sum::<usize>();
     let hold = hold(state, billing, text_tokens(bytes)).await?;
     let call = state.models().rerank(&model.endpoint, query, documents, top_n);

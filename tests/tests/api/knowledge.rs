@@ -1910,6 +1910,57 @@ async fn a_regular_user_owns_at_most_kb_max_per_user_bases() {
     }
 }
 
+/// An edit naming a new embedding model asks it for its dimension, a paid call, only once
+/// every other field passed: one refused for another field writes nothing and calls nothing.
+#[tokio::test]
+async fn an_edit_refused_for_any_field_makes_no_dimension_probe() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Probe", json!({})).await;
+    let provider = s.app.provider(&s.admin, "other").await;
+    let other = s
+        .app
+        .model(&s.admin, provider, "EMBEDDING", "emb-8", &s.models.base_url, json!({}))
+        .await;
+    let before = (s.app.snapshot().await, s.models.requests().len());
+    for (body, needle) in [
+        (
+            json!({ "embeddingModelId": other, "dedupStrategy": 9 }),
+            "dedupStrategy",
+        ),
+        (
+            json!({ "embeddingModelId": other, "rerankModelId": 999_999 }),
+            "rerankModelId",
+        ),
+        (
+            json!({ "embeddingModelId": other, "description": "d".repeat(1001) }),
+            "description",
+        ),
+    ] {
+        s.app
+            .put(&format!("/rag/{kb}"), Some(&s.admin), &body)
+            .await
+            .assert_error(400, 0, needle);
+    }
+    s.app
+        .snapshot()
+        .await
+        .assert_unchanged_since(&before.0, "refused edits");
+    assert_eq!(s.models.requests().len(), before.1, "no probe was made");
+    s.app
+        .put(
+            &format!("/rag/{kb}"),
+            Some(&s.admin),
+            &json!({ "embeddingModelId": other }),
+        )
+        .await
+        .assert_ok();
+    assert_eq!(
+        s.models.requests().len(),
+        before.1 + 1,
+        "the probe of an edit that passed"
+    );
+}
+
 /// Delimiter and regex chunking cut a document where the base says, through the real upload
 /// and ingestion: each piece is its own chunk (pieces are long enough that two never fit one
 /// chunk), where the default mode would cut at sentences.

@@ -276,14 +276,6 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     if new_model {
         models.check("embeddingModelId", model_id, ModelType::Embedding).await?;
     }
-    let dimension = match asked_dimension {
-        Some(d) => d,
-        // A new model brings its own length, asked as on creation: kept, the old length would
-        // refuse every vector the new model makes.
-        None if new_model => probe_dimension(state, user, model_id).await?,
-        None => row.dimension,
-    };
-    let model_changed = new_model || dimension != row.dimension;
     if let Some(id) = settings
         .chunk
         .chunk_model_id
@@ -318,6 +310,26 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     if req.rerank_model_id.is_some() {
         search.rerank_model_id = req.rerank_model_id;
     }
+    let dedup_strategy = dedup(
+        "dedupStrategy",
+        req.dedup_strategy.unwrap_or(i64::from(row.dedup_strategy)),
+        3,
+    )?;
+    let dedup_action = dedup(
+        "dedupAction",
+        req.dedup_action.unwrap_or(i64::from(row.dedup_action)),
+        2,
+    )?;
+    // Last of the checks, as on creation: the probe is a paid call, and a request refused for
+    // another field must not have made it.
+    let dimension = match asked_dimension {
+        Some(d) => d,
+        // A new model brings its own length, asked as on creation: kept, the old length would
+        // refuse every vector the new model makes.
+        None if new_model => probe_dimension(state, user, model_id).await?,
+        None => row.dimension,
+    };
+    let model_changed = new_model || dimension != row.dimension;
     let fields = KbFields {
         name: &name,
         description: description.as_deref(),
@@ -332,16 +344,8 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
         parse: &settings.parse,
         search: &search,
         model: &row.model_params.0,
-        dedup_strategy: dedup(
-            "dedupStrategy",
-            req.dedup_strategy.unwrap_or(i64::from(row.dedup_strategy)),
-            3,
-        )?,
-        dedup_action: dedup(
-            "dedupAction",
-            req.dedup_action.unwrap_or(i64::from(row.dedup_action)),
-            2,
-        )?,
+        dedup_strategy,
+        dedup_action,
         upload_confirm: req.upload_confirm.unwrap_or(row.upload_confirm),
     };
     let mut tx = state.db().begin().await?;

@@ -107,6 +107,9 @@ fn lease_secs(state: &AppState) -> f64 {
     state.config().ingest_lease.as_secs_f64()
 }
 
+/// Pictures read between two checks that the run is still the document's (`set_stage`).
+const OCR_GROUP: usize = 8;
+
 /// Records progress and renews the lease: a worker that stops reporting loses the document,
 /// and a run the document no longer has stops.
 async fn set_stage(state: &AppState, doc: &DocRow, status: &'static str, progress: i32) -> Result<(), Stop> {
@@ -177,7 +180,14 @@ async fn stages(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<(), Stop> 
 
     let t = Instant::now();
     let ocr = if chunk_settings.image_ocr {
-        crate::rag::vision::read_images(state, doc.creator_id, &parsed.images).await
+        let mut ocr = Vec::with_capacity(parsed.images.len());
+        for group in parsed.images.chunks(OCR_GROUP) {
+            // Each group renews the lease and stops a replaced run (reprocessed or deleted):
+            // hundreds of pictures outlast a lease, and each one read is a paid call.
+            set_stage(state, doc, "embedding", 90).await?;
+            ocr.extend(crate::rag::vision::read_images(state, doc.creator_id, group).await);
+        }
+        ocr
     } else {
         vec![None; parsed.images.len()]
     };

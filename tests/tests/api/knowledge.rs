@@ -1910,6 +1910,26 @@ async fn a_regular_user_owns_at_most_kb_max_per_user_bases() {
     }
 }
 
+/// A base given a dimension its model does not make fails each document at embedding, at once
+/// and naming both lengths (it was taken for a passing failure and retried at its uploader's
+/// cost, with a message that said only "something unexpected").
+#[tokio::test]
+async fn a_dimension_the_model_does_not_make_fails_the_document_by_name() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Wrong", json!({ "dimensionOfVectorModel": 16 })).await;
+    let reply = s.upload(kb, &[("n.txt", NOTES_TXT.as_bytes().to_vec())]).await;
+    let d = s.settled(doc_ids(&reply).await[0]).await;
+    assert_eq!(
+        (d["status"].as_str(), d["errorStage"].as_str()),
+        (Some("failed"), Some("embedding")),
+        "{d}"
+    );
+    let told = "makes 8-dimensional vectors, but the knowledge base's dimensionOfVectorModel is 16";
+    assert!(d["errorMessage"].as_str().unwrap().contains(told), "{d}");
+    let embeddings = s.models.requests().iter().filter(|r| r.get("input").is_some()).count();
+    assert_eq!(embeddings, 1, "one call, not retried");
+}
+
 /// An edit naming a new embedding model asks it for its dimension, a paid call, only once
 /// every other field passed: one refused for another field writes nothing and calls nothing.
 #[tokio::test]

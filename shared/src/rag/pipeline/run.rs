@@ -252,7 +252,7 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
             },
             false => permanent("embedding", format!("the embedding model cannot be used: {}", e.told())),
         })?;
-    let dim = Some(kb.dimension as usize);
+    let dim = kb.dimension as usize;
     let mut vectors = Vec::with_capacity(chunks.len());
     for (i, group) in chunks.chunks(EMBED_GROUP).enumerate() {
         let texts: Vec<String> = group.iter().map(|c| c.content.clone()).collect();
@@ -262,7 +262,10 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
             Billing::User(doc.creator_id),
             &texts,
             InputKind::Document,
-            dim,
+            // Checked here rather than by the client: a base given a dimension its model does
+            // not make is a permanent failure that names both, not a passing one retried at
+            // its uploader's cost.
+            None,
         )
         .await
         .map_err(|e| match e {
@@ -277,6 +280,15 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
             }
             CallError::Refused(r) => permanent("embedding", r.told()),
         })?;
+        if let Some(made) = out.dimension().filter(|made| *made != dim) {
+            return Err(permanent(
+                "embedding",
+                format!(
+                    "the embedding model makes {made}-dimensional vectors, but the knowledge base's \
+                     dimensionOfVectorModel is {dim}; set the model's dimension on an empty base"
+                ),
+            ));
+        }
         vectors.extend(out.vectors);
         let done = ((i + 1) * EMBED_GROUP).min(chunks.len());
         let progress = 40 + (50 * done / chunks.len()) as i32;

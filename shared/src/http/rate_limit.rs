@@ -70,8 +70,11 @@ async fn subjects(parts: &mut Parts, state: &AppState) -> Vec<Subject> {
         if let Ok(caller) = ExternalCaller::from_request_parts(parts, state).await {
             // An app's nodes beat in a window of their own: counted with the app's other
             // requests (its embed tokens' too, which any visitor of the partner's page holds),
-            // a flood of those starved the beats, and every node's lease ran out.
-            let (key, noun) = match parts.uri.path().ends_with("/node/heartbeat") {
+            // a flood of those starved the beats, and every node's lease ran out. Only the
+            // app's own credentials count there: an embed token sent to the heartbeat route
+            // (refused by it) would fill the nodes' window all the same.
+            let beat = parts.uri.path().ends_with("/node/heartbeat") && caller.scope.is_none();
+            let (key, noun) = match beat {
                 true => (format!("n:{}", caller.app.id), "app's nodes"),
                 false => (format!("a:{}", caller.app.id), "app"),
             };

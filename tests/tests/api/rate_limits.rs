@@ -146,8 +146,20 @@ async fn each_app_has_its_own_limit_and_its_embed_tokens_count_to_it() {
         .await;
     assert_limited(&embed, "app");
     // The app's nodes still beat: their window is their own, or the app's other traffic
-    // would let every node's lease run out.
+    // would let every node's lease run out. An embed token sent to the heartbeat route counts
+    // to the app's window, not the nodes': however many, the nodes still beat.
     let beat = json!({ "hostId": "n", "hostIp": "10.0.0.1", "grpcPort": 9000 });
+    for _ in 0..5 {
+        let flood = app
+            .send(
+                app.client
+                    .post(app.url("/openapi/v1/node/heartbeat"))
+                    .header("Svc-Auth", &token)
+                    .json(&beat),
+            )
+            .await;
+        assert_limited(&flood, "app");
+    }
     app.ext_post(&crm, "/node/heartbeat", &beat).await.assert_ok();
     // The other app, and the admin API, are not affected; wrong credentials are refused by
     // authentication, not counted.

@@ -1,5 +1,6 @@
 //! The `datetimeRange` query parameter: two timestamps, sent as repeated keys
-//! (`datetimeRange=a&datetimeRange=b`, also `datetimeRange[]=`) or as one comma-separated value.
+//! (`datetimeRange=a&datetimeRange=b`, also `datetimeRange[]=`), indexed ones
+//! (`datetimeRange[0]=a&datetimeRange[1]=b`), or one comma-separated value.
 
 use chrono::{DateTime, Utc};
 
@@ -12,11 +13,16 @@ pub struct DatetimeRange(pub Option<(DateTime<Utc>, DateTime<Utc>)>);
 impl DatetimeRange {
     /// Reads the parameter from a raw query string.
     pub fn from_query(query: &str) -> Result<Self, AppError> {
-        let mut values: Vec<String> = form_urlencoded::parse(query.as_bytes())
+        let mut found: Vec<(usize, String)> = form_urlencoded::parse(query.as_bytes())
             .filter(|(k, _)| k == "datetimeRange" || k.starts_with("datetimeRange["))
-            .map(|(_, v)| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
+            .enumerate()
+            .map(|(position, (k, v))| (index_of(&k).unwrap_or(position), v.trim().to_owned()))
+            .filter(|(_, v)| !v.is_empty())
             .collect();
+        // Indexed keys in their indexes' order: under Lambda the query string is rebuilt from
+        // a map, and keys that differ come back in any order.
+        found.sort_by_key(|(order, _)| *order);
+        let mut values: Vec<String> = found.into_iter().map(|(_, v)| v).collect();
         if values.len() == 1 && values[0].contains(',') {
             values = values[0].split(',').map(|v| v.trim().to_owned()).collect();
         }
@@ -33,5 +39,31 @@ impl DatetimeRange {
             return Err(AppError::validation("datetimeRange start must not be after its end"));
         }
         Ok(Self(Some((start, end))))
+    }
+}
+
+/// N of a `datetimeRange[N]` key.
+fn index_of(key: &str) -> Option<usize> {
+    key.strip_prefix("datetimeRange[")?.strip_suffix(']')?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_reads_start_then_end() {
+        let (start, end) = ("2026-01-01%2000:00:00", "2026-01-31%2023:59:59");
+        for query in [
+            format!("datetimeRange={start}&datetimeRange={end}"),
+            format!("datetimeRange[]={start}&datetimeRange[]={end}"),
+            format!("datetimeRange[1]={end}&datetimeRange[0]={start}"),
+            format!("datetimeRange={start},{end}"),
+        ] {
+            let range = DatetimeRange::from_query(&query).unwrap().0.unwrap();
+            assert!(range.0 < range.1, "{query}");
+        }
+        let swapped = format!("datetimeRange={end}&datetimeRange={start}");
+        assert!(DatetimeRange::from_query(&swapped).is_err());
     }
 }

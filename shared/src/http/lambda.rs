@@ -2,6 +2,7 @@
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
@@ -9,11 +10,47 @@ use futures::StreamExt;
 use lambda_http::request::RequestContext;
 use utoipa_axum::router::OpenApiRouter;
 
+use super::files::StoredBytes;
 use crate::AppState;
 
 /// Serves `api` behind API Gateway (REST API proxy events).
 pub async fn run_http(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::Error> {
-    lambda_http::run(application(api).await?).await
+    let app = application(api)
+        .await?
+        .layer(axum::middleware::map_response(keep_stored_bytes));
+    lambda_http::run(app).await
+}
+
+/// The buffered adapter decodes a body of a text type (csv, json, svg ...) into UTF-8 text
+/// unless the response names an encoding: a stored file not in UTF-8, a byte-order mark, or a
+/// range ending inside a character came back as other bytes than `Content-Length` says. Such
+/// a file names its encoding as `identity`; other files do not, since some browsers refuse
+/// ranges of media with that header (the streaming adapter converts nothing).
+async fn keep_stored_bytes(mut response: Response) -> Response {
+    let decoded = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|t| t.to_str().ok())
+        .is_some_and(decoded_as_text);
+    if decoded && response.extensions().get::<StoredBytes>().is_some() {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("identity"));
+    }
+    response
+}
+
+/// The content types lambda_http (1.3) turns into text.
+fn decoded_as_text(content_type: &str) -> bool {
+    const PREFIXES: [&str; 5] = [
+        "text",
+        "application/json",
+        "application/javascript",
+        "application/xml",
+        "application/yaml",
+    ];
+    let mime = content_type.split(';').next().unwrap_or_default().trim();
+    PREFIXES.iter().any(|p| content_type.starts_with(p)) || ["+xml", "+yaml", "+json"].iter().any(|s| mime.ends_with(s))
 }
 
 /// Serves `api` with response streaming (an API Gateway integration in STREAM mode),
@@ -66,4 +103,39 @@ async fn flush_at_end(response: Response) -> Response {
         futures::stream::once(crate::telemetry::flush()).filter_map(|()| async { None::<Result<Bytes, axum::Error>> });
     // `chain` drops the body (and the request span it holds) before it starts the flush.
     Response::from_parts(parts, Body::from_stream(body.into_data_stream().chain(flushed)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the adapter makes of a file response: the bytes as stored, for a text type; a
+    /// media file passes as it is without the header.
+    #[tokio::test]
+    async fn a_stored_text_file_goes_through_the_adapter_byte_for_byte() {
+        let stored: &[u8] = b"\xEF\xBB\xBFname;caf\xE9\r\n\xC3";
+        let file = |mime: &'static str, marked: bool| {
+            let mut resp = Response::new(Body::from(stored.to_vec()));
+            resp.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+            if marked {
+                resp.extensions_mut().insert(StoredBytes);
+            }
+            resp
+        };
+        let through =
+            |resp: Response| async { lambda_http::IntoResponse::into_response(keep_stored_bytes(resp).await).await };
+        let text = through(file("text/csv", true)).await;
+        assert_eq!(text.body(), &lambda_http::Body::Binary(stored.to_vec()));
+        let video = keep_stored_bytes(file("video/mp4", true)).await;
+        assert!(video.headers().get(header::CONTENT_ENCODING).is_none());
+        // Unmarked (not a stored file), a text body is the adapter's to decode: what the mark
+        // guards against.
+        let unmarked = through(file("text/csv", false)).await;
+        assert!(
+            matches!(unmarked.body(), lambda_http::Body::Text(_)),
+            "{:?}",
+            unmarked.body()
+        );
+    }
 }

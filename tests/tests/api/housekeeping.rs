@@ -167,15 +167,19 @@ async fn housekeeping_removes_only_what_has_expired() {
     }
 
     // Documents in processing: one whose lease ran out a day ago (the queue gave up on it), one
-    // being processed now.
-    for (name, lease) in [
-        ("stalled.txt", "now() - interval '1 day'"),
-        ("busy.txt", "now() + interval '1 minute'"),
+    // being processed now; and two no worker took yet: one queued a day ago (waiting behind a
+    // backlog: its message is still in the queue), one queued longer ago than the queue keeps
+    // a message.
+    for (name, status, lease, changed) in [
+        ("stalled.txt", "parsing", "now() - interval '1 day'", "now()"),
+        ("busy.txt", "parsing", "now() + interval '1 minute'", "now()"),
+        ("queued.txt", "pending", "NULL", "now() - interval '1 day'"),
+        ("lost.txt", "pending", "NULL", "now() - interval '16 days'"),
     ] {
         sqlx::query(&format!(
             "INSERT INTO documents (rag_id, name, file_type, source_path, storage_key, mime_type, file_size,
-               content_hash, status, lease_until, creator_id)
-             VALUES ($1, $2, 'txt', $2, 'k/' || $2, 'text/plain', 1, 'h', 'parsing', {lease}, $3)"
+               content_hash, status, lease_until, updated_at, creator_id)
+             VALUES ($1, $2, 'txt', $2, 'k/' || $2, 'text/plain', 1, 'h', '{status}', {lease}, {changed}, $3)"
         ))
         .bind(kb)
         .bind(name)
@@ -235,7 +239,7 @@ async fn housekeeping_removes_only_what_has_expired() {
             node_kicks: 1,
             archived_memories: 0,
             abandoned_answers: 1,
-            stalled_documents: 1,
+            stalled_documents: 2,
             leftover_objects: 3,
             orphan_indexes: 1,
         }
@@ -260,7 +264,12 @@ async fn housekeeping_removes_only_what_has_expired() {
             "SELECT name || ':' || status || ':' || coalesce(error_stage, '') FROM documents ORDER BY name"
         )
         .await,
-        ["busy.txt:parsing:", "stalled.txt:failed:parsing"]
+        [
+            "busy.txt:parsing:",
+            "lost.txt:failed:pending",
+            "queued.txt:pending:",
+            "stalled.txt:failed:parsing"
+        ]
     );
     assert_eq!(
         strings(db, "SELECT content || ':' || status FROM messages ORDER BY id").await,

@@ -44,6 +44,34 @@ pub struct Beat<'a> {
     pub expire_dt: DateTime<Utc>,
 }
 
+/// Whether the app may register one more node than it has: a known host always may; a new one
+/// when the app holds fewer than `max` nodes, after the longest-lapsed ones give way (nodes
+/// with made-up names, restarted pods say, would otherwise fill the list for the week lapsed
+/// nodes are kept).
+pub async fn room_for(conn: &mut PgConnection, app: i64, host_id: &str, max: i64) -> sqlx::Result<bool> {
+    let (others, known): (i64, bool) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE host_id <> $2), COALESCE(bool_or(host_id = $2), FALSE)
+         FROM client_nodes WHERE app_id = $1",
+    )
+    .bind(app)
+    .bind(host_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    if known || others < max {
+        return Ok(true);
+    }
+    let evicted = sqlx::query(
+        "DELETE FROM client_nodes WHERE id IN (
+           SELECT id FROM client_nodes WHERE app_id = $1 AND expire_dt < now() ORDER BY expire_dt LIMIT $2)",
+    )
+    .bind(app)
+    .bind(others - max + 1)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(others - i64::try_from(evicted).unwrap_or(0) < max)
+}
+
 pub async fn upsert(db: impl PgExecutor<'_>, b: &Beat<'_>) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO client_nodes (app_id, host_id, host_ip, grpc_port, max_concurrent, active_chats, labels, expire_dt)

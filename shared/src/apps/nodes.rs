@@ -22,6 +22,10 @@ fn int(field: &str, value: Option<i64>, default: Option<i64>, min: i64, max: i64
     Ok(v as i32)
 }
 
+/// Nodes one app may hold, online or lapsed: each heartbeat with a new hostId adds one, and the
+/// admin API lists them whole.
+pub const MAX_NODES_PER_APP: i64 = 500;
+
 pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> AppResult<HeartbeatReply> {
     let host_id = validate::required("hostId", beat.host_id)?;
     validate::length("hostId", &host_id, 1, 128)?;
@@ -80,6 +84,11 @@ pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> Ap
         labels,
         expire_dt,
     };
+    if !node_repo::room_for(&mut tx, app.id, &host_id, MAX_NODES_PER_APP).await? {
+        return Err(AppError::validation(format!(
+            "hostId: the app has {MAX_NODES_PER_APP} nodes online already; a new one is taken once one lapses"
+        )));
+    }
     // An app deleted since its credentials were checked (they are cached for 5 s) fails the
     // foreign key: its nodes are refused as its callers are (`error::GONE_APP_KEYS`).
     node_repo::upsert(&mut *tx, &row).await?;

@@ -375,6 +375,46 @@ async fn heartbeats_need_valid_credentials_and_input() {
         .assert_error(401, 401, "app credentials");
 }
 
+/// An app holds at most MAX_NODES_PER_APP nodes: a new hostId past it takes the place of the
+/// longest-lapsed node, and is refused while all are online (a partner naming new hosts without
+/// end filled the table and the admin lists, which are not paged).
+#[tokio::test]
+async fn an_app_holds_a_bounded_number_of_nodes() {
+    use shared::apps::nodes::MAX_NODES_PER_APP as MAX;
+    let (app, admin) = setup().await;
+    let crm = app.create_app(&admin, "crm").await;
+    let app_pk: i64 = sqlx::query_scalar("SELECT id FROM apps WHERE app_id = 'crm'")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    // One lapsed node and the rest online.
+    sqlx::query(
+        "INSERT INTO client_nodes (app_id, host_id, host_ip, grpc_port, max_concurrent, expire_dt)
+         SELECT $1, 'h-' || i, '10.0.0.1', 9000, 1,
+                CASE WHEN i = 1 THEN now() - interval '1 hour' ELSE now() + interval '1 hour' END
+         FROM generate_series(1, $2) i",
+    )
+    .bind(app_pk)
+    .bind(MAX)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let beat = |host: &str| json!({ "hostId": host, "hostIp": "10.0.0.2", "grpcPort": 9000 });
+    app.ext_post(&crm, "/node/heartbeat", &beat("new-1")).await.assert_ok();
+    app.ext_post(&crm, "/node/heartbeat", &beat("new-2"))
+        .await
+        .assert_error(400, 0, "hostId: the app has 500 nodes online already");
+    // A known node still beats.
+    app.ext_post(&crm, "/node/heartbeat", &beat("h-2")).await.assert_ok();
+    let hosts: Vec<String> = sqlx::query_scalar("SELECT host_id FROM client_nodes WHERE app_id = $1")
+        .bind(app_pk)
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(hosts.len() as i64, MAX);
+    assert!(hosts.contains(&"new-1".to_owned()) && !hosts.contains(&"h-1".to_owned()));
+}
+
 /// A node's address is stored as parsed: a stray bracket would make an address no call to the
 /// node could use.
 #[tokio::test]

@@ -112,14 +112,9 @@ async fn tool_arguments_holding_an_escaped_nul_are_stored_without_it() {
     let s = ChatSetup::new().await;
     let model = s.chat_model("chat-agent", json!({})).await;
     let tools = api_tests::mcp_servers::guarded(&["none"]).await;
-    let body = json!({ "name": "tools", "transportType": 2, "endpoint": tools.url("/mcp") });
     let server = s
-        .app
-        .post("/mcp-server", Some(&s.admin), &body)
-        .await
-        .assert_ok()
-        .as_i64()
-        .unwrap();
+        .mcp_server(json!({ "name": "tools", "transportType": 2, "endpoint": tools.url("/mcp") }))
+        .await;
     let agent = s
         .agent(
             &s.admin,

@@ -47,21 +47,25 @@ pub struct Beat<'a> {
 /// Whether the app may register one more node than it has: a known host always may; a new one
 /// when the app holds fewer than `max` nodes, after the longest-lapsed ones give way (nodes
 /// with made-up names, restarted pods say, would otherwise fill the list for the week lapsed
-/// nodes are kept).
+/// nodes are kept). New hosts of one app take turns (after their own node's lock, as every
+/// heartbeat): counted at once, two could pass the cap, or pick the same lapsed node and one
+/// be refused with room left.
 pub async fn room_for(conn: &mut PgConnection, app: i64, host_id: &str, max: i64) -> sqlx::Result<bool> {
-    let (others, known): (i64, bool) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE host_id <> $2), COALESCE(bool_or(host_id = $2), FALSE)
-         FROM client_nodes WHERE app_id = $1",
-    )
-    .bind(app)
-    .bind(host_id)
-    .fetch_one(&mut *conn)
-    .await?;
+    if count_beside(conn, app, host_id).await?.1 {
+        return Ok(true);
+    }
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('client-nodes:' || $1::text))")
+        .bind(app)
+        .execute(&mut *conn)
+        .await?;
+    let (others, known) = count_beside(conn, app, host_id).await?;
     if known || others < max {
         return Ok(true);
     }
+    // Lapsed rechecked on the row itself: a node that beat again while this waited for its
+    // row is online, and stays.
     let evicted = sqlx::query(
-        "DELETE FROM client_nodes WHERE id IN (
+        "DELETE FROM client_nodes WHERE expire_dt < now() AND id IN (
            SELECT id FROM client_nodes WHERE app_id = $1 AND expire_dt < now() ORDER BY expire_dt LIMIT $2)",
     )
     .bind(app)
@@ -70,6 +74,18 @@ pub async fn room_for(conn: &mut PgConnection, app: i64, host_id: &str, max: i64
     .await?
     .rows_affected();
     Ok(others - i64::try_from(evicted).unwrap_or(0) < max)
+}
+
+/// The app's nodes other than `host_id`, and whether `host_id` is one of its nodes.
+async fn count_beside(conn: &mut PgConnection, app: i64, host_id: &str) -> sqlx::Result<(i64, bool)> {
+    sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE host_id <> $2), COALESCE(bool_or(host_id = $2), FALSE)
+         FROM client_nodes WHERE app_id = $1",
+    )
+    .bind(app)
+    .bind(host_id)
+    .fetch_one(conn)
+    .await
 }
 
 pub async fn upsert(db: impl PgExecutor<'_>, b: &Beat<'_>) -> sqlx::Result<()> {

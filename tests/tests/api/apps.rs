@@ -413,6 +413,20 @@ async fn an_app_holds_a_bounded_number_of_nodes() {
         .unwrap();
     assert_eq!(hosts.len() as i64, MAX);
     assert!(hosts.contains(&"new-1".to_owned()) && !hosts.contains(&"h-1".to_owned()));
+
+    // New hosts at once take turns: one gets the last place, the others are refused.
+    sqlx::query("DELETE FROM client_nodes WHERE app_id = $1 AND host_id = 'h-3'")
+        .bind(app_pk)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let burst = (0..5).map(|i| {
+        let (app, crm, body) = (&app, &crm, beat(&format!("burst-{i}")));
+        async move { app.ext_post(crm, "/node/heartbeat", &body).await.status }
+    });
+    let statuses = futures::future::join_all(burst).await;
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
+    assert_eq!(app.count("client_nodes").await, MAX);
 }
 
 /// A node's address is stored as parsed: a stray bracket would make an address no call to the

@@ -166,14 +166,15 @@ async fn housekeeping_removes_only_what_has_expired() {
         .unwrap();
     }
 
-    // Documents in processing: one whose lease ran out a day ago (the queue gave up on it), one
-    // being processed now; and two no worker took yet: one queued a day ago (waiting behind a
-    // backlog: its message is still in the queue), one queued longer ago than the queue keeps
-    // a message.
+    // Documents in processing: one whose lease ran out a day ago (its worker was killed), one
+    // being processed now; and three no worker holds: one queued a day ago and one let go a
+    // day ago after a passing failure (their messages wait in the queue, behind a backlog),
+    // and one queued longer ago than the queue keeps a message.
     for (name, status, lease, changed) in [
         ("stalled.txt", "parsing", "now() - interval '1 day'", "now()"),
         ("busy.txt", "parsing", "now() + interval '1 minute'", "now()"),
         ("queued.txt", "pending", "NULL", "now() - interval '1 day'"),
+        ("retrying.txt", "embedding", "NULL", "now() - interval '1 day'"),
         ("lost.txt", "pending", "NULL", "now() - interval '16 days'"),
     ] {
         sqlx::query(&format!(
@@ -268,6 +269,7 @@ async fn housekeeping_removes_only_what_has_expired() {
             "busy.txt:parsing:",
             "lost.txt:failed:pending",
             "queued.txt:pending:",
+            "retrying.txt:embedding:",
             "stalled.txt:failed:parsing"
         ]
     );

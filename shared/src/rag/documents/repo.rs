@@ -245,15 +245,17 @@ pub async fn image_key(db: &PgPool, id: i64) -> sqlx::Result<Option<(String, Str
         .await
 }
 
-/// How long a document no worker has taken yet may wait: its message waits in the queue up to
-/// 7 days (behind a backlog the workers' concurrency cap holds back), and is worked then.
+/// How long a document no worker holds may wait (never taken, or let go after a passing
+/// failure): its message waits in the queue up to 7 days (behind a backlog the workers'
+/// concurrency cap holds back), and is worked then.
 const QUEUED_AT_MOST: std::time::Duration = std::time::Duration::from_secs(8 * 24 * 3600);
 
 /// Marks failed the documents still in processing whose run stopped (its lease, or its last
 /// change when no worker took it, is `older_than` old): the queue gave up on them. A document
-/// still waiting for its first worker (pending, never leased) is given as long as the queue
-/// keeps its message. A new run id keeps a worker that wakes up late from writing. Returns how
-/// many.
+/// no worker holds (never leased, or let go after a passing failure, its message back in the
+/// queue) is given as long as the queue keeps that message; a run whose worker was killed
+/// leaves its lease to run out. A new run id keeps a worker that wakes up late from writing.
+/// Returns how many.
 pub async fn fail_stalled(db: &PgPool, older_than: std::time::Duration) -> sqlx::Result<u64> {
     let done = sqlx::query(
         "UPDATE documents SET error_stage = status, status = 'failed',
@@ -261,7 +263,7 @@ pub async fn fail_stalled(db: &PgPool, older_than: std::time::Duration) -> sqlx:
            run_id = gen_random_uuid(), lease_until = NULL, updated_at = now()
          WHERE status NOT IN ('success', 'failed')
            AND COALESCE(lease_until, updated_at) < now() - make_interval(secs => CASE
-                 WHEN status = 'pending' AND lease_until IS NULL THEN $2 ELSE $1 END)",
+                 WHEN lease_until IS NULL THEN $2 ELSE $1 END)",
     )
     .bind(older_than.as_secs_f64())
     .bind(QUEUED_AT_MOST.as_secs_f64())

@@ -125,7 +125,7 @@ pub async fn complete_upload(
     }
     // Noted before it is kept (the staged mark's expiry no longer covers it after that).
     leftovers::ahead(state.db(), &key).await?;
-    state.storage().keep(&key).await?;
+    crate::resources::service::keep_uploaded(state, &key).await?;
     let image = Image {
         key: &key,
         name: &name,

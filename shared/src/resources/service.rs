@@ -262,7 +262,7 @@ pub async fn complete_upload(
     check_image_claim("originalName", &name, &mime)?;
     // Noted before it is kept (the staged mark's expiry no longer covers it after that).
     super::leftovers::ahead(state.db(), &key).await?;
-    state.storage().keep(&key).await?;
+    keep_uploaded(state, &key).await?;
     let new = NewResource {
         storage_key: &key,
         original_name: &name,
@@ -290,6 +290,17 @@ pub(crate) async fn uploaded_size(state: &AppState, key: &str, prefix: &str, who
     }
     state.storage().head(key).await?.ok_or_else(|| {
         AppError::validation("storageKey: nothing was uploaded there yet; PUT the file to uploadUrl first")
+    })
+}
+
+/// Takes an upload out of the expiry that removes uploads nobody registers; gone meanwhile (its
+/// day was up), it is the caller's to upload again, not a missing file of the service's.
+pub(crate) async fn keep_uploaded(state: &AppState, key: &str) -> AppResult<()> {
+    state.storage().keep(key).await.map_err(|e| match e {
+        StorageError::NotFound => {
+            AppError::validation("storageKey: the upload expired before it was registered; upload the file again")
+        }
+        e => e.into(),
     })
 }
 

@@ -308,13 +308,20 @@ impl ObjectStore for FsStore {
     }
 
     async fn keep(&self, key: &str) -> Result<(), StorageError> {
-        self.path(key)?;
+        let path = self.path(key)?;
         remove_if_present(&self.staged_mark(key), "clearing a staged mark").await?;
-        // An expiry that took the mark first deletes the object: it is not there to keep.
-        match tokio::fs::try_exists(self.expiring_mark(key)).await {
-            Ok(false) => Ok(()),
-            Ok(true) => Err(StorageError::NotFound),
-            Err(e) => Err(io_err("checking a staged mark")(e)),
+        // An expiry that took the mark first deletes the object: it is not there to keep. One
+        // that finished before (mark, object and moved mark gone) left nothing either; with the
+        // mark cleared here, no expiry can start on it any more.
+        let expiring = tokio::fs::try_exists(self.expiring_mark(key))
+            .await
+            .map_err(io_err("checking a staged mark"))?;
+        let there = tokio::fs::try_exists(&path)
+            .await
+            .map_err(io_err("checking an object"))?;
+        match there && !expiring {
+            true => Ok(()),
+            false => Err(StorageError::NotFound),
         }
     }
 
@@ -463,5 +470,11 @@ mod tests {
         assert!(matches!(store.keep("r/1/lost.bin").await, Err(StorageError::NotFound)));
         assert_eq!(store.expire_staged(day).await.unwrap(), 0, "nothing left marked");
         assert_eq!(store.head("r/1/kept.bin").await.unwrap(), Some(5));
+        // Expired whole before its registration came: nothing to keep either (a row naming a
+        // missing file was stored).
+        store.put_stream("r/1/late.bin", upload("bytes"), 100, "x").await.unwrap();
+        age(&store, "r/1/late.bin", 2 * day);
+        assert_eq!(store.expire_staged(day).await.unwrap(), 1);
+        assert!(matches!(store.keep("r/1/late.bin").await, Err(StorageError::NotFound)));
     }
 }

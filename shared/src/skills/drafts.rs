@@ -26,6 +26,12 @@ fn requirement(value: Option<String>) -> AppResult<String> {
     Ok(text)
 }
 
+/// A name and description a skill can be saved with, checked before the paid call: a draft
+/// carrying others was refused when saved.
+fn within_limits(meta: &FrontMatter) -> AppResult<()> {
+    front_matter::check(&meta.name, &meta.description).map_err(AppError::Validation)
+}
+
 fn instruction_line(instruction: Option<&str>) -> String {
     instruction
         .map(|i| format!("\nAdditional instruction: {i}"))
@@ -39,6 +45,7 @@ pub async fn generate(state: &AppState, user: &CurrentUser, req: GenerateRequest
         name: validate::optional(req.name).unwrap_or_else(|| slug(&need)),
         description: validate::optional(req.description).unwrap_or_else(|| summary(&need)),
     };
+    within_limits(&meta)?;
     let prompt = format!(
         "Write a skill for this requirement:\n{need}\n\nPreferred name: {}\nPreferred description: {}{}",
         meta.name,
@@ -74,6 +81,7 @@ pub async fn optimize(state: &AppState, user: &CurrentUser, id: i64, req: Optimi
             .or_else(|| declared.map(|m| m.description))
             .unwrap_or_else(|| row.description.clone()),
     };
+    within_limits(&meta)?;
     let prompt = format!(
         "Improve this SKILL.md according to the requirement, keeping what already works.\n\
          Requirement: {need}{}\n\nCurrent SKILL.md:\n{current}",

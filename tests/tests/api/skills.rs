@@ -957,6 +957,31 @@ async fn ai_drafts_use_the_default_chat_model() {
         )
         .await
         .assert_status_error(400, 0, "requirement must be");
+    // A name or description a skill could not be saved with is refused before the paid call.
+    for (body, needle) in [
+        (
+            json!({ "requirement": "r", "name": "n".repeat(65) }),
+            "name must be 1 to 64",
+        ),
+        (
+            json!({ "requirement": "r", "description": "d".repeat(1025) }),
+            "description must be at most 1024",
+        ),
+    ] {
+        s.app
+            .post("/skill/ai/generate", t, &body)
+            .await
+            .assert_status_error(400, 0, needle);
+    }
+    s.app
+        .post(
+            &format!("/skill/{id}/ai/optimize"),
+            t,
+            &json!({ "requirement": "r", "name": "n".repeat(65) }),
+        )
+        .await
+        .assert_status_error(400, 0, "name must be 1 to 64");
+    assert_eq!(server.requests().len(), 3, "no model call for a refused draft");
 }
 
 #[tokio::test]

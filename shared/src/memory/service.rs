@@ -50,6 +50,30 @@ async fn agent(state: &AppState, id: i64) -> AppResult<AgentMemory> {
     .ok_or_else(|| AppError::not_found("agent"))
 }
 
+/// The vector of an edited memory's text, by the agent's embedding model: only one the editor
+/// may use (as `search`), since the agent's config may be built on its creator's PERSONAL model
+/// (their key). Otherwise none, and the memory keeps the vector it had.
+async fn embed_as_edited(
+    state: &AppState,
+    user: &CurrentUser,
+    s: &recall::Strategy,
+    text: String,
+) -> AppResult<Option<(i64, String)>> {
+    let model_id = s.embedding.row.id;
+    let embedding = crate::models::ModelType::Embedding;
+    if crate::models::service::usable_config(state, user, "embeddingModelId", model_id, embedding)
+        .await
+        .is_err()
+    {
+        return Ok(None);
+    }
+    let v = recall::embed(state, s, Billing::of(user), &[text], InputKind::Document).await?;
+    if let Some(v) = v.first() {
+        repo::ensure_vector_index(state.db(), model_id, v.len() as i32).await?;
+    }
+    Ok(v.first().map(|v| (model_id, vector_literal(v))))
+}
+
 /// Everything the caller may see: their own memories, or everyone's for administrators.
 pub fn visible(user: &CurrentUser) -> Scope {
     Scope {
@@ -253,12 +277,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: UpdateRe
     let embedding = if text_changed {
         let a = agent(state, m.agent_id).await?;
         let s = recall::strategy(state, a.memory_config_id).await?;
-        let text = format!("{}\n{}", c.title, c.content);
-        let v = recall::embed(state, &s, Billing::of(user), &[text], InputKind::Document).await?;
-        if let Some(v) = v.first() {
-            repo::ensure_vector_index(state.db(), s.embedding.row.id, v.len() as i32).await?;
-        }
-        v.first().map(|v| (s.embedding.row.id, vector_literal(v)))
+        embed_as_edited(state, user, &s, format!("{}\n{}", c.title, c.content)).await?
     } else {
         None
     };

@@ -2101,7 +2101,19 @@ async fn a_search_runs_only_embedding_models_the_caller_may_use() {
         .await
         .unwrap();
     let personal = s.personal_embedding(&alice).await;
-    let agent = s.agent(None).await;
+    // Her agent recalls with her config, built on her model.
+    let config = s
+        .app
+        .post(
+            "/memory/config",
+            Some(&alice),
+            &json!({ "name": "alice's", "embeddingModelId": personal, "dimensionOfVectorModel": 8 }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let agent = s.agent(Some(config)).await;
     let vector = format!("[{}]", ["0.5"; 8].join(","));
     for (owner, title) in [(alice_id, "alice's plan"), (bob_id, "bob's plan")] {
         let id = s.seed_memory(agent, Owner::User(owner), title, "ACTIVE").await;
@@ -2132,4 +2144,19 @@ async fn a_search_runs_only_embedding_models_the_caller_may_use() {
     assert_eq!(asked("plans of alice"), 1, "her own model embeds her query");
     search(bob.clone(), "plans of bob").await;
     assert_eq!(asked("plans of bob"), 0, "her model does not run for bob");
+    // Nor when he edits his memory: it keeps the vector it had.
+    let bobs: i64 = sqlx::query_scalar("SELECT id FROM memories WHERE user_id = $1")
+        .bind(bob_id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    s.app
+        .put(
+            &format!("/memory/{bobs}"),
+            Some(&bob),
+            &json!({ "title": "bob's edited plan" }),
+        )
+        .await
+        .assert_ok();
+    assert_eq!(asked("bob's edited plan"), 0, "her model does not run for his edit");
 }

@@ -23,6 +23,10 @@ use crate::{AppError, AppResult, AppState};
 pub const RESTATEMENT_SIMILARITY: f64 = 0.92;
 /// Messages read per extraction; later ones wait for the next extraction.
 const MAX_MESSAGES: i64 = 200;
+
+/// Characters of one message read for a transcript: an answer may be megabytes (4 MiB), and
+/// 200 of them read whole ran the worker out of memory; the transcript keeps far less anyway.
+const MAX_MESSAGE_CHARS: i32 = 32_000;
 const MAX_TITLE: usize = 200;
 const MAX_CONTENT: usize = 4000;
 const MAX_TAGS: usize = 10;
@@ -90,11 +94,15 @@ pub async fn conversation(db: &sqlx::PgPool, id: i64) -> sqlx::Result<Option<Con
 /// A queued extraction runs as the agent is when it runs: rebound to another config meanwhile,
 /// the old one's models (possibly someone else's endpoint) must not read the conversation.
 pub async fn current_config(db: &sqlx::PgPool, agent_id: i64) -> sqlx::Result<Option<Option<i64>>> {
-    let agent: Option<(bool, Option<i64>)> =
-        sqlx::query_as("SELECT memory_enabled, memory_config_id FROM agents WHERE id = $1")
-            .bind(agent_id)
-            .fetch_optional(db)
-            .await?;
+    // A disabled config (status 0) is memory off: it recalls nothing, and extracting for it
+    // would charge for memories nothing reads.
+    let agent: Option<(bool, Option<i64>)> = sqlx::query_as(
+        "SELECT a.memory_enabled AND COALESCE(c.status, 1) = 1, a.memory_config_id
+         FROM agents a LEFT JOIN memory_configs c ON c.id = a.memory_config_id WHERE a.id = $1",
+    )
+    .bind(agent_id)
+    .fetch_optional(db)
+    .await?;
     Ok(agent.filter(|(enabled, _)| *enabled).map(|(_, config)| config))
 }
 
@@ -172,7 +180,7 @@ async fn run(
            SELECT max(u.id) AS from_id FROM messages u
            WHERE u.conversation_id = $1 AND u.role = 'user' AND u.id < (
              SELECT min(a.id) FROM messages a WHERE a.conversation_id = $1 AND a.id > $2 AND a.status = 0))
-         SELECT m.id, m.role, m.content FROM messages m, answering
+         SELECT m.id, m.role, left(m.content, $4) FROM messages m, answering
          WHERE m.conversation_id = $1 AND m.id > $2 AND m.status = 1 AND m.role IN ('user', 'assistant')
            AND m.id < COALESCE(answering.from_id, 9223372036854775807)
          ORDER BY m.id LIMIT $3",
@@ -180,6 +188,7 @@ async fn run(
     .bind(conv.id)
     .bind(after)
     .bind(MAX_MESSAGES)
+    .bind(MAX_MESSAGE_CHARS)
     .fetch_all(db)
     .await?;
     let fetched = messages.len() as i64;

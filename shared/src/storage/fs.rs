@@ -472,7 +472,10 @@ mod tests {
         assert_eq!(store.head("r/1/kept.bin").await.unwrap(), Some(5));
         // Expired whole before its registration came: nothing to keep either (a row naming a
         // missing file was stored).
-        store.put_stream("r/1/late.bin", upload("bytes"), 100, "x").await.unwrap();
+        store
+            .put_stream("r/1/late.bin", upload("bytes"), 100, "x")
+            .await
+            .unwrap();
         age(&store, "r/1/late.bin", 2 * day);
         assert_eq!(store.expire_staged(day).await.unwrap(), 1);
         assert!(matches!(store.keep("r/1/late.bin").await, Err(StorageError::NotFound)));

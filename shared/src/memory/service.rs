@@ -12,6 +12,7 @@ use crate::db::vector_literal;
 use crate::domain::CurrentUser;
 use crate::domain::Owner;
 use crate::models::client::InputKind;
+use crate::models::service::usable_model;
 use crate::rag::search::fusion::{self, Hit};
 use crate::validate;
 use crate::{AppError, AppResult, AppState};
@@ -61,7 +62,7 @@ async fn embed_as_edited(
 ) -> AppResult<Option<(i64, String)>> {
     let model_id = s.embedding.row.id;
     let embedding = crate::models::ModelType::Embedding;
-    if crate::models::service::usable_config(state, user, "embeddingModelId", model_id, embedding)
+    if usable_model(state, user, "embeddingModelId", model_id, embedding)
         .await
         .is_err()
     {
@@ -168,9 +169,7 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
         // Only a model the caller may use embeds their query: memories stored through an
         // agent's config may have been embedded with its creator's PERSONAL model (their key).
         let embedding = crate::models::ModelType::Embedding;
-        let handle = crate::models::service::usable_config(state, user, "embeddingModelId", model_id, embedding)
-            .await
-            .and_then(|row| crate::models::gateway::checked(state, model_id, Some(row), embedding));
+        let handle = usable_model(state, user, "embeddingModelId", model_id, embedding).await;
         let Ok(handle) = handle else {
             tracing::warn!(
                 model_id,

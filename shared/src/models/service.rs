@@ -185,6 +185,19 @@ fn usable_or_refused(user: &CurrentUser, r: ModelRef<'_>, row: Option<ModelConfi
         })
 }
 
+/// A model the caller may use, ready to call: for calls on their behalf with a model that came
+/// from elsewhere (an agent's config may be built on its creator's PERSONAL model, their key).
+pub async fn usable_model(
+    state: &AppState,
+    user: &CurrentUser,
+    field: &str,
+    id: i64,
+    t: ModelType,
+) -> AppResult<super::gateway::ModelHandle> {
+    let row = usable_config(state, user, field, id, t).await?;
+    super::gateway::checked(state, id, Some(row), t)
+}
+
 /// The config a request names, checked by `usable_or_refused`.
 pub async fn usable_config(
     state: &AppState,

@@ -215,6 +215,17 @@ pub struct StartedTurn {
     pub history: sqlx::types::Json<Vec<HistoryMessage>>,
 }
 
+/// Makes the owner's turns in this conversation take turns until the caller's transaction ends.
+pub async fn lock_conversation(conn: &mut PgConnection, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('conversation:' || $1 || ':' || $2 || ':' || $3))")
+        .bind(agent_id.to_string())
+        .bind(owner.key())
+        .bind(key)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// Creates or touches the conversation, writes both messages and reads the history before
 /// them in one statement: a turn is stored whole or not at all, and the model can be called
 /// after one round trip. The statement's snapshot is taken before its own inserts, so the
@@ -229,17 +240,6 @@ pub struct StartedTurn {
 /// message of the conversation through a bitmap scan and a sort, a cost that grows with the
 /// conversation (0.26 ms at 500 messages and rising); with `<>` it walks the
 /// `(conversation_id, id)` index backwards and stops after the limit, stats or not.
-/// Makes the owner's turns in this conversation take turns until the caller's transaction ends.
-pub async fn lock_conversation(conn: &mut PgConnection, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('conversation:' || $1 || ':' || $2 || ':' || $3))")
-        .bind(agent_id.to_string())
-        .bind(owner.key())
-        .bind(key)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
 pub async fn start_turn(db: impl PgExecutor<'_>, t: &NewTurn<'_>) -> sqlx::Result<StartedTurn> {
     // The conflict target must name the partial unique index of the owner's kind.
     let conflict = match t.owner {

@@ -31,9 +31,15 @@ pub enum Answer {
 
 type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Answer>>>>;
 
+/// An event handed to the function: its request id, the event, and how long the function has.
+type Invocation = (String, Value, Duration);
+
+/// The time an invocation is given unless a test says otherwise.
+const INVOCATION_TIME: Duration = Duration::from_secs(300);
+
 #[derive(Clone)]
 struct Runtime {
-    events: Arc<tokio::sync::Mutex<mpsc::Receiver<(String, Value)>>>,
+    events: Arc<tokio::sync::Mutex<mpsc::Receiver<Invocation>>>,
     pending: Pending,
     /// When the function first asked for an event.
     first_poll: Arc<Mutex<Option<Instant>>>,
@@ -41,7 +47,7 @@ struct Runtime {
 }
 
 pub struct Emulator {
-    sender: mpsc::Sender<(String, Value)>,
+    sender: mpsc::Sender<Invocation>,
     pending: Pending,
     first_poll: Arc<Mutex<Option<Instant>>>,
     init_error: Arc<Mutex<Option<Value>>>,
@@ -77,10 +83,10 @@ async fn next(State(rt): State<Runtime>) -> Response {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get_or_insert_with(Instant::now);
-    let Some((id, event)) = rt.events.lock().await.recv().await else {
+    let Some((id, event, time)) = rt.events.lock().await.recv().await else {
         return StatusCode::GONE.into_response();
     };
-    let deadline = chrono::Utc::now().timestamp_millis() + 300_000;
+    let deadline = chrono::Utc::now().timestamp_millis() + i64::try_from(time.as_millis()).unwrap_or(i64::MAX);
     Response::builder()
         .header("lambda-runtime-aws-request-id", id)
         .header("lambda-runtime-deadline-ms", deadline.to_string())
@@ -235,13 +241,18 @@ impl Emulator {
 
     /// Invokes the function with `event` and waits for its answer.
     pub async fn invoke(&self, event: Value) -> Answer {
+        self.invoke_for(event, INVOCATION_TIME).await
+    }
+
+    /// Invokes the function with `event`, its deadline `time` from now, and waits for its answer.
+    pub async fn invoke_for(&self, event: Value, time: Duration) -> Answer {
         let id = uuid::Uuid::new_v4().to_string();
         let (tx, rx) = oneshot::channel();
         self.pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone(), tx);
-        self.sender.send((id, event)).await.expect("queue the event");
+        self.sender.send((id, event, time)).await.expect("queue the event");
         match tokio::time::timeout(Duration::from_secs(60), rx).await {
             Ok(Ok(answer)) => answer,
             _ => panic!("the function gave no answer within 60 s:\n{}", self.log_text()),

@@ -5,7 +5,7 @@ use aws_lambda_events::event::sqs::SqsMessage;
 
 use super::extract;
 use super::queue::ExtractMessage;
-use crate::queue::{per_message, BatchHandler};
+use crate::queue::{per_message, BatchHandler, StopAt};
 use crate::AppState;
 
 /// The memory worker: messages of a batch run concurrently, failures reported one by one
@@ -14,7 +14,9 @@ pub fn handler(state: AppState) -> BatchHandler {
     per_message(state, process)
 }
 
-async fn process(state: AppState, m: SqsMessage) -> anyhow::Result<()> {
+/// An extraction is short and safe to run again: stopped at `StopAt` by the queue's worker, it
+/// is retried like any failure.
+async fn process(state: AppState, m: SqsMessage, _: StopAt) -> anyhow::Result<()> {
     let state = &state;
     let body = m.body.as_deref().unwrap_or_default();
     let msg: ExtractMessage =

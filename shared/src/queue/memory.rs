@@ -113,7 +113,7 @@ impl Queue for InProcessQueue {
                         .map(|m| with_trace(message(&m.id, &m.body, m.receives, None), m.traceparent.clone()))
                         .collect(),
                 );
-                let outcome = handler(ev.clone()).await;
+                let outcome = handler(ev.clone(), None).await;
                 let failed = failed_ids(&ev, &outcome);
                 for m in batch.into_iter().filter(|m| failed.contains(&m.id)) {
                     this.redeliver(queue, m, tx.clone());

@@ -31,7 +31,14 @@ pub enum QueueName {
 
 /// A worker: takes a batch, answers with the ids of the messages that failed. An `Err` fails
 /// the whole batch, as a Lambda error would.
-pub type BatchHandler = Arc<dyn Fn(SqsEvent) -> BoxFuture<'static, anyhow::Result<SqsBatchResponse>> + Send + Sync>;
+pub type BatchHandler =
+    Arc<dyn Fn(SqsEvent, StopAt) -> BoxFuture<'static, anyhow::Result<SqsBatchResponse>> + Send + Sync>;
+
+/// When a batch's work must stop so that the worker can still answer: its Lambda invocation's
+/// deadline less a margin; none inside the local server. A function Lambda stops at its timeout
+/// fails its whole batch without a word of why; stopped here, its unfinished messages are
+/// reported failed one by one (retried as usual) and the worker can say what ran out.
+pub type StopAt = Option<tokio::time::Instant>;
 
 #[async_trait]
 pub trait Queue: Send + Sync {
@@ -96,21 +103,23 @@ pub fn failed_ids(event: &SqsEvent, outcome: &anyhow::Result<SqsBatchResponse>) 
 
 /// A worker that runs `process` on every message of a batch concurrently, failures reported
 /// one by one (redelivered, then dead-lettered after `MAX_RECEIVES`). `context` (the service's
-/// state) is handed to every call.
-pub fn per_message<C, Fut>(context: C, process: fn(C, SqsMessage) -> Fut) -> BatchHandler
+/// state) and the batch's `StopAt` (for work that must end on its own terms before then) are
+/// handed to every call.
+pub fn per_message<C, Fut>(context: C, process: fn(C, SqsMessage, StopAt) -> Fut) -> BatchHandler
 where
     C: Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    Arc::new(move |event| {
+    Arc::new(move |event, stop_at| {
         let context = context.clone();
-        Box::pin(async move { Ok(for_each_message(event, |m| process(context.clone(), m)).await) })
+        Box::pin(async move { Ok(for_each_message(event, stop_at, |m| process(context.clone(), m, stop_at)).await) })
     })
 }
 
 /// Runs `work` on every message of a batch concurrently and reports the failures, the shape
-/// every worker answers with. Each message is worked on in a span of the trace it was sent in.
-pub async fn for_each_message<F, Fut>(event: SqsEvent, work: F) -> SqsBatchResponse
+/// every worker answers with; work still running at `stop_at` is stopped and reported failed.
+/// Each message is worked on in a span of the trace it was sent in.
+pub async fn for_each_message<F, Fut>(event: SqsEvent, stop_at: StopAt, work: F) -> SqsBatchResponse
 where
     F: Fn(SqsMessage) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
@@ -127,7 +136,15 @@ where
         );
         crate::telemetry::continue_message_trace(&span, trace_of(&m));
         let fut = work(m).instrument(span);
-        async move { (id, fut.await) }
+        async move {
+            let Some(at) = stop_at else {
+                return (id, fut.await);
+            };
+            let outcome = tokio::time::timeout_at(at, fut)
+                .await
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("stopped unfinished: the invocation's time was up")));
+            (id, outcome)
+        }
     });
     let mut response = SqsBatchResponse::default();
     for (id, outcome) in futures::future::join_all(runs).await {

@@ -72,7 +72,7 @@ impl SqsQueue {
             })
             .collect();
         let ev = event(records);
-        let outcome = handler(ev.clone()).await;
+        let outcome = handler(ev.clone(), None).await;
         let failed = failed_ids(&ev, &outcome);
         let done: Vec<_> = ev
             .records

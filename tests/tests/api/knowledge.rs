@@ -966,7 +966,7 @@ async fn redelivery_and_duplicates_yield_one_set_of_chunks() {
         shared::queue::message("m1", &message, 1, None),
         shared::queue::message("m2", &message, 1, None),
     ]);
-    let answer = handler(event).await.unwrap();
+    let answer = handler(event, None).await.unwrap();
     assert!(answer.batch_item_failures.is_empty());
     assert_eq!(s.chunk_texts(id).await, first);
 
@@ -982,9 +982,10 @@ async fn redelivery_and_duplicates_yield_one_set_of_chunks() {
         .execute(&s.app.db)
         .await
         .unwrap();
-    let answer = handler(shared::queue::event(vec![shared::queue::message(
-        "m3", &message, 2, None,
-    )]))
+    let answer = handler(
+        shared::queue::event(vec![shared::queue::message("m3", &message, 2, None)]),
+        None,
+    )
     .await
     .unwrap();
     assert!(answer.batch_item_failures.is_empty());
@@ -995,16 +996,18 @@ async fn redelivery_and_duplicates_yield_one_set_of_chunks() {
         .execute(&s.app.db)
         .await
         .unwrap();
-    let answer = handler(shared::queue::event(vec![shared::queue::message(
-        "m4", &message, 1, None,
-    )]))
+    let answer = handler(
+        shared::queue::event(vec![shared::queue::message("m4", &message, 1, None)]),
+        None,
+    )
     .await
     .unwrap();
     assert_eq!(answer.batch_item_failures.len(), 1);
     // A poison message is reported failed (and so reaches the DLQ after its receives).
-    let answer = handler(shared::queue::event(vec![shared::queue::message(
-        "m5", "not json", 1, None,
-    )]))
+    let answer = handler(
+        shared::queue::event(vec![shared::queue::message("m5", "not json", 1, None)]),
+        None,
+    )
     .await
     .unwrap();
     assert_eq!(answer.batch_item_failures[0].item_identifier, "m5");
@@ -1072,9 +1075,10 @@ async fn a_superseded_run_stops_before_its_model_calls() {
     let before = usage().await;
     let message = json!({ "documentId": id, "runId": run_id }).to_string();
     let handler = shared::rag::pipeline::handler(s.app.state.clone());
-    let answer = handler(shared::queue::event(vec![shared::queue::message(
-        "m1", &message, 1, None,
-    )]))
+    let answer = handler(
+        shared::queue::event(vec![shared::queue::message("m1", &message, 1, None)]),
+        None,
+    )
     .await
     .unwrap();
     assert!(answer.batch_item_failures.is_empty());

@@ -180,6 +180,54 @@ async fn the_ingest_worker_reports_the_bad_message_of_a_batch_and_does_the_good_
     );
 }
 
+/// A document that does not finish within its invocation fails for good, saying so, and its
+/// message is not handed back: a second invocation of the same length would stop there again.
+/// The worker stops 7 s before the deadline (5 s to answer, 2 s to mark the document), so an
+/// invocation of 7.5 s leaves half a second, less than the slow model's one-second embedding.
+#[tokio::test]
+async fn an_ingest_run_out_of_time_fails_its_document_and_is_not_retried() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let provider = s.app.provider(&s.admin, "slow").await;
+    let slow = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "EMBEDDING",
+            "emb-8-slow",
+            &s.models.base_url,
+            json!({}),
+        )
+        .await;
+    let kb = s.kb("Slow KB", json!({ "embeddingModelId": slow })).await;
+    let commit = s
+        .upload(kb, &[("notes.txt", b"Embedding this takes a second.".to_vec())])
+        .await;
+    let doc = commit.assert_ok()["items"][0]["id"].as_i64().expect("document id");
+    s.settled(doc).await;
+    let run = s.requeue(doc).await;
+
+    let f = Emulator::start(binary("ingest-worker"), &function_env(&s.app)).await;
+    let event = sqs_event(&[("late", json!({ "documentId": doc, "runId": run }).to_string())]);
+    let Answer::Json(answer) = f.invoke_for(event, Duration::from_millis(7_500)).await else {
+        panic!("the worker answers with a batch response");
+    };
+    assert_eq!(answer, json!({ "batchItemFailures": [] }));
+    let (status, stage, message): (String, Option<String>, Option<String>) =
+        sqlx::query_as("SELECT status, error_stage, error_message FROM documents WHERE id = $1")
+            .bind(doc)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), stage.as_deref()), ("failed", Some("embedding")));
+    let message = message.unwrap_or_default();
+    assert!(
+        message.starts_with("processing did not finish in the 0.") && message.contains("split the document"),
+        "{message}"
+    );
+    assert!(s.chunk_texts(doc).await.is_empty(), "nothing was indexed");
+}
+
 /// `function_env` exporting traces to the test Phoenix, into `project`.
 fn traced_env(app: &TestApp, project: &str) -> Vec<(String, String)> {
     let mut env = function_env(app);

@@ -411,7 +411,7 @@ async fn rounds_queue_an_extraction(s: Setup) {
         shared::queue::message("m-2", "not json", 1, None),
         shared::queue::message("m-3", &json!({ "conversationId": 999_999 }).to_string(), 1, None),
     ]);
-    let answer = worker(event).await.unwrap();
+    let answer = worker(event, None).await.unwrap();
     let failed: Vec<&str> = answer
         .batch_item_failures
         .iter()
@@ -445,14 +445,14 @@ async fn rounds_queue_an_extraction(s: Setup) {
         .put(&format!("/agent/{agent}"), s.t(), &json!({ "memoryEnabled": false }))
         .await
         .assert_ok();
-    assert!(worker(off).await.unwrap().batch_item_failures.is_empty());
+    assert!(worker(off, None).await.unwrap().batch_item_failures.is_empty());
     assert_eq!(s.memory_count().await, 2, "memory off: nothing extracted");
     s.app
         .put(&format!("/agent/{agent}"), s.t(), &json!({ "memoryEnabled": true }))
         .await
         .assert_ok();
     let on = shared::queue::event(vec![shared::queue::message("m-5", &stale, 1, None)]);
-    assert!(worker(on).await.unwrap().batch_item_failures.is_empty());
+    assert!(worker(on, None).await.unwrap().batch_item_failures.is_empty());
     assert_eq!(s.memory_count().await, 3, "extracted with the agent's own config");
 
     // An extraction that reads a full window of messages queues the rest: the rounds queue
@@ -472,7 +472,7 @@ async fn rounds_queue_an_extraction(s: Setup) {
         .await
         .unwrap();
     let next = shared::queue::event(vec![shared::queue::message("m-6", &body, 1, None)]);
-    assert!(worker(next).await.unwrap().batch_item_failures.is_empty());
+    assert!(worker(next, None).await.unwrap().batch_item_failures.is_empty());
     let extracted_up_to = || async {
         sqlx::query_scalar::<_, i64>("SELECT last_message_id FROM memory_extractions WHERE conversation_id = $1")
             .bind(conv)

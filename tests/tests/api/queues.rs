@@ -10,10 +10,10 @@ type Seen = Arc<Mutex<Vec<(String, u32)>>>;
 
 /// Records every delivery (body, receive count); fails bodies starting with "bad".
 fn recording_worker(seen: Seen) -> BatchHandler {
-    Arc::new(move |event| {
+    Arc::new(move |event, stop_at| {
         let seen = seen.clone();
         Box::pin(async move {
-            Ok(for_each_message(event, |m| {
+            Ok(for_each_message(event, stop_at, |m| {
                 let seen = seen.clone();
                 async move {
                     let body = m.body.clone().unwrap_or_default();
@@ -32,6 +32,32 @@ fn recording_worker(seen: Seen) -> BatchHandler {
             .await)
         })
     })
+}
+
+/// Work still running when its batch must stop is reported failed (retried as usual); work
+/// done by then is not, and the answer comes at the stop, not when the slow work would end.
+#[tokio::test]
+async fn messages_unfinished_at_the_stop_are_reported_failed() {
+    let event = shared::queue::event(vec![
+        shared::queue::message("quick", "quick", 1, None),
+        shared::queue::message("slow", "slow", 1, None),
+    ]);
+    let started = Instant::now();
+    let stop_at = tokio::time::Instant::now() + Duration::from_millis(300);
+    let answer = for_each_message(event, Some(stop_at), |m| async move {
+        if m.body.as_deref() == Some("slow") {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        Ok(())
+    })
+    .await;
+    let failed: Vec<&str> = answer
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["slow"]);
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
 }
 
 async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {

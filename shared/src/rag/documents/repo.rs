@@ -167,6 +167,22 @@ pub async fn mark_failed(
     Ok(())
 }
 
+/// Marks failed the run `run_id` of a document at the stage it was in (its status), with
+/// `message`; a run already finished, or replaced, is left as it is.
+pub async fn fail_at_stage(db: &PgPool, id: i64, run_id: uuid::Uuid, message: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE documents SET error_stage = status, status = 'failed', error_message = $3, lease_until = NULL,
+           updated_at = now()
+         WHERE id = $1 AND run_id = $2 AND status NOT IN ('success', 'failed')",
+    )
+    .bind(id)
+    .bind(run_id)
+    .bind(message)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 const IMAGE_COLUMNS: &str = "i.id, i.rag_id, i.document_id, i.chunk_id, i.resource_id, i.image_index, i.caption,
     i.figure_no, i.figure_title, i.section_title, d.name AS document_name, i.ocr_text, i.source_page, i.create_dt,
     i.update_dt";

@@ -7,7 +7,7 @@ mod run;
 use aws_lambda_events::event::sqs::SqsMessage;
 use serde::{Deserialize, Serialize};
 
-use crate::queue::{per_message, BatchHandler, QueueName, MAX_RECEIVES};
+use crate::queue::{per_message, BatchHandler, QueueName, StopAt, MAX_RECEIVES};
 use crate::AppState;
 
 pub use index::write_chunks;
@@ -43,7 +43,7 @@ pub fn handler(state: AppState) -> BatchHandler {
     per_message(state, process)
 }
 
-async fn process(state: AppState, m: SqsMessage) -> anyhow::Result<()> {
+async fn process(state: AppState, m: SqsMessage, stop_at: StopAt) -> anyhow::Result<()> {
     let state = &state;
     let body = m.body.as_deref().unwrap_or_default();
     let msg: IngestMessage =
@@ -53,5 +53,5 @@ async fn process(state: AppState, m: SqsMessage) -> anyhow::Result<()> {
         .get("ApproximateReceiveCount")
         .and_then(|c| c.parse().ok())
         .unwrap_or(1);
-    run::run(state, &msg, receives >= MAX_RECEIVES).await
+    run::run(state, &msg, receives >= MAX_RECEIVES, stop_at).await
 }

@@ -9,6 +9,7 @@ use super::IngestMessage;
 use crate::models::client::InputKind;
 use crate::models::gateway::{self, Billing, CallError};
 use crate::models::ModelType;
+use crate::queue::StopAt;
 use crate::rag::bases::{self, KbRow};
 use crate::rag::chunk::{self, Chunk};
 use crate::rag::document::ParsedDocument;
@@ -31,6 +32,8 @@ enum Stop {
     /// The document was deleted or given a newer run: what this one would still do (paid
     /// model calls among it) is waste.
     Superseded,
+    /// The run did not finish within its invocation's time (`took`).
+    OutOfTime { took: std::time::Duration },
 }
 
 fn permanent(stage: &'static str, message: impl Into<String>) -> Stop {
@@ -40,7 +43,7 @@ fn permanent(stage: &'static str, message: impl Into<String>) -> Stop {
     }
 }
 
-pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool) -> anyhow::Result<()> {
+pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool, stop_at: StopAt) -> anyhow::Result<()> {
     let db = state.db();
     let Some(doc) = doc_repo::find(db, msg.document_id).await? else {
         return Ok(()); // deleted meanwhile
@@ -63,13 +66,23 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool) -> a
     let Some(kb) = bases::repo::find(db, doc.rag_id).await? else {
         return Ok(());
     };
-    match stages(state, &doc, &kb).await {
+    match stages_in_time(state, &doc, &kb, stop_at).await {
         Ok(()) => Ok(()),
         Err(Stop::Superseded) => {
             tracing::info!(
                 document_id = doc.id,
                 "the document was deleted or reprocessed meanwhile: run stopped"
             );
+            Ok(())
+        }
+        Err(Stop::OutOfTime { took }) => {
+            let message = format!(
+                "processing did not finish in the {} one worker run may take; split the document into smaller \
+                 files, or reprocess it",
+                minutes_and_seconds(took)
+            );
+            tracing::warn!(document_id = doc.id, %message, "document failed");
+            doc_repo::fail_at_stage(db, doc.id, doc.run_id, &message).await?;
             Ok(())
         }
         Err(Stop::Permanent { stage, message }) => {
@@ -136,6 +149,38 @@ async fn set_stage(state: &AppState, doc: &DocRow, status: &'static str, progres
 
 fn ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
+}
+
+/// What a run keeps of its invocation to mark its document failed when its time is up.
+const MARK_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Runs the stages until `MARK_MARGIN` before `stop_at`. A document that did not finish within
+/// a whole invocation would not in the next one either: it fails for good, at the stage it was
+/// in, instead of being killed with its invocation, delivered again to be killed again, and
+/// left in processing until the daily job gives up on it.
+async fn stages_in_time(state: &AppState, doc: &DocRow, kb: &KbRow, stop_at: StopAt) -> Result<(), Stop> {
+    let Some(stop_at) = stop_at else {
+        return stages(state, doc, kb).await;
+    };
+    let started = Instant::now();
+    let until = stop_at
+        .checked_sub(MARK_MARGIN)
+        .unwrap_or_else(tokio::time::Instant::now);
+    tokio::time::timeout_at(until, stages(state, doc, kb))
+        .await
+        .unwrap_or_else(|_| {
+            Err(Stop::OutOfTime {
+                took: started.elapsed(),
+            })
+        })
+}
+
+fn minutes_and_seconds(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    match secs / 60 {
+        0 => format!("{:.1} s", d.as_secs_f64()),
+        m => format!("{m} min {} s", secs % 60),
+    }
 }
 
 async fn stages(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<(), Stop> {

@@ -29,8 +29,9 @@
 //! - `mem-extract`: memory extraction JSON (in a code fence, as models often answer): one
 //!   memory for every transcript line `user: TYPE: title | content`, confidence 0.9
 //! - `emb-8`: 8-dimensional bag-of-words embeddings; `emb-8-slow` the same after 1 s
-//! - `emb-384`: 384-dimensional pseudo-random unit vectors (benchmarks); with either
-//!   embedding model, a text holding `<zero>` gets a zero vector and one holding `<huge>` a
+//! - `emb-384`: 384-dimensional pseudo-random unit vectors (benchmarks)
+//! - `emb-4096`: `emb-8`'s vectors padded with zeros to 4,096 dimensions, more than pgvector
+//!   indexes (as some open models make); with any embedding model, a text holding `<zero>` gets a zero vector and one holding `<huge>` a
 //!   first component of 1e39 (past f32)
 //! - `rerank`: word-overlap relevance scores; `rerank-twice` lists every result twice
 //! - `GET /search?q=..&format=json`: a SearXNG-shaped web search answering three results
@@ -566,7 +567,7 @@ async fn embeddings(State(script): State<Script>, headers: HeaderMap, Json(body)
         tokio::time::sleep(Duration::from_secs(1)).await;
         model = "emb-8".to_owned();
     }
-    if model != "emb-8" && model != "emb-384" {
+    if !["emb-8", "emb-384", "emb-4096"].contains(&model.as_str()) {
         return error(
             StatusCode::NOT_FOUND,
             &format!("The model `{}` does not exist", body["model"].as_str().unwrap_or("")),
@@ -583,10 +584,14 @@ async fn embeddings(State(script): State<Script>, headers: HeaderMap, Json(body)
         .enumerate()
         .rev()
         .map(|(i, t)| {
-            let mut v = if model == "emb-384" {
-                wide_embedding(t)
-            } else {
-                toy_embedding(t)
+            let mut v = match model.as_str() {
+                "emb-384" => wide_embedding(t),
+                "emb-4096" => {
+                    let mut v = toy_embedding(t);
+                    v.resize(4096, 0.0);
+                    v
+                }
+                _ => toy_embedding(t),
             };
             if t.contains("<zero>") {
                 v.fill(0.0);

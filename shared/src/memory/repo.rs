@@ -110,11 +110,28 @@ fn index_sql(model_id: i64, dimension: i32) -> String {
 /// Creates the index for a model's memories when the catalog has no valid one, the first time
 /// this process writes such a memory. A plain `CREATE INDEX`, even of an index that exists,
 /// takes a lock on `memories` that waits for any open writer and holds up every later one.
+///
+/// Vectors longer than an index can hold (`MAX_VECTOR_DIMENSION`) get none: a config names its
+/// model's dimension and is refused such a model when saved, but the built-in defaults follow
+/// whichever embedding model is the default. Their memories are stored all the same, and
+/// recall compares them one by one within the owner's memories (which the owner index finds):
+/// failing there would fail every extraction after its paid model calls, and retry it.
 pub async fn ensure_vector_index(db: &PgPool, model_id: i64, dimension: i32) -> sqlx::Result<()> {
     static DONE: OnceLock<Mutex<HashSet<(i64, i32)>>> = OnceLock::new();
     let done = DONE.get_or_init(Mutex::default);
     let known = |d: &Mutex<HashSet<(i64, i32)>>| d.lock().map(|s| s.contains(&(model_id, dimension))).unwrap_or(false);
     if known(done) {
+        return Ok(());
+    }
+    if dimension > crate::validate::MAX_VECTOR_DIMENSION {
+        tracing::warn!(
+            model_id,
+            dimension,
+            "memories of this embedding model are longer than an index holds: recall compares them without one"
+        );
+        if let Ok(mut d) = done.lock() {
+            d.insert((model_id, dimension));
+        }
         return Ok(());
     }
     let name = index_name(model_id, dimension);

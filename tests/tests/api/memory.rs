@@ -1514,6 +1514,52 @@ async fn preview(s: &Setup, agent: i64) -> Reply {
     s.app.get(&path, s.t()).await
 }
 
+/// The built-in defaults follow the default embedding model, which no config save checked: one
+/// making vectors longer than an index holds still gets its memories stored and recalled
+/// (compared one by one), not an extraction that fails after its paid calls.
+#[tokio::test]
+async fn memories_longer_than_an_index_holds_are_stored_and_recalled() {
+    let s = setup(false).await;
+    let provider = s.app.provider(&s.admin, "long").await;
+    let long = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "EMBEDDING",
+            "emb-4096",
+            &s.models.base_url,
+            json!({}),
+        )
+        .await;
+    for model in [long, s.chat_model] {
+        s.app
+            .put(&format!("/ai-model/switch-default/{model}"), s.t(), &json!({}))
+            .await
+            .assert_status_ok();
+    }
+    let agent = s.agent(None).await;
+    let owner = Owner::User(s.admin_id);
+    let conv = s.conversation(agent, owner, "long").await;
+    s.say(
+        conv,
+        agent,
+        &[("user", "FACT: Pet | Has a dog called Biscuit"), ("assistant", "Nice.")],
+    )
+    .await;
+    s.extract(&s.admin, agent, "long").await.assert_ok();
+    let dims: Vec<i32> = sqlx::query_scalar("SELECT vector_dims(embedding) FROM memories")
+        .fetch_all(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(dims, [4096]);
+    let recalled = recall_as_chat(&s.app.state, agent, owner, None, "my dog Biscuit")
+        .await
+        .unwrap();
+    assert_eq!(recalled.len(), 1);
+    assert!(recalled[0].content.contains("Biscuit"), "{:?}", recalled[0].content);
+}
+
 #[tokio::test]
 async fn stats_and_context_preview() {
     let s = setup(false).await;

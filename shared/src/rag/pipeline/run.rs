@@ -151,28 +151,56 @@ fn ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
 }
 
-/// What a run keeps of its invocation to mark its document failed when its time is up.
-const MARK_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+/// What a run keeps of its invocation for its final write (chunks, images and the document's
+/// status, in one transaction) or, when its time is up before, for marking its document failed.
+const WRITE_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Runs the stages until `MARK_MARGIN` before `stop_at`. A document that did not finish within
-/// a whole invocation would not in the next one either: it fails for good, at the stage it was
+/// Runs the stages, the ones before the final write until `WRITE_MARGIN` before `stop_at`. A
+/// document whose parsing, chunking, embedding and reading of pictures did not finish within a
+/// whole invocation would not in the next one either: it fails for good, at the stage it was
 /// in, instead of being killed with its invocation, delivered again to be killed again, and
-/// left in processing until the daily job gives up on it.
+/// left in processing until the daily job gives up on it. The final write is not cut: a
+/// statement dropped half way still runs in Postgres and holds the document's row, which the
+/// failure would then wait for.
 async fn stages_in_time(state: &AppState, doc: &DocRow, kb: &KbRow, stop_at: StopAt) -> Result<(), Stop> {
-    let Some(stop_at) = stop_at else {
-        return stages(state, doc, kb).await;
+    let prepared = match stop_at {
+        None => prepare(state, doc, kb).await?,
+        Some(stop_at) => {
+            let started = Instant::now();
+            let until = stop_at
+                .checked_sub(WRITE_MARGIN)
+                .unwrap_or_else(tokio::time::Instant::now);
+            if until <= tokio::time::Instant::now() {
+                // An invocation this short (a function timeout under the margins) gets nothing
+                // done: the message goes back rather than failing a document never tried.
+                return Err(Stop::Transient {
+                    stage: "parsing",
+                    error: anyhow::anyhow!("the invocation had no time left for the document"),
+                });
+            }
+            tokio::time::timeout_at(until, prepare(state, doc, kb))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Stop::OutOfTime {
+                        took: started.elapsed(),
+                    })
+                })?
+        }
     };
-    let started = Instant::now();
-    let until = stop_at
-        .checked_sub(MARK_MARGIN)
-        .unwrap_or_else(tokio::time::Instant::now);
-    tokio::time::timeout_at(until, stages(state, doc, kb))
-        .await
-        .unwrap_or_else(|_| {
-            Err(Stop::OutOfTime {
-                took: started.elapsed(),
-            })
-        })
+    let Prepared {
+        parsed,
+        chunks,
+        vectors,
+        ocr,
+        timings,
+        started,
+    } = prepared;
+    let written = Written {
+        chunks: &chunks,
+        vectors: &vectors,
+        ocr: &ocr,
+    };
+    index(state, doc, kb, &parsed, written, timings, Instant::now(), started).await
 }
 
 fn minutes_and_seconds(d: std::time::Duration) -> String {
@@ -183,7 +211,19 @@ fn minutes_and_seconds(d: std::time::Duration) -> String {
     }
 }
 
-async fn stages(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<(), Stop> {
+/// What the stages before the final write made.
+struct Prepared {
+    parsed: ParsedDocument,
+    chunks: Vec<Chunk>,
+    vectors: Vec<Vec<f32>>,
+    /// Text read from each parsed image (imageOcr), in image order.
+    ocr: Vec<Option<String>>,
+    timings: Value,
+    started: Instant,
+}
+
+/// Parses, chunks, embeds and reads the pictures: the stages that call models.
+async fn prepare(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Prepared, Stop> {
     let started = Instant::now();
     set_stage(state, doc, "parsing", 5).await?;
     let t = Instant::now();
@@ -238,17 +278,18 @@ async fn stages(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<(), Stop> 
     };
     let ocr_ms = ms(t);
 
-    let t = Instant::now();
     let mut timings = json!({ "parseMs": parse_ms, "chunkMs": chunk_ms, "embedMs": embed_ms, "imageOcrMs": ocr_ms });
     if let Some(reason) = smart_fallback {
         timings["smartChunkingFallback"] = json!(reason);
     }
-    let written = Written {
-        chunks: &chunks,
-        vectors: &vectors,
-        ocr: &ocr,
-    };
-    index(state, doc, kb, &parsed, written, timings, t, started).await
+    Ok(Prepared {
+        parsed,
+        chunks,
+        vectors,
+        ocr,
+        timings,
+        started,
+    })
 }
 
 async fn parse_document(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<ParsedDocument, Stop> {

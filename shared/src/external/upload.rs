@@ -97,7 +97,7 @@ pub async fn upload_url(state: &AppState, app: &AppCaller, req: ImageUploadUrlRe
     let content_type = validate::required("contentType", req.content_type)?.to_ascii_lowercase();
     let ext = image_extension("contentType", &content_type)?;
     let key = format!("{}{}.{ext}", key_prefix(app), uuid::Uuid::new_v4());
-    presigned_put(state, key, &content_type).await
+    presigned_put(state, key, &content_type, size as u64).await
 }
 
 /// Registers an image PUT to a URL of `upload_url` as the external user's. A file that is not

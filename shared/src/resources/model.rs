@@ -109,6 +109,8 @@ pub struct CompleteUploadRequest {
 #[into_params(parameter_in = Query)]
 pub struct DirectUploadQuery {
     pub key: String,
+    /// The file's size the URL was issued for (`fileSize`).
+    pub length: u64,
     pub expires: i64,
     pub sig: String,
 }

@@ -226,12 +226,21 @@ pub async fn upload_url(state: &AppState, user: &CurrentUser, req: UploadUrlRequ
     if content_type.len() > 255 || content_type.chars().any(|c| c.is_control()) {
         return Err(AppError::validation("contentType is not a valid MIME type"));
     }
-    presigned_put(state, new_key(user.id, &name), &content_type).await
+    presigned_put(state, new_key(user.id, &name), &content_type, size as u64).await
 }
 
-/// A URL that writes the object at `key` once, with `content_type`, for PRESIGN_TTL.
-pub(crate) async fn presigned_put(state: &AppState, key: String, content_type: &str) -> AppResult<UploadUrlResult> {
-    let presigned = state.storage().presign_put(&key, content_type, PRESIGN_TTL).await?;
+/// A URL that writes the object at `key` once, `length` bytes with `content_type`, for
+/// PRESIGN_TTL.
+pub(crate) async fn presigned_put(
+    state: &AppState,
+    key: String,
+    content_type: &str,
+    length: u64,
+) -> AppResult<UploadUrlResult> {
+    let presigned = state
+        .storage()
+        .presign_put(&key, content_type, length, PRESIGN_TTL)
+        .await?;
     Ok(UploadUrlResult {
         upload_url: presigned.url,
         method: "PUT".to_owned(),
@@ -323,8 +332,9 @@ pub(crate) async fn sniff_stored(state: &AppState, key: &str, name: &str, size: 
 }
 
 /// Receives the bytes of a presigned PUT when objects live on the local filesystem, written
-/// as they arrive: a body declared or found larger than MAX_PRESIGNED_UPLOAD_BYTES is a 413
-/// and leaves nothing stored.
+/// as they arrive: a body declared or found larger than MAX_PRESIGNED_UPLOAD_BYTES, or than the
+/// size the URL was issued for, is a 413 and leaves nothing stored; one declaring another
+/// length than that is refused as S3 refuses it (its length is signed).
 pub async fn direct_upload<S, E>(
     state: &AppState,
     q: DirectUploadQuery,
@@ -336,19 +346,28 @@ where
     S: futures::Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::fmt::Display,
 {
-    if !crate::storage::verify_direct_upload(state.config(), &q.key, q.expires, &q.sig) {
+    if !crate::storage::verify_direct_upload(state.config(), &q.key, q.length, q.expires, &q.sig) {
         return Err(AppError::Forbidden("upload URL is invalid or expired".into()));
     }
-    let limit = state.config().max_presigned_upload_bytes;
-    if declared_len.is_some_and(|n| n > limit) {
-        return Err(StorageError::TooLarge(limit).into());
+    let max = state.config().max_presigned_upload_bytes;
+    if declared_len.is_some_and(|n| n > max) {
+        return Err(StorageError::TooLarge(max).into());
+    }
+    let issued = || format!("the upload URL was issued for a file of {} bytes (fileSize)", q.length);
+    if let Some(n) = declared_len.filter(|n| *n != q.length) {
+        return Err(AppError::validation(format!("Content-Length is {n}, but {}", issued())));
     }
     let body = body.map(|chunk| chunk.map_err(|e| std::io::Error::other(e.to_string())));
-    state
+    let stored = state
         .storage()
-        .put_stream(&q.key, Box::pin(body), limit, content_type)
-        .await?;
-    Ok(())
+        .put_stream(&q.key, Box::pin(body), q.length.min(max), content_type)
+        .await;
+    stored.map_err(|e| match e {
+        StorageError::TooLarge(_) if q.length < max => {
+            AppError::PayloadTooLarge(format!("the body is larger than the URL takes: {}", issued()))
+        }
+        e => e.into(),
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Local-directory object store. Presigned uploads point at the service's own
-//! `PUT /resource/direct-upload`, authorised by an HMAC over key and expiry. An upload arrives
+//! `PUT /resource/direct-upload`, authorised by an HMAC over key, length and expiry. An upload arrives
 //! staged: an empty marker file at the same key under `.staged/` says so until the upload is
 //! registered (`keep`), and the daily housekeeping deletes uploads staged for longer than a
 //! day, as S3's lifecycle rule does with its tagged objects. An expiry first moves the mark
@@ -177,17 +177,19 @@ fn signing_key(config: &Config) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
-fn signature(key: &[u8], object_key: &str, expires: i64) -> String {
+fn signature(key: &[u8], object_key: &str, length: u64, expires: i64) -> String {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("hmac takes any key length");
     mac.update(object_key.as_bytes());
+    mac.update(b"\n");
+    mac.update(length.to_string().as_bytes());
     mac.update(b"\n");
     mac.update(expires.to_string().as_bytes());
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// Checks a direct-upload signature and expiry.
-pub fn verify_direct_upload(config: &Config, object_key: &str, expires: i64, sig: &str) -> bool {
-    let expected = signature(&signing_key(config), object_key, expires);
+/// Checks a direct-upload signature (over the key and the length it was issued for) and expiry.
+pub fn verify_direct_upload(config: &Config, object_key: &str, length: u64, expires: i64, sig: &str) -> bool {
+    let expected = signature(&signing_key(config), object_key, length, expires);
     expires >= chrono::Utc::now().timestamp() && constant_time_eq(expected.as_bytes(), sig.as_bytes())
 }
 
@@ -292,18 +294,28 @@ impl ObjectStore for FsStore {
         remove_if_present(&self.staged_mark(key), "deleting a staged mark").await
     }
 
-    async fn presign_put(&self, key: &str, content_type: &str, ttl: Duration) -> Result<PresignedPut, StorageError> {
+    async fn presign_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        length: u64,
+        ttl: Duration,
+    ) -> Result<PresignedPut, StorageError> {
         self.path(key)?;
         let expires = chrono::Utc::now().timestamp() + ttl.as_secs() as i64;
-        let sig = signature(&self.signing_key, key, expires);
+        let sig = signature(&self.signing_key, key, length, expires);
         let query: String = form_urlencoded::Serializer::new(String::new())
             .append_pair("key", key)
+            .append_pair("length", &length.to_string())
             .append_pair("expires", &expires.to_string())
             .append_pair("sig", &sig)
             .finish();
         Ok(PresignedPut {
             url: format!("{}?{query}", self.upload_url),
-            headers: vec![("content-type".to_owned(), content_type.to_owned())],
+            headers: vec![
+                ("content-type".to_owned(), content_type.to_owned()),
+                ("content-length".to_owned(), length.to_string()),
+            ],
         })
     }
 

@@ -127,10 +127,17 @@ pub trait ObjectStore: Send + Sync {
     async fn head(&self, key: &str) -> Result<Option<u64>, StorageError>;
     /// Deleting a missing object succeeds.
     async fn delete(&self, key: &str) -> Result<(), StorageError>;
-    /// A URL the client PUTs one file to. The object arrives marked as staged: until `keep`
-    /// clears the mark, the bucket's lifecycle rule expires it, so an upload nobody registers
-    /// does not stay forever.
-    async fn presign_put(&self, key: &str, content_type: &str, ttl: Duration) -> Result<PresignedPut, StorageError>;
+    /// A URL the client PUTs one file of `length` bytes to, and no more: the length is signed,
+    /// so a caller cannot store more than it asked for. The object arrives marked as staged:
+    /// until `keep` clears the mark, the bucket's lifecycle rule expires it, so an upload
+    /// nobody registers does not stay forever.
+    async fn presign_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        length: u64,
+        ttl: Duration,
+    ) -> Result<PresignedPut, StorageError>;
     /// Clears the staged mark of a presigned upload once it is registered.
     async fn keep(&self, key: &str) -> Result<(), StorageError>;
     /// Deletes the staged uploads older than `age` (nobody registered them); how many. A store

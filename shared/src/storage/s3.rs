@@ -102,7 +102,13 @@ impl ObjectStore for S3Store {
         Ok(())
     }
 
-    async fn presign_put(&self, key: &str, content_type: &str, ttl: Duration) -> Result<PresignedPut, StorageError> {
+    async fn presign_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        length: u64,
+        ttl: Duration,
+    ) -> Result<PresignedPut, StorageError> {
         let config = PresigningConfig::expires_in(ttl)
             .context("presign ttl")
             .map_err(StorageError::Other)?;
@@ -112,6 +118,8 @@ impl ObjectStore for S3Store {
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
+            // Signed: S3 refuses a PUT whose Content-Length is not this one.
+            .content_length(i64::try_from(length).unwrap_or(i64::MAX))
             .tagging(STAGED_TAG)
             // The URL writes once: a second PUT (after registration above all) would replace a
             // checked file with an unchecked one, staged again for the lifecycle rule.

@@ -727,7 +727,8 @@ async fn images_upload_as_base64_and_only_their_uploader_may_attach_them() {
 async fn presigned_image_upload(store: Store) {
     let e = Ext::with(store).await;
     let app = e.app();
-    let ask = |content_type: &str| json!({ "fileSize": PNG.len(), "contentType": content_type });
+    let ask_for = |size: usize, content_type: &str| json!({ "fileSize": size, "contentType": content_type });
+    let ask = |content_type: &str| ask_for(PNG.len(), content_type);
     let presigned = app.ext_post(&e.crm, "/resource/upload-url", &ask("image/png")).await;
     let presigned = presigned.assert_ok().clone();
     let put = |presigned: &Value, body: &'static [u8]| {
@@ -781,7 +782,9 @@ async fn presigned_image_upload(store: Store) {
     // Bytes that are not an image are refused on completion and removed; nothing is written.
     let before = e.written().await;
     let files_before = app.snapshot().await.files;
-    let gif = app.ext_post(&e.crm, "/resource/upload-url", &ask("image/png")).await;
+    let gif = app
+        .ext_post(&e.crm, "/resource/upload-url", &ask_for(GIF.len(), "image/png"))
+        .await;
     let gif = gif.assert_ok().clone();
     assert!(put(&gif, GIF).await.unwrap().status().is_success());
     app.ext_post(&e.crm, "/resource/upload/complete", &complete(&gif, "cy"))

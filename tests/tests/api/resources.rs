@@ -379,6 +379,36 @@ async fn presigned_upload(store: Store) {
         }
         put.send()
     };
+    // The length is signed: S3 refuses a PUT whose Content-Length is another (the emulators
+    // here do not check presigned signatures, so the URL is checked for it); the service's own
+    // upload URL refuses it too. A client sends the length it asked for.
+    assert_eq!(
+        presigned["headers"]["content-length"].as_str(),
+        Some(bytes.len().to_string().as_str())
+    );
+    if matches!(store, Store::S3) {
+        let signed = reqwest::Url::parse(&url)
+            .unwrap()
+            .query_pairs()
+            .find(|(k, _)| k == "X-Amz-SignedHeaders")
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default();
+        assert!(signed.split(';').any(|h| h == "content-length"), "{signed}");
+    } else {
+        let mut larger = app.client.put(&url).body(vec![b'x'; bytes.len() + 1]);
+        for (name, value) in presigned["headers"].as_object().expect("headers") {
+            if name != "content-length" {
+                larger = larger.header(name, value.as_str().expect("header value"));
+            }
+        }
+        let larger = larger.send().await.unwrap();
+        assert_eq!(
+            larger.status().as_u16(),
+            400,
+            "a larger body than the URL was issued for"
+        );
+        assert_eq!(app.state.storage().head(&key).await.unwrap(), None, "nothing stored");
+    }
     let put = put_to_url(bytes.clone()).await.unwrap();
     assert!(put.status().is_success(), "PUT to the presigned URL: {}", put.status());
     // On S3 the upload is staged (expired by the bucket's lifecycle rule) until registered.
@@ -415,8 +445,11 @@ async fn presigned_upload(store: Store) {
 
     // The URL writes once: a second PUT, however it is sent, would put unchecked bytes behind
     // a checked record (and stage them again for the lifecycle rule). S3 answers 412 (the
-    // signed If-None-Match), the service's own upload URL 409.
-    let swapped = put_to_url(b"<html>not a pdf</html>".to_vec()).await.unwrap();
+    // signed If-None-Match), the service's own upload URL 409. (Of the signed length: another
+    // is refused before that.)
+    let mut swapped = b"<html>not a pdf</html>".to_vec();
+    swapped.resize(bytes.len(), b' ');
+    let swapped = put_to_url(swapped).await.unwrap();
     let expected = if is_s3 { 412 } else { 409 };
     assert_eq!(swapped.status().as_u16(), expected, "a second PUT to a used upload URL");
     let after = app.get(&format!("/resource/{}/download", r["id"]), Some(&token)).await;
@@ -452,7 +485,8 @@ async fn presigned_upload_on_s3() {
 }
 
 /// A presigned upload to the service itself is written as it arrives and refused past
-/// MAX_PRESIGNED_UPLOAD_BYTES, whether the body declares its length or not; nothing is kept.
+/// MAX_PRESIGNED_UPLOAD_BYTES, or than the `fileSize` its URL was issued for (signed into it),
+/// whether the body declares its length or not; nothing is kept.
 #[tokio::test]
 async fn direct_uploads_over_the_limit_are_refused_while_streaming() {
     let app = spawn_with(Store::Filesystem, &[("MAX_PRESIGNED_UPLOAD_BYTES", "1000")]).await;
@@ -468,11 +502,28 @@ async fn direct_uploads_over_the_limit_are_refused_while_streaming() {
     app.send(app.client.put(&url).body(vec![b'x'; 5000]))
         .await
         .assert_error(413, 413, "exceeds the limit of 1000 bytes");
-    // Undeclared (chunked): refused once the stream passes the limit.
+    // Declared within the limit but not the length the URL was issued for: refused, as S3
+    // refuses a Content-Length other than the signed one.
+    app.send(app.client.put(&url).body(vec![b'x'; 950])).await.assert_error(
+        400,
+        0,
+        "Content-Length is 950, but the upload URL was issued for a file of 900 bytes",
+    );
+    // Undeclared (chunked): refused once the stream passes the URL's length, before the limit.
     let chunks = futures::stream::iter((0..50).map(|_| Ok::<_, std::io::Error>(vec![b'y'; 100])));
     app.send(app.client.put(&url).body(reqwest::Body::wrap_stream(chunks)))
         .await
-        .assert_error(413, 413, "exceeds the limit of 1000 bytes");
+        .assert_error(
+            413,
+            413,
+            "larger than the URL takes: the upload URL was issued for a file of 900 bytes",
+        );
+    // The length is signed: a URL given another one is a forged URL.
+    let stretched = url.replace("length=900", "length=1000");
+    assert_ne!(stretched, url);
+    app.send(app.client.put(&stretched).body(vec![b'x'; 1000]))
+        .await
+        .assert_error(403, 403, "invalid or expired");
     let leftover = walk(app.storage_dir.path());
     assert!(leftover.is_empty(), "nothing kept in storage: {leftover:?}");
     // A body that breaks off (malformed chunked encoding) is the sender's fault: 400, not 500.
@@ -519,7 +570,7 @@ async fn direct_uploads_over_the_limit_are_refused_while_streaming() {
 #[tokio::test]
 async fn forged_direct_upload_urls_are_refused() {
     let app = spawn(Store::Filesystem).await;
-    let url = app.url("/resource/direct-upload?key=resources/1/x.txt&expires=99999999999&sig=00");
+    let url = app.url("/resource/direct-upload?key=resources/1/x.txt&length=4&expires=99999999999&sig=00");
     let reply = app.send(app.client.put(url).body("evil")).await;
     reply.assert_error(403, 403, "invalid or expired");
     assert!(walk(app.storage_dir.path()).is_empty());

@@ -48,12 +48,14 @@ impl ModelError {
         }
     }
 
+    /// `url` is the address as errors show it; the error's own (query and all, where some
+    /// providers take a key) is dropped.
     pub(crate) fn from_transport(url: &str, err: reqwest::Error) -> Self {
+        let err = err.without_url();
         if err.is_timeout() {
             return Self::Timeout(format!("{url}: {err}"));
         }
         // The source chain says whether DNS, refusal or TLS failed; the address is said once.
-        let err = err.without_url();
         let mut detail = err.to_string();
         let mut source = std::error::Error::source(&err);
         while let Some(s) = source {
@@ -128,5 +130,23 @@ mod tests {
         let leaky = ModelError::from_status(StatusCode::BAD_REQUEST, r#"{"message":"internal secret page"}"#);
         assert_eq!(leaky.brief(), "the model endpoint rejected the request");
         assert!(!ModelError::from_status(StatusCode::BAD_REQUEST, "").is_retryable());
+    }
+
+    /// A timed-out request's error carries its whole URL; the message keeps only the address
+    /// it was given.
+    #[tokio::test]
+    async fn a_timeout_does_not_repeat_the_query_of_the_endpoint() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let err = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{port}/v1/embeddings?api-key=SECRET"))
+            .timeout(std::time::Duration::from_millis(50))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout());
+        let e = ModelError::from_transport(&format!("http://127.0.0.1:{port}/v1/embeddings"), err);
+        assert!(matches!(e, ModelError::Timeout(_)), "{e}");
+        assert!(!e.to_string().contains("SECRET"), "{e}");
     }
 }

@@ -48,62 +48,89 @@ fn abandoned_after(state: &AppState) -> Duration {
     state.config().chat_turn_timeout + Duration::from_secs(3600)
 }
 
-/// Runs every job; fails, after all have run, when any of them failed.
+/// Runs every job; fails, after all have run, when any of them failed. The jobs that only
+/// change rows go first: the ones that delete files take time in proportion to the files
+/// (storage calls), and a run that reaches its time limit among them has done the others.
+/// Within the file jobs, previews and unsaved preview files go before the noted objects,
+/// whose retry deletes the files they note.
 pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
     let db = state.db();
     let mut failed = Vec::new();
-    let previews = crate::rag::documents::upload::expire_previews(state).await;
-    let unsaved = crate::rag::documents::upload::sweep_unsaved(state).await;
-    let leftovers = crate::resources::leftovers::retry(state).await;
+    let refresh_tokens = done(
+        &mut failed,
+        "refresh tokens",
+        crate::users::repo::purge_expired_families(db).await,
+    );
+    let login_counters = done(
+        &mut failed,
+        "login counters",
+        crate::users::throttle::purge_stale(db, state.config().login_lock).await,
+    );
+    let client_nodes = done(
+        &mut failed,
+        "client nodes",
+        crate::apps::node_repo::purge_lapsed(db, NODE_RETENTION).await,
+    );
+    let node_kicks = done(
+        &mut failed,
+        "node kicks",
+        crate::apps::node_repo::purge_stale_kicks(db, NODE_RETENTION).await,
+    );
+    let archived_memories = done(
+        &mut failed,
+        "memory expiry",
+        crate::memory::lifecycle::archive_expired(db).await,
+    );
+    let abandoned_answers = done(
+        &mut failed,
+        "abandoned answers",
+        crate::agents::conversation_repo::fail_abandoned(db, abandoned_after(state)).await,
+    );
+    let stalled_documents = done(
+        &mut failed,
+        "stalled documents",
+        crate::rag::documents::repo::fail_stalled(db, STALLED_AFTER).await,
+    );
+    let orphan_indexes = done(
+        &mut failed,
+        "orphan vector indexes",
+        crate::rag::bases::service::drop_orphan_indexes(state).await,
+    );
+    let upload_previews = done(
+        &mut failed,
+        "upload previews",
+        crate::rag::documents::upload::expire_previews(state)
+            .await
+            .map(|n| n as u64),
+    );
+    let unsaved_preview_files = done(
+        &mut failed,
+        "unsaved preview files",
+        crate::rag::documents::upload::sweep_unsaved(state).await,
+    );
+    let staged_uploads = done(
+        &mut failed,
+        "staged uploads",
+        state.storage().expire_staged(STAGED_UPLOAD_AGE).await,
+    );
+    let leftover_objects = done(
+        &mut failed,
+        "leftover objects",
+        crate::resources::leftovers::retry(state).await,
+    );
     let swept = Swept {
-        upload_previews: done(&mut failed, "upload previews", previews.map(|n| n as u64)),
-        unsaved_preview_files: done(&mut failed, "unsaved preview files", unsaved),
-        staged_uploads: done(
-            &mut failed,
-            "staged uploads",
-            state.storage().expire_staged(STAGED_UPLOAD_AGE).await,
-        ),
-        refresh_tokens: done(
-            &mut failed,
-            "refresh tokens",
-            crate::users::repo::purge_expired_families(db).await,
-        ),
-        login_counters: done(
-            &mut failed,
-            "login counters",
-            crate::users::throttle::purge_stale(db, state.config().login_lock).await,
-        ),
-        client_nodes: done(
-            &mut failed,
-            "client nodes",
-            crate::apps::node_repo::purge_lapsed(db, NODE_RETENTION).await,
-        ),
-        node_kicks: done(
-            &mut failed,
-            "node kicks",
-            crate::apps::node_repo::purge_stale_kicks(db, NODE_RETENTION).await,
-        ),
-        archived_memories: done(
-            &mut failed,
-            "memory expiry",
-            crate::memory::lifecycle::archive_expired(db).await,
-        ),
-        abandoned_answers: done(
-            &mut failed,
-            "abandoned answers",
-            crate::agents::conversation_repo::fail_abandoned(db, abandoned_after(state)).await,
-        ),
-        stalled_documents: done(
-            &mut failed,
-            "stalled documents",
-            crate::rag::documents::repo::fail_stalled(db, STALLED_AFTER).await,
-        ),
-        leftover_objects: done(&mut failed, "leftover objects", leftovers),
-        orphan_indexes: done(
-            &mut failed,
-            "orphan vector indexes",
-            crate::rag::bases::service::drop_orphan_indexes(state).await,
-        ),
+        upload_previews,
+        unsaved_preview_files,
+        staged_uploads,
+        refresh_tokens,
+        login_counters,
+        client_nodes,
+        node_kicks,
+        archived_memories,
+        abandoned_answers,
+        stalled_documents,
+        leftover_objects,
+        orphan_indexes,
     };
     tracing::info!(?swept, "housekeeping done");
     if failed.is_empty() {

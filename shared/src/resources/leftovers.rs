@@ -93,12 +93,16 @@ pub async fn going(tx: &mut PgConnection, keys: &[String]) -> sqlx::Result<()> {
 const DUE_NOW: &str = "INSERT INTO leftover_objects (storage_key) SELECT unnest($1::text[])
     ON CONFLICT (storage_key) DO UPDATE SET due_at = LEAST(leftover_objects.due_at, now())";
 
-/// Deletes objects no row names any more (eight at a time: an app's or a base's may be
-/// thousands), taking back their notes (`going`); one that cannot be deleted now is noted for
-/// the housekeeping to delete later.
+/// Objects deleted at once where many go: an app's or a base's may be thousands, and one by
+/// one at S3's tens of milliseconds each they outlast a request or the housekeeping's run.
+pub const DELETES_AT_ONCE: usize = 8;
+
+/// Deletes objects no row names any more (`DELETES_AT_ONCE` at a time), taking back their
+/// notes (`going`); one that cannot be deleted now is noted for the housekeeping to delete
+/// later.
 pub async fn delete(state: &AppState, keys: &[String]) {
     futures::stream::iter(keys)
-        .for_each_concurrent(8, |key| delete_now(state, key))
+        .for_each_concurrent(DELETES_AT_ONCE, |key| delete_now(state, key))
         .await;
 }
 
@@ -115,6 +119,13 @@ async fn delete_now(state: &AppState, key: &str) {
     if let Err(e) = outcome {
         tracing::error!(%key, error = %e, "an object's note was not updated");
     }
+}
+
+/// Deletes a noted object, then its note.
+async fn delete_noted(state: AppState, key: String) -> AppResult<()> {
+    state.storage().delete(&key).await?;
+    named(state.db(), &key).await?;
+    Ok(())
 }
 
 /// A row of one of the tables that keep storage keys names the noted key.
@@ -144,22 +155,17 @@ pub async fn retry(state: &AppState) -> AppResult<u64> {
     .bind(RETRY_BATCH)
     .fetch_all(state.db())
     .await?;
-    let mut deleted = 0;
-    let mut failure = None;
-    for key in keys {
-        match state.storage().delete(&key).await {
-            Ok(()) => {
-                sqlx::query("DELETE FROM leftover_objects WHERE storage_key = $1")
-                    .bind(&key)
-                    .execute(state.db())
-                    .await?;
-                deleted += 1;
-            }
-            Err(e) => failure = Some(e),
-        }
-    }
-    match failure {
-        Some(e) => Err(e.into()),
+    // Owned: a stream of futures borrowing the state is not `Send` for every lifetime the
+    // scheduled job's boxed future asks of it (a compiler limit).
+    let owned = state.clone();
+    let outcomes: Vec<AppResult<()>> = futures::stream::iter(keys)
+        .map(move |key| delete_noted(owned.clone(), key))
+        .buffer_unordered(DELETES_AT_ONCE)
+        .collect()
+        .await;
+    let deleted = outcomes.iter().filter(|o| o.is_ok()).count() as u64;
+    match outcomes.into_iter().find_map(Result::err) {
+        Some(e) => Err(e),
         None => Ok(deleted),
     }
 }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use super::dedup::{self, Conflict, Decision};
 use super::repo::{self as doc_repo, NewDoc};
 use super::*;
@@ -226,16 +228,27 @@ async fn store_files(
     Ok(())
 }
 
-/// Removes temporary files, each one's resource row once its file is gone. Stops at the first
-/// failure: what is left keeps its rows, for whoever tries again to find.
+/// Removes temporary files (`DELETES_AT_ONCE` at a time), each one's resource row once its
+/// file is gone. Fails when any file could not be deleted: those keep their rows, for whoever
+/// tries again to find.
 async fn discard(state: &AppState, items: &[StoredItem]) -> AppResult<()> {
-    for s in items {
-        state.storage().delete(&s.key).await?;
-        sqlx::query("DELETE FROM resources WHERE id = $1")
-            .bind(s.item.temp_resource_id)
-            .execute(state.db())
-            .await?;
-    }
+    // Owned, as in `leftovers::retry`.
+    let owned = state.clone();
+    let files: Vec<(String, i64)> = items.iter().map(|s| (s.key.clone(), s.item.temp_resource_id)).collect();
+    let outcomes: Vec<AppResult<()>> = futures::stream::iter(files)
+        .map(move |(key, id)| discard_one(owned.clone(), key, id))
+        .buffer_unordered(leftovers::DELETES_AT_ONCE)
+        .collect()
+        .await;
+    outcomes.into_iter().collect()
+}
+
+async fn discard_one(state: AppState, key: String, temp_resource_id: i64) -> AppResult<()> {
+    state.storage().delete(&key).await?;
+    sqlx::query("DELETE FROM resources WHERE id = $1")
+        .bind(temp_resource_id)
+        .execute(state.db())
+        .await?;
     Ok(())
 }
 

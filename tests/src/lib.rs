@@ -610,6 +610,22 @@ impl KbSetup {
         }
     }
 
+    /// Another embedding model of the scripted server (`emb-8-slow`...), under a provider of
+    /// its own; returns its id.
+    pub async fn embedding_model(&self, model_key: &str) -> i64 {
+        let provider = self.app.provider(&self.admin, model_key).await;
+        self.app
+            .model(
+                &self.admin,
+                provider,
+                "EMBEDDING",
+                model_key,
+                &self.models.base_url,
+                serde_json::json!({}),
+            )
+            .await
+    }
+
     /// Creates a base with extra settings merged in; returns its id.
     pub async fn kb(&self, name: &str, extra: Value) -> i64 {
         let mut body = serde_json::json!({ "name": name, "embeddingModelId": self.embedding_model });

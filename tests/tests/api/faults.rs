@@ -238,18 +238,7 @@ async fn pooled_connections_the_database_closed_while_idle_are_replaced_unseen()
 #[tokio::test]
 async fn a_worker_killed_mid_document_is_redone_once_by_the_redelivery() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
-    let provider = s.app.provider(&s.admin, "slow").await;
-    let slow = s
-        .app
-        .model(
-            &s.admin,
-            provider,
-            "EMBEDDING",
-            "emb-8-slow",
-            &s.models.base_url,
-            json!({}),
-        )
-        .await;
+    let slow = s.embedding_model("emb-8-slow").await;
     let kb = s.kb("crash", json!({ "embeddingModelId": slow })).await;
     let text = (1..=40)
         .map(|i| format!("Paragraph {i} tells how worker number {i} indexes documents."))

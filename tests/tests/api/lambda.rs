@@ -197,18 +197,7 @@ async fn an_ingest_run_out_of_time_fails_its_document_and_is_not_retried() {
     s.settled(doc).await;
     let run = s.requeue(doc).await;
     // The same vectors, a second per call.
-    let provider = s.app.provider(&s.admin, "slow").await;
-    let slow = s
-        .app
-        .model(
-            &s.admin,
-            provider,
-            "EMBEDDING",
-            "emb-8-slow",
-            &s.models.base_url,
-            json!({}),
-        )
-        .await;
+    let slow = s.embedding_model("emb-8-slow").await;
     sqlx::query("UPDATE knowledge_bases SET embedding_model_id = $2 WHERE id = $1")
         .bind(kb)
         .bind(slow)

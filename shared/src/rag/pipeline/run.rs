@@ -187,20 +187,7 @@ async fn stages_in_time(state: &AppState, doc: &DocRow, kb: &KbRow, stop_at: Sto
                 })?
         }
     };
-    let Prepared {
-        parsed,
-        chunks,
-        vectors,
-        ocr,
-        timings,
-        started,
-    } = prepared;
-    let written = Written {
-        chunks: &chunks,
-        vectors: &vectors,
-        ocr: &ocr,
-    };
-    index(state, doc, kb, &parsed, written, timings, Instant::now(), started).await
+    index(state, doc, kb, prepared).await
 }
 
 fn minutes_and_seconds(d: std::time::Duration) -> String {
@@ -211,7 +198,7 @@ fn minutes_and_seconds(d: std::time::Duration) -> String {
     }
 }
 
-/// What the stages before the final write made.
+/// What the stages before the final write made, to be written in one transaction.
 struct Prepared {
     parsed: ParsedDocument,
     chunks: Vec<Chunk>,
@@ -383,30 +370,21 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
     Ok(vectors)
 }
 
-/// What a run produced, to be written in one transaction.
-struct Written<'a> {
-    chunks: &'a [Chunk],
-    vectors: &'a [Vec<f32>],
-    /// Text read from each parsed image (imageOcr), in image order.
-    ocr: &'a [Option<String>],
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn index(
-    state: &AppState,
-    doc: &DocRow,
-    kb: &KbRow,
-    parsed: &ParsedDocument,
-    written: Written<'_>,
-    mut timings: Value,
-    t: Instant,
-    started: Instant,
-) -> Result<(), Stop> {
+async fn index(state: &AppState, doc: &DocRow, kb: &KbRow, prepared: Prepared) -> Result<(), Stop> {
+    let t = Instant::now();
+    let Prepared {
+        parsed,
+        chunks,
+        vectors,
+        ocr,
+        mut timings,
+        started,
+    } = prepared;
     let transient = |e: anyhow::Error| Stop::Transient {
         stage: "indexing",
         error: e,
     };
-    let image_keys = store_images(state, doc, parsed).await.map_err(transient)?;
+    let image_keys = store_images(state, doc, &parsed).await.map_err(transient)?;
     let indexes = match crate::rag::backends::Indexes::of(state, kb).await {
         Ok(indexes) => indexes,
         Err(e) => {
@@ -424,12 +402,12 @@ async fn index(
         if current != Some(doc.run_id) {
             return Ok(None); // superseded while we worked: our images are waste
         }
-        super::write_chunks(&mut tx, &indexes, kb.id, doc.id, written.chunks, written.vectors).await?;
+        super::write_chunks(&mut tx, &indexes, kb.id, doc.id, &chunks, &vectors).await?;
         let old_images: Vec<String> = sqlx::query_scalar("DELETE FROM document_images WHERE document_id = $1 RETURNING storage_key")
             .bind(doc.id)
             .fetch_all(&mut *tx)
             .await?;
-        for ((image, key), ocr) in parsed.images.iter().zip(&image_keys).zip(written.ocr) {
+        for ((image, key), ocr) in parsed.images.iter().zip(&image_keys).zip(&ocr) {
             sqlx::query(&format!(
                 "{} INSERT INTO document_images (rag_id, document_id, image_index, storage_key, mime_type, caption,
                  section_title, source_page, ocr_text) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -454,7 +432,7 @@ async fn index(
              error_stage = NULL, error_message = NULL, updated_at = now() WHERE id = $1",
         )
         .bind(doc.id)
-        .bind(written.chunks.len() as i32)
+        .bind(chunks.len() as i32)
         .bind(&timings)
         .execute(&mut *tx)
         .await?;

@@ -125,7 +125,7 @@ async fn main() {
         .execute(&mut *conn)
         .await
         .unwrap();
-    shared::rag::bases::repo::build_index(&mut conn, kb, 384).await.unwrap();
+    shared::rag::bases::repo::build_index(&mut conn, kb).await.unwrap();
     sqlx::query("VACUUM ANALYZE chunks").execute(&mut *conn).await.unwrap();
     drop(conn);
     println!(

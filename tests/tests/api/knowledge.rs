@@ -2127,6 +2127,66 @@ async fn a_dimension_change_whose_index_cannot_be_built_is_undone() {
     assert_eq!(after, before);
 }
 
+/// Two dimension changes in a row whose index builds wait for another build: whichever build
+/// runs last, the index has the shape the base has. Built with the dimension its edit wrote,
+/// the first edit's build could run last and leave an index of its shape, which refused every
+/// chunk of the base.
+#[tokio::test]
+async fn two_dimension_changes_in_a_row_leave_the_index_of_the_last() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let kb = s.kb("Reshaped", json!({ "dimensionOfVectorModel": 8 })).await;
+    let path = format!("/rag/{kb}");
+    // Another build in progress: builds take turns under one session lock.
+    let mut other = s.app.db.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(x'6b625f696478'::bigint)")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let dimension_is = |d: i32| {
+        let db = s.app.db.clone();
+        async move {
+            for _ in 0..500 {
+                let now: i32 = sqlx::query_scalar("SELECT dimension FROM knowledge_bases WHERE id = $1")
+                    .bind(kb)
+                    .fetch_one(&db)
+                    .await
+                    .unwrap();
+                if now == d {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            panic!("the base never got dimension {d}");
+        }
+    };
+    let to_16 = json!({ "dimensionOfVectorModel": 16 });
+    let first = s.app.put(&path, t, &to_16);
+    let second = async {
+        dimension_is(16).await;
+        s.app.put(&path, t, &json!({ "dimensionOfVectorModel": 24 })).await
+    };
+    let release = async {
+        dimension_is(24).await;
+        // Both edits are committed and their builds wait.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        sqlx::query("SELECT pg_advisory_unlock(x'6b625f696478'::bigint)")
+            .execute(&mut *other)
+            .await
+            .unwrap();
+    };
+    let (first, second, ()) = tokio::join!(first, second, release);
+    first.assert_ok();
+    second.assert_ok();
+    let index: String = sqlx::query_scalar(&format!("SELECT pg_get_indexdef('chunks_hnsw_kb_{kb}'::regclass)"))
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert!(index.contains("vector(24)"), "{index}");
+    let read = s.app.get(&path, t).await;
+    assert_eq!(read.assert_ok()["dimensionOfVectorModel"], 24);
+}
+
 /// A new embedding model sent without a dimension brings its own, asked as on creation: the
 /// old length would refuse every vector the new model makes.
 #[tokio::test]

@@ -201,17 +201,33 @@ const INDEX_BUILD_LOCK: i64 = 0x6b62_5f69_6478; // "kb_idx"
 
 /// (Re)builds the partial HNSW index of one base without blocking anyone's writes to the
 /// shared `chunks` table: `CONCURRENTLY`, which cannot run inside a transaction. A build that
-/// failed half way leaves an invalid index behind, so the name is always dropped first. DDL
-/// takes no bind parameters; `id` and `dimension` are integers from our own rows, never client
-/// text.
-pub async fn build_index(conn: &mut PoolConnection<Postgres>, id: i64, dimension: i32) -> sqlx::Result<()> {
-    let create = format!(
-        "CREATE INDEX CONCURRENTLY {} ON chunks USING hnsw ({} {}) WHERE rag_id = {id}",
-        index_name(id),
-        vector_expr(dimension),
-        ops(dimension)
-    );
-    concurrently(conn, &[drop_statement(id), create], None).await
+/// failed half way leaves an invalid index behind, so the name is always dropped first. The
+/// shape is the base's dimension as it is once builds take turns (a base gone by then keeps no
+/// index): two edits of the dimension in a row start their builds in either order, and one
+/// given its caller's dimension could leave the first edit's index on the second's base, which
+/// then refused every chunk. DDL takes no bind parameters; `id` and the dimension are integers
+/// from our own rows, never client text.
+pub async fn build_index(conn: &mut PoolConnection<Postgres>, id: i64) -> sqlx::Result<()> {
+    lock_builds(conn).await?;
+    let ran = async {
+        let dimension: Option<i32> = sqlx::query_scalar("SELECT dimension FROM knowledge_bases WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut **conn)
+            .await?;
+        sqlx::query(&drop_statement(id)).execute(&mut **conn).await?;
+        if let Some(dimension) = dimension {
+            let create = format!(
+                "CREATE INDEX CONCURRENTLY {} ON chunks USING hnsw ({} {}) WHERE rag_id = {id}",
+                index_name(id),
+                vector_expr(dimension),
+                ops(dimension)
+            );
+            sqlx::query(&create).execute(&mut **conn).await?;
+        }
+        Ok(())
+    }
+    .await;
+    unlock_builds(conn, ran).await
 }
 
 /// Drops a deleted base's index, as concurrently as it was built: a plain `DROP INDEX` takes
@@ -243,15 +259,7 @@ pub async fn concurrently(
     statements: &[String],
     unless_valid: Option<&str>,
 ) -> sqlx::Result<()> {
-    // Tried, not waited for: a session blocked in pg_advisory_lock holds a snapshot that the
-    // running build would wait for in turn.
-    while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
-        .bind(INDEX_BUILD_LOCK)
-        .fetch_one(&mut **conn)
-        .await?
-    {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    lock_builds(conn).await?;
     let ran = async {
         if let Some(name) = unless_valid {
             if index_validity(&mut **conn, name).await? == Some(true) {
@@ -264,6 +272,25 @@ pub async fn concurrently(
         Ok::<_, sqlx::Error>(())
     }
     .await;
+    unlock_builds(conn, ran).await
+}
+
+/// Takes the index build lock for the session, once no other build holds it. Tried, not
+/// waited for: a session blocked in pg_advisory_lock holds a snapshot that the running build
+/// would wait for in turn.
+async fn lock_builds(conn: &mut PoolConnection<Postgres>) -> sqlx::Result<()> {
+    while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
+        .bind(INDEX_BUILD_LOCK)
+        .fetch_one(&mut **conn)
+        .await?
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Releases the index build lock after the work that held it `ran`, answering that outcome.
+async fn unlock_builds(conn: &mut PoolConnection<Postgres>, ran: sqlx::Result<()>) -> sqlx::Result<()> {
     let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(INDEX_BUILD_LOCK)
         .execute(&mut **conn)

@@ -227,7 +227,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     tx.commit().await?;
     // Built after the row is committed, without blocking other tenants' writes; a base whose
     // index could not be built is removed again, so a failed create leaves nothing.
-    if let Err(e) = build_index(state, id, dimension).await {
+    if let Err(e) = build_index(state, id).await {
         if let Err(undo) = repo::delete(state.db(), id).await {
             tracing::error!(rag_id = id, error = %undo, "removing a knowledge base whose index failed");
         }
@@ -375,14 +375,14 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     // built outside any transaction (concurrently), so a failed build is undone by hand: the
     // base gets back every field it had, and its old index.
     if dimension != row.dimension {
-        if let Err(e) = build_index(state, id, dimension).await {
+        if let Err(e) = build_index(state, id).await {
             if !repo::restore(state.db(), id, wrote, &KbFields::of(&row)).await? {
                 // Edited or given documents since: what it is now is kept, and so is the
                 // error, for the index of its shape is still to be built.
                 tracing::error!(rag_id = id, error = %e, "a knowledge base's new index failed and the base changed since; not undone");
                 return Err(e);
             }
-            if let Err(again) = build_index(state, id, row.dimension).await {
+            if let Err(again) = build_index(state, id).await {
                 // Searches stay right without it (an exact scan of the base's chunks), slower.
                 tracing::error!(rag_id = id, error = %again, "the old vector index of a knowledge base could not be rebuilt");
             }
@@ -392,9 +392,9 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     Ok(())
 }
 
-async fn build_index(state: &AppState, id: i64, dimension: i32) -> AppResult<()> {
+async fn build_index(state: &AppState, id: i64) -> AppResult<()> {
     let mut conn = state.db().acquire().await?;
-    Ok(repo::build_index(&mut conn, id, dimension).await?)
+    Ok(repo::build_index(&mut conn, id).await?)
 }
 
 pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: KbConfigRequest) -> AppResult<()> {

@@ -174,8 +174,25 @@ const GONE_AGENT_KEYS: &[&str] = &[
     "external_subscriptions_agent_id_fkey",
 ];
 
+/// The foreign keys from what names a model config to it: the config was deleted between the
+/// request's check of the models it names and its write (an edit read before the delete writes
+/// the id back).
+const GONE_MODEL_KEYS: &[&str] = &[
+    "agents_chat_model_id_fkey",
+    "knowledge_bases_embedding_model_id_fkey",
+    "knowledge_bases_rerank_model_id_fkey",
+    "memory_configs_embedding_model_id_fkey",
+    "memory_configs_rerank_model_id_fkey",
+    "memory_configs_extraction_model_id_fkey",
+];
+
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
+        if GONE_MODEL_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
+            return Self::Conflict(
+                "a model it names was deleted while this request ran; nothing was changed: reload and try again".into(),
+            );
+        }
         if GONE_APP_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
             return Self::unauthorized(APP_REFUSED);
         }

@@ -298,13 +298,16 @@ pub enum EnableTarget {
 /// Deletes the config and clears what names it in a column (by their foreign keys) or in a
 /// knowledge base's settings: a base falls back to the default chat model and to no reranking,
 /// as an agent falls back to the default chat model. Left in the settings, the id failed every
-/// search and Q&A of the base, and its next config edit wrote it back into a column (500).
+/// search and Q&A of the base, and its next config edit wrote it back into a column (500). A
+/// base cleared here counts as changed (`update_dt`): an edit that read it before would write
+/// the id back, and is answered 409 instead.
 pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
     sqlx::query(
         "WITH usage AS (UPDATE model_usage SET model_id = NULL WHERE model_id = $1),
               answers AS (UPDATE messages SET model_id = NULL WHERE model_id = $1),
               bases AS (
                 UPDATE knowledge_bases SET
+                  update_dt = now(),
                   search_params = CASE WHEN (search_params->>'rerankModelId')::bigint = $1
                     THEN search_params - 'rerankModelId' || '{\"rerankEnabled\": false}' ELSE search_params END,
                   model_params = CASE WHEN (model_params->>'modelId')::bigint = $1

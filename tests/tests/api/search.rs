@@ -347,12 +347,36 @@ async fn deleting_models_a_base_names_in_its_settings_leaves_it_usable() {
     let config = json!({ "searchParams": { "rerankEnabled": true, "rerankModelId": reranker, "enterRerankCount": 10,
         "resultCount": 3 }, "modelParams": { "modelId": chat } });
     s.app.put(&format!("/rag/{kb}/config"), t, &config).await.assert_ok();
+    let changed = || async {
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>("SELECT update_dt FROM knowledge_bases WHERE id = $1")
+            .bind(kb)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap()
+    };
+    let before = changed().await;
     for id in [reranker, chat] {
         s.app
             .delete(&format!("/ai-model/config/{id}"), t)
             .await
             .assert_status_ok();
     }
+    // The base counts as changed: an edit that read it before the deletes is answered 409
+    // rather than writing the ids back.
+    assert!(changed().await > before);
+    // A write that names a deleted model after all (read before the delete, written after) is
+    // refused as a conflict, not a 500.
+    let stale = sqlx::query("UPDATE knowledge_bases SET rerank_model_id = $2 WHERE id = $1")
+        .bind(kb)
+        .bind(reranker)
+        .execute(&s.app.db)
+        .await
+        .unwrap_err();
+    let refused = shared::AppError::from(stale);
+    assert!(
+        matches!(&refused, shared::AppError::Conflict(m) if m.contains("was deleted while this request ran")),
+        "{refused:?}"
+    );
     let base = s.app.get(&format!("/rag/{kb}"), t).await.assert_ok().clone();
     assert_eq!(base["searchParams"]["rerankEnabled"], false, "{base}");
     assert!(base["searchParams"]["rerankModelId"].is_null(), "{base}");

@@ -106,7 +106,19 @@ pub async fn update(db: impl PgExecutor<'_>, id: i64, f: &Fields<'_>) -> sqlx::R
     Ok(())
 }
 
-/// Makes `id` the default of its category; run inside the caller's transaction.
+/// Makes default switches take turns until the caller's transaction ends. Taken first, before
+/// the instance's own row: two switches at once each cleared the other default as it was before
+/// either, and the second's write then broke the one-default index (a 500); a switch that
+/// locked its row before this lock deadlocked with one that did the reverse.
+pub async fn lock_default_switches(conn: &mut sqlx::PgConnection) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('store-default'))")
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Makes `id` the default of its category, inside the caller's transaction, which holds
+/// `lock_default_switches`.
 pub async fn make_default(conn: &mut sqlx::PgConnection, id: i64, category: i16) -> sqlx::Result<()> {
     sqlx::query("UPDATE store_instances SET is_default = FALSE WHERE category = $1 AND is_default AND id <> $2")
         .bind(category)

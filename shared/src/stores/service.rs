@@ -136,6 +136,9 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: StoreRequest) -> 
         status,
     };
     let mut tx = state.db().begin().await?;
+    if req.is_default == Some(true) {
+        repo::lock_default_switches(&mut tx).await?;
+    }
     let id = repo::insert(&mut *tx, &fields).await?;
     if req.is_default == Some(true) {
         repo::make_default(&mut tx, id, category).await?;
@@ -166,6 +169,9 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreReq
     // Under the row's lock: a base being given this instance meanwhile holds it, and is counted
     // once it committed (see `repo::hold`).
     let mut tx = state.db().begin().await?;
+    if req.is_default == Some(true) {
+        repo::lock_default_switches(&mut tx).await?;
+    }
     repo::lock_for_edit(&mut tx, id).await?;
     check_kind_change(state, &row, category, t).await?;
     let split = req.config.as_ref().map(|c| split_config(state, t, c)).transpose()?;

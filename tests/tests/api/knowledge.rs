@@ -244,6 +244,50 @@ async fn bases_saved_under_the_old_rerank_limit_stay_editable() {
     assert_eq!(base.assert_ok()["searchParams"]["enterRerankCount"], 200);
 }
 
+/// Two instances made the default of one category at the same moment, a third being it: both
+/// requests succeed and the category has one default. Each switch cleared the default it saw
+/// (the third), and the second's write then broke the one-default index (a 500).
+#[tokio::test]
+async fn simultaneous_default_switches_of_store_instances_both_succeed() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (app, t) = (&s.app, Some(s.admin.as_str()));
+    let builtin = app.get("/store-instance?category=1", t).await.assert_ok()[0]["id"]
+        .as_i64()
+        .unwrap();
+    let mut paths = Vec::new();
+    for name in ["Second", "Third"] {
+        let id = app
+            .post(
+                "/store-instance",
+                t,
+                &json!({ "name": name, "category": 1, "type": 1, "config": { "host": "127.0.0.1" } }),
+            )
+            .await
+            .assert_ok()
+            .as_i64()
+            .unwrap();
+        paths.push(format!("/store-instance/{id}"));
+    }
+    let make_default = json!({ "isDefault": true });
+    for _ in 0..10 {
+        app.put(&format!("/store-instance/{builtin}"), t, &make_default)
+            .await
+            .assert_ok();
+        let (a, b) = tokio::join!(
+            app.put(&paths[0], t, &make_default),
+            app.put(&paths[1], t, &make_default)
+        );
+        a.assert_ok();
+        b.assert_ok();
+        let defaults: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM store_instances WHERE category = 1 AND is_default")
+                .fetch_one(&app.db)
+                .await
+                .unwrap();
+        assert_eq!(defaults, 1);
+    }
+}
+
 #[tokio::test]
 async fn store_instances() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;

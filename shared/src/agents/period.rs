@@ -1,5 +1,5 @@
-//! `start` / `end` query parameters: timestamps or bare dates; a bare end date covers its
-//! whole day.
+//! `start` / `end` query parameters: timestamps or bare dates; an end covers the whole day or
+//! second it names.
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
@@ -16,16 +16,24 @@ pub struct PeriodQuery {
     pub end: Option<String>,
 }
 
-fn parse(field: &str, value: &str, end_of_day: bool) -> AppResult<DateTime<Utc>> {
+/// A bound as given; an end reaches the last microsecond of what it shows (times are stored to
+/// the microsecond and shown to the second): the whole day of a date, the whole second of a
+/// time. An end of 23:59:59 left out what was written in its last second, and a date written
+/// without its zeros (2026-1-31, which parses) was taken for its midnight.
+fn parse(field: &str, value: &str, end: bool) -> AppResult<DateTime<Utc>> {
     let at = time::parse_datetime(value).ok_or_else(|| {
         AppError::validation(format!("{field} must be a date like 2026-01-31 or 2026-01-31 23:59:59"))
     })?;
-    let bare_date = value.trim().len() == 10;
-    Ok(if end_of_day && bare_date {
-        at + Duration::days(1) - Duration::seconds(1)
+    if !end {
+        return Ok(at);
+    }
+    let bare_date = chrono::NaiveDate::parse_from_str(value.trim(), "%Y-%m-%d").is_ok();
+    let shown = if bare_date {
+        Duration::days(1)
     } else {
-        at
-    })
+        Duration::seconds(1)
+    };
+    Ok(at + shown - Duration::microseconds(1))
 }
 
 impl PeriodQuery {
@@ -64,6 +72,19 @@ mod tests {
         let (s, e) = q.range().unwrap().unwrap();
         assert_eq!(time::datetime(s), "2026-01-01 00:00:00");
         assert_eq!(time::datetime(e), "2026-01-01 23:59:59");
+        assert_eq!(e.timestamp_subsec_micros(), 999_999, "the whole last second");
+        let unpadded = PeriodQuery {
+            start: Some("2026-1-1".into()),
+            end: Some("2026-1-1".into()),
+        };
+        assert_eq!(unpadded.range().unwrap().unwrap(), (s, e));
+        let timed = PeriodQuery {
+            start: Some("2026-01-01 08:00:00".into()),
+            end: Some("2026-01-01 08:30:00".into()),
+        };
+        let (_, e) = timed.range().unwrap().unwrap();
+        assert_eq!(time::datetime(e), "2026-01-01 08:30:00");
+        assert_eq!(e.timestamp_subsec_micros(), 999_999);
         assert!(PeriodQuery::default().range().unwrap().is_none());
         let bad = PeriodQuery {
             start: Some("2026-02-01".into()),

@@ -258,7 +258,7 @@ pub async fn usage_detail(
         "SELECT COALESCE(c.user_id, c.external_user_id) AS user_id,
            COALESCE(u.username, NULLIF(e.nickname, ''), e.open_id, '') AS user_name,
            COALESCE(a.app_name, '') AS department, count(*) AS message_count
-         {grouped} ORDER BY message_count DESC, user_name LIMIT $4 OFFSET $5"
+         {grouped} ORDER BY message_count DESC, user_name, c.user_id, c.external_user_id LIMIT $4 OFFSET $5"
     ))
     .bind(agent_id)
     .bind(start)

@@ -164,16 +164,24 @@ impl Drop for Pending {
     }
 }
 
-const STAT_SELECT: &str =
-    "SELECT u.model_id AS id, u.model_id, max(u.model_name) AS model_name, max(u.model_type) AS model_type,
-    max(u.provider_id) AS provider_id, max(u.provider_name) AS provider_name,
+/// Per-model sums of the usage records. The names are the config's and its provider's as they
+/// are now (one config per group, so `max` reads its one value): the records' copies, kept for
+/// configs since deleted, are of whatever the config was called at each call, and their `max`
+/// mixed a renamed config's old name with a moved one's other provider.
+const STAT_SELECT: &str = "SELECT u.model_id AS id, u.model_id,
+    COALESCE(max(c.model_name), max(u.model_name)) AS model_name,
+    COALESCE(max(c.model_type), max(u.model_type)) AS model_type,
+    COALESCE(max(c.provider_id), max(u.provider_id)) AS provider_id,
+    COALESCE(max(p.provider_name), max(u.provider_name)) AS provider_name,
     count(*) AS total_calls, count(*) FILTER (WHERE u.success) AS success_calls,
     count(*) FILTER (WHERE NOT u.success) AS failed_calls,
     COALESCE(count(*) FILTER (WHERE u.success)::float8 / NULLIF(count(*), 0), 0) AS success_rate,
     COALESCE(sum(u.prompt_tokens + u.completion_tokens), 0)::bigint AS total_tokens_used,
     COALESCE(sum(u.cost), 0)::float8 AS total_cost,
     COALESCE(avg(u.latency_ms) / 1000.0, 0)::float8 AS avg_response_time
-    FROM model_usage u WHERE u.model_id IS NOT NULL";
+    FROM model_usage u LEFT JOIN model_configs c ON c.id = u.model_id
+    LEFT JOIN model_providers p ON p.id = c.provider_id
+    WHERE u.model_id IS NOT NULL";
 
 /// Stats of one model, of everyone's calls or of one user's (`caller`); zeros when it was
 /// never called.

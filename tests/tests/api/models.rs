@@ -783,6 +783,27 @@ async fn usage_stats_add_up() {
         (s["modelName"].as_str(), s["providerName"].as_str()),
         (Some("chat-echo model"), Some("Provider scripted"))
     );
+    // Renamed and moved to another provider, the config is shown as it is now (its calls
+    // were recorded under the old names), the provider's id and name from one provider.
+    let other = app.provider(&admin, "other").await;
+    app.put(
+        &format!("/ai-model/config/{id}"),
+        t,
+        &json!({ "modelName": "a renamed echo", "providerId": other }),
+    )
+    .await
+    .assert_status_ok();
+    let moved = app.get(&format!("/ai-model/usage/stat/{id}"), t).await;
+    let moved = moved.assert_status_ok();
+    assert_eq!(
+        (
+            moved["modelName"].as_str(),
+            moved["providerId"].as_i64(),
+            moved["providerName"].as_str(),
+            moved["totalCalls"].as_i64()
+        ),
+        (Some("a renamed echo"), Some(other), Some("Provider other"), Some(5))
+    );
 
     let mine = app.get("/ai-model/usage/user-stats?pageNum=1&pageSize=10", t).await;
     assert_eq!(mine.assert_status_ok()[0]["totalCalls"], 5);
@@ -797,7 +818,7 @@ async fn usage_stats_add_up() {
             stat.assert_status_ok()["totalCalls"].as_i64(),
             stat.body["data"]["modelName"].as_str()
         ),
-        (Some(0), Some("chat-echo model"))
+        (Some(0), Some("a renamed echo"))
     );
     app.get("/ai-model/usage/global-stats", Some(&user))
         .await

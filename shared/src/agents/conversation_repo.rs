@@ -300,7 +300,9 @@ pub struct FinishedAnswer<'a> {
 /// its row per turn, never HOT because that column is indexed. The usage of the turn's model
 /// calls is stored by the same statement: one round trip and one transaction after the answer,
 /// not two. False when the message is gone (its conversation was deleted meanwhile); the usage
-/// is stored all the same, as the calls were made.
+/// is stored all the same, as the calls were made. Run again after it committed (its answer
+/// lost with its connection, and the caller retries), it writes the message as it was and
+/// stores no usage: the message is finished by then, and its usage with it.
 pub async fn finish_assistant_message(
     db: &PgPool,
     id: i64,
@@ -332,7 +334,10 @@ pub async fn finish_assistant_message(
     if !usage.is_empty() {
         qb.push(", usage AS (");
         usage::push_insert(&mut qb, usage);
-        qb.push(")");
+        // The statement's snapshot: the message as it was before this statement's update.
+        qb.push(" WHERE NOT EXISTS (SELECT 1 FROM messages WHERE id = ")
+            .push_bind(id)
+            .push(" AND status <> 0))");
     }
     qb.push(" SELECT count(*) FROM answer");
     let updated: i64 = qb.build_query_scalar().fetch_one(db).await?;

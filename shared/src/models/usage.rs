@@ -73,9 +73,10 @@ pub async fn record(db: &PgPool, records: &[UsageRecord]) -> sqlx::Result<()> {
 /// not arrays to unnest: the same text for the same number of records, whose generic plan
 /// Postgres keeps (an `UNNEST` of arrays was planned again at every call).
 pub fn push_insert(qb: &mut QueryBuilder<'_, Postgres>, records: &[UsageRecord]) {
+    // Selected from the rows, so that a caller may add a WHERE that decides for all of them.
     qb.push(
         "INSERT INTO model_usage (model_id, model_name, model_type, provider_id, provider_name, user_id, call_kind,
-         prompt_tokens, completion_tokens, latency_ms, success, error, cost) ",
+         prompt_tokens, completion_tokens, latency_ms, success, error, cost) SELECT * FROM (",
     );
     qb.push_values(records, |mut row, r| {
         row.push("(SELECT id FROM model_configs WHERE id = ")
@@ -96,6 +97,7 @@ pub fn push_insert(qb: &mut QueryBuilder<'_, Postgres>, records: &[UsageRecord])
             .push_bind(r.error.clone())
             .push_bind(r.cost);
     });
+    qb.push(") AS records");
 }
 
 /// Usage of calls whose caller stores it with its own result (a chat turn, with its answer),

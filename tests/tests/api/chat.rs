@@ -1009,6 +1009,48 @@ async fn conversations_are_listed_per_owner_and_deleted_with_their_messages() {
     assert_eq!(s.app.count("messages").await, 0);
 }
 
+/// The answer's final statement run again after it committed (its reply lost with its
+/// connection, and the turn retrying) stores the turn's model usage once, not twice.
+#[tokio::test]
+async fn an_answer_stored_twice_counts_its_usage_once() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Counted", "chatModelId": model }))
+        .await;
+    s.chat(&s.admin, agent, say("counted", "hello")).await.events();
+    let usage_rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM model_usage")
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap()
+    };
+    let before = usage_rows().await;
+    let (answer, content): (i64, String) =
+        sqlx::query_as("SELECT id, content FROM messages WHERE role = 'assistant' ORDER BY id DESC LIMIT 1")
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    let config = shared::models::repo::config(&s.app.db, model).await.unwrap().unwrap();
+    let record = shared::models::usage::UsageRecord::new(&config, None, "chat");
+    let finished = shared::agents::conversation_repo::FinishedAnswer {
+        content: &content,
+        thinking: "",
+        tool_calls: json!([]),
+        tool_call_count: 0,
+        status: 1,
+        error: None,
+        prompt_tokens: 1,
+        completion_tokens: 1,
+        duration_ms: 1,
+    };
+    let again = shared::agents::conversation_repo::finish_assistant_message(&s.app.db, answer, &finished, &[record])
+        .await
+        .unwrap();
+    assert!(again, "the message is there, written as it was");
+    assert_eq!(usage_rows().await, before, "its usage was stored the first time");
+}
+
 /// Seeds messages at fixed times: (days ago, owner, role, tool calls, duration ms).
 /// Stores messages `days_ago` UTC days back, early in the day but never in the future: a
 /// message stamped later than now falls outside every period that ends now.

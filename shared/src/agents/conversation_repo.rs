@@ -300,9 +300,9 @@ pub struct FinishedAnswer<'a> {
 /// its row per turn, never HOT because that column is indexed. The usage of the turn's model
 /// calls is stored by the same statement: one round trip and one transaction after the answer,
 /// not two. False when the message is gone (its conversation was deleted meanwhile); the usage
-/// is stored all the same, as the calls were made. Run again after it committed (its answer
-/// lost with its connection, and the caller retries), it writes the message as it was and
-/// stores no usage: the message is finished by then, and its usage with it.
+/// is stored all the same, as the calls were made. Run again after it committed, or while it
+/// commits (its reply lost with its connection, and the caller retrying), it finds the message
+/// finished and writes nothing: the answer and its usage were stored once.
 pub async fn finish_assistant_message(
     db: &PgPool,
     id: i64,
@@ -328,20 +328,22 @@ pub async fn finish_assistant_message(
         .push_bind(a.completion_tokens)
         .push(", duration_ms = ")
         .push_bind(a.duration_ms)
-        .push(" WHERE id = ")
+        // Only a message still generating: a try whose first committed (or is committing: this
+        // waits for its row lock, then finds it finished) writes nothing.
+        .push(" WHERE status = 0 AND id = ")
         .push_bind(id)
         .push(" RETURNING id)");
     if !usage.is_empty() {
         qb.push(", usage AS (");
         usage::push_insert(&mut qb, usage);
-        // The statement's snapshot: the message as it was before this statement's update.
-        qb.push(" WHERE NOT EXISTS (SELECT 1 FROM messages WHERE id = ")
+        qb.push(" WHERE EXISTS (SELECT 1 FROM answer) OR NOT EXISTS (SELECT 1 FROM messages WHERE id = ")
             .push_bind(id)
-            .push(" AND status <> 0))");
+            .push("))");
     }
-    qb.push(" SELECT count(*) FROM answer");
-    let updated: i64 = qb.build_query_scalar().fetch_one(db).await?;
-    Ok(updated == 1)
+    qb.push(" SELECT EXISTS (SELECT 1 FROM messages WHERE id = ")
+        .push_bind(id)
+        .push(")");
+    qb.build_query_scalar().fetch_one(db).await
 }
 
 /// Marks failed the assistant messages still generating (status 0) that began more than

@@ -1,10 +1,11 @@
 //! Conversations of one external user with one agent.
 
 use axum::extract::State;
+use axum::http::Uri;
 use shared::agents::conversations::{ConversationSummary, MessageView};
 use shared::domain::AppCaller;
 use shared::external::{conversations, ConversationCreated, ConversationQuery, Deleted, NewConversation};
-use shared::http::{Api, ApiResult, Envelope, Json, Page, PageQuery, Query};
+use shared::http::{refuse_blank, Api, ApiResult, Envelope, Json, Page, PageQuery, Query};
 use shared::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -47,8 +48,14 @@ async fn create(
 async fn delete(
     State(state): State<AppState>,
     app: AppCaller,
+    uri: Uri,
     Query(q): Query<ConversationQuery>,
 ) -> ApiResult<Deleted> {
+    refuse_blank(
+        &uri,
+        "conversationId",
+        "leave it out to delete all of the user's conversations with the agent",
+    )?;
     conversations::delete(&state, &app, q).await.map(Api)
 }
 

@@ -80,6 +80,17 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     }
 }
 
+/// Refuses `name` sent blank (`name=`, or only spaces), which `Query` reads as absent: for a
+/// parameter that narrows a deletion, absent means all, and a client that filled it from an
+/// unset variable meant one.
+pub fn refuse_blank(uri: &axum::http::Uri, name: &str, instead: &str) -> Result<(), AppError> {
+    let query = uri.query().unwrap_or_default();
+    match form_urlencoded::parse(query.as_bytes()).any(|(k, v)| k == name && v.trim().is_empty()) {
+        true => Err(AppError::Validation(format!("{name} must not be blank; {instead}"))),
+        false => Ok(()),
+    }
+}
+
 /// The query without its blank parameters, or `None` when it has none. Forms send an unset
 /// filter as `status=`; read as absent, it filters nothing, where parsing it would refuse a
 /// number filter and match only empty text.

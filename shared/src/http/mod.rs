@@ -22,4 +22,4 @@ pub use auth::AdminUser;
 // The domain types handlers name beside the extractors they come from.
 pub use crate::domain::{CurrentUser, Page, PageQuery};
 pub use envelope::{Api, ApiResult, Envelope};
-pub use extract::{Json, Path, Query};
+pub use extract::{refuse_blank, Json, Path, Query};

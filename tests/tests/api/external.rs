@@ -417,6 +417,14 @@ async fn conversations_belong_to_one_open_id() {
         .assert_error(404, 404, "conversation");
     assert_eq!(e.app().count("conversations").await, 3);
     assert_eq!(del("ann", "&conversationId=topic").await.assert_ok()["deleted"], 1);
+    // An id sent blank (a client filling it from an unset variable) is refused, not read as
+    // "all of them".
+    for blank in ["&conversationId=", "&conversationId=%20"] {
+        del("ann", blank)
+            .await
+            .assert_error(400, 0, "conversationId must not be blank; leave it out");
+    }
+    assert_eq!(e.app().count("conversations").await, 2, "nothing deleted");
     assert_eq!(del("ann", "").await.assert_ok()["deleted"], 1);
     assert_eq!(e.app().count("conversations").await, 1, "bob's remains");
     assert!(msgs("bob").await.assert_ok().as_array().unwrap().len() == 2);

@@ -78,7 +78,9 @@ pub struct AgentQuery {
     pub open_id: Option<String>,
 }
 
-/// An agent as partners see it (no system prompt, no tool configuration).
+/// An agent as partners see it: no system prompt, no tool configuration, and not its creator,
+/// whose login name (an email address, for accounts made by an emailed code) anyone holding a
+/// partner page's embed token could read.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ExternalAgentRow {
     pub id: i64,
@@ -87,7 +89,6 @@ pub struct ExternalAgentRow {
     pub avatar: String,
     pub greeting: String,
     pub preset_questions: Vec<String>,
-    pub creator: String,
     pub view_count: i64,
     pub is_featured: bool,
     pub app_id: Option<String>,
@@ -104,7 +105,6 @@ pub struct ExternalAgent {
     pub avatar: String,
     pub greeting: String,
     pub preset_questions: Vec<String>,
-    pub creator: String,
     pub view_count: i64,
     pub is_featured: bool,
     /// The app this agent runs on, or null for every app.
@@ -123,7 +123,6 @@ impl From<ExternalAgentRow> for ExternalAgent {
             avatar: r.avatar,
             greeting: r.greeting,
             preset_questions: r.preset_questions,
-            creator: r.creator,
             view_count: r.view_count,
             is_featured: r.is_featured,
             app_id: r.app_id,

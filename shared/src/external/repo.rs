@@ -105,11 +105,10 @@ pub async fn find_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<Opt
 }
 
 /// Agents an app may use: enabled ones that run on this app or on none.
-const AGENTS: &str =
-    "SELECT a.id, a.name, a.description, a.avatar, a.greeting, a.preset_questions, u.username AS creator,
+const AGENTS: &str = "SELECT a.id, a.name, a.description, a.avatar, a.greeting, a.preset_questions,
        a.view_count, a.is_featured, a.app_id, a.create_dt,
        EXISTS (SELECT 1 FROM external_subscriptions s WHERE s.agent_id = a.id AND s.external_user_id = $2) AS subscribed
-     FROM agents a JOIN users u ON u.id = a.creator_id
+     FROM agents a
      WHERE a.status = 1 AND (a.app_id IS NULL OR a.app_id = $1)";
 
 /// `viewer` is the external user whose subscriptions are shown (none: 0).

@@ -220,6 +220,10 @@ async fn apps_see_unbound_agents_and_their_own_but_not_others_or_disabled_ones()
         detail.get("instruction").is_none(),
         "no system prompt for partners: {detail}"
     );
+    assert!(
+        detail.get("creator").is_none(),
+        "nor the creator's login name (an embed token reads this too): {detail}"
+    );
     assert_eq!(
         e.app()
             .ext_get(&e.crm, &format!("/agent?agentId={crm_only}"))

@@ -300,8 +300,16 @@ pub enum EnableTarget {
 /// as an agent falls back to the default chat model. Left in the settings, the id failed every
 /// search and Q&A of the base, and its next config edit wrote it back into a column (500). A
 /// base cleared here counts as changed (`update_dt`): an edit that read it before would write
-/// the id back, and is answered 409 instead.
+/// the id back, and is answered 409 instead. The config is locked first, in a statement of its
+/// own: edits that name it hold it until they commit, and the clearing statement, which
+/// starts after the lock, then sees what they wrote (in one statement its snapshot was taken
+/// before, and a base given the config meanwhile kept it in its settings).
 pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
+    let mut tx = db.begin().await?;
+    sqlx::query("SELECT 1 FROM model_configs WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query(
         "WITH usage AS (UPDATE model_usage SET model_id = NULL WHERE model_id = $1),
               answers AS (UPDATE messages SET model_id = NULL WHERE model_id = $1),
@@ -319,9 +327,9 @@ pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
          DELETE FROM model_configs WHERE id = $1",
     )
     .bind(id)
-    .execute(db)
+    .execute(&mut *tx)
     .await?;
-    Ok(())
+    tx.commit().await
 }
 
 /// Takes what a default switch changes: the type's advisory lock (switches of one type take

@@ -388,6 +388,61 @@ async fn deleting_models_a_base_names_in_its_settings_leaves_it_usable() {
     s.app.put(&format!("/rag/{kb}/config"), t, &edit).await.assert_ok();
 }
 
+/// A base given a reranker by an edit that holds it while the reranker is deleted: the delete
+/// waits for the edit and then clears the id from the base's settings too. Cleared by a
+/// statement whose snapshot predated the edit's commit, the settings kept the deleted id, and
+/// every search with reranking failed.
+#[tokio::test]
+async fn a_model_deleted_while_an_edit_gives_it_to_a_base_is_cleared_from_that_base() {
+    let (s, kb) = indexed(json!({})).await;
+    let t = Some(s.admin.as_str());
+    let provider = s.app.provider(&s.admin, "raced").await;
+    let reranker = s
+        .app
+        .model(&s.admin, provider, "RERANKER", "rerank", &s.models.base_url, json!({}))
+        .await;
+    // The edit, as the service writes one: the model held, then the base written.
+    let mut edit = s.app.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM model_configs WHERE id = $1 FOR SHARE")
+        .bind(reranker)
+        .execute(&mut *edit)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE knowledge_bases SET rerank_model_id = $2,
+           search_params = search_params || jsonb_build_object('rerankEnabled', true, 'rerankModelId', $2)
+         WHERE id = $1",
+    )
+    .bind(kb)
+    .bind(reranker)
+    .execute(&mut *edit)
+    .await
+    .unwrap();
+    let path = format!("/ai-model/config/{reranker}");
+    let delete = s.app.delete(&path, t);
+    let commit = async {
+        // Once the delete waits for the edit's hold on the model.
+        for _ in 0..500 {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        edit.commit().await.unwrap();
+    };
+    let (deleted, ()) = tokio::join!(delete, commit);
+    deleted.assert_status_ok();
+    let base = s.app.get(&format!("/rag/{kb}"), t).await.assert_ok().clone();
+    assert!(base["searchParams"]["rerankModelId"].is_null(), "{base}");
+    assert_eq!(base["searchParams"]["rerankEnabled"], false, "{base}");
+}
+
 fn ndjson(bytes: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(bytes)
         .lines()

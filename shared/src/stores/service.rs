@@ -149,7 +149,17 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: StoreRequest) -> 
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreRequest) -> AppResult<()> {
     user.require_admin()?;
-    let row = repo::find(state.db(), id)
+    // The row is read under its lock (and a default switch's): a copy read before, checked
+    // and written back, could move the default out of its category, or write back a category
+    // and type another edit changed, past the check that no base uses the instance. A base
+    // being given this instance meanwhile holds it, and is counted once it committed (see
+    // `repo::hold`).
+    let mut tx = state.db().begin().await?;
+    if req.is_default == Some(true) {
+        repo::lock_default_switches(&mut tx).await?;
+    }
+    repo::lock_for_edit(&mut tx, id).await?;
+    let row = repo::find(&mut *tx, id)
         .await?
         .ok_or_else(|| AppError::not_found("store instance"))?;
     if row.builtin && (req.config.is_some() || req.store_type.is_some() || req.category.is_some()) {
@@ -166,13 +176,6 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreReq
         Some(code) => store_type(code, category)?,
         None => store_type(i64::from(row.store_type), category)?,
     };
-    // Under the row's lock: a base being given this instance meanwhile holds it, and is counted
-    // once it committed (see `repo::hold`).
-    let mut tx = state.db().begin().await?;
-    if req.is_default == Some(true) {
-        repo::lock_default_switches(&mut tx).await?;
-    }
-    repo::lock_for_edit(&mut tx, id).await?;
     check_kind_change(state, &row, category, t).await?;
     let split = req.config.as_ref().map(|c| split_config(state, t, c)).transpose()?;
     let (config, sealed) = match &split {

@@ -288,6 +288,49 @@ async fn simultaneous_default_switches_of_store_instances_both_succeed() {
     }
 }
 
+/// An instance made the default while another edit moves it to the other category: one of the
+/// two goes first and the other is checked against what it left, so a category never ends with
+/// two defaults (a 500) or none.
+#[tokio::test]
+async fn a_default_switch_and_a_category_change_at_once_keep_one_default_a_category() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (app, t) = (&s.app, Some(s.admin.as_str()));
+    let id = app
+        .post(
+            "/store-instance",
+            t,
+            &json!({ "name": "Mover", "category": 1, "type": 1, "config": { "host": "127.0.0.1" } }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let path = format!("/store-instance/{id}");
+    let (make_default, move_it) = (json!({ "isDefault": true }), json!({ "category": 2, "type": 3 }));
+    for _ in 0..10 {
+        sqlx::query("UPDATE store_instances SET category = 1, store_type = 1, is_default = FALSE WHERE id = $1")
+            .bind(id)
+            .execute(&app.db)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE store_instances SET is_default = TRUE WHERE builtin")
+            .execute(&app.db)
+            .await
+            .unwrap();
+        let (a, b) = tokio::join!(app.put(&path, t, &make_default), app.put(&path, t, &move_it));
+        for r in [&a, &b] {
+            assert!(r.status == 200 || r.body["code"] == 0, "{:?}", r.body);
+        }
+        let defaults: Vec<i64> = sqlx::query_scalar(
+            "SELECT count(*) FILTER (WHERE is_default) FROM store_instances GROUP BY category ORDER BY category",
+        )
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+        assert_eq!(defaults, [1, 1]);
+    }
+}
+
 #[tokio::test]
 async fn store_instances() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;

@@ -166,16 +166,7 @@ pub async fn rank(
             .collect();
     }
     if c.threshold_enabled {
-        // The threshold is a similarity. Fused scores are rescaled per query (an unrelated
-        // query's best memory still scores near 1), so without a reranker each memory is held
-        // to its own vector similarity; reranked memories carry the reranker's score.
-        let t = c.similarity_threshold;
-        if rerank_id.is_some() {
-            fused.retain(|h| h.score >= t);
-        } else {
-            let similarity: HashMap<i64, f64> = dense.iter().map(|h| (h.id, h.score)).collect();
-            fused.retain(|h| similarity.get(&h.id).is_some_and(|s| *s >= t));
-        }
+        fusion::keep_similar(&mut fused, &dense, rerank_id.is_some(), c.similarity_threshold);
     }
     fused.truncate(max_recall);
     Ok(fused)

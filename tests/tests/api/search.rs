@@ -137,25 +137,69 @@ async fn hybrid_search_ranks_and_reports_stages() {
             .assert_ok(),
     );
     assert_eq!(two, all[..2].to_vec());
-    s.app
-        .put(
-            &format!("/rag/{kb}/config"),
-            t,
-            &json!({ "searchParams": { "thresholdEnabled": true, "threshold": 0.999 } }),
-        )
-        .await
-        .assert_ok();
-    let strict = s
+    // The threshold is a similarity: each hit's own vector similarity to the query, not its
+    // fused score, which is rescaled per query (the best hit of any query scores 1). The
+    // similarities are read from the base's vectors as the service compares them.
+    let similarities = |query: &str| {
+        let db = s.app.db.clone();
+        let vector = format!("{:?}", api_tests::model_server::toy_embedding(query));
+        async move {
+            sqlx::query_as::<_, (i64, f64)>(
+                "SELECT id, (1 - (embedding::vector(8) <=> $2::vector(8)))::float8 FROM chunks WHERE rag_id = $1",
+            )
+            .bind(kb)
+            .bind(vector)
+            .fetch_all(&db)
+            .await
+            .unwrap()
+        }
+    };
+    let ids = |r: &Value| -> std::collections::BTreeSet<i64> {
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["chunkId"].as_i64().unwrap())
+            .collect()
+    };
+    let owls = similarities("owls").await;
+    let mut ranked: Vec<f64> = owls.iter().map(|(_, s)| *s).collect();
+    ranked.sort_by(|a, b| b.total_cmp(a));
+    // Between the best and the rest, so that some chunks pass and some do not.
+    let threshold = (ranked[0] + ranked[ranked.len() - 1]) / 2.0;
+    let strict = json!({ "searchParams": { "thresholdEnabled": true, "threshold": threshold, "resultCount": 100 } });
+    s.app.put(&format!("/rag/{kb}/config"), t, &strict).await.assert_ok();
+    let kept = s
         .app
         .post("/rag/search", t, &json!({ "ragId": kb, "query": "owls" }))
         .await;
-    // Full text only (denseWeight 0): the owls chunk, the one hit for "owls", scores 1.0 and
-    // every other candidate 0, so the threshold keeps exactly that one.
-    let kept = contents(strict.assert_ok());
+    let kept = kept.assert_ok().clone();
+    let expected: std::collections::BTreeSet<i64> = owls
+        .iter()
+        .filter(|(_, s)| *s >= threshold)
+        .map(|(id, _)| *id)
+        .collect();
     assert!(
-        kept.len() == 1 && kept[0].contains("Owls"),
-        "the threshold keeps only the 1.0 hit: {kept:?}"
+        !expected.is_empty() && expected.len() < owls.len(),
+        "{owls:?} at {threshold}"
     );
+    assert_eq!(ids(&kept), expected, "kept: the chunks at least {threshold} similar");
+    // A question nothing in the base is close to finds nothing, though its best hit's fused
+    // score is 1 (the threshold let it through when it was held to that score).
+    let far = "zebra quartz violin";
+    let best = similarities(far)
+        .await
+        .into_iter()
+        .map(|(_, s)| s)
+        .fold(f64::MIN, f64::max);
+    assert!(best < 0.99, "{best}");
+    let above = json!({ "searchParams": { "threshold": (best + 1.0) / 2.0 } });
+    s.app.put(&format!("/rag/{kb}/config"), t, &above).await.assert_ok();
+    let none = s
+        .app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": far }))
+        .await;
+    assert_eq!(ids(none.assert_ok()).len(), 0, "{:?}", none.body);
 
     // RRF scores every hit above zero; the weighted sum left over (dense weight 0) would give
     // the vector-only hits 0, so this fails if the strategy setting were ignored.

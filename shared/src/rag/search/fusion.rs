@@ -19,6 +19,19 @@ pub fn fuse(strategy: &str, dense: &[Hit], sparse: &[Hit], rrf_k: f64, dense_wei
     }
 }
 
+/// Keeps the hits that reach `threshold`, a similarity. Fused scores are rescaled per query (an
+/// unrelated query's best hit still scores 1, and the weakest candidate 0), so without a
+/// reranker each hit is held to its own vector similarity (`dense`, the raw scores; a hit only
+/// full text found has none, and goes); reranked hits carry the reranker's score.
+pub fn keep_similar(fused: &mut Vec<Hit>, dense: &[Hit], reranked: bool, threshold: f64) {
+    if reranked {
+        fused.retain(|h| h.score >= threshold);
+        return;
+    }
+    let similarity: HashMap<i64, f64> = dense.iter().map(|h| (h.id, h.score)).collect();
+    fused.retain(|h| similarity.get(&h.id).is_some_and(|s| *s >= threshold));
+}
+
 /// A hit of one retriever: row id (chunk, memory) and its raw score, best first.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Hit {

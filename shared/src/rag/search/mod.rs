@@ -151,7 +151,7 @@ pub async fn retrieve(
         m.rerank_ms = ms(t);
     }
     if settings.threshold_enabled {
-        fused.retain(|h| h.score >= settings.threshold);
+        fusion::keep_similar(&mut fused, &dense, rerank_model.is_some(), settings.threshold);
     }
     fused.truncate(result_count);
     // The rows and their documents' images are read at once, on two connections; a base

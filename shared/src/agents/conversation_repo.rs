@@ -309,7 +309,11 @@ pub async fn finish_assistant_message(
     a: &FinishedAnswer<'_>,
     usage: &[UsageRecord],
 ) -> sqlx::Result<bool> {
-    let mut qb = QueryBuilder::new("WITH answer AS (");
+    // The message as it is once no other statement holds it (a locking read waits, then reads
+    // the newest version): finished by a first try of this statement, or deleted with its
+    // conversation, it is seen so, where the statement's snapshot still showed it generating.
+    let mut qb = QueryBuilder::new("WITH now AS (SELECT id, status FROM messages WHERE id = ");
+    qb.push_bind(id).push(" FOR UPDATE), answer AS (");
     qb.push("UPDATE messages SET content = ")
         .push_bind(a.content)
         .push(", thinking = NULLIF(")
@@ -328,21 +332,14 @@ pub async fn finish_assistant_message(
         .push_bind(a.completion_tokens)
         .push(", duration_ms = ")
         .push_bind(a.duration_ms)
-        // Only a message still generating: a try whose first committed (or is committing: this
-        // waits for its row lock, then finds it finished) writes nothing.
-        .push(" WHERE status = 0 AND id = ")
-        .push_bind(id)
-        .push(" RETURNING id)");
+        // Only a message still generating: a try whose first committed writes nothing.
+        .push(" FROM now WHERE messages.id = now.id AND now.status = 0 RETURNING messages.id)");
     if !usage.is_empty() {
         qb.push(", usage AS (");
         usage::push_insert(&mut qb, usage);
-        qb.push(" WHERE EXISTS (SELECT 1 FROM answer) OR NOT EXISTS (SELECT 1 FROM messages WHERE id = ")
-            .push_bind(id)
-            .push("))");
+        qb.push(" WHERE EXISTS (SELECT 1 FROM answer) OR NOT EXISTS (SELECT 1 FROM now))");
     }
-    qb.push(" SELECT EXISTS (SELECT 1 FROM messages WHERE id = ")
-        .push_bind(id)
-        .push(")");
+    qb.push(" SELECT EXISTS (SELECT 1 FROM now)");
     qb.build_query_scalar().fetch_one(db).await
 }
 

@@ -1051,6 +1051,73 @@ async fn an_answer_stored_twice_counts_its_usage_once() {
     assert_eq!(usage_rows().await, before, "its usage was stored the first time");
 }
 
+/// An answer finished while its conversation is being deleted: the final statement waits for
+/// the delete, then finds the message gone; it reports so (the stream's `error` line) and still
+/// stores the turn's usage, as the calls were made. Read from the statement's snapshot, the
+/// message still looked there: `done` was sent for a deleted message and the usage was lost.
+#[tokio::test]
+async fn an_answer_finished_while_its_conversation_is_deleted_keeps_its_usage() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Deleted", "chatModelId": model }))
+        .await;
+    s.chat(&s.admin, agent, say("going", "hello")).await.events();
+    let (answer, conversation): (i64, i64) = sqlx::query_as(
+        "UPDATE messages SET status = 0 WHERE id = (SELECT max(id) FROM messages WHERE role = 'assistant')
+         RETURNING id, conversation_id",
+    )
+    .fetch_one(&s.app.db)
+    .await
+    .unwrap();
+    let usage_rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM model_usage")
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap()
+    };
+    let before = usage_rows().await;
+    let mut deleting = s.app.db.begin().await.unwrap();
+    sqlx::query("DELETE FROM conversations WHERE id = $1")
+        .bind(conversation)
+        .execute(&mut *deleting)
+        .await
+        .unwrap();
+    let config = shared::models::repo::config(&s.app.db, model).await.unwrap().unwrap();
+    let record = shared::models::usage::UsageRecord::new(&config, None, "chat");
+    let finished = shared::agents::conversation_repo::FinishedAnswer {
+        content: "late",
+        thinking: "",
+        tool_calls: json!([]),
+        tool_call_count: 0,
+        status: 1,
+        error: None,
+        prompt_tokens: 1,
+        completion_tokens: 1,
+        duration_ms: 1,
+    };
+    let records = [record];
+    let finish = shared::agents::conversation_repo::finish_assistant_message(&s.app.db, answer, &finished, &records);
+    let commit = async {
+        for _ in 0..500 {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        deleting.commit().await.unwrap();
+    };
+    let (stored, ()) = tokio::join!(finish, commit);
+    assert!(!stored.unwrap(), "the message is gone");
+    assert_eq!(usage_rows().await, before + 1, "its usage is stored all the same");
+}
+
 /// Seeds messages at fixed times: (days ago, owner, role, tool calls, duration ms).
 /// Stores messages `days_ago` UTC days back, early in the day but never in the future: a
 /// message stamped later than now falls outside every period that ends now.

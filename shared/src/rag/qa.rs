@@ -235,6 +235,11 @@ async fn run(
     let context = search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count)
         .await
         .map_err(|e| format!("retrieval failed: {}", e.told()))?;
+    if tx.is_closed() {
+        // The client left while the context was gathered: the answer, the costliest call, is
+        // not asked for.
+        return Ok(());
+    }
     let mut messages = past;
     messages.push(ChatMessage::user(prompt(kb, &context, query)));
     let req = ChatRequest {

@@ -570,6 +570,36 @@ async fn a_qa_answer_past_its_time_limit_ends_with_an_error_line() {
     assert!(last["message"].as_str().unwrap().contains("QA_TIMEOUT_SECS"), "{last}");
 }
 
+/// A client that leaves while the context is gathered (here a second-long query embedding)
+/// gets no answer asked for: the answer's prompt, the costliest call, was paid for nobody.
+#[tokio::test]
+async fn a_client_gone_before_the_answer_costs_no_answer_call() {
+    let (s, kb) = indexed(json!({})).await;
+    answer_with_echo(&s, kb, json!({}), json!({})).await;
+    let slow = s.embedding_model("emb-8-slow").await;
+    sqlx::query("UPDATE knowledge_bases SET embedding_model_id = $2 WHERE id = $1")
+        .bind(kb)
+        .bind(slow)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let response = s
+        .app
+        .client
+        .post(s.app.url("/rag/qa/stream"))
+        .header("Svc-Auth", &s.admin)
+        .json(&json!({ "ragId": kb, "query": "how do I install it" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    drop(response);
+    // The embedding answers after a second; the answer would be asked for right after.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let answers = s.models.requests().iter().filter(|q| q["model"] == "chat-echo").count();
+    assert_eq!(answers, 0, "no answer was asked for");
+}
+
 #[tokio::test]
 async fn qa_streams_text_then_references_and_keeps_the_conversation() {
     let (s, kb) = indexed(json!({})).await;

@@ -348,6 +348,23 @@ impl TestApp {
     }
 }
 
+/// Returns once some statement on the database waits for a lock (a request blocked behind a
+/// transaction the test holds open), or after five seconds.
+pub async fn until_a_statement_waits_for_a_lock(db: &sqlx::PgPool) {
+    for _ in 0..500 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(db)
+        .await
+        .expect("pg_stat_activity");
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 pub fn with_token(req: reqwest::RequestBuilder, token: Option<&str>) -> reqwest::RequestBuilder {
     match token {
         Some(t) => req.header("Svc-Auth", t),
@@ -624,6 +641,18 @@ impl KbSetup {
                 serde_json::json!({}),
             )
             .await
+    }
+
+    /// Makes `kb` embed with `emb-8-slow` from now on: the same vectors as `emb-8`, each call
+    /// answered after a second.
+    pub async fn embed_slowly(&self, kb: i64) {
+        let slow = self.embedding_model("emb-8-slow").await;
+        sqlx::query("UPDATE knowledge_bases SET embedding_model_id = $2 WHERE id = $1")
+            .bind(kb)
+            .bind(slow)
+            .execute(&self.app.db)
+            .await
+            .expect("switch the base's embedding model");
     }
 
     /// Creates a base with extra settings merged in; returns its id.

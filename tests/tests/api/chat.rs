@@ -1009,6 +1009,34 @@ async fn conversations_are_listed_per_owner_and_deleted_with_their_messages() {
     assert_eq!(s.app.count("messages").await, 0);
 }
 
+async fn usage_rows(s: &ChatSetup) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM model_usage")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap()
+}
+
+/// A usage record of one chat call on `model`.
+async fn call_of(s: &ChatSetup, model: i64) -> shared::models::usage::UsageRecord {
+    let config = shared::models::repo::config(&s.app.db, model).await.unwrap().unwrap();
+    shared::models::usage::UsageRecord::new(&config, None, "chat")
+}
+
+/// A complete answer of `content`.
+fn complete(content: &str) -> shared::agents::conversation_repo::FinishedAnswer<'_> {
+    shared::agents::conversation_repo::FinishedAnswer {
+        content,
+        thinking: "",
+        tool_calls: json!([]),
+        tool_call_count: 0,
+        status: 1,
+        error: None,
+        prompt_tokens: 1,
+        completion_tokens: 1,
+        duration_ms: 1,
+    }
+}
+
 /// The answer's final statement run again after it committed (its reply lost with its
 /// connection, and the turn retrying) stores the turn's model usage once, not twice.
 #[tokio::test]
@@ -1019,36 +1047,19 @@ async fn an_answer_stored_twice_counts_its_usage_once() {
         .agent(&s.admin, json!({ "name": "Counted", "chatModelId": model }))
         .await;
     s.chat(&s.admin, agent, say("counted", "hello")).await.events();
-    let usage_rows = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM model_usage")
-            .fetch_one(&s.app.db)
-            .await
-            .unwrap()
-    };
-    let before = usage_rows().await;
+    let before = usage_rows(&s).await;
     let (answer, content): (i64, String) =
         sqlx::query_as("SELECT id, content FROM messages WHERE role = 'assistant' ORDER BY id DESC LIMIT 1")
             .fetch_one(&s.app.db)
             .await
             .unwrap();
-    let config = shared::models::repo::config(&s.app.db, model).await.unwrap().unwrap();
-    let record = shared::models::usage::UsageRecord::new(&config, None, "chat");
-    let finished = shared::agents::conversation_repo::FinishedAnswer {
-        content: &content,
-        thinking: "",
-        tool_calls: json!([]),
-        tool_call_count: 0,
-        status: 1,
-        error: None,
-        prompt_tokens: 1,
-        completion_tokens: 1,
-        duration_ms: 1,
-    };
-    let again = shared::agents::conversation_repo::finish_assistant_message(&s.app.db, answer, &finished, &[record])
-        .await
-        .unwrap();
+    let records = [call_of(&s, model).await];
+    let again =
+        shared::agents::conversation_repo::finish_assistant_message(&s.app.db, answer, &complete(&content), &records)
+            .await
+            .unwrap();
     assert!(again, "the message is there, written as it was");
-    assert_eq!(usage_rows().await, before, "its usage was stored the first time");
+    assert_eq!(usage_rows(&s).await, before, "its usage was stored the first time");
 }
 
 /// An answer finished while its conversation is being deleted: the final statement waits for
@@ -1070,52 +1081,23 @@ async fn an_answer_finished_while_its_conversation_is_deleted_keeps_its_usage() 
     .fetch_one(&s.app.db)
     .await
     .unwrap();
-    let usage_rows = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM model_usage")
-            .fetch_one(&s.app.db)
-            .await
-            .unwrap()
-    };
-    let before = usage_rows().await;
+    let before = usage_rows(&s).await;
     let mut deleting = s.app.db.begin().await.unwrap();
     sqlx::query("DELETE FROM conversations WHERE id = $1")
         .bind(conversation)
         .execute(&mut *deleting)
         .await
         .unwrap();
-    let config = shared::models::repo::config(&s.app.db, model).await.unwrap().unwrap();
-    let record = shared::models::usage::UsageRecord::new(&config, None, "chat");
-    let finished = shared::agents::conversation_repo::FinishedAnswer {
-        content: "late",
-        thinking: "",
-        tool_calls: json!([]),
-        tool_call_count: 0,
-        status: 1,
-        error: None,
-        prompt_tokens: 1,
-        completion_tokens: 1,
-        duration_ms: 1,
-    };
-    let records = [record];
-    let finish = shared::agents::conversation_repo::finish_assistant_message(&s.app.db, answer, &finished, &records);
+    let records = [call_of(&s, model).await];
+    let late = complete("late");
+    let finish = shared::agents::conversation_repo::finish_assistant_message(&s.app.db, answer, &late, &records);
     let commit = async {
-        for _ in 0..500 {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&s.app.db)
-            .await
-            .unwrap();
-            if waiting > 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
         deleting.commit().await.unwrap();
     };
     let (stored, ()) = tokio::join!(finish, commit);
     assert!(!stored.unwrap(), "the message is gone");
-    assert_eq!(usage_rows().await, before + 1, "its usage is stored all the same");
+    assert_eq!(usage_rows(&s).await, before + 1, "its usage is stored all the same");
 }
 
 /// Seeds messages at fixed times: (days ago, owner, role, tool calls, duration ms).

@@ -196,14 +196,7 @@ async fn an_ingest_run_out_of_time_fails_its_document_and_is_not_retried() {
     let doc = commit.assert_ok()["items"][0]["id"].as_i64().expect("document id");
     s.settled(doc).await;
     let run = s.requeue(doc).await;
-    // The same vectors, a second per call.
-    let slow = s.embedding_model("emb-8-slow").await;
-    sqlx::query("UPDATE knowledge_bases SET embedding_model_id = $2 WHERE id = $1")
-        .bind(kb)
-        .bind(slow)
-        .execute(&s.app.db)
-        .await
-        .unwrap();
+    s.embed_slowly(kb).await;
 
     let f = Emulator::start(binary("ingest-worker"), &function_env(&s.app)).await;
     let event = sqs_event(&[("late", json!({ "documentId": doc, "runId": run }).to_string())]);

@@ -466,18 +466,7 @@ async fn a_model_deleted_while_an_edit_gives_it_to_a_base_is_cleared_from_that_b
     let delete = s.app.delete(&path, t);
     let commit = async {
         // Once the delete waits for the edit's hold on the model.
-        for _ in 0..500 {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&s.app.db)
-            .await
-            .unwrap();
-            if waiting > 0 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
         edit.commit().await.unwrap();
     };
     let (deleted, ()) = tokio::join!(delete, commit);
@@ -576,13 +565,7 @@ async fn a_qa_answer_past_its_time_limit_ends_with_an_error_line() {
 async fn a_client_gone_before_the_answer_costs_no_answer_call() {
     let (s, kb) = indexed(json!({})).await;
     answer_with_echo(&s, kb, json!({}), json!({})).await;
-    let slow = s.embedding_model("emb-8-slow").await;
-    sqlx::query("UPDATE knowledge_bases SET embedding_model_id = $2 WHERE id = $1")
-        .bind(kb)
-        .bind(slow)
-        .execute(&s.app.db)
-        .await
-        .unwrap();
+    s.embed_slowly(kb).await;
     let response = s
         .app
         .client

@@ -642,18 +642,7 @@ async fn a_password_change_revokes_a_token_issued_while_it_runs() {
     let change = app.put("/user/password", Some(&token), &body);
     let issue = async {
         // Until the change waits on a row the refresh holds.
-        for _ in 0..100 {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
-            )
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
-            if waiting > 0 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        api_tests::until_a_statement_waits_for_a_lock(&app.db).await;
         let expires = chrono::Utc::now() + chrono::Duration::days(1);
         repo::insert_refresh(&mut *refreshing, claimed.family_id, owner, "in-flight", expires)
             .await

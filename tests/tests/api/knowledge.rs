@@ -2027,11 +2027,7 @@ async fn a_dimension_the_model_does_not_make_fails_the_document_by_name() {
 async fn an_edit_refused_for_any_field_makes_no_dimension_probe() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let kb = s.kb("Probe", json!({})).await;
-    let provider = s.app.provider(&s.admin, "other").await;
-    let other = s
-        .app
-        .model(&s.admin, provider, "EMBEDDING", "emb-8", &s.models.base_url, json!({}))
-        .await;
+    let other = s.embedding_model("emb-8").await;
     let before = (s.app.snapshot().await, s.models.requests().len());
     for (body, needle) in [
         (
@@ -2283,18 +2279,7 @@ async fn a_new_embedding_model_brings_its_own_dimension() {
     let kb = s.kb("Re-embedded", json!({})).await;
     let before = s.app.get(&format!("/rag/{kb}"), t).await;
     assert_eq!(before.assert_ok()["dimensionOfVectorModel"], 8);
-    let provider = s.app.provider(&s.admin, "wide").await;
-    let wide = s
-        .app
-        .model(
-            &s.admin,
-            provider,
-            "EMBEDDING",
-            "emb-384",
-            &s.models.base_url,
-            json!({}),
-        )
-        .await;
+    let wide = s.embedding_model("emb-384").await;
     s.app
         .put(&format!("/rag/{kb}"), t, &json!({ "embeddingModelId": wide }))
         .await

@@ -155,12 +155,13 @@ impl Setup {
         .unwrap()
     }
 
-    /// An embedding model that answers after a second (`emb-8-slow`).
-    async fn slow_embedding_model(&self) -> i64 {
-        let provider = self.app.provider(&self.admin, "slow").await;
+    /// Another embedding model of the scripted server (`emb-8-slow` answers after a second,
+    /// `emb-4096` makes vectors longer than an index holds), under a provider of its own.
+    async fn embedding_model(&self, model_key: &str) -> i64 {
+        let provider = self.app.provider(&self.admin, model_key).await;
         let url = &self.models.base_url;
         self.app
-            .model(&self.admin, provider, "EMBEDDING", "emb-8-slow", url, json!({}))
+            .model(&self.admin, provider, "EMBEDDING", model_key, url, json!({}))
             .await
     }
 
@@ -1520,18 +1521,7 @@ async fn preview(s: &Setup, agent: i64) -> Reply {
 #[tokio::test]
 async fn memories_longer_than_an_index_holds_are_stored_and_recalled() {
     let s = setup(false).await;
-    let provider = s.app.provider(&s.admin, "long").await;
-    let long = s
-        .app
-        .model(
-            &s.admin,
-            provider,
-            "EMBEDDING",
-            "emb-4096",
-            &s.models.base_url,
-            json!({}),
-        )
-        .await;
+    let long = s.embedding_model("emb-4096").await;
     for model in [long, s.chat_model] {
         s.app
             .put(&format!("/ai-model/switch-default/{model}"), s.t(), &json!({}))
@@ -1845,7 +1835,7 @@ async fn a_config_edit_sees_an_agent_bound_while_it_checks() {
 async fn a_config_edit_asks_its_new_model_without_holding_the_config() {
     let s = setup(false).await;
     let id = s.config(json!({})).await;
-    let slow = s.slow_embedding_model().await;
+    let slow = s.embedding_model("emb-8-slow").await;
     let path = format!("/memory/config/{id}");
     let body = json!({ "embeddingModelId": slow });
     let edit = s.app.put(&path, s.t(), &body);
@@ -1920,7 +1910,7 @@ async fn extraction_stops_before_a_turn_still_being_answered() {
 #[tokio::test]
 async fn an_extraction_that_outlives_its_lease_writes_nothing() {
     let s = setup(false).await;
-    let slow = s.slow_embedding_model().await;
+    let slow = s.embedding_model("emb-8-slow").await;
     let config = s.config(json!({ "embeddingModelId": slow })).await;
     let agent = s.agent(Some(config)).await;
     let conv = s.conversation(agent, Owner::User(s.admin_id), "slow").await;

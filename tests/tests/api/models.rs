@@ -1,5 +1,5 @@
 use api_tests::model_server::{ModelServer, GOOD_KEY};
-use api_tests::{spawn, Store, TestApp};
+use api_tests::{spawn, spawn_with, Store, TestApp};
 use serde_json::{json, Value};
 
 async fn setup() -> (TestApp, ModelServer, String) {
@@ -616,6 +616,47 @@ async fn personal_configs_belong_to_their_owner() {
     assert_eq!(app.count("model_configs").await, 1);
 }
 
+/// An endpoint that takes connections and never answers.
+async fn silent_endpoint() -> String {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = vec![];
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+/// A config's own timeout and retries are a chat's (60 s, three tries): the test stops at its
+/// own limit and says so, where API Gateway would have answered 504 after 29 s.
+#[tokio::test]
+async fn the_connectivity_test_answers_within_its_own_time_limit() {
+    let app = spawn_with(Store::Filesystem, &[("MODEL_TEST_TIMEOUT_SECS", "1")]).await;
+    let admin = app.admin_token().await;
+    let p = app.provider(&admin, "scripted").await;
+    let id = app
+        .model(&admin, p, "CHAT", "chat-echo", &silent_endpoint().await, json!({}))
+        .await;
+    let started = std::time::Instant::now();
+    let r = app
+        .post(&format!("/ai-model/config/{id}/test"), Some(&admin), &json!({}))
+        .await;
+    let r = r.assert_status_ok();
+    assert_eq!(r["success"], false, "{r}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out: no answer within the test's 1 s, retries included"),
+        "{r}"
+    );
+    let took = r["responseTimeMs"].as_i64().unwrap();
+    assert!((1000..5000).contains(&took), "{took} ms");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
 #[tokio::test]
 async fn connectivity_probe_per_type_and_failures() {
     let (app, server, admin) = setup().await;
@@ -690,25 +731,16 @@ async fn connectivity_probe_per_type_and_failures() {
             "{key} at {endpoint}: {r}"
         );
     }
-    let timeout = {
-        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = silent.local_addr().unwrap();
-        tokio::spawn(async move {
-            let mut held = vec![];
-            while let Ok((s, _)) = silent.accept().await {
-                held.push(s);
-            }
-        });
-        app.model(
+    let timeout = app
+        .model(
             &admin,
             p,
             "CHAT",
             "chat-echo",
-            &format!("http://{addr}/v1"),
+            &silent_endpoint().await,
             json!({ "configJson": { "timeoutSecs": 1, "maxRetries": 0 } }),
         )
-        .await
-    };
+        .await;
     let r = probe(timeout).await;
     assert!(
         r["success"] == false && r["message"].as_str().unwrap().contains("timed out"),

@@ -49,12 +49,16 @@ impl AuthConfig {
         }
     }
 
+    /// Whether `self`, the result of an edit of `stored`, still holds the stored secret.
+    pub fn keeps_secret_of(&self, stored: &AuthConfig) -> bool {
+        self.secret().is_some() && self.secret() == stored.secret()
+    }
+
     /// Whether `self`, the result of an edit of `stored`, sends the stored secret to another
     /// address than `stored` did: to another `endpoint` (the server's, before and after) or,
     /// for OAuth, another token URL.
     pub fn moves_stored_secret(&self, stored: &AuthConfig, endpoints: (Option<&str>, Option<&str>)) -> bool {
-        let kept = self.secret().is_some() && self.secret() == stored.secret();
-        kept && (endpoints.0 != endpoints.1 || self.token_url() != stored.token_url())
+        self.keeps_secret_of(stored) && (endpoints.0 != endpoints.1 || self.token_url() != stored.token_url())
     }
 }
 

@@ -24,6 +24,8 @@ pub struct McpRow {
     pub env_vars_enc: Option<String>,
     pub auth_type: i16,
     pub auth_config_enc: Option<String>,
+    /// Who stored the secret of `auth_config_enc` (the creator, or an administrator).
+    pub secret_set_by: i64,
     pub status: String,
     pub last_error: Option<String>,
     pub last_connect_dt: Option<DateTime<Utc>>,

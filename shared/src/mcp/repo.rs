@@ -7,8 +7,8 @@ use super::{McpOption, McpRow, McpServerBrief};
 use crate::users::repo::escape_like;
 
 const COLUMNS: &str = "id, name, description, transport_type, endpoint, command, args, env_vars_enc, auth_type, \
-     auth_config_enc, status, last_error, last_connect_dt, tool_count, creator_id, create_dt, update_dt, \
-     creator_id IN (SELECT id FROM users WHERE role = 1) AS by_operator";
+     auth_config_enc, COALESCE(secret_set_by, creator_id) AS secret_set_by, status, last_error, last_connect_dt, \
+     tool_count, creator_id, create_dt, update_dt, creator_id IN (SELECT id FROM users WHERE role = 1) AS by_operator";
 
 /// Who is asking: administrators see every server, others their own and administrators' ones.
 #[derive(Debug, Clone, Copy)]
@@ -145,6 +145,8 @@ pub struct Fields<'a> {
     pub env_vars_enc: Option<&'a str>,
     pub auth_type: i16,
     pub auth_config_enc: Option<&'a str>,
+    /// Who stored the secret in `auth_config_enc`.
+    pub secret_set_by: i64,
 }
 
 /// Creations and renames to one name take turns until their transactions end: a name must be
@@ -160,7 +162,7 @@ pub async fn lock_name(conn: &mut sqlx::PgConnection, name: &str) -> sqlx::Resul
 
 /// The columns of `Fields`, in its order.
 const WRITTEN: &str =
-    "name, description, transport_type, endpoint, command, args, env_vars_enc, auth_type, auth_config_enc";
+    "name, description, transport_type, endpoint, command, args, env_vars_enc, auth_type, auth_config_enc, secret_set_by";
 
 /// The values of `WRITTEN`.
 fn push_values<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &Fields<'a>) {
@@ -173,7 +175,8 @@ fn push_values<'a>(qb: &mut QueryBuilder<'a, Postgres>, f: &Fields<'a>) {
         .push_bind(f.args)
         .push_bind(f.env_vars_enc)
         .push_bind(f.auth_type)
-        .push_bind(f.auth_config_enc);
+        .push_bind(f.auth_config_enc)
+        .push_bind(f.secret_set_by);
 }
 
 pub async fn insert(db: impl PgExecutor<'_>, f: &Fields<'_>, creator_id: i64) -> sqlx::Result<i64> {

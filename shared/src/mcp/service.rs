@@ -101,6 +101,7 @@ struct Valid {
     env_vars_enc: Option<String>,
     auth_type: i16,
     auth_config_enc: Option<String>,
+    secret_set_by: i64,
 }
 
 impl Valid {
@@ -115,6 +116,7 @@ impl Valid {
             env_vars_enc: self.env_vars_enc.as_deref(),
             auth_type: self.auth_type,
             auth_config_enc: self.auth_config_enc.as_deref(),
+            secret_set_by: self.secret_set_by,
         }
     }
 }
@@ -271,15 +273,22 @@ async fn validate(
         (Some(t), None, Some(a)) if t == i64::from(a.code()) => a.clone(),
         (t, raw, _) => AuthConfig::parse(t.unwrap_or(0), raw.as_ref(), stored_auth)?,
     };
-    // A secret its creator stored goes where its creator said: someone else (an administrator)
-    // pointing the server elsewhere sends the secret again, or could read it at their address.
-    if let (Some(r), Some(stored)) = (row, stored_auth) {
-        if r.creator_id != user.id && auth.moves_stored_secret(stored, (r.endpoint.as_deref(), endpoint.as_deref())) {
-            return Err(AppError::validation(
-                "authConfig: send the secret again to point this server elsewhere; the stored one is its creator's",
-            ));
+    // A stored secret goes where whoever stored it said: anyone else pointing the server
+    // elsewhere sends the secret again, or could read it at their address. That includes the
+    // server's creator, when an administrator stored a secret of theirs in it.
+    let secret_set_by = match (row, stored_auth) {
+        (Some(r), Some(stored)) if auth.keeps_secret_of(stored) => {
+            if r.secret_set_by != user.id
+                && auth.moves_stored_secret(stored, (r.endpoint.as_deref(), endpoint.as_deref()))
+            {
+                return Err(AppError::validation(
+                    "authConfig: send the secret again to point this server elsewhere; the stored one was set by another user",
+                ));
+            }
+            r.secret_set_by
         }
-    }
+        _ => user.id,
+    };
     // Checked against the networks of whoever created the server: the caller for a new one.
     let reach = row.map_or(Reach::of_admin(user.is_admin()), McpRow::reach);
     let deny = state.config().outbound.deny(reach);
@@ -307,6 +316,7 @@ async fn validate(
         } else {
             Some(seal_json(state.secrets(), &auth)?)
         },
+        secret_set_by,
     })
 }
 

@@ -443,7 +443,8 @@ async fn users_see_their_own_and_administrators_servers_and_change_only_their_ow
         (Some(a_id), Some("checked"))
     );
     // Her token goes where she says: the administrator pointing her server elsewhere sends a
-    // token of their own (the masked one sent back is not enough); she may move it herself.
+    // token of their own (the masked one sent back is not enough). That token then goes where
+    // the administrator said: she moves it only with a token of her own.
     let path = format!("/mcp-server/{own}");
     app.put(&path, Some(&admin), &json!({"endpoint": "http://elsewhere/sse"}))
         .await
@@ -467,7 +468,31 @@ async fn users_see_their_own_and_administrators_servers_and_change_only_their_ow
     )
     .await
     .assert_ok();
-    app.put(&path, Some(&alice), &json!({"endpoint": "http://h/sse"}))
+    let before = snapshot(&app).await;
+    for moved in [
+        json!({"endpoint": "http://h/sse"}),
+        json!({"endpoint": "http://h/sse", "authConfig": masked}),
+    ] {
+        app.put(&path, Some(&alice), &moved).await.assert_error(
+            400,
+            0,
+            "authConfig: send the secret again to point this server elsewhere; the stored one was set by another user",
+        );
+    }
+    assert_eq!(snapshot(&app).await, before);
+    // The administrator's token may stay where the administrator pointed it.
+    app.put(&path, Some(&alice), &json!({"description": "checked"}))
+        .await
+        .assert_ok();
+    app.put(
+        &path,
+        Some(&alice),
+        &json!({"endpoint": "http://h/sse", "authConfig": {"token": "alices-token-654321"}}),
+    )
+    .await
+    .assert_ok();
+    // Hers again: she may move it without sending it.
+    app.put(&path, Some(&alice), &json!({"endpoint": "http://h2/sse"}))
         .await
         .assert_ok();
 
@@ -1412,6 +1437,7 @@ fn renamed<'a>(row: &'a mcp::McpRow, name: &'a str) -> mcp::repo::Fields<'a> {
         env_vars_enc: row.env_vars_enc.as_deref(),
         auth_type: row.auth_type,
         auth_config_enc: row.auth_config_enc.as_deref(),
+        secret_set_by: row.secret_set_by,
     }
 }
 

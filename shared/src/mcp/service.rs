@@ -424,7 +424,8 @@ pub async fn test(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Mc
             })
         }
         Err(f) => {
-            let message: String = f.message.chars().take(1000).collect();
+            // The server's own words are quoted, and a NUL among them is refused by Postgres.
+            let message: String = f.message.chars().filter(|c| *c != '\0').take(1000).collect();
             tracing::info!(server_id = id, error = %message, "MCP connection test failed");
             repo::mark_error(state.db(), id, row.update_dt, &message).await?;
             Ok(McpTestResult {

@@ -1515,6 +1515,40 @@ async fn a_tool_list_past_the_bounds_is_refused() {
     }
 }
 
+/// A server's error quoted in the test's answer and its `lastError` may hold a NUL: the test
+/// still answers success:false with the server marked in error, not a 500 with nothing stored.
+#[tokio::test]
+async fn a_servers_error_with_a_nul_is_recorded() {
+    use axum::{routing::post, Json, Router};
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let answer = |Json(req): Json<Value>| async move {
+        Json(json!({ "jsonrpc": "2.0", "id": req["id"], "error": { "code": -1, "message": "bad\0 day" } }))
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        axum::serve(listener, Router::new().route("/mcp", post(answer)))
+            .await
+            .unwrap()
+    });
+    let id = create(&app, &admin, http_server("nul", 2, &url)).await;
+    let tested = app
+        .post(&format!("/mcp-server/{id}/test"), Some(&admin), &json!({}))
+        .await;
+    let r = tested.assert_ok();
+    assert_eq!(r["success"], false, "{r}");
+    let told = r["message"].as_str().unwrap();
+    assert!(told.contains("bad day") && !told.contains('\0'), "{told}");
+    let (status, last_error): (String, String) =
+        sqlx::query_as("SELECT status, last_error FROM mcp_servers WHERE id = $1")
+            .bind(id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), last_error.as_str()), ("error", told));
+}
+
 /// A server's reach follows its creator's role now, not when its session was opened: a session
 /// opened while its creator was an administrator (reaching the service's own networks) is not
 /// used again once they are demoted.

@@ -325,13 +325,18 @@ pub async fn transition(state: &AppState, user: &CurrentUser, id: i64, t: Transi
     Ok(())
 }
 
-/// Extracts the caller's conversation now (synchronously) with the agent's memory config.
+/// Extracts the caller's conversation now (synchronously) with the agent's memory config. As
+/// for the extractions chat turns queue, an agent with memory off (or a disabled config) is
+/// refused before anything is charged: its memories would be read by nothing.
 pub async fn extract_now(state: &AppState, user: &CurrentUser, agent_id: i64, key: String) -> AppResult<ExtractResult> {
-    let a = visible_agent(state, user, agent_id).await?;
+    visible_agent(state, user, agent_id).await?;
     let conv = extract::by_key(state.db(), agent_id, Owner::User(user.id), &key)
         .await?
         .ok_or_else(|| AppError::not_found("conversation"))?;
-    let rows = extract::extract(state, &conv, a.memory_config_id).await?;
+    let config_id = extract::current_config(state.db(), agent_id).await?.ok_or_else(|| {
+        AppError::validation("memory is off for this agent (memoryEnabled is false, or its memory config is disabled)")
+    })?;
+    let rows = extract::extract(state, &conv, config_id).await?;
     Ok(ExtractResult {
         extracted_count: rows.len(),
         memories: views(rows),

@@ -448,6 +448,12 @@ async fn rounds_queue_an_extraction(s: Setup) {
         .assert_ok();
     assert!(worker(off, None).await.unwrap().batch_item_failures.is_empty());
     assert_eq!(s.memory_count().await, 2, "memory off: nothing extracted");
+    // Asked for by hand, too: refused before the model is called.
+    let asked = s.models.requests().len();
+    s.extract(s.t().unwrap(), agent, "queued")
+        .await
+        .assert_error(400, 0, "memory is off for this agent");
+    assert_eq!((s.models.requests().len(), s.memory_count().await), (asked, 2));
     s.app
         .put(&format!("/agent/{agent}"), s.t(), &json!({ "memoryEnabled": true }))
         .await

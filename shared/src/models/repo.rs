@@ -297,7 +297,8 @@ pub enum EnableTarget {
 /// config's id set to null (the foreign keys that did this were dropped, migration 0021).
 /// Deletes the config and clears what names it in a column (by their foreign keys) or in a
 /// knowledge base's settings: a base falls back to the default chat model and to no reranking,
-/// as an agent falls back to the default chat model. Left in the settings, the id failed every
+/// as an agent falls back to the default chat model. A memory config whose reranker it was
+/// reranks no more (left on with no model, its every later edit was refused). Left in the settings, the id failed every
 /// search and Q&A of the base, and its next config edit wrote it back into a column (500). A
 /// base cleared here counts as changed (`update_dt`): an edit that read it before would write
 /// the id back, and is answered 409 instead. The config is locked first, in a statement of its
@@ -313,6 +314,9 @@ pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
     sqlx::query(
         "WITH usage AS (UPDATE model_usage SET model_id = NULL WHERE model_id = $1),
               answers AS (UPDATE messages SET model_id = NULL WHERE model_id = $1),
+              memory AS (
+                UPDATE memory_configs SET rerank_model_id = NULL, rerank_enabled = FALSE, update_dt = now()
+                WHERE rerank_model_id = $1),
               bases AS (
                 UPDATE knowledge_bases SET
                   update_dt = now(),

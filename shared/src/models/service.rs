@@ -571,18 +571,26 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     tx.commit().await.map_err(Into::into)
 }
 
-/// Refused while a knowledge base embeds with the config: its stored vectors are that model's,
-/// so the base cannot lose it (every other reference is cleared with the config, see
-/// `repo::delete_config`).
+/// Refused while a knowledge base or a memory config embeds with the config: their stored
+/// vectors are that model's, so they cannot lose it (every other reference is cleared with the
+/// config, see `repo::delete_config`).
 pub async fn delete_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
     managed_config(state, user, id).await?;
-    repo::delete_config(state.db(), id).await.map_err(|e| match e {
-        sqlx::Error::Database(db) if db.constraint() == Some("knowledge_bases_embedding_model_id_fkey") => {
-            AppError::business(format!(
-                "model config {id} is the embedding model of a knowledge base; delete the base or disable the model instead"
-            ))
+    repo::delete_config(state.db(), id).await.map_err(|e| {
+        let user_of = match &e {
+            sqlx::Error::Database(db) => match db.constraint() {
+                Some("knowledge_bases_embedding_model_id_fkey") => Some("a knowledge base"),
+                Some("memory_configs_embedding_model_id_fkey") => Some("a memory config"),
+                _ => None,
+            },
+            _ => None,
+        };
+        match user_of {
+            Some(user_of) => AppError::business(format!(
+                "model config {id} is the embedding model of {user_of}; delete that first or disable the model instead"
+            )),
+            None => e.into(),
         }
-        other => other.into(),
     })?;
     Ok(())
 }

@@ -550,6 +550,47 @@ async fn the_similarity_threshold_keeps_unrelated_questions_from_recalling() {
     assert_eq!(theme[0].title, "Editor theme", "{theme:?}");
 }
 
+/// A memory config's stored vectors are its embedding model's: that model is not deleted from
+/// under it. Its reranker may go, and the config then reranks no more (left on with no model,
+/// every later edit of the config was refused).
+#[tokio::test]
+async fn a_memory_configs_models_are_deleted_only_as_it_can_go_on_without_them() {
+    let s = setup(false).await;
+    let provider = s.app.provider(&s.admin, "rerankers").await;
+    let reranker = s
+        .app
+        .model(&s.admin, provider, "RERANKER", "rerank", &s.models.base_url, json!({}))
+        .await;
+    let config = s
+        .config(json!({ "rerankEnabled": true, "rerankModelId": reranker }))
+        .await;
+    let path = format!("/memory/config/{config}");
+    let before = s.app.get(&path, s.t()).await.assert_ok().clone();
+    s.app
+        .delete(&format!("/ai-model/config/{}", s.embedding_model), s.t())
+        .await
+        .assert_status_error(400, 0, "is the embedding model of a memory config");
+    assert_eq!(s.app.get(&path, s.t()).await.assert_ok(), &before, "nothing changed");
+
+    s.app
+        .delete(&format!("/ai-model/config/{reranker}"), s.t())
+        .await
+        .assert_status_ok();
+    let after = s.app.get(&path, s.t()).await.assert_ok().clone();
+    assert_eq!(
+        (&after["rerankEnabled"], &after["rerankModelId"]),
+        (&json!(false), &Value::Null)
+    );
+    assert_eq!(after["embeddingModelId"], before["embeddingModelId"]);
+    s.app.put(&path, s.t(), &json!({ "name": "renamed" })).await.assert_ok();
+
+    s.app.delete(&path, s.t()).await.assert_ok();
+    s.app
+        .delete(&format!("/ai-model/config/{}", s.embedding_model), s.t())
+        .await
+        .assert_status_ok();
+}
+
 /// A config with a reranker has its recall ordered and scored by the reranker (the scripted one
 /// scores word overlap with the question), and one with `rewriteEnabled` has the question
 /// rewritten by its extraction model before recalling: both models are really called.

@@ -111,12 +111,29 @@ fn missing_field(detail: &str) -> Option<&str> {
     detail.strip_prefix("missing field `")?.strip_suffix('`')
 }
 
-/// The JSON a model wrapped in prose or a code fence: from the first `open` to the last
-/// `close`, or nothing when there is no such pair in that order.
-pub fn enclosed(text: &str, open: char, close: char) -> Option<&str> {
-    let start = text.find(open)?;
-    let end = text.rfind(close)?;
-    (end > start).then(|| &text[start..=end])
+/// Openers `first_value` tries before it gives up: a long answer full of braces is not parsed
+/// from each of them.
+const OPENERS_TRIED: usize = 16;
+
+/// The first JSON value a model wrapped in prose or a code fence: parsed from the first of
+/// `opens` that starts a whole value, whatever follows it. Cut from the first opener to the
+/// last closer, a bracket in the prose around the JSON ("skipped {small talk}") made the
+/// whole answer invalid. Err(None) when no opener is found; otherwise the first one's error.
+pub fn first_value(text: &str, opens: &[char]) -> Result<serde_json::Value, Option<serde_json::Error>> {
+    let mut first_error = None;
+    for (at, _) in text.match_indices(opens).take(OPENERS_TRIED) {
+        match serde_json::Deserializer::from_str(&text[at..])
+            .into_iter::<serde_json::Value>()
+            .next()
+        {
+            Some(Ok(value)) => return Ok(value),
+            Some(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            None => {}
+        }
+    }
+    Err(first_error)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::recall::{self, Strategy};
 use super::repo::{self, Content, Embedding, Origin};
 use crate::db::vector_literal;
 use crate::domain::Owner;
-use crate::json::enclosed;
+use crate::json::first_value;
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
 use crate::models::gateway::{self};
 use crate::models::ModelType;
@@ -392,8 +392,10 @@ async fn ask_model(
 /// array (or be that array), possibly inside a code fence; items that break the contract
 /// (unknown type, empty title or content) are dropped, the rest trimmed to the limits.
 pub fn parse(answer: &str, max: usize) -> Result<Vec<Content>, String> {
-    let json = json_part(answer).ok_or("it holds no JSON object or array")?;
-    let value: Value = serde_json::from_str(json).map_err(|e| format!("invalid JSON ({e})"))?;
+    let value = first_value(answer, &['{', '[']).map_err(|e| match e {
+        Some(e) => format!("invalid JSON ({e})"),
+        None => "it holds no JSON object or array".to_owned(),
+    })?;
     let items = match &value {
         Value::Array(a) => a,
         Value::Object(o) => o
@@ -412,15 +414,6 @@ pub fn parse(answer: &str, max: usize) -> Result<Vec<Content>, String> {
     }
     out.truncate(max);
     Ok(out)
-}
-
-/// The answer's JSON object or array, whichever opens first.
-fn json_part(answer: &str) -> Option<&str> {
-    let start = answer.find(['{', '['])?;
-    match answer[start..].starts_with('{') {
-        true => enclosed(answer, '{', '}'),
-        false => enclosed(answer, '[', ']'),
-    }
 }
 
 fn text(item: &Value, keys: &[&str]) -> String {
@@ -541,6 +534,9 @@ mod tests {
         assert_eq!(parse(answer, 1).unwrap().len(), 1);
         assert_eq!(parse("[]", 3).unwrap().len(), 0);
         assert!(parse("no json here", 3).is_err());
+        // Brackets in the prose around the JSON, before or after it.
+        let wrapped = "[Extraction]\n{\"memories\": [{\"memoryType\": \"FACT\", \"title\": \"Team\", \"content\": \"Five people\"}]}\nNote: skipped {small talk}.";
+        assert_eq!(parse(wrapped, 3).unwrap()[0].content, "Five people");
         assert!(parse("{\"other\": 1}", 3).unwrap_err().contains("memories"));
     }
 

@@ -70,8 +70,10 @@ pub async fn chunk(
 /// Reads `{"boundaries": [...]}` from the answer (code fences and prose around it allowed):
 /// sorted, unique, in 1..=n, and always starting at 1.
 fn boundaries(answer: &str, n: usize) -> Result<Vec<usize>, String> {
-    let json = crate::json::enclosed(answer, '{', '}').ok_or("the chunk model gave no JSON")?;
-    let v: Value = serde_json::from_str(json).map_err(|e| format!("the chunk model's JSON is invalid: {e}"))?;
+    let v = crate::json::first_value(answer, &['{']).map_err(|e| match e {
+        Some(e) => format!("the chunk model's JSON is invalid: {e}"),
+        None => "the chunk model gave no JSON".to_owned(),
+    })?;
     let list = v["boundaries"]
         .as_array()
         .ok_or("the chunk model's JSON has no boundaries array")?;

@@ -17,8 +17,17 @@ use shared::{AppResult, AppState};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+/// The largest request body a file write takes: a file of SKILL_MAX_FILE_BYTES (1 MiB by
+/// default) sent as JSON text, where an escape may take six bytes (`\u001b`) and an emoji
+/// twelve as a surrogate pair, for four in the file. Under the default 2 MiB a file well under
+/// its limit could be read online and not written back. The file's own limit is checked after.
+const FILE_WRITE_BODY_BYTES: usize = 7 << 20;
+
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
+        // The layer closest to a route sets its limit: the upload's below does not lift this.
+        .routes(routes!(read_file, write_file))
+        .layer(DefaultBodyLimit::max(FILE_WRITE_BODY_BYTES))
         // The upload enforces SKILL_MAX_PACKAGE_BYTES itself while reading.
         .routes(routes!(upload))
         .layer(DefaultBodyLimit::disable())
@@ -30,7 +39,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(generate))
         .routes(routes!(optimize))
         .routes(routes!(tree, create_entry, delete_entry))
-        .routes(routes!(read_file, write_file))
         .routes(routes!(rename))
 }
 

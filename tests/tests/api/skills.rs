@@ -1046,3 +1046,29 @@ async fn ai_drafts_fall_back_without_a_usable_model() {
     check_fallbacks("no default CHAT model").await;
     assert_eq!(s.snapshot().await, before, "drafts are never saved");
 }
+
+/// A text file at the default limit (1 MiB) is written back online whatever its characters:
+/// as JSON, control characters take six bytes each, which passed the default 2 MiB body limit
+/// at a third of the file's own.
+#[tokio::test]
+async fn a_file_within_its_limit_is_written_whatever_its_escaping() {
+    let app = spawn_with(Store::Filesystem, &[]).await;
+    let admin = app.admin_token().await;
+    let s = Setup {
+        app,
+        bucket: None,
+        admin,
+    };
+    let id = s.create("escapes").await;
+    let text = "\u{1b}".repeat(1_000_000);
+    s.write(&s.admin, id, "notes.md", json!({ "content": text }))
+        .await
+        .assert_status_ok();
+    let files = s.download(id).await;
+    assert_eq!(files["notes.md"].len(), 1_000_000);
+    // Past the file's limit, the refusal names it.
+    let over = "\u{1b}".repeat(1_048_577);
+    s.write(&s.admin, id, "notes.md", json!({ "content": over }))
+        .await
+        .assert_status_error(413, 413, "files above 1048576 bytes cannot be opened or saved online");
+}

@@ -48,8 +48,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Query;
 use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, Query};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -84,6 +84,8 @@ impl ModelServer {
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/rerank", post(rerank))
             .route("/search", get(web_search))
+            // Providers take requests with images of tens of MB inline (OpenAI: 50 MB in all).
+            .layer(DefaultBodyLimit::max(64 << 20))
             .with_state(script.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -10,7 +10,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Endpoint as GrpcEndpoint;
 
 use super::node_proto::{self as pb, chat_delta::Kind, client_node_client::ClientNodeClient};
-use super::node_wire::DeltaDecoder;
+use super::node_wire::{DeltaDecoder, MAX_REQUEST_BYTES};
 use super::NodeRow;
 use crate::models::client::{ChatEvent, ChatStream, ModelError, MAX_STREAM_BYTES};
 
@@ -66,6 +66,20 @@ pub struct Credentials<'a> {
     pub token: &'a str,
 }
 
+/// Why a node did not take a call.
+#[derive(Debug)]
+pub struct NotTaken {
+    pub why: String,
+    /// It refused the request as larger than it takes (gRPC's OUT_OF_RANGE).
+    pub too_large: bool,
+}
+
+impl From<String> for NotTaken {
+    fn from(why: String) -> Self {
+        Self { why, too_large: false }
+    }
+}
+
 /// Starts the call on `node`; an error (the node cannot be reached, refused, or did not accept
 /// within [`ACCEPT_WITHIN`]) means nothing was generated and another node may be tried.
 pub async fn open(
@@ -73,12 +87,12 @@ pub async fn open(
     creds: &Credentials<'_>,
     request: pb::ChatRequest,
     idle: Duration,
-) -> Result<ChatStream, String> {
+) -> Result<ChatStream, NotTaken> {
     let addr = address(node);
     let slot = Slot::take(addr.clone());
     let accepted = tokio::time::timeout(ACCEPT_WITHIN, accept(&addr, creds, request))
         .await
-        .map_err(|_| format!("did not accept the call within {ACCEPT_WITHIN:?}"))??;
+        .map_err(|_| NotTaken::from(format!("did not accept the call within {ACCEPT_WITHIN:?}")))??;
     let relay = Relay {
         inner: accepted,
         decoder: DeltaDecoder::default(),
@@ -99,7 +113,7 @@ async fn accept(
     addr: &str,
     creds: &Credentials<'_>,
     request: pb::ChatRequest,
-) -> Result<tonic::Streaming<pb::ChatDelta>, String> {
+) -> Result<tonic::Streaming<pb::ChatDelta>, NotTaken> {
     let channel = GrpcEndpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| format!("bad address {addr}: {e}"))?
         .connect_timeout(ACCEPT_WITHIN)
@@ -115,17 +129,21 @@ async fn accept(
         call.metadata_mut().insert(crate::telemetry::TRACEPARENT, value);
     }
     let mut stream = ClientNodeClient::new(channel)
+        .max_encoding_message_size(MAX_REQUEST_BYTES)
         .chat(call)
         .await
-        .map_err(|s| format!("refused the call: {:?} {}", s.code(), s.message()))?
+        .map_err(|s| NotTaken {
+            why: format!("refused the call: {:?} {}", s.code(), s.message()),
+            too_large: s.code() == tonic::Code::OutOfRange,
+        })?
         .into_inner();
     match stream.message().await {
         Ok(Some(pb::ChatDelta {
             kind: Some(Kind::Accepted(_)),
         })) => Ok(stream),
-        Ok(Some(_)) => Err("answered without accepting the call first".to_owned()),
-        Ok(None) => Err("closed the call without accepting it".to_owned()),
-        Err(s) => Err(format!("failed before accepting: {:?} {}", s.code(), s.message())),
+        Ok(Some(_)) => Err("answered without accepting the call first".to_owned().into()),
+        Ok(None) => Err("closed the call without accepting it".to_owned().into()),
+        Err(s) => Err(format!("failed before accepting: {:?} {}", s.code(), s.message()).into()),
     }
 }
 
@@ -239,15 +257,16 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_node_streaming_past_the_limit_is_cut_off_there() {
+    /// A node serving `Flood` with gRPC's default limits, and the platform's credentials.
+    async fn flood_node() -> (NodeRow, Credentials<'static>, tokio::task::JoinHandle<()>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("address").port();
-        let serving = tokio::spawn(
-            tonic::transport::Server::builder()
+        let serving = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
                 .add_service(ClientNodeServer::new(Flood))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await;
+        });
         let node = NodeRow {
             id: 1,
             app_id: "app".into(),
@@ -264,6 +283,27 @@ mod tests {
             app_id: "app",
             token: "token",
         };
+        (node, creds, serving)
+    }
+
+    /// A node left at gRPC's usual 4 MiB refuses a larger request (an image inline): told as
+    /// too large, not as a node that did not answer.
+    #[tokio::test]
+    async fn a_request_past_a_nodes_limit_is_told_as_too_large() {
+        let (node, creds, serving) = flood_node().await;
+        let large = pb::ChatRequest {
+            conversation_id: "x".repeat(5 << 20),
+            ..Default::default()
+        };
+        let refused = open(&node, &creds, large, Duration::from_secs(30)).await;
+        serving.abort();
+        let not = refused.err().expect("refused");
+        assert!(not.too_large, "{}", not.why);
+    }
+
+    #[tokio::test]
+    async fn a_node_streaming_past_the_limit_is_cut_off_there() {
+        let (node, creds, serving) = flood_node().await;
         let stream = open(&node, &creds, pb::ChatRequest::default(), Duration::from_secs(30))
             .await
             .expect("the node accepts the call");

@@ -10,6 +10,13 @@ use crate::models::client::{
 };
 use crate::text::model_text;
 
+/// The largest request a node must take, and the platform sends. gRPC's usual default (4 MiB,
+/// tonic's, grpc-go's and grpc-java's) is passed by a spec-legal chat with images, which travel
+/// inline: three of up to 10 MB, base64-encoded, and a history whose answers may reach 4 MiB.
+/// A node left at that default refused such calls, and the platform told them as "did not
+/// answer" on every node in turn.
+pub const MAX_REQUEST_BYTES: usize = 64 << 20;
+
 /// The request a node receives for a chat call to `ep`. Neither its API key nor its base URL
 /// leaves the platform: the URL is whatever the model config's author typed, and a node calls
 /// its own upstream with its own key.

@@ -71,7 +71,20 @@ fn load(node: &NodeRow) -> usize {
 
 /// The message of a call no node took, told to whoever is chatting (a partner's user, too):
 /// counts only. What each node answered, with its address, is in the log.
-fn unavailable(app_id: &str, online: usize, busy: usize, failed: usize) -> String {
+/// Nodes that did not take a call, by why.
+#[derive(Default)]
+struct Missed {
+    busy: usize,
+    failed: usize,
+    too_large: usize,
+}
+
+fn unavailable(app_id: &str, online: usize, missed: &Missed) -> String {
+    let Missed {
+        busy,
+        failed,
+        too_large,
+    } = *missed;
     if online == 0 {
         return format!("no client node of app {app_id} is online");
     }
@@ -81,6 +94,12 @@ fn unavailable(app_id: &str, online: usize, busy: usize, failed: usize) -> Strin
     }
     if failed > 0 {
         why.push(format!("{failed} did not answer"));
+    }
+    if too_large > 0 {
+        why.push(format!(
+            "{too_large} refused the request as too large (a node must take {} MiB; check its gRPC server's maximum message size)",
+            node_wire::MAX_REQUEST_BYTES >> 20
+        ));
     }
     format!(
         "no client node of app {app_id} is available: of {online} online, {}",
@@ -153,26 +172,31 @@ impl ChatTransport for NodeRoute {
             Strategy::Hash => 0,
         };
         let candidates = order(online, strategy, ticket, &self.conversation, load);
-        let busy = total - candidates.len();
+        let mut missed = Missed {
+            busy: total - candidates.len(),
+            ..Missed::default()
+        };
         let request = node_wire::encode_request(ep, req, &self.conversation);
         let creds = Credentials {
             app_id: &self.app_id,
             token: &token,
         };
-        let mut failed = 0;
         for node in &candidates {
             match node_client::open(node, &creds, request.clone(), ep.timeout()).await {
                 Ok(stream) => {
                     tracing::debug!(app_id = %self.app_id, host_id = %node.host_id, "client node took the call");
                     return Ok(stream);
                 }
-                Err(why) => {
-                    tracing::warn!(app_id = %self.app_id, host_id = %node.host_id, %why, "client node did not take the call");
-                    failed += 1;
+                Err(not) => {
+                    tracing::warn!(app_id = %self.app_id, host_id = %node.host_id, why = %not.why, "client node did not take the call");
+                    match not.too_large {
+                        true => missed.too_large += 1,
+                        false => missed.failed += 1,
+                    }
                 }
             }
         }
-        Err(ModelError::NoClientNode(unavailable(&self.app_id, total, busy, failed)))
+        Err(ModelError::NoClientNode(unavailable(&self.app_id, total, &missed)))
     }
 }
 
@@ -259,10 +283,19 @@ mod tests {
 
     #[test]
     fn the_no_node_message_names_the_app_and_why() {
-        assert_eq!(unavailable("shop", 0, 0, 0), "no client node of app shop is online");
         assert_eq!(
-            unavailable("shop", 2, 1, 1),
-            "no client node of app shop is available: of 2 online, 1 at maxConcurrent, 1 did not answer"
+            unavailable("shop", 0, &Missed::default()),
+            "no client node of app shop is online"
+        );
+        let missed = Missed {
+            busy: 1,
+            failed: 1,
+            too_large: 1,
+        };
+        assert_eq!(
+            unavailable("shop", 3, &missed),
+            "no client node of app shop is available: of 3 online, 1 at maxConcurrent, 1 did not answer, \
+             1 refused the request as too large (a node must take 64 MiB; check its gRPC server's maximum message size)"
         );
     }
 }

@@ -74,6 +74,11 @@ struct Setup {
 impl Setup {
     /// An app with `strategy`, an agent bound to it on `model`, and nodes `(hostId, maxConcurrent)`.
     async fn new(strategy: &str, model: &str, nodes: &[(&str, u32)]) -> Self {
+        Self::with_model(strategy, (model, json!({})), nodes).await
+    }
+
+    /// The same, the model config created with `extra` fields.
+    async fn with_model(strategy: &str, (model, extra): (&str, Value), nodes: &[(&str, u32)]) -> Self {
         let s = ChatSetup::new().await;
         let creds = s.app.create_app(&s.admin, "shop").await;
         s.app
@@ -84,7 +89,7 @@ impl Setup {
             )
             .await
             .assert_ok();
-        let model = s.chat_model(model, json!({})).await;
+        let model = s.chat_model(model, extra).await;
         let agent = s
             .agent(
                 &s.admin,
@@ -190,6 +195,36 @@ async fn round_robin_cycles_through_the_nodes() {
     let first: BTreeSet<&String> = hosts[..3].iter().collect();
     assert_eq!(first.len(), 3, "three turns visit three nodes: {hosts:?}");
     assert_eq!(hosts[..3], hosts[3..], "and then the same cycle again");
+    t.nothing_ran_locally();
+}
+
+/// Images travel to the node inline: a 5 MB one passes gRPC's usual 4 MiB message limit, which
+/// the reference node lifts (every node refused such a chat, and the turn blamed them all).
+#[tokio::test]
+async fn a_chat_with_a_large_image_runs_on_a_node() {
+    let vision = json!({ "configJson": { "capabilities": ["vision"] } });
+    let t = Setup::with_model("ROUND_ROBIN", ("chat-echo", vision), &[("big", 2)]).await;
+    let mut bytes = api_tests::PNG.to_vec();
+    bytes.resize(5 << 20, 0);
+    let uploaded = t.s.app.upload_resource(&t.s.admin, "big.png", bytes, None).await;
+    let image = uploaded.assert_ok()["id"].as_i64().unwrap();
+    let mut body = say("img", "what is this");
+    body["attachments"] = json!([{ "type": "IMAGE", "resourceId": image }]);
+    let events = t.s.chat(&t.s.admin, t.agent, body).await.events();
+    assert_eq!(kinds(&events).last().map(String::as_str), Some("done"), "{events:?}");
+    assert_eq!(joined(&events, "text"), "You said: what is this");
+    // The node's own model got the whole image (base64: a third longer).
+    let inline_image = |m: &Value| {
+        m["content"].as_array().is_some_and(|parts| {
+            parts
+                .iter()
+                .any(|p| p["image_url"]["url"].as_str().is_some_and(|u| u.len() > 5 << 20))
+        })
+    };
+    let sent = t.nodes[0].models.requests();
+    assert!(sent
+        .iter()
+        .any(|r| r["messages"].as_array().unwrap().iter().any(inline_image)));
     t.nothing_ran_locally();
 }
 

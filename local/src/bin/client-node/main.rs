@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use shared::apps::node_proto::client_node_server::ClientNodeServer;
+use shared::apps::node_wire::MAX_REQUEST_BYTES;
 use shared::models::client::ModelClient;
 use tonic::transport::server::TcpIncoming;
 
@@ -38,7 +39,7 @@ async fn main() -> anyhow::Result<()> {
         active: active.clone(),
     };
     let server = tonic::transport::Server::builder()
-        .add_service(ClientNodeServer::new(node))
+        .add_service(ClientNodeServer::new(node).max_decoding_message_size(MAX_REQUEST_BYTES))
         .serve_with_incoming(TcpIncoming::from(listener));
     tracing::info!(host_id = %config.host_id, port, app_id = %config.app_id, "client node serving gRPC");
     tokio::select! {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::upstream::{read_body, BodyError, MAX_BODY_BYTES};
+use crate::upstream::{read_body, BodyError};
 
 /// Used when a token response has no `expires_in`.
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
@@ -16,6 +16,13 @@ const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// A token is replaced this long before it expires (at most a tenth of its lifetime).
 const MAX_MARGIN: Duration = Duration::from_secs(30);
+/// The largest token answer read: a token is a few KB at most (a JWT with many claims), and
+/// each one is kept in memory until it expires.
+const MAX_TOKEN_RESPONSE_BYTES: usize = 64 * 1024;
+/// Tokens kept at most: one per client of the servers in use. Past it the ones due soonest go
+/// (fetched again when needed), so a server's credentials changed again and again cannot grow
+/// the cache for the life of the process.
+const MAX_TOKENS: usize = 1000;
 
 pub struct Credentials<'a> {
     pub client_id: &'a str,
@@ -76,8 +83,25 @@ impl TokenCache {
             return Ok(t.clone());
         }
         let token = fetch(http, creds).await?;
-        self.lock().insert(key, token.clone());
+        self.keep(key, token.clone());
         Ok(token)
+    }
+
+    /// Caches `token`, first dropping the tokens due for renewal and, past `MAX_TOKENS`, the
+    /// ones due soonest: only a 401 removed a token before, and every changed client id or
+    /// secret left its old one behind.
+    fn keep(&self, key: [u8; 32], token: Token) {
+        let mut tokens = self.lock();
+        let now = Instant::now();
+        tokens.retain(|_, t| now < t.renew_at);
+        if tokens.len() >= MAX_TOKENS {
+            let mut due: Vec<(Instant, [u8; 32])> = tokens.iter().map(|(k, t)| (t.renew_at, *k)).collect();
+            due.sort_unstable();
+            for (_, k) in due.iter().take(tokens.len() + 1 - MAX_TOKENS) {
+                tokens.remove(k);
+            }
+        }
+        tokens.insert(key, token);
     }
 
     /// Drops a token the MCP server refused, so the next use fetches a new one.
@@ -105,7 +129,7 @@ async fn fetch(http: &reqwest::Client, creds: &Credentials<'_>) -> Result<Token,
         .map_err(|e| format!("OAuth2 token endpoint {url} is unreachable: {}", without_url(&e)))?;
     let status = resp.status();
     // A token answer is a few hundred bytes; a server streaming more is not a token endpoint.
-    let body: Option<TokenResponse> = match read_body(resp, MAX_BODY_BYTES).await {
+    let body: Option<TokenResponse> = match read_body(resp, MAX_TOKEN_RESPONSE_BYTES).await {
         Ok(bytes) => serde_json::from_slice(&bytes).ok(),
         Err(e @ BodyError::TooLarge(_)) => return Err(format!("OAuth2 token endpoint {url}: {e}")),
         Err(BodyError::Network(_)) => None,
@@ -185,6 +209,30 @@ mod tests {
             assert_eq!(lifetime(&body), None, "{unreadable}");
         }
         assert_eq!(lifetime(r#"{"access_token":"t"}"#), None);
+    }
+
+    #[test]
+    fn the_cache_drops_tokens_due_and_keeps_at_most_its_limit() {
+        let cache = TokenCache::default();
+        let token = |renew_at| Token {
+            access_token: "t".into(),
+            renew_at,
+        };
+        let now = Instant::now();
+        let key = |i: usize| {
+            let mut k = [0u8; 32];
+            k[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            k
+        };
+        cache.keep(key(0), token(now - Duration::from_secs(1)));
+        for i in 1..=MAX_TOKENS + 5 {
+            cache.keep(key(i), token(now + Duration::from_secs(60 + i as u64)));
+        }
+        let kept = cache.lock();
+        assert_eq!(kept.len(), MAX_TOKENS);
+        assert!(!kept.contains_key(&key(0)), "a token due is dropped");
+        assert!(!kept.contains_key(&key(1)), "the one due soonest goes first");
+        assert!(kept.contains_key(&key(MAX_TOKENS + 5)), "the newest stays");
     }
 
     #[test]

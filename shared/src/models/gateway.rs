@@ -2,7 +2,7 @@
 //! caller's quota, call (capped at what is held), record usage, settle the hold to what was used.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -28,6 +28,9 @@ pub struct ModelHandle {
     pub endpoint: Endpoint,
     /// Where chat calls run when not in this process (an app's client nodes).
     pub via: Option<Arc<dyn ChatTransport>>,
+    /// The longest a buffered call may take, retries included, whatever the config's own
+    /// timeout and retries; past it the call fails as timed out, and is recorded so.
+    pub time_limit: Option<Duration>,
 }
 
 impl ModelHandle {
@@ -36,6 +39,15 @@ impl ModelHandle {
             row,
             endpoint,
             via: None,
+            time_limit: None,
+        }
+    }
+
+    /// The same model with its buffered calls cut at `limit`.
+    pub fn within(self, limit: Duration) -> Self {
+        Self {
+            time_limit: Some(limit),
+            ..self
         }
     }
 
@@ -360,7 +372,17 @@ async fn metered<T>(
 ) -> Result<T, CallError> {
     let (mut record, started) = start(model, billing, kind);
     let span = call_span(model, operation, kind);
-    let outcome = call.instrument(span.clone()).await;
+    let outcome = match model.time_limit {
+        Some(limit) => tokio::time::timeout(limit, call.instrument(span.clone()))
+            .await
+            .unwrap_or_else(|_| {
+                Err(ModelError::Timeout(format!(
+                    "no answer within {} s, retries included",
+                    limit.as_secs()
+                )))
+            }),
+        None => call.instrument(span.clone()).await,
+    };
     record.latency_ms = started.elapsed().as_millis() as i64;
     match &outcome {
         Ok(v) => record.usage = usage_of(v),

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::client::{ChatMessage, ChatRequest, InputKind, ModelError};
+use super::client::{ChatMessage, ChatRequest, InputKind};
 use super::gateway::{self, Billing, CallError, ModelHandle};
 use super::{ModelConfigRow, ModelType, TestResult};
 use crate::domain::CurrentUser;
@@ -12,56 +12,48 @@ use crate::{validate, AppError, AppResult, AppState};
 pub async fn run(state: &AppState, row: ModelConfigRow, user: &CurrentUser) -> AppResult<TestResult> {
     let endpoint = gateway::endpoint_of(state, &row)?;
     let relay = user.is_admin() || row.creator_id == user.id;
-    let model = ModelHandle::new(row, endpoint);
-    let billing = Billing::of(user);
-    let started = Instant::now();
-    let limit = state.config().model_test_timeout;
-    let call = async {
-        match model.row.model_type() {
-            ModelType::Chat => {
-                let req = ChatRequest {
-                    messages: vec![ChatMessage::user("Hello")],
-                    max_tokens: Some(16),
-                    ..Default::default()
-                };
-                gateway::chat(state, &model, billing, "test", &req).await.map(|r| {
-                    let said: String = r.content.chars().take(80).collect();
-                    format!("the chat model answered: {said}")
-                })
-            }
-            ModelType::Embedding => {
-                let texts = ["connectivity test".to_owned()];
-                gateway::embed(state, &model, billing, &texts, InputKind::Query, None)
-                    .await
-                    .map(|e| {
-                        format!(
-                            "the embedding model returned a {}-dimensional vector",
-                            e.dimension().unwrap_or(0)
-                        )
-                    })
-            }
-            ModelType::Reranker => {
-                let docs = ["Paris is the capital of France.".to_owned()];
-                gateway::rerank(state, &model, billing, "What is the capital of France?", &docs, 1)
-                    .await
-                    .map(|hits| {
-                        format!(
-                            "the rerank model scored the test document {:.3}",
-                            hits.first().map(|h| h.score).unwrap_or(0.0)
-                        )
-                    })
-            }
-        }
-    };
     // A config's own timeout and retries are sized for chats (a minute, three tries); the
     // test answers within its limit, so an endpoint that drops packets or never answers is
     // told as such rather than as API Gateway's 504 after 29 s.
-    let outcome = tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
-        Err(CallError::Model(ModelError::Timeout(format!(
-            "no answer within the test's {} s, retries included",
-            limit.as_secs()
-        ))))
-    });
+    let limit = state.config().model_test_timeout;
+    let model = ModelHandle::new(row, endpoint).within(limit);
+    let billing = Billing::of(user);
+    let started = Instant::now();
+    let outcome: Result<String, CallError> = match model.row.model_type() {
+        ModelType::Chat => {
+            let req = ChatRequest {
+                messages: vec![ChatMessage::user("Hello")],
+                max_tokens: Some(16),
+                ..Default::default()
+            };
+            gateway::chat(state, &model, billing, "test", &req).await.map(|r| {
+                let said: String = r.content.chars().take(80).collect();
+                format!("the chat model answered: {said}")
+            })
+        }
+        ModelType::Embedding => {
+            let texts = ["connectivity test".to_owned()];
+            gateway::embed(state, &model, billing, &texts, InputKind::Query, None)
+                .await
+                .map(|e| {
+                    format!(
+                        "the embedding model returned a {}-dimensional vector",
+                        e.dimension().unwrap_or(0)
+                    )
+                })
+        }
+        ModelType::Reranker => {
+            let docs = ["Paris is the capital of France.".to_owned()];
+            gateway::rerank(state, &model, billing, "What is the capital of France?", &docs, 1)
+                .await
+                .map(|hits| {
+                    format!(
+                        "the rerank model scored the test document {:.3}",
+                        hits.first().map(|h| h.score).unwrap_or(0.0)
+                    )
+                })
+        }
+    };
     let response_time_ms = started.elapsed().as_millis() as i64;
     match outcome {
         Ok(message) => Ok(TestResult {

@@ -649,12 +649,26 @@ async fn the_connectivity_test_answers_within_its_own_time_limit() {
         r["message"]
             .as_str()
             .unwrap()
-            .contains("timed out: no answer within the test's 1 s, retries included"),
+            .contains("timed out: no answer within 1 s, retries included"),
         "{r}"
     );
     let took = r["responseTimeMs"].as_i64().unwrap();
     assert!((1000..5000).contains(&took), "{took} ms");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // A real call, recorded as every test is: failed, nothing charged.
+    let recorded: Vec<(String, Option<String>, i64)> = sqlx::query_as(
+        "SELECT call_kind, error, prompt_tokens + completion_tokens FROM model_usage WHERE model_id = $1",
+    )
+    .bind(id)
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert!(
+        recorded[0].1.as_deref().is_some_and(|e| e.contains("timed out")),
+        "{recorded:?}"
+    );
+    assert_eq!((recorded[0].0.as_str(), recorded[0].2), ("test", 0));
 }
 
 #[tokio::test]

@@ -115,25 +115,44 @@ fn missing_field(detail: &str) -> Option<&str> {
 /// from each of them.
 const OPENERS_TRIED: usize = 16;
 
-/// The first JSON value a model wrapped in prose or a code fence: parsed from the first of
-/// `opens` that starts a whole value, whatever follows it. Cut from the first opener to the
-/// last closer, a bracket in the prose around the JSON ("skipped {small talk}") made the
-/// whole answer invalid. Err(None) when no opener is found; otherwise the first one's error.
-pub fn first_value(text: &str, opens: &[char]) -> Result<serde_json::Value, Option<serde_json::Error>> {
-    let mut first_error = None;
+/// Why a model's answer held no JSON value of the kind asked for.
+#[derive(Debug)]
+pub enum NoValue {
+    /// Not one of the openers.
+    NoJson,
+    /// The first opener's parse error: nothing parsed.
+    Invalid(serde_json::Error),
+    /// Values parsed, none of the kind asked for.
+    Unfit,
+}
+
+/// The first JSON value a model wrapped in prose or a code fence that `fits`: parsed from
+/// each of `opens` in turn, whatever follows the value. Cut from the first opener to the last
+/// closer, a bracket in the prose around the JSON ("skipped {small talk}") made the whole
+/// answer invalid; and the first value alone may be the prose's (a citation `[1]`, or an
+/// example the model restated before its answer).
+pub fn first_value(
+    text: &str,
+    opens: &[char],
+    fits: impl Fn(&serde_json::Value) -> bool,
+) -> Result<serde_json::Value, NoValue> {
+    let mut missed = NoValue::NoJson;
     for (at, _) in text.match_indices(opens).take(OPENERS_TRIED) {
         match serde_json::Deserializer::from_str(&text[at..])
             .into_iter::<serde_json::Value>()
             .next()
         {
-            Some(Ok(value)) => return Ok(value),
+            Some(Ok(value)) if fits(&value) => return Ok(value),
+            Some(Ok(_)) => missed = NoValue::Unfit,
             Some(Err(e)) => {
-                first_error.get_or_insert(e);
+                if matches!(missed, NoValue::NoJson) {
+                    missed = NoValue::Invalid(e);
+                }
             }
             None => {}
         }
     }
-    Err(first_error)
+    Err(missed)
 }
 
 #[cfg(test)]

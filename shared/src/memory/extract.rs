@@ -10,7 +10,7 @@ use super::recall::{self, Strategy};
 use super::repo::{self, Content, Embedding, Origin};
 use crate::db::vector_literal;
 use crate::domain::Owner;
-use crate::json::first_value;
+use crate::json::{first_value, NoValue};
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
 use crate::models::gateway::{self};
 use crate::models::ModelType;
@@ -392,18 +392,19 @@ async fn ask_model(
 /// array (or be that array), possibly inside a code fence; items that break the contract
 /// (unknown type, empty title or content) are dropped, the rest trimmed to the limits.
 pub fn parse(answer: &str, max: usize) -> Result<Vec<Content>, String> {
-    let value = first_value(answer, &['{', '[']).map_err(|e| match e {
-        Some(e) => format!("invalid JSON ({e})"),
-        None => "it holds no JSON object or array".to_owned(),
-    })?;
-    let items = match &value {
-        Value::Array(a) => a,
-        Value::Object(o) => o
-            .get("memories")
-            .and_then(Value::as_array)
-            .ok_or("the JSON object has no `memories` array")?,
-        _ => return Err("the JSON is neither an object nor an array".to_owned()),
-    };
+    // A list with memories first: an empty one in the prose ("else I return {"memories": []}")
+    // is an example, the answer itself only when there is no other.
+    let opens = ['{', '['];
+    let value = first_value(answer, &opens, |v| memory_items(v).is_some_and(|m| !m.is_empty()))
+        .or_else(|_| first_value(answer, &opens, |v| memory_items(v).is_some()))
+        .map_err(|e| match e {
+            NoValue::NoJson => "it holds no JSON object or array".to_owned(),
+            NoValue::Invalid(e) => format!("invalid JSON ({e})"),
+            NoValue::Unfit => {
+                "its JSON is neither an object with a `memories` array nor an array of memories".to_owned()
+            }
+        })?;
+    let items = memory_items(&value).unwrap_or_default();
     let mut out = Vec::new();
     for item in items {
         match item_content(item) {
@@ -414,6 +415,16 @@ pub fn parse(answer: &str, max: usize) -> Result<Vec<Content>, String> {
     }
     out.truncate(max);
     Ok(out)
+}
+
+/// The memories of an answer's JSON: `{"memories": [...]}` or the array itself, of objects.
+fn memory_items(value: &Value) -> Option<&[Value]> {
+    let items = match value {
+        Value::Array(a) => a,
+        Value::Object(o) => o.get("memories")?.as_array()?,
+        _ => return None,
+    };
+    items.iter().all(Value::is_object).then_some(items.as_slice())
 }
 
 fn text(item: &Value, keys: &[&str]) -> String {
@@ -537,6 +548,12 @@ mod tests {
         // Brackets in the prose around the JSON, before or after it.
         let wrapped = "[Extraction]\n{\"memories\": [{\"memoryType\": \"FACT\", \"title\": \"Team\", \"content\": \"Five people\"}]}\nNote: skipped {small talk}.";
         assert_eq!(parse(wrapped, 3).unwrap()[0].content, "Five people");
+        // JSON in the prose before the answer: a citation, an example restated.
+        let cited = "I found 2 memories [1]:\n{\"memories\": [{\"memoryType\": \"FACT\", \"title\": \"Team\", \"content\": \"Five people\"}]}";
+        assert_eq!(parse(cited, 3).unwrap().len(), 1);
+        let restated = "If nothing matters I return {\"memories\": []}; but: [{\"memoryType\": \"FACT\", \"title\": \"Team\", \"content\": \"Five people\"}]";
+        assert_eq!(parse(restated, 3).unwrap().len(), 1);
+        assert!(parse("only [1] here", 3).unwrap_err().contains("neither"));
         assert!(parse("{\"other\": 1}", 3).unwrap_err().contains("memories"));
     }
 

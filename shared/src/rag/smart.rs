@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::json::NoValue;
 use crate::models::client::{ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing};
 use crate::models::ModelType;
@@ -70,13 +71,12 @@ pub async fn chunk(
 /// Reads `{"boundaries": [...]}` from the answer (code fences and prose around it allowed):
 /// sorted, unique, in 1..=n, and always starting at 1.
 fn boundaries(answer: &str, n: usize) -> Result<Vec<usize>, String> {
-    let v = crate::json::first_value(answer, &['{']).map_err(|e| match e {
-        Some(e) => format!("the chunk model's JSON is invalid: {e}"),
-        None => "the chunk model gave no JSON".to_owned(),
+    let v = crate::json::first_value(answer, &['{'], |v| v["boundaries"].is_array()).map_err(|e| match e {
+        NoValue::NoJson => "the chunk model gave no JSON".to_owned(),
+        NoValue::Invalid(e) => format!("the chunk model's JSON is invalid: {e}"),
+        NoValue::Unfit => "the chunk model's JSON has no boundaries array".to_owned(),
     })?;
-    let list = v["boundaries"]
-        .as_array()
-        .ok_or("the chunk model's JSON has no boundaries array")?;
+    let list = v["boundaries"].as_array().map(Vec::as_slice).unwrap_or_default();
     let mut out: Vec<usize> = list
         .iter()
         .filter_map(Value::as_u64)

@@ -134,7 +134,7 @@ async fn accept(
         .await
         .map_err(|s| NotTaken {
             why: format!("refused the call: {:?} {}", s.code(), s.message()),
-            too_large: s.code() == tonic::Code::OutOfRange,
+            too_large: refused_as_too_large(&s),
         })?
         .into_inner();
     match stream.message().await {
@@ -144,6 +144,20 @@ async fn accept(
         Ok(Some(_)) => Err("answered without accepting the call first".to_owned().into()),
         Ok(None) => Err("closed the call without accepting it".to_owned().into()),
         Err(s) => Err(format!("failed before accepting: {:?} {}", s.code(), s.message()).into()),
+    }
+}
+
+/// Whether a node refused the request for its size. tonic answers OUT_OF_RANGE; grpc-go,
+/// grpc-java and the C core (Python, Node) answer RESOURCE_EXHAUSTED, which also means a busy
+/// node, so only with their words for a message past the limit.
+fn refused_as_too_large(s: &tonic::Status) -> bool {
+    match s.code() {
+        tonic::Code::OutOfRange => true,
+        tonic::Code::ResourceExhausted => {
+            let said = s.message().to_ascii_lowercase();
+            said.contains("larger than max") || said.contains("exceeds maximum size")
+        }
+        _ => false,
     }
 }
 
@@ -284,6 +298,33 @@ mod tests {
             token: "token",
         };
         (node, creds, serving)
+    }
+
+    #[test]
+    fn every_stacks_refusal_of_a_large_message_is_told_apart_from_a_busy_node() {
+        use tonic::{Code, Status};
+        for (code, said, too_large) in [
+            (Code::OutOfRange, "Error, decoded message length too large", true),
+            (
+                Code::ResourceExhausted,
+                "grpc: received message larger than max (5242880 vs. 4194304)",
+                true,
+            ),
+            (
+                Code::ResourceExhausted,
+                "gRPC message exceeds maximum size 4194304: 5242880",
+                true,
+            ),
+            (
+                Code::ResourceExhausted,
+                "Received message larger than max (5242880 vs. 4194304)",
+                true,
+            ),
+            (Code::ResourceExhausted, "node at maxConcurrent", false),
+            (Code::Unavailable, "message larger than max", false),
+        ] {
+            assert_eq!(refused_as_too_large(&Status::new(code, said)), too_large, "{said}");
+        }
     }
 
     /// A node left at gRPC's usual 4 MiB refuses a larger request (an image inline): told as

@@ -55,7 +55,7 @@ fn is_binary(c: char) -> bool {
 }
 
 /// Controls other than layout (C0, DEL and C1): dropped before chunking.
-fn is_dropped(c: char) -> bool {
+pub(super) fn is_dropped(c: char) -> bool {
     c.is_control() && !matches!(c, '\t' | '\n' | '\r' | '\x0c')
 }
 

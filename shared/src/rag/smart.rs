@@ -2,6 +2,8 @@
 //! the chunks it outlines are then bounded by `maxChunkTokens` like any other. Anything
 //! unusable in the answer falls back to the structure-aware rules, with the reason logged.
 
+use std::future::Future;
+
 use serde_json::Value;
 
 use crate::json::NoValue;
@@ -19,21 +21,38 @@ const SYSTEM: &str = "You split documents into coherent chunks for retrieval. Yo
 Reply with JSON only, like {\"boundaries\": [1, 4, 9]}: the numbers of the paragraphs that start a new chunk. \
 Start a new chunk where the topic changes.";
 
-/// Chunks `doc` with boundaries from `model_id`; Err is the reason to fall back.
-pub async fn chunk(
+/// Why a document was not chunked by its model.
+pub enum NotChunked<E> {
+    /// The reason to fall back to the structure-aware rules.
+    Fallback(String),
+    /// `before_window` stopped it.
+    Stopped(E),
+}
+
+impl<E> From<String> for NotChunked<E> {
+    fn from(reason: String) -> Self {
+        Self::Fallback(reason)
+    }
+}
+
+/// Chunks `doc` with boundaries from `model_id`. `before_window` runs before each window's
+/// paid call, and its Err stops the chunking: a replaced run's remaining windows would go on
+/// at its uploader's cost.
+pub async fn chunk<E, F: Future<Output = Result<(), E>>>(
     state: &AppState,
-    model_id: Option<i64>,
-    user_id: i64,
+    (model_id, user_id): (Option<i64>, i64),
     doc: &ParsedDocument,
     params: &ChunkParams,
-) -> Result<Vec<Chunk>, String> {
-    let model_id = model_id.ok_or("chunkModelId is not set")?;
+    mut before_window: impl FnMut() -> F,
+) -> Result<Vec<Chunk>, NotChunked<E>> {
+    let model_id = model_id.ok_or_else(|| "chunkModelId is not set".to_owned())?;
     let model = gateway::load(state, model_id, ModelType::Chat)
         .await
         .map_err(|e| format!("the chunk model cannot be used: {}", e.told()))?;
     let sections = &doc.sections;
     let mut starts = Vec::new();
     for window_start in (0..sections.len()).step_by(WINDOW) {
+        before_window().await.map_err(NotChunked::Stopped)?;
         let window = &sections[window_start..(window_start + WINDOW).min(sections.len())];
         let numbered: Vec<String> = window
             .iter()

@@ -1138,12 +1138,32 @@ async fn a_superseded_run_stops_before_its_model_calls() {
     let reply = s.upload(kb, &[("guide.md", GUIDE_MD.as_bytes().to_vec())]).await;
     let id = doc_ids(&reply).await[0];
     s.settled(id).await;
+    let before = usage_count(&s, "%").await;
+    run_replaced_at_chunking(&s, id).await;
+    assert_eq!(
+        usage_count(&s, "%").await,
+        before,
+        "no embedding call for the superseded run"
+    );
+}
+
+/// Model calls recorded of the kinds `like` matches.
+async fn usage_count(s: &KbSetup, like: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM model_usage WHERE call_kind LIKE $1")
+        .bind(like)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap()
+}
+
+/// Runs the ingestion of the settled document `id` again, its run replaced (as a reprocess
+/// does) the moment it reaches chunking.
+async fn run_replaced_at_chunking(s: &KbSetup, id: i64) {
     let (run_id,): (uuid::Uuid,) = sqlx::query_as("SELECT run_id FROM documents WHERE id = $1")
         .bind(id)
         .fetch_one(&s.app.db)
         .await
         .unwrap();
-    // The run starts again; a reprocess gives the document a new run as it reaches chunking.
     for sql in [
         "UPDATE documents SET status = 'pending', lease_until = NULL WHERE id = $1",
         "CREATE FUNCTION reprocess_now() RETURNS trigger LANGUAGE plpgsql AS
@@ -1153,13 +1173,6 @@ async fn a_superseded_run_stops_before_its_model_calls() {
     ] {
         sqlx::query(sql).bind(id).execute(&s.app.db).await.unwrap();
     }
-    let usage = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM model_usage")
-            .fetch_one(&s.app.db)
-            .await
-            .unwrap()
-    };
-    let before = usage().await;
     let message = json!({ "documentId": id, "runId": run_id }).to_string();
     let handler = shared::rag::pipeline::handler(s.app.state.clone());
     let answer = handler(
@@ -1169,7 +1182,6 @@ async fn a_superseded_run_stops_before_its_model_calls() {
     .await
     .unwrap();
     assert!(answer.batch_item_failures.is_empty());
-    assert_eq!(usage().await, before, "no embedding call for the superseded run");
 }
 
 #[tokio::test]
@@ -1722,6 +1734,32 @@ async fn smart_chunking_follows_the_model_and_falls_back_with_a_reason() {
         "{d}"
     );
     assert!(!s.chunk_texts(id).await.is_empty());
+}
+
+/// Each window of a long document is a paid call: a run replaced while it chunks stops before
+/// its next window, not after the last.
+#[tokio::test]
+async fn smart_chunking_stops_when_its_run_is_replaced() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let provider = s.app.provider(&s.admin, "splitter").await;
+    let splitter = s
+        .app
+        .model(&s.admin, provider, "CHAT", "chat-split", &s.models.base_url, json!({}))
+        .await;
+    let kb = s
+        .kb("Smart", json!({ "chunkMode": "smart", "chunkModelId": splitter }))
+        .await;
+    let text: Vec<String> = (0..130).map(|i| format!("Paragraph {i} about a topic.")).collect();
+    let id = doc_ids(&s.upload(kb, &[("long.txt", text.join("\n\n").into_bytes())]).await).await[0];
+    assert_eq!(s.settled(id).await["status"], "success");
+    let windows = usage_count(&s, "smart-chunk").await;
+    assert_eq!(windows, 3, "130 paragraphs are three windows");
+    run_replaced_at_chunking(&s, id).await;
+    assert_eq!(
+        usage_count(&s, "smart-chunk").await,
+        windows,
+        "no window of the replaced run"
+    );
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ use crate::rag::documents::repo as doc_repo;
 use crate::rag::documents::DocRow;
 use crate::rag::extparse::ExtparseError;
 use crate::rag::parse::{self, ParseOptions};
+use crate::rag::smart::{self, NotChunked};
 use crate::resources::leftovers;
 use crate::AppState;
 
@@ -225,9 +226,13 @@ async fn prepare(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Prepared,
         .map_err(|e| permanent("chunking", e.to_string()))?;
     let mut smart_fallback = None;
     let smart = if chunk_settings.mode == "smart" {
-        match crate::rag::smart::chunk(state, chunk_settings.chunk_model_id, doc.creator_id, &parsed, &params).await {
+        // Each window renews the lease and stops a replaced run, as the pictures' groups do.
+        let before_window = || set_stage(state, doc, "chunking", 30);
+        let by_model = (chunk_settings.chunk_model_id, doc.creator_id);
+        match smart::chunk(state, by_model, &parsed, &params, before_window).await {
             Ok(chunks) => Some(chunks),
-            Err(reason) => {
+            Err(NotChunked::Stopped(stop)) => return Err(stop),
+            Err(NotChunked::Fallback(reason)) => {
                 tracing::warn!(document_id = doc.id, %reason, "smart chunking fell back to the structure-aware rules");
                 smart_fallback = Some(reason);
                 None

@@ -101,9 +101,12 @@ pub async fn page(
     f: ChunkFilter,
     paging: PageQuery,
 ) -> AppResult<Page<ChunkView>> {
-    // Another user's base is 404 here as everywhere, not an empty page.
+    // Another user's base or document is 404 here as everywhere, not an empty page.
     if let Some(id) = f.rag_id {
         bases::service::owned(state, user, id).await?;
+    }
+    if let Some(id) = f.document_id {
+        crate::rag::documents::service::owned(state, user, id).await?;
     }
     let owner = (!user.is_admin()).then_some(user.id);
     const WHERE: &str = " WHERE ($1::bigint IS NULL OR k.creator_id = $1) AND ($2::bigint IS NULL OR c.rag_id = $2)

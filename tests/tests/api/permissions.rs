@@ -651,6 +651,7 @@ async fn one_user_cannot_reach_or_change_anothers_private_things() {
             json!(null),
             404,
         ),
+        ("GET", format!("/chunk/page?documentId={d}"), json!(null), 404),
         (
             "POST",
             "/chunk".into(),

@@ -67,9 +67,13 @@ pub async fn start(
 ) -> AppResult<BoxStream<'static, String>> {
     let description = validate::required("description", description)?;
     validate::length("description", &description, 1, 2000)?;
+    // Only "none usable" is reworded: a database that failed stays a 503 a client retries.
     let model = gateway::default_model(state, ModelType::Chat)
         .await
-        .map_err(|_| AppError::business("no default CHAT model is configured to draft the agent"))?;
+        .map_err(|e| match e {
+            AppError::Business(_) => AppError::business("no default CHAT model is configured to draft the agent"),
+            other => other,
+        })?;
     // Held now so that a user without quota is refused before the stream starts.
     let billing = Billing::of(user);
     let hold = gateway::hold(

@@ -26,6 +26,21 @@ pub fn length(field: &str, value: &str, min: usize, max: usize) -> Result<(), Ap
     Ok(())
 }
 
+/// No control characters but, where `layout` allows, line breaks and tabs: text shown in
+/// lists and cards to other users, where a control character means nothing and, escaped as
+/// JSON (`\u0001`), takes six bytes for one.
+pub fn printable(field: &str, value: &str, layout: bool) -> Result<(), AppError> {
+    let allowed = |c: char| layout && matches!(c, '\n' | '\r' | '\t');
+    if value.chars().any(|c| c.is_control() && !allowed(c)) {
+        let what = match layout {
+            true => "control characters other than line breaks and tabs",
+            false => "control characters",
+        };
+        return Err(AppError::validation(format!("{field} must not contain {what}")));
+    }
+    Ok(())
+}
+
 /// At most `max` characters, when given.
 pub fn at_most(field: &str, value: Option<&str>, max: usize) -> Result<(), AppError> {
     match value {

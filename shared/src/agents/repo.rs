@@ -152,10 +152,14 @@ pub async fn page(
     Ok((rows.build_query_as().fetch_all(db).await?, total))
 }
 
-/// Every enabled agent, featured first, then the most viewed.
+/// Agents the market lists at most: it is not paged, and every user's agents are in it.
+pub const MARKET_MAX: i64 = 500;
+
+/// The first `MARKET_MAX` enabled agents, featured first, then the most viewed.
 pub async fn market(db: &PgPool, viewer: i64) -> sqlx::Result<Vec<AgentRow>> {
     let mut qb = select(viewer);
-    qb.push(" WHERE a.status = 1 ORDER BY a.is_featured DESC, a.view_count DESC, a.id DESC");
+    qb.push(" WHERE a.status = 1 ORDER BY a.is_featured DESC, a.view_count DESC, a.id DESC LIMIT ")
+        .push_bind(MARKET_MAX);
     qb.build_query_as().fetch_all(db).await
 }
 

@@ -98,10 +98,12 @@ fn blank() -> AgentData {
     }
 }
 
-fn text(field: &str, value: Option<String>, max: usize, target: &mut String) -> AppResult<()> {
+/// A text field of at most `max` characters; `layout`: line breaks and tabs allowed.
+fn text(field: &str, value: Option<String>, (max, layout): (usize, bool), target: &mut String) -> AppResult<()> {
     if let Some(v) = value {
         let v = v.trim().to_owned();
         validate::length(field, &v, 0, max)?;
+        validate::printable(field, &v, layout)?;
         *target = v;
     }
     Ok(())
@@ -116,7 +118,9 @@ fn preset_questions(questions: Vec<String>) -> AppResult<Vec<String>> {
         .enumerate()
         .map(|(i, q)| {
             let q = q.trim().to_owned();
-            validate::length(&format!("presetQuestions[{i}]"), &q, 1, 200)?;
+            let field = format!("presetQuestions[{i}]");
+            validate::length(&field, &q, 1, 200)?;
+            validate::printable(&field, &q, false)?;
             Ok(q)
         })
         .collect()
@@ -140,12 +144,23 @@ async fn apply(state: &AppState, user: &CurrentUser, mut data: AgentData, f: Age
     if let Some(name) = f.name {
         let name = name.trim().to_owned();
         validate::length("name", &name, 1, MAX_NAME)?;
+        validate::printable("name", &name, false)?;
         data.name = name;
     }
-    text("description", f.description, MAX_DESCRIPTION, &mut data.description)?;
-    text("instruction", f.instruction, MAX_INSTRUCTION, &mut data.instruction)?;
-    text("greeting", f.greeting, MAX_GREETING, &mut data.greeting)?;
-    text("avatar", f.avatar, 512, &mut data.avatar)?;
+    text(
+        "description",
+        f.description,
+        (MAX_DESCRIPTION, true),
+        &mut data.description,
+    )?;
+    text(
+        "instruction",
+        f.instruction,
+        (MAX_INSTRUCTION, true),
+        &mut data.instruction,
+    )?;
+    text("greeting", f.greeting, (MAX_GREETING, true), &mut data.greeting)?;
+    text("avatar", f.avatar, (512, false), &mut data.avatar)?;
     if data.avatar.is_empty() {
         DEFAULT_AVATAR.clone_into(&mut data.avatar);
     }

@@ -83,6 +83,19 @@ async fn every_bad_field_is_refused_by_name_and_nothing_changes() {
         ),
         (json!({ "status": 2 }), "status must be 1"),
         (json!({ "description": "d".repeat(1001) }), "description must be"),
+        (json!({ "name": "a\u{1}b" }), "name must not contain control characters"),
+        (
+            json!({ "avatar": "a\nb" }),
+            "avatar must not contain control characters",
+        ),
+        (
+            json!({ "description": "a\u{1b}[31m" }),
+            "description must not contain control characters other than line breaks and tabs",
+        ),
+        (
+            json!({ "presetQuestions": ["a\u{7}"] }),
+            "presetQuestions[0] must not contain",
+        ),
         (json!({ "shortTermMemorySize": "many" }), "shortTermMemorySize"),
     ];
     for (body, needle) in cases {
@@ -230,6 +243,22 @@ async fn page_filters_and_sorts_and_the_market_puts_featured_first() {
     ] {
         assert!(first.get(key).is_some(), "market entries carry {key}");
     }
+
+    // Not paged, so bounded: the first 500 in its order, whoever made the rest.
+    sqlx::query("INSERT INTO agents (name, creator_id) SELECT 'filler ' || n, 1 FROM generate_series(1, 500) n")
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let market = s.app.get("/agent/market", t).await;
+    let listed = market.assert_ok().as_array().unwrap();
+    assert_eq!(listed.len(), shared::agents::repo::MARKET_MAX as usize);
+    assert_eq!(
+        listed[..2]
+            .iter()
+            .map(|a| a["id"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        [c, b]
+    );
 }
 
 #[tokio::test]

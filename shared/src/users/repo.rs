@@ -245,9 +245,29 @@ pub async fn claim_refresh(db: impl PgExecutor<'_>, hash: &str) -> sqlx::Result<
     .await
 }
 
+/// Used refresh tokens a login keeps, newest first: a replay of one of them revokes the login.
+/// One older than that is refused as unknown, without revoking. Kept without end, a client
+/// refreshing in a loop added a row per call for as long as it ran (and 14 days more).
+pub const KEPT_USED_TOKENS: i64 = 32;
+
+/// Deletes the login's used refresh tokens but the newest `KEPT_USED_TOKENS`.
+pub async fn forget_old_used(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Result<()> {
+    sqlx::query(
+        "DELETE FROM refresh_tokens WHERE family_id = $1 AND used_at IS NOT NULL AND id <=
+           (SELECT id FROM refresh_tokens WHERE family_id = $1 AND used_at IS NOT NULL
+            ORDER BY id DESC OFFSET $2 LIMIT 1)",
+    )
+    .bind(family)
+    .bind(KEPT_USED_TOKENS)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 /// Deletes the refresh tokens of logins whose every token has expired: none of them can be
 /// used any more, so reuse detection has nothing left to protect. A family with one live token
-/// keeps its used ones, which is what lets a replayed old token revoke the login.
+/// keeps its newest used ones (`forget_old_used`), which is what lets a replayed old token
+/// revoke the login.
 pub async fn purge_expired_families(db: impl PgExecutor<'_>) -> sqlx::Result<u64> {
     let done = sqlx::query(
         "DELETE FROM refresh_tokens WHERE family_id IN

@@ -150,6 +150,7 @@ pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPa
         .await?
         .ok_or_else(|| AppError::unauthorized("the user no longer exists; please log in again"))?;
     let refresh_token = new_refresh(state, &mut *tx, row.family_id, user.id).await?;
+    repo::forget_old_used(&mut *tx, row.family_id).await?;
     tx.commit().await?;
     Ok(TokenPair {
         token: state.jwt().issue_access(user.id, user.role, user.token_version)?,

@@ -126,6 +126,47 @@ async fn refresh_rotates_and_reuse_revokes_the_login() {
         .assert_error(400, 0, "refreshToken is required");
 }
 
+/// A client refreshing in a loop keeps a bounded number of rows: the newest used tokens (whose
+/// replay still revokes the login) and the live one.
+#[tokio::test]
+async fn a_refresh_loop_keeps_a_bounded_number_of_tokens() {
+    let app = app().await;
+    let login = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
+    let mut used = vec![login.assert_ok()["refreshToken"].as_str().unwrap().to_owned()];
+    for _ in 0..40 {
+        let r = app
+            .post(
+                "/auth/refreshToken",
+                None,
+                &json!({ "refreshToken": used.last().unwrap() }),
+            )
+            .await;
+        used.push(r.assert_ok()["refreshToken"].as_str().unwrap().to_owned());
+    }
+    let kept = shared::users::repo::KEPT_USED_TOKENS;
+    assert_eq!(app.count("refresh_tokens").await, kept + 1);
+    // The oldest is forgotten: refused, the login left alone.
+    app.post("/auth/refreshToken", None, &json!({ "refreshToken": used[0] }))
+        .await
+        .assert_error(401, 401, "invalid");
+    let live = used.last().unwrap();
+    let r = app
+        .post("/auth/refreshToken", None, &json!({ "refreshToken": live }))
+        .await;
+    let newest = r.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
+    // A recent one replayed still revokes it.
+    app.post(
+        "/auth/refreshToken",
+        None,
+        &json!({ "refreshToken": used[used.len() - 3] }),
+    )
+    .await
+    .assert_error(401, 401, "already used");
+    app.post("/auth/refreshToken", None, &json!({ "refreshToken": newest }))
+        .await
+        .assert_error(401, 401, "revoked");
+}
+
 #[tokio::test]
 async fn admin_creates_lists_and_updates_users() {
     let app = app().await;

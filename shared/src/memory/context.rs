@@ -47,8 +47,13 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
                 config_id: agent.memory_config_id,
             };
             // What the chat would recall (nothing with a disabled config), but not counted as
-            // a recall: access counts stay as they are.
-            super::recall(state, who, &query, false).await?
+            // a recall: access counts stay as they are. A model that cannot be used now recalls
+            // nothing, as in the chat (which warns and answers without memories).
+            match super::recall(state, who, &query, false).await {
+                Ok(memories) => memories,
+                Err(e) if !e.is_server_side() => vec![],
+                Err(e) => return Err(e),
+            }
         }
         _ => vec![],
     };

@@ -273,12 +273,18 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: UpdateRe
     }
     let status = req.status.map(|s| Status::parse("status", &s)).transpose()?;
     let text_changed = c.title != m.title || c.content != m.content;
-    let embedding = if text_changed {
-        let a = agent(state, m.agent_id).await?;
-        let s = recall::strategy(state, a.memory_config_id).await?;
-        embed_as_edited(state, user, &s, format!("{}\n{}", c.title, c.content)).await?
-    } else {
-        None
+    let embedding = match text_changed {
+        true => {
+            let a = agent(state, m.agent_id).await?;
+            match recall::strategy(state, a.memory_config_id).await {
+                Ok(s) => embed_as_edited(state, user, &s, format!("{}\n{}", c.title, c.content)).await?,
+                // The model cannot be used now (disabled, or no default set): the edit is kept
+                // with the vector the memory had, as when the editor may not use the model.
+                Err(e) if !e.is_server_side() => None,
+                Err(e) => return Err(e),
+            }
+        }
+        false => None,
     };
     let mut tx = state.db().begin().await?;
     // Written over the memory as read: over an edit or a restatement made since, this would

@@ -1557,6 +1557,55 @@ async fn expired_memories_are_archived_by_housekeeping() {
     assert_eq!(swept.archived_memories, 0);
 }
 
+/// A memory's embedding model disabled (or no default set): its text is still edited, keeping
+/// the vector it had, and the context preview shows no memories, as a chat answers without
+/// them. Both were refused with the model's 400.
+#[tokio::test]
+async fn a_disabled_embedding_model_leaves_edits_and_previews_working() {
+    let s = setup(false).await;
+    let config = s.config(json!({})).await;
+    let agent = s.agent(Some(config)).await;
+    let owner = Owner::User(s.admin_id);
+    let conv = s.conversation(agent, owner, "ctx").await;
+    s.say(
+        conv,
+        agent,
+        &[("user", "FACT: Pet | Has a dog called Biscuit"), ("assistant", "Nice.")],
+    )
+    .await;
+    s.extract(&s.admin, agent, "ctx").await.assert_ok();
+    let id: i64 = sqlx::query_scalar("SELECT id FROM memories")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    let vector = || async {
+        sqlx::query_scalar::<_, Option<String>>("SELECT embedding::text FROM memories WHERE id = $1")
+            .bind(id)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap()
+    };
+    let before = vector().await;
+    assert!(before.is_some());
+    s.app
+        .put(
+            &format!("/ai-model/config/{}/disable", s.embedding_model),
+            s.t(),
+            &json!({}),
+        )
+        .await
+        .assert_status_ok();
+
+    let edited = s
+        .app
+        .put(&format!("/memory/{id}"), s.t(), &json!({ "title": "Dog" }))
+        .await;
+    assert_eq!(edited.assert_ok()["title"], "Dog");
+    assert_eq!(vector().await, before, "the vector it had");
+    let p = preview(&s, agent).await;
+    assert_eq!(p.assert_ok()["memories"], json!([]));
+}
+
 async fn preview(s: &Setup, agent: i64) -> Reply {
     let path = format!("/memory/agent/{agent}/conversations/ctx/context-preview");
     s.app.get(&path, s.t()).await

@@ -50,7 +50,7 @@ impl ConfigRow {
             extraction_model_id <- r.extraction_model_id,
             memory_expiration_days <- r.memory_expiration_days,
             search_engine_instance_id <- r.search_engine_instance_id,
-            custom_extraction_prompt <- r.custom_extraction_prompt.map(|p| validate::optional(Some(p))),
+            custom_extraction_prompt <- r.custom_extraction_prompt.map(validate::optional),
         );
     }
 
@@ -245,7 +245,7 @@ mod tests {
             max_recall: Some(8),
             fusion_strategy: Some("rrf".into()),
             memory_expiration_days: Some(Some(30)),
-            custom_extraction_prompt: Some("  ".into()),
+            custom_extraction_prompt: Some(Some("  ".into())),
             ..ConfigRequest::default()
         });
         assert_eq!(c.name, "tuned");
@@ -264,5 +264,10 @@ mod tests {
             ..ConfigRequest::default()
         });
         assert_eq!(c.memory_expiration_days, None);
+        // The prompt too: a null clears it (it was ignored, the old prompt kept).
+        c.custom_extraction_prompt = Some("old".into());
+        let cleared: ConfigRequest = serde_json::from_str(r#"{"customExtractionPrompt": null}"#).unwrap();
+        c.apply(cleared);
+        assert_eq!(c.custom_extraction_prompt, None);
     }
 }

@@ -120,7 +120,10 @@ pub struct ConfigRequest {
     #[serde(default, deserialize_with = "crate::json::nullable")]
     #[schema(value_type = Option<i64>)]
     pub search_engine_instance_id: Option<Option<i64>>,
-    pub custom_extraction_prompt: Option<String>,
+    /// Blank or null: the built-in prompt.
+    #[serde(default, deserialize_with = "crate::json::nullable")]
+    #[schema(value_type = Option<String>)]
+    pub custom_extraction_prompt: Option<Option<String>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -1491,6 +1491,18 @@ async fn import_by_url_refuses_internal_addresses() {
         )
         .await;
     assert_eq!(d.assert_ok()["name"], "guidetwo.md");
+    // A name sent is a title: it takes the URL's type, and may not name another.
+    let body = json!({ "ragId": kb, "url": url.replace("readme.md", "titled.md"), "name": "Titled guide" });
+    let d = open.app.post("/document/import/url", Some(&open.admin), &body).await;
+    assert_eq!(d.assert_ok()["name"], "Titled guide.md");
+    assert_eq!(d.data()["fileType"], "md");
+    let before = open.app.count("documents").await;
+    let body = json!({ "ragId": kb, "url": url.replace("readme.md", "other.md"), "name": "other.txt" });
+    open.app
+        .post("/document/import/url", Some(&open.admin), &body)
+        .await
+        .assert_error(400, 0, "name: other.txt names a .txt file, but the url's file is .md");
+    assert_eq!(open.app.count("documents").await, before);
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ use super::*;
 use crate::domain::{CurrentUser, Page, PageQuery, StoredFile};
 use crate::rag::backends::{chunk_ids_of, remove_replaced, store_error, Indexes};
 use crate::rag::bases;
+use crate::rag::parse::FileType;
 use crate::resources::leftovers;
 use crate::{AppError, AppResult, AppState};
 
@@ -167,19 +168,44 @@ async fn replace(
 }
 
 /// Fetches a URL into the base, applying its dedup rules.
+/// An imported document's name and type. The type is the URL's file's; a `name` sent is the
+/// document's title, given the URL's extension when it has none ("Employee handbook" of a
+/// `.pdf` becomes "Employee handbook.pdf": the parser goes by the name), refused when it names
+/// another type, and deciding it only when the URL names none. A name from the URL is the
+/// sender's text as much as one in the request: a decoded path segment may hold control
+/// characters (a NUL cannot be stored) or be of any length.
+fn import_name(sent: Option<String>, from_url: &str) -> AppResult<(String, FileType)> {
+    use crate::resources::service::clean_file_name;
+    let url_name = clean_file_name(from_url);
+    let url_type = FileType::from_name(&url_name);
+    let (field, name) = match crate::validate::optional(sent).map(|n| clean_file_name(&n)) {
+        None => ("url", url_name),
+        Some(given) => match (FileType::from_name(&given), url_type) {
+            (Some(named), Some(fetched)) if named != fetched => {
+                return Err(AppError::validation(format!(
+                    "name: {given} names a .{} file, but the url's file is .{}",
+                    named.as_str(),
+                    fetched.as_str()
+                )))
+            }
+            (None, Some(fetched)) => ("name", format!("{given}.{}", fetched.as_str())),
+            _ => ("name", given),
+        },
+    };
+    let file_type = FileType::from_name(&name).ok_or_else(|| {
+        AppError::validation(format!(
+            "{field}: {name} is not a supported document type (pdf, docx, xlsx, csv, md, txt, html)"
+        ))
+    })?;
+    Ok((name, file_type))
+}
+
 pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequest) -> AppResult<DocView> {
     let rag_id = crate::validate::present("ragId", req.rag_id)?;
     let url = crate::validate::required("url", req.url)?;
     let kb = bases::service::owned(state, user, rag_id).await?;
     let fetched = crate::rag::fetch::fetch(state, &url).await?;
-    // A name from the URL is the sender's text as much as one in the request: a decoded path
-    // segment may hold control characters (a NUL cannot be stored) or be of any length.
-    let name = crate::resources::service::clean_file_name(&crate::validate::optional(req.name).unwrap_or(fetched.name));
-    let file_type = crate::rag::parse::FileType::from_name(&name).ok_or_else(|| {
-        AppError::validation(format!(
-            "url: {name} is not a supported document type (pdf, docx, xlsx, csv, md, txt, html)"
-        ))
-    })?;
+    let (name, file_type) = import_name(req.name, &fetched.name)?;
     let hash = crate::crypto::content_hash(&fetched.bytes);
     let outcome = decide(state.db(), &kb, &name, &hash).await?;
     match outcome.decision {

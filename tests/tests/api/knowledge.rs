@@ -1710,18 +1710,22 @@ async fn a_delete_during_a_runs_commit_removes_the_images_it_committed() {
     );
 }
 
-#[tokio::test]
-async fn smart_chunking_follows_the_model_and_falls_back_with_a_reason() {
-    let s = KbSetup::new(Store::Filesystem, &[]).await;
+/// A base chunked by the scripted `chat-split` model.
+async fn smart_base(s: &KbSetup) -> i64 {
     let provider = s.app.provider(&s.admin, "splitter").await;
     let splitter = s
         .app
         .model(&s.admin, provider, "CHAT", "chat-split", &s.models.base_url, json!({}))
         .await;
+    s.kb("Smart", json!({ "chunkMode": "smart", "chunkModelId": splitter }))
+        .await
+}
+
+#[tokio::test]
+async fn smart_chunking_follows_the_model_and_falls_back_with_a_reason() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
     let text = "Apples grow on trees.\n\nThey are red or green.\n\nCars need fuel.\n\nThey drive on roads.";
-    let kb = s
-        .kb("Smart", json!({ "chunkMode": "smart", "chunkModelId": splitter }))
-        .await;
+    let kb = smart_base(&s).await;
     let id = doc_ids(&s.upload(kb, &[("facts.txt", text.as_bytes().to_vec())]).await).await[0];
     assert_eq!(s.settled(id).await["status"], "success");
     let chunks = s.chunk_texts(id).await;
@@ -1753,14 +1757,7 @@ async fn smart_chunking_follows_the_model_and_falls_back_with_a_reason() {
 #[tokio::test]
 async fn smart_chunking_stops_when_its_run_is_replaced() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
-    let provider = s.app.provider(&s.admin, "splitter").await;
-    let splitter = s
-        .app
-        .model(&s.admin, provider, "CHAT", "chat-split", &s.models.base_url, json!({}))
-        .await;
-    let kb = s
-        .kb("Smart", json!({ "chunkMode": "smart", "chunkModelId": splitter }))
-        .await;
+    let kb = smart_base(&s).await;
     let text: Vec<String> = (0..130).map(|i| format!("Paragraph {i} about a topic.")).collect();
     let id = doc_ids(&s.upload(kb, &[("long.txt", text.join("\n\n").into_bytes())]).await).await[0];
     assert_eq!(s.settled(id).await["status"], "success");

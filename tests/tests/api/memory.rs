@@ -165,6 +165,15 @@ impl Setup {
             .await
     }
 
+    /// The scripted reranker (it scores word overlap with the question).
+    async fn reranker(&self) -> i64 {
+        let provider = self.app.provider(&self.admin, "rerankers").await;
+        let url = &self.models.base_url;
+        self.app
+            .model(&self.admin, provider, "RERANKER", "rerank", url, json!({}))
+            .await
+    }
+
     /// A PERSONAL `emb-8` model of the user of `token` (their key and endpoint).
     async fn personal_embedding(&self, token: &str) -> i64 {
         let provider = self.app.provider(&self.admin, "personal").await;
@@ -556,11 +565,7 @@ async fn the_similarity_threshold_keeps_unrelated_questions_from_recalling() {
 #[tokio::test]
 async fn a_memory_configs_models_are_deleted_only_as_it_can_go_on_without_them() {
     let s = setup(false).await;
-    let provider = s.app.provider(&s.admin, "rerankers").await;
-    let reranker = s
-        .app
-        .model(&s.admin, provider, "RERANKER", "rerank", &s.models.base_url, json!({}))
-        .await;
+    let reranker = s.reranker().await;
     let config = s
         .config(json!({ "rerankEnabled": true, "rerankModelId": reranker }))
         .await;
@@ -597,11 +602,7 @@ async fn a_memory_configs_models_are_deleted_only_as_it_can_go_on_without_them()
 #[tokio::test]
 async fn recall_reranks_with_the_configs_reranker_and_rewrites_with_its_model() {
     let s = setup(false).await;
-    let provider = s.app.provider(&s.admin, "rerankers").await;
-    let reranker = s
-        .app
-        .model(&s.admin, provider, "RERANKER", "rerank", &s.models.base_url, json!({}))
-        .await;
+    let reranker = s.reranker().await;
     let reranked = s
         .config(json!({ "rerankEnabled": true, "rerankModelId": reranker, "enterRerankCount": 10 }))
         .await;

@@ -13,7 +13,8 @@
 //! - `chat-flaky`: 429 on the first call, then like `chat-echo`
 //! - `chat-429`: always HTTP 429
 //! - `chat-500`: always HTTP 500
-//! - `chat-slow`: waits 300 ms before each chunk
+//! - `chat-slow`: waits 300 ms before each chunk; `chat-slow-brief` the same, answering
+//!   "One moment, please." whatever it was asked
 //! - `chat-bench-N`: N one-token chunks as fast as possible
 //! - `chat-agent`: follows a directive in the last user message, `CALL <tool> <json arguments>`
 //!   (with a `CUT` line, the answer ends with finish_reason `length` after its calls):
@@ -273,6 +274,11 @@ fn plan(model: &str, body: &Value) -> Plan {
             }
         }
         "chat-agent" => agent_plan(body, &said, words),
+        "chat-slow-brief" => Plan {
+            reasoning: vec![],
+            text: words("One moment, please."),
+            tools: vec![],
+        },
         "chat-nul" => Plan {
             reasoning: vec!["Hm\0m. ".to_owned()],
             text: words(&format!("You\0 said: {said}\0")),
@@ -376,6 +382,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-429",
             "chat-500",
             "chat-slow",
+            "chat-slow-brief",
             "chat-split",
             "chat-agent",
             "chat-flood",
@@ -470,7 +477,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
         ));
     }
     events.push("data: [DONE]\n\n".to_owned());
-    let delay = if model == "chat-slow" {
+    let delay = if model.starts_with("chat-slow") {
         Duration::from_millis(300)
     } else {
         Duration::ZERO

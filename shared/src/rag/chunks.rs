@@ -95,6 +95,15 @@ const SELECT: &str = "SELECT c.id, c.rag_id, c.document_id, d.name AS document_n
     c.token_count, c.content, c.vector_status, c.chunk_type, c.created_dt, c.update_dt
     FROM chunks c JOIN documents d ON d.id = c.document_id JOIN knowledge_bases k ON k.id = c.rag_id";
 
+/// Which of `ids` are chunks still.
+pub async fn existing(db: &sqlx::PgPool, ids: &[i64]) -> sqlx::Result<std::collections::HashSet<i64>> {
+    let found: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE id = ANY($1)")
+        .bind(ids)
+        .fetch_all(db)
+        .await?;
+    Ok(found.into_iter().collect())
+}
+
 pub async fn page(
     state: &AppState,
     user: &CurrentUser,

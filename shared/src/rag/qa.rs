@@ -275,12 +275,27 @@ async fn run(
     if let Some(c) = conversation {
         remember(state, kb.id, user_id, c, query, &answer).await;
     }
+    let results = still_indexed(state, results).await;
     let _ = tx
         .send(QaEvent::Done {
             references: references(&results),
         })
         .await;
     Ok(())
+}
+
+/// The results whose chunks are still there when the answer ends: a document deleted or
+/// reprocessed while a long answer streamed is not cited by chunk ids it no longer has. Kept
+/// whole if the check fails: the answer was given, and its sources are what it was given from.
+async fn still_indexed(state: &AppState, results: Vec<SearchResult>) -> Vec<SearchResult> {
+    let ids: Vec<i64> = results.iter().map(|r| r.chunk_id).collect();
+    match crate::rag::chunks::existing(state.db(), &ids).await {
+        Ok(kept) => results.into_iter().filter(|r| kept.contains(&r.chunk_id)).collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "checking the Q&A references failed; sent as retrieved");
+            results
+        }
+    }
 }
 
 fn references(results: &[SearchResult]) -> Vec<Reference> {

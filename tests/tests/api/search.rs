@@ -1,6 +1,7 @@
 //! Hybrid search, rerank, streamed Q&A and the external knowledge-base API.
 
 use api_tests::{KbSetup, Store};
+use futures::StreamExt;
 use serde_json::{json, Value};
 
 const GUIDE_MD: &str = "# Install\n\nDownload the package and unpack it.\n\n## Linux\n\nRun the installer as root.\n\n# Use\n\nStart the service with the start command.\n";
@@ -581,6 +582,59 @@ async fn a_client_gone_before_the_answer_costs_no_answer_call() {
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     let answers = s.models.requests().iter().filter(|q| q["model"] == "chat-echo").count();
     assert_eq!(answers, 0, "no answer was asked for");
+}
+
+/// A document deleted while the answer streams is not cited in `done`: its chunk ids are gone.
+#[tokio::test]
+async fn qa_cites_only_documents_still_there_when_it_ends() {
+    let (s, kb) = indexed(json!({})).await;
+    let provider = s.app.provider(&s.admin, "slow").await;
+    let slow = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "CHAT",
+            "chat-slow-brief",
+            &s.models.base_url,
+            json!({}),
+        )
+        .await;
+    let config = json!({ "modelParams": { "modelId": slow } });
+    s.app
+        .put(&format!("/rag/{kb}/config"), Some(&s.admin), &config)
+        .await
+        .assert_ok();
+    let response = s
+        .app
+        .client
+        .post(s.app.url("/rag/qa/stream"))
+        .header("Svc-Auth", &s.admin)
+        .json(&json!({ "ragId": kb, "query": "how do I install it" }))
+        .send()
+        .await
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let mut read = body.next().await.unwrap().unwrap().to_vec();
+    assert!(String::from_utf8_lossy(&read).contains("\"text\""));
+    let docs: Vec<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE rag_id = $1")
+        .bind(kb)
+        .fetch_all(&s.app.db)
+        .await
+        .unwrap();
+    for doc in docs {
+        s.app
+            .delete(&format!("/document/{doc}"), Some(&s.admin))
+            .await
+            .assert_ok();
+    }
+    while let Some(chunk) = body.next().await {
+        read.extend_from_slice(&chunk.unwrap());
+    }
+    let events = ndjson(&read);
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "done", "{events:?}");
+    assert_eq!(done["references"], json!([]), "{done}");
 }
 
 #[tokio::test]

@@ -30,8 +30,7 @@ pub fn length(field: &str, value: &str, min: usize, max: usize) -> Result<(), Ap
 /// lists and cards to other users, where a control character means nothing and, escaped as
 /// JSON (`\u0001`), takes six bytes for one.
 pub fn printable(field: &str, value: &str, layout: bool) -> Result<(), AppError> {
-    let allowed = |c: char| layout && matches!(c, '\n' | '\r' | '\t');
-    if value.chars().any(|c| c.is_control() && !allowed(c)) {
+    if value.chars().any(|c| unprintable(c, layout)) {
         let what = match layout {
             true => "control characters other than line breaks and tabs",
             false => "control characters",
@@ -39,6 +38,11 @@ pub fn printable(field: &str, value: &str, layout: bool) -> Result<(), AppError>
         return Err(AppError::validation(format!("{field} must not contain {what}")));
     }
     Ok(())
+}
+
+/// What `printable` refuses.
+pub fn unprintable(c: char, layout: bool) -> bool {
+    c.is_control() && !(layout && matches!(c, '\n' | '\r' | '\t'))
 }
 
 /// At most `max` characters, when given.

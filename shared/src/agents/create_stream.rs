@@ -34,10 +34,11 @@ pub fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r")
 }
 
-/// One emoji-like avatar: short and without letters or digits, else the default.
+/// One emoji-like avatar: short and without letters, digits or control characters, else the
+/// default.
 fn avatar(value: &str) -> String {
     let v = value.trim();
-    if v.is_empty() || v.chars().count() > 8 || v.chars().any(|c| c.is_ascii_alphanumeric() || c == '\0') {
+    if v.is_empty() || v.chars().count() > 8 || v.chars().any(|c| c.is_ascii_alphanumeric() || c.is_control()) {
         "🤖".to_owned()
     } else {
         v.to_owned()
@@ -45,18 +46,29 @@ fn avatar(value: &str) -> String {
 }
 
 /// A drafted value as the agent can hold it: the model writes what it likes, and a value past
-/// the field's limit, or holding a NUL, failed the creation at the end of a paid draft.
+/// the field's limit, or holding a control character the field refuses, failed the creation
+/// at the end of a paid draft. A name's line breaks and tabs become spaces; the other texts
+/// keep theirs.
 fn clean(field: &str, value: String) -> String {
     if field == "avatar" {
         return avatar(&value);
     }
-    let limit = match field {
-        "name" => service::MAX_NAME,
-        "description" => service::MAX_DESCRIPTION,
-        "greeting" => service::MAX_GREETING,
-        _ => service::MAX_INSTRUCTION,
+    let (limit, layout) = match field {
+        "name" => (service::MAX_NAME, false),
+        "description" => (service::MAX_DESCRIPTION, true),
+        "greeting" => (service::MAX_GREETING, true),
+        _ => (service::MAX_INSTRUCTION, true),
     };
-    let value: String = value.trim().chars().filter(|c| *c != '\0').take(limit).collect();
+    let value: String = value
+        .trim()
+        .chars()
+        .filter_map(|c| match validate::unprintable(c, layout) {
+            true if matches!(c, '\n' | '\r' | '\t') => Some(' '),
+            true => None,
+            false => Some(c),
+        })
+        .take(limit)
+        .collect();
     value.trim_end().to_owned()
 }
 
@@ -179,5 +191,19 @@ mod tests {
         assert_eq!(clean("greeting", " Hi\0 there ".into()), "Hi there");
         assert_eq!(clean("name", "n".repeat(150)).len(), service::MAX_NAME);
         assert_eq!(clean("description", "d".repeat(1500)).len(), service::MAX_DESCRIPTION);
+        // What an agent's fields refuse never reaches the creation at the end of the draft.
+        assert_eq!(clean("name", "Trip\tPlanner\nPro".into()), "Trip Planner Pro");
+        assert_eq!(
+            clean("description", "Plans\u{1b}[1m trips.\nFast.".into()),
+            "Plans[1m trips.\nFast."
+        );
+        assert_eq!(avatar("🧭\u{7}"), "🤖");
+        for (field, layout) in [("name", false), ("description", true), ("instruction", true)] {
+            let drafted = clean(field, "a\u{0}\u{1}\t\r\n\u{85}b".into());
+            assert!(
+                validate::printable(field, &drafted, layout).is_ok(),
+                "{field}: {drafted:?}"
+            );
+        }
     }
 }

@@ -417,14 +417,15 @@ pub fn parse(answer: &str, max: usize) -> Result<Vec<Content>, String> {
     Ok(out)
 }
 
-/// The memories of an answer's JSON: `{"memories": [...]}` or the array itself, of objects.
+/// The memories of an answer's JSON: `{"memories": [...]}` or the array itself, empty or
+/// holding objects (a stray item among them is dropped later, as any item off the contract).
 fn memory_items(value: &Value) -> Option<&[Value]> {
     let items = match value {
         Value::Array(a) => a,
         Value::Object(o) => o.get("memories")?.as_array()?,
         _ => return None,
     };
-    items.iter().all(Value::is_object).then_some(items.as_slice())
+    (items.is_empty() || items.iter().any(Value::is_object)).then_some(items.as_slice())
 }
 
 fn text(item: &Value, keys: &[&str]) -> String {
@@ -554,6 +555,9 @@ mod tests {
         let restated = "If nothing matters I return {\"memories\": []}; but: [{\"memoryType\": \"FACT\", \"title\": \"Team\", \"content\": \"Five people\"}]";
         assert_eq!(parse(restated, 3).unwrap().len(), 1);
         assert!(parse("only [1] here", 3).unwrap_err().contains("neither"));
+        // A stray item among memories is dropped, not the answer.
+        let stray = "{\"memories\": [{\"memoryType\": \"FACT\", \"title\": \"Team\", \"content\": \"Five people\"}, null, \"...\"]}";
+        assert_eq!(parse(stray, 3).unwrap().len(), 1);
         assert!(parse("{\"other\": 1}", 3).unwrap_err().contains("memories"));
     }
 

@@ -59,9 +59,15 @@ pub fn rrf(lists: &[&[Hit]], k: f64) -> Vec<Hit> {
 /// The weights are shared among the lists that found something, as RRF's best sum is: with
 /// full text finding nothing, the best chunk scored `dense_weight` (0.9), and a threshold above
 /// it returned nothing, not even an exact match.
+/// Lists that found something but were given no weight share it equally: with `dense_weight`
+/// 0 and full text finding nothing, every chunk scored 0 and came in id order.
 pub fn weighted(dense: &[Hit], sparse: &[Hit], dense_weight: f64) -> Vec<Hit> {
-    let lists = [(dense, dense_weight), (sparse, 1.0 - dense_weight)];
-    let answered: f64 = lists.iter().filter(|(l, _)| !l.is_empty()).map(|(_, w)| w).sum();
+    let mut lists = [(dense, dense_weight), (sparse, 1.0 - dense_weight)];
+    let mut answered: f64 = lists.iter().filter(|(l, _)| !l.is_empty()).map(|(_, w)| w).sum();
+    if answered <= 0.0 {
+        lists.iter_mut().for_each(|(_, w)| *w = 1.0);
+        answered = lists.iter().filter(|(l, _)| !l.is_empty()).count() as f64;
+    }
     let mut sums: HashMap<i64, f64> = HashMap::new();
     for (list, weight) in lists {
         let weight = if answered > 0.0 { weight / answered } else { 0.0 };
@@ -128,5 +134,9 @@ mod tests {
             assert!((alone[0].score - 1.0).abs() < 1e-12, "{alone:?}");
         }
         assert!(weighted(&[], &[], 0.9).is_empty());
+        // The one list that answered had no weight: it ranks all the same.
+        let vectors_only = weighted(&hits(&[9, 4, 5]), &[], 0.0);
+        assert_eq!(vectors_only.iter().map(|h| h.id).collect::<Vec<_>>(), [9, 4, 5]);
+        assert!((vectors_only[0].score - 1.0).abs() < 1e-12);
     }
 }

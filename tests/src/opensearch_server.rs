@@ -177,6 +177,16 @@ async fn handle(State(shared): State<Shared>, method: Method, uri: Uri, body: By
                 return not_found(&index);
             };
             let q: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            // A clause per word: OpenSearch's default `indices.query.bool.max_clause_count`.
+            let words = q["query"]["match"]["content"]["query"]
+                .as_str()
+                .map_or(0, |m| m.split_whitespace().count());
+            if words > 1024 {
+                let error = json!({ "error": { "type": "search_phase_execution_exception",
+                    "caused_by": { "type": "too_many_clauses", "reason": "maxClauseCount is set to 1024" } },
+                    "status": 400 });
+                return (StatusCode::BAD_REQUEST, Json(error)).into_response();
+            }
             let size = q["size"].as_u64().unwrap_or(10) as usize;
             let mut scored: Vec<(f64, &String, &Value)> = docs
                 .iter()

@@ -485,6 +485,16 @@ async fn opensearch_full_text_sends_the_recorded_shapes_and_fuses_its_hits() {
     let top = r["results"][0]["score"].as_f64().unwrap();
     let next = r["results"][1]["score"].as_f64().unwrap();
     assert!(top > next, "the BM25 hit is lifted by fusion: {r}");
+    // A long question within the query limit: each word sent once, at most 1,000 of them.
+    let long = format!("{}installer root", "a b ".repeat(520));
+    let r = search(&s, kb, &long).await;
+    assert!(first_content(&r).contains("installer as root"), "{r}");
+    let symbols: Vec<char> = ('a'..='z').chain('0'..='9').collect();
+    let many: String = (0..1100)
+        .map(|i| format!("{}{} ", symbols[i / 36], symbols[i % 36]))
+        .collect();
+    let r = search(&s, kb, &many).await;
+    assert!(r["results"].as_array().is_some_and(|a| !a.is_empty()), "{r}");
 
     // Chunk edit re-indexes one document; chunk and document deletes send delete lines.
     let chunk = rows[0];

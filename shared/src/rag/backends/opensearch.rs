@@ -250,13 +250,21 @@ impl IndexWrites for OpenSearchIndex {
     }
 }
 
+/// Words of a full-text query sent at most: under OpenSearch's default clause limit (1,024).
+const MAX_QUERY_WORDS: usize = 1000;
+
 #[async_trait]
 impl TextIndex for OpenSearchIndex {
     async fn search(&self, _db: &PgPool, query: &str, limit: usize) -> anyhow::Result<Vec<Hit>> {
-        let words = segment::for_index(query);
+        // Each word is a clause of the query, and OpenSearch refuses more than 1,024 by
+        // default (`too_many_clauses`): a long question's repeats are sent once, and its
+        // words past the limit not at all.
+        let mut words = segment::distinct(query);
+        words.truncate(MAX_QUERY_WORDS);
         if words.is_empty() {
             return Ok(vec![]);
         }
+        let words = words.join(" ");
         let body = json!({
             "size": limit, "_source": ["chunk_id"],
             "query": { "match": { "content": { "query": words, "operator": "or" } } }

@@ -839,6 +839,12 @@ async fn results_carry_image_evidence() {
     );
     assert_eq!(image["matchedTerms"], json!(["bar", "chart"]));
     assert!((image["matchScore"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+    let repeated = s
+        .app
+        .post("/rag/search", t, &json!({ "ragId": kb, "query": "chart chart bar" }))
+        .await;
+    let image = repeated.assert_ok()["results"][0]["images"][0].clone();
+    assert!((image["matchScore"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{image}");
     assert!(image["imageUrl"].as_str().unwrap().contains("/document/image/"));
 
     let context = s

@@ -15,7 +15,9 @@ pub fn attach(state: &AppState, query: &str, images: &[ImageRow], results: &mut 
     if images.is_empty() {
         return;
     }
-    let terms = segment::tokens(query);
+    // Each word once: a repeated word counted twice in the whole, so an image holding every
+    // word of "owl owl" scored 0.5, a context match's score.
+    let terms = segment::distinct(query);
     for result in results.iter_mut() {
         let page = result.metadata["page"].as_i64().map(|p| p as i32);
         let title = result.metadata["title"].as_str().map(str::to_owned);

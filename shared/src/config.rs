@@ -142,6 +142,9 @@ pub struct SkillLimits {
 #[error("configuration error: {0}")]
 pub struct ConfigError(String);
 
+/// What the `LOGIN_*_MAX_FAILURES` may be.
+const FAILURES_ALLOWED: (u64, u64) = (1, 1_000_000);
+
 impl Config {
     /// Reads the configuration from the process environment, loading `.env` first if present.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -162,6 +165,15 @@ impl Config {
                     .trim()
                     .parse()
                     .map_err(|_| ConfigError(format!("{key} must be a whole number, got {v:?}"))),
+            }
+        };
+        // A value the service cannot run with refused by name: a pool of 0 connections
+        // panicked at start without naming it, and 0 failed logins allowed locked everyone out.
+        let parse_within = |key: &str, default: u64, (min, max): (u64, u64)| -> Result<u64, ConfigError> {
+            let n = parse_num(key, default)?;
+            match (min..=max).contains(&n) {
+                true => Ok(n),
+                false => Err(ConfigError(format!("{key} must be between {min} and {max}, got {n}"))),
             }
         };
 
@@ -202,7 +214,7 @@ impl Config {
         Ok(Self {
             api_prefix,
             database_url: required("DATABASE_URL")?,
-            db_max_connections: parse_num("DB_MAX_CONNECTIONS", 10)? as u32,
+            db_max_connections: parse_within("DB_MAX_CONNECTIONS", 10, (1, 1000))? as u32,
             jwt_secret,
             encryption_key,
             access_token_ttl: Duration::from_secs(parse_num("ACCESS_TOKEN_TTL_SECS", 2 * 3600)?),
@@ -216,9 +228,9 @@ impl Config {
             max_upload_bytes: parse_num("MAX_UPLOAD_BYTES", 10 * 1024 * 1024)?,
             kb_max_per_user: i64::try_from(parse_num("KB_MAX_PER_USER", 100)?).unwrap_or(i64::MAX),
             max_presigned_upload_bytes: parse_num("MAX_PRESIGNED_UPLOAD_BYTES", 1024 * 1024 * 1024)?,
-            login_max_failures: parse_num("LOGIN_MAX_FAILURES", 5)? as i32,
-            login_ip_max_failures: parse_num("LOGIN_IP_MAX_FAILURES", 50)? as i32,
-            login_account_max_failures: parse_num("LOGIN_ACCOUNT_MAX_FAILURES", 50)? as i32,
+            login_max_failures: parse_within("LOGIN_MAX_FAILURES", 5, FAILURES_ALLOWED)? as i32,
+            login_ip_max_failures: parse_within("LOGIN_IP_MAX_FAILURES", 50, FAILURES_ALLOWED)? as i32,
+            login_account_max_failures: parse_within("LOGIN_ACCOUNT_MAX_FAILURES", 50, FAILURES_ALLOWED)? as i32,
             login_lock: Duration::from_secs(parse_num("LOGIN_LOCK_SECS", 900)?),
             trusted_proxy_hops: parse_num("TRUSTED_PROXY_HOPS", 0)?.min(16) as usize,
             mcp_stdio_enabled: parse_bool("MCP_STDIO_ENABLED", get("MCP_STDIO_ENABLED"))?,
@@ -369,6 +381,20 @@ mod tests {
         let mut env = base();
         env.remove("DATABASE_URL");
         assert!(refused(&env).contains("DATABASE_URL"));
+        for (key, value) in [
+            ("DB_MAX_CONNECTIONS", "0"),
+            ("DB_MAX_CONNECTIONS", "4294967296"),
+            ("LOGIN_MAX_FAILURES", "0"),
+            ("LOGIN_IP_MAX_FAILURES", "3000000000"),
+            ("LOGIN_ACCOUNT_MAX_FAILURES", "0"),
+        ] {
+            let mut env = base();
+            env.insert(key, value.into());
+            assert!(
+                refused(&env).contains(&format!("{key} must be between")),
+                "{key}={value}"
+            );
+        }
     }
 
     #[test]

@@ -136,9 +136,10 @@ async fn handle(State(shared): State<Shared>, method: Method, uri: Uri, body: By
             Json(json!({ "acknowledged": true })).into_response()
         }
         ("POST" | "PUT", Some("_bulk")) => {
-            let Some((_, docs)) = data.indexes.get_mut(&index) else {
+            let Some((mapping, docs)) = data.indexes.get_mut(&index) else {
                 return not_found(&index);
             };
+            let dimension = mapping["mappings"]["properties"]["embedding"]["dimension"].as_u64();
             let lines: Vec<Value> = text
                 .lines()
                 .filter(|l| !l.trim().is_empty())
@@ -154,7 +155,20 @@ async fn handle(State(shared): State<Shared>, method: Method, uri: Uri, body: By
                     .unwrap_or_default();
                 let id = meta["_id"].as_str().unwrap_or_default().to_owned();
                 let shards = json!({ "total": 2, "successful": 1, "failed": 0 });
-                let item = if op == "index" {
+                let vector_length = lines
+                    .get(i + 1)
+                    .and_then(|l| l["embedding"].as_array())
+                    .map(|v| v.len() as u64);
+                let item = if op == "index" && vector_length.is_some() && vector_length != dimension {
+                    i += 2;
+                    let reason = format!(
+                        "The number of dimensions for field [embedding] should be [{}] but found [{}]",
+                        dimension.unwrap_or_default(),
+                        vector_length.unwrap_or_default()
+                    );
+                    json!({ "index": { "_index": index, "_id": id, "status": 400,
+                        "error": { "type": "mapper_parsing_exception", "reason": reason } } })
+                } else if op == "index" {
                     let created = docs.insert(id.clone(), lines[i + 1].clone()).is_none();
                     i += 2;
                     let (result, status) = if created { ("created", 201) } else { ("updated", 200) };
@@ -169,7 +183,9 @@ async fn handle(State(shared): State<Shared>, method: Method, uri: Uri, body: By
                 };
                 items.push(item);
             }
-            let errors = items.iter().any(|i| i["delete"]["status"] == 404);
+            let errors = items
+                .iter()
+                .any(|i| i["delete"]["status"] == 404 || i["index"]["status"] == 400);
             Json(json!({ "took": 3, "errors": errors, "items": items })).into_response()
         }
         ("POST" | "GET", Some("_search")) => {

@@ -557,6 +557,25 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
     );
     assert!(knn["query"]["knn"]["embedding"]["k"].as_u64().is_some());
 
+    // Emptied, the base takes a model of another dimension: the store's index is made again
+    // for it (kept, it refused every vector of the new length, and the base could not index).
+    let docs: Vec<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE rag_id = $1")
+        .bind(kb)
+        .fetch_all(&s.app.db)
+        .await
+        .unwrap();
+    for doc in docs {
+        s.app.delete(&format!("/document/{doc}"), t).await.assert_ok();
+    }
+    let wider = s.embedding_model("emb-384").await;
+    s.app
+        .put(&format!("/rag/{kb}"), t, &json!({ "embeddingModelId": wider }))
+        .await
+        .assert_ok();
+    upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
+    let field = &os.mapping(&index).unwrap()["mappings"]["properties"]["embedding"];
+    assert_eq!(field["dimension"].as_i64(), Some(384));
+
     // A full-text engine that is down: the document fails at indexing, nothing is kept.
     let down = store(&s, 2, 3, 9).await;
     let kb2 = s

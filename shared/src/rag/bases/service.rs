@@ -370,6 +370,14 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     let Some(wrote) = repo::update(&mut *tx, id, row.update_dt, &fields).await? else {
         return Err(AppError::changed_meanwhile("knowledge base"));
     };
+    if dimension != row.dimension {
+        // An external store's collection or index was made for the old length at the base's
+        // first write, and is kept when its documents go: kept now, it refused every vector
+        // of the new length and the base could index nothing. Empty, it is dropped, and the
+        // next write makes it again; one the store cannot drop leaves the base as it was.
+        let indexes = Indexes::of(state, &row).await?;
+        indexes.drop_all(&mut tx).await.map_err(store_error)?;
+    }
     tx.commit().await?;
     // A base without documents has no chunks: only its index's shape changes. The index is
     // built outside any transaction (concurrently), so a failed build is undone by hand: the

@@ -575,6 +575,30 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
     upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
     let field = &os.mapping(&index).unwrap()["mappings"]["properties"]["embedding"];
     assert_eq!(field["dimension"].as_i64(), Some(384));
+    // Emptied again, it moves to another store (its index here dropped), changes its length
+    // there, and comes back: nothing of its first stay is met again.
+    let doc: i64 = sqlx::query_scalar("SELECT id FROM documents WHERE rag_id = $1")
+        .bind(kb)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    s.app.delete(&format!("/document/{doc}"), t).await.assert_ok();
+    let other = OpenSearchServer::start().await;
+    let elsewhere = store(&s, 1, 3, other.port).await;
+    let edits = [
+        json!({ "vectorStoreInstanceId": elsewhere }),
+        json!({ "embeddingModelId": s.embedding_model }),
+        json!({ "vectorStoreInstanceId": vectors }),
+    ];
+    for edit in edits {
+        s.app.put(&format!("/rag/{kb}"), t, &edit).await.assert_ok();
+        if edit.get("vectorStoreInstanceId") == Some(&json!(elsewhere)) {
+            assert!(os.mapping(&index).is_none(), "left behind");
+        }
+    }
+    upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
+    let field = &os.mapping(&index).unwrap()["mappings"]["properties"]["embedding"];
+    assert_eq!(field["dimension"].as_i64(), Some(8));
 
     // A full-text engine that is down: the document fails at indexing, nothing is kept.
     let down = store(&s, 2, 3, 9).await;

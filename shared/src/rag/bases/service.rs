@@ -370,13 +370,9 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     let Some(wrote) = repo::update(&mut *tx, id, row.update_dt, &fields).await? else {
         return Err(AppError::changed_meanwhile("knowledge base"));
     };
-    if dimension != row.dimension {
-        // An external store's collection or index was made for the old length at the base's
-        // first write, and is kept when its documents go: kept now, it refused every vector
-        // of the new length and the base could index nothing. Empty, it is dropped, and the
-        // next write makes it again; one the store cannot drop leaves the base as it was.
-        let indexes = Indexes::of(state, &row).await?;
-        indexes.drop_all(&mut tx).await.map_err(store_error)?;
+    let vector_moved = vector_store != row.vector_store_instance_id;
+    if dimension != row.dimension || vector_moved {
+        drop_vectors(state, &mut tx, &row, vector_moved).await?;
     }
     tx.commit().await?;
     // A base without documents has no chunks: only its index's shape changes. The index is
@@ -396,6 +392,30 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
             }
             return Err(e);
         }
+    }
+    Ok(())
+}
+
+/// Drops an empty base's vector collection or index in Milvus or OpenSearch before its length
+/// or its store changes: made at the base's first write and kept when its documents go, one at
+/// the old length refused every new vector, and the base could index nothing again. The next
+/// write makes it again. Named after the base alone, one left on a store the base moves to
+/// (from an earlier stay there) is dropped too. A store that cannot drop what the base will
+/// use leaves the base as it was; one the base leaves keeps its collection, logged.
+async fn drop_vectors(state: &AppState, tx: &mut PgConnection, before: &KbRow, moved: bool) -> AppResult<()> {
+    let left = Indexes::of(state, before).await?.vector;
+    if let Err(e) = left.drop_all(tx).await {
+        if !moved {
+            return Err(store_error(e));
+        }
+        tracing::warn!(rag_id = before.id, error = %e, "the vector index a knowledge base left could not be dropped");
+    }
+    if moved {
+        let now = repo::find(&mut *tx, before.id)
+            .await?
+            .ok_or_else(|| AppError::not_found("knowledge base"))?;
+        let joined = Indexes::of(state, &now).await?.vector;
+        joined.drop_all(tx).await.map_err(store_error)?;
     }
     Ok(())
 }

@@ -655,6 +655,21 @@ impl KbSetup {
             .expect("switch the base's embedding model");
     }
 
+    /// Deletes every document of `kb` through the API.
+    pub async fn delete_documents(&self, kb: i64) {
+        let docs: Vec<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE rag_id = $1")
+            .bind(kb)
+            .fetch_all(&self.app.db)
+            .await
+            .expect("the base's documents");
+        for doc in docs {
+            self.app
+                .delete(&format!("/document/{doc}"), Some(&self.admin))
+                .await
+                .assert_ok();
+        }
+    }
+
     /// Creates a base with extra settings merged in; returns its id.
     pub async fn kb(&self, name: &str, extra: Value) -> i64 {
         let mut body = serde_json::json!({ "name": name, "embeddingModelId": self.embedding_model });

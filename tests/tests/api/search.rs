@@ -541,23 +541,39 @@ async fn a_qa_answer_past_its_time_limit_ends_with_an_error_line() {
     let reply = s.upload(kb, &[("guide.md", GUIDE_MD.as_bytes().to_vec())]).await;
     let doc = reply.assert_ok()["items"][0]["id"].as_i64().unwrap();
     assert_eq!(s.settled(doc).await["status"], "success");
-    let provider = s.app.provider(&s.admin, "slow").await;
-    let url = &s.models.base_url;
-    let slow = s
-        .app
-        .model(&s.admin, provider, "CHAT", "chat-slow", url, json!({}))
-        .await;
-    let config = json!({ "modelParams": { "modelId": slow } });
-    s.app
-        .put(&format!("/rag/{kb}/config"), Some(&s.admin), &config)
-        .await
-        .assert_ok();
+    answer_with(&s, kb, "chat-slow").await;
     let ask = json!({ "ragId": kb, "query": "how do I install it" });
     let reply = s.app.post("/rag/qa/stream", Some(&s.admin), &ask).await;
     let events = ndjson(&reply.bytes);
     let last = events.last().unwrap();
     assert_eq!(last["type"], "error", "{events:?}");
     assert!(last["message"].as_str().unwrap().contains("QA_TIMEOUT_SECS"), "{last}");
+}
+
+/// Makes `kb` answer with the scripted chat model `key`.
+async fn answer_with(s: &KbSetup, kb: i64, key: &str) {
+    let provider = s.app.provider(&s.admin, key).await;
+    let model = s
+        .app
+        .model(&s.admin, provider, "CHAT", key, &s.models.base_url, json!({}))
+        .await;
+    let config = json!({ "modelParams": { "modelId": model } });
+    s.app
+        .put(&format!("/rag/{kb}/config"), Some(&s.admin), &config)
+        .await
+        .assert_ok();
+}
+
+/// A Q&A stream of `kb` asked "how do I install it", its body left to the caller.
+async fn open_qa(s: &KbSetup, kb: i64) -> reqwest::Response {
+    s.app
+        .client
+        .post(s.app.url("/rag/qa/stream"))
+        .header("Svc-Auth", &s.admin)
+        .json(&json!({ "ragId": kb, "query": "how do I install it" }))
+        .send()
+        .await
+        .unwrap()
 }
 
 /// A client that leaves while the context is gathered (here a second-long query embedding)
@@ -567,15 +583,7 @@ async fn a_client_gone_before_the_answer_costs_no_answer_call() {
     let (s, kb) = indexed(json!({})).await;
     answer_with_echo(&s, kb, json!({}), json!({})).await;
     s.embed_slowly(kb).await;
-    let response = s
-        .app
-        .client
-        .post(s.app.url("/rag/qa/stream"))
-        .header("Svc-Auth", &s.admin)
-        .json(&json!({ "ragId": kb, "query": "how do I install it" }))
-        .send()
-        .await
-        .unwrap();
+    let response = open_qa(&s, kb).await;
     assert_eq!(response.status(), 200);
     drop(response);
     // The embedding answers after a second; the answer would be asked for right after.
@@ -588,46 +596,12 @@ async fn a_client_gone_before_the_answer_costs_no_answer_call() {
 #[tokio::test]
 async fn qa_cites_only_documents_still_there_when_it_ends() {
     let (s, kb) = indexed(json!({})).await;
-    let provider = s.app.provider(&s.admin, "slow").await;
-    let slow = s
-        .app
-        .model(
-            &s.admin,
-            provider,
-            "CHAT",
-            "chat-slow-brief",
-            &s.models.base_url,
-            json!({}),
-        )
-        .await;
-    let config = json!({ "modelParams": { "modelId": slow } });
-    s.app
-        .put(&format!("/rag/{kb}/config"), Some(&s.admin), &config)
-        .await
-        .assert_ok();
-    let response = s
-        .app
-        .client
-        .post(s.app.url("/rag/qa/stream"))
-        .header("Svc-Auth", &s.admin)
-        .json(&json!({ "ragId": kb, "query": "how do I install it" }))
-        .send()
-        .await
-        .unwrap();
+    answer_with(&s, kb, "chat-slow-brief").await;
+    let response = open_qa(&s, kb).await;
     let mut body = response.bytes_stream();
     let mut read = body.next().await.unwrap().unwrap().to_vec();
     assert!(String::from_utf8_lossy(&read).contains("\"text\""));
-    let docs: Vec<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE rag_id = $1")
-        .bind(kb)
-        .fetch_all(&s.app.db)
-        .await
-        .unwrap();
-    for doc in docs {
-        s.app
-            .delete(&format!("/document/{doc}"), Some(&s.admin))
-            .await
-            .assert_ok();
-    }
+    s.delete_documents(kb).await;
     while let Some(chunk) = body.next().await {
         read.extend_from_slice(&chunk.unwrap());
     }

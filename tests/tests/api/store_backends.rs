@@ -559,14 +559,7 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
 
     // Emptied, the base takes a model of another dimension: the store's index is made again
     // for it (kept, it refused every vector of the new length, and the base could not index).
-    let docs: Vec<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE rag_id = $1")
-        .bind(kb)
-        .fetch_all(&s.app.db)
-        .await
-        .unwrap();
-    for doc in docs {
-        s.app.delete(&format!("/document/{doc}"), t).await.assert_ok();
-    }
+    s.delete_documents(kb).await;
     let wider = s.embedding_model("emb-384").await;
     s.app
         .put(&format!("/rag/{kb}"), t, &json!({ "embeddingModelId": wider }))
@@ -577,12 +570,7 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
     assert_eq!(field["dimension"].as_i64(), Some(384));
     // Emptied again, it moves to another store (its index here dropped), changes its length
     // there, and comes back: nothing of its first stay is met again.
-    let doc: i64 = sqlx::query_scalar("SELECT id FROM documents WHERE rag_id = $1")
-        .bind(kb)
-        .fetch_one(&s.app.db)
-        .await
-        .unwrap();
-    s.app.delete(&format!("/document/{doc}"), t).await.assert_ok();
+    s.delete_documents(kb).await;
     let other = OpenSearchServer::start().await;
     let elsewhere = store(&s, 1, 3, other.port).await;
     let edits = [

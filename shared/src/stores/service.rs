@@ -182,19 +182,49 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreReq
         Some((c, s)) => (Some(c), s.as_deref()),
         None => (None, None),
     };
+    if row.password_enc.is_some() && sealed.is_none() {
+        check_password_stays(&row, config.unwrap_or(&row.config), t)?;
+    }
+    let new_status = req.status.map(status).transpose()?;
+    check_default_active(&row, new_status.unwrap_or(row.status), req.is_default == Some(true))?;
     let fields = Fields {
         name: name.as_deref(),
         category: Some(category),
         store_type: Some(t.code()),
         config,
         password_enc: sealed,
-        status: req.status.map(status).transpose()?,
+        status: new_status,
     };
     repo::update(&mut *tx, id, &fields).await?;
     if req.is_default == Some(true) {
         repo::make_default(&mut tx, id, category).await?;
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// A stored password goes where it was set up, as a model config's key does: an edit that
+/// sends the instance to another host, port or type sends the password again (a masked one
+/// sent back is not enough), or whoever made the edit could read it at an address of theirs.
+fn check_password_stays(row: &StoreRow, config: &Value, t: StoreType) -> AppResult<()> {
+    let before = Connection::from_config(&row.config, row.store_type().default_port())?;
+    let after = Connection::from_config(config, t.default_port())?;
+    if (before.host, before.port) != (after.host, after.port) || t.code() != row.store_type {
+        return Err(AppError::validation(
+            "config.password: send the password again to change host, port or type; the stored one goes only where it was set up",
+        ));
+    }
+    Ok(())
+}
+
+/// Every base made without naming a store gets its category's default: it stays active, and
+/// an inactive instance does not become it (another instance becomes the default first).
+fn check_default_active(row: &StoreRow, status: i16, making_default: bool) -> AppResult<()> {
+    if status == 0 && (row.is_default || making_default) {
+        return Err(AppError::validation(
+            "status: the default instance of its category stays active; make another instance the default first",
+        ));
+    }
     Ok(())
 }
 
@@ -229,6 +259,11 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     if row.builtin {
         return Err(AppError::business(
             "the service's own database instance cannot be deleted",
+        ));
+    }
+    if row.is_default {
+        return Err(AppError::business(
+            "the default instance of its category cannot be deleted; make another instance the default first",
         ));
     }
     let users = repo::users_count(state.db(), id).await?;

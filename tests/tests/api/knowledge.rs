@@ -479,6 +479,22 @@ async fn store_instances() {
         .await
         .unwrap();
     assert_eq!(after, raw);
+    // It goes only where it was set up: another host, port or type sends it again.
+    let mut moved = got["config"].clone();
+    moved["host"] = json!("elsewhere.example");
+    for edit in [json!({ "config": moved }), json!({ "type": 2 })] {
+        app.put(&format!("/store-instance/{id}"), t, &edit).await.assert_error(
+            400,
+            0,
+            "config.password: send the password again",
+        );
+    }
+    moved["password"] = json!("another-password-2");
+    let mut back = moved.clone();
+    back["host"] = json!("127.0.0.1");
+    for edit in [json!({ "config": moved }), json!({ "config": back })] {
+        app.put(&format!("/store-instance/{id}"), t, &edit).await.assert_ok();
+    }
     let builtin = v["id"].as_i64().unwrap();
 
     // A default keeps its category; an instance in use keeps its category and type.
@@ -495,10 +511,22 @@ async fn store_instances() {
             .unwrap()
         }
     };
+    app.put(&path, t, &json!({ "status": 0, "isDefault": true }))
+        .await
+        .assert_error(400, 0, "status: the default instance of its category stays active");
     app.put(&path, t, &json!({ "isDefault": true })).await.assert_ok();
     app.put(&path, t, &json!({ "category": 2, "type": 3 }))
         .await
         .assert_error(400, 0, "category: the default instance");
+    // Every base made without naming a store gets the default: it stays, and stays active.
+    app.put(&path, t, &json!({ "status": 0 })).await.assert_error(
+        400,
+        0,
+        "status: the default instance of its category stays active",
+    );
+    app.delete(&path, t)
+        .await
+        .assert_error(400, 0, "the default instance of its category cannot be deleted");
     assert_eq!(stored(app).await, (1, 1, true));
     app.put(&format!("/store-instance/{builtin}"), t, &json!({ "isDefault": true }))
         .await

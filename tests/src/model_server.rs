@@ -25,6 +25,7 @@
 //!   answers prose with no JSON; `chat-drafter-long` a draft whose description passes the
 //!   agent's limit and whose greeting holds a NUL
 //! - `chat-nul`: answers like `chat-echo`, with NUL characters in its thinking and text
+//! - `chat-no-usage`: answers like `chat-echo`, reporting no `usage`
 //! - `chat-split`: answers `{"boundaries": [1, m]}` for a prompt of numbered paragraphs
 //!   `[1] .. [n]`, with m the middle one
 //! - `mem-extract`: memory extraction JSON (in a code fence, as models often answer): one
@@ -392,6 +393,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-drafter-bad",
             "chat-drafter-long",
             "chat-nul",
+            "chat-no-usage",
             "mem-extract",
         ]
         .contains(&model.as_str());
@@ -413,6 +415,10 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
     // An endpoint that reports more tokens than an i64 holds (2^64 - 10^9).
     if model == "chat-greedy" {
         usage["prompt_tokens"] = json!(18_446_744_072_709_551_616_u64);
+    }
+    // An endpoint that reports no usage (some self-hosted servers leave it out).
+    if model == "chat-no-usage" {
+        usage = Value::Null;
     }
     if body["stream"] != true {
         return complete(&model, p, usage, cut);

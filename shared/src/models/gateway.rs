@@ -418,7 +418,34 @@ pub async fn chat(
         }
         Ok(answer)
     };
-    metered(state, model, billing, hold, ("chat", kind), call, |r| r.usage).await
+    let prompt = prompt_chars(&req);
+    metered(state, model, billing, hold, ("chat", kind), call, |r| {
+        reported_or_estimated(r, prompt)
+    })
+    .await
+}
+
+/// The characters of a request's messages, for an estimate of what an endpoint that reports
+/// no usage used.
+fn prompt_chars(req: &ChatRequest) -> usize {
+    req.messages
+        .iter()
+        .map(|m| serde_json::to_string(&m.content).map(|s| s.len()).unwrap_or(0))
+        .sum()
+}
+
+/// An answer's usage as its endpoint reported it, or, reported as none, an estimate at four
+/// characters a token, as a stream's is: taken as 0, the whole hold went back and the call was
+/// free, for as long as a user cared to repeat it.
+fn reported_or_estimated(r: &ChatResponse, prompt_chars: usize) -> Usage {
+    if r.usage.total() > 0 {
+        return r.usage;
+    }
+    let tools: usize = r.tool_calls.iter().map(|c| c.arguments.len() + c.name.len()).sum();
+    Usage {
+        prompt_tokens: prompt_chars.div_ceil(4) as u64,
+        completion_tokens: (r.content.len() + r.reasoning.len() + tools).div_ceil(4) as u64,
+    }
 }
 
 pub async fn embed(
@@ -505,11 +532,7 @@ async fn stream_on(
     pending: Option<&PendingUsage>,
 ) -> Result<ChatStream, CallError> {
     let (record, started) = start(model, billing, kind);
-    let prompt_chars: usize = req
-        .messages
-        .iter()
-        .map(|m| serde_json::to_string(&m.content).map(|s| s.len()).unwrap_or(0))
-        .sum();
+    let prompt_chars = prompt_chars(req);
     let mut meter = Meter {
         state: state.clone(),
         model: model.row.clone(),

@@ -671,6 +671,29 @@ async fn the_connectivity_test_answers_within_its_own_time_limit() {
     assert_eq!((recorded[0].0.as_str(), recorded[0].2), ("test", 0));
 }
 
+/// An endpoint that reports no usage is charged an estimate, as a stream is: taken as 0, a
+/// buffered call was free.
+#[tokio::test]
+async fn a_call_whose_endpoint_reports_no_usage_is_charged_an_estimate() {
+    let (app, server, admin) = setup().await;
+    let p = app.provider(&admin, "scripted").await;
+    let id = app
+        .model(&admin, p, "CHAT", "chat-no-usage", &server.base_url, json!({}))
+        .await;
+    let r = app
+        .post(&format!("/ai-model/config/{id}/test"), Some(&admin), &json!({}))
+        .await;
+    assert_eq!(r.assert_status_ok()["success"], true);
+    let (prompt, completion): (i64, i64) =
+        sqlx::query_as("SELECT prompt_tokens, completion_tokens FROM model_usage WHERE model_id = $1")
+            .bind(id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    // "Hello" as JSON (7 characters) and "You said: Hello" (15), at four characters a token.
+    assert_eq!((prompt, completion), (2, 4));
+}
+
 #[tokio::test]
 async fn connectivity_probe_per_type_and_failures() {
     let (app, server, admin) = setup().await;

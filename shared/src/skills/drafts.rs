@@ -52,8 +52,8 @@ pub async fn generate(state: &AppState, user: &CurrentUser, req: GenerateRequest
         meta.description,
         instruction_line(instruction.as_deref())
     );
-    Ok(match ask(state, user, prompt).await {
-        Ok(reply) => from_reply(&reply, meta),
+    Ok(match ask(state, user, prompt).await? {
+        Ok(reply) => from_reply(reply, meta),
         Err(reason) => Draft {
             skill_content: front_matter::document(&meta, &template_body(&need)),
             name: meta.name,
@@ -87,8 +87,8 @@ pub async fn optimize(state: &AppState, user: &CurrentUser, id: i64, req: Optimi
          Requirement: {need}{}\n\nCurrent SKILL.md:\n{current}",
         instruction_line(validate::optional(req.optimize_instruction).as_deref())
     );
-    Ok(match ask(state, user, prompt).await {
-        Ok(reply) => from_reply(&reply, meta),
+    Ok(match ask(state, user, prompt).await? {
+        Ok(reply) => from_reply(reply, meta),
         Err(reason) => Draft {
             name: meta.name,
             description: meta.description,
@@ -100,30 +100,62 @@ pub async fn optimize(state: &AppState, user: &CurrentUser, id: i64, req: Optimi
     })
 }
 
-/// One call to the default CHAT model; the error is the reason shown in the warning.
-async fn ask(state: &AppState, user: &CurrentUser, prompt: String) -> Result<String, String> {
-    let model = gateway::default_model(state, ModelType::Chat)
-        .await
-        .map_err(|e| e.told())?;
+/// A model's answer to a draft request.
+struct Reply {
+    text: String,
+    /// It stopped at its token limit (finish reason `length`): the draft is cut short.
+    cut: bool,
+}
+
+/// One call to the default CHAT model. `Ok(Err(reason))` is a reason to fall back (no usable
+/// model, no quota, a failed call), shown in the warning; a failure of the service itself (its
+/// database) is passed on as one, not folded into a template a client would take for an
+/// answer.
+async fn ask(state: &AppState, user: &CurrentUser, prompt: String) -> AppResult<Result<Reply, String>> {
+    let fallback = |e: AppError| match e.is_server_side() {
+        true => Err(e),
+        false => Ok(Err(e.told())),
+    };
+    let model = match gateway::default_model(state, ModelType::Chat).await {
+        Ok(model) => model,
+        Err(e) => return fallback(e),
+    };
     let req = ChatRequest {
         messages: vec![ChatMessage::system(SYSTEM_PROMPT), ChatMessage::user(prompt)],
         tools: vec![],
         temperature: None,
         max_tokens: None,
     };
-    let reply = gateway::chat(state, &model, Billing::of(user), "skill-draft", &req)
-        .await
-        .map_err(|e| AppError::from(e).told())?;
+    let reply = match gateway::chat(state, &model, Billing::of(user), "skill-draft", &req).await {
+        Ok(reply) => reply,
+        Err(e) => return fallback(AppError::from(e)),
+    };
     let text = reply.content.trim().to_owned();
     if text.is_empty() {
-        return Err("the model returned an empty answer".to_owned());
+        return Ok(Err("the model returned an empty answer".to_owned()));
     }
-    Ok(text)
+    Ok(Ok(Reply {
+        text,
+        cut: reply.finish_reason == "length",
+    }))
 }
 
 /// The draft in a model's answer. An answer without valid front matter is kept as the
-/// instructions, under front matter built from `meta`.
-fn from_reply(reply: &str, meta: FrontMatter) -> Draft {
+/// instructions, under front matter built from `meta`. One cut at its token limit says so:
+/// saved as it is, the skill would lose its end without anyone knowing.
+fn from_reply(reply: Reply, meta: FrontMatter) -> Draft {
+    let mut draft = draft_of(&reply.text, meta);
+    if reply.cut {
+        draft.warnings.push(
+            "the model's answer was cut off at its token limit (the quota left or the model's maxTokens); \
+             the end of the draft is missing"
+                .to_owned(),
+        );
+    }
+    draft
+}
+
+fn draft_of(reply: &str, meta: FrontMatter) -> Draft {
     let text = strip_fence(reply);
     match front_matter::parse(text) {
         Ok(declared) => Draft {
@@ -199,10 +231,22 @@ mod tests {
             description: "d".into(),
         };
         let good = "```markdown\n---\nname: pdf-forms\ndescription: Fill forms\n---\n# Steps\n```";
-        let d = from_reply(good, meta.clone());
+        let reply = |text: &str, cut| Reply {
+            text: text.to_owned(),
+            cut,
+        };
+        let d = from_reply(reply(good, false), meta.clone());
         assert_eq!((d.name.as_str(), d.warnings.len()), ("pdf-forms", 0));
         assert!(d.skill_content.starts_with("---\nname: pdf-forms") && d.skill_content.ends_with("# Steps\n"));
-        let bare = from_reply("Just instructions.", meta);
+        // Cut at its token limit, it says so.
+        let cut = from_reply(reply(good, true), meta.clone());
+        assert_eq!(cut.warnings.len(), 1);
+        assert!(
+            cut.warnings[0].contains("cut off at its token limit"),
+            "{:?}",
+            cut.warnings
+        );
+        let bare = from_reply(reply("Just instructions.", false), meta);
         assert_eq!(bare.name, "fallback");
         assert_eq!(bare.warnings.len(), 1);
         assert_eq!(front_matter::parse(&bare.skill_content).unwrap().name, "fallback");

@@ -118,19 +118,24 @@ impl ConfigRow {
             }
             _ => {}
         }
-        for (field, id, category) in [
+        // Only a store the edit names anew, as for the models: one stored was checked when it
+        // was set, and an administrator deactivating it since locked every edit of the config,
+        // its deactivation too.
+        for (field, id, stored, category) in [
             (
                 "vectorStoreInstanceId",
                 self.vector_store_instance_id,
+                before.and_then(|b| b.vector_store_instance_id),
                 stores::VECTOR_STORE,
             ),
             (
                 "searchEngineInstanceId",
                 self.search_engine_instance_id,
+                before.and_then(|b| b.search_engine_instance_id),
                 stores::SEARCH_ENGINE,
             ),
         ] {
-            if let Some(id) = id {
+            if let Some(id) = id.filter(|id| Some(*id) != stored) {
                 stores::service::usable(state, field, Some(id), category).await?;
             }
         }

@@ -559,6 +559,43 @@ async fn the_similarity_threshold_keeps_unrelated_questions_from_recalling() {
     assert_eq!(theme[0].title, "Editor theme", "{theme:?}");
 }
 
+/// A store instance a config names, deactivated by an administrator since, does not lock the
+/// config: its other fields are still edited (it was checked when it was set). Named anew, it
+/// is refused.
+#[tokio::test]
+async fn a_deactivated_store_leaves_its_memory_configs_editable() {
+    let s = setup(false).await;
+    let store = s
+        .app
+        .post(
+            "/store-instance",
+            s.t(),
+            &json!({ "name": "vectors", "category": 1, "type": 3, "config": { "host": "127.0.0.1", "port": 9 } }),
+        )
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let config = s.config(json!({ "vectorStoreInstanceId": store })).await;
+    s.app
+        .put(&format!("/store-instance/{store}"), s.t(), &json!({ "status": 0 }))
+        .await
+        .assert_ok();
+    let path = format!("/memory/config/{config}");
+    for edit in [json!({ "name": "renamed" }), json!({ "status": 0 })] {
+        s.app.put(&path, s.t(), &edit).await.assert_ok();
+    }
+    let other = s.config(json!({})).await;
+    s.app
+        .put(
+            &format!("/memory/config/{other}"),
+            s.t(),
+            &json!({ "vectorStoreInstanceId": store }),
+        )
+        .await
+        .assert_error(400, 0, "is not an active VECTOR_STORE");
+}
+
 /// A memory config's stored vectors are its embedding model's: that model is not deleted from
 /// under it. Its reranker may go, and the config then reranks no more (left on with no model,
 /// every later edit of the config was refused).

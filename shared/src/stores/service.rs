@@ -127,6 +127,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: StoreRequest) -> 
     let t = store_type(validate::present("type", req.store_type)?, category)?;
     let (config, sealed) = split_config(state, t, &validate::present("config", req.config)?)?;
     let status = req.status.map(status).transpose()?;
+    check_default_active(false, status.unwrap_or(1), req.is_default == Some(true))?;
     let fields = Fields {
         name: Some(&name),
         category: Some(category),
@@ -186,7 +187,11 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreReq
         check_password_stays(&row, config.unwrap_or(&row.config), t)?;
     }
     let new_status = req.status.map(status).transpose()?;
-    check_default_active(&row, new_status.unwrap_or(row.status), req.is_default == Some(true))?;
+    check_default_active(
+        row.is_default,
+        new_status.unwrap_or(row.status),
+        req.is_default == Some(true),
+    )?;
     let fields = Fields {
         name: name.as_deref(),
         category: Some(category),
@@ -219,8 +224,8 @@ fn check_password_stays(row: &StoreRow, config: &Value, t: StoreType) -> AppResu
 
 /// Every base made without naming a store gets its category's default: it stays active, and
 /// an inactive instance does not become it (another instance becomes the default first).
-fn check_default_active(row: &StoreRow, status: i16, making_default: bool) -> AppResult<()> {
-    if status == 0 && (row.is_default || making_default) {
+fn check_default_active(is_default: bool, status: i16, making_default: bool) -> AppResult<()> {
+    if status == 0 && (is_default || making_default) {
         return Err(AppError::validation(
             "status: the default instance of its category stays active; make another instance the default first",
         ));

@@ -514,6 +514,13 @@ async fn store_instances() {
     app.put(&path, t, &json!({ "status": 0, "isDefault": true }))
         .await
         .assert_error(400, 0, "status: the default instance of its category stays active");
+    let inactive_default = json!({ "name": "x", "category": 1, "type": 2, "config": { "host": "h" },
+                                   "status": 0, "isDefault": true });
+    app.post("/store-instance", t, &inactive_default).await.assert_error(
+        400,
+        0,
+        "status: the default instance of its category stays active",
+    );
     app.put(&path, t, &json!({ "isDefault": true })).await.assert_ok();
     app.put(&path, t, &json!({ "category": 2, "type": 3 }))
         .await

@@ -82,10 +82,7 @@ pub async fn start(
     // Only "none usable" is reworded: a database that failed stays a 503 a client retries.
     let model = gateway::default_model(state, ModelType::Chat)
         .await
-        .map_err(|e| match e {
-            AppError::Business(_) => AppError::business("no default CHAT model is configured to draft the agent"),
-            other => other,
-        })?;
+        .map_err(|e| e.refusal(|_| "no default CHAT model is configured to draft the agent".to_owned()))?;
     // Held now so that a user without quota is refused before the stream starts.
     let billing = Billing::of(user);
     let hold = gateway::hold(

@@ -69,8 +69,6 @@ fn load(node: &NodeRow) -> usize {
     (node.active_chats.max(0) as usize).max(node_client::in_flight(node))
 }
 
-/// The message of a call no node took, told to whoever is chatting (a partner's user, too):
-/// counts only. What each node answered, with its address, is in the log.
 /// Nodes that did not take a call, by why.
 #[derive(Default)]
 struct Missed {
@@ -79,6 +77,8 @@ struct Missed {
     too_large: usize,
 }
 
+/// The message of a call no node took, told to whoever is chatting (a partner's user, too):
+/// counts only. What each node answered, with its address, is in the log.
 fn unavailable(app_id: &str, online: usize, missed: &Missed) -> String {
     let Missed {
         busy,

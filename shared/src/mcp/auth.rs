@@ -54,11 +54,11 @@ impl AuthConfig {
         self.secret().is_some() && self.secret() == stored.secret()
     }
 
-    /// Whether `self`, the result of an edit of `stored`, sends the stored secret to another
-    /// address than `stored` did: to another `endpoint` (the server's, before and after) or,
-    /// for OAuth, another token URL.
-    pub fn moves_stored_secret(&self, stored: &AuthConfig, endpoints: (Option<&str>, Option<&str>)) -> bool {
-        self.keeps_secret_of(stored) && (endpoints.0 != endpoints.1 || self.token_url() != stored.token_url())
+    /// Whether `self`, the result of an edit of `stored`, is sent to another address than
+    /// `stored` was: another `endpoint` (the server's, before and after) or, for OAuth, another
+    /// token URL. With `keeps_secret_of`: whether the edit moves the stored secret.
+    pub fn points_elsewhere(&self, stored: &AuthConfig, endpoints: (Option<&str>, Option<&str>)) -> bool {
+        endpoints.0 != endpoints.1 || self.token_url() != stored.token_url()
     }
 }
 

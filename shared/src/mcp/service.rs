@@ -278,8 +278,7 @@ async fn validate(
     // server's creator, when an administrator stored a secret of theirs in it.
     let secret_set_by = match (row, stored_auth) {
         (Some(r), Some(stored)) if auth.keeps_secret_of(stored) => {
-            if r.secret_set_by != user.id
-                && auth.moves_stored_secret(stored, (r.endpoint.as_deref(), endpoint.as_deref()))
+            if r.secret_set_by != user.id && auth.points_elsewhere(stored, (r.endpoint.as_deref(), endpoint.as_deref()))
             {
                 return Err(AppError::validation(
                     "authConfig: send the secret again to point this server elsewhere; the stored one was set by another user",
@@ -425,7 +424,7 @@ pub async fn test(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Mc
         }
         Err(f) => {
             // The server's own words are quoted, and a NUL among them is refused by Postgres.
-            let message: String = f.message.chars().filter(|c| *c != '\0').take(1000).collect();
+            let message = crate::text::prefix_chars(&crate::text::model_text(&f.message), 1000).to_owned();
             tracing::info!(server_id = id, error = %message, "MCP connection test failed");
             repo::mark_error(state.db(), id, row.update_dt, &message).await?;
             Ok(McpTestResult {

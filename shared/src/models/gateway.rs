@@ -418,9 +418,8 @@ pub async fn chat(
         }
         Ok(answer)
     };
-    let prompt = prompt_chars(&req);
     metered(state, model, billing, hold, ("chat", kind), call, |r| {
-        reported_or_estimated(r, prompt)
+        reported_or_estimated(r, &req)
     })
     .await
 }
@@ -437,15 +436,12 @@ fn prompt_chars(req: &ChatRequest) -> usize {
 /// An answer's usage as its endpoint reported it, or, reported as none, an estimate at four
 /// characters a token, as a stream's is: taken as 0, the whole hold went back and the call was
 /// free, for as long as a user cared to repeat it.
-fn reported_or_estimated(r: &ChatResponse, prompt_chars: usize) -> Usage {
+fn reported_or_estimated(r: &ChatResponse, req: &ChatRequest) -> Usage {
     if r.usage.total() > 0 {
         return r.usage;
     }
     let tools: usize = r.tool_calls.iter().map(|c| c.arguments.len() + c.name.len()).sum();
-    Usage {
-        prompt_tokens: prompt_chars.div_ceil(4) as u64,
-        completion_tokens: (r.content.len() + r.reasoning.len() + tools).div_ceil(4) as u64,
-    }
+    Usage::estimated(prompt_chars(req), r.content.len() + r.reasoning.len() + tools)
 }
 
 pub async fn embed(
@@ -668,10 +664,7 @@ impl Meter {
         }
         self.done = true;
         if !self.reported {
-            self.record.usage = Usage {
-                prompt_tokens: self.prompt_chars.div_ceil(4) as u64,
-                completion_tokens: self.completion_chars.div_ceil(4) as u64,
-            };
+            self.record.usage = Usage::estimated(self.prompt_chars, self.completion_chars);
         }
         self.record.latency_ms = self.started.elapsed().as_millis() as i64;
         end_span(&self.span, &self.record);

@@ -156,6 +156,14 @@ impl Usage {
     pub fn total(self) -> u64 {
         self.prompt_tokens.saturating_add(self.completion_tokens)
     }
+
+    /// What a call whose endpoint reported none is taken to have used: four characters a token.
+    pub fn estimated(prompt_chars: usize, completion_chars: usize) -> Self {
+        Self {
+            prompt_tokens: prompt_chars.div_ceil(4) as u64,
+            completion_tokens: completion_chars.div_ceil(4) as u64,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -2,7 +2,9 @@
 //! content by the default CHAT model (metered and charged to the caller). Drafts are never
 //! saved. Without a usable model (none, disabled, quota used up, or the call failed)
 //! generation falls back to a rule-based template and optimisation keeps the current content,
-//! each saying why in `warnings`.
+//! each saying why in `warnings`. A `name` or `description` the request gives is what the
+//! caller chose: the model is told it, and the draft carries it whatever front matter the
+//! model wrote.
 
 use super::front_matter::{self, FrontMatter};
 use super::{service, storage, Draft, GenerateRequest, OptimizeRequest};
@@ -38,22 +40,60 @@ fn instruction_line(instruction: Option<&str>) -> String {
         .unwrap_or_default()
 }
 
+/// The name and description a request gives, each kept in the draft over the model's.
+#[derive(Default)]
+struct Chosen {
+    name: Option<String>,
+    description: Option<String>,
+}
+
+impl Chosen {
+    fn new(name: Option<String>, description: Option<String>) -> Self {
+        Self {
+            name: validate::optional(name),
+            description: validate::optional(description),
+        }
+    }
+
+    /// What the model is told to keep.
+    fn prompt_lines(&self) -> String {
+        let mut lines = String::new();
+        if let Some(name) = &self.name {
+            lines.push_str(&format!("\nThe skill's name must be: {name}"));
+        }
+        if let Some(description) = &self.description {
+            lines.push_str(&format!("\nThe skill's description must be: {description}"));
+        }
+        lines
+    }
+
+    /// `declared` with the chosen values in place of the model's.
+    fn over(&self, declared: FrontMatter) -> FrontMatter {
+        FrontMatter {
+            name: self.name.clone().unwrap_or(declared.name),
+            description: self.description.clone().unwrap_or(declared.description),
+        }
+    }
+}
+
 pub async fn generate(state: &AppState, user: &CurrentUser, req: GenerateRequest) -> AppResult<Draft> {
     let need = requirement(req.requirement)?;
     let instruction = validate::optional(req.optimize_instruction);
-    let meta = FrontMatter {
-        name: validate::optional(req.name).unwrap_or_else(|| slug(&need)),
-        description: validate::optional(req.description).unwrap_or_else(|| summary(&need)),
-    };
+    let chosen = Chosen::new(req.name, req.description);
+    let meta = chosen.over(FrontMatter {
+        name: slug(&need),
+        description: summary(&need),
+    });
     within_limits(&meta)?;
     let prompt = format!(
-        "Write a skill for this requirement:\n{need}\n\nPreferred name: {}\nPreferred description: {}{}",
+        "Write a skill for this requirement:\n{need}\n\nPreferred name: {}\nPreferred description: {}{}{}",
         meta.name,
         meta.description,
+        chosen.prompt_lines(),
         instruction_line(instruction.as_deref())
     );
     Ok(match ask(state, user, prompt).await? {
-        Ok(reply) => from_reply(reply, meta),
+        Ok(reply) => from_reply(reply, meta, &chosen),
         Err(reason) => Draft {
             skill_content: front_matter::document(&meta, &template_body(&need)),
             name: meta.name,
@@ -72,23 +112,20 @@ pub async fn optimize(state: &AppState, user: &CurrentUser, id: i64, req: Optimi
         Some(text) => text,
         None => service::skill_md_text(&package)?,
     };
-    let declared = front_matter::parse(&current).ok();
-    let meta = FrontMatter {
-        name: validate::optional(req.name)
-            .or_else(|| declared.as_ref().map(|m| m.name.clone()))
-            .unwrap_or_else(|| row.name.clone()),
-        description: validate::optional(req.description)
-            .or_else(|| declared.map(|m| m.description))
-            .unwrap_or_else(|| row.description.clone()),
-    };
+    let chosen = Chosen::new(req.name, req.description);
+    let meta = chosen.over(front_matter::parse(&current).unwrap_or(FrontMatter {
+        name: row.name.clone(),
+        description: row.description.clone(),
+    }));
     within_limits(&meta)?;
     let prompt = format!(
         "Improve this SKILL.md according to the requirement, keeping what already works.\n\
-         Requirement: {need}{}\n\nCurrent SKILL.md:\n{current}",
+         Requirement: {need}{}{}\n\nCurrent SKILL.md:\n{current}",
+        chosen.prompt_lines(),
         instruction_line(validate::optional(req.optimize_instruction).as_deref())
     );
     Ok(match ask(state, user, prompt).await? {
-        Ok(reply) => from_reply(reply, meta),
+        Ok(reply) => from_reply(reply, meta, &chosen),
         Err(reason) => Draft {
             name: meta.name,
             description: meta.description,
@@ -141,10 +178,11 @@ async fn ask(state: &AppState, user: &CurrentUser, prompt: String) -> AppResult<
 }
 
 /// The draft in a model's answer. An answer without valid front matter is kept as the
-/// instructions, under front matter built from `meta`. One cut at its token limit says so:
-/// saved as it is, the skill would lose its end without anyone knowing.
-fn from_reply(reply: Reply, meta: FrontMatter) -> Draft {
-    let mut draft = draft_of(&reply.text, meta);
+/// instructions, under front matter built from `meta`; one with it keeps it, but for what the
+/// request chose. One cut at its token limit says so: saved as it is, the skill would lose its
+/// end without anyone knowing.
+fn from_reply(reply: Reply, meta: FrontMatter, chosen: &Chosen) -> Draft {
+    let mut draft = draft_of(&reply.text, meta, chosen);
     if reply.cut {
         draft.warnings.push(
             "the model's answer was cut off at its token limit (the quota left or the model's maxTokens); \
@@ -155,15 +193,24 @@ fn from_reply(reply: Reply, meta: FrontMatter) -> Draft {
     draft
 }
 
-fn draft_of(reply: &str, meta: FrontMatter) -> Draft {
+fn draft_of(reply: &str, meta: FrontMatter, chosen: &Chosen) -> Draft {
     let text = strip_fence(reply);
     match front_matter::parse(text) {
-        Ok(declared) => Draft {
-            name: declared.name,
-            description: declared.description,
-            skill_content: format!("{}\n", text.trim_end()),
-            warnings: vec![],
-        },
+        Ok(declared) => {
+            let kept = chosen.over(declared.clone());
+            let content = match kept == declared {
+                true => text.to_owned(),
+                // Parsed a line above, so it can be rewritten; the fallback only keeps it whole.
+                false => front_matter::with_metadata(text, &kept)
+                    .unwrap_or_else(|_| front_matter::document(&kept, front_matter::body(text))),
+            };
+            Draft {
+                name: kept.name,
+                description: kept.description,
+                skill_content: format!("{}\n", content.trim_end()),
+                warnings: vec![],
+            }
+        }
         Err(why) => Draft {
             skill_content: front_matter::document(&meta, text),
             name: meta.name,
@@ -235,18 +282,27 @@ mod tests {
             text: text.to_owned(),
             cut,
         };
-        let d = from_reply(reply(good, false), meta.clone());
+        let none = Chosen::default();
+        let d = from_reply(reply(good, false), meta.clone(), &none);
         assert_eq!((d.name.as_str(), d.warnings.len()), ("pdf-forms", 0));
         assert!(d.skill_content.starts_with("---\nname: pdf-forms") && d.skill_content.ends_with("# Steps\n"));
         // Cut at its token limit, it says so.
-        let cut = from_reply(reply(good, true), meta.clone());
+        let cut = from_reply(reply(good, true), meta.clone(), &none);
         assert_eq!(cut.warnings.len(), 1);
         assert!(
             cut.warnings[0].contains("cut off at its token limit"),
             "{:?}",
             cut.warnings
         );
-        let bare = from_reply(reply("Just instructions.", false), meta);
+        // A name the request chose replaces the model's; the rest of its front matter stays.
+        let chosen = Chosen::new(Some("form-filler".into()), None);
+        let d = from_reply(reply(good, false), meta.clone(), &chosen);
+        assert_eq!((d.name.as_str(), d.description.as_str()), ("form-filler", "Fill forms"));
+        assert_eq!(
+            d.skill_content,
+            "---\nname: form-filler\ndescription: Fill forms\n---\n# Steps\n"
+        );
+        let bare = from_reply(reply("Just instructions.", false), meta, &none);
         assert_eq!(bare.name, "fallback");
         assert_eq!(bare.warnings.len(), 1);
         assert_eq!(front_matter::parse(&bare.skill_content).unwrap().name, "fallback");

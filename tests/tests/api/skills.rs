@@ -909,13 +909,36 @@ async fn ai_drafts_use_the_default_chat_model() {
     let d = o.assert_status_ok();
     assert!(d["skillContent"].as_str().unwrap().contains("unsaved text"));
     assert_eq!(d["name"], "draft-x");
+    // A name and description the request chooses are put to the model and kept in the draft.
+    let o = s
+        .app
+        .post(
+            &format!("/skill/{id}/ai/optimize"),
+            t,
+            &json!({ "requirement": "r", "name": "form-helper", "description": "Helps with forms." }),
+        )
+        .await;
+    let d = o.assert_status_ok();
+    assert_eq!(
+        (&d["name"], &d["description"]),
+        (&json!("form-helper"), &json!("Helps with forms."))
+    );
+    let asked = server.requests()[3]["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        asked.contains("The skill's name must be: form-helper")
+            && asked.contains("The skill's description must be: Helps with forms."),
+        "{asked}"
+    );
 
     let requests = server.requests();
-    assert_eq!(requests.len(), 3);
+    assert_eq!(requests.len(), 4);
     assert_eq!(requests[0]["messages"][0]["role"], "system");
     assert_eq!(
         usage_rows(&s.app).await,
-        vec![("skill-draft".to_owned(), true); 3],
+        vec![("skill-draft".to_owned(), true); 4],
         "metered"
     );
     assert_eq!(s.snapshot().await, before, "drafts are never saved");
@@ -940,7 +963,7 @@ async fn ai_drafts_use_the_default_chat_model() {
         w.contains("quota is used up") && w.contains("rule-based template"),
         "{w}"
     );
-    assert_eq!(server.requests().len(), 3);
+    assert_eq!(server.requests().len(), 4);
     s.app
         .post("/skill/ai/generate", t, &json!({}))
         .await
@@ -981,7 +1004,7 @@ async fn ai_drafts_use_the_default_chat_model() {
         )
         .await
         .assert_status_error(400, 0, "name must be 1 to 64");
-    assert_eq!(server.requests().len(), 3, "no model call for a refused draft");
+    assert_eq!(server.requests().len(), 4, "no model call for a refused draft");
 }
 
 #[tokio::test]

@@ -38,6 +38,7 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
         .rev()
         .find(|(role, _)| role == "user")
         .map(|(_, c)| c.clone());
+    let mut warnings = vec![];
     let memories = match (agent.memory_enabled, last_user) {
         (true, Some(query)) => {
             let who = super::Recall {
@@ -48,10 +49,16 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
             };
             // What the chat would recall (nothing with a disabled config), but not counted as
             // a recall: access counts stay as they are. A model that cannot be used now recalls
-            // nothing, as in the chat (which warns and answers without memories).
+            // nothing, and says why, as the chat's `warning` line does.
             match super::recall(state, who, &query, false).await {
                 Ok(memories) => memories,
-                Err(e) if !e.is_server_side() => vec![],
+                Err(e) if !e.is_server_side() => {
+                    warnings.push(format!(
+                        "long-term memories could not be recalled, so the next turn would not use them: {}",
+                        e.told()
+                    ));
+                    vec![]
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -82,5 +89,6 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
                 memory_type: m.memory_type,
             })
             .collect(),
+        warnings,
     })
 }

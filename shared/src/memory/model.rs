@@ -274,6 +274,9 @@ pub struct ContextPreview {
     /// True when the history does not fit as it is: older messages fall outside the agent's
     /// short-term window or the total is over the context budget.
     pub compression_applied: bool,
+    /// Why `memories` is empty when recall was refused (its model unusable, the quota used
+    /// up); the chat says the same in a `warning` line.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

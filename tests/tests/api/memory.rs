@@ -1641,7 +1641,13 @@ async fn a_disabled_embedding_model_leaves_edits_and_previews_working() {
     assert_eq!(edited.assert_ok()["title"], "Dog");
     assert_eq!(vector().await, before, "the vector it had");
     let p = preview(&s, agent).await;
-    assert_eq!(p.assert_ok()["memories"], json!([]));
+    let p = p.assert_ok();
+    assert_eq!(p["memories"], json!([]));
+    let warning = p["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.contains("long-term memories could not be recalled") && warning.contains("disabled"),
+        "{p}"
+    );
 }
 
 async fn preview(s: &Setup, agent: i64) -> Reply {
@@ -1741,6 +1747,7 @@ async fn stats_and_context_preview() {
     assert_eq!(d["messages"].as_array().unwrap().len(), 4, "the window is 4 messages");
     assert_eq!(d["messages"][3]["content"], "At home.");
     assert_eq!(d["compressionApplied"], true);
+    assert_eq!(d["warnings"], json!([]), "recall ran");
 
     // Stats: recall twice, then count.
     let recalled = recall_as_chat(&s.app.state, agent, owner, None, "my dog")

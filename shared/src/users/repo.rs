@@ -264,6 +264,25 @@ pub async fn forget_old_used(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Res
     Ok(())
 }
 
+/// Logins a user keeps, newest first; a new one signs the oldest out (its refresh token is then
+/// refused as unknown). Successful logins are not rate limited (each costs a password hash), so
+/// a script logging in again and again added a login's rows for each call, for 14 days.
+pub const KEPT_LOGINS: i64 = 100;
+
+/// Deletes the refresh tokens of the user's logins but the newest `KEPT_LOGINS`.
+pub async fn forget_old_logins(db: impl PgExecutor<'_>, user_id: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        "DELETE FROM refresh_tokens WHERE user_id = $1 AND family_id NOT IN
+           (SELECT family_id FROM refresh_tokens WHERE user_id = $1
+            GROUP BY family_id ORDER BY max(id) DESC LIMIT $2)",
+    )
+    .bind(user_id)
+    .bind(KEPT_LOGINS)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 /// Deletes the refresh tokens of logins whose every token has expired: none of them can be
 /// used any more, so reuse detection has nothing left to protect. A family with one live token
 /// keeps its newest used ones (`forget_old_used`), which is what lets a replayed old token

@@ -99,6 +99,7 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
         ));
     }
     let refresh_token = new_refresh(state, &mut *tx, uuid::Uuid::new_v4(), user.id).await?;
+    repo::forget_old_logins(&mut *tx, user.id).await?;
     tx.commit().await?;
     let token = state.jwt().issue_access(user.id, user.role, user.token_version)?;
     Ok(LoginResult {

@@ -167,6 +167,43 @@ async fn a_refresh_loop_keeps_a_bounded_number_of_tokens() {
         .assert_error(401, 401, "revoked");
 }
 
+/// A script logging in again and again keeps a bounded number of logins: the newest ones. The
+/// oldest is signed out; the others, and the new one, still refresh.
+#[tokio::test]
+async fn repeated_logins_keep_the_newest() {
+    let app = app().await;
+    let first = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
+    let first = first.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
+    let second = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
+    let second = second.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
+    // Logins made since, each with a token that was refreshed once (a used row and a live one).
+    let kept = shared::users::repo::KEPT_LOGINS;
+    sqlx::query(
+        "INSERT INTO refresh_tokens (family_id, user_id, token_hash, expires_at, used_at)
+         SELECT f, 1, md5(f::text || u::text), now() + interval '1 day', CASE WHEN u THEN now() END
+         FROM (SELECT gen_random_uuid() AS f FROM generate_series(1, $1 - 2)) fam, (VALUES (true), (false)) v(u)",
+    )
+    .bind(kept)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let newest = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
+    let newest = newest.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
+    let logins: i64 = sqlx::query_scalar("SELECT count(DISTINCT family_id) FROM refresh_tokens")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(logins, kept);
+    app.post("/auth/refreshToken", None, &json!({ "refreshToken": first }))
+        .await
+        .assert_error(401, 401, "invalid");
+    for live in [second, newest] {
+        app.post("/auth/refreshToken", None, &json!({ "refreshToken": live }))
+            .await
+            .assert_ok();
+    }
+}
+
 #[tokio::test]
 async fn admin_creates_lists_and_updates_users() {
     let app = app().await;

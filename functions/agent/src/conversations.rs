@@ -1,7 +1,7 @@
 //! Conversations of an agent and their messages.
 
 use axum::extract::State;
-use shared::agents::conversations::{self, ConversationSummary, MessageView};
+use shared::agents::conversations::{self, ConversationSummary, MessageView, Whose};
 use shared::agents::period::PeriodQuery;
 use shared::http::envelope::Empty;
 use shared::http::{Api, ApiResult, CurrentUser, Envelope, Page, PageQuery, Path, Query};
@@ -30,27 +30,34 @@ async fn page(
     conversations::page(&state, &user, id, paging, period).await.map(Api)
 }
 
-/// The messages of a conversation, oldest first.
+/// The messages of a conversation, oldest first. The agent's managers name the owner when
+/// several chose the same `conversationId` (409 otherwise).
 #[utoipa::path(get, path = "/agent/{agentId}/conversation/{conversationId}/messages", tag = "agents",
-    security(("svc_auth" = [])), params(("agentId" = i64, Path), ("conversationId" = String, Path)),
-    responses((status = 200, body = Envelope<Vec<MessageView>>), (status = 401), (status = 404)))]
+    security(("svc_auth" = [])), params(("agentId" = i64, Path), ("conversationId" = String, Path), Whose),
+    responses((status = 200, body = Envelope<Vec<MessageView>>), (status = 400), (status = 401), (status = 404),
+        (status = 409)))]
 async fn messages(
     State(state): State<AppState>,
     user: CurrentUser,
     Path((agent_id, key)): Path<(i64, String)>,
+    Query(whose): Query<Whose>,
 ) -> ApiResult<Vec<MessageView>> {
-    conversations::messages(&state, &user, agent_id, &key).await.map(Api)
+    conversations::messages(&state, &user, agent_id, &key, &whose)
+        .await
+        .map(Api)
 }
 
-/// Delete a conversation and its messages.
+/// Delete a conversation and its messages (the owner named as for its messages).
 #[utoipa::path(delete, path = "/agent/{agentId}/conversation/{conversationId}", tag = "agents",
-    security(("svc_auth" = [])), params(("agentId" = i64, Path), ("conversationId" = String, Path)),
-    responses((status = 200, body = Envelope<Empty>), (status = 401), (status = 404)))]
+    security(("svc_auth" = [])), params(("agentId" = i64, Path), ("conversationId" = String, Path), Whose),
+    responses((status = 200, body = Envelope<Empty>), (status = 400), (status = 401), (status = 404),
+        (status = 409)))]
 async fn delete(
     State(state): State<AppState>,
     user: CurrentUser,
     Path((agent_id, key)): Path<(i64, String)>,
+    Query(whose): Query<Whose>,
 ) -> ApiResult<Empty> {
-    conversations::delete(&state, &user, agent_id, &key).await?;
+    conversations::delete(&state, &user, agent_id, &key, &whose).await?;
     Api::empty()
 }

@@ -18,6 +18,8 @@ pub struct ConversationRow {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SummaryRow {
     pub conversation_key: String,
+    pub user_id: Option<i64>,
+    pub external_user_id: Option<i64>,
     pub title: String,
     pub user_name: String,
     pub message_count: i64,
@@ -67,15 +69,16 @@ pub async fn find(
     qb.build_query_as().fetch_optional(db).await
 }
 
-/// Any owner's conversation with this key, newest first (for the agent's managers).
-pub async fn find_any(db: &PgPool, agent_id: i64, key: &str) -> sqlx::Result<Option<ConversationRow>> {
+/// Up to two owners' conversations with this key (for the agent's managers): a key is the
+/// client's choice, unique per owner only, so two mean the caller must say whose.
+pub async fn find_any(db: &PgPool, agent_id: i64, key: &str) -> sqlx::Result<Vec<ConversationRow>> {
     sqlx::query_as(
         "SELECT c.id, c.conversation_key, c.agent_id, c.title FROM conversations c
-         WHERE c.agent_id = $1 AND c.conversation_key = $2 ORDER BY c.last_message_dt DESC LIMIT 1",
+         WHERE c.agent_id = $1 AND c.conversation_key = $2 LIMIT 2",
     )
     .bind(agent_id)
     .bind(key)
-    .fetch_optional(db)
+    .fetch_all(db)
     .await
 }
 
@@ -123,7 +126,7 @@ pub async fn page(db: &PgPool, f: &SummaryFilter, limit: i64, offset: i64) -> sq
     push_summary_filter(&mut count, f);
     let total: i64 = count.build_query_scalar().fetch_one(db).await?;
     let mut rows = QueryBuilder::new(
-        "SELECT c.conversation_key, c.title,
+        "SELECT c.conversation_key, c.user_id, c.external_user_id, c.title,
            COALESCE(u.username, NULLIF(e.nickname, ''), e.open_id, '') AS user_name,
            COALESCE(s.message_count, 0) AS message_count, COALESCE(s.tool_call_count, 0) AS tool_call_count,
            c.create_dt, c.last_message_dt

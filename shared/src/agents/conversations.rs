@@ -1,8 +1,8 @@
 //! Conversations of an agent: listing, messages, deletion.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::conversation_repo::{self as repo, ConversationRow, MessageRow, SummaryFilter, SummaryRow};
 use super::period::PeriodQuery;
@@ -15,6 +15,12 @@ use crate::{time, AppError, AppResult, AppState};
 #[serde(rename_all = "camelCase")]
 pub struct ConversationSummary {
     pub conversation_id: String,
+    /// The admin-API user whose conversation it is; `null` for a partner's end user.
+    pub user_id: Option<i64>,
+    /// The partner's end user whose conversation it is; `null` for an admin-API user. Two
+    /// owners may choose the same `conversationId`: its messages and deletion take the owner's
+    /// id then.
+    pub external_user_id: Option<i64>,
     pub title: String,
     pub user_name: String,
     pub message_count: i64,
@@ -27,6 +33,8 @@ impl From<SummaryRow> for ConversationSummary {
     fn from(r: SummaryRow) -> Self {
         Self {
             conversation_id: r.conversation_key,
+            user_id: r.user_id,
+            external_user_id: r.external_user_id,
             title: r.title,
             user_name: r.user_name,
             message_count: r.message_count,
@@ -107,29 +115,82 @@ pub async fn page(
     Ok(Page::new(rows.into_iter().map(Into::into).collect(), paging, total))
 }
 
-/// The caller's own conversation with this id (whether or not the agent is still visible to
-/// them, as in `page`), or (for the agent's managers) anyone's.
-async fn resolve(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str) -> AppResult<ConversationRow> {
-    if let Some(c) = repo::find(state.db(), agent_id, Owner::User(user.id), key).await? {
-        return Ok(c);
+/// Whose conversation a manager means, as the summary lists it: needed only when several
+/// owners chose the same `conversationId`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct Whose {
+    /// An admin-API user's id.
+    pub user_id: Option<i64>,
+    /// A partner's end user's id (`externalUserId` of the summary).
+    pub external_user_id: Option<i64>,
+}
+
+impl Whose {
+    fn owner(&self) -> AppResult<Option<Owner>> {
+        match (self.user_id, self.external_user_id) {
+            (Some(_), Some(_)) => Err(AppError::validation(
+                "userId, externalUserId: name one of them, not both",
+            )),
+            (Some(id), None) => Ok(Some(Owner::User(id))),
+            (None, Some(id)) => Ok(Some(Owner::External(id))),
+            (None, None) => Ok(None),
+        }
     }
-    let agent = service::visible(state, user, agent_id).await?;
-    if user.can_manage(agent.creator_id) {
-        if let Some(c) = repo::find_any(state.db(), agent_id, key).await? {
+}
+
+/// The caller's own conversation with this id (whether or not the agent is still visible to
+/// them, as in `page`), or (for the agent's managers) the named owner's, or the one owner's
+/// who chose it. Several owners with the id and none named is 409: picking one (the newest, as
+/// this once did) read or deleted another person's conversation than the one listed.
+async fn resolve(
+    state: &AppState,
+    user: &CurrentUser,
+    agent_id: i64,
+    key: &str,
+    whose: &Whose,
+) -> AppResult<ConversationRow> {
+    let unknown = || AppError::not_found("conversation");
+    let own = Owner::User(user.id);
+    let named = whose.owner()?;
+    if named.is_none_or(|o| o == own) {
+        if let Some(c) = repo::find(state.db(), agent_id, own, key).await? {
             return Ok(c);
         }
     }
-    Err(AppError::not_found("conversation"))
+    let agent = service::visible(state, user, agent_id).await?;
+    if !user.can_manage(agent.creator_id) {
+        return Err(unknown());
+    }
+    if let Some(owner) = named.filter(|o| *o != own) {
+        return repo::find(state.db(), agent_id, owner, key).await?.ok_or_else(unknown);
+    }
+    let mut found = repo::find_any(state.db(), agent_id, key).await?;
+    match (named, found.len()) {
+        (None, 1) => Ok(found.remove(0)),
+        (None, 2..) => Err(AppError::Conflict(format!(
+            "several people's conversations of this agent have conversationId {key}; \
+             say whose with userId or externalUserId, as GET /agent/{agent_id}/conversations lists them"
+        ))),
+        _ => Err(unknown()),
+    }
 }
 
-pub async fn messages(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str) -> AppResult<Vec<MessageView>> {
-    let c = resolve(state, user, agent_id, key).await?;
+pub async fn messages(
+    state: &AppState,
+    user: &CurrentUser,
+    agent_id: i64,
+    key: &str,
+    whose: &Whose,
+) -> AppResult<Vec<MessageView>> {
+    let c = resolve(state, user, agent_id, key, whose).await?;
     let rows = repo::messages(state.db(), c.id).await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
-pub async fn delete(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str) -> AppResult<()> {
-    let c = resolve(state, user, agent_id, key).await?;
+pub async fn delete(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str, whose: &Whose) -> AppResult<()> {
+    let c = resolve(state, user, agent_id, key, whose).await?;
     repo::delete(state.db(), c.id).await?;
     Ok(())
 }

@@ -971,7 +971,35 @@ async fn conversations_are_listed_per_owner_and_deleted_with_their_messages() {
         .app
         .get(&format!("/agent/{agent}/conversations"), Some(&s.admin))
         .await;
-    assert_eq!(list.assert_ok()["total"], 2, "the agent's creator sees all");
+    let listed = list.assert_ok()["data"].as_array().unwrap().clone();
+    assert_eq!(listed.len(), 2, "the agent's creator sees all");
+    let owners: Vec<i64> = listed.iter().map(|c| c["userId"].as_i64().unwrap()).collect();
+    assert!(owners.contains(&alice_id) && owners.contains(&bob_id), "{listed:?}");
+    assert!(listed.iter().all(|c| c["externalUserId"].is_null()));
+    // Two owners chose the id: the creator says whose, or is told to.
+    let path = format!("/agent/{agent}/conversation/same-id/messages");
+    s.app
+        .get(&path, Some(&s.admin))
+        .await
+        .assert_error(409, 409, "say whose with userId or externalUserId");
+    for (id, said) in [(alice_id, "from alice"), (bob_id, "from bob")] {
+        let theirs = s.app.get(&format!("{path}?userId={id}"), Some(&s.admin)).await;
+        assert_eq!(theirs.assert_ok()[0]["content"], said);
+    }
+    s.app
+        .get(&format!("{path}?userId={alice_id}&externalUserId=1"), Some(&s.admin))
+        .await
+        .assert_error(400, 0, "userId, externalUserId: name one of them");
+    s.app
+        .delete(&format!("/agent/{agent}/conversation/same-id"), Some(&s.admin))
+        .await
+        .assert_error(409, 409, "say whose");
+    // A user naming someone else is answered as if it did not exist.
+    s.app
+        .get(&format!("{path}?userId={bob_id}"), Some(&alice))
+        .await
+        .assert_error(404, 404, "conversation not found");
+    assert_eq!(s.app.count("messages").await, 4, "nothing deleted");
     let future = s
         .app
         .get(
@@ -999,6 +1027,18 @@ async fn conversations_are_listed_per_owner_and_deleted_with_their_messages() {
         "bob's is untouched"
     );
     assert_eq!(s.app.count("messages").await, 2);
+    // One owner left with the id: the creator needs to name nobody.
+    let left = s.app.get(&path, Some(&s.admin)).await;
+    assert_eq!(left.assert_ok()[0]["content"], "from bob");
+    s.app
+        .delete(
+            &format!("/agent/{agent}/conversation/same-id?userId={bob_id}"),
+            Some(&s.admin),
+        )
+        .await
+        .assert_ok();
+    assert_eq!(s.app.count("messages").await, 0);
+    s.chat(&bob, agent, say("same-id", "again")).await.events();
 
     // Deleting the agent takes its conversations and messages.
     s.app

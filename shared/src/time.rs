@@ -47,6 +47,20 @@ pub fn start_of_day(dt: DateTime<Utc>) -> DateTime<Utc> {
 
 /// Parses a client-supplied `YYYY-MM-DD HH:mm:ss` (or a bare date) in the configured zone.
 /// The year is four digits: chrono also reads a sign and more digits, years Postgres refuses.
+/// The end of a range as `parse_datetime` reads it, reaching the last microsecond of what it
+/// shows (times are stored to the microsecond and shown to the second): the whole day of a date,
+/// the whole second of a time. An end of 23:59:59 left out what was written in its last second,
+/// and a date written without its zeros (2026-1-31, which parses) was taken for its midnight.
+pub fn parse_end(value: &str) -> Option<DateTime<Utc>> {
+    let at = parse_datetime(value)?;
+    let bare_date = chrono::NaiveDate::parse_from_str(value.trim(), "%Y-%m-%d").is_ok();
+    let shown = match bare_date {
+        true => chrono::Duration::days(1),
+        false => chrono::Duration::seconds(1),
+    };
+    Some(at + shown - chrono::Duration::microseconds(1))
+}
+
 pub fn parse_datetime(value: &str) -> Option<DateTime<Utc>> {
     let offset = *OFFSET.get_or_init(utc);
     let value = value.trim();

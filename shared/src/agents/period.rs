@@ -1,7 +1,7 @@
 //! `start` / `end` query parameters: timestamps or bare dates; an end covers the whole day or
 //! second it names.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -16,24 +16,13 @@ pub struct PeriodQuery {
     pub end: Option<String>,
 }
 
-/// A bound as given; an end reaches the last microsecond of what it shows (times are stored to
-/// the microsecond and shown to the second): the whole day of a date, the whole second of a
-/// time. An end of 23:59:59 left out what was written in its last second, and a date written
-/// without its zeros (2026-1-31, which parses) was taken for its midnight.
+/// A bound as given; an end covers the whole day or second it names (`time::parse_end`).
 fn parse(field: &str, value: &str, end: bool) -> AppResult<DateTime<Utc>> {
-    let at = time::parse_datetime(value).ok_or_else(|| {
-        AppError::validation(format!("{field} must be a date like 2026-01-31 or 2026-01-31 23:59:59"))
-    })?;
-    if !end {
-        return Ok(at);
-    }
-    let bare_date = chrono::NaiveDate::parse_from_str(value.trim(), "%Y-%m-%d").is_ok();
-    let shown = if bare_date {
-        Duration::days(1)
-    } else {
-        Duration::seconds(1)
+    let at = match end {
+        true => time::parse_end(value),
+        false => time::parse_datetime(value),
     };
-    Ok(at + shown - Duration::microseconds(1))
+    at.ok_or_else(|| AppError::validation(format!("{field} must be a date like 2026-01-31 or 2026-01-31 23:59:59")))
 }
 
 impl PeriodQuery {

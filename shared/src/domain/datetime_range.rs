@@ -34,7 +34,8 @@ impl DatetimeRange {
             return Err(bad());
         };
         let start = time::parse_datetime(start).ok_or_else(bad)?;
-        let end = time::parse_datetime(end).ok_or_else(bad)?;
+        // The end covers the whole day or second it names, as the rows show their times.
+        let end = time::parse_end(end).ok_or_else(bad)?;
         if start > end {
             return Err(AppError::validation("datetimeRange start must not be after its end"));
         }
@@ -65,5 +66,13 @@ mod tests {
         }
         let swapped = format!("datetimeRange={end}&datetimeRange={start}");
         assert!(DatetimeRange::from_query(&swapped).is_err());
+        // One second, or one day, is a range too.
+        for query in [
+            "datetimeRange=2026-05-04%2010:11:12&datetimeRange=2026-05-04%2010:11:12",
+            "datetimeRange=2026-05-04,2026-05-04",
+        ] {
+            let (start, end) = DatetimeRange::from_query(query).unwrap().0.unwrap();
+            assert!(start < end, "{query}");
+        }
     }
 }

@@ -299,6 +299,17 @@ async fn page_filters() {
         day(2)
     );
     assert_eq!(app.get(&range, Some(&alice)).await.assert_ok()["total"], 3);
+    // An end covers the whole second (or day) it names, as the rows show their times.
+    let all = app.get("/resource/page", Some(&alice)).await;
+    let shown = all.assert_ok()["data"][0]["createDt"]
+        .as_str()
+        .unwrap()
+        .replace(' ', "%20");
+    let second = format!("/resource/page?datetimeRange={shown}&datetimeRange={shown}");
+    assert!(app.get(&second, Some(&alice)).await.assert_ok()["total"].as_i64() >= Some(1));
+    let today = &shown[..10];
+    let whole_day = format!("/resource/page?datetimeRange={today},{today}");
+    assert!(app.get(&whole_day, Some(&alice)).await.assert_ok()["total"].as_i64() >= Some(1));
     let past = "/resource/page?datetimeRange=2000-01-01%2000:00:00,2000-01-02%2000:00:00";
     assert_eq!(app.get(past, Some(&alice)).await.assert_ok()["total"], 0);
     app.get("/resource/page?datetimeRange=yesterday", Some(&alice))

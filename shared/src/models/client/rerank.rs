@@ -19,12 +19,14 @@ pub struct Reranking {
 }
 
 /// Tokens a rerank answer reports: `usage.total_tokens` (Jina, vLLM, Xinference) or
-/// `usage.prompt_tokens`, or Cohere's `meta.tokens.input_tokens`.
+/// `usage.prompt_tokens`, or Cohere's `meta.tokens.input_tokens`; capped as every reported
+/// count is (a count near 2^63 stored as it was made every usage statistic of the model fail).
 fn reported_tokens(v: &Value) -> Option<u64> {
     v.pointer("/usage/total_tokens")
         .or_else(|| v.pointer("/usage/prompt_tokens"))
         .or_else(|| v.pointer("/meta/tokens/input_tokens"))
         .and_then(Value::as_u64)
+        .map(|count| super::reported_tokens(Some(count)))
 }
 
 impl ModelClient {
@@ -91,5 +93,9 @@ mod tests {
             None
         );
         assert_eq!(tokens(json!({ "usage": { "total_tokens": "many" } })), None);
+        assert_eq!(
+            tokens(json!({ "usage": { "total_tokens": u64::MAX } })),
+            Some(crate::models::client::MAX_REPORTED_TOKENS)
+        );
     }
 }

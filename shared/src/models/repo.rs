@@ -312,8 +312,7 @@ pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
         .execute(&mut *tx)
         .await?;
     sqlx::query(
-        "WITH usage AS (UPDATE model_usage SET model_id = NULL WHERE model_id = $1),
-              answers AS (UPDATE messages SET model_id = NULL WHERE model_id = $1),
+        "WITH answers AS (UPDATE messages SET model_id = NULL WHERE model_id = $1),
               memory AS (
                 UPDATE memory_configs SET rerank_model_id = NULL, rerank_enabled = FALSE, update_dt = now()
                 WHERE rerank_model_id = $1),

@@ -79,9 +79,9 @@ pub fn push_insert(qb: &mut QueryBuilder<'_, Postgres>, records: &[UsageRecord])
          prompt_tokens, completion_tokens, latency_ms, success, error, cost) SELECT * FROM (",
     );
     qb.push_values(records, |mut row, r| {
-        row.push("(SELECT id FROM model_configs WHERE id = ")
-            .push_bind_unseparated(r.model_id)
-            .push_unseparated(")")
+        // The config's id even once it is deleted (ids are never reused): its statistics
+        // outlive it, under the names copied here.
+        row.push_bind(r.model_id)
             .push_bind(r.model_name.clone())
             .push_bind(r.model_type.clone())
             .push_bind(r.provider_id)

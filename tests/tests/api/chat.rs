@@ -370,7 +370,8 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
         .events();
     assert_eq!(joined(&events, "text"), "Tool web_search is not available");
 
-    // Deleting the model keeps the usage and the answer, without the deleted config's id.
+    // Deleting the model keeps the usage, still its statistics, and the answer without the
+    // deleted config's id.
     let other = s.chat_model("chat-echo", json!({})).await;
     s.app
         .delete(&format!("/ai-model/config/{other}"), Some(&s.admin))
@@ -382,6 +383,11 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
         .await
         .unwrap();
     assert!(unrelated >= 2, "another config's deletion leaves these rows alone");
+    let stat = s
+        .app
+        .get(&format!("/ai-model/usage/stat/{model}"), Some(&s.admin))
+        .await;
+    let stat = stat.assert_status_ok().clone();
     s.app
         .delete(&format!("/ai-model/config/{model}"), Some(&s.admin))
         .await
@@ -394,7 +400,20 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
     .await
     .unwrap();
     assert!(usage_rows >= 2);
-    assert_eq!((usage_ids, answer_ids), (0, 0));
+    assert_eq!((usage_ids, answer_ids), (usage_rows, 0));
+    let stats = s
+        .app
+        .get("/ai-model/usage/global-stats?pageSize=100", Some(&s.admin))
+        .await;
+    let stats = stats.assert_status_ok().as_array().unwrap().clone();
+    let deleted = stats
+        .iter()
+        .find(|m| m["modelId"] == model)
+        .expect("listed after its deletion");
+    for field in ["modelName", "providerName", "totalCalls", "totalTokensUsed"] {
+        assert_eq!(deleted[field], stat[field], "{field}: {deleted} against {stat}");
+    }
+    assert_eq!(deleted["totalCalls"], unrelated);
 }
 
 #[tokio::test]

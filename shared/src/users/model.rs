@@ -99,7 +99,10 @@ pub struct CreateUserRequest {
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct UpdateUserRequest {
     pub role: Option<i64>,
-    pub email: Option<String>,
+    /// Absent keeps the email; `null` or `""` removes it.
+    #[serde(default, deserialize_with = "crate::json::nullable")]
+    #[schema(value_type = Option<String>)]
+    pub email: Option<Option<String>>,
     pub password: Option<String>,
 }
 

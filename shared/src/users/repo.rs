@@ -117,21 +117,23 @@ pub fn escape_like(value: &str) -> String {
     value.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
 }
 
+/// `email`: `None` keeps it, `Some(None)` removes it.
 pub async fn update_profile(
     db: impl PgExecutor<'_>,
     id: i64,
     role: i16,
-    email: Option<&str>,
+    email: Option<Option<&str>>,
     password_hash: Option<&str>,
 ) -> sqlx::Result<bool> {
     let n = sqlx::query(
-        "UPDATE users SET role = $2, email = COALESCE($3, email), password_hash = COALESCE($4, password_hash),
-         update_dt = now() WHERE id = $1",
+        "UPDATE users SET role = $2, email = CASE WHEN $5 THEN $3 ELSE email END,
+         password_hash = COALESCE($4, password_hash), update_dt = now() WHERE id = $1",
     )
     .bind(id)
     .bind(role)
-    .bind(email)
+    .bind(email.flatten())
     .bind(password_hash)
+    .bind(email.is_some())
     .execute(db)
     .await?;
     Ok(n.rows_affected() == 1)

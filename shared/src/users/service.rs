@@ -208,7 +208,8 @@ async fn change_role(conn: &mut PgConnection, id: i64, role: Role) -> AppResult<
 
 pub async fn update(state: &AppState, id: i64, req: UpdateUserRequest) -> AppResult<()> {
     let role = Role::parse("role", validate::present("role", req.role)?)?;
-    let email = optional_email(req.email)?;
+    // Absent keeps the email; null or blank removes it (an emptied form field is a removal).
+    let email = req.email.map(optional_email).transpose()?;
     let password = req.password.filter(|p| !p.is_empty());
     if let Some(p) = &password {
         validate_password("password", p)?;
@@ -219,7 +220,8 @@ pub async fn update(state: &AppState, id: i64, req: UpdateUserRequest) -> AppRes
     };
     let mut tx = state.db().begin().await?;
     change_role(&mut tx, id, role).await?;
-    repo::update_profile(&mut *tx, id, role.code(), email.as_deref(), hash.as_deref())
+    let email = email.as_ref().map(Option::as_deref);
+    repo::update_profile(&mut *tx, id, role.code(), email, hash.as_deref())
         .await
         .map_err(user_conflict)?;
     if hash.is_some() {

@@ -287,6 +287,44 @@ async fn admin_creates_lists_and_updates_users() {
         (me.data()["role"].as_i64(), me.data()["email"].as_str()),
         (Some(1), Some("alice@new.example"))
     );
+    // An absent email stays; null or an emptied field removes it.
+    let email_of = |token: String| {
+        let app = &app;
+        async move { app.get("/user", Some(&token)).await.data()["email"].clone() }
+    };
+    app.put(&format!("/user/{id}"), Some(&admin), &json!({ "role": 1 }))
+        .await
+        .assert_ok();
+    assert_eq!(email_of(token.clone()).await, "alice@new.example");
+    for cleared in [json!(null), json!("")] {
+        app.put(
+            &format!("/user/{id}"),
+            Some(&admin),
+            &json!({ "role": 1, "email": "a@b.cc" }),
+        )
+        .await
+        .assert_ok();
+        app.put(
+            &format!("/user/{id}"),
+            Some(&admin),
+            &json!({ "role": 1, "email": cleared }),
+        )
+        .await
+        .assert_ok();
+        assert_eq!(email_of(token.clone()).await, json!(null), "{cleared}");
+    }
+    app.put(
+        &format!("/user/{id}"),
+        Some(&admin),
+        &json!({ "role": 1, "email": "not-an-email" }),
+    )
+    .await
+    .assert_error(400, 0, "email");
+    assert_eq!(
+        email_of(token.clone()).await,
+        json!(null),
+        "a refused edit changes nothing"
+    );
     app.put(&format!("/user/{id}"), Some(&admin), &json!({ "email": "x@y.zz" }))
         .await
         .assert_error(400, 0, "role is required");

@@ -95,6 +95,11 @@ pub struct Config {
     /// (MODEL_TEST_TIMEOUT_SECS, default 20: under API Gateway's 29 s, so an endpoint that does
     /// not answer is reported as such instead of as the gateway's 504).
     pub model_test_timeout: Duration,
+    /// The longest a document import by URL waits for its download, redirects included
+    /// (URL_IMPORT_TIMEOUT_SECS, default 20: under API Gateway's 29 s, so a slow server is
+    /// refused with nothing stored instead of answered by the gateway's 504 while the import
+    /// goes on, and a client retrying it imports the document twice).
+    pub url_import_timeout: Duration,
     /// The longest a Q&A answer runs (QA_TIMEOUT_SECS, default 280: under the Q&A function's
     /// 300 s, so the stream ends with an error line and the hold is settled before Lambda
     /// ends the process).
@@ -278,6 +283,7 @@ impl Config {
             chat_turn_timeout: Duration::from_secs(parse_num("CHAT_TURN_TIMEOUT_SECS", 840)?.max(1)),
             qa_timeout: Duration::from_secs(parse_num("QA_TIMEOUT_SECS", 280)?.max(1)),
             model_test_timeout: Duration::from_secs(parse_num("MODEL_TEST_TIMEOUT_SECS", 20)?.max(1)),
+            url_import_timeout: Duration::from_secs(parse_num("URL_IMPORT_TIMEOUT_SECS", 20)?.max(1)),
             mcp_tools_ttl: Duration::from_secs(parse_num("MCP_TOOLS_TTL_SECS", 60)?),
             mcp_session_idle: Duration::from_secs(parse_num("MCP_SESSION_IDLE_SECS", 600)?.max(1)),
             mcp_result_max_bytes: parse_num("MCP_RESULT_MAX_BYTES", 64 * 1024)? as usize,

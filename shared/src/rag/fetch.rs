@@ -1,14 +1,12 @@
 //! Fetching documents by URL, refusing addresses inside the service's own network.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
 
 use crate::{AppError, AppResult, AppState};
 
-const TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_REDIRECTS: usize = 3;
 
 pub struct Fetched {
@@ -71,9 +69,22 @@ async fn vet(state: &AppState, url: &reqwest::Url) -> AppResult<(String, SocketA
     Ok((host, first))
 }
 
-/// Downloads at most MAX_UPLOAD_BYTES within 30 s, following up to 3 redirects, each hop
-/// checked and pinned to the address that was checked.
+/// Downloads at most MAX_UPLOAD_BYTES within `URL_IMPORT_TIMEOUT_SECS`, following up to 3
+/// redirects, each hop checked and pinned to the address that was checked. The limit is for the
+/// whole download: one per hop let a slow server and its redirects pass API Gateway's 29 s.
 pub async fn fetch(state: &AppState, raw: &str) -> AppResult<Fetched> {
+    let limit = state.config().url_import_timeout;
+    tokio::time::timeout(limit, download(state, raw))
+        .await
+        .unwrap_or_else(|_| {
+            Err(AppError::validation(format!(
+                "url: the download did not finish within {} s",
+                limit.as_secs()
+            )))
+        })
+}
+
+async fn download(state: &AppState, raw: &str) -> AppResult<Fetched> {
     let mut url = reqwest::Url::parse(raw).map_err(|_| AppError::validation("url must be an absolute http(s) URL"))?;
     let limit = state.config().max_upload_bytes;
     for _ in 0..=MAX_REDIRECTS {
@@ -81,7 +92,6 @@ pub async fn fetch(state: &AppState, raw: &str) -> AppResult<Fetched> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .resolve(&host, addr)
-            .timeout(TIMEOUT)
             .build()
             .map_err(|e| AppError::Internal(e.into()))?;
         let resp = client

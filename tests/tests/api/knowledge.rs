@@ -1540,6 +1540,60 @@ async fn import_by_url_refuses_internal_addresses() {
     assert_eq!(open.app.count("documents").await, before);
 }
 
+/// A download slower than its limit, redirects included, is refused with nothing stored: past
+/// API Gateway's 29 s the client got a 504 while the import went on, and a retry imported the
+/// document twice.
+#[tokio::test]
+async fn a_slow_import_by_url_is_refused_within_its_limit() {
+    let files = axum::Router::new()
+        .route(
+            "/hop",
+            axum::routing::get(|| async {
+                tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+                axum::response::Redirect::temporary("/slow.md")
+            }),
+        )
+        .route(
+            "/slow.md",
+            axum::routing::get(|| async {
+                tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+                GUIDE_MD
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, files).await });
+    let s = KbSetup::new(
+        Store::Filesystem,
+        &[
+            ("IMPORT_URL_ALLOW_HOSTS", "127.0.0.1"),
+            ("URL_IMPORT_TIMEOUT_SECS", "1"),
+        ],
+    )
+    .await;
+    let kb = s.kb("Web", json!({})).await;
+    let before = s.app.snapshot().await;
+    // Each hop is within the limit; the two together are not.
+    s.app
+        .post(
+            "/document/import/url",
+            Some(&s.admin),
+            &json!({ "ragId": kb, "url": format!("{base}/hop") }),
+        )
+        .await
+        .assert_error(400, 0, "url: the download did not finish within 1 s");
+    assert_eq!(s.app.snapshot().await, before, "nothing stored");
+    let d = s
+        .app
+        .post(
+            "/document/import/url",
+            Some(&s.admin),
+            &json!({ "ragId": kb, "url": format!("{base}/slow.md") }),
+        )
+        .await;
+    assert_eq!(d.assert_ok()["name"], "slow.md");
+}
+
 #[tokio::test]
 async fn office_and_pdf_files_are_indexed_with_structure_pages_and_images() {
     office_and_pdf_files(Store::Filesystem, &[]).await;

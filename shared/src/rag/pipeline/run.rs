@@ -157,15 +157,26 @@ fn ms(since: Instant) -> u64 {
 const WRITE_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Runs the stages, the ones before the final write until `WRITE_MARGIN` before `stop_at`. A
-/// document whose parsing, chunking, embedding and reading of pictures did not finish within a
-/// whole invocation would not in the next one either: it fails for good, at the stage it was
-/// in, instead of being killed with its invocation, delivered again to be killed again, and
-/// left in processing until the daily job gives up on it. The final write is not cut: a
-/// statement dropped half way still runs in Postgres and holds the document's row, which the
-/// failure would then wait for.
+/// document whose parsing, chunking, embedding, reading of pictures and storing of them did not
+/// finish within a whole invocation would not in the next one either: it fails for good, at
+/// the stage it was in, instead of being killed with its invocation, delivered again to be
+/// killed again, and left in processing until the daily job gives up on it. The pictures are
+/// stored before the margin too: one upload each, hundreds of them took the final write past
+/// the invocation's end. The final write is not cut: a statement dropped half way still runs in
+/// Postgres and holds the document's row, which the failure would then wait for.
 async fn stages_in_time(state: &AppState, doc: &DocRow, kb: &KbRow, stop_at: StopAt) -> Result<(), Stop> {
-    let prepared = match stop_at {
-        None => prepare(state, doc, kb).await?,
+    let before_write = async {
+        let prepared = prepare(state, doc, kb).await?;
+        let image_keys = store_images(state, doc, &prepared.parsed)
+            .await
+            .map_err(|error| Stop::Transient {
+                stage: "indexing",
+                error,
+            })?;
+        Ok((prepared, image_keys))
+    };
+    let (prepared, image_keys) = match stop_at {
+        None => before_write.await?,
         Some(stop_at) => {
             let started = Instant::now();
             let until = stop_at
@@ -179,16 +190,14 @@ async fn stages_in_time(state: &AppState, doc: &DocRow, kb: &KbRow, stop_at: Sto
                     error: anyhow::anyhow!("the invocation had no time left for the document"),
                 });
             }
-            tokio::time::timeout_at(until, prepare(state, doc, kb))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Stop::OutOfTime {
-                        took: started.elapsed(),
-                    })
-                })?
+            tokio::time::timeout_at(until, before_write).await.unwrap_or_else(|_| {
+                Err(Stop::OutOfTime {
+                    took: started.elapsed(),
+                })
+            })?
         }
     };
-    index(state, doc, kb, prepared).await
+    index(state, doc, kb, prepared, image_keys).await
 }
 
 fn minutes_and_seconds(d: std::time::Duration) -> String {
@@ -375,7 +384,14 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
     Ok(vectors)
 }
 
-async fn index(state: &AppState, doc: &DocRow, kb: &KbRow, prepared: Prepared) -> Result<(), Stop> {
+/// The final write, of what `prepare` made and the pictures stored under `image_keys`.
+async fn index(
+    state: &AppState,
+    doc: &DocRow,
+    kb: &KbRow,
+    prepared: Prepared,
+    image_keys: Vec<String>,
+) -> Result<(), Stop> {
     let t = Instant::now();
     let Prepared {
         parsed,
@@ -389,7 +405,6 @@ async fn index(state: &AppState, doc: &DocRow, kb: &KbRow, prepared: Prepared) -
         stage: "indexing",
         error: e,
     };
-    let image_keys = store_images(state, doc, &parsed).await.map_err(transient)?;
     let indexes = match crate::rag::backends::Indexes::of(state, kb).await {
         Ok(indexes) => indexes,
         Err(e) => {

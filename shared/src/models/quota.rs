@@ -33,7 +33,7 @@ impl Hold {
     pub async fn take(db: &PgPool, user_id: i64, want: u64) -> AppResult<Self> {
         // At least one token: a hold of none takes none, and "nothing taken" is what tells a
         // quota that is used up, so a call estimated at zero was refused to a user with tokens.
-        let grab = grab(db, user_id, want.max(1)).await?;
+        let grab = grab_kept(db, user_id, want.max(1)).await?;
         let Some(grab) = grab else {
             return Err(AppError::unauthorized("the user no longer exists; please log in again"));
         };
@@ -61,7 +61,7 @@ impl Hold {
             return Ok(());
         };
         if want > self.held {
-            if let Some(grab) = grab(&self.db, user_id, want - self.held).await? {
+            if let Some(grab) = grab_kept(&self.db, user_id, want - self.held).await? {
                 self.held += grab.taken;
             }
         }
@@ -167,6 +167,21 @@ async fn grab(db: &PgPool, user_id: i64, want: u64) -> sqlx::Result<Option<Grab>
         expired,
         taken: taken.unwrap_or(0).max(0) as u64,
     }))
+}
+
+/// `grab` in a task of its own, whose tokens go back when its caller is gone: dropped after the
+/// statement took them and before the answer was read (a client leaving mid-turn), the caller's
+/// hold never learnt of them, and they were lost to the quota for good.
+async fn grab_kept(db: &PgPool, user_id: i64, want: u64) -> sqlx::Result<Option<Grab>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let db = db.clone();
+    tokio::spawn(async move {
+        let grabbed = grab(&db, user_id, want).await;
+        if let Err(Ok(Some(lost))) = tx.send(grabbed) {
+            settle(&db, user_id, lost.taken, 0).await;
+        }
+    });
+    rx.await.unwrap_or(Err(sqlx::Error::WorkerCrashed))
 }
 
 /// `settle` in a task of its own, awaited: a caller dropped while it waits does not stop it.

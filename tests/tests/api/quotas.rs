@@ -208,3 +208,38 @@ async fn a_hold_of_nothing_is_refused_only_when_nothing_is_left() {
         .unwrap();
     assert!(Hold::take(&app.db, id, 0).await.is_ok(), "with tokens left: held");
 }
+
+/// A hold's call dropped at any moment (a client leaving mid-turn) leaves the quota whole once
+/// its hold is gone: a top-up cut after its statement took tokens and before the answer was
+/// read lost them for good. Cut at a spread of moments, so some fall inside that round trip.
+#[tokio::test]
+async fn holds_cut_at_any_moment_give_every_token_back() {
+    use shared::models::quota::Hold;
+    use std::time::Duration;
+    let app = api_tests::spawn(api_tests::Store::Filesystem).await;
+    let (id, _) = app.regular_user("cut").await;
+    sqlx::query("UPDATE users SET tokens = 100000 WHERE id = $1")
+        .bind(id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let tokens = || async {
+        sqlx::query_scalar::<_, i64>("SELECT tokens FROM users WHERE id = $1")
+            .bind(id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap()
+    };
+    for micros in (0..3000).step_by(10) {
+        let mut hold = Hold::take(&app.db, id, 100).await.unwrap();
+        let cut = tokio::time::timeout(Duration::from_micros(micros), hold.top_up(5000)).await;
+        let taken = Hold::take(&app.db, id, 10);
+        let second = tokio::time::timeout(Duration::from_micros(micros), taken).await;
+        drop((hold, cut, second));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokens().await != 100000 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(tokens().await, 100000, "cut after {micros} µs");
+    }
+}

@@ -85,12 +85,7 @@ pub async fn start(
         .map_err(|e| e.refusal(|_| "no default CHAT model is configured to draft the agent".to_owned()))?;
     // Held now so that a user without quota is refused before the stream starts.
     let billing = Billing::of(user);
-    let hold = gateway::hold(
-        state,
-        billing,
-        gateway::turn_estimate(state, &model, billing, &description),
-    )
-    .await?;
+    let hold = gateway::hold_turn(state, &model, billing, &description).await?;
     let (state, user) = (state.clone(), user.clone());
     Ok(spawn_stream(move |tx: Sender<String>| {
         async move {

@@ -201,11 +201,18 @@ pub async fn hold(state: &AppState, billing: Billing, want: u64) -> AppResult<Ho
     }
 }
 
-/// What a chat turn holds before anything is stored: the question and a full answer. The first
-/// model call tops it up to the size of its real request.
-pub fn turn_estimate(state: &AppState, model: &ModelHandle, billing: Billing, question: &str) -> u64 {
+/// What a turn (a chat's, a Q&A question's, an agent's draft) holds before anything is stored:
+/// the question and a full answer; the first model call tops it up to the size of its real
+/// request. A quota that cannot pay even for the question is refused here, with nothing stored:
+/// taking the little left, the turn was stored and then ended with the quota's error.
+pub async fn hold_turn(state: &AppState, model: &ModelHandle, billing: Billing, question: &str) -> AppResult<Hold> {
     let (prompt, answer) = chat_size(state, model, billing.user_id(), &asking(question));
-    prompt + answer
+    let hold = hold(state, billing, prompt + answer).await?;
+    let needed = question_estimate(question);
+    match hold.limit() {
+        Some(held) if held < needed => Err(quota::too_small(held, needed)),
+        _ => Ok(hold),
+    }
 }
 
 /// The question's share of `turn_estimate`: what a turn keeps held while its retrieval runs.

@@ -74,7 +74,7 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
     let billing = Billing::of(user);
     let asked = match chat_model(state, &kb).await {
         Ok(model) => {
-            let hold = gateway::hold(state, billing, gateway::turn_estimate(state, &model, billing, &query)).await?;
+            let hold = gateway::hold_turn(state, &model, billing, &query).await?;
             Ok(Asked {
                 model,
                 hold,

@@ -1857,16 +1857,22 @@ async fn an_image_that_grew_after_its_upload_is_not_read() {
     assert!(s.models.requests().is_empty(), "the model was not called");
 }
 
-/// A quota that can pay for part of a model call only: the turn starts (some tokens are left)
-/// and the call is refused when it is sized; the stream's `error` line carries the refusal's
-/// code (403), not the 500 of a server failure.
+/// A quota that can pay for the question but not for the model call (the agent's long
+/// instruction with it): the turn starts and the call is refused when it is sized; the stream's
+/// `error` line carries the refusal's code (403), not the 500 of a server failure.
 #[tokio::test]
 async fn a_model_call_the_quota_cannot_pay_ends_with_its_own_code() {
     let s = ChatSetup::new().await;
     let model = s.chat_model("chat-echo", json!({})).await;
-    let agent = s.agent(&s.admin, json!({ "name": "A", "chatModelId": model })).await;
+    let instruction = "Answer briefly and politely. ".repeat(100);
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "A", "chatModelId": model, "instruction": instruction }),
+        )
+        .await;
     let (alice_id, alice) = s.app.regular_user("alice").await;
-    s.set_quota(alice_id, 5).await;
+    s.set_quota(alice_id, 60).await;
     let events = s
         .chat(&alice, agent, say("q", "a question of a few words"))
         .await
@@ -1878,6 +1884,33 @@ async fn a_model_call_the_quota_cannot_pay_ends_with_its_own_code() {
         "{events:?}"
     );
     assert!(last["message"].as_str().unwrap().contains("quota is used up"), "{last}");
+}
+
+/// A quota with tokens left, but fewer than the question needs, is refused before anything is
+/// stored, and keeps its tokens.
+#[tokio::test]
+async fn a_quota_that_cannot_pay_for_the_question_stores_nothing() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "A", "chatModelId": model })).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 5).await;
+    let before = s.app.snapshot().await;
+    let question = "a question of rather more than five tokens, whatever the tokenizer";
+    s.chat(&alice, agent, say("q", question)).await.refused().assert_error(
+        403,
+        403,
+        "5 tokens left, this request needs about",
+    );
+    // The hold's tokens go back in a task of their own.
+    for _ in 0..100 {
+        if s.app.snapshot().await == before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(s.app.snapshot().await, before, "nothing stored, nothing spent");
+    assert!(s.models.requests().is_empty(), "the model was not called");
 }
 
 /// A conversation deleted while its turn is being answered: the answer has nowhere to go, and

@@ -160,12 +160,7 @@ pub async fn start(
         Some(app_id) => model.via(NodeRoute::for_conversation(state, app_id, &key)),
         None => model,
     };
-    let hold = gateway::hold(
-        state,
-        caller.billing,
-        gateway::turn_estimate(state, &model, caller.billing, &content),
-    )
-    .await?;
+    let hold = gateway::hold_turn(state, &model, caller.billing, &content).await?;
     let items = req.attachments.unwrap_or_default();
     let title = title::fallback(&content);
     let new_turn = |images: &[Image]| -> AppResult<NewTurn<'_>> {

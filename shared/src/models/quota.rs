@@ -171,17 +171,31 @@ async fn grab(db: &PgPool, user_id: i64, want: u64) -> sqlx::Result<Option<Grab>
 
 /// `grab` in a task of its own, whose tokens go back when its caller is gone: dropped after the
 /// statement took them and before the answer was read (a client leaving mid-turn), the caller's
-/// hold never learnt of them, and they were lost to the quota for good.
+/// hold never learnt of them, and they were lost to the quota for good. The answer travels as
+/// a hold of what was taken, so one the caller never reads (not sent, or left in the channel)
+/// gives its tokens back when it is dropped; read, it is released into the caller's hold with
+/// no await in between.
 async fn grab_kept(db: &PgPool, user_id: i64, want: u64) -> sqlx::Result<Option<Grab>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let db = db.clone();
     tokio::spawn(async move {
-        let grabbed = grab(&db, user_id, want).await;
-        if let Err(Ok(Some(lost))) = tx.send(grabbed) {
-            settle(&db, user_id, lost.taken, 0).await;
-        }
+        let grabbed = grab(&db, user_id, want).await.map(|found| {
+            found.map(|g| {
+                let unread = Hold {
+                    db: db.clone(),
+                    user_id: Some(user_id),
+                    held: g.taken,
+                };
+                (g, unread)
+            })
+        });
+        let _ = tx.send(grabbed);
     });
-    rx.await.unwrap_or(Err(sqlx::Error::WorkerCrashed))
+    let grabbed = rx.await.unwrap_or(Err(sqlx::Error::WorkerCrashed))?;
+    Ok(grabbed.map(|(g, mut read)| {
+        read.user_id = None;
+        g
+    }))
 }
 
 /// `settle` in a task of its own, awaited: a caller dropped while it waits does not stop it.

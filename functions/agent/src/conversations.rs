@@ -1,7 +1,7 @@
 //! Conversations of an agent and their messages.
 
 use axum::extract::State;
-use shared::agents::conversations::{self, ConversationSummary, MessageView, Whose};
+use shared::agents::conversations::{self, MessageView, OwnedConversation, Whose};
 use shared::agents::period::PeriodQuery;
 use shared::http::envelope::Empty;
 use shared::http::{Api, ApiResult, CurrentUser, Envelope, Page, PageQuery, Path, Query};
@@ -19,14 +19,14 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// Conversations, most recently active first (the agent's managers see everyone's).
 #[utoipa::path(get, path = "/agent/{id}/conversations", tag = "agents", security(("svc_auth" = [])),
     params(("id" = i64, Path), PageQuery, PeriodQuery),
-    responses((status = 200, body = Envelope<Page<ConversationSummary>>), (status = 400), (status = 401), (status = 404)))]
+    responses((status = 200, body = Envelope<Page<OwnedConversation>>), (status = 400), (status = 401), (status = 404)))]
 async fn page(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<i64>,
     Query(paging): Query<PageQuery>,
     Query(period): Query<PeriodQuery>,
-) -> ApiResult<Page<ConversationSummary>> {
+) -> ApiResult<Page<OwnedConversation>> {
     conversations::page(&state, &user, id, paging, period).await.map(Api)
 }
 

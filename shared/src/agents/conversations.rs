@@ -15,12 +15,6 @@ use crate::{time, AppError, AppResult, AppState};
 #[serde(rename_all = "camelCase")]
 pub struct ConversationSummary {
     pub conversation_id: String,
-    /// The admin-API user whose conversation it is; `null` for a partner's end user.
-    pub user_id: Option<i64>,
-    /// The partner's end user whose conversation it is; `null` for an admin-API user. Two
-    /// owners may choose the same `conversationId`: its messages and deletion take the owner's
-    /// id then.
-    pub external_user_id: Option<i64>,
     pub title: String,
     pub user_name: String,
     pub message_count: i64,
@@ -33,14 +27,37 @@ impl From<SummaryRow> for ConversationSummary {
     fn from(r: SummaryRow) -> Self {
         Self {
             conversation_id: r.conversation_key,
-            user_id: r.user_id,
-            external_user_id: r.external_user_id,
             title: r.title,
             user_name: r.user_name,
             message_count: r.message_count,
             tool_call_count: r.tool_call_count,
             create_dt: time::datetime(r.create_dt),
             last_message_dt: time::datetime(r.last_message_dt),
+        }
+    }
+}
+
+/// A conversation as the admin API lists it: the summary, and whose it is. Partners see the
+/// summary alone (their end users' ids here are the service's own, shared by every app).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnedConversation {
+    #[serde(flatten)]
+    pub summary: ConversationSummary,
+    /// The admin-API user whose conversation it is; `null` for a partner's end user.
+    pub user_id: Option<i64>,
+    /// The partner's end user whose conversation it is; `null` for an admin-API user. Two
+    /// owners may choose the same `conversationId`: its messages and deletion take the owner's
+    /// id then.
+    pub external_user_id: Option<i64>,
+}
+
+impl From<SummaryRow> for OwnedConversation {
+    fn from(r: SummaryRow) -> Self {
+        Self {
+            user_id: r.user_id,
+            external_user_id: r.external_user_id,
+            summary: r.into(),
         }
     }
 }
@@ -89,7 +106,7 @@ pub async fn page(
     agent_id: i64,
     paging: PageQuery,
     period: PeriodQuery,
-) -> AppResult<Page<ConversationSummary>> {
+) -> AppResult<Page<OwnedConversation>> {
     let own = Some(Owner::User(user.id));
     let (owner, hidden) = match service::visible(state, user, agent_id).await {
         Ok(agent) => (

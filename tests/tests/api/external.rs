@@ -400,6 +400,13 @@ async fn conversations_belong_to_one_open_id() {
     assert_eq!(list["total"], 2);
     assert_eq!(list["data"][0]["conversationId"], "topic");
     assert_eq!(list["data"][0]["title"], "Plans");
+    let fields: Vec<&String> = list["data"][0].as_object().unwrap().keys().collect();
+    assert!(
+        !fields
+            .iter()
+            .any(|f| f.as_str() == "userId" || f.as_str() == "externalUserId"),
+        "the service's own user ids stay inside: {fields:?}"
+    );
     let bob_list = e
         .app()
         .ext_get(&e.crm, &format!("/agent/conversations?agentId={agent}&openId=bob"))

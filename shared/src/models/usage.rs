@@ -167,14 +167,19 @@ impl Drop for Pending {
 }
 
 /// Per-model sums of the usage records. The names are the config's and its provider's as they
-/// are now (one config per group, so `max` reads its one value): the records' copies, kept for
-/// configs since deleted, are of whatever the config was called at each call, and their `max`
-/// mixed a renamed config's old name with a moved one's other provider.
+/// are now (one config per group, so `max` reads its one value); once it is deleted, the copies
+/// of its newest record, its last names. The copies are of whatever the config was called at
+/// each call: their `max` mixed a renamed config's old name with a moved one's other provider.
+/// `COALESCE` reads the newest record only for a deleted config.
 const STAT_SELECT: &str = "SELECT u.model_id AS id, u.model_id,
-    COALESCE(max(c.model_name), max(u.model_name)) AS model_name,
-    COALESCE(max(c.model_type), max(u.model_type)) AS model_type,
-    COALESCE(max(c.provider_id), max(u.provider_id)) AS provider_id,
-    COALESCE(max(p.provider_name), max(u.provider_name)) AS provider_name,
+    COALESCE(max(c.model_name), (SELECT l.model_name FROM model_usage l WHERE l.model_id = u.model_id
+      ORDER BY l.id DESC LIMIT 1)) AS model_name,
+    COALESCE(max(c.model_type), (SELECT l.model_type FROM model_usage l WHERE l.model_id = u.model_id
+      ORDER BY l.id DESC LIMIT 1)) AS model_type,
+    COALESCE(max(c.provider_id), (SELECT l.provider_id FROM model_usage l WHERE l.model_id = u.model_id
+      ORDER BY l.id DESC LIMIT 1)) AS provider_id,
+    COALESCE(max(p.provider_name), (SELECT l.provider_name FROM model_usage l WHERE l.model_id = u.model_id
+      ORDER BY l.id DESC LIMIT 1)) AS provider_name,
     count(*) AS total_calls, count(*) FILTER (WHERE u.success) AS success_calls,
     count(*) FILTER (WHERE NOT u.success) AS failed_calls,
     COALESCE(count(*) FILTER (WHERE u.success)::float8 / NULLIF(count(*), 0), 0) AS success_rate,

@@ -383,6 +383,23 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
         .await
         .unwrap();
     assert!(unrelated >= 2, "another config's deletion leaves these rows alone");
+    // Renamed to a name that sorts first, and called once more: its last name is the newest
+    // call's, whatever the older calls' copies say.
+    s.app
+        .put(
+            &format!("/ai-model/config/{model}"),
+            Some(&s.admin),
+            &json!({ "modelName": "Aardvark" }),
+        )
+        .await
+        .assert_status_ok();
+    s.chat(&s.admin, plain, say("t-5", "after the rename")).await.events();
+    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM model_usage WHERE model_id = $1")
+        .bind(model)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert!(calls > unrelated, "called after the rename");
     let stat = s
         .app
         .get(&format!("/ai-model/usage/stat/{model}"), Some(&s.admin))
@@ -413,7 +430,8 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
     for field in ["modelName", "providerName", "totalCalls", "totalTokensUsed"] {
         assert_eq!(deleted[field], stat[field], "{field}: {deleted} against {stat}");
     }
-    assert_eq!(deleted["totalCalls"], unrelated);
+    assert_eq!(deleted["totalCalls"], calls);
+    assert_eq!(deleted["modelName"], "Aardvark");
 }
 
 #[tokio::test]

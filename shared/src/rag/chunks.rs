@@ -182,12 +182,13 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) 
             "documentId: document {document_id} is not in knowledge base {rag_id}"
         )));
     }
+    finished(document_id, &doc.status)?;
     let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
     hold_document(
         &mut tx,
-        "SELECT id FROM documents WHERE id = $1 FOR NO KEY UPDATE",
+        "SELECT id, status FROM documents WHERE id = $1 FOR NO KEY UPDATE",
         document_id,
         "document",
     )
@@ -225,24 +226,51 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) 
 /// (the document's row is not written); only the document, as its deletion takes it before
 /// the chunks.
 const OF_CHUNK: &str =
-    "SELECT d.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1 FOR SHARE OF d";
+    "SELECT d.id, d.status FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1 FOR SHARE OF d";
 
 /// The same, held as an addition or a removal holds it: they write the document's chunk count
 /// next, and two holding it shared would each wait for the other to let go of it.
 const OF_CHUNK_COUNTED: &str =
-    "SELECT d.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1 FOR NO KEY UPDATE OF d";
+    "SELECT d.id, d.status FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1 FOR NO KEY UPDATE OF d";
 
 /// Holds the document `select` finds by `id` for the rest of the transaction,
 /// or answers that `what` does not exist. A document's deletion takes its row first and then
 /// removes the store entries of the chunks it finds: a chunk written meanwhile would keep an
 /// entry in Milvus or OpenSearch that no row names. Held, the edit lands before the deletion
 /// (whose removal then includes it) or finds the document gone.
+/// The document must have finished processing (`finished`), checked again under the hold.
 async fn hold_document(tx: &mut PgConnection, select: &str, id: i64, what: &str) -> AppResult<i64> {
-    sqlx::query_scalar(select)
+    let (document_id, status): (i64, String) = sqlx::query_as(select)
         .bind(id)
         .fetch_optional(tx)
         .await?
-        .ok_or_else(|| AppError::not_found(what))
+        .ok_or_else(|| AppError::not_found(what))?;
+    finished(document_id, &status)?;
+    Ok(document_id)
+}
+
+/// Chunks are edited by hand only once their document's run has ended: a run's final write
+/// replaces all of the document's chunks, and one added or edited meanwhile was answered,
+/// charged for its embedding, and then silently gone.
+fn finished(document_id: i64, status: &str) -> AppResult<()> {
+    match status {
+        "success" | "failed" => Ok(()),
+        _ => Err(AppError::Conflict(format!(
+            "document {document_id} is being processed ({status}); edit its chunks once it has finished, \
+             as processing replaces them"
+        ))),
+    }
+}
+
+/// `finished` before an edit's paid embedding, by the chunk's id.
+async fn finished_by_chunk(state: &AppState, id: i64) -> AppResult<()> {
+    let found: Option<(i64, String)> =
+        sqlx::query_as("SELECT d.id, d.status FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1")
+            .bind(id)
+            .fetch_optional(state.db())
+            .await?;
+    let (document_id, status) = found.ok_or_else(|| AppError::not_found("chunk"))?;
+    finished(document_id, &status)
 }
 
 async fn get(state: &AppState, id: i64) -> AppResult<ChunkView> {
@@ -269,6 +297,7 @@ async fn owned_kb(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Kb
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: EditChunkRequest) -> AppResult<ChunkView> {
     let content = content(req.content)?;
     let kb = owned_kb(state, user, id).await?;
+    finished_by_chunk(state, id).await?;
     let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;

@@ -1283,6 +1283,31 @@ async fn chunks_by_hand_are_embedded() {
         .put(&format!("/chunk/{chunk}"), t, &json!({ "content": "  " }))
         .await
         .assert_error(400, 0, "content is required");
+    // While its document is processed, no chunk is written by hand: the run's final write
+    // replaces them all, and one written meanwhile was answered, charged, and then gone.
+    let set_status = |status: &'static str| {
+        let db = s.app.db.clone();
+        async move {
+            sqlx::query("UPDATE documents SET status = $2 WHERE id = $1")
+                .bind(id)
+                .bind(status)
+                .execute(&db)
+                .await
+                .unwrap();
+        }
+    };
+    set_status("embedding").await;
+    let untouched = s.app.snapshot().await;
+    let late = json!({ "ragId": kb, "documentId": id, "content": "late" });
+    for refused in [
+        s.app.post("/chunk", t, &late).await,
+        s.app.put(&format!("/chunk/{chunk}"), t, &late).await,
+        s.app.delete(&format!("/chunk/{chunk}"), t).await,
+    ] {
+        refused.assert_error(409, 409, &format!("document {id} is being processed (embedding)"));
+    }
+    assert_eq!(s.app.snapshot().await, untouched, "nothing written, nothing charged");
+    set_status("success").await;
     s.app.delete(&format!("/chunk/{chunk}"), t).await.assert_ok();
     assert_eq!(s.chunk_texts(id).await.len(), before);
     assert_eq!(s.word_count_drift().await, 0, "word counts follow a deleted chunk");
@@ -1549,14 +1574,14 @@ async fn a_slow_import_by_url_is_refused_within_its_limit() {
         .route(
             "/hop",
             axum::routing::get(|| async {
-                tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
                 axum::response::Redirect::temporary("/slow.md")
             }),
         )
         .route(
             "/slow.md",
             axum::routing::get(|| async {
-                tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
                 GUIDE_MD
             }),
         );
@@ -1567,7 +1592,7 @@ async fn a_slow_import_by_url_is_refused_within_its_limit() {
         Store::Filesystem,
         &[
             ("IMPORT_URL_ALLOW_HOSTS", "127.0.0.1"),
-            ("URL_IMPORT_TIMEOUT_SECS", "1"),
+            ("URL_IMPORT_TIMEOUT_SECS", "3"),
         ],
     )
     .await;
@@ -1581,7 +1606,7 @@ async fn a_slow_import_by_url_is_refused_within_its_limit() {
             &json!({ "ragId": kb, "url": format!("{base}/hop") }),
         )
         .await
-        .assert_error(400, 0, "url: the download did not finish within 1 s");
+        .assert_error(400, 0, "url: the download did not finish within 3 s");
     assert_eq!(s.app.snapshot().await, before, "nothing stored");
     let d = s
         .app

@@ -72,7 +72,7 @@ impl Package {
     /// stored before it.
     pub fn open_upload(bytes: &[u8], limits: &SkillLimits) -> Result<Self, AppError> {
         let package = Self::open(bytes, limits)?;
-        if let Some(path) = package.entries.keys().find(|p| p.trim() != p.as_str()) {
+        if let Some(path) = package.entries.keys().find(|p| path::unnameable(p)) {
             return Err(refused(format!(
                 "entry path {path:?} begins or ends with a space, which the file API cannot name"
             )));

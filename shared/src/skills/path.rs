@@ -64,11 +64,25 @@ pub fn is_macos_metadata(path: &str) -> bool {
     is_within(path, "__MACOSX")
 }
 
+/// The path, or a folder on it, begins or ends with whitespace: the file API trims the paths
+/// it is sent, so a folder `docs ` (which `docs /a.md` makes) could be neither named nor
+/// deleted online, and a request naming it reached `docs`. A segment inside may begin with a
+/// space: `my docs/ a b.md` is named as it is.
+pub fn unnameable(path: &str) -> bool {
+    path.trim_start() != path || path.split('/').any(|s| s.trim_end() != s)
+}
+
 /// A path from the file API, trimmed; the error names the field. Nothing may be written under
-/// `__MACOSX`: opening the package again would drop it.
+/// `__MACOSX`: opening the package again would drop it. No folder on it may end with
+/// whitespace (`unnameable`), the rule uploads keep too.
 pub fn field(name: &str, raw: &str) -> Result<String, AppError> {
     let raw = raw.trim();
     let clean = clean(raw).map_err(|e| AppError::validation(format!("{name} {e}: {raw:?}")))?;
+    if unnameable(&clean) {
+        return Err(AppError::validation(format!(
+            "{name} names a folder ending with a space, which paths cannot name: {raw:?}"
+        )));
+    }
     if is_macos_metadata(&clean) {
         return Err(AppError::validation(format!(
             "{name} {raw:?} is under __MACOSX, which archives use for macOS metadata and uploads drop"
@@ -103,6 +117,16 @@ mod tests {
             assert!(err.contains("is under __MACOSX"), "{raw}: {err}");
         }
         assert_eq!(field("path", "__MACOSX2/a").unwrap(), "__MACOSX2/a");
+    }
+
+    #[test]
+    fn no_folder_ends_with_a_space() {
+        for raw in ["docs /old.md", "a/b /c", "a/b\u{a0}/c"] {
+            let err = field("path", raw).unwrap_err().to_string();
+            assert!(err.contains("names a folder ending with a space"), "{raw}: {err}");
+        }
+        assert_eq!(field("path", " docs/old.md ").unwrap(), "docs/old.md");
+        assert_eq!(field("path", "my docs/ old file.md").unwrap(), "my docs/ old file.md");
     }
 
     #[test]

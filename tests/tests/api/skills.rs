@@ -632,6 +632,26 @@ async fn refusals(store: Store) {
             0,
             "contains '..'",
         ),
+        (
+            s.app
+                .post(&f(""), t, &json!({ "path": "docs /old.md", "type": "file" }))
+                .await,
+            400,
+            0,
+            "path names a folder ending with a space",
+        ),
+        (
+            s.app
+                .put(
+                    &f("/rename"),
+                    t,
+                    &json!({ "oldPath": "scripts/fill.py", "newPath": "docs /fill.py" }),
+                )
+                .await,
+            400,
+            0,
+            "newPath names a folder ending with a space",
+        ),
         (s.app.delete(&f("?path=SKILL.md"), t).await, 400, 0, "cannot be deleted"),
         (
             s.app.delete(&f("?path=missing"), t).await,

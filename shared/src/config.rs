@@ -100,6 +100,10 @@ pub struct Config {
     /// refused with nothing stored instead of answered by the gateway's 504 while the import
     /// goes on, and a client retrying it imports the document twice).
     pub url_import_timeout: Duration,
+    /// The longest an MCP server's connection test or tool list waits, its OAuth retry included
+    /// (MCP_TEST_TIMEOUT_SECS, default 20: under API Gateway's 29 s, so a silent server is
+    /// reported as such, and the test's outcome recorded, instead of the gateway's 504).
+    pub mcp_test_timeout: Duration,
     /// The longest a Q&A answer runs (QA_TIMEOUT_SECS, default 280: under the Q&A function's
     /// 300 s, so the stream ends with an error line and the hold is settled before Lambda
     /// ends the process).
@@ -284,6 +288,7 @@ impl Config {
             qa_timeout: Duration::from_secs(parse_num("QA_TIMEOUT_SECS", 280)?.max(1)),
             model_test_timeout: Duration::from_secs(parse_num("MODEL_TEST_TIMEOUT_SECS", 20)?.max(1)),
             url_import_timeout: Duration::from_secs(parse_num("URL_IMPORT_TIMEOUT_SECS", 20)?.max(1)),
+            mcp_test_timeout: Duration::from_secs(parse_num("MCP_TEST_TIMEOUT_SECS", 20)?.max(1)),
             mcp_tools_ttl: Duration::from_secs(parse_num("MCP_TOOLS_TTL_SECS", 60)?),
             mcp_session_idle: Duration::from_secs(parse_num("MCP_SESSION_IDLE_SECS", 600)?.max(1)),
             mcp_result_max_bytes: parse_num("MCP_RESULT_MAX_BYTES", 64 * 1024)? as usize,

@@ -404,13 +404,31 @@ fn tool_view(tool: &rmcp::model::Tool) -> ToolView {
     }
 }
 
+/// The server's tools for a route someone waits on (the test, the tool list), within
+/// `MCP_TEST_TIMEOUT_SECS`: the chat's limits (a session in 30 s, a list in 60, twice over for
+/// OAuth's retry) passed API Gateway's 29 s, and the caller got the gateway's 504.
+async fn tools_within(
+    state: &AppState,
+    target: &Target,
+) -> Result<std::sync::Arc<Vec<rmcp::model::Tool>>, super::session::Failure> {
+    let limit = state.config().mcp_test_timeout;
+    tokio::time::timeout(limit, state.mcp().tools(target, &super::limits(state)))
+        .await
+        .unwrap_or_else(|_| {
+            Err(super::session::Failure::timed_out(format!(
+                "the server did not list its tools within {} s",
+                limit.as_secs()
+            )))
+        })
+}
+
 /// Connects afresh, lists the tools and records the outcome as the server's status.
 pub async fn test(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<McpTestResult> {
     let row = owned(state, user, id).await?;
     let target = Target::open(&row, state.secrets())?;
     state.mcp().invalidate(id);
     let started = Instant::now();
-    let outcome = state.mcp().tools(&target, &super::limits(state)).await;
+    let outcome = tools_within(state, &target).await;
     let response_time_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(tools) => {
@@ -441,7 +459,7 @@ pub async fn test(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Mc
 pub async fn tools(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<Vec<ToolView>> {
     let row = visible(state, user, id).await?;
     let target = Target::open(&row, state.secrets())?;
-    let tools = state.mcp().tools(&target, &super::limits(state)).await.map_err(|f| {
+    let tools = tools_within(state, &target).await.map_err(|f| {
         // The reason often quotes the endpoint, which only those who may change the server see.
         let reason = match user.can_manage(row.creator_id) {
             true => f.message,

@@ -720,6 +720,35 @@ async fn server_everything_over_stdio_sse_and_streamable_http() {
     assert!(d.data()["lastError"].as_str().is_some_and(|e| !e.is_empty()));
 }
 
+/// A server that takes connections and never answers is reported by its test and tool list
+/// within MCP_TEST_TIMEOUT_SECS, and the test records it, not after the chat's limits (a
+/// session within 30 s), past API Gateway's 29 s.
+#[tokio::test]
+async fn a_silent_server_is_reported_within_the_test_limit() {
+    let app = spawn_with(Store::Filesystem, &[("MCP_TEST_TIMEOUT_SECS", "1")]).await;
+    let admin = app.admin_token().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let silent = create(&app, &admin, http_server("silent", 2, &format!("http://{addr}/mcp"))).await;
+    let test = app
+        .post(&format!("/mcp-server/{silent}/test"), Some(&admin), &json!({}))
+        .await;
+    let test = test.assert_ok();
+    assert_eq!(test["success"], false);
+    assert_eq!(test["message"], "the server did not list its tools within 1 s");
+    let d = app.get(&format!("/mcp-server/{silent}"), Some(&admin)).await;
+    assert_eq!(d.assert_ok()["status"], "error");
+    app.get(&format!("/mcp-server/{silent}/tools"), Some(&admin))
+        .await
+        .assert_error(400, 0, "did not list its tools within 1 s");
+}
+
 /// The processes whose environment holds `mark` (a stdio server's child, by its envVars).
 fn processes_with(mark: &str) -> usize {
     std::fs::read_dir("/proc")

@@ -208,13 +208,31 @@ async fn apply(state: &AppState, user: &CurrentUser, mut data: AgentData, f: Age
         data.app_id = app;
     }
     if let Some(ids) = f.mcp_server_ids {
-        data.mcp_server_ids = dedup(ids);
+        data.mcp_server_ids = at_most("mcpServerIds", dedup(ids), MAX_MCP_SERVERS)?;
     }
     if let Some(ids) = f.skill_ids {
-        data.skill_ids = dedup(ids);
+        data.skill_ids = at_most("skillIds", dedup(ids), MAX_SKILLS)?;
     }
     references::check(state, user, &data).await?;
     Ok(data)
+}
+
+/// The MCP servers an agent may use: every server's tools (up to 256 each) go to the model on
+/// every step of a turn, and each opens a session in the chat's process. A hundred servers of
+/// one user's made each turn list tens of thousands of tools, in memory shared with every other
+/// chat of the instance.
+pub const MAX_MCP_SERVERS: usize = 20;
+/// The skills an agent may use: each one's name and description go into every turn's prompt.
+pub const MAX_SKILLS: usize = 50;
+
+fn at_most(field: &str, ids: Vec<i64>, max: usize) -> AppResult<Vec<i64>> {
+    if ids.len() > max {
+        return Err(AppError::validation(format!(
+            "{field} may hold at most {max} ids, not {}",
+            ids.len()
+        )));
+    }
+    Ok(ids)
 }
 
 /// Creates an agent from its fields (`name` required).

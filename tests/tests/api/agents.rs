@@ -97,6 +97,14 @@ async fn every_bad_field_is_refused_by_name_and_nothing_changes() {
             "presetQuestions[0] must not contain",
         ),
         (json!({ "shortTermMemorySize": "many" }), "shortTermMemorySize"),
+        (
+            json!({ "mcpServerIds": (1..=21).collect::<Vec<i64>>() }),
+            "mcpServerIds may hold at most 20 ids, not 21",
+        ),
+        (
+            json!({ "skillIds": (1..=51).collect::<Vec<i64>>() }),
+            "skillIds may hold at most 50 ids, not 51",
+        ),
     ];
     for (body, needle) in cases {
         let r = s.app.put(&format!("/agent/{id}"), t, &body).await;

@@ -100,12 +100,19 @@ pub async fn write(
     if data.len() as u64 > limit {
         return Err(too_large(data.len() as u64, limit));
     }
-    let row = change(state, user, id, req.version, |p| p.write_file(&at, data)).await?;
+    let row = change(state, user, id, req.version, |p| {
+        if !p.exists(&at) {
+            path::creatable("path", &at)?;
+        }
+        p.write_file(&at, data)
+    })
+    .await?;
     Ok(Changed { version: row.version })
 }
 
 pub async fn create(state: &AppState, user: &CurrentUser, id: i64, req: CreateEntry) -> AppResult<Changed> {
     let at = required_path("path", req.path)?;
+    path::creatable("path", &at)?;
     let kind = validate::required("type", req.kind)?;
     let row = change(state, user, id, req.version, |p| {
         if p.exists(&at) {
@@ -146,6 +153,7 @@ pub async fn delete(
 pub async fn rename(state: &AppState, user: &CurrentUser, id: i64, req: RenameEntry) -> AppResult<Changed> {
     let from = required_path("oldPath", req.old_path)?;
     let to = required_path("newPath", req.new_path)?;
+    path::creatable("newPath", &to)?;
     keep_skill_md(&from, "renamed")?;
     let row = change(state, user, id, req.version, |p| p.rename(&from, &to)).await?;
     Ok(Changed { version: row.version })

@@ -72,17 +72,23 @@ pub fn unnameable(path: &str) -> bool {
     path.trim_start() != path || path.split('/').any(|s| s.trim_end() != s)
 }
 
+/// A path an edit is about to make (a new file or folder, a rename's target): none that the
+/// file API could not name again (`unnameable`), the rule uploads keep too. Paths already in a
+/// package stored before the rule stay readable, editable and removable.
+pub fn creatable(name: &str, path: &str) -> Result<(), AppError> {
+    match unnameable(path) {
+        true => Err(AppError::validation(format!(
+            "{name} names a folder ending with a space, which paths cannot name: {path:?}"
+        ))),
+        false => Ok(()),
+    }
+}
+
 /// A path from the file API, trimmed; the error names the field. Nothing may be written under
-/// `__MACOSX`: opening the package again would drop it. No folder on it may end with
-/// whitespace (`unnameable`), the rule uploads keep too.
+/// `__MACOSX`: opening the package again would drop it.
 pub fn field(name: &str, raw: &str) -> Result<String, AppError> {
     let raw = raw.trim();
     let clean = clean(raw).map_err(|e| AppError::validation(format!("{name} {e}: {raw:?}")))?;
-    if unnameable(&clean) {
-        return Err(AppError::validation(format!(
-            "{name} names a folder ending with a space, which paths cannot name: {raw:?}"
-        )));
-    }
     if is_macos_metadata(&clean) {
         return Err(AppError::validation(format!(
             "{name} {raw:?} is under __MACOSX, which archives use for macOS metadata and uploads drop"
@@ -120,13 +126,14 @@ mod tests {
     }
 
     #[test]
-    fn no_folder_ends_with_a_space() {
+    fn no_folder_made_ends_with_a_space() {
         for raw in ["docs /old.md", "a/b /c", "a/b\u{a0}/c"] {
-            let err = field("path", raw).unwrap_err().to_string();
+            let path = field("path", raw).unwrap();
+            let err = creatable("path", &path).unwrap_err().to_string();
             assert!(err.contains("names a folder ending with a space"), "{raw}: {err}");
         }
         assert_eq!(field("path", " docs/old.md ").unwrap(), "docs/old.md");
-        assert_eq!(field("path", "my docs/ old file.md").unwrap(), "my docs/ old file.md");
+        assert!(creatable("path", "my docs/ old file.md").is_ok());
     }
 
     #[test]

@@ -124,7 +124,7 @@ async fn main() {
     );
 
     let owner = Owner::User(user);
-    let scope = Scope::recall(agent, owner);
+    let scope = Scope::recall(agent, owner, None);
     let billing = recall::billing(owner, false);
     let queries: Vec<(String, Vec<f32>)> = (0..QUERIES + WARMUP)
         .map(|i| {

@@ -116,7 +116,7 @@ pub async fn debug(state: &AppState, user: &CurrentUser, id: i64, req: DebugRequ
     let strategy = recall::strategy_of(state, config).await?;
     let hits = recall::run(
         state,
-        &Scope::recall(agent_id, owner),
+        &Scope::recall(agent_id, owner, strategy.config.memory_expiration_days),
         &strategy,
         Billing::of(user),
         &query,

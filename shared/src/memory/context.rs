@@ -21,13 +21,18 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
         .await?
         .ok_or_else(|| AppError::not_found("conversation"))?;
     let window = agent.short_term_memory_size.max(0) as i64;
-    let total: i64 = sqlx::query_scalar("SELECT count(*) FROM messages WHERE conversation_id = $1 AND status = 1")
-        .bind(conv.id)
-        .fetch_one(state.db())
-        .await?;
+    // The messages a turn reads back as its history (`conversation_repo::start_turn`): every
+    // one with text, a stopped or failed answer's part included.
+    let total: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM messages WHERE conversation_id = $1 AND role <> 'system' AND content <> ''",
+    )
+    .bind(conv.id)
+    .fetch_one(state.db())
+    .await?;
     let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT role, content FROM (SELECT id, role, content FROM messages WHERE conversation_id = $1 AND status = 1
-         ORDER BY id DESC LIMIT $2) t ORDER BY id",
+        "SELECT role, content FROM (SELECT id, role, content FROM messages
+           WHERE conversation_id = $1 AND role <> 'system' AND content <> '' ORDER BY id DESC LIMIT $2) t
+         ORDER BY id",
     )
     .bind(conv.id)
     .bind(window)

@@ -48,7 +48,7 @@ pub async fn recall(state: &AppState, r: Recall, query: &str, counted: bool) -> 
     if strategy.config.status == 0 {
         return Ok(vec![]);
     }
-    let scope = repo::Scope::recall(r.agent_id, r.owner);
+    let scope = repo::Scope::recall(r.agent_id, r.owner, strategy.config.memory_expiration_days);
     recall::run(state, &scope, &strategy, r.billing, query, counted).await
 }
 

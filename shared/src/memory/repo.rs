@@ -30,15 +30,20 @@ pub struct Scope {
     pub types: Vec<String>,
     pub since: Option<DateTime<Utc>>,
     pub conversation_key: Option<String>,
+    /// Recall leaves out memories unused for longer than this many days (the config's
+    /// `memoryExpirationDays`): the daily job archives them, and recalled before it ran they
+    /// were touched again and never expired.
+    pub unused_within_days: Option<i32>,
 }
 
 impl Scope {
-    /// Recall for chat: one owner's ACTIVE memories of one agent.
-    pub fn recall(agent_id: i64, owner: Owner) -> Self {
+    /// Recall for chat: one owner's ACTIVE, unexpired memories of one agent.
+    pub fn recall(agent_id: i64, owner: Owner, expiration_days: Option<i32>) -> Self {
         Self {
             agent_id: Some(agent_id),
             owner: Some(owner),
             active_only: true,
+            unused_within_days: expiration_days,
             ..Self::default()
         }
     }
@@ -66,6 +71,14 @@ impl Scope {
         }
         if let Some(key) = &self.conversation_key {
             q.push(" AND m.conversation_key = ").push_bind(key.clone());
+        }
+        // The predicate of `lifecycle::archive_expired`, the other way round.
+        if let Some(days) = self.unused_within_days {
+            q.push(
+                " AND GREATEST(m.update_dt, COALESCE(m.accessed_at, m.update_dt)) >= now() - make_interval(days => ",
+            )
+            .push_bind(days)
+            .push(")");
         }
     }
 

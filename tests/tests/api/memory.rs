@@ -1574,6 +1574,27 @@ async fn expired_memories_are_archived_by_housekeeping() {
         .await
         .unwrap();
 
+    // Before the daily job runs, an expired memory is not recalled, nor touched (which kept it
+    // from ever expiring). The seeded memories get a vector of the config's model.
+    sqlx::query("UPDATE memories SET embedding = '[1,1,1,1,1,1,1,1]', embedding_model_id = $1")
+        .bind(s.embedding_model)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let found = recall_as_chat(&s.app.state, agent, owner, Some(expiring), "old")
+        .await
+        .unwrap();
+    let mut ids: Vec<i64> = found.iter().map(|m| m.id).collect();
+    ids.sort();
+    assert_eq!(ids, [recalled, fresh], "every ACTIVE one but the expired");
+    let untouched: Option<chrono::DateTime<chrono::Utc>> =
+        sqlx::query_scalar("SELECT accessed_at FROM memories WHERE id = $1")
+            .bind(old)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert_eq!(untouched, None);
+
     assert_eq!(shared::memory::lifecycle::archive_expired(&s.app.db).await.unwrap(), 1);
     let statuses: Vec<(i64, String)> = sqlx::query_as("SELECT id, status FROM memories ORDER BY id")
         .fetch_all(&s.app.db)
@@ -1748,6 +1769,26 @@ async fn stats_and_context_preview() {
     assert_eq!(d["messages"][3]["content"], "At home.");
     assert_eq!(d["compressionApplied"], true);
     assert_eq!(d["warnings"], json!([]), "recall ran");
+    // A stopped answer's part is in the next turn's history, so in the preview; a message
+    // without text is in neither.
+    s.say(conv, agent, &[("user", "And the cat?")]).await;
+    sqlx::query(
+        "INSERT INTO messages (conversation_id, agent_id, role, content, status)
+         VALUES ($1, $2, 'assistant', 'The cat is', 3), ($1, $2, 'assistant', '', 2)",
+    )
+    .bind(conv)
+    .bind(agent)
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    let d = preview(&s, agent).await;
+    let shown: Vec<&str> = d.assert_ok()["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown, ["Where is my dog?", "At home.", "And the cat?", "The cat is"]);
 
     // Stats: recall twice, then count.
     let recalled = recall_as_chat(&s.app.state, agent, owner, None, "my dog")

@@ -111,13 +111,20 @@ const AGENTS: &str = "SELECT a.id, a.name, a.description, a.avatar, a.greeting, 
      FROM agents a
      WHERE a.status = 1 AND (a.app_id IS NULL OR a.app_id = $1)";
 
-/// `viewer` is the external user whose subscriptions are shown (none: 0).
+/// Agents a partner's list holds at most: it is not paged, every user's agents may be in it,
+/// and each carries its greeting and preset questions (up to about 22 KB): unbounded, a few
+/// hundred long agents of one user's took every partner's list past Lambda's 6 MB answer.
+pub const AGENTS_MAX: i64 = 200;
+
+/// The first `AGENTS_MAX`, featured first, then the most viewed. `viewer` is the external
+/// user whose subscriptions are shown (none: 0).
 pub async fn agents(db: &PgPool, app_id: &str, viewer: i64) -> sqlx::Result<Vec<ExternalAgentRow>> {
     sqlx::query_as(&format!(
-        "{AGENTS} ORDER BY a.is_featured DESC, a.view_count DESC, a.id DESC"
+        "{AGENTS} ORDER BY a.is_featured DESC, a.view_count DESC, a.id DESC LIMIT $3"
     ))
     .bind(app_id)
     .bind(viewer)
+    .bind(AGENTS_MAX)
     .fetch_all(db)
     .await
 }
@@ -134,10 +141,11 @@ pub async fn agent(db: &PgPool, app_id: &str, viewer: i64, id: i64) -> sqlx::Res
 pub async fn subscribed_agents(db: &PgPool, app_id: &str, viewer: i64) -> sqlx::Result<Vec<ExternalAgentRow>> {
     sqlx::query_as(&format!(
         "{AGENTS} AND EXISTS (SELECT 1 FROM external_subscriptions s WHERE s.agent_id = a.id AND s.external_user_id = $2)
-         ORDER BY a.name, a.id"
+         ORDER BY a.name, a.id LIMIT $3"
     ))
     .bind(app_id)
     .bind(viewer)
+    .bind(AGENTS_MAX)
     .fetch_all(db)
     .await
 }

@@ -208,6 +208,17 @@ async fn apps_see_unbound_agents_and_their_own_but_not_others_or_disabled_ones()
     let mut erp_names = names(e.app().ext_get(&e.erp, "/agents").await);
     erp_names.sort();
     assert_eq!(erp_names, ["ERP bot", "Helper"]);
+    // Not paged, so bounded: every user's agents could otherwise fill it past Lambda's answer.
+    sqlx::query("INSERT INTO agents (name, creator_id) SELECT 'filler ' || n, 1 FROM generate_series(1, 300) n")
+        .execute(&e.app().db)
+        .await
+        .unwrap();
+    let listed = names(e.app().ext_get(&e.crm, "/agents").await);
+    assert_eq!(listed.len(), shared::external::repo::AGENTS_MAX as usize);
+    sqlx::query("DELETE FROM agents WHERE name LIKE 'filler %'")
+        .execute(&e.app().db)
+        .await
+        .unwrap();
 
     let detail = e
         .app()

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use crate::domain::spawn_stream;
 use crate::domain::CurrentUser;
-use crate::models::client::{ChatEvent, ChatMessage, ChatRequest};
+use crate::models::client::{ChatEvent, ChatMessage, ChatRequest, MAX_ANSWER_BYTES};
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::quota::Hold;
 use crate::models::ModelType;
@@ -261,6 +261,12 @@ async fn run(
         match event {
             Ok(ChatEvent::Text(t)) => {
                 answer.push_str(&t);
+                if answer.len() > MAX_ANSWER_BYTES {
+                    return Err(format!(
+                        "the model's answer passed {} MiB and was cut off there",
+                        MAX_ANSWER_BYTES >> 20
+                    ));
+                }
                 if tx.send(QaEvent::Text { data: t }).await.is_err() {
                     return Ok(()); // the client went away
                 }
@@ -319,6 +325,8 @@ fn references(results: &[SearchResult]) -> Vec<Reference> {
         .collect()
 }
 
+/// Stores the turn and forgets the conversation's turns before the last `HISTORY_TURNS`, the
+/// most a turn reads back: kept for ever, a conversation grew without end.
 async fn remember(state: &AppState, rag_id: i64, user_id: i64, conversation: &str, query: &str, answer: &str) {
     let saved = sqlx::query(
         "INSERT INTO qa_messages (rag_id, user_id, conversation_id, role, content) VALUES ($1, $2, $3, 'user', $4), ($1, $2, $3, 'assistant', $5)",
@@ -332,6 +340,21 @@ async fn remember(state: &AppState, rag_id: i64, user_id: i64, conversation: &st
     .await;
     if let Err(e) = saved {
         tracing::error!(error = %e, "saving a Q&A turn failed");
+        return;
+    }
+    let forgotten = sqlx::query(
+        "DELETE FROM qa_messages WHERE rag_id = $1 AND user_id = $2 AND conversation_id = $3 AND id <=
+           (SELECT id FROM qa_messages WHERE rag_id = $1 AND user_id = $2 AND conversation_id = $3
+            ORDER BY id DESC OFFSET $4 LIMIT 1)",
+    )
+    .bind(rag_id)
+    .bind(user_id)
+    .bind(conversation)
+    .bind(HISTORY_TURNS * 2)
+    .execute(state.db())
+    .await;
+    if let Err(e) = forgotten {
+        tracing::warn!(error = %e, "forgetting a Q&A conversation's old turns failed");
     }
 }
 

@@ -564,6 +564,28 @@ async fn answer_with(s: &KbSetup, kb: i64, key: &str) {
         .assert_ok();
 }
 
+/// An endpoint that ignores max_tokens: the answer stops at MAX_ANSWER_BYTES with an `error`
+/// line, and the turn is not kept (stored whole, each filled the database for the few tokens
+/// its endpoint reported).
+#[tokio::test]
+async fn a_qa_answer_past_its_size_limit_ends_with_an_error_line() {
+    let (s, kb) = indexed(json!({})).await;
+    answer_with(&s, kb, "chat-flood").await;
+    let ask = json!({ "ragId": kb, "query": "how do I install it", "conversationId": "flood" });
+    let reply = s.app.post("/rag/qa/stream", Some(&s.admin), &ask).await;
+    let events = ndjson(&reply.bytes);
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "error", "{last}");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("passed 4 MiB and was cut off"),
+        "{last}"
+    );
+    assert_eq!(s.app.count("qa_messages").await, 0);
+}
+
 /// A Q&A stream of `kb` asked "how do I install it", its body left to the caller.
 async fn open_qa(s: &KbSetup, kb: i64) -> reqwest::Response {
     s.app
@@ -655,6 +677,19 @@ async fn qa_streams_text_then_references_and_keeps_the_conversation() {
     assert_eq!(messages.len(), 3, "{last}");
     assert!(messages[0]["content"].as_str().unwrap().contains("how do I install it"));
     assert_eq!(messages[1]["role"], "assistant");
+
+    // A conversation keeps the turns a turn reads back, the last ten, not every one.
+    for i in 0..11 {
+        s.app.post("/rag/qa/stream", t, &ask(&format!("question {i}"))).await;
+    }
+    let kept: Vec<String> = sqlx::query_scalar(
+        "SELECT content FROM qa_messages WHERE conversation_id = 'conv-1' AND role = 'user' ORDER BY id",
+    )
+    .fetch_all(&s.app.db)
+    .await
+    .unwrap();
+    assert_eq!(kept.len(), 10);
+    assert_eq!((kept[0].as_str(), kept[9].as_str()), ("question 1", "question 10"));
 
     // External API: the same answer as raw text.
     let raw = s

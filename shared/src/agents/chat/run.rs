@@ -30,10 +30,7 @@ pub const MAX_STEPS: usize = 8;
 /// on hundreds of calls until its time limit ends it with nothing stored as complete.
 pub const MAX_TOOL_CALLS_PER_STEP: usize = 16;
 
-/// The most an answer (text and reasoning together) may hold. The model is sent `max_tokens`,
-/// but nothing makes an endpoint keep to it, and the answer is kept whole to be stored: one
-/// that streamed without end would grow until the process ran out of memory.
-pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+pub use crate::models::client::MAX_ANSWER_BYTES;
 
 /// What became of the answer's final statement.
 enum Stored {

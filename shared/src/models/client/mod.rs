@@ -231,6 +231,12 @@ async fn read_error_body(resp: Response, limit: Duration) -> String {
 /// hand its reporter a quota.
 pub const MAX_REPORTED_TOKENS: u64 = 1 << 32;
 
+/// The most a streamed answer kept to be stored (a chat's text and reasoning together, a Q&A
+/// answer) may hold. The model is sent `max_tokens`, but nothing makes an endpoint keep to it:
+/// one that streamed without end would grow until the process ran out of memory, and stored,
+/// fill the database at the price of the tokens it reported.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
 /// A token count as reported, capped at MAX_REPORTED_TOKENS.
 pub fn reported_tokens(count: Option<u64>) -> u64 {
     count.unwrap_or(0).min(MAX_REPORTED_TOKENS)

@@ -118,36 +118,53 @@ async fn draft_and_create(
     let mut scanner = FieldScanner::default();
     let mut fields: HashMap<&'static str, String> = HashMap::new();
     const GONE: &str = "the client went away";
-    loop {
-        // A client that left is noticed at once, not at the next line sent: the model call
-        // (paid for) stops with it.
-        let event = tokio::select! {
-            _ = tx.closed() => return Err(GONE.into()),
-            event = stream.next() => event,
-        };
-        let Some(event) = event else { break };
-        let text = match event {
-            Ok(ChatEvent::Text(t)) => t,
-            Ok(_) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "drafting an agent: the model call failed");
-                let own = user.id == model.row.creator_id;
-                return Err(format!("the model call failed: {}", e.told_to(own)));
-            }
-        };
-        for (key, value) in scanner.feed(&text) {
-            let Some(field) = FIELDS.iter().find(|f| **f == key) else {
-                continue;
+    // Drafting stops before the function's own limit (the chat's turn limit, the same
+    // function): a slow or reasoning model, each of whose lines restarts the idle timeout,
+    // otherwise ran until Lambda ended the stream with neither [DONE] nor [ERROR].
+    let limit = state.config().chat_turn_timeout;
+    let drafted = tokio::time::timeout(limit, async {
+        loop {
+            // A client that left is noticed at once, not at the next line sent: the model call
+            // (paid for) stops with it.
+            let event = tokio::select! {
+                _ = tx.closed() => return Err(GONE.into()),
+                event = stream.next() => event,
             };
-            let value = clean(field, value);
-            if tx
-                .send(format!("[FIELD_DONE]{field}:{}\n", escape(&value)))
-                .await
-                .is_err()
-            {
-                return Err(GONE.into());
+            let Some(event) = event else { break };
+            let text = match event {
+                Ok(ChatEvent::Text(t)) => t,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "drafting an agent: the model call failed");
+                    let own = user.id == model.row.creator_id;
+                    return Err(format!("the model call failed: {}", e.told_to(own)));
+                }
+            };
+            for (key, value) in scanner.feed(&text) {
+                let Some(field) = FIELDS.iter().find(|f| **f == key) else {
+                    continue;
+                };
+                let value = clean(field, value);
+                if tx
+                    .send(format!("[FIELD_DONE]{field}:{}\n", escape(&value)))
+                    .await
+                    .is_err()
+                {
+                    return Err(GONE.into());
+                }
+                fields.insert(field, value);
             }
-            fields.insert(field, value);
+        }
+        Ok::<(), String>(())
+    })
+    .await;
+    match drafted {
+        Ok(drafted) => drafted?,
+        Err(_) => {
+            return Err(format!(
+                "drafting passed its time limit of {} s and was stopped",
+                limit.as_secs()
+            ))
         }
     }
     // Nobody would learn the new agent's id.

@@ -559,6 +559,23 @@ async fn a_failed_draft_ends_with_an_error_and_creates_nothing() {
     r.assert_error(400, 0, "description is required");
 }
 
+/// A draft slower than the turn's limit ends with an [ERROR] saying so: it ran on until Lambda
+/// ended the stream with neither [DONE] nor [ERROR].
+#[tokio::test]
+async fn a_draft_past_its_time_limit_ends_with_an_error() {
+    let s = ChatSetup::with(api_tests::Store::Filesystem, &[("CHAT_TURN_TIMEOUT_SECS", "1")]).await;
+    s.chat_model("chat-slow", json!({ "isDefault": true })).await;
+    let description = "a planner for long weekends of walking in the mountains with friends";
+    let (status, body) = create_stream(&s, json!({ "description": description })).await;
+    assert_eq!(status, 200);
+    let last = body.lines().last().unwrap();
+    assert!(
+        last.starts_with("[ERROR]") && last.contains("drafting passed its time limit of 1 s"),
+        "{body}"
+    );
+    assert_eq!(s.app.count("agents").await, 0);
+}
+
 /// An agent is written as it was read: an edit made from a row that changed meanwhile (a
 /// status change, an MCP server or skill taken out of it) writes nothing instead of undoing
 /// that change, and the API answers 409.

@@ -2229,6 +2229,59 @@ async fn an_edit_refused_for_any_field_makes_no_dimension_probe() {
     );
 }
 
+/// A base saved back as it was read keeps its reranker even when that model was disabled since:
+/// ids sent unchanged are not checked again, as the embedding model's are not; a new one is.
+#[tokio::test]
+async fn an_edit_sending_back_a_disabled_reranker_is_saved() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let provider = s.app.provider(&s.admin, "rerank").await;
+    let reranker = s
+        .app
+        .model(&s.admin, provider, "RERANKER", "rerank", &s.models.base_url, json!({}))
+        .await;
+    let kb = s.kb("Reranked", json!({ "rerankModelId": reranker })).await;
+    s.app
+        .put(
+            &format!("/ai-model/config/{reranker}/disable"),
+            Some(&s.admin),
+            &json!({}),
+        )
+        .await
+        .assert_status_ok();
+    let read = s.app.get(&format!("/rag/{kb}"), Some(&s.admin)).await;
+    let read = read.assert_ok().clone();
+    assert_eq!(read["rerankModelId"], reranker, "{read}");
+    let mut sent = json!({ "name": "Renamed" });
+    for field in [
+        "embeddingModelId",
+        "rerankModelId",
+        "vectorStoreInstanceId",
+        "searchEngineInstanceId",
+    ] {
+        sent[field] = read[field].clone();
+    }
+    s.app
+        .put(&format!("/rag/{kb}"), Some(&s.admin), &sent)
+        .await
+        .assert_ok();
+    let other = s
+        .app
+        .model(&s.admin, provider, "RERANKER", "rerank", &s.models.base_url, json!({}))
+        .await;
+    s.app
+        .put(&format!("/ai-model/config/{other}/disable"), Some(&s.admin), &json!({}))
+        .await
+        .assert_status_ok();
+    s.app
+        .put(
+            &format!("/rag/{kb}"),
+            Some(&s.admin),
+            &json!({ "rerankModelId": other }),
+        )
+        .await
+        .assert_error(400, 0, "rerankModelId");
+}
+
 /// Delimiter and regex chunking cut a document where the base says, through the real upload
 /// and ingestion: each piece is its own chunk (pieces are long enough that two never fit one
 /// chunk), where the default mode would cut at sentences.

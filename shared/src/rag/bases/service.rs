@@ -283,17 +283,24 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     {
         models.check("chunkModelId", id, ModelType::Chat).await?;
     }
+    // Ids sent back unchanged (a client saving the base as it read it) are not checked again,
+    // as the other ids are not: a reranker disabled or a store deactivated since kept every
+    // edit of the base, its renaming too, from being saved.
     let rerank = req.rerank_model_id.or(row.rerank_model_id);
-    if let Some(r) = req.rerank_model_id {
+    if let Some(r) = req.rerank_model_id.filter(|r| Some(*r) != row.rerank_model_id) {
         models.check("rerankModelId", r, ModelType::Reranker).await?;
     }
     let vector_store = match req.vector_store_instance_id {
-        Some(v) => stores::service::usable(state, "vectorStoreInstanceId", Some(v), VECTOR_STORE).await?,
-        None => row.vector_store_instance_id,
+        Some(v) if v != row.vector_store_instance_id => {
+            stores::service::usable(state, "vectorStoreInstanceId", Some(v), VECTOR_STORE).await?
+        }
+        _ => row.vector_store_instance_id,
     };
     let search_store = match req.search_engine_instance_id {
-        Some(v) => Some(stores::service::usable(state, "searchEngineInstanceId", Some(v), SEARCH_ENGINE).await?),
-        None => row.search_engine_instance_id,
+        Some(v) if Some(v) != row.search_engine_instance_id => {
+            Some(stores::service::usable(state, "searchEngineInstanceId", Some(v), SEARCH_ENGINE).await?)
+        }
+        _ => row.search_engine_instance_id,
     };
     // The entries live in the stores: switching would leave them behind, unsearchable.
     let stores_changed = vector_store != row.vector_store_instance_id || search_store != row.search_engine_instance_id;

@@ -338,6 +338,13 @@ async fn heartbeats_need_valid_credentials_and_input() {
             "labels",
         ),
         (
+            json!({
+                "hostId": "n", "hostIp": "10.0.0.1", "grpcPort": 9000,
+                "labels": (0..32).map(|i| (format!("k{i}"), json!("😀".repeat(100)))).collect::<serde_json::Map<_, _>>()
+            }),
+            "labels may hold at most 4096 bytes of JSON",
+        ),
+        (
             json!({ "hostId": "..", "hostIp": "10.0.0.1", "grpcPort": 9000 }),
             "hostId may not be",
         ),

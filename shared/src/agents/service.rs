@@ -208,10 +208,10 @@ async fn apply(state: &AppState, user: &CurrentUser, mut data: AgentData, f: Age
         data.app_id = app;
     }
     if let Some(ids) = f.mcp_server_ids {
-        data.mcp_server_ids = at_most("mcpServerIds", dedup(ids), MAX_MCP_SERVERS)?;
+        data.mcp_server_ids = at_most_ids("mcpServerIds", dedup(ids), MAX_MCP_SERVERS)?;
     }
     if let Some(ids) = f.skill_ids {
-        data.skill_ids = at_most("skillIds", dedup(ids), MAX_SKILLS)?;
+        data.skill_ids = at_most_ids("skillIds", dedup(ids), MAX_SKILLS)?;
     }
     references::check(state, user, &data).await?;
     Ok(data)
@@ -225,7 +225,7 @@ pub const MAX_MCP_SERVERS: usize = 20;
 /// The skills an agent may use: each one's name and description go into every turn's prompt.
 pub const MAX_SKILLS: usize = 50;
 
-fn at_most(field: &str, ids: Vec<i64>, max: usize) -> AppResult<Vec<i64>> {
+fn at_most_ids(field: &str, ids: Vec<i64>, max: usize) -> AppResult<Vec<i64>> {
     if ids.len() > max {
         return Err(AppError::validation(format!(
             "{field} may hold at most {max} ids, not {}",

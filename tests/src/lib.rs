@@ -60,6 +60,20 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// A loopback address that takes connections and never answers: an endpoint that hangs
+/// before its headers.
+pub async fn silent_listener() -> std::net::SocketAddr {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = silent.local_addr().expect("address");
+    tokio::spawn(async move {
+        let mut held = vec![];
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    addr
+}
+
 /// A fresh database on the test Postgres server, named uniquely.
 pub async fn fresh_database() -> String {
     let admin_url = env("DATABASE_URL");

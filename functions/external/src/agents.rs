@@ -17,7 +17,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(subscribe, unsubscribe))
 }
 
-/// Enabled agents that run on this app or on no app in particular.
+/// Enabled agents that run on this app or on no app in particular, featured first, then the
+/// most viewed; at most 200 (not paged).
 #[utoipa::path(get, path = "/openapi/v1/agents", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
     params(OpenIdQuery), responses((status = 200, body = Envelope<Vec<ExternalAgent>>), (status = 401)))]
 async fn list(
@@ -45,7 +46,7 @@ async fn detail(
     agents::detail(&state, &caller.app, q).await.map(Api)
 }
 
-/// Agents the external user subscribed to.
+/// Agents the external user subscribed to, by name; at most 200.
 #[utoipa::path(get, path = "/openapi/v1/user/agents", tag = "external", security(("svc_app_id" = [], "svc_token" = [])),
     params(OpenIdQuery), responses((status = 200, body = Envelope<Vec<ExternalAgent>>), (status = 400), (status = 401)))]
 async fn subscribed(

@@ -112,17 +112,27 @@ async fn draft_and_create(
         messages: vec![ChatMessage::system(DRAFT_PROMPT), ChatMessage::user(description)],
         ..Default::default()
     };
-    let mut stream = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req, None)
-        .await
-        .map_err(|e| AppError::from(e).told())?;
+    // Drafting, the model call's opening and its retries included, stops before the function's
+    // own limit (the chat's turn limit, the same function): a slow or reasoning model, each of
+    // whose lines restarts the idle timeout, otherwise ran until Lambda ended the stream with
+    // neither [DONE] nor [ERROR].
+    let limit = state.config().chat_turn_timeout;
+    let deadline = tokio::time::Instant::now() + limit;
+    let late = || {
+        format!(
+            "drafting passed its time limit of {} s and was stopped",
+            limit.as_secs()
+        )
+    };
+    let opening = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req, None);
+    let mut stream = match tokio::time::timeout_at(deadline, opening).await {
+        Ok(opened) => opened.map_err(|e| AppError::from(e).told())?,
+        Err(_) => return Err(late()),
+    };
     let mut scanner = FieldScanner::default();
     let mut fields: HashMap<&'static str, String> = HashMap::new();
     const GONE: &str = "the client went away";
-    // Drafting stops before the function's own limit (the chat's turn limit, the same
-    // function): a slow or reasoning model, each of whose lines restarts the idle timeout,
-    // otherwise ran until Lambda ended the stream with neither [DONE] nor [ERROR].
-    let limit = state.config().chat_turn_timeout;
-    let drafted = tokio::time::timeout(limit, async {
+    let drafted = tokio::time::timeout_at(deadline, async {
         loop {
             // A client that left is noticed at once, not at the next line sent: the model call
             // (paid for) stops with it.
@@ -160,12 +170,7 @@ async fn draft_and_create(
     .await;
     match drafted {
         Ok(drafted) => drafted?,
-        Err(_) => {
-            return Err(format!(
-                "drafting passed its time limit of {} s and was stopped",
-                limit.as_secs()
-            ))
-        }
+        Err(_) => return Err(late()),
     }
     // Nobody would learn the new agent's id.
     if tx.is_closed() {

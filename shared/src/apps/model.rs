@@ -182,7 +182,8 @@ pub struct Heartbeat {
     pub max_concurrent: Option<i64>,
     /// Default 0, 0-100000.
     pub active_chats: Option<i64>,
-    /// String labels, at most 32.
+    /// String labels: at most 32, keys up to 100 and values up to 500 characters, 4,096 bytes
+    /// of JSON in all.
     pub labels: Option<BTreeMap<String, String>>,
 }
 

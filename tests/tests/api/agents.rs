@@ -574,6 +574,30 @@ async fn a_draft_past_its_time_limit_ends_with_an_error() {
         "{body}"
     );
     assert_eq!(s.app.count("agents").await, 0);
+    // An endpoint that never sends its headers is within the limit too, its retries included.
+    let provider = s.app.provider(&s.admin, "silent").await;
+    let url = format!("http://{}/v1", api_tests::silent_listener().await);
+    let silent = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "CHAT",
+            "chat-echo",
+            &url,
+            json!({ "timeoutSecs": 600 }),
+        )
+        .await;
+    s.app
+        .put(
+            &format!("/ai-model/switch-default/{silent}"),
+            Some(&s.admin),
+            &json!({}),
+        )
+        .await
+        .assert_status_ok();
+    let (_, body) = create_stream(&s, json!({ "description": description })).await;
+    assert!(body.contains("[ERROR]drafting passed its time limit of 1 s"), "{body}");
 }
 
 /// An agent is written as it was read: an edit made from a row that changed meanwhile (a

@@ -727,14 +727,7 @@ async fn server_everything_over_stdio_sse_and_streamable_http() {
 async fn a_silent_server_is_reported_within_the_test_limit() {
     let app = spawn_with(Store::Filesystem, &[("MCP_TEST_TIMEOUT_SECS", "1")]).await;
     let admin = app.admin_token().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
+    let addr = api_tests::silent_listener().await;
     let silent = create(&app, &admin, http_server("silent", 2, &format!("http://{addr}/mcp"))).await;
     let test = app
         .post(&format!("/mcp-server/{silent}/test"), Some(&admin), &json!({}))

@@ -618,15 +618,7 @@ async fn personal_configs_belong_to_their_owner() {
 
 /// An endpoint that takes connections and never answers.
 async fn silent_endpoint() -> String {
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = silent.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut held = vec![];
-        while let Ok((s, _)) = silent.accept().await {
-            held.push(s);
-        }
-    });
-    format!("http://{addr}/v1")
+    format!("http://{}/v1", api_tests::silent_listener().await)
 }
 
 /// A config's own timeout and retries are a chat's (60 s, three tries): the test stops at its

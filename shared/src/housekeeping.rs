@@ -140,12 +140,13 @@ pub async fn run(state: &AppState) -> anyhow::Result<Swept> {
     }
 }
 
-/// A job's count, or 0 with the job named among the failed.
-fn done<E: std::fmt::Display>(failed: &mut Vec<&'static str>, job: &'static str, outcome: Result<u64, E>) -> u64 {
+/// A job's count, or 0 with the job named among the failed. The error is logged whole, its
+/// causes included: shown as text, a storage failure read only "object storage".
+fn done<E: std::fmt::Debug>(failed: &mut Vec<&'static str>, job: &'static str, outcome: Result<u64, E>) -> u64 {
     match outcome {
         Ok(n) => n,
         Err(e) => {
-            tracing::error!(job, error = %e, "housekeeping job failed");
+            tracing::error!(job, error = ?e, "housekeeping job failed");
             failed.push(job);
             0
         }

@@ -35,6 +35,24 @@ fn filter(rust_log: Option<String>) -> EnvFilter {
     EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(format!("{DEFAULT_FILTER},rmcp=error")))
 }
 
+/// JSON lines, each with the fields of every span it was logged in (`spans`, outermost first),
+/// the request's `request_id` and `trace_id` among them: with the innermost span's alone, a
+/// line logged inside a child span (a store's, a tool's, a recall's failure) could not be found
+/// by the id a user reports.
+fn json_lines<S, W>(writer: W) -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt::layer()
+        .with_target(false)
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(true)
+        .with_writer(writer)
+}
+
 /// Installs the global subscriber; later calls are ignored (tests build many apps).
 pub fn init() {
     let filter = filter(std::env::var("RUST_LOG").ok());
@@ -42,13 +60,7 @@ pub fn init() {
     let logs = if pretty {
         tracing_subscriber::fmt::layer().with_target(false).boxed()
     } else {
-        tracing_subscriber::fmt::layer()
-            .with_target(false)
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .boxed()
+        json_lines(std::io::stdout).boxed()
     };
     let traces = exporter().map(|provider| {
         let tracer = provider.tracer("agent-platform");
@@ -240,7 +252,41 @@ pub fn install_crypto_provider() {
 
 #[cfg(test)]
 mod tests {
-    use super::filter;
+    use super::{filter, json_lines};
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[test]
+    fn a_line_logged_in_a_child_span_carries_the_request_id() {
+        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = out.clone();
+        let writer = move || Sink(sink.clone());
+        let subscriber = tracing_subscriber::registry().with(json_lines(writer));
+        tracing::subscriber::with_default(subscriber, || {
+            let request = tracing::info_span!("request", request_id = "abc-123");
+            let _request = request.enter();
+            let child = tracing::info_span!("knowledge_retrieval", rag.id = 7);
+            let _child = child.enter();
+            tracing::warn!("knowledge base store failed");
+        });
+        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(line["spans"][0]["request_id"], "abc-123", "{line}");
+        assert_eq!(line["spans"][1]["rag.id"], 7, "{line}");
+    }
+
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
 
     #[test]
     fn the_mcp_library_logs_only_errors_unless_named() {

@@ -107,7 +107,7 @@ pub async fn preview(
     }
     let (strategy, action) = resolve_dedup(&kb, &options)?;
     if let Err(e) = expire(state, EXPIRE_IN_PASSING).await {
-        tracing::warn!(error = %e, "expiring upload previews failed");
+        tracing::warn!(error = ?e, "expiring upload previews failed");
     }
     let mut items: Vec<StoredItem> = Vec::with_capacity(files.len());
     let outcome = store_files(state, user, &kb, files, &mut items).await;
@@ -122,7 +122,7 @@ pub async fn preview(
     };
     if let Err(e) = saved {
         if let Err(cleanup) = discard(state, &items).await {
-            tracing::error!(error = %cleanup, "temporary uploads of a failed preview were left behind");
+            tracing::error!(error = ?cleanup, "temporary uploads of a failed preview were left behind");
         }
         return Err(e);
     }
@@ -372,7 +372,7 @@ pub async fn cancel(state: &AppState, user: &CurrentUser, token: &str) -> AppRes
                 .execute(state.db())
                 .await?;
         }
-        Err(e) => tracing::warn!(error = %e, "a cancelled upload's files are left to the expiry of previews"),
+        Err(e) => tracing::warn!(error = ?e, "a cancelled upload's files are left to the expiry of previews"),
     }
     Ok(())
 }

@@ -42,6 +42,11 @@ pub struct Config {
     /// Offset of the zone timestamps are rendered in, in seconds east of UTC.
     pub utc_offset_secs: i32,
     pub max_upload_bytes: u64,
+    /// The most a file download answers at once (BUFFERED_RESPONSE_MAX_BYTES, unset: no
+    /// limit). Behind API Gateway a buffered answer is at most 6 MB, base64 included: the
+    /// template sets 4 MiB, and a larger whole file is refused (413 naming byte ranges) before
+    /// it is read into a function's memory to fail at the payload limit.
+    pub buffered_response_max_bytes: Option<u64>,
     /// Knowledge bases one regular user may own (`KB_MAX_PER_USER`, default 100): each has an
     /// index on the shared chunks table.
     pub kb_max_per_user: i64,
@@ -235,6 +240,10 @@ impl Config {
             public_base_url: get("PUBLIC_BASE_URL").map(|u| u.trim_end_matches('/').to_owned()),
             utc_offset_secs: parse_offset(get("TIME_ZONE_OFFSET").as_deref().unwrap_or("+00:00"))?,
             max_upload_bytes: parse_num("MAX_UPLOAD_BYTES", 10 * 1024 * 1024)?,
+            buffered_response_max_bytes: match get("BUFFERED_RESPONSE_MAX_BYTES") {
+                Some(_) => Some(parse_num("BUFFERED_RESPONSE_MAX_BYTES", 0)?.max(1)),
+                None => None,
+            },
             kb_max_per_user: i64::try_from(parse_num("KB_MAX_PER_USER", 100)?).unwrap_or(i64::MAX),
             max_presigned_upload_bytes: parse_num("MAX_PRESIGNED_UPLOAD_BYTES", 1024 * 1024 * 1024)?,
             login_max_failures: parse_within("LOGIN_MAX_FAILURES", 5, FAILURES_ALLOWED)? as i32,

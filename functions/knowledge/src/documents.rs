@@ -166,7 +166,14 @@ async fn preview_file(
     headers: HeaderMap,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
-    file_response(state.storage(), &file, &headers, Disposition::Inline).await
+    file_response(
+        state.storage(),
+        &file,
+        &headers,
+        Disposition::Inline,
+        state.config().buffered_response_max_bytes,
+    )
+    .await
 }
 
 /// The original file as an attachment.
@@ -179,7 +186,14 @@ async fn download_file(
     headers: HeaderMap,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
-    file_response(state.storage(), &file, &headers, Disposition::Attachment).await
+    file_response(
+        state.storage(),
+        &file,
+        &headers,
+        Disposition::Attachment,
+        state.config().buffered_response_max_bytes,
+    )
+    .await
 }
 
 /// Images saved from the document by the parser.
@@ -199,7 +213,14 @@ async fn image(
     headers: HeaderMap,
 ) -> AppResult<Response> {
     let image = service::image(&state, &user, id).await?;
-    file_response(state.storage(), &image, &headers, Disposition::Inline).await
+    file_response(
+        state.storage(),
+        &image,
+        &headers,
+        Disposition::Inline,
+        state.config().buffered_response_max_bytes,
+    )
+    .await
 }
 
 /// Delete a document with its chunks, vectors, images and file.

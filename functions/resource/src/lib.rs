@@ -95,7 +95,14 @@ async fn preview(
     headers: HeaderMap,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
-    file_response(state.storage(), &file, &headers, Disposition::Inline).await
+    file_response(
+        state.storage(),
+        &file,
+        &headers,
+        Disposition::Inline,
+        state.config().buffered_response_max_bytes,
+    )
+    .await
 }
 
 /// The file as an attachment download; supports Range requests. Readable as for preview.
@@ -109,7 +116,14 @@ async fn download(
     headers: HeaderMap,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
-    file_response(state.storage(), &file, &headers, Disposition::Attachment).await
+    file_response(
+        state.storage(),
+        &file,
+        &headers,
+        Disposition::Attachment,
+        state.config().buffered_response_max_bytes,
+    )
+    .await
 }
 
 /// Delete a resource: its stored object and its record.

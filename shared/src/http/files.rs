@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::domain::{Disposition, StoredFile};
-use crate::storage::{parse_range, ObjectStore};
+use crate::storage::{parse_range, ByteRange, ObjectStore};
 use crate::{AppError, AppResult};
 
 const FILENAME_ENCODE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
@@ -31,12 +31,15 @@ pub fn content_disposition(kind: Disposition, name: &str) -> String {
     format!("{kind}; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
 }
 
-/// Streams `file` from storage, honouring a `Range` header with 206 / 416.
+/// Streams `file` from storage, honouring a `Range` header with 206 / 416. An answer longer
+/// than `limit` (the buffered answer's, behind API Gateway) is refused with 413 before the
+/// file is read, naming the byte ranges that fit.
 pub async fn file_response(
     store: &dyn ObjectStore,
     file: &StoredFile,
     request_headers: &HeaderMap,
     kind: Disposition,
+    limit: Option<u64>,
 ) -> AppResult<Response> {
     let range = match request_headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
         None => None,
@@ -53,6 +56,14 @@ pub async fn file_response(
             }
         },
     };
+    let length = range.as_ref().map_or(file.size, ByteRange::len);
+    if let Some(limit) = limit.filter(|l| length > *l) {
+        return Err(AppError::PayloadTooLarge(format!(
+            "this answer would be {length} bytes, more than the {limit} one answer may hold here; \
+             download the file in byte ranges (Range: bytes=0-{})",
+            limit - 1
+        )));
+    }
     let stream = store.get(&file.key, range).await?;
     let mut resp = Response::new(Body::from_stream(stream));
     let headers = resp.headers_mut();

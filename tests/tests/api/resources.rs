@@ -26,6 +26,38 @@ async fn object_exists(app: &TestApp, store: Store, key: &str) -> bool {
     }
 }
 
+/// Behind API Gateway one answer holds at most BUFFERED_RESPONSE_MAX_BYTES: a download of
+/// more at once is refused before the file is read, naming the ranges that fit, and those are
+/// answered.
+#[tokio::test]
+async fn a_download_larger_than_one_answer_holds_asks_for_ranges() {
+    let app = api_tests::spawn_with(Store::Filesystem, &[("BUFFERED_RESPONSE_MAX_BYTES", "100000")]).await;
+    let (_, token) = app.regular_user("uploader").await;
+    let bytes: Vec<u8> = PNG
+        .iter()
+        .copied()
+        .chain((0..200_000u32).map(|i| (i % 251) as u8))
+        .collect();
+    let id = upload(&app, &token, "big.png", bytes.clone(), None).await.assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    for route in ["download", "preview"] {
+        app.get(&format!("/resource/{id}/{route}"), Some(&token))
+            .await
+            .assert_error(413, 413, "download the file in byte ranges (Range: bytes=0-99999)");
+    }
+    let part = app
+        .send(
+            app.client
+                .get(app.url(&format!("/resource/{id}/download")))
+                .header("Svc-Auth", &token)
+                .header("Range", "bytes=0-99999"),
+        )
+        .await;
+    assert_eq!(part.status, 206);
+    assert_eq!(&part.bytes[..], &bytes[..100_000]);
+}
+
 async fn round_trip(store: Store) {
     let app = spawn(store).await;
     let (user_id, token) = app.regular_user("uploader").await;

@@ -1,12 +1,11 @@
 //! `/document`: upload with dedup, import by URL, files, images, reprocessing.
 
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::HeaderMap;
 use axum::response::Response;
 use shared::domain::Disposition;
 use shared::domain::UploadedFile;
 use shared::http::envelope::Empty;
-use shared::http::files::file_response;
+use shared::http::files::{file_response, FileRequest};
 use shared::http::multipart::{read_form, Form, FormLimits, MultipartBody};
 use shared::http::{Api, ApiResult, CurrentUser, Envelope, Json, Page, PageQuery, Path, Query};
 use shared::rag::documents::upload::{self, PreviewOptions};
@@ -158,18 +157,18 @@ async fn reprocess(State(state): State<AppState>, user: CurrentUser, Path(id): P
 
 /// The original file inline, with its MIME type.
 #[utoipa::path(get, path = "/document/{id}/preview", tag = "knowledge", security(("svc_auth" = [])), params(("id" = i64, Path)),
-    responses((status = 200, description = "the file"), (status = 206), (status = 401), (status = 404), (status = 416)))]
+    responses((status = 200, description = "the file"), (status = 206), (status = 401), (status = 404), (status = 413, description = "more than one answer holds: ask for byte ranges"), (status = 416)))]
 async fn preview_file(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<i64>,
-    headers: HeaderMap,
+    request: FileRequest,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
     file_response(
         state.storage(),
         &file,
-        &headers,
+        &request,
         Disposition::Inline,
         state.config().buffered_response_max_bytes,
     )
@@ -178,18 +177,18 @@ async fn preview_file(
 
 /// The original file as an attachment.
 #[utoipa::path(get, path = "/document/{id}/download", tag = "knowledge", security(("svc_auth" = [])), params(("id" = i64, Path)),
-    responses((status = 200, description = "the file"), (status = 206), (status = 401), (status = 404), (status = 416)))]
+    responses((status = 200, description = "the file"), (status = 206), (status = 401), (status = 404), (status = 413, description = "more than one answer holds: ask for byte ranges"), (status = 416)))]
 async fn download_file(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<i64>,
-    headers: HeaderMap,
+    request: FileRequest,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
     file_response(
         state.storage(),
         &file,
-        &headers,
+        &request,
         Disposition::Attachment,
         state.config().buffered_response_max_bytes,
     )
@@ -205,18 +204,19 @@ async fn images(State(state): State<AppState>, user: CurrentUser, Path(id): Path
 
 /// The bytes of one document image (its `imageUrl`).
 #[utoipa::path(get, path = "/document/image/{id}", tag = "knowledge", security(("svc_auth" = [])), params(("id" = i64, Path)),
-    responses((status = 200, description = "the image"), (status = 401), (status = 404)))]
+    responses((status = 200, description = "the image"), (status = 206), (status = 401), (status = 404),
+        (status = 413, description = "more than one answer holds: ask for byte ranges"), (status = 416)))]
 async fn image(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<i64>,
-    headers: HeaderMap,
+    request: FileRequest,
 ) -> AppResult<Response> {
     let image = service::image(&state, &user, id).await?;
     file_response(
         state.storage(),
         &image,
-        &headers,
+        &request,
         Disposition::Inline,
         state.config().buffered_response_max_bytes,
     )

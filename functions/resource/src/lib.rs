@@ -8,7 +8,7 @@ use shared::domain::DatetimeRange;
 use shared::domain::Disposition;
 use shared::domain::UploadedFile;
 use shared::http::envelope::Empty;
-use shared::http::files::file_response;
+use shared::http::files::{file_response, FileRequest};
 use shared::http::multipart::{read_form, Form, FormLimits, MultipartBody};
 use shared::http::{Api, ApiResult, CurrentUser, Json, Page, PageQuery, Path, Query};
 use shared::resources::{self, service, ResourceView};
@@ -87,18 +87,18 @@ async fn page(
 /// every uploaded file); anything else answers 404.
 #[utoipa::path(get, path = "/resource/{id}/preview", tag = "resources", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, description = "the file's bytes"), (status = 206, description = "a byte range"),
-              (status = 401), (status = 404), (status = 416)))]
+              (status = 401), (status = 404), (status = 413, description = "more than one answer holds: ask for byte ranges"), (status = 416)))]
 async fn preview(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<i64>,
-    headers: HeaderMap,
+    request: FileRequest,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
     file_response(
         state.storage(),
         &file,
-        &headers,
+        &request,
         Disposition::Inline,
         state.config().buffered_response_max_bytes,
     )
@@ -108,18 +108,18 @@ async fn preview(
 /// The file as an attachment download; supports Range requests. Readable as for preview.
 #[utoipa::path(get, path = "/resource/{id}/download", tag = "resources", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, description = "the file's bytes"), (status = 206, description = "a byte range"),
-              (status = 401), (status = 404), (status = 416)))]
+              (status = 401), (status = 404), (status = 413, description = "more than one answer holds: ask for byte ranges"), (status = 416)))]
 async fn download(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<i64>,
-    headers: HeaderMap,
+    request: FileRequest,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
     file_response(
         state.storage(),
         &file,
-        &headers,
+        &request,
         Disposition::Attachment,
         state.config().buffered_response_max_bytes,
     )

@@ -1,7 +1,9 @@
 //! Streaming a stored file back: inline preview or attachment download, with Range support.
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
@@ -31,17 +33,35 @@ pub fn content_disposition(kind: Disposition, name: &str) -> String {
     format!("{kind}; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
 }
 
+/// What a request for a file asked: its method (a HEAD, answered without the bytes, is never
+/// too large) and its headers (a `Range`).
+pub struct FileRequest {
+    method: Method,
+    headers: HeaderMap,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for FileRequest {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self {
+            method: parts.method.clone(),
+            headers: parts.headers.clone(),
+        })
+    }
+}
+
 /// Streams `file` from storage, honouring a `Range` header with 206 / 416. An answer longer
 /// than `limit` (the buffered answer's, behind API Gateway) is refused with 413 before the
 /// file is read, naming the byte ranges that fit.
 pub async fn file_response(
     store: &dyn ObjectStore,
     file: &StoredFile,
-    request_headers: &HeaderMap,
+    request: &FileRequest,
     kind: Disposition,
     limit: Option<u64>,
 ) -> AppResult<Response> {
-    let range = match request_headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+    let range = match request.headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
         None => None,
         Some(h) => match parse_range(h, file.size) {
             Ok(r) => r,
@@ -57,7 +77,7 @@ pub async fn file_response(
         },
     };
     let length = range.as_ref().map_or(file.size, ByteRange::len);
-    if let Some(limit) = limit.filter(|l| length > *l) {
+    if let Some(limit) = limit.filter(|l| length > *l && request.method != Method::HEAD) {
         return Err(AppError::PayloadTooLarge(format!(
             "this answer would be {length} bytes, more than the {limit} one answer may hold here; \
              download the file in byte ranges (Range: bytes=0-{})",

@@ -46,6 +46,17 @@ async fn a_download_larger_than_one_answer_holds_asks_for_ranges() {
             .await
             .assert_error(413, 413, "download the file in byte ranges (Range: bytes=0-99999)");
     }
+    // A HEAD reads nothing: download tools ask it for the size and range support first.
+    let head = app
+        .send(
+            app.client
+                .head(app.url(&format!("/resource/{id}/download")))
+                .header("Svc-Auth", &token),
+        )
+        .await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.headers["content-length"], bytes.len().to_string());
+    assert_eq!(head.headers["accept-ranges"], "bytes");
     let part = app
         .send(
             app.client

@@ -247,6 +247,7 @@ fn parse_scope(value: &str) -> AppResult<&'static str> {
 
 /// `reach` is the reach of the config's creator: the networks its calls may go to.
 async fn validate_endpoint(state: &AppState, url: &str, reach: Reach) -> AppResult<()> {
+    validate::length("apiEndpoint", url, 1, validate::MAX_URL)?;
     let parsed = reqwest::Url::parse(url).map_err(|_| AppError::validation("apiEndpoint must be an http(s) URL"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err(AppError::validation("apiEndpoint must be an http(s) URL"));
@@ -260,11 +261,22 @@ async fn validate_endpoint(state: &AppState, url: &str, reach: Reach) -> AppResu
     state.config().outbound.deny(reach).check_url("apiEndpoint", url).await
 }
 
-/// Known `configJson` keys must have the right types; unknown keys are kept as they are.
+/// The most a config's `configJson` holds, as JSON: configs are listed whole (an
+/// administrator's list holds everyone's PERSONAL ones), and three of a user's near the body's
+/// 2 MiB took the list past Lambda's 6 MB answer.
+pub const MAX_CONFIG_JSON_BYTES: usize = 16 * 1024;
+
+/// Known `configJson` keys must have the right types; unknown keys are kept as they are, within
+/// `MAX_CONFIG_JSON_BYTES` in all.
 pub fn validate_config_json(v: &Value) -> AppResult<()> {
     let obj = v
         .as_object()
         .ok_or_else(|| AppError::validation("configJson must be a JSON object"))?;
+    if v.to_string().len() > MAX_CONFIG_JSON_BYTES {
+        return Err(AppError::validation(format!(
+            "configJson may hold at most {MAX_CONFIG_JSON_BYTES} bytes of JSON"
+        )));
+    }
     let bad = |key: &str, rule: &str| AppError::validation(format!("configJson.{key} must be {rule}"));
     let number_in = |key: &str, min: f64, max: f64| -> AppResult<()> {
         match obj.get(key) {
@@ -648,6 +660,13 @@ pub async fn switch_default(state: &AppState, user: &CurrentUser, id: i64) -> Ap
             "a disabled model cannot be the default; enable it first",
         ));
     }
+    // Chat takes no default whose provider is off: made one, every agent without a model of its
+    // own failed with "no default model" while `/default` named it.
+    if !row.provider_enabled {
+        return Err(AppError::business(
+            "a model of a disabled provider cannot be the default; enable its provider first",
+        ));
+    }
     let mut tx = state.db().begin().await?;
     make_default(&mut tx, id, &row.model_type).await?;
     tx.commit().await?;
@@ -666,8 +685,15 @@ async fn make_default(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) 
     Ok(())
 }
 
+/// Administrators may test a disabled config or one of a disabled provider (before enabling
+/// it); for anyone else it is out of use, as everywhere: not called on the administrator's key.
 pub async fn test_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<TestResult> {
     let row = visible_config(state, user, id).await?;
+    if !row.is_usable() && !user.can_manage(row.creator_id) {
+        return Err(AppError::business(format!(
+            "model {id} is disabled (or its provider is); ask an administrator"
+        )));
+    }
     probe::run(state, row, user).await
 }
 

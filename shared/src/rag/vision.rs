@@ -12,13 +12,15 @@ use crate::AppState;
 const PROMPT: &str =
     "Transcribe all text visible in this image, then describe what the image shows in one or two sentences.";
 
-/// The CHAT model marked `defaultVisionModel`, else any enabled GLOBAL one with `vision`.
+/// The CHAT model marked `defaultVisionModel`, else any enabled GLOBAL one with `vision`, of an
+/// enabled provider: the marked one of a provider switched off was taken, found unusable, and
+/// no picture was read, though another model could read them.
 async fn vision_model(state: &AppState) -> Option<ModelHandle> {
     let id: Option<i64> = sqlx::query_scalar(
-        "SELECT id FROM model_configs
-         WHERE model_type = 'CHAT' AND is_enabled AND scope = 'GLOBAL'
-           AND (config_json->>'defaultVisionModel' = 'true' OR config_json->'capabilities' ? 'vision')
-         ORDER BY (config_json->>'defaultVisionModel' = 'true') DESC NULLS LAST, id LIMIT 1",
+        "SELECT c.id FROM model_configs c JOIN model_providers p ON p.id = c.provider_id
+         WHERE c.model_type = 'CHAT' AND c.is_enabled AND p.is_enabled AND c.scope = 'GLOBAL'
+           AND (c.config_json->>'defaultVisionModel' = 'true' OR c.config_json->'capabilities' ? 'vision')
+         ORDER BY (c.config_json->>'defaultVisionModel' = 'true') DESC NULLS LAST, c.id LIMIT 1",
     )
     .fetch_optional(state.db())
     .await

@@ -233,6 +233,14 @@ async fn config_validation_names_the_field_and_writes_nothing() {
             "apiEndpoint must not hold credentials",
         ),
         (
+            with("apiEndpoint", json!(format!("http://127.0.0.1:9/{}", "v".repeat(2100)))),
+            "apiEndpoint must be 1 to 2048",
+        ),
+        (
+            with("configJson", json!({ "capabilities": ["x".repeat(17 * 1024)] })),
+            "configJson may hold at most 16384 bytes of JSON",
+        ),
+        (
             with("providerId", json!(999)),
             "providerId: provider 999 does not exist",
         ),
@@ -455,6 +463,27 @@ async fn switch_default_leaves_exactly_one() {
     app.put(&format!("/ai-model/switch-default/{b}"), Some(&user), &json!({}))
         .await
         .assert_status_error(403, 403, "administrator");
+    // Nor one of a disabled provider (chat would not take it); and such a config, or a disabled
+    // one, is tested by administrators only, not on their key by anyone.
+    let q = app.provider(&admin, "switched-off").await;
+    let off = app.model(&admin, q, "CHAT", "chat-echo", url, json!({})).await;
+    app.put(&format!("/ai-model/provider/{q}/disable"), t, &json!({}))
+        .await
+        .assert_status_ok();
+    let before = defaults(&app).await;
+    app.put(&format!("/ai-model/switch-default/{off}"), t, &json!({}))
+        .await
+        .assert_status_error(400, 0, "a model of a disabled provider cannot be the default");
+    assert_eq!(defaults(&app).await, before);
+    let asked = server.requests().len();
+    for disabled in [off, a] {
+        app.post(&format!("/ai-model/config/{disabled}/test"), Some(&user), &json!({}))
+            .await
+            .assert_status_error(400, 0, "is disabled (or its provider is)");
+    }
+    assert_eq!(server.requests().len(), asked, "no call on the administrator's key");
+    let tested = app.post(&format!("/ai-model/config/{off}/test"), t, &json!({})).await;
+    assert_eq!(tested.assert_status_ok()["success"], true);
 
     // A default whose type changes leaves the old type without a default, and is the new
     // type's only when asked (then in place of the one there was).

@@ -353,12 +353,14 @@ pub async fn lock_for_default_switch(conn: &mut sqlx::PgConnection, id: i64, mod
 }
 
 /// Makes `id` the only default of its type when, its row locked, it is an enabled GLOBAL config
-/// of that type; false, with nothing changed, when it is not (changed since the caller read
+/// of that type and of an enabled provider; false, with nothing changed, when it is not (changed since the caller read
 /// it). Run inside the caller's transaction.
 pub async fn switch_default(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) -> sqlx::Result<bool> {
     lock_for_default_switch(conn, id, model_type).await?;
+    // Chat takes no default whose provider is off.
     let eligible: Option<i64> = sqlx::query_scalar(
-        "SELECT id FROM model_configs WHERE id = $1 AND model_type = $2 AND scope = 'GLOBAL' AND is_enabled",
+        "SELECT c.id FROM model_configs c JOIN model_providers p ON p.id = c.provider_id
+         WHERE c.id = $1 AND c.model_type = $2 AND c.scope = 'GLOBAL' AND c.is_enabled AND p.is_enabled",
     )
     .bind(id)
     .bind(model_type)

@@ -226,10 +226,15 @@ pub async fn hold_usable(conn: &mut PgConnection, user: &CurrentUser, refs: &[Mo
     Ok(())
 }
 
-/// A config the caller may change: administrators any, others their own PERSONAL ones.
+/// Administrators manage every config, others their own PERSONAL ones.
+fn manages(user: &CurrentUser, row: &ModelConfigRow) -> bool {
+    user.is_admin() || (row.scope == "PERSONAL" && row.creator_id == user.id)
+}
+
+/// A config the caller may change (`manages`).
 async fn managed_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ModelConfigRow> {
     let row = visible_config(state, user, id).await?;
-    if !user.is_admin() && (row.scope != "PERSONAL" || row.creator_id != user.id) {
+    if !manages(user, &row) {
         return Err(AppError::Forbidden(
             "only administrators may change GLOBAL model configs".into(),
         ));
@@ -679,17 +684,17 @@ pub async fn switch_default(state: &AppState, user: &CurrentUser, id: i64) -> Ap
 async fn make_default(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) -> AppResult<()> {
     if !repo::switch_default(conn, id, model_type).await? {
         return Err(AppError::business(
-            "isDefault: only an enabled GLOBAL model can be the default (the model changed meanwhile, or is disabled)",
+            "isDefault: only an enabled GLOBAL model of an enabled provider can be the default (the model changed meanwhile, or is disabled)",
         ));
     }
     Ok(())
 }
 
-/// Administrators may test a disabled config or one of a disabled provider (before enabling
-/// it); for anyone else it is out of use, as everywhere: not called on the administrator's key.
+/// Whoever manages a config may test it while it is disabled, or its provider is (before
+/// enabling it); for anyone else it is out of use, as everywhere: not called on its key.
 pub async fn test_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<TestResult> {
     let row = visible_config(state, user, id).await?;
-    if !row.is_usable() && !user.can_manage(row.creator_id) {
+    if !row.is_usable() && !manages(user, &row) {
         return Err(AppError::business(format!(
             "model {id} is disabled (or its provider is); ask an administrator"
         )));

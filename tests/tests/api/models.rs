@@ -474,6 +474,9 @@ async fn switch_default_leaves_exactly_one() {
     app.put(&format!("/ai-model/switch-default/{off}"), t, &json!({}))
         .await
         .assert_status_error(400, 0, "a model of a disabled provider cannot be the default");
+    app.put(&format!("/ai-model/config/{off}"), t, &json!({ "isDefault": true }))
+        .await
+        .assert_status_error(400, 0, "isDefault: only an enabled GLOBAL model of an enabled provider");
     assert_eq!(defaults(&app).await, before);
     let asked = server.requests().len();
     for disabled in [off, a] {

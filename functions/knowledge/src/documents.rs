@@ -165,14 +165,7 @@ async fn preview_file(
     request: FileRequest,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
-    file_response(
-        state.storage(),
-        &file,
-        &request,
-        Disposition::Inline,
-        state.config().buffered_response_max_bytes,
-    )
-    .await
+    file_response(&state, &file, &request, Disposition::Inline).await
 }
 
 /// The original file as an attachment.
@@ -185,14 +178,7 @@ async fn download_file(
     request: FileRequest,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
-    file_response(
-        state.storage(),
-        &file,
-        &request,
-        Disposition::Attachment,
-        state.config().buffered_response_max_bytes,
-    )
-    .await
+    file_response(&state, &file, &request, Disposition::Attachment).await
 }
 
 /// Images saved from the document by the parser.
@@ -213,14 +199,7 @@ async fn image(
     request: FileRequest,
 ) -> AppResult<Response> {
     let image = service::image(&state, &user, id).await?;
-    file_response(
-        state.storage(),
-        &image,
-        &request,
-        Disposition::Inline,
-        state.config().buffered_response_max_bytes,
-    )
-    .await
+    file_response(&state, &image, &request, Disposition::Inline).await
 }
 
 /// Delete a document with its chunks, vectors, images and file.

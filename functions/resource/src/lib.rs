@@ -95,14 +95,7 @@ async fn preview(
     request: FileRequest,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
-    file_response(
-        state.storage(),
-        &file,
-        &request,
-        Disposition::Inline,
-        state.config().buffered_response_max_bytes,
-    )
-    .await
+    file_response(&state, &file, &request, Disposition::Inline).await
 }
 
 /// The file as an attachment download; supports Range requests. Readable as for preview.
@@ -116,14 +109,7 @@ async fn download(
     request: FileRequest,
 ) -> AppResult<Response> {
     let file = service::file(&state, &user, id).await?;
-    file_response(
-        state.storage(),
-        &file,
-        &request,
-        Disposition::Attachment,
-        state.config().buffered_response_max_bytes,
-    )
-    .await
+    file_response(&state, &file, &request, Disposition::Attachment).await
 }
 
 /// Delete a resource: its stored object and its record.

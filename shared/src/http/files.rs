@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::domain::{Disposition, StoredFile};
-use crate::storage::{parse_range, ByteRange, ObjectStore};
-use crate::{AppError, AppResult};
+use crate::storage::{parse_range, ByteRange};
+use crate::{AppError, AppResult, AppState};
 
 const FILENAME_ENCODE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
 
@@ -52,15 +52,15 @@ impl<S: Send + Sync> FromRequestParts<S> for FileRequest {
 }
 
 /// Streams `file` from storage, honouring a `Range` header with 206 / 416. An answer longer
-/// than `limit` (the buffered answer's, behind API Gateway) is refused with 413 before the
-/// file is read, naming the byte ranges that fit.
+/// than `BUFFERED_RESPONSE_MAX_BYTES` (one buffered answer behind API Gateway) is refused with
+/// 413 before the file is read, naming the byte ranges that fit.
 pub async fn file_response(
-    store: &dyn ObjectStore,
+    state: &AppState,
     file: &StoredFile,
     request: &FileRequest,
     kind: Disposition,
-    limit: Option<u64>,
 ) -> AppResult<Response> {
+    let limit = state.config().buffered_response_max_bytes;
     let range = match request.headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
         None => None,
         Some(h) => match parse_range(h, file.size) {
@@ -84,7 +84,7 @@ pub async fn file_response(
             limit - 1
         )));
     }
-    let stream = store.get(&file.key, range).await?;
+    let stream = state.storage().get(&file.key, range).await?;
     let mut resp = Response::new(Body::from_stream(stream));
     let headers = resp.headers_mut();
     insert(headers, header::CONTENT_TYPE, &file.mime);

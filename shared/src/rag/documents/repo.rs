@@ -198,15 +198,16 @@ pub async fn images_of(db: &PgPool, document_id: i64) -> sqlx::Result<Vec<ImageR
     .await
 }
 
-/// Images of the documents the given chunks belong to, in document and image order. Keyed by
-/// chunk so search can run it beside loading the chunks.
-pub async fn images_of_chunks(db: &PgPool, chunk_ids: &[i64]) -> sqlx::Result<Vec<ImageRow>> {
+/// Images of the documents the given chunks of base `rag_id` belong to, in document and image
+/// order. Keyed by chunk so search can run it beside loading the chunks.
+pub async fn images_of_chunks(db: &PgPool, rag_id: i64, chunk_ids: &[i64]) -> sqlx::Result<Vec<ImageRow>> {
     sqlx::query_as(&format!(
         "SELECT {IMAGE_COLUMNS} FROM document_images i JOIN documents d ON d.id = i.document_id
-         WHERE i.document_id IN (SELECT c.document_id FROM chunks c WHERE c.id = ANY($1))
+         WHERE i.rag_id = $2 AND i.document_id IN (SELECT c.document_id FROM chunks c WHERE c.id = ANY($1) AND c.rag_id = $2)
          ORDER BY i.document_id, i.image_index"
     ))
     .bind(chunk_ids)
+    .bind(rag_id)
     .fetch_all(db)
     .await
 }

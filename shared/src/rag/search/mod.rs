@@ -137,7 +137,7 @@ pub async fn retrieve(
     if let Some(rerank_id) = rerank_model {
         let t = Instant::now();
         fused.truncate(settings.enter_rerank_count.max(1) as usize);
-        let rows = load(state.db(), &fused).await?;
+        let rows = load(state.db(), kb.id, &fused).await?;
         let docs: Vec<String> = rows.iter().map(|r| r.content.clone()).collect();
         let reranker = gateway::load(state, rerank_id, ModelType::Reranker).await?;
         let ranked = gateway::rerank(state, &reranker, billing, query, &docs, docs.len()).await?;
@@ -159,11 +159,11 @@ pub async fn retrieve(
     let ids: Vec<i64> = fused.iter().map(|h| h.id).collect();
     let images = async {
         match kb.has_images {
-            true => images_of_chunks(state.db(), &ids).await,
+            true => images_of_chunks(state.db(), kb.id, &ids).await,
             false => Ok(vec![]),
         }
     };
-    let (results, images) = tokio::join!(load(state.db(), &fused), images);
+    let (results, images) = tokio::join!(load(state.db(), kb.id, &fused), images);
     let mut results = results?;
     evidence::attach(state, query, &images?, &mut results);
     m.final_count = results.len();
@@ -189,14 +189,17 @@ struct Row {
     paragraph_index: i32,
 }
 
-/// The hits' chunks, in the hits' order, with their scores.
-async fn load(db: &PgPool, hits: &[Hit]) -> AppResult<Vec<SearchResult>> {
+/// The hits' chunks of base `rag_id`, in the hits' order, with their scores. An id of another
+/// base is dropped like an orphan: an external store's entries are not trusted to be this
+/// base's (a database restored to an earlier point hands their ids out again, to other bases).
+async fn load(db: &PgPool, rag_id: i64, hits: &[Hit]) -> AppResult<Vec<SearchResult>> {
     let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT c.id AS chunk_id, c.content, c.document_id, d.name AS document_name, c.title, c.page, c.chunk_index,
-         c.paragraph_index FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY($1)",
+         c.paragraph_index FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY($1) AND c.rag_id = $2",
     )
     .bind(&ids)
+    .bind(rag_id)
     .fetch_all(db)
     .await?;
     let mut by_id: std::collections::HashMap<i64, Row> = rows.into_iter().map(|r| (r.chunk_id, r)).collect();

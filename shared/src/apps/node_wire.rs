@@ -230,7 +230,10 @@ impl DeltaDecoder {
             Some(DeltaKind::Text(t)) => vec![Ok(ChatEvent::Text(model_text(&t)))],
             Some(DeltaKind::Reasoning(t)) => vec![Ok(ChatEvent::Reasoning(model_text(&t)))],
             Some(DeltaKind::ToolCall(c)) => {
-                let slot = self.tools.part(c.index.into());
+                let slot = match self.tools.part(c.index.into()) {
+                    Ok(slot) => slot,
+                    Err(e) => return vec![Err(e)],
+                };
                 if slot.id.is_empty() {
                     slot.id = model_text(&c.id);
                 }
@@ -238,7 +241,7 @@ impl DeltaDecoder {
                     slot.name = model_text(&c.name);
                 }
                 slot.arguments.push_str(&model_text(&c.arguments));
-                vec![]
+                slot.check().err().map(Err).into_iter().collect()
             }
             Some(DeltaKind::Usage(u)) => vec![Ok(ChatEvent::Usage(Usage {
                 prompt_tokens: reported_tokens(Some(u.prompt_tokens)),

@@ -282,9 +282,17 @@ impl ModelClient {
                         name: model_text(c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default()),
                         arguments: model_text(c.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("{}")),
                     })
-                    .collect()
+                    .collect::<Vec<_>>()
             })
             .unwrap_or_default();
+        if tool_calls.len() > MAX_TOOL_CALLS {
+            return Err(ModelError::Protocol(format!(
+                "the model asked for more than {MAX_TOOL_CALLS} tool calls in one answer"
+            )));
+        }
+        for call in &tool_calls {
+            check_call(&call.name, &call.arguments)?;
+        }
         let reasoning = if message.get("reasoning_content").is_some() {
             text("reasoning_content")
         } else {
@@ -348,13 +356,46 @@ pub struct PartialCall {
     pub arguments: String,
 }
 
+/// Tool calls one answer may ask for: a few are usual. Uncounted, an endpoint's millions of
+/// empty calls each got an answer of their own, until the chat's process ran out of memory.
+pub const MAX_TOOL_CALLS: usize = 64;
+/// A tool call's arguments: tools take a few fields. Parsed, 30 MiB of `[0,0,...]` took
+/// half a gigabyte, and a call's arguments are kept with its answer.
+pub const MAX_TOOL_ARGUMENT_BYTES: usize = 64 * 1024;
+/// A tool's name (MCP tools are named `mcp<id>__<tool>`).
+const MAX_TOOL_NAME_BYTES: usize = 256;
+
+/// A call within `MAX_TOOL_ARGUMENT_BYTES` of arguments and `MAX_TOOL_NAME_BYTES` of name.
+fn check_call(name: &str, arguments: &str) -> Result<(), ModelError> {
+    if arguments.len() > MAX_TOOL_ARGUMENT_BYTES || name.len() > MAX_TOOL_NAME_BYTES {
+        return Err(ModelError::Protocol(format!(
+            "a tool call passed {} KiB of arguments or {MAX_TOOL_NAME_BYTES} bytes of name",
+            MAX_TOOL_ARGUMENT_BYTES >> 10
+        )));
+    }
+    Ok(())
+}
+
+impl PartialCall {
+    /// `check_call` on what has come so far: a call over a limit is refused as it grows.
+    pub fn check(&self) -> Result<(), ModelError> {
+        check_call(&self.name, &self.arguments)
+    }
+}
+
 /// Tool-call fragments assembled by index, handed out whole when the model finishes.
 #[derive(Default)]
 pub struct ToolCallParts(BTreeMap<u64, PartialCall>);
 
 impl ToolCallParts {
-    pub fn part(&mut self, index: u64) -> &mut PartialCall {
-        self.0.entry(index).or_default()
+    /// The call at `index`, new or in progress; refused past `MAX_TOOL_CALLS` calls.
+    pub fn part(&mut self, index: u64) -> Result<&mut PartialCall, ModelError> {
+        if self.0.len() >= MAX_TOOL_CALLS && !self.0.contains_key(&index) {
+            return Err(ModelError::Protocol(format!(
+                "the model asked for more than {MAX_TOOL_CALLS} tool calls in one answer"
+            )));
+        }
+        Ok(self.0.entry(index).or_default())
     }
 
     /// The assembled calls, if any came; empty arguments become `{}`.
@@ -477,7 +518,9 @@ impl StreamState {
             if let Some(t) = choice.text() {
                 self.pending.push_back(Ok(ChatEvent::Text(model_text(t))));
             }
-            self.collect_tools(choice.tool_calls());
+            if let Err(e) = self.collect_tools(choice.tool_calls()) {
+                return self.fail(e);
+            }
             if let Some(reason) = &choice.finish_reason {
                 self.flush_tools();
                 self.finished = true;
@@ -489,10 +532,10 @@ impl StreamState {
         }
     }
 
-    fn collect_tools(&mut self, calls: &[Value]) {
+    fn collect_tools(&mut self, calls: &[Value]) -> Result<(), ModelError> {
         for (pos, c) in calls.iter().enumerate() {
             let index = c.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
-            let slot = self.tools.part(index);
+            let slot = self.tools.part(index)?;
             if let Some(id) = c.get("id").and_then(Value::as_str) {
                 slot.id = model_text(id);
             }
@@ -502,7 +545,9 @@ impl StreamState {
             if let Some(args) = c.pointer("/function/arguments").and_then(Value::as_str) {
                 slot.arguments.push_str(&model_text(args));
             }
+            slot.check()?;
         }
+        Ok(())
     }
 
     fn flush_tools(&mut self) {
@@ -550,5 +595,52 @@ mod tests {
             "{text}"
         );
         assert!(state.next_event().await.is_none(), "nothing after the error");
+    }
+
+    /// A stream of tool-call fragments, ended with `tool_calls`.
+    fn calling(deltas: Vec<serde_json::Value>) -> StreamState {
+        let mut events: Vec<Result<Bytes, reqwest::Error>> = deltas
+            .into_iter()
+            .map(|calls| {
+                let chunk = serde_json::json!({ "choices": [{ "index": 0, "delta": { "tool_calls": calls } }] });
+                Ok(Bytes::from(format!("data: {chunk}\n\n")))
+            })
+            .collect();
+        let finish = serde_json::json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] });
+        events.push(Ok(Bytes::from(format!("data: {finish}\n\n"))));
+        StreamState {
+            body: Box::pin(futures::stream::iter(events)),
+            decoder: SseDecoder::default(),
+            pending: VecDeque::new(),
+            tools: ToolCallParts::default(),
+            finished: false,
+            done: false,
+            idle: Duration::from_secs(5),
+            received: 0,
+        }
+    }
+
+    async fn outcome(mut state: StreamState) -> Result<Vec<ToolCall>, ModelError> {
+        let mut calls = vec![];
+        while let Some(event) = state.next_event().await {
+            if let ChatEvent::ToolCalls(c) = event? {
+                calls.extend(c);
+            }
+        }
+        Ok(calls)
+    }
+
+    /// Tool calls are bounded as they arrive: in number per answer, and in the size of each
+    /// one's arguments, however the endpoint splits them.
+    #[tokio::test]
+    async fn tool_calls_past_their_limits_end_the_answer() {
+        let call = |index: usize, args: &str| serde_json::json!([{ "index": index, "id": format!("c{index}"), "function": { "name": "web_search", "arguments": args } }]);
+        let fine = outcome(calling((0..MAX_TOOL_CALLS).map(|i| call(i, "{}")).collect())).await;
+        assert_eq!(fine.unwrap().len(), MAX_TOOL_CALLS);
+        let many = outcome(calling((0..=MAX_TOOL_CALLS).map(|i| call(i, "{}")).collect())).await;
+        assert!(many.unwrap_err().to_string().contains("more than 64 tool calls"));
+        let piece = "0,".repeat(16 * 1024);
+        let long = outcome(calling((0..3).map(|_| call(0, &piece)).collect())).await;
+        assert!(long.unwrap_err().to_string().contains("passed 64 KiB of arguments"));
     }
 }

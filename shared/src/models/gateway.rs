@@ -238,7 +238,18 @@ fn text_tokens(bytes: usize) -> u64 {
 
 /// An upper estimate of a chat request's prompt tokens, for holding quota.
 fn prompt_bound(req: &ChatRequest) -> u64 {
-    let mut bytes = serde_json::to_string(&req.tools).map(|s| s.len()).unwrap_or(0);
+    let (bytes, images) = prompt_size(req);
+    text_tokens(bytes) + images * IMAGE_TOKENS
+}
+
+/// A chat request's prompt as the model reads it: the bytes of its text (messages, earlier tool
+/// calls, the tools offered) and its images, each counted apart (a data URI's size says little
+/// about what a model charges for the picture).
+fn prompt_size(req: &ChatRequest) -> (usize, u64) {
+    let mut bytes = match req.tools.is_empty() {
+        true => 0,
+        false => serde_json::to_string(&req.tools).map(|s| s.len()).unwrap_or(0),
+    };
     let mut images = 0;
     for m in &req.messages {
         bytes += 8 + m
@@ -259,7 +270,7 @@ fn prompt_bound(req: &ChatRequest) -> u64 {
             None => {}
         }
     }
-    text_tokens(bytes) + images * IMAGE_TOKENS
+    (bytes, images)
 }
 
 /// The tokens a chat call may need: its prompt (estimated from above) and its longest answer.
@@ -431,13 +442,13 @@ pub async fn chat(
     .await
 }
 
-/// The characters of a request's messages, for an estimate of what an endpoint that reports
-/// no usage used.
+/// The characters of a request's prompt, for an estimate (four a token) of what an endpoint
+/// that reports no usage used: its tools and earlier tool calls included, an image as
+/// `IMAGE_TOKENS`. Counted from the messages' JSON alone, a tool step's schemas were free and
+/// an image's base64 cost hundreds of thousands of tokens.
 fn prompt_chars(req: &ChatRequest) -> usize {
-    req.messages
-        .iter()
-        .map(|m| serde_json::to_string(&m.content).map(|s| s.len()).unwrap_or(0))
-        .sum()
+    let (bytes, images) = prompt_size(req);
+    bytes + images as usize * IMAGE_TOKENS as usize * 4
 }
 
 /// An answer's usage as its endpoint reported it, or, reported as none, an estimate at four
@@ -719,5 +730,34 @@ impl Drop for Meter {
             self.record.error = Some("the client went away before the answer finished".to_owned());
         }
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::client::{ChatMessage, ToolSpec};
+
+    /// What an endpoint that reports no usage is charged for: the tools offered count, and an
+    /// image counts as its tokens, not as the length of its base64.
+    #[test]
+    fn an_estimated_prompt_counts_tools_and_images_as_read() {
+        let image = format!("data:image/png;base64,{}", "A".repeat(1_000_000));
+        let plain = ChatRequest {
+            messages: vec![ChatMessage::user_with_images("what is this?", vec![image])],
+            ..Default::default()
+        };
+        let chars = prompt_chars(&plain);
+        // The message's text and framing, and the image's tokens.
+        assert_eq!(chars, "what is this?".len() + 8 + IMAGE_TOKENS as usize * 4);
+        let with_tools = ChatRequest {
+            tools: vec![ToolSpec {
+                name: "web_search".into(),
+                description: "d".repeat(4000),
+                parameters: serde_json::json!({}),
+            }],
+            ..plain
+        };
+        assert!(prompt_chars(&with_tools) > chars + 4000);
     }
 }

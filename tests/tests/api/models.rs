@@ -714,8 +714,9 @@ async fn a_call_whose_endpoint_reports_no_usage_is_charged_an_estimate() {
             .fetch_one(&app.db)
             .await
             .unwrap();
-    // "Hello" as JSON (7 characters) and "You said: Hello" (15), at four characters a token.
-    assert_eq!((prompt, completion), (2, 4));
+    // "Hello" with a message's framing (5 + 8 characters) and "You said: Hello" (15), at four
+    // characters a token.
+    assert_eq!((prompt, completion), (4, 4));
 }
 
 #[tokio::test]

@@ -236,8 +236,8 @@ mod tests {
     use super::*;
     use crate::apps::node_proto::client_node_server::{ClientNode, ClientNodeServer};
 
-    /// A node that accepts the call, then streams fragments of one tool call's arguments well
-    /// past the stream limit before it finishes.
+    /// A node that accepts the call, then streams reasoning well past the stream limit before
+    /// it finishes (a tool call's arguments stop at their own limit first).
     struct Flood;
 
     const FRAGMENT: usize = 64 * 1024;
@@ -253,15 +253,10 @@ mod tests {
                 })),
             };
             let fragment = || pb::ChatDelta {
-                kind: Some(Kind::ToolCall(pb::ToolCallDelta {
-                    index: 0,
-                    id: "call-1".into(),
-                    name: "f".into(),
-                    arguments: "x".repeat(FRAGMENT),
-                })),
+                kind: Some(Kind::Reasoning("x".repeat(FRAGMENT))),
             };
             let finish = pb::ChatDelta {
-                kind: Some(Kind::Finish("tool_calls".into())),
+                kind: Some(Kind::Finish("stop".into())),
             };
             let fragments = futures::stream::repeat_with(fragment).take(MAX_STREAM_BYTES / FRAGMENT + 64);
             let deltas = futures::stream::once(async move { accepted })
@@ -351,14 +346,11 @@ mod tests {
         let events: Vec<_> = stream.collect().await;
         serving.abort();
 
-        // Fragments are assembled until the model finishes, so the only event is the cut.
+        // Reasoning up to the limit, then the cut, and nothing after it.
         let oks = events.iter().filter(|e| e.is_ok()).count();
-        assert_eq!(
-            (events.len(), oks),
-            (1, 0),
-            "events and how many of them were not errors"
-        );
-        match &events[0] {
+        assert_eq!(oks, events.len() - 1, "only the last event is an error");
+        assert!(oks <= MAX_STREAM_BYTES / FRAGMENT, "{oks} pieces");
+        match events.last().expect("events") {
             Err(ModelError::Protocol(message)) => assert!(message.contains("more than 32 MiB"), "{message}"),
             other => panic!("expected the cut, got {other:?}"),
         }

@@ -385,25 +385,32 @@ impl PartialCall {
 
 /// Tool-call fragments assembled by index, handed out whole when the model finishes.
 #[derive(Default)]
-pub struct ToolCallParts(BTreeMap<u64, PartialCall>);
+pub struct ToolCallParts {
+    parts: BTreeMap<u64, PartialCall>,
+    /// Calls handed out already: the limit is the answer's, however many times it says it
+    /// finished (each finish hands out what came, and the stream may go on).
+    handed_out: usize,
+}
 
 impl ToolCallParts {
-    /// The call at `index`, new or in progress; refused past `MAX_TOOL_CALLS` calls.
+    /// The call at `index`, new or in progress; refused past `MAX_TOOL_CALLS` calls in the
+    /// whole answer.
     pub fn part(&mut self, index: u64) -> Result<&mut PartialCall, ModelError> {
-        if self.0.len() >= MAX_TOOL_CALLS && !self.0.contains_key(&index) {
+        if self.handed_out + self.parts.len() >= MAX_TOOL_CALLS && !self.parts.contains_key(&index) {
             return Err(ModelError::Protocol(format!(
                 "the model asked for more than {MAX_TOOL_CALLS} tool calls in one answer"
             )));
         }
-        Ok(self.0.entry(index).or_default())
+        Ok(self.parts.entry(index).or_default())
     }
 
     /// The assembled calls, if any came; empty arguments become `{}`.
     pub fn take(&mut self) -> Option<ChatEvent> {
-        if self.0.is_empty() {
+        if self.parts.is_empty() {
             return None;
         }
-        let calls = std::mem::take(&mut self.0)
+        self.handed_out += self.parts.len();
+        let calls = std::mem::take(&mut self.parts)
             .into_values()
             .map(|p| ToolCall {
                 id: p.id,
@@ -639,6 +646,19 @@ mod tests {
         assert_eq!(fine.unwrap().len(), MAX_TOOL_CALLS);
         let many = outcome(calling((0..=MAX_TOOL_CALLS).map(|i| call(i, "{}")).collect())).await;
         assert!(many.unwrap_err().to_string().contains("more than 64 tool calls"));
+        // Counted over the whole answer, however many times it says it finished.
+        let mut again = calling(vec![]);
+        let batch = serde_json::json!({ "choices": [{ "index": 0, "delta": {
+            "tool_calls": (0..40).map(|i| serde_json::json!({ "index": i })).collect::<Vec<_>>()
+        }, "finish_reason": "tool_calls" }] });
+        let events: Vec<Result<Bytes, reqwest::Error>> =
+            (0..2).map(|_| Ok(Bytes::from(format!("data: {batch}\n\n")))).collect();
+        again.body = Box::pin(futures::stream::iter(events));
+        assert!(outcome(again)
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("more than 64 tool calls"));
         let piece = "0,".repeat(16 * 1024);
         let long = outcome(calling((0..3).map(|_| call(0, &piece)).collect())).await;
         assert!(long.unwrap_err().to_string().contains("passed 64 KiB of arguments"));

@@ -568,6 +568,20 @@ impl StreamState {
 mod tests {
     use super::*;
 
+    /// A stream reading `chunks` as an endpoint's body.
+    fn reading(chunks: impl Stream<Item = Result<Bytes, reqwest::Error>> + Send + 'static) -> StreamState {
+        StreamState {
+            body: Box::pin(chunks),
+            decoder: SseDecoder::default(),
+            pending: VecDeque::new(),
+            tools: ToolCallParts::default(),
+            finished: false,
+            done: false,
+            idle: Duration::from_secs(5),
+            received: 0,
+        }
+    }
+
     /// An endpoint that streams text without end (and never finishes) is cut off at
     /// MAX_STREAM_BYTES with an error, after about that much data and no more.
     #[tokio::test]
@@ -576,17 +590,7 @@ mod tests {
             "data: {}\n\n",
             serde_json::json!({ "choices": [{ "index": 0, "delta": { "content": "x".repeat(64 * 1024) } }] })
         );
-        let body = futures::stream::repeat_with(move || Ok(Bytes::from(chunk.clone())));
-        let mut state = StreamState {
-            body: Box::pin(body),
-            decoder: SseDecoder::default(),
-            pending: VecDeque::new(),
-            tools: ToolCallParts::default(),
-            finished: false,
-            done: false,
-            idle: Duration::from_secs(5),
-            received: 0,
-        };
+        let mut state = reading(futures::stream::repeat_with(move || Ok(Bytes::from(chunk.clone()))));
         let mut text = 0;
         let failure = loop {
             match state.next_event().await {
@@ -615,16 +619,7 @@ mod tests {
             .collect();
         let finish = serde_json::json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] });
         events.push(Ok(Bytes::from(format!("data: {finish}\n\n"))));
-        StreamState {
-            body: Box::pin(futures::stream::iter(events)),
-            decoder: SseDecoder::default(),
-            pending: VecDeque::new(),
-            tools: ToolCallParts::default(),
-            finished: false,
-            done: false,
-            idle: Duration::from_secs(5),
-            received: 0,
-        }
+        reading(futures::stream::iter(events))
     }
 
     async fn outcome(mut state: StreamState) -> Result<Vec<ToolCall>, ModelError> {
@@ -647,18 +642,13 @@ mod tests {
         let many = outcome(calling((0..=MAX_TOOL_CALLS).map(|i| call(i, "{}")).collect())).await;
         assert!(many.unwrap_err().to_string().contains("more than 64 tool calls"));
         // Counted over the whole answer, however many times it says it finished.
-        let mut again = calling(vec![]);
         let batch = serde_json::json!({ "choices": [{ "index": 0, "delta": {
             "tool_calls": (0..40).map(|i| serde_json::json!({ "index": i })).collect::<Vec<_>>()
         }, "finish_reason": "tool_calls" }] });
         let events: Vec<Result<Bytes, reqwest::Error>> =
             (0..2).map(|_| Ok(Bytes::from(format!("data: {batch}\n\n")))).collect();
-        again.body = Box::pin(futures::stream::iter(events));
-        assert!(outcome(again)
-            .await
-            .unwrap_err()
-            .to_string()
-            .contains("more than 64 tool calls"));
+        let again = outcome(reading(futures::stream::iter(events))).await;
+        assert!(again.unwrap_err().to_string().contains("more than 64 tool calls"));
         let piece = "0,".repeat(16 * 1024);
         let long = outcome(calling((0..3).map(|_| call(0, &piece)).collect())).await;
         assert!(long.unwrap_err().to_string().contains("passed 64 KiB of arguments"));

@@ -180,13 +180,17 @@ async fn resolve(
     if !user.can_manage(agent.creator_id) {
         return Err(unknown());
     }
-    if let Some(owner) = named.filter(|o| *o != own) {
-        return repo::find(state.db(), agent_id, owner, key).await?.ok_or_else(unknown);
+    if let Some(owner) = named {
+        // Their own was looked for above.
+        return match owner == own {
+            true => Err(unknown()),
+            false => repo::find(state.db(), agent_id, owner, key).await?.ok_or_else(unknown),
+        };
     }
     let mut found = repo::find_any(state.db(), agent_id, key).await?;
-    match (named, found.len()) {
-        (None, 1) => Ok(found.remove(0)),
-        (None, 2..) => Err(AppError::Conflict(format!(
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        2.. => Err(AppError::Conflict(format!(
             "several people's conversations of this agent have conversationId {key}; \
              say whose with userId or externalUserId, as GET /agent/{agent_id}/conversations lists them"
         ))),

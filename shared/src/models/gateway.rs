@@ -206,16 +206,16 @@ pub async fn hold(state: &AppState, billing: Billing, want: u64) -> AppResult<Ho
 /// request. A quota that cannot pay even for the question is refused here, with nothing stored:
 /// taking the little left, the turn was stored and then ended with the quota's error.
 pub async fn hold_turn(state: &AppState, model: &ModelHandle, billing: Billing, question: &str) -> AppResult<Hold> {
-    let (prompt, answer) = chat_size(state, model, billing.user_id(), &asking(question));
-    let hold = hold(state, billing, prompt + answer).await?;
-    let needed = question_estimate(question);
+    // The prompt is the question alone: `question_estimate`.
+    let (question_tokens, answer) = chat_size(state, model, billing.user_id(), &asking(question));
+    let hold = hold(state, billing, question_tokens + answer).await?;
     match hold.limit() {
-        Some(held) if held < needed => Err(quota::too_small(held, needed)),
+        Some(held) if held < question_tokens => Err(quota::too_small(held, question_tokens)),
         _ => Ok(hold),
     }
 }
 
-/// The question's share of `turn_estimate`: what a turn keeps held while its retrieval runs.
+/// The question's share of `hold_turn`'s hold: what a turn keeps held while its retrieval runs.
 pub fn question_estimate(question: &str) -> u64 {
     prompt_bound(&asking(question))
 }

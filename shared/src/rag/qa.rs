@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use crate::domain::spawn_stream;
 use crate::domain::CurrentUser;
-use crate::models::client::{ChatEvent, ChatMessage, ChatRequest, MAX_ANSWER_BYTES};
+use crate::models::client::{check_answer_size, ChatEvent, ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::quota::Hold;
 use crate::models::ModelType;
@@ -261,12 +261,7 @@ async fn run(
         match event {
             Ok(ChatEvent::Text(t)) => {
                 answer.push_str(&t);
-                if answer.len() > MAX_ANSWER_BYTES {
-                    return Err(format!(
-                        "the model's answer passed {} MiB and was cut off there",
-                        MAX_ANSWER_BYTES >> 20
-                    ));
-                }
+                check_answer_size(answer.len())?;
                 if tx.send(QaEvent::Text { data: t }).await.is_err() {
                     return Ok(()); // the client went away
                 }

@@ -16,7 +16,7 @@ use super::{context, title, Caller};
 use crate::agents::conversation_repo::{self as repo, FinishedAnswer, HistoryMessage};
 use crate::agents::AgentRow;
 use crate::domain::Owner;
-use crate::models::client::{ChatEvent, ChatMessage, ChatRequest, ModelError, ToolCall};
+use crate::models::client::{check_answer_size, ChatEvent, ChatMessage, ChatRequest, ModelError, ToolCall};
 use crate::models::gateway::{self, CallError, ModelHandle};
 use crate::models::quota::Hold;
 use crate::models::usage::PendingUsage;
@@ -109,13 +109,7 @@ struct Answer {
 
 impl Answer {
     fn check_size(&self) -> Result<(), Outcome> {
-        if self.text.len() + self.thinking.len() > MAX_ANSWER_BYTES {
-            return Err(Outcome::failed(format!(
-                "the model's answer passed {} MiB and was cut off there",
-                MAX_ANSWER_BYTES >> 20
-            )));
-        }
-        Ok(())
+        check_answer_size(self.text.len() + self.thinking.len()).map_err(Outcome::failed)
     }
 }
 

@@ -286,9 +286,7 @@ impl ModelClient {
             })
             .unwrap_or_default();
         if tool_calls.len() > MAX_TOOL_CALLS {
-            return Err(ModelError::Protocol(format!(
-                "the model asked for more than {MAX_TOOL_CALLS} tool calls in one answer"
-            )));
+            return Err(too_many_calls());
         }
         for call in &tool_calls {
             check_call(&call.name, &call.arguments)?;
@@ -365,6 +363,12 @@ pub const MAX_TOOL_ARGUMENT_BYTES: usize = 64 * 1024;
 /// A tool's name (MCP tools are named `mcp<id>__<tool>`).
 const MAX_TOOL_NAME_BYTES: usize = 256;
 
+fn too_many_calls() -> ModelError {
+    ModelError::Protocol(format!(
+        "the model asked for more than {MAX_TOOL_CALLS} tool calls in one answer"
+    ))
+}
+
 /// A call within `MAX_TOOL_ARGUMENT_BYTES` of arguments and `MAX_TOOL_NAME_BYTES` of name.
 fn check_call(name: &str, arguments: &str) -> Result<(), ModelError> {
     if arguments.len() > MAX_TOOL_ARGUMENT_BYTES || name.len() > MAX_TOOL_NAME_BYTES {
@@ -397,9 +401,7 @@ impl ToolCallParts {
     /// whole answer.
     pub fn part(&mut self, index: u64) -> Result<&mut PartialCall, ModelError> {
         if self.handed_out + self.parts.len() >= MAX_TOOL_CALLS && !self.parts.contains_key(&index) {
-            return Err(ModelError::Protocol(format!(
-                "the model asked for more than {MAX_TOOL_CALLS} tool calls in one answer"
-            )));
+            return Err(too_many_calls());
         }
         Ok(self.parts.entry(index).or_default())
     }

@@ -237,6 +237,17 @@ pub const MAX_REPORTED_TOKENS: u64 = 1 << 32;
 /// fill the database at the price of the tokens it reported.
 pub const MAX_ANSWER_BYTES: usize = 4 << 20;
 
+/// An answer of `bytes` kept so far, refused past `MAX_ANSWER_BYTES` with why.
+pub fn check_answer_size(bytes: usize) -> Result<(), String> {
+    if bytes > MAX_ANSWER_BYTES {
+        return Err(format!(
+            "the model's answer passed {} MiB and was cut off there",
+            MAX_ANSWER_BYTES >> 20
+        ));
+    }
+    Ok(())
+}
+
 /// A token count as reported, capped at MAX_REPORTED_TOKENS.
 pub fn reported_tokens(count: Option<u64>) -> u64 {
     count.unwrap_or(0).min(MAX_REPORTED_TOKENS)

@@ -117,22 +117,13 @@ async fn draft_and_create(
     // whose lines restarts the idle timeout, otherwise ran until Lambda ended the stream with
     // neither [DONE] nor [ERROR].
     let limit = state.config().chat_turn_timeout;
-    let deadline = tokio::time::Instant::now() + limit;
-    let late = || {
-        format!(
-            "drafting passed its time limit of {} s and was stopped",
-            limit.as_secs()
-        )
-    };
-    let opening = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req, None);
-    let mut stream = match tokio::time::timeout_at(deadline, opening).await {
-        Ok(opened) => opened.map_err(|e| AppError::from(e).told())?,
-        Err(_) => return Err(late()),
-    };
-    let mut scanner = FieldScanner::default();
     let mut fields: HashMap<&'static str, String> = HashMap::new();
     const GONE: &str = "the client went away";
-    let drafted = tokio::time::timeout_at(deadline, async {
+    let drafted = tokio::time::timeout(limit, async {
+        let mut stream = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req, None)
+            .await
+            .map_err(|e| AppError::from(e).told())?;
+        let mut scanner = FieldScanner::default();
         loop {
             // A client that left is noticed at once, not at the next line sent: the model call
             // (paid for) stops with it.
@@ -170,7 +161,12 @@ async fn draft_and_create(
     .await;
     match drafted {
         Ok(drafted) => drafted?,
-        Err(_) => return Err(late()),
+        Err(_) => {
+            return Err(format!(
+                "drafting passed its time limit of {} s and was stopped",
+                limit.as_secs()
+            ))
+        }
     }
     // Nobody would learn the new agent's id.
     if tx.is_closed() {

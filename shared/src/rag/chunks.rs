@@ -262,17 +262,6 @@ fn finished(document_id: i64, status: &str) -> AppResult<()> {
     }
 }
 
-/// `finished` before an edit's paid embedding, by the chunk's id.
-async fn finished_by_chunk(state: &AppState, id: i64) -> AppResult<()> {
-    let found: Option<(i64, String)> =
-        sqlx::query_as("SELECT d.id, d.status FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1")
-            .bind(id)
-            .fetch_optional(state.db())
-            .await?;
-    let (document_id, status) = found.ok_or_else(|| AppError::not_found("chunk"))?;
-    finished(document_id, &status)
-}
-
 async fn get(state: &AppState, id: i64) -> AppResult<ChunkView> {
     let row: ChunkRow = sqlx::query_as(&format!("{SELECT} WHERE c.id = $1"))
         .bind(id)
@@ -282,22 +271,26 @@ async fn get(state: &AppState, id: i64) -> AppResult<ChunkView> {
     Ok(row.into())
 }
 
-/// The chunk's base, when the caller owns it.
-async fn owned_kb(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<KbRow> {
-    let rag_id: i64 = sqlx::query_scalar("SELECT rag_id FROM chunks WHERE id = $1")
-        .bind(id)
-        .fetch_optional(state.db())
-        .await?
-        .ok_or_else(|| AppError::not_found("chunk"))?;
-    bases::service::owned(state, user, rag_id)
+/// The chunk's base, when the caller owns it, and its document's id and status.
+async fn owned_kb(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<(KbRow, i64, String)> {
+    let (rag_id, document_id, status): (i64, i64, String) = sqlx::query_as(
+        "SELECT c.rag_id, d.id, d.status FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(state.db())
+    .await?
+    .ok_or_else(|| AppError::not_found("chunk"))?;
+    let kb = bases::service::owned(state, user, rag_id)
         .await
-        .map_err(|_| AppError::not_found("chunk"))
+        .map_err(|_| AppError::not_found("chunk"))?;
+    Ok((kb, document_id, status))
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: EditChunkRequest) -> AppResult<ChunkView> {
     let content = content(req.content)?;
-    let kb = owned_kb(state, user, id).await?;
-    finished_by_chunk(state, id).await?;
+    let (kb, document_id, status) = owned_kb(state, user, id).await?;
+    // Checked before the paid embedding, and again under the document's hold.
+    finished(document_id, &status)?;
     let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
@@ -325,7 +318,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: EditChun
 }
 
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
-    let kb = owned_kb(state, user, id).await?;
+    let (kb, _, _) = owned_kb(state, user, id).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
     hold_document(&mut tx, OF_CHUNK_COUNTED, id, "chunk").await?;

@@ -284,6 +284,36 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
 }
 
 #[tokio::test]
+async fn a_milvus_collection_left_unloaded_is_loaded_again_by_search() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let milvus_store = store(&s, 1, 2, milvus_port()).await;
+    let kb = s
+        .kb(
+            "Unloaded Milvus",
+            json!({ "vectorStoreInstanceId": milvus_store, "searchEngineEnable": false }),
+        )
+        .await;
+    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
+    upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
+    // What a first write cut between Milvus's calls leaves, or a release by an operator:
+    // the collection and its vectors exist, but Milvus will not search it.
+    milvus()
+        .await
+        .release_collection(
+            ReleaseCollectionRequest::builder()
+                .collection_name(&coll)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let r = search(&s, kb, "owls hunt at night").await;
+    assert!(first_content(&r).contains("Owls hunt"), "{r}");
+    assert!(r["metrics"]["vectorHitCount"].as_u64().unwrap() > 0, "{r}");
+}
+
+#[tokio::test]
 async fn milvus_down_fails_clearly_and_writes_nothing() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let t = Some(s.admin.as_str());

@@ -21,6 +21,7 @@ const CHUNK_ID: &str = "chunk_id";
 const DOCUMENT_ID: &str = "document_id";
 const VECTOR: &str = "embedding";
 const COSINE: &str = "COSINE";
+const INDEX: [(&str, &str); 3] = [("index_type", "AUTOINDEX"), ("metric_type", COSINE), ("params", "{}")];
 
 pub struct MilvusIndex {
     conn: Connection,
@@ -79,8 +80,18 @@ impl MilvusIndex {
             }
             return Err(e);
         }
-        let index = [("index_type", "AUTOINDEX"), ("metric_type", COSINE), ("params", "{}")];
-        client.create_index(&self.collection, VECTOR, &index).await?;
+        client.create_index(&self.collection, VECTOR, &INDEX).await?;
+        client.load_collection(&self.collection).await
+    }
+
+    /// Loads the collection again, indexing it first when it has no index. A first write cut
+    /// between Milvus's three calls leaves a collection that exists, so later writes take it
+    /// as ready, but that Milvus will not search; an operator's release does the same.
+    async fn make_searchable(&self, client: &mut Client) -> anyhow::Result<()> {
+        if client.load_collection(&self.collection).await.is_ok() {
+            return Ok(());
+        }
+        client.create_index(&self.collection, VECTOR, &INDEX).await?;
         client.load_collection(&self.collection).await
     }
 }
@@ -184,7 +195,17 @@ impl VectorIndex for MilvusIndex {
             ("metric_type", COSINE),
             ("params", "{}"),
         ];
-        let results = client.search(&self.collection, vector, &params).await?;
+        let results = match client.search(&self.collection, vector, &params).await {
+            Ok(results) => results,
+            // Only when Milvus answered (an unreachable or slow one would only wait twice), and
+            // once: a collection that cannot be made searchable keeps the search's own error,
+            // which says more than the repair's.
+            Err(e) if e.downcast_ref::<tonic::Status>().is_none() => match self.make_searchable(&mut client).await {
+                Ok(()) => client.search(&self.collection, vector, &params).await?,
+                Err(_) => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
         let ids = match results.ids.and_then(|ids| ids.id_field) {
             Some(pb::i_ds::IdField::IntId(ids)) => ids.data,
             None => vec![],

@@ -155,6 +155,8 @@ pub fn encode_event(event: Result<ChatEvent, ModelError>) -> Vec<pb::ChatDelta> 
             completion_tokens: u.completion_tokens,
         })],
         Ok(ChatEvent::Finish(reason)) => vec![DeltaKind::Finish(reason)],
+        // The platform sees only whole calls from a node, and so none of these.
+        Ok(ChatEvent::Dropped(_)) => vec![],
         Err(e) => return vec![failed(&e)],
     };
     kinds.into_iter().map(delta).collect()
@@ -232,7 +234,7 @@ impl DeltaDecoder {
             Some(DeltaKind::ToolCall(c)) => {
                 let slot = match self.tools.part(c.index.into()) {
                     Ok(slot) => slot,
-                    Err(e) => return vec![Err(e)],
+                    Err(e) => return self.failed(e),
                 };
                 if slot.id.is_empty() {
                     slot.id = model_text(&c.id);
@@ -241,7 +243,10 @@ impl DeltaDecoder {
                     slot.name = model_text(&c.name);
                 }
                 slot.arguments.push_str(&model_text(&c.arguments));
-                slot.check().err().map(Err).into_iter().collect()
+                match slot.check() {
+                    Ok(()) => vec![],
+                    Err(e) => self.failed(e),
+                }
             }
             Some(DeltaKind::Usage(u)) => vec![Ok(ChatEvent::Usage(Usage {
                 prompt_tokens: reported_tokens(Some(u.prompt_tokens)),
@@ -253,8 +258,15 @@ impl DeltaDecoder {
                 events.push(Ok(ChatEvent::Finish(reason)));
                 events
             }
-            Some(DeltaKind::Error(e)) => vec![Err(decode_error(e))],
+            Some(DeltaKind::Error(e)) => self.failed(decode_error(e)),
         }
+    }
+
+    /// The answer's last events: the tool calls in progress, dropped (so that an estimate of
+    /// its usage counts them), then the error.
+    fn failed(&mut self, e: ModelError) -> Vec<Result<ChatEvent, ModelError>> {
+        let dropped = self.tools.drop_unfinished().map(Ok);
+        dropped.into_iter().chain([Err(e)]).collect()
     }
 
     fn flush_tools(&mut self) -> Vec<Result<ChatEvent, ModelError>> {
@@ -358,5 +370,33 @@ mod tests {
         assert_eq!(back.to_string(), e.to_string());
         let auth = decode_error(encode_error(&ModelError::Auth("bad key".into())));
         assert!(matches!(auth, ModelError::Auth(m) if m == "bad key"));
+    }
+
+    /// A node's answer that fails with a call in progress hands the call's characters to the
+    /// usage estimate before the error, over a limit or on the node's own error.
+    #[test]
+    fn a_failed_answer_drops_its_calls_in_progress_for_the_estimate() {
+        let piece = |index: u32, args: String| pb::ChatDelta {
+            kind: Some(DeltaKind::ToolCall(pb::ToolCallDelta {
+                index,
+                id: "c1".into(),
+                name: "web_search".into(),
+                arguments: args,
+            })),
+        };
+        let half = "0,".repeat(16 * 1024);
+        let mut d = DeltaDecoder::default();
+        assert!(d.decode(piece(0, half.clone())).is_empty());
+        assert!(d.decode(piece(0, half.clone())).is_empty());
+        let events = d.decode(piece(0, half.clone()));
+        assert!(matches!(events[..], [Ok(ChatEvent::Dropped(n)), Err(_)] if n == 10 + 3 * half.len()));
+        let mut d = DeltaDecoder::default();
+        assert!(d.decode(piece(0, "{}".into())).is_empty());
+        let e = encode_error(&ModelError::Network("gone".into()));
+        let events = d.decode(delta(DeltaKind::Error(e)));
+        assert!(matches!(
+            events[..],
+            [Ok(ChatEvent::Dropped(12)), Err(ModelError::Network(_))]
+        ));
     }
 }

@@ -656,6 +656,7 @@ impl Meter {
                     out.tool_calls.extend(calls.iter().cloned());
                 }
             }
+            Ok(ChatEvent::Dropped(chars)) => self.completion_chars += chars,
             Ok(ChatEvent::Finish(reason)) => {
                 self.span.record("gen_ai.response.finish_reasons", reason.as_str());
                 if let Some(out) = &mut self.output {

@@ -343,6 +343,27 @@ async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
     let stored = messages(&s, &s.admin, agent, "t-3").await;
     assert_eq!(stored[1]["toolCalls"].as_array().unwrap().len(), max);
 
+    // An answer asking for more calls than one answer may is refused before its endpoint
+    // reports usage; the calls it streamed until then count in the estimate it is charged.
+    let flood: Vec<String> = (0..=shared::models::client::MAX_TOOL_CALLS)
+        .map(|i| format!("CALL web_search {{\"query\": \"q{i}\"}}"))
+        .collect();
+    let events = s.chat(&s.admin, agent, say("t-5", &flood.join("\n"))).await.events();
+    assert_eq!(events.last().unwrap()["type"], "error", "{events:?}");
+    let completion: i64 = sqlx::query_scalar(
+        "SELECT completion_tokens FROM model_usage WHERE call_kind = 'chat' AND NOT success
+         ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&s.app.db)
+    .await
+    .unwrap();
+    // At least 64 calls of the shortest arguments came before the refusal.
+    let streamed = 64 * "web_search{\"query\": \"q0\"}".len() as i64;
+    assert!(
+        completion >= streamed / 4,
+        "{completion} tokens for {streamed} characters"
+    );
+
     // Arguments cut off mid-way (an answer stopped by its token limit) run nothing: the model
     // is told they are not JSON, not given the tool's result for no arguments.
     let before = s.models.requests().len();

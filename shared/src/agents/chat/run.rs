@@ -367,6 +367,7 @@ impl Turn {
                     answer.usage.completion_tokens += u.completion_tokens;
                 }
                 Some(Ok(ChatEvent::Finish(reason))) => step.cut_off = reason == "length",
+                Some(Ok(ChatEvent::Dropped(_))) => {}
                 Some(Err(e)) => return Err(self.model_failed(&e)),
             }
         }

@@ -177,6 +177,10 @@ pub enum ChatEvent {
     Usage(Usage),
     /// Why the model stopped: `stop`, `length`, `tool_calls` ...
     Finish(String),
+    /// Characters of tool calls the stream read but handed to no one, because it failed while
+    /// they were in progress (over a limit, or cut off). Shown nowhere; a usage estimate counts
+    /// them, or a refused answer's tool calls would be free.
+    Dropped(usize),
 }
 
 /// A non-streamed answer.
@@ -339,6 +343,7 @@ pub async fn collect(mut stream: ChatStream) -> Result<ChatResponse, ModelError>
             ChatEvent::ToolCalls(c) => answer.tool_calls.extend(c),
             ChatEvent::Usage(u) => answer.usage = u,
             ChatEvent::Finish(reason) => answer.finish_reason = reason,
+            ChatEvent::Dropped(_) => {}
         }
     }
     Ok(answer)
@@ -404,6 +409,13 @@ impl ToolCallParts {
             return Err(too_many_calls());
         }
         Ok(self.parts.entry(index).or_default())
+    }
+
+    /// The calls in progress when their answer failed, as `ChatEvent::Dropped`, if any came.
+    pub fn drop_unfinished(&mut self) -> Option<ChatEvent> {
+        let parts = std::mem::take(&mut self.parts);
+        let chars: usize = parts.values().map(|p| p.name.len() + p.arguments.len()).sum();
+        (chars > 0).then_some(ChatEvent::Dropped(chars))
     }
 
     /// The assembled calls, if any came; empty arguments become `{}`.
@@ -491,6 +503,7 @@ impl StreamState {
     }
 
     fn fail(&mut self, err: ModelError) {
+        self.pending.extend(self.tools.drop_unfinished().map(Ok));
         self.pending.push_back(Err(err));
         self.done = true;
     }
@@ -634,6 +647,19 @@ mod tests {
         Ok(calls)
     }
 
+    /// The characters an answer refused over a limit dropped just before its error.
+    async fn dropped_before_error(mut state: StreamState) -> usize {
+        let mut dropped = 0;
+        while let Some(event) = state.next_event().await {
+            match event {
+                Ok(ChatEvent::Dropped(chars)) => dropped = chars,
+                Ok(_) => assert_eq!(dropped, 0, "the drop comes last, with the error"),
+                Err(_) => return dropped,
+            }
+        }
+        panic!("the answer did not fail")
+    }
+
     /// Tool calls are bounded as they arrive: in number per answer, and in the size of each
     /// one's arguments, however the endpoint splits them.
     #[tokio::test]
@@ -654,5 +680,11 @@ mod tests {
         let piece = "0,".repeat(16 * 1024);
         let long = outcome(calling((0..3).map(|_| call(0, &piece)).collect())).await;
         assert!(long.unwrap_err().to_string().contains("passed 64 KiB of arguments"));
+
+        // What the refused answer's calls in progress took counts in its usage estimate.
+        let many = calling((0..=MAX_TOOL_CALLS).map(|i| call(i, "{}")).collect());
+        assert_eq!(dropped_before_error(many).await, MAX_TOOL_CALLS * "web_search{}".len());
+        let long = calling((0..3).map(|_| call(0, &piece)).collect());
+        assert_eq!(dropped_before_error(long).await, 3 * ("web_search".len() + piece.len()));
     }
 }

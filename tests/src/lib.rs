@@ -362,10 +362,12 @@ impl TestApp {
     }
 }
 
-/// Returns once some statement on the database waits for a lock (a request blocked behind a
-/// transaction the test holds open), or after five seconds.
+/// Returns once some statement on the test's database waits for a lock (a request blocked
+/// behind a transaction the test holds open); fails the test when none does within a minute.
+/// A fixed sleep instead let a slow machine commit before the request had read anything.
 pub async fn until_a_statement_waits_for_a_lock(db: &sqlx::PgPool) {
-    for _ in 0..500 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         let waiting: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
         )
@@ -377,6 +379,7 @@ pub async fn until_a_statement_waits_for_a_lock(db: &sqlx::PgPool) {
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+    panic!("no statement waited for a lock within a minute");
 }
 
 pub fn with_token(req: reqwest::RequestBuilder, token: Option<&str>) -> reqwest::RequestBuilder {

@@ -474,7 +474,7 @@ async fn an_agent_saved_while_its_knowledge_base_is_deleted_is_refused_by_name()
     let (path, renamed) = (format!("/agent/{agent}"), json!({ "name": "Renamed" }));
     let edit = s.app.put(&path, t, &renamed);
     let commit = async {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
         deleting.commit().await.unwrap();
     };
     let (edited, ()) = tokio::join!(edit, commit);

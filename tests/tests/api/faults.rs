@@ -262,7 +262,9 @@ async fn a_worker_killed_mid_document_is_redone_once_by_the_redelivery() {
     };
 
     let mut env = function_env(&s.app);
-    env.push(("INGEST_LEASE_SECS".to_owned(), "5".to_owned()));
+    // Long enough that the second worker meets the dead one's lease however slowly it starts;
+    // the test ends the lease itself below.
+    env.push(("INGEST_LEASE_SECS".to_owned(), "120".to_owned()));
     let first = Emulator::start(binary("ingest-worker"), &env).await;
     let run_first = first.invoke(message());
     tokio::pin!(run_first);
@@ -297,7 +299,12 @@ async fn a_worker_killed_mid_document_is_redone_once_by_the_redelivery() {
         "the dead worker's lease still holds: the message goes back to the queue"
     );
 
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The dead worker's lease runs out.
+    sqlx::query("UPDATE documents SET lease_until = now() - interval '1 second' WHERE id = $1")
+        .bind(doc)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
     let Answer::Json(done) = second.invoke(message()).await else {
         panic!("the worker answers with a batch response");
     };

@@ -2604,14 +2604,7 @@ async fn a_shape_change_waits_for_additions_and_counts_again() {
     let edit = s.app.put(&path, Some(&s.admin), &body);
     let add = async {
         // The edit has read the base (no documents) and waits for the lock.
-        let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted";
-        for _ in 0..200 {
-            let n: i64 = sqlx::query_scalar(waiting).fetch_one(&s.app.db).await.unwrap();
-            if n > 0 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
         let doc = NewDoc {
             rag_id: id,
             name: "added.txt",

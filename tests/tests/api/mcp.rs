@@ -870,7 +870,8 @@ async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
         slow.is_error && slow.text.contains("did not answer within 2 s"),
         "{slow:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // Stopped at its limit, not after the operation's 10 s (a busy machine may add seconds).
+    assert!(started.elapsed() < Duration::from_secs(9));
     assert!(
         until_marked(&marker, 0).await,
         "the timed-out session's child is killed"
@@ -1167,7 +1168,9 @@ async fn oauth2_tokens_are_fetched_reused_refreshed_and_refusals_reported() {
     let admin = app.admin_token().await;
     let mut seen = Seen::default();
     let secret = "oauth-client-secret-93e1";
-    let issuer_server = oauth("platform", secret, 4, 4).await;
+    // Tokens live 10 s (renewed after 9): the test and two calls to a Node server fit in that
+    // on a busy machine, and the wait for expiry below stays short.
+    let issuer_server = oauth("platform", secret, 10, 10).await;
     let issuer = format!("http://localhost:{}", issuer_server.port);
     let resource = guarded(&["jwt", &issuer]).await;
     let token_url = issuer_server.url("/token");
@@ -1215,7 +1218,7 @@ async fn oauth2_tokens_are_fetched_reused_refreshed_and_refusals_reported() {
     assert_eq!(call().await.unwrap().text, "2");
     assert_eq!(issuer_server.count("TOKEN-ISSUED"), 1, "the token is reused");
     // After it expires, a new one is fetched before the server would refuse it.
-    tokio::time::sleep(Duration::from_millis(4200)).await;
+    tokio::time::sleep(Duration::from_millis(10_200)).await;
     assert_eq!(call().await.unwrap().text, "2");
     assert_eq!(issuer_server.count("TOKEN-ISSUED"), 2, "refreshed after expiry");
     assert!(resource.count("TOKEN-OK") >= 4);

@@ -1235,7 +1235,7 @@ async fn an_edit_of_a_memory_changed_meanwhile_is_refused() {
     let body = json!({ "tags": ["home"] });
     let edit = s.app.put(&path, s.t(), &body);
     let restate = async {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
         restating.commit().await.unwrap();
     };
     let (edited, ()) = tokio::join!(edit, restate);
@@ -2100,8 +2100,21 @@ async fn an_extraction_that_outlives_its_lease_writes_nothing() {
         .await;
     let successor = async {
         // While the run waits for its embeddings (1 s), its lease runs out and another run
-        // takes the conversation.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // takes the conversation: once the run holds it, however long it took to get there.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let leased: Option<bool> =
+                sqlx::query_scalar("SELECT lease_until IS NOT NULL FROM memory_extractions WHERE conversation_id = $1")
+                    .bind(conv)
+                    .fetch_optional(&s.app.db)
+                    .await
+                    .unwrap();
+            if leased == Some(true) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the run never took its lease");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
             "UPDATE memory_extractions SET lease_until = now() + interval '5 minutes' WHERE conversation_id = $1
              RETURNING lease_until",

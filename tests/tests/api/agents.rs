@@ -629,3 +629,52 @@ async fn an_edit_made_from_a_stale_read_writes_nothing() {
         .await
         .unwrap());
 }
+
+/// Behind API Gateway one answer holds at most BUFFERED_RESPONSE_MAX_BYTES: a page of long
+/// agents past it is refused, saying to ask for fewer, instead of failing at the gateway.
+#[tokio::test]
+async fn a_page_larger_than_one_answer_holds_asks_for_fewer_items() {
+    let s = ChatSetup::with(
+        api_tests::Store::Filesystem,
+        &[("BUFFERED_RESPONSE_MAX_BYTES", "100000")],
+    )
+    .await;
+    let t = Some(s.admin.as_str());
+    // 18,000 characters each: seven pass 100,000 bytes, two do not.
+    for i in 0..7 {
+        let instruction = "long instructions ".repeat(1_000);
+        s.agent(
+            &s.admin,
+            json!({ "name": format!("Long {i}"), "instruction": instruction }),
+        )
+        .await;
+    }
+    s.app
+        .get("/agent/page?size=10", t)
+        .await
+        .assert_error(413, 413, "ask for fewer items");
+    let fits = s.app.get("/agent/page?size=2", t).await;
+    assert_eq!(fits.assert_ok()["data"].as_array().unwrap().len(), 2);
+    // The `/ai-model` module answers in its own envelope here too.
+    let provider = s.app.provider(&s.admin, "wide").await;
+    let long = json!({ "configJson": { "note": "x".repeat(16 * 1024 - 64) } });
+    for _ in 0..8 {
+        s.app
+            .model(
+                &s.admin,
+                provider,
+                "CHAT",
+                "chat-echo",
+                &s.models.base_url,
+                long.clone(),
+            )
+            .await;
+    }
+    let refused = s.app.get("/ai-model/configs?pageSize=10", t).await;
+    assert_eq!(refused.status, 413);
+    assert_eq!(refused.body["status"], 413);
+    assert!(refused.body["message"]
+        .as_str()
+        .unwrap()
+        .contains("ask for fewer items"));
+}

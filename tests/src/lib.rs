@@ -76,10 +76,20 @@ pub async fn silent_listener() -> std::net::SocketAddr {
 
 /// A fresh database on the test Postgres server, named uniquely.
 pub async fn fresh_database() -> String {
+    database_created_with("").await
+}
+
+/// A fresh database whose `lower` folds by Unicode's rules (`lower('İ')` is `i`), as a
+/// database created with a UTF-8 locale does; the test server's own C locale folds ASCII only.
+pub async fn fresh_unicode_database() -> String {
+    database_created_with("TEMPLATE template0 LOCALE_PROVIDER builtin BUILTIN_LOCALE 'C.UTF-8'").await
+}
+
+async fn database_created_with(options: &str) -> String {
     let admin_url = env("DATABASE_URL");
     let name = format!("test_{}", uuid::Uuid::new_v4().simple());
     let admin = PgPool::connect(&admin_url).await.expect("connect to the test Postgres");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
+    sqlx::query(&format!("CREATE DATABASE {name} {options}"))
         .execute(&admin)
         .await
         .expect("create test database");

@@ -57,7 +57,7 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
     validate::length("username", &username, 1, validate::MAX_EMAIL)?;
     let password = validate::present("password", req.password.filter(|p| !p.is_empty()))?;
     let cfg = state.config();
-    let account = username.to_lowercase();
+    let (account, known) = throttle::account_and_known_address(state.db(), &username, ip).await?;
     // The account-and-address counter comes first: `throttle::succeeded` clears it.
     let mut counters = vec![
         throttle::Counter {
@@ -69,7 +69,7 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
             limit: cfg.login_ip_max_failures,
         },
     ];
-    if !throttle::is_known_address(state.db(), &username, ip).await? {
+    if !known {
         counters.push(throttle::Counter {
             key: format!("u:{account}"),
             limit: cfg.login_account_max_failures,

@@ -129,10 +129,13 @@ pub async fn succeeded(db: &PgPool, counters: &[Counter], user_id: i64, address:
     Ok(())
 }
 
-/// Whether the account named `username` logged in from `address` recently.
-pub async fn is_known_address(db: &PgPool, username: &str, address: &str) -> Result<bool, AppError> {
-    let known = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM login_known_addresses k JOIN users u ON u.id = k.user_id
+/// The account `username` names, folded as the user lookup folds it (Postgres's `lower`,
+/// which follows the database's collation: a key folded by Rust's rules gave `admİn` counters
+/// of its own while the lookup found `admin`), and whether it logged in from `address`
+/// recently.
+pub async fn account_and_known_address(db: &PgPool, username: &str, address: &str) -> Result<(String, bool), AppError> {
+    let known = sqlx::query_as(
+        "SELECT lower($1), EXISTS (SELECT 1 FROM login_known_addresses k JOIN users u ON u.id = k.user_id
           WHERE lower(u.username) = lower($1) AND k.address = $2
             AND k.last_login > now() - make_interval(days => $3))",
     )

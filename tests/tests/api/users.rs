@@ -72,6 +72,29 @@ async fn login_failures_are_clear_and_throttled() {
     assert!(locked.headers.get("retry-after").is_some());
 }
 
+/// Every spelling that logs into an account counts against its counters. On a database whose
+/// `lower` folds `İ` to `i` (one created with a UTF-8 locale, as on most hosts), `admİn` logs
+/// in as `admin`, so it must not get counters of its own.
+#[tokio::test]
+async fn another_spelling_of_a_locked_account_is_locked_too() {
+    let database = api_tests::fresh_unicode_database().await;
+    let app = api_tests::spawn_with(
+        Store::Filesystem,
+        &[("LOGIN_MAX_FAILURES", "3"), ("DATABASE_URL", &database)],
+    )
+    .await;
+    let spelled = ADMIN_USERNAME.replace('i', "İ");
+    assert_ne!(spelled, ADMIN_USERNAME);
+    for _ in 0..3 {
+        app.login(ADMIN_USERNAME, "wrong")
+            .await
+            .assert_error(401, 401, "incorrect");
+    }
+    app.login(&spelled, ADMIN_PASSWORD)
+        .await
+        .assert_error(429, 429, "too many failed logins");
+}
+
 async fn spawn_with_low_limit() -> TestApp {
     api_tests::spawn_with(Store::Filesystem, &[("LOGIN_MAX_FAILURES", "3")]).await
 }

@@ -139,26 +139,28 @@ impl DenyList {
     pub async fn check_url(&self, field: &str, raw: &str) -> AppResult<()> {
         let url = reqwest::Url::parse(raw)
             .map_err(|_| AppError::validation(format!("{field} must be an http:// or https:// URL")))?;
-        let refused = |ip: IpAddr| {
-            AppError::validation(format!(
-                "{field}: {ip} is in a network the service may not call for you (OUTBOUND_DENY_CIDRS, \
-                 and OUTBOUND_USER_DENY_CIDRS for addresses regular users set)"
-            ))
-        };
         let port = url.port_or_known_default().unwrap_or(80);
         let host = url
             .host_str()
             .ok_or_else(|| AppError::validation(format!("{field} must name a host")))?;
-        let addrs: Vec<IpAddr> = match host.trim_matches(['[', ']']).parse::<IpAddr>() {
-            Ok(ip) => vec![ip],
-            Err(_) => tokio::net::lookup_host((host, port))
-                .await
-                .map(|a| a.map(|s| s.ip()).collect())
-                .unwrap_or_default(),
+        // A name's addresses are not told: quoted, the refusal showed whoever saved a URL the
+        // private address behind any internal name they tried.
+        let (addrs, named) = match host.trim_matches(['[', ']']).parse::<IpAddr>() {
+            Ok(ip) => (vec![ip], format!("{ip} is in")),
+            Err(_) => (
+                tokio::net::lookup_host((host, port))
+                    .await
+                    .map(|a| a.map(|s| s.ip()).collect())
+                    .unwrap_or_default(),
+                format!("{host} resolves into"),
+            ),
         };
-        match addrs.into_iter().find(|ip| self.denies(*ip)) {
-            Some(ip) => Err(refused(ip)),
-            None => Ok(()),
+        match addrs.into_iter().any(|ip| self.denies(ip)) {
+            true => Err(AppError::validation(format!(
+                "{field}: {named} a network the service may not call for you (OUTBOUND_DENY_CIDRS, \
+                 and OUTBOUND_USER_DENY_CIDRS for addresses regular users set)"
+            ))),
+            false => Ok(()),
         }
     }
 

@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use bytes::Bytes;
 use futures::StreamExt;
 
+use crate::outbound::Reach;
 use crate::{AppError, AppResult, AppState};
 
 const MAX_REDIRECTS: usize = 3;
@@ -64,6 +65,18 @@ async fn vet(state: &AppState, url: &reqwest::Url) -> AppResult<(String, SocketA
     if !allowed && addrs.iter().any(|a| is_internal(a.ip())) {
         return Err(AppError::validation(format!(
             "url: {host} resolves to an internal address, which imports may not reach"
+        )));
+    }
+    // The operator's lists bind imports too, the one outbound path that hands a whole answer
+    // back (a dual-stack VPC's IPv6 range is global, so only a list names it); a host allowed
+    // for imports passes the users' list, never the one every call obeys.
+    let outbound = &state.config().outbound;
+    let listed =
+        |ip: IpAddr| outbound.deny(Reach::Operator).denies(ip) || (!allowed && outbound.deny(Reach::User).denies(ip));
+    if addrs.iter().any(|a| listed(a.ip())) {
+        return Err(AppError::validation(format!(
+            "url: {host} resolves into a network the service may not call (OUTBOUND_DENY_CIDRS, \
+             and OUTBOUND_USER_DENY_CIDRS unless IMPORT_URL_ALLOW_HOSTS names the host)"
         )));
     }
     Ok((host, first))

@@ -1523,6 +1523,33 @@ async fn import_by_url_refuses_internal_addresses() {
         .assert_error(400, 0, "url is required");
     assert_eq!(closed.app.count("documents").await, 0);
 
+    // The operator's outbound lists bind imports too: a range only a list names (here a
+    // documentation range standing for a VPC's global IPv6 one) is refused before any
+    // connection, and a host allowed for imports still obeys the list every call obeys.
+    let listed = KbSetup::new(
+        Store::Filesystem,
+        &[
+            ("OUTBOUND_USER_DENY_CIDRS", "198.51.100.0/24"),
+            ("OUTBOUND_DENY_CIDRS", "127.0.0.2/32"),
+            ("IMPORT_URL_ALLOW_HOSTS", "127.0.0.2"),
+            ("URL_IMPORT_TIMEOUT_SECS", "2"),
+        ],
+    )
+    .await;
+    let kb = listed.kb("Web", json!({})).await;
+    for url in ["http://198.51.100.7/readme.md", "http://127.0.0.2/readme.md"] {
+        listed
+            .app
+            .post(
+                "/document/import/url",
+                Some(&listed.admin),
+                &json!({ "ragId": kb, "url": url }),
+            )
+            .await
+            .assert_error(400, 0, "resolves into a network the service may not call");
+    }
+    assert_eq!(listed.app.count("documents").await, 0);
+
     let open = KbSetup::new(Store::Filesystem, &[("IMPORT_URL_ALLOW_HOSTS", "127.0.0.1")]).await;
     let kb = open.kb("Web", json!({})).await;
     let reply = open

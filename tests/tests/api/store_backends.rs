@@ -283,17 +283,19 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
     assert!(!gone, "the collection is dropped with the base");
 }
 
+/// A base on milvus-lite, vector search only: its store instance, its id and its collection.
+async fn milvus_base(s: &KbSetup, name: &str) -> (i64, i64, String) {
+    let instance = store(s, 1, 2, milvus_port()).await;
+    let body = json!({ "vectorStoreInstanceId": instance, "searchEngineEnable": false });
+    let kb = s.kb(name, body).await;
+    let coll = format!("agent_platform_kb_{}", base_key(s, kb).await);
+    (instance, kb, coll)
+}
+
 #[tokio::test]
 async fn a_milvus_collection_left_unloaded_is_loaded_again_by_search() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
-    let milvus_store = store(&s, 1, 2, milvus_port()).await;
-    let kb = s
-        .kb(
-            "Unloaded Milvus",
-            json!({ "vectorStoreInstanceId": milvus_store, "searchEngineEnable": false }),
-        )
-        .await;
-    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
+    let (_, kb, coll) = milvus_base(&s, "Unloaded Milvus").await;
     upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
     // What a first write cut between Milvus's calls leaves, or a release by an operator:
     // the collection and its vectors exist, but Milvus will not search it.
@@ -317,14 +319,7 @@ async fn a_milvus_collection_left_unloaded_is_loaded_again_by_search() {
 async fn milvus_down_fails_clearly_and_writes_nothing() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let t = Some(s.admin.as_str());
-    let good = store(&s, 1, 2, milvus_port()).await;
-    let kb = s
-        .kb(
-            "Flaky Milvus",
-            json!({ "vectorStoreInstanceId": good, "searchEngineEnable": false }),
-        )
-        .await;
-    let coll = format!("agent_platform_kb_{}", base_key(&s, kb).await);
+    let (good, kb, coll) = milvus_base(&s, "Flaky Milvus").await;
     let docs = upload_ok(&s, kb, &[("animals.txt", ANIMALS)]).await;
     let before = milvus_ids(&coll, None).await;
     assert!(!before.is_empty());

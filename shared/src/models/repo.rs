@@ -312,8 +312,7 @@ pub async fn delete_config(db: &PgPool, id: i64) -> sqlx::Result<()> {
         .execute(&mut *tx)
         .await?;
     sqlx::query(
-        "WITH answers AS (UPDATE messages SET model_id = NULL WHERE model_id = $1),
-              memory AS (
+        "WITH memory AS (
                 UPDATE memory_configs SET rerank_model_id = NULL, rerank_enabled = FALSE, update_dt = now()
                 WHERE rerank_model_id = $1),
               bases AS (

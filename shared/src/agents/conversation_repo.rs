@@ -125,22 +125,28 @@ pub async fn page(db: &PgPool, f: &SummaryFilter, limit: i64, offset: i64) -> sq
     let mut count = QueryBuilder::new("SELECT count(*) FROM conversations c");
     push_summary_filter(&mut count, f);
     let total: i64 = count.build_query_scalar().fetch_one(db).await?;
+    // The page is chosen first and its messages counted after: counted in the same scan, every
+    // conversation an OFFSET skips had its messages counted too, all of an agent's on a late page.
     let mut rows = QueryBuilder::new(
         "SELECT c.conversation_key, c.user_id, c.external_user_id, c.title,
            COALESCE(u.username, NULLIF(e.nickname, ''), e.open_id, '') AS user_name,
            COALESCE(s.message_count, 0) AS message_count, COALESCE(s.tool_call_count, 0) AS tool_call_count,
            c.create_dt, c.last_message_dt
-         FROM conversations c
-         LEFT JOIN users u ON u.id = c.user_id
-         LEFT JOIN external_users e ON e.id = c.external_user_id
-         LEFT JOIN LATERAL (SELECT count(*) AS message_count, sum(m.tool_call_count)::BIGINT AS tool_call_count
-                            FROM messages m WHERE m.conversation_id = c.id) s ON TRUE",
+         FROM (SELECT c.* FROM conversations c",
     );
     push_summary_filter(&mut rows, f);
     rows.push(" ORDER BY c.last_message_dt DESC, c.id DESC LIMIT ")
         .push_bind(limit)
         .push(" OFFSET ")
-        .push_bind(offset);
+        .push_bind(offset)
+        .push(
+            ") c
+         LEFT JOIN users u ON u.id = c.user_id
+         LEFT JOIN external_users e ON e.id = c.external_user_id
+         LEFT JOIN LATERAL (SELECT count(*) AS message_count, sum(m.tool_call_count)::BIGINT AS tool_call_count
+                            FROM messages m WHERE m.conversation_id = c.id) s ON TRUE
+         ORDER BY c.last_message_dt DESC, c.id DESC",
+        );
     Ok((rows.build_query_as().fetch_all(db).await?, total))
 }
 

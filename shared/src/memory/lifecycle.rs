@@ -1,20 +1,43 @@
 //! Expiry: ACTIVE memories unused for longer than their agent's `memoryExpirationDays` are
 //! archived. Run daily by the housekeeping function.
 
+use std::time::{Duration, Instant};
+
 use sqlx::PgPool;
 
-/// Archives every expired memory; returns how many. "Unused" counts from the later of the
-/// last change and the last recall, so a memory that keeps being recalled never expires.
-/// Agents without a config, or whose config has no `memoryExpirationDays`, keep memories.
+/// Memories archived per statement. An archived row changes every index of the table, the
+/// vector indexes included: in one statement, a million memories expiring at once (an agent's
+/// config given an expiry) ran past the housekeeping function's time limit, and took the jobs
+/// after it along.
+const BATCH: i64 = 5_000;
+/// How long one run archives; what is left is archived by the next day's.
+const BUDGET: Duration = Duration::from_secs(60);
+
+/// Archives expired memories, in batches, for at most `BUDGET`; returns how many. "Unused"
+/// counts from the later of the last change and the last recall, so a memory that keeps being
+/// recalled never expires. Agents without a config, or whose config has no
+/// `memoryExpirationDays`, keep memories.
 pub async fn archive_expired(db: &PgPool) -> sqlx::Result<u64> {
-    let done = sqlx::query(
-        "UPDATE memories m SET status = 'ARCHIVED', update_dt = now()
-         FROM agents a JOIN memory_configs c ON c.id = a.memory_config_id
-         WHERE m.agent_id = a.id AND m.status = 'ACTIVE' AND c.memory_expiration_days IS NOT NULL
-           AND GREATEST(m.update_dt, COALESCE(m.accessed_at, m.update_dt))
-               < now() - make_interval(days => c.memory_expiration_days)",
-    )
-    .execute(db)
-    .await?;
-    Ok(done.rows_affected())
+    let started = Instant::now();
+    let mut archived = 0;
+    loop {
+        let done = sqlx::query(
+            "UPDATE memories SET status = 'ARCHIVED', update_dt = now()
+             WHERE status = 'ACTIVE' AND id IN (
+               SELECT m.id FROM memories m
+               JOIN agents a ON a.id = m.agent_id JOIN memory_configs c ON c.id = a.memory_config_id
+               WHERE m.status = 'ACTIVE' AND c.memory_expiration_days IS NOT NULL
+                 AND GREATEST(m.update_dt, COALESCE(m.accessed_at, m.update_dt))
+                     < now() - make_interval(days => c.memory_expiration_days)
+               LIMIT $1)",
+        )
+        .bind(BATCH)
+        .execute(db)
+        .await?
+        .rows_affected();
+        archived += done;
+        if done < BATCH as u64 || started.elapsed() > BUDGET {
+            return Ok(archived);
+        }
+    }
 }

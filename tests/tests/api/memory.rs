@@ -1614,6 +1614,27 @@ async fn expired_memories_are_archived_by_housekeeping() {
     assert_eq!(shared::memory::lifecycle::archive_expired(&s.app.db).await.unwrap(), 0);
     let swept = shared::housekeeping::run(&s.app.state).await.unwrap();
     assert_eq!(swept.archived_memories, 0);
+
+    // Many at once are archived in batches, all of them in one run.
+    sqlx::query(
+        "INSERT INTO memories (agent_id, user_id, memory_type, title, content, normalized_key, status,
+           conversation_key, update_dt)
+         SELECT $1, $2, 'FACT', 'many ' || i, 'many ' || i, 'many ' || i, 'ACTIVE', 'seeded', now() - interval '40 days'
+         FROM generate_series(1, 12001) AS i",
+    )
+    .bind(agent)
+    .bind(s.admin_id)
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    let swept = shared::housekeeping::run(&s.app.state).await.unwrap();
+    assert_eq!(swept.archived_memories, 12001);
+    assert_eq!(
+        s.app
+            .count("memories WHERE status = 'ACTIVE' AND title LIKE 'many %'")
+            .await,
+        0
+    );
 }
 
 /// A memory's embedding model disabled (or no default set): its text is still edited, keeping

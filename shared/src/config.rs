@@ -42,11 +42,10 @@ pub struct Config {
     /// Offset of the zone timestamps are rendered in, in seconds east of UTC.
     pub utc_offset_secs: i32,
     pub max_upload_bytes: u64,
-    /// The most a buffered answer holds (BUFFERED_RESPONSE_MAX_BYTES, unset: no limit). Behind
-    /// API Gateway a buffered answer is at most 6 MB, base64 included: the template sets 4 MiB,
-    /// and a larger whole file is refused (413 naming byte ranges) before it is read into a
-    /// function's memory to fail at the payload limit, a larger JSON answer (413) before it
-    /// reaches the gateway.
+    /// The most a file download answers at once (BUFFERED_RESPONSE_MAX_BYTES, unset: no
+    /// limit). Behind API Gateway a buffered answer is at most 6 MB, base64 included: the
+    /// template sets 4 MiB, and a larger whole file is refused (413 naming byte ranges) before
+    /// it is read into a function's memory to fail at the payload limit.
     pub buffered_response_max_bytes: Option<u64>,
     /// Knowledge bases one regular user may own (`KB_MAX_PER_USER`, default 100): each has an
     /// index on the shared chunks table.

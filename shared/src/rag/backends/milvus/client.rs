@@ -117,6 +117,17 @@ impl Client {
         ))
     }
 
+    pub async fn load_state(&mut self, collection: &str) -> anyhow::Result<pb::LoadState> {
+        let message = pb::GetLoadStateRequest {
+            db_name: self.database.clone(),
+            collection_name: collection.to_owned(),
+        };
+        let reply = self.grpc.get_load_state(self.request(message)).await?.into_inner();
+        let state = reply.state();
+        check(reply.status)?;
+        Ok(state)
+    }
+
     pub async fn drop_collection(&mut self, collection: &str) -> anyhow::Result<()> {
         let message = pb::DropCollectionRequest {
             db_name: self.database.clone(),

@@ -6,6 +6,8 @@
 mod client;
 mod proto;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
 
@@ -21,6 +23,8 @@ const CHUNK_ID: &str = "chunk_id";
 const DOCUMENT_ID: &str = "document_id";
 const VECTOR: &str = "embedding";
 const COSINE: &str = "COSINE";
+/// How long a search waits for a collection it asked Milvus to load again.
+const LOAD_WAIT: Duration = Duration::from_secs(10);
 const INDEX: [(&str, &str); 3] = [("index_type", "AUTOINDEX"), ("metric_type", COSINE), ("params", "{}")];
 
 pub struct MilvusIndex {
@@ -84,15 +88,23 @@ impl MilvusIndex {
         client.load_collection(&self.collection).await
     }
 
-    /// Loads the collection again, indexing it first when it has no index. A first write cut
-    /// between Milvus's three calls leaves a collection that exists, so later writes take it
-    /// as ready, but that Milvus will not search; an operator's release does the same.
+    /// Loads the collection again, indexing it first when it has no index, and waits for the
+    /// load (Milvus loads in the background) up to `LOAD_WAIT`. A first write cut between
+    /// Milvus's three calls leaves a collection that exists, so later writes take it as
+    /// ready, but that Milvus will not search; an operator's release does the same.
     async fn make_searchable(&self, client: &mut Client) -> anyhow::Result<()> {
-        if client.load_collection(&self.collection).await.is_ok() {
-            return Ok(());
+        if client.load_collection(&self.collection).await.is_err() {
+            client.create_index(&self.collection, VECTOR, &INDEX).await?;
+            client.load_collection(&self.collection).await?;
         }
-        client.create_index(&self.collection, VECTOR, &INDEX).await?;
-        client.load_collection(&self.collection).await
+        let deadline = tokio::time::Instant::now() + LOAD_WAIT;
+        while client.load_state(&self.collection).await? != pb::LoadState::Loaded {
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!("Milvus is still loading the collection; search again shortly");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
     }
 }
 

@@ -221,7 +221,7 @@ impl Relay {
     }
 
     fn fail(&mut self, err: ModelError) {
-        self.pending.push_back(Err(err));
+        self.pending.extend(self.decoder.failed(err));
         self.done = true;
     }
 }

@@ -264,7 +264,7 @@ impl DeltaDecoder {
 
     /// The answer's last events: the tool calls in progress, dropped (so that an estimate of
     /// its usage counts them), then the error.
-    fn failed(&mut self, e: ModelError) -> Vec<Result<ChatEvent, ModelError>> {
+    pub fn failed(&mut self, e: ModelError) -> Vec<Result<ChatEvent, ModelError>> {
         let dropped = self.tools.drop_unfinished().map(Ok);
         dropped.into_iter().chain([Err(e)]).collect()
     }

@@ -293,8 +293,8 @@ pub enum EnableTarget {
     Config,
 }
 
-/// Deletes the config; its usage records and the messages it answered keep their rows, with the
-/// config's id set to null (the foreign keys that did this were dropped, migration 0021).
+/// Deletes the config; its usage records and the messages it answered keep their rows and the
+/// config's id (nothing reads the answers' id, and clearing it read the whole table).
 /// Deletes the config and clears what names it in a column (by their foreign keys) or in a
 /// knowledge base's settings: a base falls back to the default chat model and to no reranking,
 /// as an agent falls back to the default chat model. A memory config whose reranker it was

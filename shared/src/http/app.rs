@@ -7,7 +7,7 @@ use utoipa::openapi::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
 use super::middleware::{catch_panics, module_envelope, with_request_tracing};
-use super::rate_limit;
+use super::{answer_size, rate_limit};
 use crate::{AppError, AppState};
 
 /// Mounts `api` under the configured prefix, adds rate limits, a 500 for a panicking handler and
@@ -23,7 +23,9 @@ pub fn assemble(api: OpenApiRouter<AppState>, state: AppState) -> (Router, OpenA
         .method_not_allowed_fallback(|| async {
             AppError::MethodNotAllowed("this path does not take that method".into())
         });
-    let limited = router.layer(from_fn_with_state(state.clone(), rate_limit::limit));
+    let limited = router
+        .layer(axum::middleware::from_fn(answer_size::refuse_oversized))
+        .layer(from_fn_with_state(state.clone(), rate_limit::limit));
     // Inside the tracing layers, so the 500 is logged with the request's id.
     let guarded = catch_panics(limited);
     let enveloped = guarded.layer(from_fn_with_state(state.clone(), module_envelope));

@@ -17,7 +17,8 @@ use crate::AppState;
 pub async fn run_http(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::Error> {
     let app = application(api)
         .await?
-        .layer(axum::middleware::map_response(keep_stored_bytes));
+        .layer(axum::middleware::map_response(keep_stored_bytes))
+        .layer(axum::Extension(super::answer_size::Buffered));
     lambda_http::run(app).await
 }
 

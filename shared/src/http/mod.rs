@@ -1,6 +1,7 @@
 //! HTTP plumbing shared by every function: envelopes, extractors, middleware, the assembled
 //! application and the HTTP Lambda entry points.
 
+pub mod answer_size;
 pub mod app;
 pub mod app_credentials;
 pub mod auth;

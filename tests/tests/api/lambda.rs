@@ -304,3 +304,33 @@ async fn a_queued_message_on_lambda_continues_the_trace_that_queued_it() {
     );
     assert!(spans.iter().all(|s| trace_id(s) == sender_trace), "{}", names(&spans));
 }
+
+/// A buffered function's answer past what one Lambda answer holds (6 MB, its body escaped into
+/// a JSON string) is refused with 413 saying so, where API Gateway would answer a bare 502
+/// after the work was done: a page of a hundred agents with 20,000-character instructions of
+/// four bytes a character (8 MB).
+#[tokio::test]
+async fn a_page_past_one_lambda_answer_is_refused_with_a_smaller_one_answered() {
+    let s = ChatSetup::new().await;
+    let instruction = "😀".repeat(20_000);
+    for i in 0..100 {
+        s.agent(
+            &s.admin,
+            json!({ "name": format!("Long {i}"), "instruction": instruction }),
+        )
+        .await;
+    }
+    let f = Emulator::start(binary("agent-api"), &function_env(&s.app)).await;
+    let page = |size: &str| {
+        let mut event = rest_event("GET", "/api/agent/page", &[("svc-auth", &s.admin)], None);
+        event["queryStringParameters"] = json!({ "size": size });
+        event["multiValueQueryStringParameters"] = json!({ "size": [size] });
+        event
+    };
+    let (status, body) = json_answer(f.invoke(page("100")).await);
+    assert_eq!((status, body["code"].as_i64()), (413, Some(413)), "{body}");
+    assert!(body["msg"].as_str().unwrap().contains("fewer items a page"), "{body}");
+    let (status, body) = json_answer(f.invoke(page("50")).await);
+    assert_eq!(status, 200);
+    assert_eq!(body["data"]["data"].as_array().unwrap().len(), 50);
+}

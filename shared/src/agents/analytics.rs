@@ -163,9 +163,12 @@ pub async fn analytics(state: &AppState, user: &CurrentUser, agent_id: i64, q: A
     .bind(secs)
     .fetch_all(db)
     .await?;
+    // A conversation's last activity is never before its creation: the bound on it lets the
+    // (agent, last activity) index skip the conversations idle since before the period, which
+    // the creation time alone (not indexed) made Postgres read, all of the agent's.
     let conversations: Vec<(i32, i64)> = sqlx::query_as(
         "SELECT floor(extract(epoch FROM create_dt - $2) / $4)::INT, count(*) FROM conversations
-         WHERE agent_id = $1 AND create_dt >= $2 AND create_dt < $3 GROUP BY 1",
+         WHERE agent_id = $1 AND last_message_dt >= $2 AND create_dt >= $2 AND create_dt < $3 GROUP BY 1",
     )
     .bind(agent_id)
     .bind(start)

@@ -333,4 +333,12 @@ async fn a_page_past_one_lambda_answer_is_refused_with_a_smaller_one_answered() 
     let (status, body) = json_answer(f.invoke(page("50")).await);
     assert_eq!(status, 200);
     assert_eq!(body["data"]["data"].as_array().unwrap().len(), 50);
+    // A HEAD of the large page answers nothing, which fits.
+    let mut head = page("100");
+    head["httpMethod"] = json!("HEAD");
+    head["requestContext"]["httpMethod"] = json!("HEAD");
+    let Answer::Json(v) = f.invoke(head).await else {
+        panic!("expected a buffered answer");
+    };
+    assert_eq!(v["statusCode"], 200, "{v}");
 }

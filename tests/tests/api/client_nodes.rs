@@ -51,6 +51,13 @@ impl Node {
         let _ = self.child.wait();
     }
 
+    /// Stops the process where it is (SIGSTOP): it beats no more, and the lease it has runs on.
+    fn freeze(&self) {
+        let pid = self.child.id().to_string();
+        let stopped = Command::new("kill").args(["-STOP", &pid]).status().expect("run kill");
+        assert!(stopped.success(), "could not stop node {pid}");
+    }
+
     /// Waits for the process to end by itself (the platform keeps serving meanwhile).
     async fn exited_within(&mut self, limit: Duration) -> bool {
         let start = Instant::now();
@@ -311,7 +318,10 @@ async fn a_kicked_node_gets_no_more_work_and_stops() {
 #[tokio::test]
 async fn a_node_at_max_concurrent_is_skipped() {
     let t = Setup::new("ROUND_ROBIN", "chat-echo", &[("full-a", 2), ("full-b", 2)]).await;
-    // full-a reports it is serving as many calls as it may (its own next beat is 10 s away).
+    // full-a reports it is serving as many calls as it may; its own beats, which would say 0
+    // again, are stopped first, however slowly the test runs.
+    assert_eq!(t.nodes[0].host_id, "full-a");
+    t.nodes[0].freeze();
     let port = t.nodes_view().await.iter().find(|n| n["hostId"] == "full-a").unwrap()["grpcPort"].clone();
     let beat = json!({ "hostId": "full-a", "hostIp": "127.0.0.1", "grpcPort": port,
                        "maxConcurrent": 2, "activeChats": 2 });

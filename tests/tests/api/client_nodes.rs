@@ -315,6 +315,31 @@ async fn a_kicked_node_gets_no_more_work_and_stops() {
     assert!(t.nodes_view().await.iter().all(|n| n["hostId"] != "kick-a"));
 }
 
+/// The reference node answers only the platform: a call without its app's token, or with
+/// another one of the same length, is refused before it reaches the node's model.
+#[tokio::test]
+async fn a_node_refuses_a_caller_without_its_apps_token() {
+    use shared::apps::node_proto::{client_node_client::ClientNodeClient, ChatRequest};
+    let t = Setup::new("ROUND_ROBIN", "chat-echo", &[("guarded", 1)]).await;
+    let port = t.nodes_view().await[0]["grpcPort"].as_u64().expect("grpcPort");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect to the node");
+    let other = "x".repeat(t.creds.token.len());
+    for token in [None, Some(other.as_str())] {
+        let mut req = tonic::Request::new(ChatRequest::default());
+        req.metadata_mut().insert("svc-app-id", t.creds.app_id.parse().unwrap());
+        if let Some(token) = token {
+            req.metadata_mut().insert("svc-token", token.parse().unwrap());
+        }
+        let refused = ClientNodeClient::new(channel.clone()).chat(req).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused}");
+    }
+    assert!(t.nodes[0].served().is_empty(), "the node's model was called");
+}
+
 #[tokio::test]
 async fn a_node_at_max_concurrent_is_skipped() {
     let t = Setup::new("ROUND_ROBIN", "chat-echo", &[("full-a", 2), ("full-b", 2)]).await;

@@ -10,6 +10,7 @@ use serde_json::Value;
 use shared::apps::node_proto::client_node_server::ClientNode;
 use shared::apps::node_proto::{ChatDelta, ChatRequest};
 use shared::apps::node_wire;
+use shared::crypto::constant_time_eq;
 use shared::models::client::{Endpoint, ModelClient};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
@@ -33,11 +34,13 @@ impl Drop for Busy {
 }
 
 impl Node {
-    /// The caller sent this node's app credentials.
+    /// The caller sent this node's app credentials (the token compared in constant time, as
+    /// the platform compares it).
     fn is_platform<T>(&self, req: &Request<T>) -> bool {
         let header = |name: &str| req.metadata().get(name).and_then(|v| v.to_str().ok());
+        let token = header("svc-token").unwrap_or_default();
         header("svc-app-id") == Some(self.config.app_id.as_str())
-            && header("svc-token") == Some(self.config.app_token.as_str())
+            && constant_time_eq(token.as_bytes(), self.config.app_token.as_bytes())
     }
 
     /// A slot for one more call, unless the node is serving its maximum already.

@@ -372,6 +372,16 @@ impl TestApp {
     }
 }
 
+/// Returns once `check` holds, looking every 20 ms; fails the test when it does not within
+/// `limit`.
+pub async fn wait_for(limit: std::time::Duration, mut check: impl AsyncFnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "condition not reached within {limit:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Returns once some statement on the test's database waits for a lock (a request blocked
 /// behind a transaction the test holds open); fails the test when none does within a minute.
 /// A fixed sleep instead let a slow machine commit before the request had read anything.

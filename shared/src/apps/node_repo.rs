@@ -9,6 +9,11 @@ use super::model::NodeRow;
 const SELECT: &str = "SELECT n.id, a.app_id, a.app_name, n.host_id, n.host_ip, n.grpc_port, n.max_concurrent,
        n.active_chats, n.labels, n.expire_dt
      FROM client_nodes n JOIN apps a ON a.id = n.app_id";
+/// `SELECT` with the labels left out (JSON null), for routing.
+const SELECT_FOR_ROUTING: &str =
+    "SELECT n.id, a.app_id, a.app_name, n.host_id, n.host_ip, n.grpc_port, n.max_concurrent,
+       n.active_chats, 'null'::jsonb AS labels, n.expire_dt
+     FROM client_nodes n JOIN apps a ON a.id = n.app_id";
 
 pub async fn of_app(db: &PgPool, app: i64) -> sqlx::Result<Vec<NodeRow>> {
     sqlx::query_as(&format!("{SELECT} WHERE n.app_id = $1 ORDER BY n.host_id"))
@@ -21,9 +26,8 @@ pub async fn of_app(db: &PgPool, app: i64) -> sqlx::Result<Vec<NodeRow>> {
 /// out (JSON null). Routing does not read them, and every routed model call read up to 500
 /// nodes' 4 KiB of them.
 pub async fn online_of_app(db: &PgPool, app: i64) -> sqlx::Result<Vec<NodeRow>> {
-    let without_labels = SELECT.replace("n.labels", "'null'::jsonb AS labels");
     sqlx::query_as(&format!(
-        "{without_labels} WHERE n.app_id = $1 AND n.expire_dt > now() ORDER BY n.host_id"
+        "{SELECT_FOR_ROUTING} WHERE n.app_id = $1 AND n.expire_dt > now() ORDER BY n.host_id"
     ))
     .bind(app)
     .fetch_all(db)

@@ -108,23 +108,13 @@ pub async fn current_config(db: &sqlx::PgPool, agent_id: i64) -> sqlx::Result<Op
 
 /// The owner's conversation with the agent under the client's conversation id.
 pub async fn by_key(db: &sqlx::PgPool, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<Option<Conversation>> {
-    // An equality on the owner's column, so the owner's unique index finds the row: written as
-    // `IS NOT DISTINCT FROM` on both columns, no index applied and every conversation of the
-    // agent was read.
-    let (column, id) = match owner {
-        Owner::User(id) => ("user_id", id),
-        Owner::External(id) => ("external_user_id", id),
-    };
-    let row: Option<ConversationRow> = sqlx::query_as(&format!(
-        "SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE agent_id = $1 AND conversation_key = $2
-         AND {column} = $3"
-    ))
-    .bind(agent_id)
-    .bind(key)
-    .bind(id)
-    .fetch_optional(db)
-    .await?;
-    Ok(row.and_then(ConversationRow::into_conversation))
+    let row = crate::agents::conversation_repo::find(db, agent_id, owner, key).await?;
+    Ok(row.map(|r| Conversation {
+        id: r.id,
+        key: r.conversation_key,
+        agent_id: r.agent_id,
+        owner,
+    }))
 }
 
 /// Extracts the messages added since the last extraction; returns the memories written

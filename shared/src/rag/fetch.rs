@@ -70,10 +70,12 @@ async fn vet(state: &AppState, url: &reqwest::Url) -> AppResult<(String, SocketA
     // The operator's lists bind imports too, the one outbound path that hands a whole answer
     // back (a dual-stack VPC's IPv6 range is global, so only a list names it); a host allowed
     // for imports passes the users' list, never the one every call obeys.
-    let outbound = &state.config().outbound;
-    let listed =
-        |ip: IpAddr| outbound.deny(Reach::Operator).denies(ip) || (!allowed && outbound.deny(Reach::User).denies(ip));
-    if addrs.iter().any(|a| listed(a.ip())) {
+    // The users' list holds the operator's too.
+    let deny = state.config().outbound.deny(match allowed {
+        true => Reach::Operator,
+        false => Reach::User,
+    });
+    if addrs.iter().any(|a| deny.denies(a.ip())) {
         return Err(AppError::validation(format!(
             "url: {host} resolves into a network the service may not call (OUTBOUND_DENY_CIDRS, \
              and OUTBOUND_USER_DENY_CIDRS unless IMPORT_URL_ALLOW_HOSTS names the host)"

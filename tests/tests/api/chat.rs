@@ -1963,11 +1963,8 @@ async fn a_conversation_deleted_mid_answer_ends_with_an_error_line() {
     let chat = s.chat(&s.admin, agent, say("gone", "one two three"));
     let delete = async {
         // Once the turn is stored and its answer under way, however long that took.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while s.app.count("messages WHERE role = 'assistant' AND status = 0").await == 0 {
-            assert!(std::time::Instant::now() < deadline, "the answer never started");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let started = async || s.app.count("messages WHERE role = 'assistant' AND status = 0").await > 0;
+        api_tests::wait_for(Duration::from_secs(60), started).await;
         sqlx::query("DELETE FROM conversations WHERE conversation_key = 'gone'")
             .execute(&s.app.db)
             .await

@@ -3,10 +3,10 @@
 //! isolation, the state table, configs, expiry, stats and the context preview.
 
 use shared::models::gateway::Billing;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api_tests::model_server::ModelServer;
-use api_tests::{spawn_with, Reply, Store, TestApp};
+use api_tests::{spawn_with, wait_for, Reply, Store, TestApp};
 use serde_json::{json, Value};
 use shared::domain::Owner;
 
@@ -336,14 +336,6 @@ async fn extraction_yields_typed_memories_once_and_restatements_update() {
         .await
         .assert_error(404, 404, "conversation");
     assert_eq!(s.memory_count().await, 6);
-}
-
-async fn wait_for(limit: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "condition not reached within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test]
@@ -2124,20 +2116,16 @@ async fn an_extraction_that_outlives_its_lease_writes_nothing() {
     let successor = async {
         // While the run waits for its embeddings (1 s), its lease runs out and another run
         // takes the conversation: once the run holds it, however long it took to get there.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
+        let leased = async || {
             let leased: Option<bool> =
                 sqlx::query_scalar("SELECT lease_until IS NOT NULL FROM memory_extractions WHERE conversation_id = $1")
                     .bind(conv)
                     .fetch_optional(&s.app.db)
                     .await
                     .unwrap();
-            if leased == Some(true) {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "the run never took its lease");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            leased == Some(true)
+        };
+        wait_for(Duration::from_secs(60), leased).await;
         sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
             "UPDATE memory_extractions SET lease_until = now() + interval '5 minutes' WHERE conversation_id = $1
              RETURNING lease_until",

@@ -84,6 +84,10 @@ impl MilvusIndex {
             }
             return Err(e);
         }
+        self.index_and_load(client).await
+    }
+
+    async fn index_and_load(&self, client: &mut Client) -> anyhow::Result<()> {
         client.create_index(&self.collection, VECTOR, &INDEX).await?;
         client.load_collection(&self.collection).await
     }
@@ -94,8 +98,7 @@ impl MilvusIndex {
     /// ready, but that Milvus will not search; an operator's release does the same.
     async fn make_searchable(&self, client: &mut Client) -> anyhow::Result<()> {
         if client.load_collection(&self.collection).await.is_err() {
-            client.create_index(&self.collection, VECTOR, &INDEX).await?;
-            client.load_collection(&self.collection).await?;
+            self.index_and_load(client).await?;
         }
         let deadline = tokio::time::Instant::now() + LOAD_WAIT;
         while client.load_state(&self.collection).await? != pb::LoadState::Loaded {

@@ -229,6 +229,7 @@ async fn search_rules_of_the_spec() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let t = Some(s.admin.as_str());
     let kb = s.kb("Empty", json!({})).await;
+    let probed = s.models.requests().len();
     let empty = s
         .app
         .post("/rag/search", t, &json!({ "ragId": kb, "query": "anything" }))
@@ -238,6 +239,7 @@ async fn search_rules_of_the_spec() {
         json!([]),
         "a base without documents answers code 1 with no results"
     );
+    assert_eq!(s.models.requests().len(), probed, "no model was called for it");
     s.app
         .post("/rag/search", t, &json!({ "ragId": kb, "query": "   " }))
         .await

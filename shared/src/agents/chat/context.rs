@@ -29,7 +29,7 @@ pub async fn knowledge(
         rag.search_ms = Empty
     );
     let passages = async {
-        let kb = bases::repo::find(state.db(), rag_id)
+        let kb = bases::repo::find_to_use(state.db(), rag_id)
             .await?
             .ok_or_else(|| crate::AppError::not_found("knowledge base"))?;
         let started = std::time::Instant::now();

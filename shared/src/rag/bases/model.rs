@@ -34,8 +34,12 @@ pub struct KbRow {
     pub dedup_action: i16,
     pub upload_confirm: bool,
     pub creator_id: i64,
+    /// Counted by `repo::find` and the page only; 0 from `repo::find_to_use`.
     pub document_count: i64,
     pub chunk_count: i64,
+    /// Whether any document of the base has finished with chunks (search answers an empty base
+    /// without calling a model).
+    pub has_chunks: bool,
     /// Whether any document of the base has saved images (search skips image evidence if not).
     pub has_images: bool,
     pub create_dt: DateTime<Utc>,

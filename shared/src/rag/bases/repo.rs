@@ -7,23 +7,40 @@ use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 use super::{ChunkSettings, KbRow, ModelSettings, ParseSettings, SearchSettings};
 use sqlx::types::Json;
 
+/// A base's row, with `counts` for its document and chunk counts (or 0 for both).
+fn select(counts: &str) -> String {
+    format!(
+        "SELECT k.id, k.name, k.description, k.icon, k.embedding_model_id, m.model_name AS embedding_model_name,
+        k.dimension, k.vector_store_instance_id, k.rerank_model_id, k.search_engine_enable, k.search_engine_instance_id,
+        k.status, k.chunk_params, k.parse_params, k.search_params, k.model_params, k.dedup_strategy, k.dedup_action,
+        k.upload_confirm, k.creator_id, {counts},
+        EXISTS (SELECT 1 FROM documents d WHERE d.rag_id = k.id AND d.chunk_count > 0) AS has_chunks,
+        EXISTS (SELECT 1 FROM document_images i WHERE i.rag_id = k.id) AS has_images,
+        (SELECT s.store_type FROM store_instances s WHERE s.id = k.vector_store_instance_id) AS vector_store_type,
+        (SELECT s.store_type FROM store_instances s WHERE s.id = k.search_engine_instance_id) AS search_engine_type,
+        k.create_dt, k.update_dt
+        FROM knowledge_bases k LEFT JOIN model_configs m ON m.id = k.embedding_model_id"
+    )
+}
+
 // The counts come from the documents (each keeps its chunk count, written with its chunks):
 // counting a large base's chunks on every lookup cost a search milliseconds.
-const SELECT: &str =
-    "SELECT k.id, k.name, k.description, k.icon, k.embedding_model_id, m.model_name AS embedding_model_name,
-    k.dimension, k.vector_store_instance_id, k.rerank_model_id, k.search_engine_enable, k.search_engine_instance_id,
-    k.status, k.chunk_params, k.parse_params, k.search_params, k.model_params, k.dedup_strategy, k.dedup_action,
-    k.upload_confirm, k.creator_id,
-    (SELECT count(*) FROM documents d WHERE d.rag_id = k.id) AS document_count,
-    (SELECT coalesce(sum(d.chunk_count), 0)::int8 FROM documents d WHERE d.rag_id = k.id) AS chunk_count,
-    EXISTS (SELECT 1 FROM document_images i WHERE i.rag_id = k.id) AS has_images,
-    (SELECT s.store_type FROM store_instances s WHERE s.id = k.vector_store_instance_id) AS vector_store_type,
-    (SELECT s.store_type FROM store_instances s WHERE s.id = k.search_engine_instance_id) AS search_engine_type,
-    k.create_dt, k.update_dt
-    FROM knowledge_bases k LEFT JOIN model_configs m ON m.id = k.embedding_model_id";
+const COUNTED: &str = "(SELECT count(*) FROM documents d WHERE d.rag_id = k.id) AS document_count,
+    (SELECT coalesce(sum(d.chunk_count), 0)::int8 FROM documents d WHERE d.rag_id = k.id) AS chunk_count";
 
 pub async fn find(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<KbRow>> {
-    sqlx::query_as(&format!("{SELECT} WHERE k.id = $1"))
+    sqlx::query_as(&format!("{} WHERE k.id = $1", select(COUNTED)))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// A base to search or to index into: `find` without the document and chunk counts (both read
+/// as 0), which only a base's views and edits use. Counted, every chat turn of an agent with
+/// knowledge, every search and every ingest run read all of the base's documents.
+pub async fn find_to_use(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<KbRow>> {
+    let uncounted = select("0::int8 AS document_count, 0::int8 AS chunk_count");
+    sqlx::query_as(&format!("{uncounted} WHERE k.id = $1"))
         .bind(id)
         .fetch_optional(db)
         .await
@@ -37,7 +54,8 @@ pub async fn page(db: &PgPool, owner: Option<i64>, limit: i64, offset: i64) -> s
             .fetch_one(db)
             .await?;
     let rows = sqlx::query_as(&format!(
-        "{SELECT} WHERE $1::bigint IS NULL OR k.creator_id = $1 ORDER BY k.id DESC LIMIT $2 OFFSET $3"
+        "{} WHERE $1::bigint IS NULL OR k.creator_id = $1 ORDER BY k.id DESC LIMIT $2 OFFSET $3",
+        select(COUNTED)
     ))
     .bind(owner)
     .bind(limit)

@@ -64,7 +64,7 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool, stop
     if leased.is_none() {
         anyhow::bail!("document {} is being processed by another worker", doc.id);
     }
-    let Some(kb) = bases::repo::find(db, doc.rag_id).await? else {
+    let Some(kb) = bases::repo::find_to_use(db, doc.rag_id).await? else {
         return Ok(());
     };
     match stages_in_time(state, &doc, &kb, stop_at).await {

@@ -38,7 +38,9 @@ pub async fn resolve(
         .ok_or_else(|| AppError::validation("query must not be empty"))?;
     crate::validate::length("query", &query, 1, 4000)?;
     let missing = || AppError::business(format!("knowledge base {rag_id} does not exist"));
-    let kb = bases::repo::find(state.db(), rag_id).await?.ok_or_else(missing)?;
+    let kb = bases::repo::find_to_use(state.db(), rag_id)
+        .await?
+        .ok_or_else(missing)?;
     if !user.can_manage(kb.creator_id) {
         return Err(missing());
     }
@@ -67,7 +69,7 @@ pub async fn retrieve(
 ) -> AppResult<(Vec<SearchResult>, Metrics)> {
     let total = Instant::now();
     let mut m = Metrics::default();
-    if kb.chunk_count == 0 {
+    if !kb.has_chunks {
         m.total_ms = ms(total);
         return Ok((vec![], m));
     }

@@ -883,3 +883,44 @@ async fn results_carry_image_evidence() {
     );
     assert!(image["matchReason"].as_str().unwrap().contains("same heading"));
 }
+
+/// `nearbySliceCount` gives each result its neighbours in its document, in document order and
+/// without repeats, as the context an answer is written from.
+#[tokio::test]
+async fn an_answer_reads_each_result_with_its_neighbouring_chunks() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s
+        .kb(
+            "Neighbours",
+            json!({ "maxChunkTokens": 16, "chunkOverlap": 0, "mergeShortSegments": false }),
+        )
+        .await;
+    let text = "Alpha apples grow in green orchards on the northern hills every summer.\n\nBravo bridges span wide rivers between the old towns of the valley.\n\nCharlie cheetahs sprint across savannas faster than any other land animal.\n\nDelta dolphins swim in warm seas and play near the fishing boats.\n\nEcho eagles soar above mountains and nest on the highest cliffs.";
+    let reply = s.upload(kb, &[("five.txt", text.as_bytes().to_vec())]).await;
+    let id = reply.assert_ok()["items"][0]["id"].as_i64().unwrap();
+    assert_eq!(s.settled(id).await["status"], "success");
+    let chunks = s.chunk_texts(id).await;
+    assert!(chunks.len() >= 5, "{chunks:?}");
+    answer_with_echo(
+        &s,
+        kb,
+        json!({ "prompt": "CONTEXT<{context}> Q<{query}>", "nearbySliceCount": 1 }),
+        json!({ "resultCount": 1 }),
+    )
+    .await;
+    let ask = json!({ "ragId": kb, "query": "cheetahs sprint across savannas" });
+    let reply = s.app.post("/rag/qa/stream", Some(&s.admin), &ask).await;
+    let events = ndjson(&reply.bytes);
+    assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
+    let answer: String = events
+        .iter()
+        .filter(|e| e["type"] == "text")
+        .map(|e| e["data"].as_str().unwrap())
+        .collect();
+    // The hit (a chunk of the cheetahs' paragraph) with one chunk on each side, in order.
+    let read = (1..chunks.len() - 1).any(|hit| {
+        chunks[hit].contains("cheetahs")
+            && answer.contains(&format!("CONTEXT<[1] {}>", chunks[hit - 1..=hit + 1].join("\n")))
+    });
+    assert!(read, "{answer}\n{chunks:?}");
+}

@@ -227,26 +227,35 @@ pub async fn with_neighbours(db: &PgPool, results: &[SearchResult], nearby: i64)
     if nearby <= 0 {
         return Ok(results.iter().map(|r| r.content.clone()).collect());
     }
+    // One statement for all results: a statement each was up to a hundred round trips, one
+    // after the other, before a chat turn's or a Q&A answer's model call.
+    let documents: Vec<i64> = results.iter().map(|r| r.document_id).collect();
+    let indexes: Vec<i64> = results
+        .iter()
+        .map(|r| r.metadata["chunkIndex"].as_i64().unwrap_or(0))
+        .collect();
+    let rows: Vec<(i64, i64, String)> = sqlx::query_as(
+        "SELECT r.ord, c.id, c.content
+         FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS r(document_id, chunk_index, ord)
+         JOIN chunks c ON c.document_id = r.document_id
+          AND c.chunk_index BETWEEN r.chunk_index - $3 AND r.chunk_index + $3
+         ORDER BY r.ord, c.chunk_index",
+    )
+    .bind(&documents)
+    .bind(&indexes)
+    .bind(nearby)
+    .fetch_all(db)
+    .await?;
     let mut seen = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    for r in results {
-        let index = r.metadata["chunkIndex"].as_i64().unwrap_or(0);
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT id, content FROM chunks WHERE document_id = $1 AND chunk_index BETWEEN $2 AND $3 ORDER BY chunk_index",
-        )
-        .bind(r.document_id)
-        .bind(index - nearby)
-        .bind(index + nearby)
-        .fetch_all(db)
-        .await?;
-        let joined: Vec<String> = rows
-            .into_iter()
-            .filter(|(id, _)| seen.insert(*id))
-            .map(|(_, c)| c)
-            .collect();
-        if !joined.is_empty() {
-            out.push(joined.join("\n"));
+    let mut out: Vec<(i64, Vec<String>)> = Vec::new();
+    for (ord, id, content) in rows {
+        if !seen.insert(id) {
+            continue;
+        }
+        match out.last_mut() {
+            Some((last, joined)) if *last == ord => joined.push(content),
+            _ => out.push((ord, vec![content])),
         }
     }
-    Ok(out)
+    Ok(out.into_iter().map(|(_, joined)| joined.join("\n")).collect())
 }

@@ -479,6 +479,15 @@ async fn a_model_deleted_while_an_edit_gives_it_to_a_base_is_cleared_from_that_b
     assert_eq!(base["searchParams"]["rerankEnabled"], false, "{base}");
 }
 
+/// The text lines of a Q&A stream, joined.
+fn answer_text(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["type"] == "text")
+        .map(|e| e["data"].as_str().unwrap())
+        .collect()
+}
+
 fn ndjson(bytes: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(bytes)
         .lines()
@@ -526,11 +535,7 @@ async fn qa_answers_a_user_with_less_left_than_a_full_answer() {
     let reply = s.app.post("/rag/qa/stream", Some(&bob), &ask).await;
     let events = ndjson(&reply.bytes);
     assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
-    let text: String = events
-        .iter()
-        .filter(|e| e["type"] == "text")
-        .map(|e| e["data"].as_str().unwrap())
-        .collect();
+    let text = answer_text(&events);
     assert!(text.contains("Download the package"), "{text}");
 }
 
@@ -646,11 +651,7 @@ async fn qa_streams_text_then_references_and_keeps_the_conversation() {
     assert_eq!(reply.status, 200);
     assert_eq!(reply.headers["content-type"], "application/x-ndjson");
     let events = ndjson(&reply.bytes);
-    let text: String = events
-        .iter()
-        .filter(|e| e["type"] == "text")
-        .map(|e| e["data"].as_str().unwrap())
-        .collect();
+    let text = answer_text(&events);
     assert!(
         text.starts_with("You said: CONTEXT<") && text.contains("Q<how do I install it>"),
         "{text}"
@@ -912,11 +913,7 @@ async fn an_answer_reads_each_result_with_its_neighbouring_chunks() {
     let reply = s.app.post("/rag/qa/stream", Some(&s.admin), &ask).await;
     let events = ndjson(&reply.bytes);
     assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
-    let answer: String = events
-        .iter()
-        .filter(|e| e["type"] == "text")
-        .map(|e| e["data"].as_str().unwrap())
-        .collect();
+    let answer = answer_text(&events);
     // The hit (a chunk of the cheetahs' paragraph) with one chunk on each side, in order.
     let read = (1..chunks.len() - 1).any(|hit| {
         chunks[hit].contains("cheetahs")

@@ -80,7 +80,9 @@ impl Words {
                     .cut_for_search(&self.cjk, true)
                     .into_iter()
                     .map(|t| t.word.trim().to_owned())
-                    .filter(|w| !w.is_empty()),
+                    // jieba gives a run of characters it has no word or model for (CJK
+                    // Extension A, kana) back whole, however long.
+                    .filter(|w| !w.is_empty() && w.len() <= MAX_WORD_BYTES),
             );
             self.cjk.clear();
         }
@@ -228,6 +230,9 @@ mod tests {
         assert_eq!(tsvector("!!!"), "");
         let long = "x".repeat(MAX_WORD_BYTES + 1);
         assert_eq!(tsvector(&format!("{long} y")), "'y':1");
+        // Postgres refuses a lexeme of 2 KiB: 700 characters jieba cannot cut were one word.
+        let uncut = "\u{3400}".repeat(700);
+        assert_eq!(tsvector(&format!("{uncut} y")), "'y':1");
         let many = "w ".repeat(MAX_POSITIONS + 10);
         assert_eq!(tsvector(&many).matches(',').count(), MAX_POSITIONS - 1);
     }

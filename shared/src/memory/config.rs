@@ -56,7 +56,17 @@ impl ConfigRow {
 
     /// Every rule of a config, checked on the merged result of a create or an update
     /// (`before`: the stored config an update starts from).
-    pub async fn validate(&self, state: &AppState, user: &CurrentUser, before: Option<&ConfigRow>) -> AppResult<()> {
+    ///
+    /// A new embedding model given without a dimension is asked for it, and the answer is kept
+    /// (`dimension`): every vector of the config is then held to that length, as a knowledge
+    /// base's are. Left unset, the model's endpoint decided each vector's length, and each new
+    /// length built another index on the shared `memories` table.
+    pub async fn validate(
+        &mut self,
+        state: &AppState,
+        user: &CurrentUser,
+        before: Option<&ConfigRow>,
+    ) -> AppResult<()> {
         validate::length("name", &self.name, 1, 100)?;
         validate::range("status", self.status.into(), 0, 1)?;
         if let Some(d) = self.dimension {
@@ -103,7 +113,7 @@ impl ConfigRow {
         let new_dimension = self.dimension != before.and_then(|b| b.dimension);
         match self.dimension {
             None if new_embedding => {
-                models::probe::vector_dimension(state, billing, embedding, "memories").await?;
+                self.dimension = Some(models::probe::vector_dimension(state, billing, embedding, "memories").await?);
             }
             // A dimension given is taken at its word while the model cannot answer, and must be
             // the model's when it can: every extraction would otherwise pay for its model call,

@@ -37,6 +37,20 @@ pub async fn lock_for_edit(conn: &mut PgConnection, id: i64) -> sqlx::Result<()>
         .map(|_| ())
 }
 
+/// Sets the dimension of a config saved without one (before configs kept their model's
+/// answer) to `length`, the first its model gave; returns the config's dimension as it now is.
+/// None when the config is gone.
+pub async fn adopt_dimension(db: &PgPool, id: i64, length: i32) -> sqlx::Result<Option<i32>> {
+    sqlx::query_scalar(
+        "UPDATE memory_configs SET dimension = COALESCE(dimension, $2) WHERE id = $1 RETURNING dimension",
+    )
+    .bind(id)
+    .bind(length)
+    .fetch_optional(db)
+    .await
+    .map(Option::flatten)
+}
+
 pub async fn list(db: &PgPool) -> sqlx::Result<Vec<ConfigRow>> {
     sqlx::query_as(&format!("SELECT {COLUMNS} FROM memory_configs ORDER BY id"))
         .fetch_all(db)

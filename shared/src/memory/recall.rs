@@ -78,7 +78,29 @@ pub async fn embed(
             "the embedding model returned the wrong number of vectors",
         ));
     }
+    if let (None, Some(id), Some(first)) = (s.config.dimension, s.config.id, out.vectors.first()) {
+        hold_to_one_length(state, id, first.len()).await?;
+    }
     Ok(out.vectors)
+}
+
+/// A config saved before its model's dimension was kept takes the first length its model gives
+/// and holds it from then on: left open, each length the model's endpoint chose built another
+/// index on the shared `memories` table. The built-in defaults (no id) follow the default
+/// model, which only administrators set; vectors longer than an index holds build none.
+async fn hold_to_one_length(state: &AppState, config_id: i64, length: usize) -> AppResult<()> {
+    let Ok(length) = i32::try_from(length) else {
+        return Ok(());
+    };
+    if length > crate::validate::MAX_VECTOR_DIMENSION {
+        return Ok(());
+    }
+    match config_repo::adopt_dimension(state.db(), config_id, length).await? {
+        Some(kept) if kept != length => Err(AppError::business(format!(
+            "the embedding model returned {length}-dimensional vectors, but memory config {config_id} holds {kept}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The query as a standalone search phrase when the config asks for rewriting; the original

@@ -2329,6 +2329,79 @@ async fn a_config_asks_its_embedding_model_for_its_dimension() {
     assert_eq!(dimension, Some(8));
 }
 
+/// A config keeps the dimension its model answered when it was saved, and holds every vector to
+/// it: an endpoint that later answers with vectors of another length (a PERSONAL model's owner
+/// chooses) is refused, where each new length built another index on the shared `memories`
+/// table. A config stored without one, before configs kept it, takes the first length it sees.
+#[tokio::test]
+async fn a_config_holds_its_memories_to_one_vector_length() {
+    let s = setup(false).await;
+    let config = s.config(json!({})).await;
+    let detail = s.app.get(&format!("/memory/config/{config}"), s.t()).await;
+    assert_eq!(detail.assert_ok()["dimensionOfVectorModel"], 8, "asked of the model");
+    let agent = s.agent(Some(config)).await;
+    let conv = s.conversation(agent, Owner::User(s.admin_id), "ctx").await;
+    let fact = [("user", "FACT: Pet | Has a dog called Biscuit"), ("assistant", "Nice.")];
+    s.say(conv, agent, &fact).await;
+    s.extract(&s.admin, agent, "ctx").await.assert_ok();
+    let id: i64 = sqlx::query_scalar("SELECT id FROM memories")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    let state = || async {
+        sqlx::query_as::<_, (String, Option<i32>, i64, Option<i32>)>(
+            "SELECT m.title, vector_dims(m.embedding), (SELECT count(*) FROM pg_indexes
+               WHERE tablename = 'memories' AND indexname LIKE 'memories_hnsw_m%'),
+             (SELECT dimension FROM memory_configs WHERE id = $2)
+             FROM memories m WHERE m.id = $1",
+        )
+        .bind(id)
+        .bind(config)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap()
+    };
+    let model_answers = |name: &'static str| {
+        sqlx::query("UPDATE model_configs SET model_key = $2 WHERE id = $1")
+            .bind(s.embedding_model)
+            .bind(name)
+            .execute(&s.app.db)
+    };
+    let (s, path) = (&s, format!("/memory/{id}"));
+    let edit = |title: &'static str| {
+        let path = path.clone();
+        async move { s.app.put(&path, s.t(), &json!({ "title": title })).await }
+    };
+
+    model_answers("emb-384").await.unwrap();
+    let before = state().await;
+    assert_eq!((before.1, before.3), (Some(8), Some(8)), "{before:?}");
+    edit("Dog")
+        .await
+        .assert_error(400, 0, "the model endpoint answered something unexpected");
+    assert_eq!(state().await, before, "nothing changed, no index built");
+
+    // Stored without a dimension: the first length its model gives is kept, then held.
+    sqlx::query("UPDATE memory_configs SET dimension = NULL WHERE id = $1")
+        .bind(config)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    model_answers("emb-8").await.unwrap();
+    edit("Dog").await.assert_ok();
+    let adopted = state().await;
+    assert_eq!(
+        (adopted.1, adopted.2, adopted.3),
+        (Some(8), before.2, Some(8)),
+        "{adopted:?}"
+    );
+    model_answers("emb-384").await.unwrap();
+    edit("Puppy")
+        .await
+        .assert_error(400, 0, "the model endpoint answered something unexpected");
+    assert_eq!(state().await, adopted, "nothing changed, no index built");
+}
+
 /// A search embeds its query only with models the caller may use: memories stored through
 /// someone else's agent may have been embedded with that person's PERSONAL model (their key).
 #[tokio::test]

@@ -161,6 +161,14 @@ pub async fn toggle_status(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<boo
 /// keys, or None when there is no such app (nothing deleted).
 pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<Option<Vec<String>>> {
     let mut tx = db.begin().await?;
+    // The app's row first: a user being added to it (its first upload) holds the row's key
+    // until it commits, and is waited for here, so the lock below sees that user; one added
+    // later waits, and finds the app gone. Taken after the users' lock, the new user's image
+    // was missed by it and left to the app's creator when the cascade took the user.
+    sqlx::query("SELECT 1 FROM apps WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     // An upload of one of them in flight holds its user's row (its foreign key): waited for
     // here, so the statement below, run after, sees its image. Uploads later than this lock
     // wait, and find their user gone.

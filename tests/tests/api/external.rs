@@ -1380,10 +1380,17 @@ async fn an_image_uploaded_while_its_app_is_deleted_goes_with_it() {
     .execute(&mut *uploading)
     .await
     .unwrap();
+    deleted_while_uploading(&e, uploading, late).await;
+}
+
+/// Deletes the app while `uploading` (an image's rows, `late`, not yet committed) is open,
+/// commits it once the delete waits for it, and expects the image gone with the app.
+async fn deleted_while_uploading(e: &Ext, uploading: sqlx::Transaction<'_, sqlx::Postgres>, late: i64) {
+    let db = e.app().db.clone();
     let path = format!("/app/{}", e.crm.id);
     let delete = e.app().delete(&path, Some(&e.s.admin));
     let upload = async {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        api_tests::until_a_statement_waits_for_a_lock(&db).await;
         uploading.commit().await.unwrap();
     };
     let (deleted, ()) = tokio::join!(delete, upload);
@@ -1394,6 +1401,32 @@ async fn an_image_uploaded_while_its_app_is_deleted_goes_with_it() {
         .await
         .unwrap();
     assert_eq!(left, 0, "the late image is not left to the app's creator");
+}
+
+/// The same for a user the upload adds to the app (its first request): the user holds the
+/// app's row until it commits, and the delete waits for that before it looks for users. It
+/// looked first and missed the new user, whose image the cascade then left behind.
+#[tokio::test]
+async fn an_image_of_a_user_added_while_its_app_is_deleted_goes_with_it() {
+    let e = Ext::new().await;
+    let late = e
+        .app()
+        .upload_resource(&e.s.admin, "late.png", PNG.to_vec(), None)
+        .await
+        .assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let mut uploading = e.app().db.begin().await.unwrap();
+    sqlx::query(
+        "WITH u AS (INSERT INTO external_users (app_id, open_id) VALUES ($1, 'newcomer') RETURNING id)
+         INSERT INTO external_resources (resource_id, external_user_id) SELECT $2, id FROM u",
+    )
+    .bind(e.crm.id)
+    .bind(late)
+    .execute(&mut *uploading)
+    .await
+    .unwrap();
+    deleted_while_uploading(&e, uploading, late).await;
 }
 
 /// Deleting an app deletes what its external users uploaded, rows and files: left behind, their

@@ -1164,6 +1164,56 @@ async fn chunks_of_one_document_are_added_and_removed_at_once() {
     assert_eq!(count, before as i64);
 }
 
+/// A redelivered message that reads its run as still working, and takes the lease just after
+/// the run finished (its lease ended with it), does not run it again: that would embed the
+/// document once more, paid, and replace its chunks, edits among them.
+#[tokio::test]
+async fn a_run_that_finishes_as_its_redelivery_starts_is_not_run_again() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Redelivered", json!({})).await;
+    let id = doc_ids(&s.upload(kb, &[("guide.md", GUIDE_MD.as_bytes().to_vec())]).await).await[0];
+    s.settled(id).await;
+    let chunks = || async {
+        sqlx::query_scalar::<_, Vec<i64>>("SELECT array_agg(id ORDER BY id) FROM chunks WHERE document_id = $1")
+            .bind(id)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap()
+    };
+    let before = chunks().await;
+    let run_id: uuid::Uuid = sqlx::query_scalar(
+        "UPDATE documents SET status = 'embedding', lease_until = now() - interval '1 second' WHERE id = $1
+         RETURNING run_id",
+    )
+    .bind(id)
+    .fetch_one(&s.app.db)
+    .await
+    .unwrap();
+    // The first delivery's worker finishing, past its lease: its last write, not yet committed
+    // (the redelivery's lease waits for it, then reads the row as it left it).
+    let mut finishing = s.app.db.begin().await.unwrap();
+    sqlx::query("UPDATE documents SET status = 'success', lease_until = NULL WHERE id = $1")
+        .bind(id)
+        .execute(&mut *finishing)
+        .await
+        .unwrap();
+    let message = json!({ "documentId": id, "runId": run_id }).to_string();
+    let handler = shared::rag::pipeline::handler(s.app.state.clone());
+    let redelivered = handler(
+        shared::queue::event(vec![shared::queue::message("m1", &message, 2, None)]),
+        None,
+    );
+    let finish = async {
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
+        finishing.commit().await.unwrap();
+    };
+    let (answer, ()) = tokio::join!(redelivered, finish);
+    answer.unwrap();
+    let d = s.app.get(&format!("/document/{id}"), Some(&s.admin)).await;
+    assert_eq!(d.assert_ok()["status"], "success");
+    assert_eq!(chunks().await, before, "the chunks the run wrote");
+}
+
 /// A run whose document is reprocessed (or deleted) while it works stops at its next stage
 /// instead of embedding, and paying for, chunks nobody will keep.
 #[tokio::test]

@@ -52,9 +52,12 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool, stop
     if doc.run_id != msg.run_id || matches!(doc.status.as_str(), "success" | "failed") {
         return Ok(()); // superseded by a newer run, or this run already finished
     }
+    // The status again: the run may have finished (its lease ended with it) since the read
+    // above, and a redelivered message would run it once more, paid, over any edits since.
     let leased: Option<i64> = sqlx::query_scalar(
         "UPDATE documents SET lease_until = now() + make_interval(secs => $3), updated_at = now()
-         WHERE id = $1 AND run_id = $2 AND (lease_until IS NULL OR lease_until < now()) RETURNING id",
+         WHERE id = $1 AND run_id = $2 AND (lease_until IS NULL OR lease_until < now())
+           AND status NOT IN ('success', 'failed') RETURNING id",
     )
     .bind(doc.id)
     .bind(doc.run_id)
@@ -62,7 +65,10 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool, stop
     .fetch_optional(db)
     .await?;
     if leased.is_none() {
-        anyhow::bail!("document {} is being processed by another worker", doc.id);
+        anyhow::bail!(
+            "document {} is being processed by another worker, or has just finished",
+            doc.id
+        );
     }
     let Some(kb) = bases::repo::find_to_use(db, doc.rag_id).await? else {
         return Ok(());

@@ -186,8 +186,22 @@ const GONE_MODEL_KEYS: &[&str] = &[
     "memory_configs_extraction_model_id_fkey",
 ];
 
+/// The foreign keys from what is stored into a knowledge base to the base: it was deleted
+/// while the request (a URL being fetched, an upload being stored) ran, and answers as if it
+/// had been gone when the request came.
+const GONE_BASE_KEYS: &[&str] = &[
+    "documents_rag_id_fkey",
+    "upload_previews_rag_id_fkey",
+    "chunks_rag_id_fkey",
+    "document_images_rag_id_fkey",
+    "agents_rag_id_fkey",
+];
+
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
+        if GONE_BASE_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
+            return Self::not_found("knowledge base");
+        }
         if GONE_MODEL_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
             return Self::Conflict(
                 "a model it names was deleted while this request ran; nothing was changed: reload and try again".into(),

@@ -1164,6 +1164,32 @@ async fn chunks_of_one_document_are_added_and_removed_at_once() {
     assert_eq!(count, before as i64);
 }
 
+/// An upload that is stored while its base is deleted answers as if the base had been gone
+/// when it came (404), not with a server error over the base's foreign key.
+#[tokio::test]
+async fn an_upload_into_a_base_being_deleted_is_not_found() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Going", json!({})).await;
+    let mut deleting = s.app.db.begin().await.unwrap();
+    sqlx::query("DELETE FROM knowledge_bases WHERE id = $1")
+        .bind(kb)
+        .execute(&mut *deleting)
+        .await
+        .unwrap();
+    let files = [("guide.md", GUIDE_MD.as_bytes().to_vec())];
+    let upload = s.app.preview_documents(&s.admin, kb, &files, None);
+    let delete = async {
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
+        deleting.commit().await.unwrap();
+    };
+    let (reply, ()) = tokio::join!(upload, delete);
+    reply.assert_error(404, 404, "knowledge base not found");
+    assert_eq!(
+        (s.app.count("documents").await, s.app.count("upload_previews").await),
+        (0, 0)
+    );
+}
+
 /// A redelivered message that reads its run as still working, and takes the lease just after
 /// the run finished (its lease ended with it), does not run it again: that would embed the
 /// document once more, paid, and replace its chunks, edits among them.

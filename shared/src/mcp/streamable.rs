@@ -6,9 +6,11 @@
 //! as an expired session: it opens a new one and sends the request again. Servers that
 //! restarted often answer something else: server-everything sends HTTP 400 with a JSON-RPC
 //! error without an id, which no request waits for, so the call sat until its timeout (60 s)
-//! although the answer had come. Here any failure of a request sent in a session, other than
-//! a refusal of the credentials, counts as an expired session: the request is retried once in
-//! a new session and fails at once if that fails too.
+//! although the answer had come. Here a 404 or 400 to a request sent in a session, or a
+//! JSON-RPC error that names no request, counts as an expired session: the request is retried
+//! once in a new session and fails at once if that fails too. Other failures are the call's:
+//! a server error (5xx, or a proxy's 502 or 504) may come after the tool did its work, and
+//! sending the call again would run it twice (an issue filed, a mail sent).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,8 +35,8 @@ impl StreamableClient {
 }
 
 /// Whether a request in a session failed as a session the server no longer holds would:
-/// an HTTP error other than a refusal of the credentials, or a JSON-RPC error that names no
-/// request (nothing would ever answer the request that was sent).
+/// HTTP 404 or 400, or a JSON-RPC error that names no request (nothing would ever answer the
+/// request that was sent).
 fn session_refused(result: &Result<StreamableHttpPostResponse, Error>) -> bool {
     match result {
         Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(e), _)) => e.id.is_none(),
@@ -50,10 +52,12 @@ fn session_refused(result: &Result<StreamableHttpPostResponse, Error>) -> bool {
     }
 }
 
-/// An HTTP status that fails a request for its session, not for its credentials (401, 403:
-/// those go to the OAuth2 renewal) nor for the server's load (429).
+/// An HTTP status that refuses a request for its session before any work: 404 as the MCP
+/// specification says, 400 as servers built on the TypeScript SDK answer an unknown session.
+/// Not the credentials (401, 403: those go to the OAuth2 renewal), the server's load (429)
+/// nor its failures (5xx).
 fn refusal(status: u16) -> bool {
-    (400..600).contains(&status) && !matches!(status, 401 | 403 | 429)
+    matches!(status, 400 | 404)
 }
 
 impl StreamableHttpClient for StreamableClient {
@@ -164,7 +168,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusals_of_a_session_read_as_expired_but_not_credentials_or_rate_limits() {
+    fn refusals_of_a_session_read_as_expired_but_not_credentials_load_or_failures() {
         let orphan: rmcp::model::ServerJsonRpcMessage = serde_json::from_str(
             r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#,
         )
@@ -174,7 +178,16 @@ mod tests {
             serde_json::from_str(r#"{"jsonrpc":"2.0","error":{"code":-32602,"message":"bad"},"id":3}"#).unwrap();
         assert!(!session_refused(&Ok(StreamableHttpPostResponse::Json(answered, None))));
         assert!(session_refused(&Err(StreamableHttpError::HttpStatus(
-            HttpStatusError::new(503, None)
+            HttpStatusError::new(404, None)
+        ))));
+        // A server's failure may come after the tool ran: sent again, it would run twice.
+        for status in [500, 502, 503, 504] {
+            assert!(!session_refused(&Err(StreamableHttpError::HttpStatus(
+                HttpStatusError::new(status, None)
+            ))));
+        }
+        assert!(!session_refused(&Err(StreamableHttpError::UnexpectedServerResponse(
+            "HTTP 502 Bad Gateway: upstream".into()
         ))));
         assert!(!session_refused(&Err(StreamableHttpError::HttpStatus(
             HttpStatusError::new(429, None)

@@ -151,10 +151,17 @@ impl Failure {
         }
     }
 
+    /// A JSON-RPC error is the server's answer about the request, never a refusal of the
+    /// credentials, whatever its message says ("GitHub API returned HTTP 403"): read as one,
+    /// it dropped the token, ended the session other chats were using and ran the call again.
     pub fn from_service(context: &str, err: &ServiceError) -> Self {
-        let mut f = Self::from_error(context, err);
-        f.protocol = matches!(err, ServiceError::McpError(_));
-        f
+        match err {
+            ServiceError::McpError(_) => Self {
+                protocol: true,
+                ..Self::new(format!("{context}: {}", tidy(&err.to_string())))
+            },
+            _ => Self::from_error(context, err),
+        }
     }
 }
 
@@ -286,5 +293,13 @@ mod tests {
         );
         let f = Failure::from_error("test", &sse::SseError::Failed("HTTP 500".into()));
         assert!(!f.unauthorized);
+    }
+
+    #[test]
+    fn a_servers_error_answer_is_never_a_refusal_of_the_credentials() {
+        let answer = rmcp::model::ErrorData::internal_error("GitHub API returned HTTP 403", None);
+        let f = Failure::from_service("calling a tool", &ServiceError::McpError(answer));
+        assert!(f.protocol && !f.unauthorized, "{}", f.message);
+        assert!(f.message.contains("GitHub API returned HTTP 403"), "{}", f.message);
     }
 }

@@ -25,7 +25,8 @@
 //!   answers prose with no JSON; `chat-drafter-long` a draft whose description passes the
 //!   agent's limit and whose greeting holds a NUL
 //! - `chat-nul`: answers like `chat-echo`, with NUL characters in its thinking and text
-//! - `chat-no-usage`: answers like `chat-echo`, reporting no `usage`
+//! - `chat-no-usage`: answers like `chat-echo`, reporting no `usage`; `chat-zero-usage`
+//!   reports a usage of 0 tokens
 //! - `chat-split`: answers `{"boundaries": [1, m]}` for a prompt of numbered paragraphs
 //!   `[1] .. [n]`, with m the middle one
 //! - `mem-extract`: memory extraction JSON (in a code fence, as models often answer): one
@@ -394,6 +395,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-drafter-long",
             "chat-nul",
             "chat-no-usage",
+            "chat-zero-usage",
             "mem-extract",
         ]
         .contains(&model.as_str());
@@ -419,6 +421,9 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
     // An endpoint that reports no usage (some self-hosted servers leave it out).
     if model == "chat-no-usage" {
         usage = Value::Null;
+    }
+    if model == "chat-zero-usage" {
+        usage = json!({ "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0 });
     }
     if body["stream"] != true {
         return complete(&model, p, usage, cut);
@@ -582,6 +587,11 @@ async fn embeddings(State(script): State<Script>, headers: HeaderMap, Json(body)
         tokio::time::sleep(Duration::from_secs(1)).await;
         model = "emb-8".to_owned();
     }
+    // As some self-hosted servers answer: no usage at all.
+    let reports_usage = model != "emb-8-no-usage";
+    if !reports_usage {
+        model = "emb-8".to_owned();
+    }
     if !["emb-8", "emb-384", "emb-4096"].contains(&model.as_str()) {
         return error(
             StatusCode::NOT_FOUND,
@@ -619,7 +629,11 @@ async fn embeddings(State(script): State<Script>, headers: HeaderMap, Json(body)
         })
         .collect();
     let tokens: u64 = inputs.iter().map(|t| (t.len() as u64).div_ceil(4)).sum();
-    Json(json!({ "object": "list", "data": data, "model": model, "usage": { "prompt_tokens": tokens, "total_tokens": tokens } })).into_response()
+    let mut answer = json!({ "object": "list", "data": data, "model": model });
+    if reports_usage {
+        answer["usage"] = json!({ "prompt_tokens": tokens, "total_tokens": tokens });
+    }
+    Json(answer).into_response()
 }
 
 async fn rerank(State(script): State<Script>, headers: HeaderMap, Json(body): Json<Value>) -> Response {

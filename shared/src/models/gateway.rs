@@ -201,6 +201,17 @@ pub async fn hold(state: &AppState, billing: Billing, want: u64) -> AppResult<Ho
     }
 }
 
+/// Holds all that a call which cannot be capped (an embedding, a rerank) is estimated to use:
+/// a quota that cannot cover it is refused, as a chat whose prompt it cannot cover is. Taking
+/// the little left, the call ran whole and was charged at most twice what it held.
+async fn hold_whole(state: &AppState, billing: Billing, want: u64) -> AppResult<Hold> {
+    let hold = hold(state, billing, want).await?;
+    match hold.limit() {
+        Some(held) if held < want => Err(quota::too_small(held, want)),
+        _ => Ok(hold),
+    }
+}
+
 /// What a turn (a chat's, a Q&A question's, an agent's draft) holds before anything is stored:
 /// the question and a full answer; the first model call tops it up to the size of its real
 /// request. A quota that cannot pay even for the question is refused here, with nothing stored:
@@ -470,15 +481,25 @@ pub async fn embed(
     input: InputKind,
     expected_dim: Option<usize>,
 ) -> Result<Embeddings, CallError> {
-    let hold = hold(state, billing, text_tokens(texts.iter().map(String::len).sum())).await?;
+    let bytes = texts.iter().map(String::len).sum();
+    let hold = hold_whole(state, billing, text_tokens(bytes)).await?;
     let call = state.models().embed(&model.endpoint, texts, input, expected_dim);
     metered(state, model, billing, hold, ("embeddings", "embedding"), call, |e| {
         Usage {
-            prompt_tokens: e.prompt_tokens,
+            prompt_tokens: reported_or_estimated_input(Some(e.prompt_tokens), bytes),
             completion_tokens: 0,
         }
     })
     .await
+}
+
+/// The input tokens an embedding or rerank endpoint reported, or, reported as none (or as 0
+/// for texts that are not empty), 4 characters a token as for a chat without usage: taken as
+/// 0, the whole hold went back and a self-hosted endpoint's calls were free without end.
+fn reported_or_estimated_input(reported: Option<u64>, bytes: usize) -> u64 {
+    reported
+        .filter(|&tokens| tokens > 0)
+        .unwrap_or(bytes.div_ceil(4) as u64)
 }
 
 pub async fn rerank(
@@ -494,13 +515,10 @@ pub async fn rerank(
         return Ok(vec![]);
     }
     let bytes = query.len() + documents.iter().map(String::len).sum::<usize>();
-    let hold = hold(state, billing, text_tokens(bytes)).await?;
+    let hold = hold_whole(state, billing, text_tokens(bytes)).await?;
     let call = state.models().rerank(&model.endpoint, query, documents, top_n);
-    // What the endpoint reports, else 4 characters a token as for a stream without usage: a
-    // rerank charged nothing let a searcher spend the operator's reranker without end.
-    let estimate = bytes.div_ceil(4) as u64;
     let ranked = metered(state, model, billing, hold, ("rerank", "rerank"), call, |r| Usage {
-        prompt_tokens: r.reported_tokens.unwrap_or(estimate),
+        prompt_tokens: reported_or_estimated_input(r.reported_tokens, bytes),
         completion_tokens: 0,
     })
     .await?;
@@ -638,10 +656,13 @@ struct Output {
 impl Meter {
     fn observe(&mut self, ev: &Result<ChatEvent, ModelError>) {
         match ev {
-            Ok(ChatEvent::Usage(u)) => {
+            // A usage chunk of zeros (or `{}`) is no report, as for a buffered answer: taken as
+            // one, the stream was free.
+            Ok(ChatEvent::Usage(u)) if u.total() > 0 => {
                 self.record.usage = *u;
                 self.reported = true;
             }
+            Ok(ChatEvent::Usage(_)) => {}
             Ok(ChatEvent::Text(t)) | Ok(ChatEvent::Reasoning(t)) => {
                 self.first_chunk();
                 self.completion_chars += t.len();

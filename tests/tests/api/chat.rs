@@ -88,6 +88,24 @@ async fn a_chat_streams_thinking_then_text_then_done_and_stores_both_messages() 
     );
 }
 
+/// A stream whose usage chunk says 0 tokens is charged an estimate, as one without usage is:
+/// taken as reported, the answer was free.
+#[tokio::test]
+async fn a_stream_reporting_zero_tokens_is_charged_an_estimate() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-zero-usage", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "Zero", "chatModelId": model })).await;
+    let events = s.chat(&s.admin, agent, say("c-1", "hello")).await.events();
+    assert_eq!(joined(&events, "text"), "You said: hello");
+    let (prompt, completion): (i64, i64) =
+        sqlx::query_as("SELECT prompt_tokens, completion_tokens FROM model_usage WHERE model_id = $1")
+            .bind(model)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert!(prompt > 0 && completion > 0, "charged {prompt} + {completion}");
+}
+
 /// Postgres text holds no NUL: a model's text with one is stored, and streamed, without it (the
 /// answer could not be stored and was lost whole).
 #[tokio::test]

@@ -721,6 +721,27 @@ async fn a_call_whose_endpoint_reports_no_usage_is_charged_an_estimate() {
     assert_eq!((prompt, completion), (4, 4));
 }
 
+/// The same for an embedding endpoint that reports no usage (some self-hosted servers): its
+/// calls were free, every document, chunk edit and search of a base on it.
+#[tokio::test]
+async fn an_embedding_whose_endpoint_reports_no_usage_is_charged_an_estimate() {
+    let (app, server, admin) = setup().await;
+    let p = app.provider(&admin, "scripted").await;
+    let id = app
+        .model(&admin, p, "EMBEDDING", "emb-8-no-usage", &server.base_url, json!({}))
+        .await;
+    let r = app
+        .post(&format!("/ai-model/config/{id}/test"), Some(&admin), &json!({}))
+        .await;
+    assert_eq!(r.assert_status_ok()["success"], true);
+    let prompt: i64 = sqlx::query_scalar("SELECT prompt_tokens FROM model_usage WHERE model_id = $1")
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(prompt > 0, "charged {prompt}");
+}
+
 #[tokio::test]
 async fn connectivity_probe_per_type_and_failures() {
     let (app, server, admin) = setup().await;

@@ -186,6 +186,22 @@ async fn knowledge_base_model_calls_are_charged_and_an_empty_quota_spends_nothin
         tokens().await < after_ingest,
         "the search's query embedding charged nothing"
     );
+
+    // A call that cannot be capped (an embedding) is refused when what is left cannot cover it
+    // whole: taking the little left, it ran whole and cost at most twice that.
+    sqlx::query("UPDATE users SET tokens = 5 WHERE id = $1")
+        .bind(bob_id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let calls = s.models.requests().len();
+    let long = "embeddings ".repeat(300);
+    app.post("/rag/search", b, &json!({ "ragId": rag, "query": long }))
+        .await
+        .assert_error(403, 403, "5 tokens left");
+    assert_eq!(s.models.requests().len(), calls, "the model was called");
+    // The refused hold gives its tokens back in a task of its own.
+    api_tests::wait_for(std::time::Duration::from_secs(10), async || tokens().await == 5).await;
 }
 
 /// A call estimated at no tokens is still held one: a user with tokens left is not told the

@@ -217,6 +217,7 @@ pub async fn open(
     let client = match &target.transport {
         Transport::StreamableHttp(url) => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(extra);
+            config.max_sse_event_size = sse::MAX_MESSAGE_BYTES;
             if let Some(token) = bearer {
                 config = config.auth_header(token);
             }

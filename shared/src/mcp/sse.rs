@@ -165,25 +165,35 @@ impl Transport<RoleClient> for SseTransport {
     }
 }
 
+/// The largest message an MCP server may send (an SSE line or event, on either HTTP
+/// transport), below the model streams' caps: a message is parsed whole into JSON values, some
+/// 16 times its size for an array of small numbers, and a user's own server sending 16 MiB
+/// took a function of 256 MB (the local server: every module) with it. A tool list is read up
+/// to 1 MiB and a result kept to `MCP_RESULT_MAX_BYTES`, so 2 MiB cuts nothing that is used.
+pub const MAX_MESSAGE_BYTES: usize = 2 * 1024 * 1024;
+
 /// Splits a byte stream into server-sent events; the stream ends after its first error.
 fn events<E: std::fmt::Display>(
     bytes: impl Stream<Item = Result<bytes::Bytes, E>>,
 ) -> impl Stream<Item = Result<SseEvent, String>> {
     bytes
-        .scan(Some(SseDecoder::default()), |decoder, chunk| {
-            let Some(parser) = decoder.as_mut() else {
-                return futures::future::ready(None);
-            };
-            let out: Vec<Result<SseEvent, String>> = match chunk.map(|b| parser.feed(&b)) {
-                Ok(Ok(events)) => events.into_iter().map(Ok).collect(),
-                Ok(Err(too_large)) => vec![Err(too_large.to_string())],
-                Err(e) => vec![Err(e.to_string())],
-            };
-            if out.iter().any(Result::is_err) {
-                *decoder = None;
-            }
-            futures::future::ready(Some(futures::stream::iter(out)))
-        })
+        .scan(
+            Some(SseDecoder::with_limits(MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES)),
+            |decoder, chunk| {
+                let Some(parser) = decoder.as_mut() else {
+                    return futures::future::ready(None);
+                };
+                let out: Vec<Result<SseEvent, String>> = match chunk.map(|b| parser.feed(&b)) {
+                    Ok(Ok(events)) => events.into_iter().map(Ok).collect(),
+                    Ok(Err(too_large)) => vec![Err(too_large.to_string())],
+                    Err(e) => vec![Err(e.to_string())],
+                };
+                if out.iter().any(Result::is_err) {
+                    *decoder = None;
+                }
+                futures::future::ready(Some(futures::stream::iter(out)))
+            },
+        )
         .flatten()
 }
 
@@ -192,8 +202,8 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn the_stream_ends_with_an_error_past_the_line_cap() {
-        let line = bytes::Bytes::from(vec![b'x'; crate::upstream::MAX_SSE_LINE_BYTES + 1]);
+    async fn the_stream_ends_with_an_error_past_the_message_cap() {
+        let line = bytes::Bytes::from(vec![b'x'; MAX_MESSAGE_BYTES + 1]);
         let chunks = vec![
             Ok::<_, String>(bytes::Bytes::from_static(b"event: endpoint\ndata: /m\n\ndata: ")),
             Ok(line),
@@ -203,6 +213,6 @@ mod tests {
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[0].as_ref().map(|e| e.data.as_str()), Ok("/m"));
         let err = got[1].as_ref().unwrap_err();
-        assert!(err.contains("a line larger than 8 MiB"), "{err}");
+        assert!(err.contains("a line larger than 2 MiB"), "{err}");
     }
 }

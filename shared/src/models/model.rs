@@ -95,6 +95,12 @@ impl ModelConfigRow {
         self.is_enabled && self.provider_enabled
     }
 
+    /// Administrators manage every config, others their own PERSONAL ones: a user's config
+    /// an administrator made GLOBAL (with a key of the operator's) is no longer its creator's.
+    pub fn managed_by(&self, user: &CurrentUser) -> bool {
+        user.is_admin() || (self.scope == "PERSONAL" && self.creator_id == user.id)
+    }
+
     pub fn reach(&self) -> crate::outbound::Reach {
         crate::outbound::Reach::of_admin(self.by_operator)
     }
@@ -147,7 +153,7 @@ impl ModelConfigView {
     /// The config as `viewer` sees it: where it calls, and the tail of its key, only when they
     /// manage it.
     pub fn new(row: ModelConfigRow, secrets: &SecretBox, viewer: &CurrentUser) -> Self {
-        let manages = viewer.can_manage(row.creator_id);
+        let manages = row.managed_by(viewer);
         let api_key = match manages {
             true => secrets
                 .open(&row.api_key_enc)

@@ -8,10 +8,10 @@ use super::{ModelConfigRow, ModelType, TestResult};
 use crate::domain::CurrentUser;
 use crate::{validate, AppError, AppResult, AppState};
 
-/// The endpoint's own words about a failure reach administrators and the config's owner only.
+/// The endpoint's own words about a failure reach those who manage the config only.
 pub async fn run(state: &AppState, row: ModelConfigRow, user: &CurrentUser) -> AppResult<TestResult> {
     let endpoint = gateway::endpoint_of(state, &row)?;
-    let relay = user.is_admin() || row.creator_id == user.id;
+    let relay = row.managed_by(user);
     // A config's own timeout and retries are sized for chats (a minute, three tries); the
     // test answers within its limit, so an endpoint that drops packets or never answers is
     // told as such rather than as API Gateway's 504 after 29 s.

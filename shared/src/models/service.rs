@@ -226,15 +226,10 @@ pub async fn hold_usable(conn: &mut PgConnection, user: &CurrentUser, refs: &[Mo
     Ok(())
 }
 
-/// Administrators manage every config, others their own PERSONAL ones.
-fn manages(user: &CurrentUser, row: &ModelConfigRow) -> bool {
-    user.is_admin() || (row.scope == "PERSONAL" && row.creator_id == user.id)
-}
-
 /// A config the caller may change (`manages`).
 async fn managed_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ModelConfigRow> {
     let row = visible_config(state, user, id).await?;
-    if !manages(user, &row) {
+    if !row.managed_by(user) {
         return Err(AppError::Forbidden(
             "only administrators may change GLOBAL model configs".into(),
         ));
@@ -694,7 +689,7 @@ async fn make_default(conn: &mut sqlx::PgConnection, id: i64, model_type: &str) 
 /// enabling it); for anyone else it is out of use, as everywhere: not called on its key.
 pub async fn test_config(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<TestResult> {
     let row = visible_config(state, user, id).await?;
-    if !row.is_usable() && !manages(user, &row) {
+    if !row.is_usable() && !row.managed_by(user) {
         return Err(AppError::business(format!(
             "model {id} is disabled (or its provider is); ask an administrator"
         )));

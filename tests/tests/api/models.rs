@@ -1242,4 +1242,20 @@ async fn only_managers_see_where_a_config_calls() {
     }
     let managed = app.get(&path, Some(&admin)).await;
     assert_eq!(managed.assert_status_ok()["apiEndpoint"], url);
+
+    // A user's own config made GLOBAL by an administrator, with the operator's key, is no
+    // longer theirs to manage, nor to see where it calls or the tail of that key.
+    let (_, owner) = app.regular_user("owner").await;
+    let own = app
+        .model(&owner, p, "CHAT", "chat-echo", url, json!({ "scope": "PERSONAL" }))
+        .await;
+    let path = format!("/ai-model/config/{own}");
+    let promoted = json!({ "scope": "GLOBAL", "apiKey": "sk-operator-key-9f8e7d6c" });
+    app.put(&path, Some(&admin), &promoted).await.assert_status_ok();
+    let seen = app.get(&path, Some(&owner)).await;
+    let seen = seen.assert_status_ok();
+    assert_eq!(
+        (seen["apiEndpoint"].clone(), seen["apiKey"].clone()),
+        (json!(null), json!("****"))
+    );
 }

@@ -90,11 +90,13 @@ pub async fn embedding_length(state: &AppState, billing: Billing, model_id: i64)
     let probe = ["dimension probe".to_owned()];
     let out = gateway::embed(state, &model, billing, &probe, InputKind::Query, None)
         .await
-        .map_err(|e| {
-            AppError::validation(format!(
-                "embeddingModelId: the dimension could not be probed ({}); send dimensionOfVectorModel",
-                AppError::from(e)
-            ))
+        .map_err(|e| match AppError::from(e) {
+            // The service's own failure (its database during the quota hold) is not the
+            // caller's to fix with a dimension: answered and logged as what it is.
+            e if e.is_server_side() => e,
+            e => AppError::validation(format!(
+                "embeddingModelId: the dimension could not be probed ({e}); send dimensionOfVectorModel"
+            )),
         })?;
     out.dimension()
         .ok_or_else(|| AppError::validation("embeddingModelId: the model returned no vector"))

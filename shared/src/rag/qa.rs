@@ -248,7 +248,7 @@ async fn run(
     };
     let mut stream = gateway::chat_stream_held(state, &model, billing, hold, "qa", &req, None)
         .await
-        .map_err(|e| AppError::from(e).to_string())?;
+        .map_err(|e| AppError::from(e).told())?;
     let mut answer = String::new();
     loop {
         // A client that left is noticed at once (a reasoning model sends no text for a while),

@@ -371,6 +371,12 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
                     error: anyhow::anyhow!(m.brief()),
                 }
             }
+            // The service's own failure (its database during the quota hold) passes, as the
+            // model's does: failed for good, its document waited for a reprocess by hand.
+            CallError::Refused(r) if r.is_server_side() => Stop::Transient {
+                stage: "embedding",
+                error: r.into(),
+            },
             CallError::Refused(r) => permanent("embedding", r.told()),
         })?;
         if let Some(made) = out.dimension().filter(|made| *made != dim) {
@@ -415,7 +421,10 @@ async fn index(
         Ok(indexes) => indexes,
         Err(e) => {
             unnamed(state, &image_keys, true).await;
-            return Err(permanent("indexing", e.told()));
+            return Err(match e.is_server_side() {
+                true => transient(e.into()),
+                false => permanent("indexing", e.told()),
+            });
         }
     };
     // The replaced images, or None when another run superseded this one.

@@ -86,6 +86,10 @@ pub fn push_sent_or_kept<'a>(
     qb.push(format!(")) AS f({columns}))"));
 }
 
+/// Tries of an insert-or-read whose row another request may create or remove between the two
+/// (a first contact, a conversation created while another request deletes it).
+pub const ENSURE_TRIES: usize = 3;
+
 #[cfg(test)]
 mod tests {
     use super::*;

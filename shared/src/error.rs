@@ -202,6 +202,12 @@ impl From<sqlx::Error> for AppError {
         if GONE_BASE_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
             return Self::not_found("knowledge base");
         }
+        // A row read back within the request (an insert-or-read's) was removed meanwhile, each
+        // time it was tried: a race with another request, not a failure of the service.
+        if matches!(err, sqlx::Error::RowNotFound) {
+            tracing::warn!("a row this request wrote or found was removed by another meanwhile");
+            return Self::Conflict("a record this request needed was removed meanwhile; try again".into());
+        }
         if GONE_MODEL_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
             return Self::Conflict(
                 "a model it names was deleted while this request ran; nothing was changed: reload and try again".into(),

@@ -83,22 +83,27 @@ pub async fn find_any(db: &PgPool, agent_id: i64, key: &str) -> sqlx::Result<Vec
 }
 
 /// The owner's conversation with this key, created (empty) when new; `true` when created.
+/// A conversation deleted between the insert that found it and the read is created anew.
 pub async fn ensure(db: &PgPool, agent_id: i64, owner: Owner, key: &str) -> sqlx::Result<(ConversationRow, bool)> {
-    let inserted: Option<ConversationRow> = sqlx::query_as(
-        "INSERT INTO conversations (agent_id, user_id, external_user_id, conversation_key) VALUES ($1, $2, $3, $4)
-         ON CONFLICT DO NOTHING RETURNING id, conversation_key, agent_id, title",
-    )
-    .bind(agent_id)
-    .bind(owner.user_id())
-    .bind(owner.external_user_id())
-    .bind(key)
-    .fetch_optional(db)
-    .await?;
-    if let Some(row) = inserted {
-        return Ok((row, true));
+    for _ in 0..crate::db::ENSURE_TRIES {
+        let inserted: Option<ConversationRow> = sqlx::query_as(
+            "INSERT INTO conversations (agent_id, user_id, external_user_id, conversation_key) VALUES ($1, $2, $3, $4)
+             ON CONFLICT DO NOTHING RETURNING id, conversation_key, agent_id, title",
+        )
+        .bind(agent_id)
+        .bind(owner.user_id())
+        .bind(owner.external_user_id())
+        .bind(key)
+        .fetch_optional(db)
+        .await?;
+        if let Some(row) = inserted {
+            return Ok((row, true));
+        }
+        if let Some(row) = find(db, agent_id, owner, key).await? {
+            return Ok((row, false));
+        }
     }
-    let row = find(db, agent_id, owner, key).await?.ok_or(sqlx::Error::RowNotFound)?;
-    Ok((row, false))
+    Err(sqlx::Error::RowNotFound)
 }
 
 pub struct SummaryFilter {

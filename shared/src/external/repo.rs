@@ -45,28 +45,26 @@ pub async fn upsert_user(db: &PgPool, u: &UserData<'_>) -> sqlx::Result<(Externa
 /// A known user is only read: an upsert would write a row version and lock the row on every
 /// chat of that user, and a partner's busy user would queue its own chats on that lock.
 pub async fn ensure_user(db: &PgPool, app: i64, open_id: &str) -> sqlx::Result<(i64, bool)> {
-    let found: Option<(i64, bool)> = sqlx::query_as(
-        "WITH known AS (SELECT id FROM external_users WHERE app_id = $1 AND open_id = $2),
-              added AS (INSERT INTO external_users (app_id, open_id)
-                        SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM known)
-                        ON CONFLICT (app_id, open_id) DO NOTHING RETURNING id)
-         SELECT id, false FROM known UNION ALL SELECT id, true FROM added",
-    )
-    .bind(app)
-    .bind(open_id)
-    .fetch_optional(db)
-    .await?;
-    match found {
-        Some(found) => Ok(found),
-        // Created by a concurrent first contact after this statement's snapshot was taken.
-        None => {
-            sqlx::query_as("SELECT id, false FROM external_users WHERE app_id = $1 AND open_id = $2")
-                .bind(app)
-                .bind(open_id)
-                .fetch_one(db)
-                .await
+    // A first contact running at once may create the user after this statement's snapshot
+    // (the insert finds it, the read does not see it), and a refused first chat may remove it
+    // again before it is read: each is looked at once more, as a new try.
+    for _ in 0..crate::db::ENSURE_TRIES {
+        let found: Option<(i64, bool)> = sqlx::query_as(
+            "WITH known AS (SELECT id FROM external_users WHERE app_id = $1 AND open_id = $2),
+                  added AS (INSERT INTO external_users (app_id, open_id)
+                            SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM known)
+                            ON CONFLICT (app_id, open_id) DO NOTHING RETURNING id)
+             SELECT id, false FROM known UNION ALL SELECT id, true FROM added",
+        )
+        .bind(app)
+        .bind(open_id)
+        .fetch_optional(db)
+        .await?;
+        if let Some(found) = found {
+            return Ok(found);
         }
     }
+    Err(sqlx::Error::RowNotFound)
 }
 
 /// Removes a user again (a first chat that was refused leaves nothing behind), unless another

@@ -1,7 +1,7 @@
 //! Conversations of an agent and their messages.
 
 use axum::extract::State;
-use shared::agents::conversations::{self, MessageView, OwnedConversation, Whose};
+use shared::agents::conversations::{self, MessageView, MessageWindow, OwnedConversation, Whose};
 use shared::agents::period::PeriodQuery;
 use shared::http::envelope::Empty;
 use shared::http::{Api, ApiResult, CurrentUser, Envelope, Page, PageQuery, Path, Query};
@@ -30,10 +30,11 @@ async fn page(
     conversations::page(&state, &user, id, paging, period).await.map(Api)
 }
 
-/// The messages of a conversation, oldest first. The agent's managers name the owner when
-/// several chose the same `conversationId` (409 otherwise).
+/// The messages of a conversation, oldest first (all, or a window of them). The agent's
+/// managers name the owner when several chose the same `conversationId` (409 otherwise).
 #[utoipa::path(get, path = "/agent/{agentId}/conversation/{conversationId}/messages", tag = "agents",
-    security(("svc_auth" = [])), params(("agentId" = i64, Path), ("conversationId" = String, Path), Whose),
+    security(("svc_auth" = [])), params(("agentId" = i64, Path), ("conversationId" = String, Path), Whose,
+        MessageWindow),
     responses((status = 200, body = Envelope<Vec<MessageView>>), (status = 400), (status = 401), (status = 404),
         (status = 409)))]
 async fn messages(
@@ -41,8 +42,9 @@ async fn messages(
     user: CurrentUser,
     Path((agent_id, key)): Path<(i64, String)>,
     Query(whose): Query<Whose>,
+    Query(window): Query<MessageWindow>,
 ) -> ApiResult<Vec<MessageView>> {
-    conversations::messages(&state, &user, agent_id, &key, &whose)
+    conversations::messages(&state, &user, (agent_id, &key), &whose, &window)
         .await
         .map(Api)
 }

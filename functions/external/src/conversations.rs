@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::http::Uri;
-use shared::agents::conversations::{ConversationSummary, MessageView};
+use shared::agents::conversations::{ConversationSummary, MessageView, MessageWindow};
 use shared::domain::AppCaller;
 use shared::external::{conversations, ConversationCreated, ConversationQuery, Deleted, NewConversation};
 use shared::http::{refuse_blank, Api, ApiResult, Envelope, Json, Page, PageQuery, Query};
@@ -59,14 +59,15 @@ async fn delete(
     conversations::delete(&state, &app, q).await.map(Api)
 }
 
-/// The messages of one of the user's conversations, oldest first.
+/// The messages of one of the user's conversations, oldest first (all, or a window of them).
 #[utoipa::path(get, path = "/openapi/v1/agent/conversations/messages", tag = "external",
-    security(("svc_app_id" = [], "svc_token" = [])), params(ConversationQuery),
+    security(("svc_app_id" = [], "svc_token" = [])), params(ConversationQuery, MessageWindow),
     responses((status = 200, body = Envelope<Vec<MessageView>>), (status = 400), (status = 401), (status = 404)))]
 async fn messages(
     State(state): State<AppState>,
     app: AppCaller,
     Query(q): Query<ConversationQuery>,
+    Query(window): Query<MessageWindow>,
 ) -> ApiResult<Vec<MessageView>> {
-    conversations::messages(&state, &app, q).await.map(Api)
+    conversations::messages(&state, &app, q, &window).await.map(Api)
 }

@@ -157,11 +157,24 @@ pub async fn page(db: &PgPool, f: &SummaryFilter, limit: i64, offset: i64) -> sq
 
 const MESSAGE_COLUMNS: &str = "id, role, content, thinking, attachments, tool_calls, status, create_dt";
 
-pub async fn messages(db: &PgPool, conversation_id: i64) -> sqlx::Result<Vec<MessageRow>> {
+/// The conversation's messages, oldest first: all of them, or the newest `limit` before the
+/// message `before_id` (the `(conversation_id, id)` index read backwards, then turned round).
+pub async fn messages(
+    db: &PgPool,
+    conversation_id: i64,
+    before_id: Option<i64>,
+    limit: Option<i64>,
+) -> sqlx::Result<Vec<MessageRow>> {
     sqlx::query_as(&format!(
-        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = $1 ORDER BY id"
+        "SELECT {MESSAGE_COLUMNS} FROM (
+           SELECT {MESSAGE_COLUMNS} FROM messages
+           WHERE conversation_id = $1 AND ($2::bigint IS NULL OR id < $2)
+           ORDER BY id DESC LIMIT $3) m
+         ORDER BY id"
     ))
     .bind(conversation_id)
+    .bind(before_id)
+    .bind(limit)
     .fetch_all(db)
     .await
 }

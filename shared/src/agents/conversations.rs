@@ -9,7 +9,7 @@ use super::period::PeriodQuery;
 use super::service;
 use crate::domain::Owner;
 use crate::domain::{CurrentUser, Page, PageQuery};
-use crate::{time, AppError, AppResult, AppState};
+use crate::{time, validate, AppError, AppResult, AppState};
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -198,16 +198,50 @@ async fn resolve(
     }
 }
 
+/// Which of a conversation's messages to read: all by default (the spec's answer); a long
+/// conversation is read backwards a window at a time, each `beforeId` the first id of the last
+/// window. Unbounded, one of a few hundred long turns passed the 6 MB a buffered function may
+/// answer, and could not be read at all.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct MessageWindow {
+    /// Only messages older than the message with this id.
+    pub before_id: Option<i64>,
+    /// At most this many, the newest of them (1 to 1,000); all when absent.
+    pub limit: Option<i64>,
+}
+
+impl MessageWindow {
+    pub const MAX_LIMIT: i64 = 1000;
+
+    fn checked(&self) -> AppResult<(Option<i64>, Option<i64>)> {
+        if let Some(limit) = self.limit {
+            validate::range("limit", limit, 1, Self::MAX_LIMIT)?;
+        }
+        if let Some(id) = self.before_id {
+            validate::range("beforeId", id, 1, i64::MAX)?;
+        }
+        Ok((self.before_id, self.limit))
+    }
+}
+
+/// The messages of conversation `id` within `window`, oldest first.
+pub async fn messages_of(state: &AppState, id: i64, window: &MessageWindow) -> AppResult<Vec<MessageView>> {
+    let (before_id, limit) = window.checked()?;
+    let rows = repo::messages(state.db(), id, before_id, limit).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
 pub async fn messages(
     state: &AppState,
     user: &CurrentUser,
-    agent_id: i64,
-    key: &str,
+    (agent_id, key): (i64, &str),
     whose: &Whose,
+    window: &MessageWindow,
 ) -> AppResult<Vec<MessageView>> {
     let c = resolve(state, user, agent_id, key, whose).await?;
-    let rows = repo::messages(state.db(), c.id).await?;
-    Ok(rows.into_iter().map(Into::into).collect())
+    messages_of(state, c.id, window).await
 }
 
 pub async fn delete(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str, whose: &Whose) -> AppResult<()> {

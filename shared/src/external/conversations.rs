@@ -3,7 +3,7 @@
 use super::model::{ConversationCreated, ConversationQuery, Deleted, NewConversation};
 use super::{agents, users};
 use crate::agents::conversation_repo::{self as conv_repo, SummaryFilter};
-use crate::agents::conversations::{ConversationSummary, MessageView};
+use crate::agents::conversations::{ConversationSummary, MessageView, MessageWindow};
 use crate::domain::AppCaller;
 use crate::domain::Owner;
 use crate::domain::{Page, PageQuery};
@@ -96,16 +96,17 @@ pub async fn delete(state: &AppState, app: &AppCaller, q: ConversationQuery) -> 
     }
 }
 
-pub async fn messages(state: &AppState, app: &AppCaller, q: ConversationQuery) -> AppResult<Vec<MessageView>> {
+pub async fn messages(
+    state: &AppState,
+    app: &AppCaller,
+    q: ConversationQuery,
+    window: &MessageWindow,
+) -> AppResult<Vec<MessageView>> {
     let k = key(q.conversation_id)?;
     let (agent_id, _, user) = scope(state, app, q.agent_id, q.open_id).await?;
     let user = user.ok_or_else(|| AppError::not_found("conversation"))?;
     let c = conv_repo::find(state.db(), agent_id, Owner::External(user), &k)
         .await?
         .ok_or_else(|| AppError::not_found("conversation"))?;
-    Ok(conv_repo::messages(state.db(), c.id)
-        .await?
-        .into_iter()
-        .map(Into::into)
-        .collect())
+    crate::agents::conversations::messages_of(state, c.id, window).await
 }

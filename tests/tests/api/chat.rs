@@ -88,6 +88,36 @@ async fn a_chat_streams_thinking_then_text_then_done_and_stores_both_messages() 
     );
 }
 
+/// A long conversation is read a window at a time, newest first, each window oldest first:
+/// read whole, a few hundred long turns passed what a buffered function may answer.
+#[tokio::test]
+async fn a_conversations_messages_are_read_a_window_at_a_time() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "Long", "chatModelId": model })).await;
+    for turn in ["one", "two", "three"] {
+        s.chat(&s.admin, agent, say("long", turn)).await.events();
+    }
+    let all = messages(&s, &s.admin, agent, "long").await;
+    assert_eq!(all.len(), 6);
+    let (s, path) = (&s, format!("/agent/{agent}/conversation/long/messages"));
+    let window = |query: String| {
+        let path = format!("{path}?{query}");
+        async move { s.app.get(&path, Some(&s.admin)).await }
+    };
+    let newest = window("limit=4".into()).await;
+    assert_eq!(newest.assert_ok().as_array().unwrap()[..], all[2..]);
+    let older = window(format!("limit=4&beforeId={}", all[2]["id"])).await;
+    assert_eq!(older.assert_ok().as_array().unwrap()[..], all[..2]);
+    for (query, told) in [
+        ("limit=0", "limit must be between 1 and 1000"),
+        ("limit=1001", "limit must be between 1 and 1000"),
+        ("beforeId=0", "beforeId must be between 1"),
+    ] {
+        window(query.into()).await.assert_error(400, 0, told);
+    }
+}
+
 /// A stream whose usage chunk says 0 tokens is charged an estimate, as one without usage is:
 /// taken as reported, the answer was free.
 #[tokio::test]

@@ -391,6 +391,13 @@ async fn conversations_belong_to_one_open_id() {
     assert_eq!(ann.len(), 2);
     assert_eq!(ann[0]["content"], "ann's secret");
     assert_eq!(ann[1]["content"], "You said: ann's secret");
+    // A window of them: the newest one, then the one before it.
+    let base = format!("/agent/conversations/messages?agentId={agent}&openId=ann&conversationId=topic");
+    let last = e.app().ext_get(&e.crm, &format!("{base}&limit=1")).await;
+    assert_eq!(last.assert_ok().as_array().unwrap()[..], ann[1..]);
+    let before = format!("{base}&limit=1&beforeId={}", ann[1]["id"]);
+    let first = e.app().ext_get(&e.crm, &before).await;
+    assert_eq!(first.assert_ok().as_array().unwrap()[..], ann[..1]);
     let bob = msgs("bob").await;
     assert!(bob.assert_ok().to_string().contains("bob's secret") && !bob.assert_ok().to_string().contains("ann"));
     msgs("carol").await.assert_error(404, 404, "conversation");

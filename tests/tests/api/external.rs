@@ -1370,13 +1370,7 @@ async fn an_image_uploaded_while_its_app_is_deleted_goes_with_it() {
         .ext_post(&e.crm, "/resource/upload", &image("ann", PNG))
         .await
         .assert_ok();
-    let late = e
-        .app()
-        .upload_resource(&e.s.admin, "late.png", PNG.to_vec(), None)
-        .await
-        .assert_ok()["id"]
-        .as_i64()
-        .unwrap();
+    let late = late_image(&e).await;
     // Ann's second upload, its row linked to her and not yet committed.
     let mut uploading = db.begin().await.unwrap();
     sqlx::query(
@@ -1388,6 +1382,15 @@ async fn an_image_uploaded_while_its_app_is_deleted_goes_with_it() {
     .await
     .unwrap();
     deleted_while_uploading(&e, uploading, late).await;
+}
+
+/// An image stored for the test to link to an external user in a transaction of its own.
+async fn late_image(e: &Ext) -> i64 {
+    let stored = e
+        .app()
+        .upload_resource(&e.s.admin, "late.png", PNG.to_vec(), None)
+        .await;
+    stored.assert_ok()["id"].as_i64().unwrap()
 }
 
 /// Deletes the app while `uploading` (an image's rows, `late`, not yet committed) is open,
@@ -1416,13 +1419,7 @@ async fn deleted_while_uploading(e: &Ext, uploading: sqlx::Transaction<'_, sqlx:
 #[tokio::test]
 async fn an_image_of_a_user_added_while_its_app_is_deleted_goes_with_it() {
     let e = Ext::new().await;
-    let late = e
-        .app()
-        .upload_resource(&e.s.admin, "late.png", PNG.to_vec(), None)
-        .await
-        .assert_ok()["id"]
-        .as_i64()
-        .unwrap();
+    let late = late_image(&e).await;
     let mut uploading = e.app().db.begin().await.unwrap();
     sqlx::query(
         "WITH u AS (INSERT INTO external_users (app_id, open_id) VALUES ($1, 'newcomer') RETURNING id)

@@ -7,7 +7,7 @@
 //! restarted often answer something else: server-everything sends HTTP 400 with a JSON-RPC
 //! error without an id, which no request waits for, so the call sat until its timeout (60 s)
 //! although the answer had come. Here a 404 or 400 to a request sent in a session, or a
-//! JSON-RPC error that names no request, counts as an expired session: the request is retried
+//! JSON-RPC error that names no request and speaks of the session, counts as an expired session: the request is retried
 //! once in a new session and fails at once if that fails too. Other failures are the call's:
 //! a server error (5xx, or a proxy's 502 or 504) may come after the tool did its work, and
 //! sending the call again would run it twice (an issue filed, a mail sent).
@@ -35,11 +35,16 @@ impl StreamableClient {
 }
 
 /// Whether a request in a session failed as a session the server no longer holds would:
-/// HTTP 404 or 400, or a JSON-RPC error that names no request (nothing would ever answer the
-/// request that was sent).
+/// HTTP 404 or 400, or a JSON-RPC error about the session that names no request (nothing
+/// would ever answer the request that was sent).
 fn session_refused(result: &Result<StreamableHttpPostResponse, Error>) -> bool {
     match result {
-        Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(e), _)) => e.id.is_none(),
+        // rmcp hands over a JSON-RPC error whatever the HTTP status was: an id-less one is a
+        // refusal of the session only when it says so, not a catch-all's "Internal server
+        // error" after the tool ran.
+        Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(e), _)) => {
+            e.id.is_none() && e.error.message.to_lowercase().contains("session")
+        }
         Ok(_) => false,
         Err(StreamableHttpError::HttpStatus(s)) => refusal(s.status),
         // rmcp's words for any other HTTP error: "HTTP <status> <reason>: <body>".
@@ -177,6 +182,12 @@ mod tests {
         let answered: rmcp::model::ServerJsonRpcMessage =
             serde_json::from_str(r#"{"jsonrpc":"2.0","error":{"code":-32602,"message":"bad"},"id":3}"#).unwrap();
         assert!(!session_refused(&Ok(StreamableHttpPostResponse::Json(answered, None))));
+        // The TypeScript SDK's catch-all, answered with HTTP 500 after the tool may have run.
+        let failed: rmcp::model::ServerJsonRpcMessage = serde_json::from_str(
+            r#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"Internal server error"},"id":null}"#,
+        )
+        .unwrap();
+        assert!(!session_refused(&Ok(StreamableHttpPostResponse::Json(failed, None))));
         assert!(session_refused(&Err(StreamableHttpError::HttpStatus(
             HttpStatusError::new(404, None)
         ))));

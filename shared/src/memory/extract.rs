@@ -210,7 +210,7 @@ async fn run(
     )
     .await?;
     if let Some(v) = vectors.first() {
-        repo::ensure_vector_index(db, strategy.embedding.row.id, v.len() as i32).await?;
+        repo::ensure_index_for(db, &strategy.embedding.row, v.len() as i32).await?;
     }
     let origin = Origin {
         agent_id: conv.agent_id,

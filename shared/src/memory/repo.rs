@@ -10,6 +10,7 @@ use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 use super::model::MemoryRow;
 use crate::db::vector_literal;
 use crate::domain::Owner;
+use crate::models::ModelConfigRow;
 use crate::rag::bases::repo::{ops, vector_cast, vector_expr};
 use crate::rag::search::bm25;
 use crate::rag::search::fusion::Hit;
@@ -166,6 +167,18 @@ pub async fn ensure_vector_index(db: &PgPool, model_id: i64, dimension: i32) -> 
         d.insert((model_id, dimension));
     }
     Ok(())
+}
+
+/// The index a model's memories are searched through, built for GLOBAL models only. A
+/// PERSONAL model's endpoint is its owner's, who could answer each call with another length
+/// (and make one model after another) to have an index built on the shared table for each;
+/// its memories are compared one by one within their owner's, as vectors too long for an index
+/// are.
+pub async fn ensure_index_for(db: &PgPool, model: &ModelConfigRow, dimension: i32) -> sqlx::Result<()> {
+    match model.scope.as_str() {
+        "GLOBAL" => ensure_vector_index(db, model.id, dimension).await,
+        _ => Ok(()),
+    }
 }
 
 /// Nearest memories by cosine similarity among those embedded by `model_id`, through that

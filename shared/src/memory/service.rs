@@ -70,7 +70,7 @@ async fn embed_as_edited(
     }
     let v = recall::embed(state, s, Billing::of(user), &[text], InputKind::Document).await?;
     if let Some(v) = v.first() {
-        repo::ensure_vector_index(state.db(), model_id, v.len() as i32).await?;
+        repo::ensure_index_for(state.db(), &s.embedding.row, v.len() as i32).await?;
     }
     Ok(v.first().map(|v| (model_id, vector_literal(v))))
 }

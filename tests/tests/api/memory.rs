@@ -2402,6 +2402,45 @@ async fn a_config_holds_its_memories_to_one_vector_length() {
     assert_eq!(state().await, adopted, "nothing changed, no index built");
 }
 
+/// Memories of a PERSONAL embedding model get no index on the shared table: its owner decides
+/// what its endpoint answers, and could have one built for every length. They are stored and
+/// found all the same, compared one by one within their owner's.
+#[tokio::test]
+async fn memories_of_a_personal_model_are_found_without_an_index_of_their_own() {
+    let s = setup(false).await;
+    let personal = s.personal_embedding(&s.admin).await;
+    let config = s.config(json!({ "embeddingModelId": personal })).await;
+    let agent = s.agent(Some(config)).await;
+    let conv = s.conversation(agent, Owner::User(s.admin_id), "ctx").await;
+    let fact = [("user", "FACT: Pet | Has a dog called Biscuit"), ("assistant", "Nice.")];
+    s.say(conv, agent, &fact).await;
+    s.extract(&s.admin, agent, "ctx").await.assert_ok();
+    let stored: (i64, Option<i32>) =
+        sqlx::query_as("SELECT id, vector_dims(embedding) FROM memories WHERE embedding_model_id = $1")
+            .bind(personal)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert_eq!(stored.1, Some(8));
+    let indexes: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_indexes WHERE tablename = 'memories' AND indexname ~ ('^memories_hnsw_m' || $1 || '_')",
+    )
+    .bind(personal.to_string())
+    .fetch_one(&s.app.db)
+    .await
+    .unwrap();
+    assert_eq!(indexes, 0);
+    let found = s
+        .app
+        .post(
+            "/memory/search",
+            s.t(),
+            &json!({ "query": "dog called Biscuit", "agentId": agent }),
+        )
+        .await;
+    assert_eq!(found.assert_ok()[0]["id"], stored.0);
+}
+
 /// A search embeds its query only with models the caller may use: memories stored through
 /// someone else's agent may have been embedded with that person's PERSONAL model (their key).
 #[tokio::test]

@@ -79,8 +79,12 @@ pub fn certain(err: &sqlx::Error) -> bool {
     }
 }
 
-/// Objects one housekeeping run tries; the next run takes the rest.
+/// Objects read and deleted at a time by a housekeeping run.
 const RETRY_BATCH: i64 = 1000;
+/// How long a housekeeping run goes on taking batches (of its 300 s): one deleted base or app
+/// can leave tens of thousands of files, which a batch a day took weeks to clear, in front of
+/// every later file whose delete failed.
+const RETRY_BUDGET: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Notes objects that the transaction `tx` stops naming, due now: deleted once it commits
 /// (`delete` takes the notes back), they are left to the housekeeping by a request that ends
@@ -139,6 +143,26 @@ const NAMED: &str = "EXISTS (SELECT 1 FROM resources r WHERE r.storage_key = l.s
 /// completion retried while the first one was saving wrote its note after that row took its
 /// own back) is dropped, its object kept: the check is what makes a note safe to act on.
 pub async fn retry(state: &AppState) -> AppResult<u64> {
+    retry_in(state, RETRY_BATCH, RETRY_BUDGET).await
+}
+
+/// `retry`, `batch` objects at a time until none is due or `budget` is spent. A batch with a
+/// failure ends the run: the store is failing, and the failed notes, still due, would be read
+/// again first.
+pub async fn retry_in(state: &AppState, batch: i64, budget: std::time::Duration) -> AppResult<u64> {
+    let started = std::time::Instant::now();
+    let mut deleted = 0;
+    loop {
+        let (went, read) = retry_batch(state, batch).await?;
+        deleted += went;
+        if read < batch as usize || started.elapsed() >= budget {
+            return Ok(deleted);
+        }
+    }
+}
+
+/// One batch of `retry`: how many objects went, and how many were read.
+async fn retry_batch(state: &AppState, batch: i64) -> AppResult<(u64, usize)> {
     let kept = sqlx::query(&format!(
         "DELETE FROM leftover_objects l WHERE l.due_at <= now() AND ({NAMED})"
     ))
@@ -152,9 +176,10 @@ pub async fn retry(state: &AppState) -> AppResult<u64> {
         "SELECT l.storage_key FROM leftover_objects l WHERE l.due_at <= now() AND NOT ({NAMED})
          ORDER BY l.due_at LIMIT $1"
     ))
-    .bind(RETRY_BATCH)
+    .bind(batch)
     .fetch_all(state.db())
     .await?;
+    let read = keys.len();
     // Owned: a stream of futures borrowing the state is not `Send` for every lifetime the
     // scheduled job's boxed future asks of it (a compiler limit).
     let owned = state.clone();
@@ -166,6 +191,6 @@ pub async fn retry(state: &AppState) -> AppResult<u64> {
     let deleted = outcomes.iter().filter(|o| o.is_ok()).count() as u64;
     match outcomes.into_iter().find_map(Result::err) {
         Some(e) => Err(e),
-        None => Ok(deleted),
+        None => Ok((deleted, read)),
     }
 }

@@ -521,4 +521,25 @@ async fn an_object_whose_row_never_came_is_deleted_once_due() {
     assert_eq!(swept.leftover_objects, 1);
     assert!(!stored().await, "deleted once due");
     assert_eq!(app.count("leftover_objects").await, 0);
+
+    // Many at once (a deleted base's files) go in batches until none is due, not one batch a
+    // run: a batch a day took weeks, in front of every file whose delete failed later.
+    let keys: Vec<String> = (0..5)
+        .map(|i| format!("resources/1/00000000-0000-4000-8000-00000000000{i}.txt"))
+        .collect();
+    for key in &keys {
+        let orphan = bytes::Bytes::from_static(b"orphan");
+        shared::resources::leftovers::put_ahead(&app.state, key, orphan, "text/plain")
+            .await
+            .unwrap();
+    }
+    run(db, "UPDATE leftover_objects SET due_at = now() - interval '1 minute'").await;
+    let budget = std::time::Duration::from_secs(60);
+    let went = shared::resources::leftovers::retry_in(&app.state, 2, budget)
+        .await
+        .unwrap();
+    assert_eq!((went, app.count("leftover_objects").await), (5, 0));
+    for key in &keys {
+        assert!(app.state.storage().head(key).await.unwrap().is_none(), "{key}");
+    }
 }

@@ -59,8 +59,8 @@ impl ConfigRow {
     ///
     /// A new embedding model given without a dimension is asked for it, and the answer is kept
     /// (`dimension`): every vector of the config is then held to that length, as a knowledge
-    /// base's are. Left unset, the model's endpoint decided each vector's length, and each new
-    /// length built another index on the shared `memories` table.
+    /// base's are. Left unset, the model's endpoint decided each vector's length, and recall,
+    /// which compares a query only with memories of its own length, lost the others.
     pub async fn validate(
         &mut self,
         state: &AppState,

@@ -85,9 +85,10 @@ pub async fn embed(
 }
 
 /// A config saved before its model's dimension was kept takes the first length its model gives
-/// and holds it from then on: left open, each length the model's endpoint chose built another
-/// index on the shared `memories` table. The built-in defaults (no id) follow the default
-/// model, which only administrators set; vectors longer than an index holds build none.
+/// and holds it from then on: recall compares a query only with memories of its own length, so
+/// a config whose endpoint changed lengths would lose the older memories from recall without a
+/// word. The built-in defaults (no id) follow the default model, which only administrators
+/// set; lengths past what an index holds are left as they come.
 async fn hold_to_one_length(state: &AppState, config_id: i64, length: usize) -> AppResult<()> {
     let Ok(length) = i32::try_from(length) else {
         return Ok(());

@@ -238,7 +238,8 @@ pub struct StartedTurn {
     pub created: bool,
     pub user_message_id: i64,
     pub assistant_message_id: i64,
-    /// The last `history_limit` messages before this turn that carry text, oldest first.
+    /// The last `history_limit` messages before this turn that carry text, oldest first, as
+    /// many as fit `HISTORY_BYTES` (`history_sql`).
     pub history: sqlx::types::Json<Vec<HistoryMessage>>,
 }
 
@@ -251,6 +252,33 @@ pub async fn lock_conversation(conn: &mut PgConnection, agent_id: i64, owner: Ow
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// The most of one earlier message a turn sends back, in characters: an answer may be stored
+/// at up to `MAX_ANSWER_BYTES`.
+pub const HISTORY_MESSAGE_CHARS: i64 = 32_000;
+/// The most of the history a turn sends back, in bytes (about 32,000 tokens of English): the
+/// newest messages that fit, each counted at up to `HISTORY_MESSAGE_CHARS`. Bounded only by a
+/// count of messages, a conversation of long stored answers made every turn read hundreds of
+/// megabytes into the database's memory and the function's.
+pub const HISTORY_BYTES: i64 = 128_000;
+
+/// The history of the conversation whose id is the SQL expression `conversation`, as a jsonb
+/// array of `{role, content}`, oldest first: of the newest `limit` messages with text (another
+/// SQL expression), those that fit `HISTORY_BYTES`, each cut to `HISTORY_MESSAGE_CHARS`. The
+/// sizes come from the stored values' headers (`octet_length` reads no TOASTed text), and only
+/// the messages kept are read, as far as they are kept.
+pub fn history_sql(conversation: &str, limit: &str) -> String {
+    format!(
+        "(SELECT COALESCE(jsonb_agg(jsonb_build_object('role', h.role, 'content', left(h.content, {HISTORY_MESSAGE_CHARS}))
+                                   ORDER BY h.id), '[]'::jsonb)
+          FROM (SELECT w.id, w.role, w.content,
+                       sum(least(octet_length(w.content), {HISTORY_MESSAGE_CHARS})) OVER (ORDER BY w.id DESC) AS used
+                FROM (SELECT m.id, m.role, m.content FROM messages m
+                      WHERE m.conversation_id = {conversation} AND m.role <> 'system' AND m.content <> ''
+                      ORDER BY m.id DESC LIMIT {limit}) w) h
+          WHERE h.used <= {HISTORY_BYTES})"
+    )
 }
 
 /// Creates or touches the conversation, writes both messages and reads the history before
@@ -273,6 +301,7 @@ pub async fn start_turn(db: impl PgExecutor<'_>, t: &NewTurn<'_>) -> sqlx::Resul
         Owner::User(_) => "(agent_id, user_id, conversation_key) WHERE user_id IS NOT NULL",
         Owner::External(_) => "(agent_id, external_user_id, conversation_key) WHERE external_user_id IS NOT NULL",
     };
+    let history = history_sql("c.id", "$9");
     // The assistant's insert reads the user's, so the user's message gets the lower id.
     sqlx::query_as(&format!(
         "WITH c AS (
@@ -288,11 +317,7 @@ pub async fn start_turn(db: impl PgExecutor<'_>, t: &NewTurn<'_>) -> sqlx::Resul
            INSERT INTO messages (conversation_id, agent_id, role, status, model_id)
            SELECT u.conversation_id, $1, 'assistant', 0, $8 FROM u RETURNING id)
          SELECT c.id AS conversation_id, c.created, u.id AS user_message_id, a.id AS assistant_message_id,
-           (SELECT COALESCE(jsonb_agg(jsonb_build_object('role', h.role, 'content', h.content) ORDER BY h.id),
-                            '[]'::jsonb) FROM (
-              SELECT m.id, m.role, m.content FROM messages m
-              WHERE m.conversation_id = c.id AND m.role <> 'system' AND m.content <> ''
-              ORDER BY m.id DESC LIMIT $9) h) AS history
+           {history} AS history
          FROM c, u, a"
     ))
     .bind(t.agent_id)

@@ -3,14 +3,13 @@
 
 use super::model::{ContextPreview, PreviewMemory, PreviewMessage};
 use super::{extract, service};
+use crate::agents::conversation_repo::{history_sql, HistoryMessage};
 use crate::domain::CurrentUser;
 use crate::domain::Owner;
 use crate::models::gateway::Billing;
 use crate::rag::chunk::count_tokens;
 use crate::{AppError, AppResult, AppState};
 
-/// Above this many tokens the history is summarised or truncated before it is sent.
-pub const CONTEXT_TOKEN_BUDGET: usize = 8000;
 /// Per-message framing tokens of the chat format (role markers, separators).
 const MESSAGE_OVERHEAD: usize = 4;
 
@@ -29,20 +28,18 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
     .bind(conv.id)
     .fetch_one(state.db())
     .await?;
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT role, content FROM (SELECT id, role, content FROM messages
-           WHERE conversation_id = $1 AND role <> 'system' AND content <> '' ORDER BY id DESC LIMIT $2) t
-         ORDER BY id",
-    )
-    .bind(conv.id)
-    .bind(window)
-    .fetch_all(state.db())
-    .await?;
-    let last_user = rows
+    let history: sqlx::types::Json<Vec<HistoryMessage>> =
+        sqlx::query_scalar(&format!("SELECT {}", history_sql("$1", "$2")))
+            .bind(conv.id)
+            .bind(window)
+            .fetch_one(state.db())
+            .await?;
+    let history = history.0;
+    let last_user = history
         .iter()
         .rev()
-        .find(|(role, _)| role == "user")
-        .map(|(_, c)| c.clone());
+        .find(|m| m.role == "user")
+        .map(|m| m.content.clone());
     let mut warnings = vec![];
     let memories = match (agent.memory_enabled, last_user) {
         (true, Some(query)) => {
@@ -70,20 +67,24 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
         _ => vec![],
     };
     let mut tokens = count_tokens(&agent.instruction);
-    tokens += rows
+    tokens += history
         .iter()
-        .map(|(role, content)| count_tokens(role) + count_tokens(content) + MESSAGE_OVERHEAD)
+        .map(|m| count_tokens(&m.role) + count_tokens(&m.content) + MESSAGE_OVERHEAD)
         .sum::<usize>();
     tokens += memories
         .iter()
         .map(|m| count_tokens(&m.title) + count_tokens(&m.content) + MESSAGE_OVERHEAD)
         .sum::<usize>();
     Ok(ContextPreview {
-        compression_applied: total > window || tokens > CONTEXT_TOKEN_BUDGET,
+        // Older messages left out, past the agent's window or the history's size.
+        compression_applied: total > history.len() as i64,
         estimated_tokens: tokens,
-        messages: rows
+        messages: history
             .into_iter()
-            .map(|(role, content)| PreviewMessage { role, content })
+            .map(|m| PreviewMessage {
+                role: m.role,
+                content: m.content,
+            })
             .collect(),
         memories: memories
             .into_iter()

@@ -920,6 +920,41 @@ async fn the_history_window_keeps_the_last_messages_of_the_conversation() {
     assert_eq!(fourth.len(), 1, "a new conversation starts empty");
 }
 
+/// The history is bounded by size too: the newest messages that fit the history's bytes, each
+/// cut. Bounded by count alone, a conversation of long stored answers made every turn read
+/// hundreds of megabytes into the database and the function.
+#[tokio::test]
+async fn the_history_keeps_to_its_size_however_long_the_stored_answers() {
+    use shared::agents::conversation_repo::{HISTORY_BYTES, HISTORY_MESSAGE_CHARS};
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "Big", "chatModelId": model })).await;
+    s.chat(&s.admin, agent, say("big", "first")).await.events();
+    // Eight more messages of 40,000 characters, as a model's long answers are stored.
+    sqlx::query(
+        "INSERT INTO messages (conversation_id, agent_id, role, content)
+         SELECT c.id, c.agent_id, CASE WHEN i % 2 = 0 THEN 'user' ELSE 'assistant' END, repeat(i::text, 40000)
+         FROM conversations c, generate_series(0, 7) i WHERE c.conversation_key = 'big'",
+    )
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    s.chat(&s.admin, agent, say("big", "again")).await.events();
+    let last = s.models.requests().into_iter().rfind(|r| r["stream"] == true).unwrap();
+    let contents: Vec<String> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    let (question, history) = contents.split_last().unwrap();
+    assert_eq!(question, "again");
+    let fit = (HISTORY_BYTES / HISTORY_MESSAGE_CHARS) as usize;
+    assert_eq!(history.len(), fit, "the newest that fit");
+    assert!(history.iter().all(|c| c.len() == HISTORY_MESSAGE_CHARS as usize));
+    assert_eq!(history.last().unwrap(), &"7".repeat(HISTORY_MESSAGE_CHARS as usize));
+}
+
 async fn upload(s: &ChatSetup, token: &str, name: &str, bytes: &[u8]) -> i64 {
     let r = s.app.upload_resource(token, name, bytes.to_vec(), None).await;
     r.assert_ok()["id"].as_i64().unwrap()

@@ -8,6 +8,11 @@ use crate::text::prefix_chars;
 use crate::AppState;
 
 const MAX_TITLE_CHARS: usize = 50;
+/// The longest the title's model call may take, retries included. It runs after the answer,
+/// outside the turn's own limit, on the agent's config, whose timeout and retries (up to 600 s
+/// and 5) its creator sets: unbounded, it could outlast the function's invocation, which ended
+/// it mid-call with the stream still open.
+const TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn clip(text: &str) -> String {
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -49,7 +54,8 @@ pub async fn generate(
         max_tokens: Some(30),
         ..Default::default()
     };
-    let title = match gateway::chat(state, model, billing, "title", &req).await {
+    let model = model.clone().within(TIME_LIMIT);
+    let title = match gateway::chat(state, &model, billing, "title", &req).await {
         Ok(r) => clip(&r.content),
         Err(e) => {
             tracing::warn!(conversation_id, error = %e, "title generation failed; keeping the first words");

@@ -120,9 +120,12 @@ async fn draft_and_create(
     let mut fields: HashMap<&'static str, String> = HashMap::new();
     const GONE: &str = "the client went away";
     let drafted = tokio::time::timeout(limit, async {
-        let mut stream = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req, None)
-            .await
-            .map_err(|e| AppError::from(e).told())?;
+        // The call's opening is raced with the client too, as a chat turn's is.
+        let opened = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req, None);
+        let mut stream = tokio::select! {
+            _ = tx.closed() => return Err(GONE.into()),
+            opened = opened => opened.map_err(|e| AppError::from(e).told())?,
+        };
         let mut scanner = FieldScanner::default();
         loop {
             // A client that left is noticed at once, not at the next line sent: the model call

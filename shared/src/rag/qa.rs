@@ -246,9 +246,13 @@ async fn run(
         messages,
         ..Default::default()
     };
-    let mut stream = gateway::chat_stream_held(state, &model, billing, hold, "qa", &req, None)
-        .await
-        .map_err(|e| AppError::from(e).told())?;
+    // The call's opening (a slow first response, retries after a 429) is raced with the client
+    // too, as a chat turn's is.
+    let opened = gateway::chat_stream_held(state, &model, billing, hold, "qa", &req, None);
+    let mut stream = tokio::select! {
+        _ = tx.closed() => return Ok(()),
+        opened = opened => opened.map_err(|e| AppError::from(e).told())?,
+    };
     let mut answer = String::new();
     loop {
         // A client that left is noticed at once (a reasoning model sends no text for a while),

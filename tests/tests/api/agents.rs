@@ -465,19 +465,9 @@ async fn an_agent_saved_while_its_knowledge_base_is_deleted_is_refused_by_name()
     let agent = s
         .agent(&s.admin, json!({ "name": "Support", "ragEnabled": true, "ragId": kb }))
         .await;
-    let mut deleting = s.app.db.begin().await.unwrap();
-    sqlx::query("DELETE FROM knowledge_bases WHERE id = $1")
-        .bind(kb)
-        .execute(&mut *deleting)
-        .await
-        .unwrap();
     let (path, renamed) = (format!("/agent/{agent}"), json!({ "name": "Renamed" }));
     let edit = s.app.put(&path, t, &renamed);
-    let commit = async {
-        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
-        deleting.commit().await.unwrap();
-    };
-    let (edited, ()) = tokio::join!(edit, commit);
+    let edited = api_tests::while_a_base_is_deleted(&s.app.db, kb, edit).await;
     edited.assert_error(400, 0, &format!("ragId: {kb} was deleted meanwhile"));
     let a = s.app.get(&format!("/agent/{agent}"), t).await;
     assert_eq!(a.assert_ok()["name"], "Support", "nothing written");

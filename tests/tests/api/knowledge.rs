@@ -1170,19 +1170,9 @@ async fn chunks_of_one_document_are_added_and_removed_at_once() {
 async fn an_upload_into_a_base_being_deleted_is_not_found() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let kb = s.kb("Going", json!({})).await;
-    let mut deleting = s.app.db.begin().await.unwrap();
-    sqlx::query("DELETE FROM knowledge_bases WHERE id = $1")
-        .bind(kb)
-        .execute(&mut *deleting)
-        .await
-        .unwrap();
     let files = [("guide.md", GUIDE_MD.as_bytes().to_vec())];
     let upload = s.app.preview_documents(&s.admin, kb, &files, None);
-    let delete = async {
-        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
-        deleting.commit().await.unwrap();
-    };
-    let (reply, ()) = tokio::join!(upload, delete);
+    let reply = api_tests::while_a_base_is_deleted(&s.app.db, kb, upload).await;
     reply.assert_error(404, 404, "knowledge base not found");
     assert_eq!(
         (s.app.count("documents").await, s.app.count("upload_previews").await),

@@ -3,6 +3,7 @@
 
 use super::model::{ContextPreview, PreviewMemory, PreviewMessage};
 use super::{extract, service};
+use crate::agents::chat::alternating;
 use crate::agents::conversation_repo::{history_sql, HistoryMessage};
 use crate::domain::CurrentUser;
 use crate::domain::Owner;
@@ -34,7 +35,10 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
             .bind(window)
             .fetch_one(state.db())
             .await?;
-    let history = history.0;
+    // Older messages left out, past the agent's window or the history's size (not those
+    // joined so that roles take turns).
+    let compression_applied = total > history.0.len() as i64;
+    let history = alternating(history.0);
     let last_user = history
         .iter()
         .rev()
@@ -76,8 +80,7 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
         .map(|m| count_tokens(&m.title) + count_tokens(&m.content) + MESSAGE_OVERHEAD)
         .sum::<usize>();
     Ok(ContextPreview {
-        // Older messages left out, past the agent's window or the history's size.
-        compression_applied: total > history.len() as i64,
+        compression_applied,
         estimated_tokens: tokens,
         messages: history
             .into_iter()

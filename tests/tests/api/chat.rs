@@ -920,6 +920,84 @@ async fn the_history_window_keeps_the_last_messages_of_the_conversation() {
     assert_eq!(fourth.len(), 1, "a new conversation starts empty");
 }
 
+/// A failed answer leaves its question without a reply, and a window can begin with an answer;
+/// the model is still sent roles that take turns, beginning with a question, as strict chat
+/// templates demand. The context preview shows the same history.
+#[tokio::test]
+async fn the_history_sent_takes_turns_after_a_failed_answer() {
+    let s = ChatSetup::new().await;
+    let down = s.chat_model("chat-500", json!({})).await;
+    let echo = s.chat_model("chat-echo", json!({})).await;
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Strict", "chatModelId": echo, "shortTermMemorySize": 2 }),
+        )
+        .await;
+    let use_model = |model: i64| {
+        let s = &s;
+        async move {
+            s.app
+                .put(
+                    &format!("/agent/{agent}"),
+                    Some(&s.admin),
+                    &json!({ "chatModelId": model }),
+                )
+                .await
+                .assert_ok();
+        }
+    };
+    let pairs = |messages: &Value| -> Vec<(String, String)> {
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["role"].as_str().unwrap().into(),
+                    m["content"].as_str().unwrap().into(),
+                )
+            })
+            .collect()
+    };
+    s.chat(&s.admin, agent, say("alt", "one")).await.events();
+    use_model(down).await;
+    let failed = s.chat(&s.admin, agent, say("alt", "two")).await.events();
+    assert_eq!(kinds(&failed), ["error"]);
+
+    // The window of two (the first answer, then the question whose answer failed) begins with
+    // an answer: left out.
+    let preview = s
+        .app
+        .get(
+            &format!("/memory/agent/{agent}/conversations/alt/context-preview"),
+            Some(&s.admin),
+        )
+        .await;
+    let preview = preview.assert_ok();
+    assert_eq!(
+        pairs(&preview["messages"]),
+        [("user".into(), "two".into())],
+        "{preview}"
+    );
+    assert_eq!(preview["compressionApplied"], true, "{preview}");
+
+    use_model(echo).await;
+    s.chat(&s.admin, agent, say("alt", "three")).await.events();
+    let sent = s
+        .models
+        .requests()
+        .into_iter()
+        .rfind(|r| r["stream"] == true && r["model"] == "chat-echo")
+        .unwrap();
+    // The question that went unanswered goes with the new one.
+    assert_eq!(
+        pairs(&sent["messages"]),
+        [("user".into(), "two\n\nthree".into())],
+        "{sent}"
+    );
+}
+
 /// The history is bounded by size too: the newest messages that fit the history's bytes, each
 /// cut. Bounded by count alone, a conversation of long stored answers made every turn read
 /// hundreds of megabytes into the database and the function.

@@ -15,6 +15,7 @@ use utoipa::ToSchema;
 
 use self::attachments::{AttachmentIn, Image, ResourceOwner};
 pub use self::events::{StreamEvent, TokenUsage};
+pub use self::prompt::alternating;
 pub use self::run::{MAX_ANSWER_BYTES, MAX_TOOL_CALLS_PER_STEP};
 use self::tools::Disabled;
 use super::conversation_repo::{self as repo, NewTurn, StartedTurn};

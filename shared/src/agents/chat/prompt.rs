@@ -43,7 +43,35 @@ fn bullet(items: &[String]) -> String {
     items.iter().map(|i| format!("- {i}")).collect::<Vec<_>>().join("\n")
 }
 
+/// The history with its roles taking turns, beginning with a question: messages of one role
+/// that follow each other are joined into one, and an answer the window begins with is left
+/// out. A failed answer with no text leaves its question without a reply, and a window can
+/// begin mid-turn; chat templates that demand strictly alternating roles (Llama, Mistral,
+/// Gemma, served by vLLM or TGI) refuse both, and would refuse every later turn of the
+/// conversation. Joined, not dropped: a question that went unanswered is often what the next
+/// one refers to.
+pub fn alternating(history: Vec<HistoryMessage>) -> Vec<HistoryMessage> {
+    let mut turns: Vec<HistoryMessage> = Vec::with_capacity(history.len());
+    for m in history {
+        match turns.last_mut() {
+            None if m.role != "user" => {}
+            Some(last) if last.role == m.role => {
+                last.content.push_str("\n\n");
+                last.content.push_str(&m.content);
+            }
+            _ => turns.push(m),
+        }
+    }
+    turns
+}
+
 pub fn messages(system: String, history: Vec<HistoryMessage>, content: &str, images: Vec<String>) -> Vec<ChatMessage> {
+    let mut history = alternating(history);
+    // A question still waiting for its answer goes with this one, as one user message.
+    let content = match history.last().is_some_and(|m| m.role == "user") {
+        true => format!("{}\n\n{content}", history.pop().map(|m| m.content).unwrap_or_default()),
+        false => content.to_owned(),
+    };
     let mut messages = Vec::with_capacity(history.len() + 2);
     if !system.is_empty() {
         messages.push(ChatMessage::system(system));
@@ -80,5 +108,51 @@ mod tests {
         assert!(p.contains("- likes tea"));
         assert!(p.contains("[1] Paris is in France"));
         assert_eq!(messages(String::new(), vec![], "hi", vec![]).len(), 1);
+    }
+
+    fn said(role: &str, content: &str) -> HistoryMessage {
+        HistoryMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    fn roles_and_texts(history: &[HistoryMessage]) -> Vec<(&str, &str)> {
+        history.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect()
+    }
+
+    #[test]
+    fn the_history_alternates_and_begins_with_a_question() {
+        let history = vec![
+            said("assistant", "an answer whose question fell out of the window"),
+            said("user", "q1"),
+            said("user", "q2, whose answer before failed"),
+            said("assistant", "a2"),
+            said("user", "q3"),
+            said("assistant", "a3"),
+        ];
+        assert_eq!(
+            roles_and_texts(&alternating(history)),
+            [
+                ("user", "q1\n\nq2, whose answer before failed"),
+                ("assistant", "a2"),
+                ("user", "q3"),
+                ("assistant", "a3")
+            ]
+        );
+        assert!(alternating(vec![said("assistant", "only")]).is_empty());
+    }
+
+    #[test]
+    fn an_unanswered_last_question_goes_with_the_new_one() {
+        let sent = messages(
+            "system".into(),
+            vec![said("user", "q1"), said("assistant", "a1"), said("user", "q2")],
+            "q3",
+            vec![],
+        );
+        let roles: Vec<&str> = sent.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "user"]);
+        assert_eq!(serde_json::to_value(&sent[3]).unwrap()["content"], "q2\n\nq3");
     }
 }

@@ -1435,9 +1435,16 @@ async fn an_image_of_a_user_added_while_its_app_is_deleted_goes_with_it() {
 
 /// Deleting an app deletes what its external users uploaded, rows and files: left behind, their
 /// images would become ordinary uploads of the app's creator, listed and served by /resource.
+/// Their conversations and messages go too.
 #[tokio::test]
-async fn deleting_an_app_deletes_its_users_images() {
+async fn deleting_an_app_deletes_its_users_images_and_conversations() {
     let e = Ext::new().await;
+    for (creds, open_id) in [(&e.crm, "ann"), (&e.erp, "bob")] {
+        e.chat(creds, say(e.open_agent, open_id, "talk", "hello"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(e.app().count("messages").await, 4);
     let theirs = e.app().ext_post(&e.crm, "/resource/upload", &image("ann", PNG)).await;
     let theirs = theirs.assert_ok()["resourceId"].as_i64().unwrap();
     let others = e.app().ext_post(&e.erp, "/resource/upload", &image("bob", PNG)).await;
@@ -1452,6 +1459,23 @@ async fn deleting_an_app_deletes_its_users_images() {
         .await
         .unwrap();
     assert_eq!(left, [others], "the other app's image stays, {theirs} is gone");
+    assert_eq!(e.app().count("conversations").await, 1, "the other app's user's");
+    let kept: Vec<String> = sqlx::query_scalar(
+        "SELECT m.content FROM messages m JOIN conversations c ON c.id = m.conversation_id ORDER BY m.id",
+    )
+    .fetch_all(&e.app().db)
+    .await
+    .unwrap();
+    assert_eq!(
+        kept,
+        ["hello", "You said: hello"],
+        "only the other conversation's messages stay"
+    );
+    assert_eq!(
+        e.app().count("messages").await,
+        2,
+        "no message is left without its conversation"
+    );
     assert_eq!(e.app().snapshot().await.files.len(), files - 1, "and so is its file");
     let listed = e.app().get("/resource/page?size=100", Some(&e.s.admin)).await;
     assert_eq!(listed.assert_ok()["total"], 0, "nothing of an external user is listed");

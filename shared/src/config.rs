@@ -109,6 +109,13 @@ pub struct Config {
     /// (MCP_TEST_TIMEOUT_SECS, default 20: under API Gateway's 29 s, so a silent server is
     /// reported as such, and the test's outcome recorded, instead of the gateway's 504).
     pub mcp_test_timeout: Duration,
+    /// The longest the model calls of a route that answers in one piece may take together,
+    /// retries included: a skill's AI draft, and a memory extraction a client asks for
+    /// (BUFFERED_MODEL_TIMEOUT_SECS, default 25: under API Gateway's 29 s, so the client is
+    /// told what happened instead of getting the gateway's 504 while the calls go on and are
+    /// paid for). A draft past it falls back as it does for an unusable model; an extraction
+    /// fails with nothing written.
+    pub buffered_model_timeout: Duration,
     /// The longest a Q&A answer runs (QA_TIMEOUT_SECS, default 280: under the Q&A function's
     /// 300 s, so the stream ends with an error line and the hold is settled before Lambda
     /// ends the process).
@@ -298,6 +305,7 @@ impl Config {
             model_test_timeout: Duration::from_secs(parse_num("MODEL_TEST_TIMEOUT_SECS", 20)?.max(1)),
             url_import_timeout: Duration::from_secs(parse_num("URL_IMPORT_TIMEOUT_SECS", 20)?.max(1)),
             mcp_test_timeout: Duration::from_secs(parse_num("MCP_TEST_TIMEOUT_SECS", 20)?.max(1)),
+            buffered_model_timeout: Duration::from_secs(parse_num("BUFFERED_MODEL_TIMEOUT_SECS", 25)?.max(1)),
             mcp_tools_ttl: Duration::from_secs(parse_num("MCP_TOOLS_TTL_SECS", 60)?),
             mcp_session_idle: Duration::from_secs(parse_num("MCP_SESSION_IDLE_SECS", 600)?.max(1)),
             mcp_result_max_bytes: parse_num("MCP_RESULT_MAX_BYTES", 64 * 1024)? as usize,

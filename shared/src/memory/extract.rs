@@ -3,6 +3,7 @@
 //! conversation remembers the last message it was extracted up to.
 
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::config_repo;
 use super::model::{MemoryRow, MEMORY_TYPES};
@@ -12,7 +13,7 @@ use crate::db::vector_literal;
 use crate::domain::Owner;
 use crate::json::{first_value, NoValue};
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
-use crate::models::gateway::{self};
+use crate::models::gateway::{self, ModelHandle};
 use crate::models::ModelType;
 use crate::rag::chunk::count_tokens;
 use crate::text::prefix_chars;
@@ -118,8 +119,14 @@ pub async fn by_key(db: &sqlx::PgPool, agent_id: i64, owner: Owner, key: &str) -
 }
 
 /// Extracts the messages added since the last extraction; returns the memories written
-/// (created or updated). A second run over the same messages writes nothing.
-pub async fn extract(state: &AppState, conv: &Conversation, config_id: Option<i64>) -> AppResult<Vec<MemoryRow>> {
+/// (created or updated). A second run over the same messages writes nothing. With a
+/// `deadline`, the model calls end by then (as timed out, and the run writes nothing).
+pub async fn extract(
+    state: &AppState,
+    conv: &Conversation,
+    config_id: Option<i64>,
+    deadline: Option<Instant>,
+) -> AppResult<Vec<MemoryRow>> {
     let db = state.db();
     sqlx::query("INSERT INTO memory_extractions (conversation_id) VALUES ($1) ON CONFLICT DO NOTHING")
         .bind(conv.id)
@@ -139,7 +146,7 @@ pub async fn extract(state: &AppState, conv: &Conversation, config_id: Option<i6
             conv.key
         )));
     };
-    let outcome = run(state, conv, config_id, (after, lease)).await;
+    let outcome = run(state, conv, config_id, (after, lease), deadline).await;
     if outcome.is_err() {
         sqlx::query("UPDATE memory_extractions SET lease_until = NULL WHERE conversation_id = $1 AND lease_until = $2")
             .bind(conv.id)
@@ -167,6 +174,7 @@ async fn run(
     conv: &Conversation,
     config_id: Option<i64>,
     (after, lease): (i64, Lease),
+    deadline: Option<Instant>,
 ) -> AppResult<Vec<MemoryRow>> {
     let db = state.db();
     // Up to the turn still being answered, if any: its answer (and any later turn's message)
@@ -195,12 +203,13 @@ async fn run(
             false => Err(lease_lost(conv)),
         };
     };
-    let strategy = recall::strategy(state, config_id).await?;
-    let found = match ask_model(state, &strategy, conv.owner, &messages).await? {
+    let mut strategy = recall::strategy(state, config_id).await?;
+    let found = match ask_model(state, &strategy, conv.owner, &messages, deadline).await? {
         Ok(found) => found,
         Err(why) => return Err(unusable_answer(db, conv, (last_id, lease), why).await?),
     };
     let texts: Vec<String> = found.iter().map(|c| format!("{}\n{}", c.title, c.content)).collect();
+    strategy.embedding = until(strategy.embedding, deadline);
     let vectors = recall::embed(
         state,
         &strategy,
@@ -351,17 +360,27 @@ async fn unusable_answer(
     )))
 }
 
+/// `model` with its calls cut at what is left before `deadline`, if there is one.
+fn until(model: ModelHandle, deadline: Option<Instant>) -> ModelHandle {
+    match deadline {
+        Some(deadline) => model.within(deadline.saturating_duration_since(Instant::now())),
+        None => model,
+    }
+}
+
 /// The memories the model found; `Ok(Err(why))` when it answered outside the output contract.
 async fn ask_model(
     state: &AppState,
     s: &Strategy,
     owner: Owner,
     messages: &[(i64, String, String)],
+    deadline: Option<Instant>,
 ) -> AppResult<Result<Vec<Content>, String>> {
     let model = match s.config.extraction_model_id {
         Some(id) => gateway::load(state, id, ModelType::Chat).await?,
         None => gateway::default_model(state, ModelType::Chat).await?,
     };
+    let model = until(model, deadline);
     let max = s.config.max_memories_per_extraction.clamp(1, 50) as usize;
     let instructions = s.config.custom_extraction_prompt.as_deref().unwrap_or(DEFAULT_PROMPT);
     let system = format!(

@@ -342,7 +342,9 @@ pub async fn extract_now(state: &AppState, user: &CurrentUser, agent_id: i64, ke
     let config_id = extract::current_config(state.db(), agent_id).await?.ok_or_else(|| {
         AppError::validation("memory is off for this agent (memoryEnabled is false, or its memory config is disabled)")
     })?;
-    let rows = extract::extract(state, &conv, config_id).await?;
+    // Past API Gateway's limit the client would get its 504 while the calls go on, paid for.
+    let deadline = tokio::time::Instant::now() + state.config().buffered_model_timeout;
+    let rows = extract::extract(state, &conv, config_id, Some(deadline)).await?;
     Ok(ExtractResult {
         extracted_count: rows.len(),
         memories: views(rows),

@@ -27,7 +27,7 @@ async fn process(state: AppState, m: SqsMessage, _: StopAt) -> anyhow::Result<()
     let Some(config_id) = extract::current_config(state.db(), conv.agent_id).await? else {
         return Ok(()); // the agent's memory was turned off meanwhile
     };
-    let written = extract::extract(state, &conv, config_id)
+    let written = extract::extract(state, &conv, config_id, None)
         .await
         .map_err(|e| anyhow::anyhow!("extracting conversation {} failed: {e}", conv.id))?;
     tracing::info!(

@@ -153,8 +153,9 @@ async fn ask(state: &AppState, user: &CurrentUser, prompt: String) -> AppResult<
         true => Err(e),
         false => Ok(Err(e.told())),
     };
+    // Past API Gateway's limit the client would get its 504 while the call goes on, paid for.
     let model = match gateway::default_model(state, ModelType::Chat).await {
-        Ok(model) => model,
+        Ok(model) => model.within(state.config().buffered_model_timeout),
         Err(e) => return fallback(e),
     };
     let req = ChatRequest {

@@ -532,7 +532,7 @@ async fn the_similarity_threshold_keeps_unrelated_questions_from_recalling() {
         .await
         .unwrap()
         .unwrap();
-    shared::memory::extract::extract(&s.app.state, &c, Some(config))
+    shared::memory::extract::extract(&s.app.state, &c, Some(config), None)
         .await
         .unwrap();
     assert_eq!(s.memory_count().await, 5);
@@ -652,7 +652,7 @@ async fn recall_reranks_with_the_configs_reranker_and_rewrites_with_its_model() 
         .await
         .unwrap()
         .unwrap();
-    shared::memory::extract::extract(&s.app.state, &c, Some(reranked))
+    shared::memory::extract::extract(&s.app.state, &c, Some(reranked), None)
         .await
         .unwrap();
     assert_eq!(s.memory_count().await, 3);
@@ -896,7 +896,9 @@ async fn recall_finds_the_relevant_memory_of_its_owner_only() {
             .await
             .unwrap()
             .unwrap();
-        shared::memory::extract::extract(state, &c, Some(config)).await.unwrap();
+        shared::memory::extract::extract(state, &c, Some(config), None)
+            .await
+            .unwrap();
     }
     assert_eq!(s.memory_count().await, 8);
     let ids_of = |owner: Owner| {
@@ -1684,6 +1686,38 @@ async fn a_disabled_embedding_model_leaves_edits_and_previews_working() {
         warning.contains("long-term memories could not be recalled") && warning.contains("disabled"),
         "{p}"
     );
+}
+
+/// Asked for by a client, an extraction's model calls end before API Gateway's 29 s: a model
+/// that does not answer fails the request with nothing written and the run's lease given back,
+/// where the gateway would have answered 504 while the call went on.
+#[tokio::test]
+async fn an_extraction_asked_for_stops_within_its_time_limit() {
+    let s = setup_with(false, Store::Filesystem, &[("BUFFERED_MODEL_TIMEOUT_SECS", "1")]).await;
+    let provider = s.app.provider(&s.admin, "silent").await;
+    let silent = format!("http://{}/v1", api_tests::silent_listener().await);
+    let silent = s
+        .app
+        .model(&s.admin, provider, "CHAT", "mem-extract", &silent, json!({}))
+        .await;
+    let config = s.config(json!({ "extractionModelId": silent })).await;
+    let agent = s.agent(Some(config)).await;
+    let conv = s.conversation(agent, Owner::User(s.admin_id), "slow").await;
+    s.say(conv, agent, &[("user", "FACT: Pet | Has a dog called Biscuit")])
+        .await;
+    let started = std::time::Instant::now();
+    s.extract(&s.admin, agent, "slow")
+        .await
+        .assert_error(400, 0, "the model endpoint timed out");
+    assert!(started.elapsed() < Duration::from_secs(29));
+    assert_eq!(s.memory_count().await, 0);
+    let run: (Option<chrono::DateTime<chrono::Utc>>, i64) =
+        sqlx::query_as("SELECT lease_until, last_message_id FROM memory_extractions WHERE conversation_id = $1")
+            .bind(conv)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert_eq!(run, (None, 0), "the lease is given back, no message is passed over");
 }
 
 async fn preview(s: &Setup, agent: i64) -> Reply {

@@ -1090,6 +1090,46 @@ async fn ai_drafts_fall_back_without_a_usable_model() {
     assert_eq!(s.snapshot().await, before, "drafts are never saved");
 }
 
+/// A draft's model call ends before API Gateway's 29 s: a model that does not answer gives the
+/// template, saying it timed out, where the gateway would have answered 504 while the call went
+/// on.
+#[tokio::test]
+async fn ai_drafts_fall_back_when_the_model_does_not_answer_in_time() {
+    let app = spawn_with(Store::Filesystem, &[("BUFFERED_MODEL_TIMEOUT_SECS", "1")]).await;
+    let admin = app.admin_token().await;
+    let s = Setup {
+        app,
+        bucket: None,
+        admin,
+    };
+    let p = s.app.provider(&s.admin, "silent").await;
+    let silent = format!("http://{}/v1", api_tests::silent_listener().await);
+    s.app
+        .model(
+            &s.admin,
+            p,
+            "CHAT",
+            "chat-echo",
+            &silent,
+            json!({ "isDefault": true, "scope": "GLOBAL" }),
+        )
+        .await;
+    let started = std::time::Instant::now();
+    let g = s
+        .app
+        .post(
+            "/skill/ai/generate",
+            s.t(),
+            &json!({ "requirement": "Summarise PDF invoices each month" }),
+        )
+        .await;
+    let d = g.assert_status_ok();
+    let w = d["warnings"][0].as_str().unwrap();
+    assert!(w.contains("rule-based template") && w.contains("timed out"), "{w}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(29));
+    assert_eq!(usage_rows(&s.app).await, [("skill-draft".to_owned(), false)]);
+}
+
 /// A text file at the default limit (1 MiB) is written back online whatever its characters:
 /// as JSON, control characters take six bytes each, which passed the default 2 MiB body limit
 /// at a third of the file's own.

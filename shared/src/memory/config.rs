@@ -115,16 +115,10 @@ impl ConfigRow {
             None if new_embedding => {
                 self.dimension = Some(models::probe::vector_dimension(state, billing, embedding, "memories").await?);
             }
-            // A dimension given is taken at its word while the model cannot answer, and must be
-            // the model's when it can: every extraction would otherwise pay for its model call,
-            // then fail at storing the memories, on every retry.
+            // Every extraction would otherwise pay for its model call, then fail at storing the
+            // memories, on every retry.
             Some(told) if new_embedding || new_dimension => {
-                let answered = models::probe::embedding_length(state, billing, embedding).await.ok();
-                if let Some(length) = answered.filter(|length| i64::try_from(*length).ok() != Some(told.into())) {
-                    return Err(AppError::validation(format!(
-                        "dimensionOfVectorModel: the model's vectors have {length} dimensions, not {told}"
-                    )));
-                }
+                models::probe::check_dimension(state, billing, embedding, told.into()).await?;
             }
             _ => {}
         }

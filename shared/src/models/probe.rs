@@ -84,6 +84,20 @@ pub async fn vector_dimension(state: &AppState, billing: Billing, model_id: i64,
     })
 }
 
+/// Refuses `told` as `dimensionOfVectorModel` when the embedding model `model_id` answers with
+/// vectors of another length. A length given is taken at its word while the model cannot
+/// answer (down, or the caller's quota spent), and must be the model's when it can: every
+/// later embedding would otherwise be paid for, then refused for its length.
+pub async fn check_dimension(state: &AppState, billing: Billing, model_id: i64, told: i64) -> AppResult<()> {
+    match embedding_length(state, billing, model_id).await {
+        Ok(length) if i64::try_from(length).ok() != Some(told) => Err(AppError::validation(format!(
+            "dimensionOfVectorModel: the model's vectors have {length} dimensions, not {told}"
+        ))),
+        Err(e) if e.is_server_side() => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// The length of one vector of the embedding model `model_id`, as it answers now.
 pub async fn embedding_length(state: &AppState, billing: Billing, model_id: i64) -> AppResult<usize> {
     let model = gateway::load(state, model_id, ModelType::Embedding).await?;

@@ -2264,13 +2264,55 @@ async fn a_regular_user_owns_at_most_kb_max_per_user_bases() {
     }
 }
 
-/// A base given a dimension its model does not make fails each document at embedding, at once
-/// and naming both lengths (it was taken for a passing failure and retried at its uploader's
-/// cost, with a message that said only "something unexpected").
+/// A dimension given with a model is checked with the model, as a memory config's is: a base
+/// of another length would pay for each document's embeddings, then fail it. Refused, nothing
+/// is made or changed.
+#[tokio::test]
+async fn a_dimension_given_must_be_the_models() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let body = json!({ "name": "Wrong", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 16 });
+    s.app.post("/rag", t, &body).await.assert_error(
+        400,
+        0,
+        "dimensionOfVectorModel: the model's vectors have 8 dimensions, not 16",
+    );
+    assert_eq!(s.app.count("knowledge_bases").await, 0, "no base");
+
+    let kb = s.kb("Right", json!({ "dimensionOfVectorModel": 8 })).await;
+    let wide = s.embedding_model("emb-384").await;
+    let path = format!("/rag/{kb}");
+    let before = s.app.get(&path, t).await.assert_ok().clone();
+    for edit in [
+        json!({ "embeddingModelId": wide, "dimensionOfVectorModel": 8 }),
+        json!({ "dimensionOfVectorModel": 16 }),
+    ] {
+        let told = s.app.put(&path, t, &edit).await;
+        told.assert_error(400, 0, "dimensionOfVectorModel: the model's vectors have");
+    }
+    let after = s.app.get(&path, t).await.assert_ok().clone();
+    assert_eq!(after, before, "the base is as it was");
+    let edit = json!({ "embeddingModelId": wide, "dimensionOfVectorModel": 384 });
+    s.app.put(&path, t, &edit).await.assert_ok();
+    let read = s.app.get(&path, t).await;
+    assert_eq!(read.assert_ok()["dimensionOfVectorModel"], 384);
+}
+
+/// A base whose model no longer makes vectors of its dimension (its endpoint changed since the
+/// base was made, or the model could not answer then) fails each document at embedding, at
+/// once and naming both lengths (it was taken for a passing failure and retried at its
+/// uploader's cost, with a message that said only "something unexpected").
 #[tokio::test]
 async fn a_dimension_the_model_does_not_make_fails_the_document_by_name() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
-    let kb = s.kb("Wrong", json!({ "dimensionOfVectorModel": 16 })).await;
+    let kb = s.kb("Wrong", json!({})).await;
+    sqlx::query("UPDATE knowledge_bases SET dimension = 16 WHERE id = $1")
+        .bind(kb)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let embeddings = || s.models.requests().iter().filter(|r| r.get("input").is_some()).count();
+    let probed = embeddings();
     let reply = s.upload(kb, &[("n.txt", NOTES_TXT.as_bytes().to_vec())]).await;
     let d = s.settled(doc_ids(&reply).await[0]).await;
     assert_eq!(
@@ -2280,8 +2322,7 @@ async fn a_dimension_the_model_does_not_make_fails_the_document_by_name() {
     );
     let told = "makes 8-dimensional vectors, but the knowledge base's dimensionOfVectorModel is 16";
     assert!(d["errorMessage"].as_str().unwrap().contains(told), "{d}");
-    let embeddings = s.models.requests().iter().filter(|r| r.get("input").is_some()).count();
-    assert_eq!(embeddings, 1, "one call, not retried");
+    assert_eq!(embeddings() - probed, 1, "one call, not retried");
 }
 
 /// An edit naming a new embedding model asks it for its dimension, a paid call, only once
@@ -2518,7 +2559,8 @@ async fn a_dimension_change_whose_index_cannot_be_built_is_undone() {
         v
     };
     let before = read(s.app.get(&format!("/rag/{kb}"), t).await);
-    let edit = json!({ "name": "Renamed", "description": "new", "dedupAction": 2, "dimensionOfVectorModel": 16 });
+    let wide = s.embedding_model("emb-384").await;
+    let edit = json!({ "name": "Renamed", "description": "new", "dedupAction": 2, "embeddingModelId": wide });
     let r = s.app.put(&format!("/rag/{kb}"), t, &edit).await;
     assert_ne!(r.status, 200, "{:?}", r.body);
     let after = read(s.app.get(&format!("/rag/{kb}"), t).await);
@@ -2559,14 +2601,16 @@ async fn two_dimension_changes_in_a_row_leave_the_index_of_the_last() {
             panic!("the base never got dimension {d}");
         }
     };
-    let to_16 = json!({ "dimensionOfVectorModel": 16 });
-    let first = s.app.put(&path, t, &to_16);
+    let (narrow, wide) = (s.embedding_model, s.embedding_model("emb-384").await);
+    let to_wide = json!({ "embeddingModelId": wide });
+    let first = s.app.put(&path, t, &to_wide);
     let second = async {
-        dimension_is(16).await;
-        s.app.put(&path, t, &json!({ "dimensionOfVectorModel": 24 })).await
+        dimension_is(384).await;
+        s.app.put(&path, t, &json!({ "embeddingModelId": narrow })).await
     };
     let release = async {
-        dimension_is(24).await;
+        dimension_is(384).await;
+        dimension_is(8).await;
         // Both edits are committed and their builds wait.
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         sqlx::query("SELECT pg_advisory_unlock(x'6b625f696478'::bigint)")
@@ -2581,9 +2625,9 @@ async fn two_dimension_changes_in_a_row_leave_the_index_of_the_last() {
         .fetch_one(&s.app.db)
         .await
         .unwrap();
-    assert!(index.contains("vector(24)"), "{index}");
+    assert!(index.contains("vector(8)"), "{index}");
     let read = s.app.get(&path, t).await;
-    assert_eq!(read.assert_ok()["dimensionOfVectorModel"], 24);
+    assert_eq!(read.assert_ok()["dimensionOfVectorModel"], 8);
 }
 
 /// A new embedding model sent without a dimension brings its own, asked as on creation: the
@@ -2693,7 +2737,8 @@ async fn a_shape_change_waits_for_additions_and_counts_again() {
     // An addition in progress holds the lock.
     let mut adding = s.app.db.begin().await.unwrap();
     docs::lock_additions(&mut adding, id).await.unwrap();
-    let (path, body) = (format!("/rag/{id}"), json!({ "dimensionOfVectorModel": 16 }));
+    let wide = s.embedding_model("emb-384").await;
+    let (path, body) = (format!("/rag/{id}"), json!({ "embeddingModelId": wide }));
     let edit = s.app.put(&path, Some(&s.admin), &body);
     let add = async {
         // The edit has read the base (no documents) and waits for the lock.

@@ -187,14 +187,16 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
         SEARCH_ENGINE,
     )
     .await?;
-    let dimension = match req.dimension_of_vector_model {
-        Some(d) => validate::vector_dimension(d)?,
-        None => {
-            // The probe is a paid model call: a user the cap refuses is refused before it (and
-            // counted again under the lock below, where it cannot race).
-            check_cap(state, user, &mut *state.db().acquire().await?).await?;
-            probe_dimension(state, user, model_id).await?
-        }
+    let told = req
+        .dimension_of_vector_model
+        .map(validate::vector_dimension)
+        .transpose()?;
+    // The probe is a paid model call: a user the cap refuses is refused before it (and counted
+    // again under the lock below, where it cannot race).
+    check_cap(state, user, &mut *state.db().acquire().await?).await?;
+    let dimension = match told {
+        Some(d) => check_dimension(state, user, model_id, d).await?,
+        None => probe_dimension(state, user, model_id).await?,
     };
     let (description, icon) = (validate::optional(req.description), validate::optional(req.icon));
     let search = SearchSettings {
@@ -243,6 +245,14 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
 /// `probe::vector_dimension`).
 async fn probe_dimension(state: &AppState, user: &CurrentUser, model_id: i64) -> AppResult<i32> {
     crate::models::probe::vector_dimension(state, Billing::of(user), model_id, "a knowledge base").await
+}
+
+/// `told`, once the embedding model answered with vectors of that length, at the user's charge
+/// (see `probe::check_dimension`): a base of another length would pay for every document's
+/// embeddings, then fail it.
+async fn check_dimension(state: &AppState, user: &CurrentUser, model_id: i64, told: i32) -> AppResult<i32> {
+    crate::models::probe::check_dimension(state, Billing::of(user), model_id, told.into()).await?;
+    Ok(told)
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbRequest) -> AppResult<()> {
@@ -330,6 +340,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     // Last of the checks, as on creation: the probe is a paid call, and a request refused for
     // another field must not have made it.
     let dimension = match asked_dimension {
+        Some(d) if new_model || d != row.dimension => check_dimension(state, user, model_id, d).await?,
         Some(d) => d,
         // A new model brings its own length, asked as on creation: kept, the old length would
         // refuse every vector the new model makes.

@@ -38,12 +38,14 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
     // Older messages left out, past the agent's window or the history's size (not those
     // joined so that roles take turns).
     let compression_applied = total > history.0.len() as i64;
-    let history = alternating(history.0);
+    // The last question as stored, not joined with earlier unanswered ones.
     let last_user = history
+        .0
         .iter()
         .rev()
         .find(|m| m.role == "user")
         .map(|m| m.content.clone());
+    let history = alternating(history.0);
     let mut warnings = vec![];
     let memories = match (agent.memory_enabled, last_user) {
         (true, Some(query)) => {

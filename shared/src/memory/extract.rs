@@ -125,7 +125,7 @@ pub async fn extract(
     state: &AppState,
     conv: &Conversation,
     config_id: Option<i64>,
-    deadline: Option<Instant>,
+    deadline: Option<Deadline>,
 ) -> AppResult<Vec<MemoryRow>> {
     let db = state.db();
     sqlx::query("INSERT INTO memory_extractions (conversation_id) VALUES ($1) ON CONFLICT DO NOTHING")
@@ -174,7 +174,7 @@ async fn run(
     conv: &Conversation,
     config_id: Option<i64>,
     (after, lease): (i64, Lease),
-    deadline: Option<Instant>,
+    deadline: Option<Deadline>,
 ) -> AppResult<Vec<MemoryRow>> {
     let db = state.db();
     // Up to the turn still being answered, if any: its answer (and any later turn's message)
@@ -209,7 +209,7 @@ async fn run(
         Err(why) => return Err(unusable_answer(db, conv, (last_id, lease), why).await?),
     };
     let texts: Vec<String> = found.iter().map(|c| format!("{}\n{}", c.title, c.content)).collect();
-    strategy.embedding = until(strategy.embedding, deadline);
+    strategy.embedding = until(strategy.embedding, deadline.map(|d| d.all));
     let vectors = recall::embed(
         state,
         &strategy,
@@ -360,6 +360,26 @@ async fn unusable_answer(
     )))
 }
 
+/// When an extraction a client waits for must be done: the model's answer by `answer`, the
+/// memories' embeddings by `all`.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    answer: Instant,
+    all: Instant,
+}
+
+impl Deadline {
+    /// `budget` from now, a fifth of it kept for the embeddings: an answer that took it all
+    /// would be paid for, then stored nowhere, and paid for again by the next try.
+    pub fn within(budget: std::time::Duration) -> Self {
+        let now = Instant::now();
+        Self {
+            answer: now + budget * 4 / 5,
+            all: now + budget,
+        }
+    }
+}
+
 /// `model` with its calls cut at what is left before `deadline`, if there is one.
 fn until(model: ModelHandle, deadline: Option<Instant>) -> ModelHandle {
     match deadline {
@@ -374,13 +394,13 @@ async fn ask_model(
     s: &Strategy,
     owner: Owner,
     messages: &[(i64, String, String)],
-    deadline: Option<Instant>,
+    deadline: Option<Deadline>,
 ) -> AppResult<Result<Vec<Content>, String>> {
     let model = match s.config.extraction_model_id {
         Some(id) => gateway::load(state, id, ModelType::Chat).await?,
         None => gateway::default_model(state, ModelType::Chat).await?,
     };
-    let model = until(model, deadline);
+    let model = until(model, deadline.map(|d| d.answer));
     let max = s.config.max_memories_per_extraction.clamp(1, 50) as usize;
     let instructions = s.config.custom_extraction_prompt.as_deref().unwrap_or(DEFAULT_PROMPT);
     let system = format!(

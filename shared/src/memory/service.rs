@@ -343,7 +343,7 @@ pub async fn extract_now(state: &AppState, user: &CurrentUser, agent_id: i64, ke
         AppError::validation("memory is off for this agent (memoryEnabled is false, or its memory config is disabled)")
     })?;
     // Past API Gateway's limit the client would get its 504 while the calls go on, paid for.
-    let deadline = tokio::time::Instant::now() + state.config().buffered_model_timeout;
+    let deadline = extract::Deadline::within(state.config().buffered_model_timeout);
     let rows = extract::extract(state, &conv, config_id, Some(deadline)).await?;
     Ok(ExtractResult {
         extracted_count: rows.len(),

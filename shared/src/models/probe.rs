@@ -98,9 +98,14 @@ pub async fn check_dimension(state: &AppState, billing: Billing, model_id: i64, 
     }
 }
 
-/// The length of one vector of the embedding model `model_id`, as it answers now.
+/// The length of one vector of the embedding model `model_id`, as it answers now: within
+/// `model_test_timeout`, as a connectivity test, since the request that asks (a base or memory
+/// config saved) waits for it under API Gateway's 29 s, where the config's own timeout and
+/// retries could take minutes.
 pub async fn embedding_length(state: &AppState, billing: Billing, model_id: i64) -> AppResult<usize> {
-    let model = gateway::load(state, model_id, ModelType::Embedding).await?;
+    let model = gateway::load(state, model_id, ModelType::Embedding)
+        .await?
+        .within(state.config().model_test_timeout);
     let probe = ["dimension probe".to_owned()];
     let out = gateway::embed(state, &model, billing, &probe, InputKind::Query, None)
         .await

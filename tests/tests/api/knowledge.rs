@@ -2298,6 +2298,26 @@ async fn a_dimension_given_must_be_the_models() {
     assert_eq!(read.assert_ok()["dimensionOfVectorModel"], 384);
 }
 
+/// The check of a given dimension waits for the model as long as a connectivity test does, not
+/// the config's own timeout and retries (minutes): past it, the dimension is taken at its word
+/// and the base made, before API Gateway's 29 s would have answered 504 while the base was
+/// made anyway, for a client to make it again.
+#[tokio::test]
+async fn a_given_dimension_is_taken_at_its_word_when_the_model_does_not_answer_in_time() {
+    let s = KbSetup::new(Store::Filesystem, &[("MODEL_TEST_TIMEOUT_SECS", "1")]).await;
+    let provider = s.app.provider(&s.admin, "silent").await;
+    let silent = format!("http://{}/v1", api_tests::silent_listener().await);
+    let model = s
+        .app
+        .model(&s.admin, provider, "EMBEDDING", "emb-8", &silent, json!({}))
+        .await;
+    let started = std::time::Instant::now();
+    let body = json!({ "name": "Slow", "embeddingModelId": model, "dimensionOfVectorModel": 8 });
+    let made = s.app.post("/rag", Some(&s.admin), &body).await;
+    assert_eq!(made.assert_ok()["dimensionOfVectorModel"], 8);
+    assert!(started.elapsed() < std::time::Duration::from_secs(29));
+}
+
 /// A base whose model no longer makes vectors of its dimension (its endpoint changed since the
 /// base was made, or the model could not answer then) fails each document at embedding, at
 /// once and naming both lengths (it was taken for a passing failure and retried at its

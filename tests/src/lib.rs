@@ -566,6 +566,14 @@ impl TestApp {
     /// Creates a model config and returns its id; `extra` fields are merged into the body.
     /// An EMBEDDING config (as `token`, an administrator) at an address nobody answers at, under
     /// a provider of its own, with `configJson` `config`.
+    /// A model config whose endpoint takes connections and never answers.
+    pub async fn silent_model(&self, token: &str, model_type: &str, model_key: &str, extra: Value) -> i64 {
+        let provider = self.provider(token, "silent").await;
+        let endpoint = format!("http://{}/v1", silent_listener().await);
+        self.model(token, provider, model_type, model_key, &endpoint, extra)
+            .await
+    }
+
     pub async fn unreachable_embedding_model(&self, token: &str, config: Value) -> i64 {
         let provider = self.provider(token, "unreachable").await;
         let extra = serde_json::json!({ "configJson": config });

@@ -2305,12 +2305,7 @@ async fn a_dimension_given_must_be_the_models() {
 #[tokio::test]
 async fn a_given_dimension_is_taken_at_its_word_when_the_model_does_not_answer_in_time() {
     let s = KbSetup::new(Store::Filesystem, &[("MODEL_TEST_TIMEOUT_SECS", "1")]).await;
-    let provider = s.app.provider(&s.admin, "silent").await;
-    let silent = format!("http://{}/v1", api_tests::silent_listener().await);
-    let model = s
-        .app
-        .model(&s.admin, provider, "EMBEDDING", "emb-8", &silent, json!({}))
-        .await;
+    let model = s.app.silent_model(&s.admin, "EMBEDDING", "emb-8", json!({})).await;
     let started = std::time::Instant::now();
     let body = json!({ "name": "Slow", "embeddingModelId": model, "dimensionOfVectorModel": 8 });
     let made = s.app.post("/rag", Some(&s.admin), &body).await;

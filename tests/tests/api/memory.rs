@@ -1694,12 +1694,7 @@ async fn a_disabled_embedding_model_leaves_edits_and_previews_working() {
 #[tokio::test]
 async fn an_extraction_asked_for_stops_within_its_time_limit() {
     let s = setup_with(false, Store::Filesystem, &[("BUFFERED_MODEL_TIMEOUT_SECS", "1")]).await;
-    let provider = s.app.provider(&s.admin, "silent").await;
-    let silent = format!("http://{}/v1", api_tests::silent_listener().await);
-    let silent = s
-        .app
-        .model(&s.admin, provider, "CHAT", "mem-extract", &silent, json!({}))
-        .await;
+    let silent = s.app.silent_model(&s.admin, "CHAT", "mem-extract", json!({})).await;
     let config = s.config(json!({ "extractionModelId": silent })).await;
     let agent = s.agent(Some(config)).await;
     let conv = s.conversation(agent, Owner::User(s.admin_id), "slow").await;

@@ -1102,18 +1102,8 @@ async fn ai_drafts_fall_back_when_the_model_does_not_answer_in_time() {
         bucket: None,
         admin,
     };
-    let p = s.app.provider(&s.admin, "silent").await;
-    let silent = format!("http://{}/v1", api_tests::silent_listener().await);
-    s.app
-        .model(
-            &s.admin,
-            p,
-            "CHAT",
-            "chat-echo",
-            &silent,
-            json!({ "isDefault": true, "scope": "GLOBAL" }),
-        )
-        .await;
+    let default = json!({ "isDefault": true, "scope": "GLOBAL" });
+    s.app.silent_model(&s.admin, "CHAT", "chat-echo", default).await;
     let started = std::time::Instant::now();
     let g = s
         .app

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::extract::Conversation;
+use crate::domain::Owner;
 use crate::queue::QueueName;
 use crate::{AppError, AppResult, AppState};
 
@@ -13,12 +15,20 @@ pub struct ExtractMessage {
     pub conversation_id: i64,
 }
 
-/// Queues the extraction of a conversation's memories.
-pub async fn enqueue(state: &AppState, conversation_id: i64) -> AppResult<()> {
-    let body = serde_json::json!(ExtractMessage { conversation_id }).to_string();
+/// Queues the extraction of a conversation's memories, as work of its user, or of its agent for
+/// a partner's end user: a partner's traffic comes from many end users at once.
+pub async fn enqueue(state: &AppState, conversation: &Conversation) -> AppResult<()> {
+    let body = serde_json::json!(ExtractMessage {
+        conversation_id: conversation.id
+    })
+    .to_string();
+    let tenant = match conversation.owner {
+        Owner::User(id) => format!("user:{id}"),
+        Owner::External(_) => format!("agent:{}", conversation.agent_id),
+    };
     state
         .queue()
-        .send(QueueName::Memory, body)
+        .send(QueueName::Memory, &tenant, body)
         .await
         .map_err(|e| AppError::Internal(e.context("queueing a memory extraction failed")))
 }

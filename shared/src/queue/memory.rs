@@ -68,7 +68,9 @@ impl InProcessQueue {
 
 #[async_trait]
 impl Queue for InProcessQueue {
-    async fn send(&self, queue: QueueName, body: String) -> anyhow::Result<()> {
+    /// First in, first out whatever the tenant: one process serves one deployment's tests or
+    /// one developer.
+    async fn send(&self, queue: QueueName, _tenant: &str, body: String) -> anyhow::Result<()> {
         let envelope = Envelope {
             id: uuid::Uuid::new_v4().to_string(),
             body,

@@ -42,7 +42,11 @@ pub type StopAt = Option<tokio::time::Instant>;
 
 #[async_trait]
 pub trait Queue: Send + Sync {
-    async fn send(&self, queue: QueueName, body: String) -> anyhow::Result<()>;
+    /// Queues `body` as work of `tenant` (whose it is: a user, an agent's partner traffic). On
+    /// SQS the tenant is the message's group: a standard queue with groups is a fair queue, whose
+    /// consumers are given a quiet tenant's messages before those of one with a backlog, so one
+    /// user's thousand uploads do not hold up everyone else's for hours.
+    async fn send(&self, queue: QueueName, tenant: &str, body: String) -> anyhow::Result<()>;
     /// Cheap reachability check for /health.
     async fn check(&self) -> anyhow::Result<()>;
     /// Delivers the queue's messages to `handler` inside this process until the process ends.

@@ -102,10 +102,11 @@ impl SqsQueue {
 
 #[async_trait]
 impl Queue for SqsQueue {
-    async fn send(&self, queue: QueueName, body: String) -> anyhow::Result<()> {
+    async fn send(&self, queue: QueueName, tenant: &str, body: String) -> anyhow::Result<()> {
         self.client
             .send_message()
             .queue_url(self.url(queue))
+            .message_group_id(tenant)
             .message_body(body)
             .set_message_attributes(trace_attribute())
             .send()

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use shared::queue::{for_each_message, BatchHandler, InProcessQueue, Queue, QueueName, SqsQueue, MAX_RECEIVES};
 
 type Seen = Arc<Mutex<Vec<(String, u32)>>>;
@@ -82,7 +83,7 @@ async fn in_process_queue_retries_and_dead_letters() {
     let queue = InProcessQueue::with_retry_delay(Duration::from_millis(50));
     let seen: Seen = Arc::default();
     for body in ["good-1", "bad-1", "good-2"] {
-        queue.send(QueueName::Ingest, body.to_owned()).await.unwrap();
+        queue.send(QueueName::Ingest, "user:1", body.to_owned()).await.unwrap();
     }
     queue.start_worker(QueueName::Ingest, recording_worker(seen.clone()));
     wait_until(Duration::from_secs(10), || {
@@ -102,8 +103,8 @@ async fn sqs_queue_retries_and_dead_letters() {
     let sdk = aws_config::load_from_env().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let queue = SqsQueue::new(&sdk, url.clone(), url.clone());
-    for body in ["good-1", "bad-1", "good-2"] {
-        queue.send(QueueName::Ingest, body.to_owned()).await.unwrap();
+    for (tenant, body) in [("user:1", "good-1"), ("user:2", "bad-1"), ("user:1", "good-2")] {
+        queue.send(QueueName::Ingest, tenant, body.to_owned()).await.unwrap();
     }
     let seen: Seen = Arc::default();
     let worker = queue.start_worker(QueueName::Ingest, recording_worker(seen.clone()));
@@ -117,12 +118,19 @@ async fn sqs_queue_retries_and_dead_letters() {
         let out = sqs
             .receive_message()
             .queue_url(&dlq)
+            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
             .wait_time_seconds(1)
             .send()
             .await
             .unwrap();
         if let Some(m) = out.messages.unwrap_or_default().into_iter().next() {
-            break m.body.unwrap_or_default();
+            // Sent as its tenant's: a fair queue's group.
+            let group = m
+                .attributes
+                .as_ref()
+                .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+                .cloned();
+            break (m.body.unwrap_or_default(), group);
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
@@ -130,7 +138,7 @@ async fn sqs_queue_retries_and_dead_letters() {
         );
     };
     worker.abort();
-    assert_eq!(dead, "bad-1");
+    assert_eq!(dead, ("bad-1".to_owned(), Some("user:2".to_owned())));
     assert_eq!(deliveries(&seen, "good-1"), vec![1], "handled once and deleted");
     assert_eq!(deliveries(&seen, "good-2"), vec![1]);
     assert_eq!(deliveries(&seen, "bad-1"), (1..=MAX_RECEIVES).collect::<Vec<_>>());

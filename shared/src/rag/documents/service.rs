@@ -106,11 +106,11 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
 
 /// Sends the document through the pipeline again; a run in flight is superseded.
 pub async fn reprocess(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<DocView> {
-    owned(state, user, id).await?;
+    let doc = owned(state, user, id).await?;
     let run_id = repo::restart(state.db(), id)
         .await?
         .ok_or_else(|| AppError::not_found("document"))?;
-    crate::rag::pipeline::enqueue(state, id, run_id).await;
+    crate::rag::pipeline::enqueue(state, id, run_id, doc.creator_id).await;
     get(state, user, id).await
 }
 
@@ -251,6 +251,6 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
         }
     };
     leftovers::delete(state, &old_keys).await;
-    crate::rag::pipeline::enqueue(state, id, run_id).await;
+    crate::rag::pipeline::enqueue(state, id, run_id, user.id).await;
     get(state, user, id).await
 }

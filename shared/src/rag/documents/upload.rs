@@ -527,7 +527,7 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
 
     crate::resources::leftovers::delete(state, &drop_keys).await;
     for (id, run_id) in queued {
-        crate::rag::pipeline::enqueue(state, id, run_id).await;
+        crate::rag::pipeline::enqueue(state, id, run_id, preview.creator_id).await;
     }
     Ok(CommitResult {
         conflict_changed: false,

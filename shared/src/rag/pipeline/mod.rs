@@ -21,11 +21,13 @@ pub struct IngestMessage {
     pub run_id: uuid::Uuid,
 }
 
-/// Queues a document; if the queue is unreachable the document is marked failed with a
-/// message that says to reprocess it, instead of staying pending forever.
-pub async fn enqueue(state: &AppState, document_id: i64, run_id: uuid::Uuid) {
+/// Queues a document as work of its uploader, who pays for its model calls; if the queue is
+/// unreachable the document is marked failed with a message that says to reprocess it, instead
+/// of staying pending forever.
+pub async fn enqueue(state: &AppState, document_id: i64, run_id: uuid::Uuid, uploader_id: i64) {
     let body = serde_json::json!(IngestMessage { document_id, run_id }).to_string();
-    if let Err(e) = state.queue().send(QueueName::Ingest, body).await {
+    let tenant = format!("user:{uploader_id}");
+    if let Err(e) = state.queue().send(QueueName::Ingest, &tenant, body).await {
         tracing::error!(document_id, error = ?e, "queueing a document failed");
         let message = format!("the document could not be queued ({e}); reprocess it");
         if let Err(e) =

@@ -1833,6 +1833,32 @@ async fn stats_and_context_preview() {
         .map(|m| m["content"].as_str().unwrap())
         .collect();
     assert_eq!(shown, ["Where is my dog?", "At home.", "And the cat?", "The cat is"]);
+    // Two questions in a row (an answer failed with no text): shown joined, as the next turn
+    // sends them, and recalled with the last one alone, as the next turn recalls with its own.
+    s.say(
+        conv,
+        agent,
+        &[("user", "Is it raining?"), ("user", "Where is my umbrella?")],
+    )
+    .await;
+    let asked = s.models.requests().len();
+    let d = preview(&s, agent).await;
+    let d = d.assert_ok();
+    assert_eq!(
+        d["messages"][2]["content"], "Is it raining?\n\nWhere is my umbrella?",
+        "{d}"
+    );
+    let embedded: Vec<String> = s.models.requests()[asked..]
+        .iter()
+        .filter_map(|r| r.get("input").map(Value::to_string))
+        .collect();
+    assert!(
+        !embedded.is_empty()
+            && embedded
+                .iter()
+                .all(|i| i.contains("umbrella") && !i.contains("raining")),
+        "{embedded:?}"
+    );
 
     // Stats: recall twice, then count.
     let recalled = recall_as_chat(&s.app.state, agent, owner, None, "my dog")

@@ -389,27 +389,33 @@ fn end_span(span: &Span, record: &UsageRecord) {
     }
 }
 
-/// Runs one non-streamed call on its hold, and settles the hold after it.
+/// Runs one non-streamed call on its hold, and settles the hold after it. A call cut at the
+/// model's time limit is charged `sent`, the input it was sent: the endpoint read it, and may
+/// have gone on writing an answer nobody sees. Charged nothing, a call made to run past the
+/// limit (a long prompt, an answer asked to be long) was free, as often as a user cared to
+/// repeat it.
 async fn metered<T>(
     state: &AppState,
     model: &ModelHandle,
-    billing: Billing,
-    hold: Hold,
+    (billing, hold, sent): (Billing, Hold, Usage),
     (operation, kind): (&'static str, &'static str),
     call: impl std::future::Future<Output = Result<T, ModelError>>,
     usage_of: impl Fn(&T) -> Usage,
 ) -> Result<T, CallError> {
     let (mut record, started) = start(model, billing, kind);
     let span = call_span(model, operation, kind);
+    let mut cut = false;
     let outcome = match model.time_limit {
-        Some(limit) => tokio::time::timeout(limit, call.instrument(span.clone()))
-            .await
-            .unwrap_or_else(|_| {
+        Some(limit) => match tokio::time::timeout(limit, call.instrument(span.clone())).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                cut = true;
                 Err(ModelError::Timeout(format!(
                     "no answer within {} s, retries included",
                     limit.as_secs()
                 )))
-            }),
+            }
+        },
         None => call.instrument(span.clone()).await,
     };
     record.latency_ms = started.elapsed().as_millis() as i64;
@@ -417,8 +423,11 @@ async fn metered<T>(
         Ok(v) => record.usage = usage_of(v),
         Err(e) => record.error = Some(e.to_string()),
     }
+    if cut {
+        record.usage = sent;
+    }
     end_span(&span, &record);
-    let charge = record.error.is_none();
+    let charge = record.error.is_none() || cut;
     after_call(state, &model.row, hold, record, charge).await;
     Ok(outcome?)
 }
@@ -447,7 +456,8 @@ pub async fn chat(
         }
         Ok(answer)
     };
-    metered(state, model, billing, hold, ("chat", kind), call, |r| {
+    let sent = Usage::estimated(prompt_chars(&req), 0);
+    metered(state, model, (billing, hold, sent), ("chat", kind), call, |r| {
         reported_or_estimated(r, &req)
     })
     .await
@@ -484,12 +494,18 @@ pub async fn embed(
     let bytes = texts.iter().map(String::len).sum();
     let hold = hold_whole(state, billing, text_tokens(bytes)).await?;
     let call = state.models().embed(&model.endpoint, texts, input, expected_dim);
-    metered(state, model, billing, hold, ("embeddings", "embedding"), call, |e| {
-        Usage {
+    let sent = Usage::estimated(bytes, 0);
+    metered(
+        state,
+        model,
+        (billing, hold, sent),
+        ("embeddings", "embedding"),
+        call,
+        |e| Usage {
             prompt_tokens: reported_or_estimated_input(Some(e.prompt_tokens), bytes),
             completion_tokens: 0,
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -517,9 +533,12 @@ pub async fn rerank(
     let bytes = query.len() + documents.iter().map(String::len).sum::<usize>();
     let hold = hold_whole(state, billing, text_tokens(bytes)).await?;
     let call = state.models().rerank(&model.endpoint, query, documents, top_n);
-    let ranked = metered(state, model, billing, hold, ("rerank", "rerank"), call, |r| Usage {
-        prompt_tokens: reported_or_estimated_input(r.reported_tokens, bytes),
-        completion_tokens: 0,
+    let sent = Usage::estimated(bytes, 0);
+    let ranked = metered(state, model, (billing, hold, sent), ("rerank", "rerank"), call, |r| {
+        Usage {
+            prompt_tokens: reported_or_estimated_input(r.reported_tokens, bytes),
+            completion_tokens: 0,
+        }
     })
     .await?;
     Ok(ranked.hits)

@@ -681,7 +681,8 @@ async fn the_connectivity_test_answers_within_its_own_time_limit() {
     // seconds to the 1 s limit.
     assert!((1000..29_000).contains(&took), "{took} ms");
     assert!(started.elapsed() < std::time::Duration::from_secs(29));
-    // A real call, recorded as every test is: failed, nothing charged.
+    // A real call, recorded as every test is: failed, and charged the prompt it was sent, as
+    // every call cut at its time limit is (the endpoint may be at work on it still).
     let recorded: Vec<(String, Option<String>, i64)> = sqlx::query_as(
         "SELECT call_kind, error, prompt_tokens + completion_tokens FROM model_usage WHERE model_id = $1",
     )
@@ -694,7 +695,8 @@ async fn the_connectivity_test_answers_within_its_own_time_limit() {
         recorded[0].1.as_deref().is_some_and(|e| e.contains("timed out")),
         "{recorded:?}"
     );
-    assert_eq!((recorded[0].0.as_str(), recorded[0].2), ("test", 0));
+    assert_eq!(recorded[0].0, "test");
+    assert!(recorded[0].2 > 0, "{recorded:?}");
 }
 
 /// An endpoint that reports no usage is charged an estimate, as a stream is: taken as 0, a

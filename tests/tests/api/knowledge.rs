@@ -1061,7 +1061,7 @@ async fn failures_are_precise_and_leave_nothing_half_indexed() {
     assert!(d["errorMessage"].is_null());
     // A document deleted between the reprocess's check and its restart is not found (404),
     // not a failed statement (500).
-    let gone = shared::rag::documents::repo::restart(&s.app.db, id + 1000)
+    let gone = shared::rag::documents::repo::restart(&s.app.db, id + 1000, 1)
         .await
         .unwrap();
     assert!(gone.is_none());

@@ -121,7 +121,8 @@ async fn knowledge_base_model_calls_are_charged_and_an_empty_quota_spends_nothin
         .await
         .assert_unchanged_since(&before, "refused model calls");
     assert!(s.models.requests().is_empty(), "the model was called");
-    // A base needs no model call when its dimension is given; its documents do.
+    // A base whose dimension is given is made without the model when the quota cannot pay for
+    // the dimension's check; its documents need the model.
     let rag = app
         .post(
             "/rag",
@@ -202,6 +203,53 @@ async fn knowledge_base_model_calls_are_charged_and_an_empty_quota_spends_nothin
     assert_eq!(s.models.requests().len(), calls, "the model was called");
     // The refused hold gives its tokens back in a task of its own.
     api_tests::wait_for(std::time::Duration::from_secs(10), async || tokens().await == 5).await;
+}
+
+/// A document run again is paid for by whoever asks for it: billed to the uploader, a base's
+/// owner could reprocess, as often as they liked, a document an administrator had uploaded into
+/// their base, on the administrator's unlimited quota.
+#[tokio::test]
+async fn a_reprocess_is_paid_for_by_whoever_asks() {
+    let s = api_tests::KbSetup::new(api_tests::Store::Filesystem, &[]).await;
+    let app = &s.app;
+    let (bob_id, bob) = app.regular_user("bob").await;
+    let base = json!({ "name": "b", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8 });
+    let rag = app.post("/rag", Some(&bob), &base).await.assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    // The administrator's upload into bob's base is the administrator's to pay.
+    let committed = app
+        .upload_documents(&s.admin, rag, &[("a.txt", b"Reprocessing is paid for.".to_vec())])
+        .await;
+    let doc = committed.assert_ok()["items"][0]["id"].as_i64().unwrap();
+    assert_eq!(app.settled_document(&bob, doc).await["status"], "success");
+    // bob, at zero tokens, asks for it again: his to pay, and he cannot.
+    app.post(&format!("/document/{doc}/reprocess"), Some(&bob), &json!({}))
+        .await
+        .assert_ok();
+    let failed = app.settled_document(&bob, doc).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(
+        failed["errorMessage"]
+            .as_str()
+            .unwrap()
+            .contains("token quota is used up"),
+        "{failed}"
+    );
+    let charged: Vec<Option<i64>> =
+        sqlx::query_scalar("SELECT user_id FROM model_usage WHERE call_kind = 'embedding' ORDER BY id")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert!(
+        !charged.contains(&Some(bob_id)),
+        "bob's refused run made no call: {charged:?}"
+    );
+    // The administrator asking again pays again.
+    app.post(&format!("/document/{doc}/reprocess"), Some(&s.admin), &json!({}))
+        .await
+        .assert_ok();
+    assert_eq!(app.settled_document(&bob, doc).await["status"], "success");
 }
 
 /// A call estimated at no tokens is still held one: a user with tokens left is not told the

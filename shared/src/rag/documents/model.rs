@@ -28,8 +28,18 @@ pub struct DocRow {
     pub chunk_count: i32,
     pub run_id: uuid::Uuid,
     pub creator_id: i64,
+    /// Who asked for the current run when it is not the uploader's first (`payer`).
+    pub payer_id: Option<i64>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+impl DocRow {
+    /// Who pays for the current run's model calls: whoever asked for it to run again, or the
+    /// uploader.
+    pub fn payer(&self) -> i64 {
+        self.payer_id.unwrap_or(self.creator_id)
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -6,7 +6,7 @@ use super::{DocImageView, DocRow, StoredItem};
 
 const COLUMNS: &str =
     "id, rag_id, name, file_type, source_type, source_path, storage_key, mime_type, file_size, content_hash,
-    status, progress, error_stage, error_message, timings, chunk_count, run_id, creator_id, created_at, updated_at";
+    status, progress, error_stage, error_message, timings, chunk_count, run_id, creator_id, payer_id, created_at, updated_at";
 
 pub async fn find(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<DocRow>> {
     sqlx::query_as(&format!("SELECT {COLUMNS} FROM documents WHERE id = $1"))
@@ -137,12 +137,14 @@ pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
 
 /// Starts a new processing run: pending, progress 0, a fresh run id that supersedes any
 /// run in flight. None when the document is gone (deleted or overwritten meanwhile).
-pub async fn restart(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<Option<uuid::Uuid>> {
+/// Starts a new run of the document, paid for by `payer`.
+pub async fn restart(db: impl PgExecutor<'_>, id: i64, payer: i64) -> sqlx::Result<Option<uuid::Uuid>> {
     sqlx::query_scalar(
         "UPDATE documents SET status = 'pending', progress = 0, error_stage = NULL, error_message = NULL,
-         run_id = gen_random_uuid(), lease_until = NULL, updated_at = now() WHERE id = $1 RETURNING run_id",
+         run_id = gen_random_uuid(), lease_until = NULL, payer_id = $2, updated_at = now() WHERE id = $1 RETURNING run_id",
     )
     .bind(id)
+    .bind(payer)
     .fetch_optional(db)
     .await
 }

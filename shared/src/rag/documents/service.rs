@@ -106,11 +106,12 @@ pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
 
 /// Sends the document through the pipeline again; a run in flight is superseded.
 pub async fn reprocess(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<DocView> {
-    let doc = owned(state, user, id).await?;
-    let run_id = repo::restart(state.db(), id)
+    owned(state, user, id).await?;
+    // Paid for by whoever asks: the uploader may be an administrator, whose quota is unlimited.
+    let run_id = repo::restart(state.db(), id, user.id)
         .await?
         .ok_or_else(|| AppError::not_found("document"))?;
-    crate::rag::pipeline::enqueue(state, id, run_id, doc.creator_id).await;
+    crate::rag::pipeline::enqueue(state, id, run_id, user.id).await;
     get(state, user, id).await
 }
 

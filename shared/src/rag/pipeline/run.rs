@@ -243,7 +243,7 @@ async fn prepare(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Prepared,
     let smart = if chunk_settings.mode == "smart" {
         // Each window renews the lease and stops a replaced run, as the pictures' groups do.
         let before_window = || set_stage(state, doc, "chunking", 30);
-        let by_model = (chunk_settings.chunk_model_id, doc.creator_id);
+        let by_model = (chunk_settings.chunk_model_id, doc.payer());
         match smart::chunk(state, by_model, &parsed, &params, before_window).await {
             Ok(chunks) => Some(chunks),
             Err(NotChunked::Stopped(stop)) => return Err(stop),
@@ -277,7 +277,7 @@ async fn prepare(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Prepared,
             // Each group renews the lease and stops a replaced run (reprocessed or deleted):
             // hundreds of pictures outlast a lease, and each one read is a paid call.
             set_stage(state, doc, "embedding", 90).await?;
-            ocr.extend(crate::rag::vision::read_images(state, doc.creator_id, group).await);
+            ocr.extend(crate::rag::vision::read_images(state, doc.payer(), group).await);
         }
         ocr
     } else {
@@ -352,7 +352,7 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
         let out = gateway::embed(
             state,
             &model,
-            Billing::User(doc.creator_id),
+            Billing::User(doc.payer()),
             &texts,
             InputKind::Document,
             // Checked here rather than by the client: a base given a dimension its model does

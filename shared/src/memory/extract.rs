@@ -266,7 +266,7 @@ async fn run(
     // every `extractionInterval`, which at more rounds than a window holds fell further behind
     // with each run.
     if cut_short || fetched == MAX_MESSAGES {
-        if let Err(e) = super::queue::enqueue(state, conv).await {
+        if let Err(e) = super::queue::enqueue(state, conv.id, (conv.owner, conv.agent_id)).await {
             tracing::warn!(conversation_id = conv.id, error = %e, "the rest of a conversation was not queued for extraction");
         }
     }
@@ -554,7 +554,7 @@ pub async fn after_round(state: &AppState, conv: &Conversation, config_id: Optio
     if claimed.is_none() {
         return Ok(()); // another round queued it meanwhile
     }
-    super::queue::enqueue(state, conv).await?;
+    super::queue::enqueue(state, conv.id, (conv.owner, conv.agent_id)).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::extract::Conversation;
 use crate::domain::Owner;
 use crate::queue::QueueName;
 use crate::{AppError, AppResult, AppState};
@@ -17,14 +16,11 @@ pub struct ExtractMessage {
 
 /// Queues the extraction of a conversation's memories, as work of its user, or of its agent for
 /// a partner's end user: a partner's traffic comes from many end users at once.
-pub async fn enqueue(state: &AppState, conversation: &Conversation) -> AppResult<()> {
-    let body = serde_json::json!(ExtractMessage {
-        conversation_id: conversation.id
-    })
-    .to_string();
-    let tenant = match conversation.owner {
+pub async fn enqueue(state: &AppState, conversation_id: i64, (owner, agent_id): (Owner, i64)) -> AppResult<()> {
+    let body = serde_json::json!(ExtractMessage { conversation_id }).to_string();
+    let tenant = match owner {
         Owner::User(id) => format!("user:{id}"),
-        Owner::External(_) => format!("agent:{}", conversation.agent_id),
+        Owner::External(_) => format!("agent:{agent_id}"),
     };
     state
         .queue()

@@ -403,6 +403,14 @@ async fn metered<T>(
     usage_of: impl Fn(&T) -> Usage,
 ) -> Result<T, CallError> {
     let (mut record, started) = start(model, billing, kind);
+    let mut dropped = Dropped {
+        state: state.clone(),
+        row: model.row.clone(),
+        hold: Some(hold),
+        record: Some(record.clone()),
+        sent,
+        started,
+    };
     let span = call_span(model, operation, kind);
     let mut cut = false;
     let outcome = match model.time_limit {
@@ -428,8 +436,42 @@ async fn metered<T>(
     }
     end_span(&span, &record);
     let charge = record.error.is_none() || cut;
-    after_call(state, &model.row, hold, record, charge).await;
+    dropped.record = None;
+    if let Some(hold) = dropped.hold.take() {
+        after_call(state, &model.row, hold, record, charge).await;
+    }
     Ok(outcome?)
+}
+
+/// A buffered call whose future is dropped before it ends (by a deadline of its caller's: a
+/// worker's invocation, an ingest stage, a chat turn) is recorded as such and charged its
+/// input, as one cut at its own time limit is. Dropped with its hold alone, the hold went back
+/// whole, nothing was recorded, and the call was free, once per delivery of its message.
+struct Dropped {
+    state: AppState,
+    row: ModelConfigRow,
+    hold: Option<Hold>,
+    /// The call's record while it runs; taken when it ends.
+    record: Option<UsageRecord>,
+    sent: Usage,
+    started: Instant,
+}
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        let (Some(hold), Some(mut record)) = (self.hold.take(), self.record.take()) else {
+            return;
+        };
+        // Without a runtime the hold's own drop gives it back.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        record.usage = self.sent;
+        record.latency_ms = self.started.elapsed().as_millis() as i64;
+        record.error = Some("the call was given up before it ended (its caller's time ran out)".to_owned());
+        let (state, row) = (self.state.clone(), self.row.clone());
+        runtime.spawn(async move { after_call(&state, &row, hold, record, true).await });
+    }
 }
 
 pub async fn chat(

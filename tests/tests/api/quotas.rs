@@ -252,6 +252,57 @@ async fn a_reprocess_is_paid_for_by_whoever_asks() {
     assert_eq!(app.settled_document(&bob, doc).await["status"], "success");
 }
 
+/// A buffered call its caller gives up on (a worker's invocation ending, an ingest stage's or a
+/// chat turn's deadline) is recorded and charged its input, as one cut at its own limit is:
+/// dropped with its hold alone, it was free and left no record.
+#[tokio::test]
+async fn a_call_given_up_by_its_caller_is_recorded_and_charged() {
+    use shared::models::client::{ChatMessage, ChatRequest};
+    use shared::models::gateway::{self, Billing};
+    let app = api_tests::spawn(api_tests::Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let (id, _) = app.regular_user("cut").await;
+    sqlx::query("UPDATE users SET tokens = 100000 WHERE id = $1")
+        .bind(id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let model = app
+        .silent_model(&admin, "CHAT", "chat-echo", json!({ "scope": "GLOBAL" }))
+        .await;
+    let handle = gateway::load(&app.state, model, shared::models::ModelType::Chat)
+        .await
+        .unwrap();
+    let req = ChatRequest {
+        messages: vec![ChatMessage::user("words ".repeat(700))],
+        ..ChatRequest::default()
+    };
+    let call = gateway::chat(&app.state, &handle, Billing::User(id), "title", &req);
+    let given_up = tokio::time::timeout(std::time::Duration::from_millis(300), call).await;
+    assert!(given_up.is_err(), "the silent model answered");
+    let recorded = || async {
+        sqlx::query_as::<_, (Option<String>, i64)>("SELECT error, prompt_tokens FROM model_usage WHERE user_id = $1")
+            .bind(id)
+            .fetch_optional(&app.db)
+            .await
+            .unwrap()
+    };
+    let tokens = || async {
+        sqlx::query_scalar::<_, i64>("SELECT tokens FROM users WHERE id = $1")
+            .bind(id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap()
+    };
+    let limit = std::time::Duration::from_secs(10);
+    api_tests::wait_for(limit, async || recorded().await.is_some()).await;
+    let (error, prompt) = recorded().await.unwrap();
+    assert!(error.is_some_and(|e| e.contains("given up")), "recorded as given up");
+    assert!(prompt >= 1_000, "{prompt} prompt tokens recorded for 4,200 characters");
+    // The hold is settled to what was recorded, after the record.
+    api_tests::wait_for(limit, async || tokens().await == 100_000 - prompt).await;
+}
+
 /// A call estimated at no tokens is still held one: a user with tokens left is not told the
 /// quota is used up, one at zero is.
 #[tokio::test]

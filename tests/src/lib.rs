@@ -566,6 +566,25 @@ impl TestApp {
     /// Creates a model config and returns its id; `extra` fields are merged into the body.
     /// An EMBEDDING config (as `token`, an administrator) at an address nobody answers at, under
     /// a provider of its own, with `configJson` `config`.
+    /// The tokens `user_id` has left.
+    pub async fn tokens_of(&self, user_id: i64) -> i64 {
+        sqlx::query_scalar("SELECT tokens FROM users WHERE id = $1")
+            .bind(user_id)
+            .fetch_one(&self.db)
+            .await
+            .expect("tokens")
+    }
+
+    /// Gives `user_id` `tokens` to spend.
+    pub async fn set_tokens(&self, user_id: i64, tokens: i64) {
+        sqlx::query("UPDATE users SET tokens = $2 WHERE id = $1")
+            .bind(user_id)
+            .bind(tokens)
+            .execute(&self.db)
+            .await
+            .expect("set tokens");
+    }
+
     /// A model config whose endpoint takes connections and never answers.
     pub async fn silent_model(&self, token: &str, model_type: &str, model_key: &str, extra: Value) -> i64 {
         let provider = self.provider(token, "silent").await;

@@ -137,19 +137,7 @@ async fn knowledge_base_model_calls_are_charged_and_an_empty_quota_spends_nothin
         .upload_documents(&bob, rag, &[("a.txt", b"Quotas pay for embeddings too.".to_vec())])
         .await;
     let doc = committed.assert_ok()["items"][0]["id"].as_i64().unwrap();
-    let failed = app.settled_document(&bob, doc).await;
-    assert_eq!(
-        (failed["status"].as_str(), failed["errorStage"].as_str()),
-        (Some("failed"), Some("embedding")),
-        "{failed}"
-    );
-    assert!(
-        failed["errorMessage"]
-            .as_str()
-            .unwrap()
-            .contains("token quota is used up"),
-        "{failed}"
-    );
+    failed_for_quota(&app.settled_document(&bob, doc).await);
     assert!(s.models.requests().is_empty(), "the model was called");
     // Q&A on the base is refused before its stream starts, with the envelope's 403.
     let provider = app.provider(&s.admin, "answers").await;
@@ -205,6 +193,17 @@ async fn knowledge_base_model_calls_are_charged_and_an_empty_quota_spends_nothin
     api_tests::wait_for(std::time::Duration::from_secs(10), async || tokens().await == 5).await;
 }
 
+/// A document its payer's quota could not pay to embed.
+fn failed_for_quota(doc: &serde_json::Value) {
+    assert_eq!(
+        (doc["status"].as_str(), doc["errorStage"].as_str()),
+        (Some("failed"), Some("embedding")),
+        "{doc}"
+    );
+    let told = doc["errorMessage"].as_str().unwrap();
+    assert!(told.contains("token quota is used up"), "{doc}");
+}
+
 /// A document run again is paid for by whoever asks for it: billed to the uploader, a base's
 /// owner could reprocess, as often as they liked, a document an administrator had uploaded into
 /// their base, on the administrator's unlimited quota.
@@ -227,15 +226,7 @@ async fn a_reprocess_is_paid_for_by_whoever_asks() {
     app.post(&format!("/document/{doc}/reprocess"), Some(&bob), &json!({}))
         .await
         .assert_ok();
-    let failed = app.settled_document(&bob, doc).await;
-    assert_eq!(failed["status"], "failed", "{failed}");
-    assert!(
-        failed["errorMessage"]
-            .as_str()
-            .unwrap()
-            .contains("token quota is used up"),
-        "{failed}"
-    );
+    failed_for_quota(&app.settled_document(&bob, doc).await);
     let charged: Vec<Option<i64>> =
         sqlx::query_scalar("SELECT user_id FROM model_usage WHERE call_kind = 'embedding' ORDER BY id")
             .fetch_all(&app.db)
@@ -262,11 +253,7 @@ async fn a_call_given_up_by_its_caller_is_recorded_and_charged() {
     let app = api_tests::spawn(api_tests::Store::Filesystem).await;
     let admin = app.admin_token().await;
     let (id, _) = app.regular_user("cut").await;
-    sqlx::query("UPDATE users SET tokens = 100000 WHERE id = $1")
-        .bind(id)
-        .execute(&app.db)
-        .await
-        .unwrap();
+    app.set_tokens(id, 100_000).await;
     let model = app
         .silent_model(&admin, "CHAT", "chat-echo", json!({ "scope": "GLOBAL" }))
         .await;
@@ -287,20 +274,13 @@ async fn a_call_given_up_by_its_caller_is_recorded_and_charged() {
             .await
             .unwrap()
     };
-    let tokens = || async {
-        sqlx::query_scalar::<_, i64>("SELECT tokens FROM users WHERE id = $1")
-            .bind(id)
-            .fetch_one(&app.db)
-            .await
-            .unwrap()
-    };
     let limit = std::time::Duration::from_secs(10);
     api_tests::wait_for(limit, async || recorded().await.is_some()).await;
     let (error, prompt) = recorded().await.unwrap();
     assert!(error.is_some_and(|e| e.contains("given up")), "recorded as given up");
     assert!(prompt >= 1_000, "{prompt} prompt tokens recorded for 4,200 characters");
     // The hold is settled to what was recorded, after the record.
-    api_tests::wait_for(limit, async || tokens().await == 100_000 - prompt).await;
+    api_tests::wait_for(limit, async || app.tokens_of(id).await == 100_000 - prompt).await;
 }
 
 /// A call estimated at no tokens is still held one: a user with tokens left is not told the

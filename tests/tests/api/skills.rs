@@ -1122,25 +1122,14 @@ async fn ai_drafts_fall_back_when_the_model_does_not_answer_in_time() {
     // Cut at its limit, a call is charged the prompt it was sent: charged nothing, a draft
     // asked to outlast the limit was free, however often it was asked for.
     let (alice_id, alice) = s.app.regular_user("alice").await;
-    let tokens = || async {
-        sqlx::query_scalar::<_, i64>("SELECT tokens FROM users WHERE id = $1")
-            .bind(alice_id)
-            .fetch_one(&s.app.db)
-            .await
-            .unwrap()
-    };
-    sqlx::query("UPDATE users SET tokens = 100000 WHERE id = $1")
-        .bind(alice_id)
-        .execute(&s.app.db)
-        .await
-        .unwrap();
+    s.app.set_tokens(alice_id, 100_000).await;
     let long = json!({ "requirement": "Summarise every invoice. ".repeat(160) });
     let g = s.app.post("/skill/ai/generate", Some(&alice), &long).await;
     assert!(g.assert_status_ok()["warnings"][0]
         .as_str()
         .unwrap()
         .contains("timed out"));
-    let left = tokens().await;
+    let left = s.app.tokens_of(alice_id).await;
     assert!(
         left <= 100_000 - 1_000,
         "the prompt of about 1,000 tokens was charged: {left} left"

@@ -5,6 +5,7 @@
 //! (envelopes, extractors, middleware). Function crates only hold thin handlers and their
 //! Lambda entry points. `docs/layers.md` says which module may import which.
 
+pub mod admission;
 pub mod agents;
 pub mod apps;
 pub mod auth;

@@ -87,7 +87,7 @@ impl ChatSetup {
             .await
     }
 
-    /// Creates an agent as `token`; returns its id.
+    /// An EMBEDDING model config for a scripted model.
     pub async fn embedding_model(&self, key: &str) -> i64 {
         self.app
             .model(
@@ -113,6 +113,7 @@ impl ChatSetup {
         .expect("tokens left and used")
     }
 
+    /// Creates an agent as `token`; returns its id.
     pub async fn agent(&self, token: &str, body: Value) -> i64 {
         self.app
             .post("/agent", Some(token), &body)
@@ -143,7 +144,6 @@ impl ChatSetup {
         }
     }
 
-    /// Gives a regular user a token quota.
     /// A knowledge base embedded by `embedding` holding `files`, every document indexed.
     pub async fn indexed_base(&self, embedding: i64, files: &[(&str, Vec<u8>)]) -> i64 {
         let body = json!({ "name": "Policies", "embeddingModelId": embedding });
@@ -191,6 +191,7 @@ impl ChatSetup {
             .expect("server id")
     }
 
+    /// Gives a regular user a token quota.
     pub async fn set_quota(&self, user_id: i64, tokens: i64) {
         sqlx::query("UPDATE users SET tokens = $2, totals = $2 WHERE id = $1")
             .bind(user_id)

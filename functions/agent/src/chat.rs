@@ -4,6 +4,7 @@ use axum::extract::State;
 use axum::response::Response;
 use futures::StreamExt;
 use serde::Deserialize;
+use shared::admission::UserAdmission;
 use shared::agents::chat::{self, ChatRequest, StreamEvent};
 use shared::agents::create_stream;
 use shared::http::{event_stream, CurrentUser, Json, Path};
@@ -25,11 +26,11 @@ pub fn router() -> OpenApiRouter<AppState> {
     responses((status = 200, content_type = "application/x-ndjson", body = StreamEvent), (status = 400), (status = 401), (status = 404)))]
 async fn chat_stream(
     State(state): State<AppState>,
-    user: CurrentUser,
+    user: UserAdmission,
     Path(agent_id): Path<i64>,
     Json(req): Json<ChatRequest>,
 ) -> AppResult<Response> {
-    let events = chat::start_as_user(&state, &user, agent_id, req).await?;
+    let events = chat::start_as_user(&state, user, agent_id, req).await?;
     event_stream::response("application/x-ndjson", events.map(|e| e.ndjson()))
 }
 

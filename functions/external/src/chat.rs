@@ -2,7 +2,9 @@
 
 use axum::extract::State;
 use axum::response::Response;
+use axum::Extension;
 use futures::StreamExt;
+use shared::admission::Pending;
 use shared::agents::chat::StreamEvent;
 use shared::external::{chat, ExternalCaller, ExternalChatRequest, SyncAnswer};
 use shared::http::{event_stream, Api, ApiResult, Envelope, Json};
@@ -24,9 +26,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 async fn chat_stream(
     State(state): State<AppState>,
     caller: ExternalCaller,
+    count: Option<Extension<Pending>>,
     Json(req): Json<ExternalChatRequest>,
 ) -> AppResult<Response> {
-    let events = chat::start(&state, &caller, req).await?;
+    let events = chat::start(&state, &caller, req, count.map(|c| c.0)).await?;
     event_stream::response("application/x-ndjson", events.map(|e| e.ndjson()))
 }
 
@@ -37,7 +40,8 @@ async fn chat_stream(
 async fn chat_sync(
     State(state): State<AppState>,
     caller: ExternalCaller,
+    count: Option<Extension<Pending>>,
     Json(req): Json<ExternalChatRequest>,
 ) -> ApiResult<SyncAnswer> {
-    chat::sync(&state, &caller, req).await.map(Api)
+    chat::sync(&state, &caller, req, count.map(|c| c.0)).await.map(Api)
 }

@@ -62,12 +62,14 @@ impl From<&AgentRow> for AgentData {
 
 /// The select list of an `AgentRow`, as seen by the viewer bound next.
 fn select(viewer: i64) -> QueryBuilder<'static, Postgres> {
-    select_with(viewer, "")
+    let mut qb = QueryBuilder::new("");
+    push_select(&mut qb, viewer, "");
+    qb
 }
 
-/// `select` with more columns (`, expr AS name`) after the agent's own.
-fn select_with(viewer: i64, more: &str) -> QueryBuilder<'static, Postgres> {
-    let mut qb = QueryBuilder::new(
+/// The select list with more columns (`, expr AS name`) after the agent's own.
+fn push_select(qb: &mut QueryBuilder<'_, Postgres>, viewer: i64, more: &str) {
+    qb.push(
         "SELECT a.id, a.name, a.description, a.avatar, a.instruction, a.greeting, a.preset_questions,
            a.chat_model_id, m.model_key AS chat_model, a.mcp_enabled, a.mcp_server_ids, a.skill_enabled,
            a.skill_ids, a.web_search_enabled, a.rag_enabled, a.rag_id, a.memory_enabled, a.memory_config_id,
@@ -79,7 +81,6 @@ fn select_with(viewer: i64, more: &str) -> QueryBuilder<'static, Postgres> {
     qb.push(") AS subscribed");
     qb.push(more);
     qb.push(" FROM agents a JOIN users u ON u.id = a.creator_id LEFT JOIN model_configs m ON m.id = a.chat_model_id");
-    qb
 }
 
 pub async fn find(db: &PgPool, id: i64, viewer: i64) -> sqlx::Result<Option<AgentRow>> {
@@ -100,9 +101,15 @@ pub struct ChatAgentRow {
 /// The agent and its chat model in one statement: a chat reads both before its first token,
 /// and each round trip waits its turn for a loaded machine's CPU.
 pub async fn find_for_chat(db: &PgPool, id: i64, viewer: i64) -> sqlx::Result<Option<ChatAgentRow>> {
-    let mut qb = select_with(viewer, &models::repo::CHAT_CONFIG_OF_AGENT);
-    qb.push(" WHERE a.id = ").push_bind(id);
+    let mut qb = QueryBuilder::new("");
+    push_find_for_chat(&mut qb, id, viewer);
     qb.build_query_as().fetch_optional(db).await
+}
+
+/// The SELECT of `find_for_chat`, for a statement that carries it (a request's rate-limit count).
+pub fn push_find_for_chat(qb: &mut QueryBuilder<'_, Postgres>, id: i64, viewer: i64) {
+    push_select(qb, viewer, &models::repo::CHAT_CONFIG_OF_AGENT);
+    qb.push(" WHERE a.id = ").push_bind(id);
 }
 
 /// Who sees what: administrators every agent, others the enabled ones and their own.

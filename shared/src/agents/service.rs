@@ -3,6 +3,7 @@
 use super::model::{AgentFields, AgentFilter, AgentRow, AgentView, ChatModelOption, MarketAgent};
 use super::references;
 use super::repo::{self, AgentData, ChatAgentRow, Viewer};
+use crate::admission::UserAdmission;
 use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::models::{self, ModelType};
 use crate::{validate, AppError, AppResult, AppState};
@@ -22,12 +23,31 @@ pub async fn visible(state: &AppState, user: &CurrentUser, id: i64) -> AppResult
         .ok_or_else(|| AppError::not_found("agent"))
 }
 
-/// `visible`, with the config of the agent's chat model read in the same statement.
-pub async fn visible_for_chat(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<ChatAgentRow> {
-    repo::find_for_chat(state.db(), id, user.id)
-        .await?
-        .filter(|r| may_see(user, &r.agent))
-        .ok_or_else(|| AppError::not_found("agent"))
+/// `visible`, with the config of the agent's chat model read in the same statement, and the
+/// user authenticated by it when the request's count was left to it.
+pub async fn visible_for_chat(
+    state: &AppState,
+    caller: UserAdmission,
+    id: i64,
+) -> AppResult<(CurrentUser, ChatAgentRow)> {
+    let (user, row) = match caller {
+        UserAdmission::Known(user) => {
+            let row = repo::find_for_chat(state.db(), id, user.id).await?;
+            (user, row)
+        }
+        UserAdmission::Pending(pending) => {
+            let viewer = pending.user_id().unwrap_or_default();
+            let (user, row) = pending
+                .count_with(state, |qb| repo::push_find_for_chat(qb, id, viewer))
+                .await?;
+            let user = user.ok_or_else(|| AppError::unauthorized("not logged in; please log in again"))?;
+            (user, row)
+        }
+    };
+    match row.filter(|r| may_see(&user, &r.agent)) {
+        Some(row) => Ok((user, row)),
+        None => Err(AppError::not_found("agent")),
+    }
 }
 
 fn may_see(user: &CurrentUser, agent: &AgentRow) -> bool {

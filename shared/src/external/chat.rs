@@ -8,6 +8,7 @@ use futures::StreamExt;
 
 use super::model::{ExternalChatRequest, SyncAnswer};
 use super::{agents, users, ExternalCaller};
+use crate::admission::Pending;
 use crate::agents::chat::attachments::ResourceOwner;
 use crate::agents::chat::{self, Caller, ChatRequest, StreamEvent};
 use crate::domain::Owner;
@@ -42,21 +43,29 @@ fn required(req: &ExternalChatRequest, open_id: Option<String>) -> AppResult<(i6
     )))
 }
 
+/// `count`: the request's rate-limit count, when it was left to the chat's first read.
 pub async fn start(
     state: &AppState,
     caller: &ExternalCaller,
     mut req: ExternalChatRequest,
+    count: Option<Pending>,
 ) -> AppResult<BoxStream<'static, StreamEvent>> {
     let open_id = caller.open_id(req.open_id.take())?;
     let (agent_id, open_id) = required(&req, open_id)?;
     caller.check_agent(agent_id)?;
     let open_id = users::check_open_id(Some(open_id))?;
-    // Side by side, not one after the other: a refusal of the agent removes the user again
-    // below, as any later refusal does.
-    let (agent, ensured) = tokio::join!(
-        agents::usable_for_chat(state, &caller.app, agent_id),
-        users::ensure(state, &caller.app, &open_id),
-    );
+    let usable = agents::usable_for_chat(state, &caller.app, agent_id, count.as_ref());
+    let (agent, ensured) = match count {
+        // The count first: a request it refuses must not register its user. The user is
+        // usually known to this process by then, without a round trip.
+        Some(_) => {
+            let agent = usable.await?;
+            (Ok(agent), users::ensure(state, &caller.app, &open_id).await)
+        }
+        // Side by side, not one after the other: a refusal of the agent removes the user again
+        // below, as any later refusal does.
+        None => tokio::join!(usable, users::ensure(state, &caller.app, &open_id)),
+    };
     let (user, created) = ensured?;
     let started = async {
         let agent = agent?;
@@ -86,8 +95,13 @@ pub async fn start(
 /// conversation's title, queueing memory extraction) runs before the answer is sent, as the
 /// streamed chat keeps its body open for it. Under Lambda, work left after the response may
 /// never run.
-pub async fn sync(state: &AppState, caller: &ExternalCaller, req: ExternalChatRequest) -> AppResult<SyncAnswer> {
-    let mut events = start(state, caller, req).await?;
+pub async fn sync(
+    state: &AppState,
+    caller: &ExternalCaller,
+    req: ExternalChatRequest,
+    count: Option<Pending>,
+) -> AppResult<SyncAnswer> {
+    let mut events = start(state, caller, req, count).await?;
     let mut answer = SyncAnswer {
         conversation_id: String::new(),
         content: String::new(),

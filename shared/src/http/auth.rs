@@ -3,31 +3,13 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
-use crate::auth::AccessClaims;
-use crate::domain::{CurrentUser, Role};
+use crate::admission::{Pending, UserAdmission};
+use crate::domain::CurrentUser;
+use crate::users::identity::authenticate;
 use crate::users::repo as user_repo;
 use crate::{AppError, AppState};
 
 pub const AUTH_HEADER: &str = "svc-auth";
-
-/// The user of a verified token, from the user's row as it is now: refused when the row is gone
-/// or its token version moved past the token's. The row is re-read on every request so that a
-/// deleted user, a changed role or a bumped token version (password changed, login revoked)
-/// takes effect at once, not when the token expires.
-pub fn authenticate(claims: &AccessClaims, identity: Option<user_repo::Identity>) -> Result<CurrentUser, AppError> {
-    let (id, username, role, version) = identity
-        .ok_or_else(|| AppError::unauthorized("the user of this token no longer exists; please log in again"))?;
-    if version != claims.ver {
-        return Err(AppError::unauthorized(
-            "this token was revoked (password changed or login revoked); please log in again",
-        ));
-    }
-    Ok(CurrentUser {
-        id,
-        username,
-        role: Role::from_code(role),
-    })
-}
 
 /// Reads the bearer token from `Svc-Auth` (an optional `Bearer ` prefix is accepted).
 pub fn token_from(parts: &Parts) -> Option<&str> {
@@ -52,6 +34,21 @@ impl FromRequestParts<AppState> for CurrentUser {
         tracing::Span::current().record("user.id", current.id);
         parts.extensions.insert(current.clone());
         Ok(current)
+    }
+}
+
+/// On a route whose handler carries the count (`crate::http::rate_limit`), the user's count and
+/// identity are left to the handler's first read; anywhere else the user is authenticated here.
+impl FromRequestParts<AppState> for UserAdmission {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        match parts.extensions.get::<Pending>().filter(|p| p.user_id().is_some()) {
+            Some(pending) => Ok(UserAdmission::Pending(pending.clone())),
+            None => CurrentUser::from_request_parts(parts, state)
+                .await
+                .map(UserAdmission::Known),
+        }
     }
 }
 

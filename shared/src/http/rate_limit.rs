@@ -4,49 +4,59 @@
 //! valid credentials are not counted here; they are refused by authentication (and logins have
 //! their own throttle).
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::auth::{authenticate, token_from};
-use crate::auth::AccessClaims;
-use crate::domain::CurrentUser;
+use super::auth::token_from;
+use crate::admission::{self, Pending, Subject};
 use crate::external::caller::ExternalCaller;
-use crate::{AppError, AppState};
+use crate::AppState;
 
-/// Who is counted, and their limit per window.
-struct Subject {
-    key: String,
-    noun: &'static str,
-    limit: u32,
-    /// The claims of a verified user token, whose user row the count reads too.
-    claims: Option<AccessClaims>,
+/// The routes whose handlers carry the count in their first read (`admission::Pending`), after
+/// the base path: the chats, whose first token waits for every round trip before it.
+const CARRIED: [&str; 3] = [
+    "/agent/{agentId}/chat",
+    "/openapi/v1/agent/chat",
+    "/openapi/v1/agent/chat/sync",
+];
+
+fn carried(parts: &Parts, state: &AppState) -> bool {
+    let base = state.base_path();
+    parts
+        .extensions
+        .get::<MatchedPath>()
+        .and_then(|matched| matched.as_str().strip_prefix(base.as_str()))
+        .is_some_and(|route| CARRIED.contains(&route))
 }
 
-/// Counts the request against its callers and refuses it once a caller's window is full.
+/// Counts the request against its callers and refuses it once a caller's window is full. On a
+/// carried route a single caller's count is left to the handler, and made here only if the
+/// handler answered without it.
 pub async fn limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let (mut parts, body) = req.into_parts();
-    let mut refusal = None;
-    for subject in subjects(&mut parts, &state).await {
-        if subject.limit == 0 {
-            continue;
+    let mut subjects = subjects(&mut parts, &state).await;
+    subjects.retain(|s| s.limit != 0);
+    if subjects.len() == 1 && carried(&parts, &state) {
+        if let Some(subject) = subjects.pop() {
+            let pending = Pending::new(subject);
+            parts.extensions.insert(pending.clone());
+            let response = next.run(Request::from_parts(parts, body)).await;
+            pending.count_if_left(&state).await;
+            return response;
         }
-        match check(&state, &subject).await {
+    }
+    for subject in &subjects {
+        match admission::count(&state, subject).await {
             Ok(Some(user)) => {
                 parts.extensions.insert(user);
             }
             Ok(None) => {}
-            Err(refused) => {
-                refusal = Some(refused);
-                break;
-            }
+            Err(refused) => return refused.into_response(),
         }
     }
-    let Some(refusal) = refusal else {
-        return next.run(Request::from_parts(parts, body)).await;
-    };
-    refusal.into_response()
+    next.run(Request::from_parts(parts, body)).await
 }
 
 /// The authenticated callers of the request. A valid user token always counts to its user:
@@ -87,69 +97,4 @@ async fn subjects(parts: &mut Parts, state: &AppState) -> Vec<Subject> {
         }
     }
     subjects
-}
-
-/// One upsert per request: a fixed window per caller, restarted when its time is up. For a
-/// user the same statement reads the identity authentication needs, which it then takes from
-/// the request instead of asking again (one round trip, not two). A user's token counts only
-/// while its version is the user's: a revoked one (password changed) is refused by
-/// authentication without using up its user's window, which whoever holds it could otherwise
-/// keep full. A failing counter lets the request through (logged): the limit protects the
-/// service, it must not be the reason it fails.
-async fn check(state: &AppState, subject: &Subject) -> Result<Option<CurrentUser>, AppError> {
-    let window = state.config().rate_limits.window_secs;
-    type Counted = (
-        Option<i32>,
-        Option<f64>,
-        Option<i64>,
-        Option<String>,
-        Option<i16>,
-        Option<i64>,
-    );
-    let counted: Result<Counted, sqlx::Error> = sqlx::query_as(
-        "WITH counted AS (
-             INSERT INTO rate_limit_windows AS w (key, window_start, hits)
-             SELECT $1, to_timestamp((floor(extract(epoch FROM now()) / $2) * $2)::float8), 1
-             WHERE $4::bigint IS NULL OR EXISTS (SELECT 1 FROM users WHERE id = $3 AND token_version = $4)
-             ON CONFLICT (key) DO UPDATE SET
-               hits = CASE WHEN w.window_start >= EXCLUDED.window_start THEN w.hits + 1 ELSE 1 END,
-               window_start = GREATEST(w.window_start, EXCLUDED.window_start)
-             RETURNING hits, extract(epoch FROM window_start + make_interval(secs => $2) - now())::float8 AS left_secs
-         )
-         SELECT c.hits, c.left_secs, u.id, u.username, u.role, u.token_version
-         FROM (SELECT) AS one LEFT JOIN counted c ON TRUE LEFT JOIN users u ON u.id = $3",
-    )
-    .bind(&subject.key)
-    .bind(window as i32)
-    .bind(subject.claims.as_ref().map(|c| c.sub))
-    .bind(subject.claims.as_ref().map(|c| c.ver))
-    .fetch_one(state.db())
-    .await;
-    let (hits, left, id, username, role, version) = match counted {
-        Ok(row) => row,
-        Err(e) => {
-            tracing::warn!(error = %e, key = %subject.key, "rate limit counter unavailable; request let through");
-            return Ok(None);
-        }
-    };
-    if hits.is_none_or(|hits| hits <= subject.limit as i32) {
-        // A token that no longer authenticates is left to the extractor, which says why.
-        let identity = id
-            .zip(username)
-            .zip(role)
-            .zip(version)
-            .map(|(((i, n), r), v)| (i, n, r, v));
-        return Ok(subject
-            .claims
-            .as_ref()
-            .and_then(|claims| authenticate(claims, identity).ok()));
-    }
-    let retry_after_secs = (left.unwrap_or(0.0).ceil() as u64).max(1);
-    Err(AppError::RateLimited {
-        message: format!(
-            "too many requests: this {} may send {} requests per {} seconds; try again in {} seconds",
-            subject.noun, subject.limit, window, retry_after_secs
-        ),
-        retry_after_secs,
-    })
 }

@@ -1,5 +1,6 @@
 //! Users, login, token refresh and quotas.
 
+pub mod identity;
 pub mod model;
 pub mod repo;
 pub mod service;

@@ -3,22 +3,21 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use api_tests::chat::{say, ChatSetup};
 use api_tests::{spawn_with, Reply, Store, TestApp};
 use serde_json::json;
 
 /// Long enough for a burst of a dozen requests to fall into one window on a busy machine.
 const WINDOW: u64 = 6;
 
+const LIMITS: [(&str, &str); 3] = [
+    ("RATE_LIMIT_WINDOW_SECS", "6"),
+    ("RATE_LIMIT_USER_REQUESTS", "5"),
+    ("RATE_LIMIT_APP_REQUESTS", "4"),
+];
+
 async fn limited() -> TestApp {
-    spawn_with(
-        Store::Filesystem,
-        &[
-            ("RATE_LIMIT_WINDOW_SECS", "6"),
-            ("RATE_LIMIT_USER_REQUESTS", "5"),
-            ("RATE_LIMIT_APP_REQUESTS", "4"),
-        ],
-    )
-    .await
+    spawn_with(Store::Filesystem, &LIMITS).await
 }
 
 /// Waits for the start of the next window, so a short burst falls into one window.
@@ -216,4 +215,87 @@ async fn a_revoked_token_does_not_use_up_its_users_window() {
         app.get("/user", Some(&stolen)).await.assert_error(401, 401, "");
     }
     app.get("/user", Some(&fresh)).await.assert_ok();
+}
+
+/// The chats count a request in the statement that reads their agent (one round trip where
+/// there were two, before the first token): limited like every other route, a refused chat
+/// stores nothing, a revoked token is refused without being counted, and a chat refused
+/// before its agent is read is counted all the same.
+#[tokio::test]
+async fn an_admin_chat_is_counted_by_its_agent_read_and_a_refused_one_stores_nothing() {
+    let s = ChatSetup::with(Store::Filesystem, &LIMITS).await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Helper", "chatModelId": model }))
+        .await;
+    let (_, stolen) = s.app.regular_user("carol").await;
+    s.app
+        .put(
+            "/user/password",
+            Some(&stolen),
+            &json!({ "oldPassword": "user-password-1", "newPassword": "fresh-password-2" }),
+        )
+        .await
+        .assert_ok();
+
+    next_window().await;
+    for _ in 0..6 {
+        let revoked = s.chat(&stolen, agent, say("c-0", "hi")).await.refused();
+        revoked.assert_error(401, 401, "revoked");
+    }
+    // Five of the administrator's: refused after the read (blank content, an unknown agent),
+    // and answered.
+    s.chat(&s.admin, agent, say("c-1", " "))
+        .await
+        .refused()
+        .assert_error(400, 0, "content is required");
+    s.chat(&s.admin, 999_999, say("c-1", "hi"))
+        .await
+        .refused()
+        .assert_error(404, 404, "agent");
+    for _ in 0..3 {
+        let events = s.chat(&s.admin, agent, say("c-1", "hello")).await.events();
+        assert_eq!(events.last().unwrap()["type"], "done");
+    }
+    let before = (s.app.count("conversations").await, s.app.count("messages").await);
+    let refused = s.chat(&s.admin, agent, say("c-2", "hello")).await.refused();
+    assert_limited(&refused, "user");
+    assert_eq!(
+        (s.app.count("conversations").await, s.app.count("messages").await),
+        before
+    );
+    assert_limited(&s.app.get("/user", Some(&s.admin)).await, "user");
+}
+
+#[tokio::test]
+async fn an_external_chat_is_counted_by_its_agent_read_and_a_refused_one_registers_nobody() {
+    let s = ChatSetup::with(Store::Filesystem, &LIMITS).await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Helper", "chatModelId": model }))
+        .await;
+    let crm = s.app.create_app(&s.admin, "crm").await;
+    let chat = async |open_id: &str, content: &str, sync: bool| {
+        let path = if sync { "/agent/chat/sync" } else { "/agent/chat" };
+        let body = json!({ "agentId": agent, "openId": open_id, "conversationId": "c", "content": content });
+        s.app.ext_post(&crm, path, &body).await
+    };
+
+    next_window().await;
+    // Four of the app's: refused before its agent is read (no content), and answered, the
+    // first for a new user.
+    chat("ann", "", false).await.assert_error(400, 0, "missing: content");
+    chat("ann", "hello", true).await.assert_ok();
+    let streamed = chat("ann", "again", false).await;
+    assert_eq!(streamed.status, 200);
+    chat("bob", "hello", true).await.assert_ok();
+    let before = (s.app.count("external_users").await, s.app.count("messages").await);
+    for sync in [false, true] {
+        assert_limited(&chat("zed", "hello", sync).await, "app");
+    }
+    assert_eq!(
+        (s.app.count("external_users").await, s.app.count("messages").await),
+        before
+    );
+    assert_limited(&s.app.ext_get(&crm, "/agents").await, "app");
 }

@@ -21,9 +21,10 @@ use self::tools::Disabled;
 use super::conversation_repo::{self as repo, NewTurn, StartedTurn};
 use super::repo::ChatAgentRow;
 use super::AgentRow;
+use crate::admission::UserAdmission;
 use crate::apps::routing::NodeRoute;
 use crate::domain::spawn_stream;
-use crate::domain::{CurrentUser, Owner};
+use crate::domain::Owner;
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::usage::PendingUsage;
 use crate::models::{ModelConfigRow, ModelType};
@@ -78,14 +79,14 @@ fn conversation_key(value: Option<String>) -> AppResult<String> {
 /// quota, with their own uploads as attachments.
 pub async fn start_as_user(
     state: &AppState,
-    user: &CurrentUser,
+    caller: UserAdmission,
     agent_id: i64,
     req: ChatRequest,
 ) -> AppResult<BoxStream<'static, StreamEvent>> {
-    let chat_agent = super::service::visible_for_chat(state, user, agent_id).await?;
+    let (user, chat_agent) = super::service::visible_for_chat(state, caller, agent_id).await?;
     let caller = Caller {
         owner: Owner::User(user.id),
-        billing: Billing::of(user),
+        billing: Billing::of(&user),
         resources: ResourceOwner::User(Reader {
             user_id: user.id,
             admin: user.is_admin(),

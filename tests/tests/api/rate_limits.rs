@@ -217,17 +217,23 @@ async fn a_revoked_token_does_not_use_up_its_users_window() {
     app.get("/user", Some(&fresh)).await.assert_ok();
 }
 
+/// A limited app with an agent that answers.
+async fn limited_chat() -> (ChatSetup, i64) {
+    let s = ChatSetup::with(Store::Filesystem, &LIMITS).await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Helper", "chatModelId": model }))
+        .await;
+    (s, agent)
+}
+
 /// The chats count a request in the statement that reads their agent (one round trip where
 /// there were two, before the first token): limited like every other route, a refused chat
 /// stores nothing, a revoked token is refused without being counted, and a chat refused
 /// before its agent is read is counted all the same.
 #[tokio::test]
 async fn an_admin_chat_is_counted_by_its_agent_read_and_a_refused_one_stores_nothing() {
-    let s = ChatSetup::with(Store::Filesystem, &LIMITS).await;
-    let model = s.chat_model("chat-echo", json!({})).await;
-    let agent = s
-        .agent(&s.admin, json!({ "name": "Helper", "chatModelId": model }))
-        .await;
+    let (s, agent) = limited_chat().await;
     let (_, stolen) = s.app.regular_user("carol").await;
     s.app
         .put(
@@ -269,11 +275,7 @@ async fn an_admin_chat_is_counted_by_its_agent_read_and_a_refused_one_stores_not
 
 #[tokio::test]
 async fn an_external_chat_is_counted_by_its_agent_read_and_a_refused_one_registers_nobody() {
-    let s = ChatSetup::with(Store::Filesystem, &LIMITS).await;
-    let model = s.chat_model("chat-echo", json!({})).await;
-    let agent = s
-        .agent(&s.admin, json!({ "name": "Helper", "chatModelId": model }))
-        .await;
+    let (s, agent) = limited_chat().await;
     let crm = s.app.create_app(&s.admin, "crm").await;
     let chat = async |open_id: &str, content: &str, sync: bool| {
         let path = if sync { "/agent/chat/sync" } else { "/agent/chat" };

@@ -28,6 +28,19 @@ pub struct Subject {
     pub claims: Option<AccessClaims>,
 }
 
+impl Subject {
+    /// A user, counted in the user's window; `claims` when the request holds their access
+    /// token.
+    pub fn user(id: i64, limit: u32, claims: Option<AccessClaims>) -> Self {
+        Self {
+            key: format!("u:{id}"),
+            noun: "user",
+            limit,
+            claims,
+        }
+    }
+}
+
 /// What the count answers: the caller's hits and the seconds left in its window (none when
 /// the request was not counted: its token no longer authenticates), and a user's identity.
 #[derive(FromRow)]

@@ -68,12 +68,7 @@ async fn subjects(parts: &mut Parts, state: &AppState) -> Vec<Subject> {
     let limits = &state.config().rate_limits;
     let mut subjects = Vec::new();
     if let Some(claims) = token_from(parts).and_then(|t| state.jwt().verify_access(t).ok()) {
-        subjects.push(Subject {
-            key: format!("u:{}", claims.sub),
-            noun: "user",
-            limit: limits.per_user,
-            claims: Some(claims),
-        });
+        subjects.push(Subject::user(claims.sub, limits.per_user, Some(claims)));
     }
     let app_headers = parts.headers.contains_key("svc-app-id") || parts.headers.contains_key("svc-token");
     if app_headers || subjects.is_empty() {

@@ -6,6 +6,7 @@ use sqlx::{PgConnection, PgPool};
 use super::repo::{self, NewUser};
 use super::throttle;
 use super::*;
+use crate::admission::{self, Subject};
 use crate::auth::refresh;
 use crate::crypto::password;
 use crate::domain::{CurrentUser, Page, PageQuery};
@@ -121,14 +122,32 @@ async fn new_refresh<'e>(
     Ok(token)
 }
 
+/// A refresh counts to its user's rate-limit window like the user's other requests. It carries
+/// no access token, so the limiter does not see it; a client refreshing in a loop made a new
+/// token and two writes per call for as long as it ran. Refused, the presented token stays
+/// unused.
+async fn count_refresh(state: &AppState, owner: i64) -> AppResult<()> {
+    let limit = state.config().rate_limits.per_user;
+    if limit > 0 {
+        admission::count(state, &Subject::user(owner, limit, None)).await?;
+    }
+    Ok(())
+}
+
 /// Exchanges a refresh token for a new pair. Each refresh token works once; presenting a used
 /// one again means it leaked, so every token of that login is revoked.
 pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPair> {
     let presented = validate::required("refreshToken", req.refresh_token)?;
     let hash = refresh::hash(&presented);
+    // Counted before the transaction, which must not wait for a second connection of the pool
+    // (a token's owner never changes, so it is read outside it).
+    let owner = repo::refresh_owner(state.db(), &hash).await?;
+    if let Some(owner) = owner {
+        count_refresh(state, owner).await?;
+    }
     let mut tx = state.db().begin().await?;
     // The user's row first: a password change meanwhile revokes the token this issues too.
-    if let Some(owner) = repo::refresh_owner(&mut *tx, &hash).await? {
+    if let Some(owner) = owner {
         repo::lock_token_version(&mut tx, owner).await?;
     }
     let Some(row) = repo::claim_refresh(&mut *tx, &hash).await? else {

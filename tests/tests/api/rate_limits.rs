@@ -301,3 +301,39 @@ async fn an_external_chat_is_counted_by_its_agent_read_and_a_refused_one_registe
     );
     assert_limited(&s.app.ext_get(&crm, "/agents").await, "app");
 }
+
+/// A refresh carries no access token, but its owner is known: it counts to the user's window
+/// like the user's other requests, and a refused refresh leaves its token unused.
+#[tokio::test]
+async fn refreshes_count_to_their_users_window_and_a_refused_one_spends_nothing() {
+    let app = limited().await;
+    app.regular_user("dave").await;
+    let login = app.login("dave", "user-password-1").await;
+    let mut refresh = login.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
+    let mut access = String::new();
+
+    next_window().await;
+    for _ in 0..5 {
+        let r = app
+            .post("/auth/refreshToken", None, &json!({ "refreshToken": refresh }))
+            .await;
+        let pair = r.assert_ok();
+        refresh = pair["refreshToken"].as_str().unwrap().to_owned();
+        access = pair["token"].as_str().unwrap().to_owned();
+    }
+    let refused = app
+        .post("/auth/refreshToken", None, &json!({ "refreshToken": refresh }))
+        .await;
+    assert_limited(&refused, "user");
+    assert_limited(&app.get("/user", Some(&access)).await, "user");
+    // Unknown tokens have no owner to count to: refused as invalid.
+    app.post("/auth/refreshToken", None, &json!({ "refreshToken": "nope" }))
+        .await
+        .assert_error(401, 401, "invalid");
+
+    next_window().await;
+    let r = app
+        .post("/auth/refreshToken", None, &json!({ "refreshToken": refresh }))
+        .await;
+    r.assert_ok();
+}

@@ -213,12 +213,16 @@ pub struct RefreshRow {
     pub claimed: bool,
 }
 
-/// The user a refresh token was issued to, read without locking anything.
-pub async fn refresh_owner(db: impl PgExecutor<'_>, hash: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar("SELECT user_id FROM refresh_tokens WHERE token_hash = $1")
-        .bind(hash)
-        .fetch_optional(db)
-        .await
+/// The user a refresh token was issued to, and whether it can still be exchanged (not used,
+/// revoked or expired); read without locking anything.
+pub async fn refresh_owner(db: impl PgExecutor<'_>, hash: &str) -> sqlx::Result<Option<(i64, bool)>> {
+    sqlx::query_as(
+        "SELECT user_id, used_at IS NULL AND revoked_at IS NULL AND expires_at > now()
+         FROM refresh_tokens WHERE token_hash = $1",
+    )
+    .bind(hash)
+    .fetch_optional(db)
+    .await
 }
 
 /// The user's token version, their row locked (FOR SHARE) until the transaction ends. Whoever

@@ -122,10 +122,12 @@ async fn new_refresh<'e>(
     Ok(token)
 }
 
-/// A refresh counts to its user's rate-limit window like the user's other requests. It carries
-/// no access token, so the limiter does not see it; a client refreshing in a loop made a new
-/// token and two writes per call for as long as it ran. Refused, the presented token stays
-/// unused.
+/// A refresh of a token that can still be exchanged counts to its user's rate-limit window like
+/// the user's other requests. It carries no access token, so the limiter does not see it; a
+/// client refreshing in a loop made a new token and two writes per call for as long as it ran.
+/// Refused, the presented token stays unused. A dead token (used, revoked, expired) is not
+/// counted, as a revoked access token is not: whoever still held one could otherwise keep its
+/// user's window full, and a used one must reach the check that revokes its login.
 async fn count_refresh(state: &AppState, owner: i64) -> AppResult<()> {
     let limit = state.config().rate_limits.per_user;
     if limit > 0 {
@@ -142,12 +144,12 @@ pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPa
     // Counted before the transaction, which must not wait for a second connection of the pool
     // (a token's owner never changes, so it is read outside it).
     let owner = repo::refresh_owner(state.db(), &hash).await?;
-    if let Some(owner) = owner {
+    if let Some((owner, true)) = owner {
         count_refresh(state, owner).await?;
     }
     let mut tx = state.db().begin().await?;
     // The user's row first: a password change meanwhile revokes the token this issues too.
-    if let Some(owner) = owner {
+    if let Some((owner, _)) = owner {
         repo::lock_token_version(&mut tx, owner).await?;
     }
     let Some(row) = repo::claim_refresh(&mut *tx, &hash).await? else {

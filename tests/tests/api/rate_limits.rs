@@ -302,17 +302,29 @@ async fn an_external_chat_is_counted_by_its_agent_read_and_a_refused_one_registe
     assert_limited(&s.app.ext_get(&crm, "/agents").await, "app");
 }
 
-/// A refresh carries no access token, but its owner is known: it counts to the user's window
-/// like the user's other requests, and a refused refresh leaves its token unused.
+/// A refresh carries no access token, but its owner is known: a live token's refresh counts to
+/// the user's window like the user's other requests, and a refused refresh leaves its token
+/// unused. Dead tokens (here revoked by a password change) are refused without being counted:
+/// whoever still held one could otherwise keep the user locked out.
 #[tokio::test]
 async fn refreshes_count_to_their_users_window_and_a_refused_one_spends_nothing() {
     let app = limited().await;
-    app.regular_user("dave").await;
-    let login = app.login("dave", "user-password-1").await;
+    let (_, access) = app.regular_user("dave").await;
+    let stolen = app.login("dave", "user-password-1").await;
+    let stolen = stolen.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
+    let change = json!({ "oldPassword": "user-password-1", "newPassword": "fresh-password-2" });
+    app.put("/user/password", Some(&access), &change).await.assert_ok();
+    let login = app.login("dave", "fresh-password-2").await;
     let mut refresh = login.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
-    let mut access = String::new();
 
     next_window().await;
+    for _ in 0..8 {
+        let dead = app
+            .post("/auth/refreshToken", None, &json!({ "refreshToken": stolen }))
+            .await;
+        dead.assert_error(401, 401, "revoked");
+    }
+    let mut access = String::new();
     for _ in 0..5 {
         let r = app
             .post("/auth/refreshToken", None, &json!({ "refreshToken": refresh }))

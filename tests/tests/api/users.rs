@@ -774,7 +774,7 @@ async fn a_password_change_revokes_a_token_issued_while_it_runs() {
     let token = login.body["data"]["token"].as_str().unwrap().to_owned();
     let hash = shared::auth::refresh::hash(&presented);
     let mut refreshing = app.db.begin().await.unwrap();
-    let owner = repo::refresh_owner(&mut *refreshing, &hash).await.unwrap().unwrap();
+    let (owner, _) = repo::refresh_owner(&mut *refreshing, &hash).await.unwrap().unwrap();
     repo::lock_token_version(&mut refreshing, owner).await.unwrap();
     let claimed = repo::claim_refresh(&mut *refreshing, &hash).await.unwrap().unwrap();
     let body = json!({ "oldPassword": api_tests::ADMIN_PASSWORD, "newPassword": "fresh-password-2" });

@@ -1,6 +1,8 @@
 //! The Postgres pool, the migrations applied at start-up, and SQL text the repositories share.
 
+use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -52,6 +54,36 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
         .await
         .map_err(|e| anyhow::anyhow!("applying migrations failed: {e}"))?;
     Ok(pool)
+}
+
+/// How long a pooled connection to another PostgreSQL may sit unused before it is closed.
+const OTHER_IDLE: Duration = Duration::from_secs(60);
+/// How long a statement waits for a connection to another PostgreSQL (or for it to answer the
+/// handshake) before it fails.
+pub const OTHER_ACQUIRE: Duration = Duration::from_secs(5);
+
+/// Pools to PostgreSQL servers other than the service's own (knowledge-base store instances):
+/// one per connection setting, made on first use and kept by the process. A connection per
+/// operation would put a handshake and a password exchange before every search.
+#[derive(Default)]
+pub struct OtherPools(Mutex<HashMap<String, PgPool>>);
+
+impl OtherPools {
+    /// The pool of the setting `key` names (all of it, the password included, so a changed
+    /// instance gets a pool of its own), connecting lazily with `options`.
+    pub fn get(&self, key: String, options: impl FnOnce() -> PgConnectOptions) -> PgPool {
+        let mut pools = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        pools
+            .entry(key)
+            .or_insert_with(|| {
+                PgPoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(OTHER_ACQUIRE)
+                    .idle_timeout(OTHER_IDLE)
+                    .connect_lazy_with(options())
+            })
+            .clone()
+    }
 }
 
 /// pgvector's text form, `[0.1,0.2,...]`.

@@ -8,6 +8,7 @@ use crate::auth::verified_apps::VerifiedApps;
 use crate::auth::JwtKeys;
 use crate::config::{Config, QueueBackend, StorageBackend};
 use crate::crypto::SecretBox;
+use crate::db::OtherPools;
 use crate::mcp::stdio::StdioPolicy;
 use crate::mcp::McpPool;
 use crate::models::client::ModelClient;
@@ -29,6 +30,7 @@ struct Inner {
     models: ModelClient,
     mcp: McpPool,
     verified_apps: VerifiedApps,
+    other_pools: OtherPools,
     /// Where clients reach the API, learned from a request when PUBLIC_BASE_URL is not set.
     learned_base_url: std::sync::OnceLock<String>,
 }
@@ -80,6 +82,7 @@ impl AppState {
                 models,
                 mcp,
                 verified_apps: VerifiedApps::default(),
+                other_pools: OtherPools::default(),
                 learned_base_url: std::sync::OnceLock::new(),
             }),
         }
@@ -116,6 +119,11 @@ impl AppState {
     /// App credentials and external users verified in the last few seconds.
     pub fn verified_apps(&self) -> &VerifiedApps {
         &self.inner.verified_apps
+    }
+
+    /// Pools to the PostgreSQL store instances other than the service's own database.
+    pub fn pg_pools(&self) -> &OtherPools {
+        &self.inner.other_pools
     }
 
     /// The path under which the API is served, e.g. `/api`.

@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{category_name, StoreType};
@@ -168,6 +169,38 @@ impl Connection {
             password: text("password"),
             use_tls: obj.get("tls").and_then(Value::as_bool).unwrap_or(false),
         })
+    }
+
+    /// How to connect to it as a PostgreSQL server; with `tls`, only over TLS.
+    pub fn pg_options(&self) -> PgConnectOptions {
+        let mut opts = PgConnectOptions::new().host(&self.host).port(self.port);
+        if let Some(d) = &self.database {
+            opts = opts.database(d);
+        }
+        if let Some(u) = &self.username {
+            opts = opts.username(u);
+        }
+        if let Some(p) = &self.password {
+            opts = opts.password(p);
+        }
+        if self.use_tls {
+            opts = opts.ssl_mode(PgSslMode::Require);
+        }
+        opts
+    }
+
+    /// Everything [`Self::pg_options`] connects with, as one key.
+    pub fn pg_key(&self) -> String {
+        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        format!(
+            "{}\0{}\0{}\0{}\0{}\0{}",
+            self.host,
+            self.port,
+            text(&self.database),
+            text(&self.username),
+            text(&self.password),
+            self.use_tls
+        )
     }
 }
 

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection as _};
 
 use super::{Connection, StoreType};
@@ -15,17 +14,7 @@ pub async fn test(state: &AppState, t: StoreType, conn: &Connection) -> AppResul
     let fail = |what: String| AppError::business(format!("connection test failed: {what}"));
     match t {
         StoreType::PgVector | StoreType::PgFullText => {
-            let mut opts = PgConnectOptions::new().host(&conn.host).port(conn.port);
-            if let Some(d) = &conn.database {
-                opts = opts.database(d);
-            }
-            if let Some(u) = &conn.username {
-                opts = opts.username(u);
-            }
-            if let Some(p) = &conn.password {
-                opts = opts.password(p);
-            }
-            let mut pg = tokio::time::timeout(TIMEOUT, opts.connect())
+            let mut pg = tokio::time::timeout(TIMEOUT, conn.pg_options().connect())
                 .await
                 .map_err(|_| fail(format!("no answer from {}:{} within 5 s", conn.host, conn.port)))?
                 .map_err(|e| fail(e.to_string()))?;

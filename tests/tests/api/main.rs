@@ -26,4 +26,5 @@ mod search;
 mod skills;
 mod ssrf;
 mod store_backends;
+mod store_postgres;
 mod users;

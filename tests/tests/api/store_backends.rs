@@ -6,8 +6,8 @@ use api_tests::{KbSetup, Store};
 use milvus::v2::prelude::*;
 use serde_json::{json, Value};
 
-const GUIDE_MD: &str = "# Install\n\nDownload the package and unpack it.\n\n## Linux\n\nRun the installer as root.\n\n# Use\n\nStart the service with the start command.\n";
-const ANIMALS: &str = "Foxes are small omnivorous mammals.\n\nOwls hunt at night with silent wings.";
+pub(crate) const GUIDE_MD: &str = "# Install\n\nDownload the package and unpack it.\n\n## Linux\n\nRun the installer as root.\n\n# Use\n\nStart the service with the start command.\n";
+pub(crate) const ANIMALS: &str = "Foxes are small omnivorous mammals.\n\nOwls hunt at night with silent wings.";
 
 fn milvus_url() -> String {
     std::env::var("MILVUS_URL").expect("MILVUS_URL must be set: run the tests with `make test`")
@@ -27,7 +27,7 @@ async fn milvus() -> ClientV2 {
 }
 
 /// How the service names a base in a shared store: id and creation time in microseconds.
-async fn base_key(s: &KbSetup, kb: i64) -> String {
+pub(crate) async fn base_key(s: &KbSetup, kb: i64) -> String {
     let created: chrono::DateTime<chrono::Utc> =
         sqlx::query_scalar("SELECT create_dt FROM knowledge_bases WHERE id = $1")
             .bind(kb)
@@ -96,7 +96,7 @@ async fn store(s: &KbSetup, category: i64, kind: i64, port: u16) -> i64 {
         .expect("store id")
 }
 
-async fn chunk_ids(s: &KbSetup, sql_filter: &str, id: i64) -> Vec<i64> {
+pub(crate) async fn chunk_ids(s: &KbSetup, sql_filter: &str, id: i64) -> Vec<i64> {
     sqlx::query_scalar(&format!("SELECT id FROM chunks WHERE {sql_filter} = $1 ORDER BY id"))
         .bind(id)
         .fetch_all(&s.app.db)
@@ -104,7 +104,7 @@ async fn chunk_ids(s: &KbSetup, sql_filter: &str, id: i64) -> Vec<i64> {
         .unwrap()
 }
 
-async fn upload_ok(s: &KbSetup, kb: i64, files: &[(&str, &str)]) -> Vec<i64> {
+pub(crate) async fn upload_ok(s: &KbSetup, kb: i64, files: &[(&str, &str)]) -> Vec<i64> {
     let files: Vec<(&str, Vec<u8>)> = files.iter().map(|(n, c)| (*n, c.as_bytes().to_vec())).collect();
     let reply = s.upload(kb, &files).await;
     let ids: Vec<i64> = reply.assert_ok()["items"]
@@ -120,7 +120,7 @@ async fn upload_ok(s: &KbSetup, kb: i64, files: &[(&str, &str)]) -> Vec<i64> {
     ids
 }
 
-async fn search(s: &KbSetup, kb: i64, query: &str) -> Value {
+pub(crate) async fn search(s: &KbSetup, kb: i64, query: &str) -> Value {
     s.app
         .post(
             "/rag/search",
@@ -132,7 +132,7 @@ async fn search(s: &KbSetup, kb: i64, query: &str) -> Value {
         .clone()
 }
 
-fn first_content(r: &Value) -> String {
+pub(crate) fn first_content(r: &Value) -> String {
     r["results"][0]["content"].as_str().unwrap_or_default().to_owned()
 }
 

@@ -1,5 +1,6 @@
 //! Where a base keeps its vectors and its full-text entries: the service's PostgreSQL
-//! (pgvector, `tsvector`), Milvus or OpenSearch, chosen by the base's store instances. The
+//! (pgvector, `tsvector`), another PostgreSQL, Milvus or OpenSearch, chosen by the base's store
+//! instances. The
 //! pipeline, the chunk editor and search talk to the two traits only; fusion, rerank and
 //! threshold stay in `rag::search` and work the same for every backend.
 //!
@@ -10,6 +11,7 @@
 
 pub mod milvus;
 mod opensearch;
+pub mod pg_instance;
 pub mod postgres;
 mod word_plan;
 
@@ -66,23 +68,24 @@ pub struct Indexes {
 impl Indexes {
     /// The indexes of `kb`'s store instances.
     pub async fn of(state: &AppState, kb: &KbRow) -> AppResult<Self> {
-        // The built-in stores need no row: their type came with the base.
-        let is = |code: Option<i16>, builtin| code.and_then(|c| StoreType::from_code(c.into())) == Some(builtin);
-        let vector_row = match is(kb.vector_store_type, StoreType::PgVector) {
-            true => None,
-            false => stores::repo::find(state.db(), kb.vector_store_instance_id).await?,
+        // The built-in stores need no row: that they are came with the base.
+        let vector_row = match kb.vector_store_builtin {
+            Some(true) => None,
+            _ => stores::repo::find(state.db(), kb.vector_store_instance_id).await?,
         };
         let text_row = match kb.search_engine_instance_id {
-            Some(id) if !is(kb.search_engine_type, StoreType::PgFullText) => stores::repo::find(state.db(), id).await?,
+            Some(id) if kb.search_engine_builtin != Some(true) => stores::repo::find(state.db(), id).await?,
             _ => None,
         };
         let vector: Box<dyn VectorIndex> = match vector_row.as_ref().map(|r| (r.store_type(), r)) {
             Some((StoreType::Milvus, row)) => Box::new(milvus::MilvusIndex::new(state, row, kb)?),
             Some((StoreType::OpenSearch, row)) => Box::new(opensearch::OpenSearchIndex::vectors(state, row, kb)?),
+            Some((StoreType::PgVector, row)) => Box::new(pg_instance::PgInstanceIndex::vectors(state, row, kb)?),
             _ => Box::new(postgres::PgVectors::new(kb)),
         };
         let text: Box<dyn TextIndex> = match text_row.as_ref().map(|r| (r.store_type(), r)) {
             Some((StoreType::OpenSearch, row)) => Box::new(opensearch::OpenSearchIndex::text(state, row, kb)?),
+            Some((StoreType::PgFullText, row)) => Box::new(pg_instance::PgInstanceIndex::text(state, row, kb)?),
             _ => Box::new(postgres::PgText::new(kb)),
         };
         Ok(Self { vector, text })

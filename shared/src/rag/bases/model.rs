@@ -18,13 +18,14 @@ pub struct KbRow {
     pub embedding_model_name: Option<String>,
     pub dimension: i32,
     pub vector_store_instance_id: i64,
-    /// The vector store's type code, so search needs no second lookup for the built-in one.
-    pub vector_store_type: Option<i16>,
+    /// Whether the vector store is the service's own database, so search needs no second
+    /// lookup for it.
+    pub vector_store_builtin: Option<bool>,
     pub rerank_model_id: Option<i64>,
     pub search_engine_enable: bool,
     pub search_engine_instance_id: Option<i64>,
-    /// The search engine's type code, for the same reason.
-    pub search_engine_type: Option<i16>,
+    /// Whether the search engine is the service's own database, for the same reason.
+    pub search_engine_builtin: Option<bool>,
     pub status: String,
     pub chunk_params: sqlx::types::Json<ChunkSettings>,
     pub parse_params: sqlx::types::Json<ParseSettings>,

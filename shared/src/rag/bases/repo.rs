@@ -16,8 +16,8 @@ fn select(counts: &str) -> String {
         k.upload_confirm, k.creator_id, {counts},
         EXISTS (SELECT 1 FROM documents d WHERE d.rag_id = k.id AND d.chunk_count > 0) AS has_chunks,
         EXISTS (SELECT 1 FROM document_images i WHERE i.rag_id = k.id) AS has_images,
-        (SELECT s.store_type FROM store_instances s WHERE s.id = k.vector_store_instance_id) AS vector_store_type,
-        (SELECT s.store_type FROM store_instances s WHERE s.id = k.search_engine_instance_id) AS search_engine_type,
+        (SELECT s.builtin FROM store_instances s WHERE s.id = k.vector_store_instance_id) AS vector_store_builtin,
+        (SELECT s.builtin FROM store_instances s WHERE s.id = k.search_engine_instance_id) AS search_engine_builtin,
         k.create_dt, k.update_dt
         FROM knowledge_bases k LEFT JOIN model_configs m ON m.id = k.embedding_model_id"
     )

@@ -133,7 +133,13 @@ pub struct Connection {
     pub username: Option<String>,
     pub password: Option<String>,
     pub use_tls: bool,
+    /// PEM certificates of the authorities a PostgreSQL server's certificate may come from
+    /// (`caCert`), besides the public ones: a private CA's, such as Amazon RDS's.
+    pub ca_cert: Option<String>,
 }
+
+/// The most `caCert` may hold: Amazon RDS's bundle of every region is about 150 KiB.
+const MAX_CA_CERT_BYTES: usize = 512 * 1024;
 
 impl Connection {
     /// Reads host, port, database, username, password (and `tls`) from a config object.
@@ -161,6 +167,16 @@ impl Connection {
                 .ok_or_else(|| AppError::validation("config.port must be a number from 1 to 65535"))?
                 as u16,
         };
+        let ca_cert = text("caCert");
+        if ca_cert
+            .as_ref()
+            .is_some_and(|pem| pem.len() > MAX_CA_CERT_BYTES || !pem.contains("-----BEGIN CERTIFICATE-----"))
+        {
+            return Err(AppError::validation(format!(
+                "config.caCert must be PEM certificates (-----BEGIN CERTIFICATE-----) of at most {} KiB",
+                MAX_CA_CERT_BYTES / 1024
+            )));
+        }
         Ok(Connection {
             host,
             port,
@@ -168,10 +184,14 @@ impl Connection {
             username: text("username"),
             password: text("password"),
             use_tls: obj.get("tls").and_then(Value::as_bool).unwrap_or(false),
+            ca_cert,
         })
     }
 
-    /// How to connect to it as a PostgreSQL server; with `tls`, only over TLS.
+    /// How to connect to it as a PostgreSQL server. With `tls` (or a `caCert`) only over TLS,
+    /// to a server whose certificate names the host and comes from a public authority or the
+    /// `caCert`: encrypted but unverified, a password would go to whoever answered on the way.
+    /// Without, over TLS when the server offers it, unverified (libpq's default).
     pub fn pg_options(&self) -> PgConnectOptions {
         let mut opts = PgConnectOptions::new().host(&self.host).port(self.port);
         if let Some(d) = &self.database {
@@ -183,8 +203,11 @@ impl Connection {
         if let Some(p) = &self.password {
             opts = opts.password(p);
         }
-        if self.use_tls {
-            opts = opts.ssl_mode(PgSslMode::Require);
+        if self.use_tls || self.ca_cert.is_some() {
+            opts = opts.ssl_mode(PgSslMode::VerifyFull);
+        }
+        if let Some(pem) = &self.ca_cert {
+            opts = opts.ssl_root_cert_from_pem(pem.as_bytes().to_vec());
         }
         opts
     }
@@ -193,13 +216,14 @@ impl Connection {
     pub fn pg_key(&self) -> String {
         let text = |v: &Option<String>| v.clone().unwrap_or_default();
         format!(
-            "{}\0{}\0{}\0{}\0{}\0{}",
+            "{}\0{}\0{}\0{}\0{}\0{}\0{}",
             self.host,
             self.port,
             text(&self.database),
             text(&self.username),
             text(&self.password),
-            self.use_tls
+            self.use_tls,
+            text(&self.ca_cert)
         )
     }
 }
@@ -214,6 +238,10 @@ pub struct StoreConfig {
     pub username: Option<String>,
     /// Masked on read; sending the masked value back keeps the stored one.
     pub password: Option<String>,
-    /// Connect with TLS.
+    /// Connect with TLS (PostgreSQL: verified, see `caCert`).
     pub tls: Option<bool>,
+    /// PostgreSQL only: PEM certificates of a private authority the server's certificate may
+    /// come from (Amazon RDS's bundle, for one); implies `tls`.
+    #[serde(rename = "caCert")]
+    pub ca_cert: Option<String>,
 }

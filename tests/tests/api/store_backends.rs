@@ -104,6 +104,34 @@ pub(crate) async fn chunk_ids(s: &KbSetup, sql_filter: &str, id: i64) -> Vec<i64
         .unwrap()
 }
 
+/// How many of the base's chunk rows meet `condition` (SQL over `chunks`).
+pub(crate) async fn chunks_holding(s: &KbSetup, kb: i64, condition: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM chunks WHERE rag_id = $1 AND ({condition})"
+    ))
+    .bind(kb)
+    .fetch_one(&s.app.db)
+    .await
+    .unwrap()
+}
+
+/// Uploads a new document into a base whose store is down: it fails at indexing with a message
+/// naming the store (`backend`), and leaves no chunks.
+pub(crate) async fn fails_at_indexing(s: &KbSetup, kb: i64, backend: &str) {
+    let files = [("more.txt", b"Herons stand still in shallow water.".to_vec())];
+    let id = s.upload(kb, &files).await.assert_ok()["items"][0]["id"]
+        .as_i64()
+        .unwrap();
+    let d = s.settled(id).await;
+    assert_eq!(
+        (d["status"].as_str(), d["errorStage"].as_str()),
+        (Some("failed"), Some("indexing")),
+        "{d}"
+    );
+    assert!(d["errorMessage"].as_str().unwrap().contains(backend), "{d}");
+    assert!(s.chunk_texts(id).await.is_empty(), "nothing half-written");
+}
+
 pub(crate) async fn upload_ok(s: &KbSetup, kb: i64, files: &[(&str, &str)]) -> Vec<i64> {
     let files: Vec<(&str, Vec<u8>)> = files.iter().map(|(n, c)| (*n, c.as_bytes().to_vec())).collect();
     let reply = s.upload(kb, &files).await;
@@ -134,6 +162,22 @@ pub(crate) async fn search(s: &KbSetup, kb: i64, query: &str) -> Value {
 
 pub(crate) fn first_content(r: &Value) -> String {
     r["results"][0]["content"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Rewrites a chunk as "Badgers dig deep burrows." and checks that search finds it first by
+/// its new words.
+pub(crate) async fn found_by_new_words(s: &KbSetup, kb: i64, chunk: i64) {
+    s.app
+        .put(
+            &format!("/chunk/{chunk}"),
+            Some(&s.admin),
+            &json!({ "content": "Badgers dig deep burrows." }),
+        )
+        .await
+        .assert_ok();
+    let r = search(s, kb, "badgers dig burrows").await;
+    assert_eq!(r["results"][0]["chunkId"], chunk, "{r}");
+    assert!(first_content(&r).contains("Badgers"), "{r}");
 }
 
 #[tokio::test]
@@ -167,12 +211,11 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
         milvus_ids(&coll, Some(docs[0])).await,
         chunk_ids(&s, "document_id", docs[0]).await
     );
-    let in_pg: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND embedding IS NOT NULL")
-        .bind(kb)
-        .fetch_one(&s.app.db)
-        .await
-        .unwrap();
-    assert_eq!(in_pg, 0, "vectors live in Milvus only");
+    assert_eq!(
+        chunks_holding(&s, kb, "embedding IS NOT NULL").await,
+        0,
+        "vectors live in Milvus only"
+    );
 
     // The store cannot change under indexed documents.
     let list = s.app.get("/store-instance?category=1", t).await.assert_ok().clone();
@@ -226,17 +269,7 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
 
     // An edited chunk is re-embedded into Milvus: the new words find it.
     let owl = r["results"][0]["chunkId"].as_i64().unwrap();
-    s.app
-        .put(
-            &format!("/chunk/{owl}"),
-            t,
-            &json!({ "content": "Badgers dig deep burrows." }),
-        )
-        .await
-        .assert_ok();
-    let r = search(&s, kb, "badgers dig burrows").await;
-    assert_eq!(r["results"][0]["chunkId"], owl, "{r}");
-    assert!(first_content(&r).contains("Badgers"), "{r}");
+    found_by_new_words(&s, kb, owl).await;
 
     // A chunk added by hand goes to Milvus and is found.
     let added = s
@@ -364,17 +397,7 @@ async fn milvus_down_fails_clearly_and_writes_nothing() {
     s.app.get(&format!("/rag/{kb}"), t).await.assert_ok();
 
     // A new document fails at indexing with the reason and leaves no chunks.
-    let files = [("more.txt", b"Herons stand still in shallow water.".to_vec())];
-    let reply = s.upload(kb, &files).await;
-    let id = reply.assert_ok()["items"][0]["id"].as_i64().unwrap();
-    let d = s.settled(id).await;
-    assert_eq!(
-        (d["status"].as_str(), d["errorStage"].as_str()),
-        (Some("failed"), Some("indexing")),
-        "{d}"
-    );
-    assert!(d["errorMessage"].as_str().unwrap().contains("Milvus"), "{d}");
-    assert!(s.chunk_texts(id).await.is_empty(), "nothing half-written");
+    fails_at_indexing(&s, kb, "Milvus").await;
 
     // Back up: nothing was lost or added meanwhile.
     s.app
@@ -486,12 +509,11 @@ async fn opensearch_full_text_sends_the_recorded_shapes_and_fuses_its_hits() {
     assert_eq!(lines[1]["chunk_id"], id);
     assert!(lines[1]["document_id"].as_i64().is_some() && lines[1]["content"].is_string());
     assert_eq!(os.ids(&index).unwrap(), rows, "every chunk is in OpenSearch");
-    let tsv: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE rag_id = $1 AND tsv IS NOT NULL")
-        .bind(kb)
-        .fetch_one(&s.app.db)
-        .await
-        .unwrap();
-    assert_eq!(tsv, 0, "full text lives in OpenSearch only");
+    assert_eq!(
+        chunks_holding(&s, kb, "tsv IS NOT NULL").await,
+        0,
+        "full text lives in OpenSearch only"
+    );
 
     // Search asks OpenSearch with a match query and fuses its BM25 hits with the vectors.
     let r = search(&s, kb, "installer root").await;
@@ -621,18 +643,7 @@ async fn opensearch_knn_vectors_and_a_down_engine() {
             json!({ "searchEngineInstanceId": down, "searchEngineEnable": true }),
         )
         .await;
-    let files = [("a.txt", ANIMALS.as_bytes().to_vec())];
-    let id = s.upload(kb2, &files).await.assert_ok()["items"][0]["id"]
-        .as_i64()
-        .unwrap();
-    let d = s.settled(id).await;
-    assert_eq!(
-        (d["status"].as_str(), d["errorStage"].as_str()),
-        (Some("failed"), Some("indexing")),
-        "{d}"
-    );
-    assert!(d["errorMessage"].as_str().unwrap().contains("OpenSearch"), "{d}");
-    assert!(s.chunk_texts(id).await.is_empty());
+    fails_at_indexing(&s, kb2, "OpenSearch").await;
     // Search on a base whose engine is down is a code-0 error naming it.
     s.app
         .put(

@@ -7,7 +7,10 @@ use api_tests::Store;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::store_backends::{base_key, chunk_ids, first_content, search, upload_ok, ANIMALS, GUIDE_MD};
+use crate::store_backends::{
+    base_key, chunk_ids, chunks_holding, fails_at_indexing, first_content, found_by_new_words, search, upload_ok,
+    ANIMALS, GUIDE_MD,
+};
 
 /// Another PostgreSQL: a new database on the test server, its store-instance config and a
 /// pool to look into it.
@@ -117,14 +120,11 @@ async fn a_base_on_another_postgres_keeps_its_vectors_and_words_there() {
         entry_ids(&other, &vectors, Some(docs[0])).await,
         chunk_ids(&s, "document_id", docs[0]).await
     );
-    let in_service: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM chunks WHERE rag_id = $1 AND (embedding IS NOT NULL OR tsv IS NOT NULL)",
-    )
-    .bind(kb)
-    .fetch_one(&s.app.db)
-    .await
-    .unwrap();
-    assert_eq!(in_service, 0, "the entries live in the other database only");
+    assert_eq!(
+        chunks_holding(&s, kb, "embedding IS NOT NULL OR tsv IS NOT NULL").await,
+        0,
+        "the entries live in the other database only"
+    );
 
     // Both sides find the chunk, from the other database.
     let r = search(&s, kb, "owls hunt at night").await;
@@ -134,22 +134,13 @@ async fn a_base_on_another_postgres_keeps_its_vectors_and_words_there() {
 
     // An edited chunk's new words and vector replace its entries there.
     let owl = r["results"][0]["chunkId"].as_i64().unwrap();
-    s.app
-        .put(
-            &format!("/chunk/{owl}"),
-            t,
-            &json!({ "content": "Badgers dig deep burrows." }),
-        )
-        .await
-        .assert_ok();
+    found_by_new_words(&s, kb, owl).await;
     let words: String = sqlx::query_scalar(&format!("SELECT entry::text FROM \"{text}\" WHERE chunk_id = $1"))
         .bind(owl)
         .fetch_one(&other)
         .await
         .unwrap();
     assert!(words.contains("badgers") && !words.contains("owls"), "{words}");
-    let r = search(&s, kb, "badgers dig burrows").await;
-    assert_eq!(r["results"][0]["chunkId"], owl, "{r}");
 
     // A deleted chunk and a deleted document leave both tables; the other document stays.
     s.app.delete(&format!("/chunk/{owl}"), t).await.assert_ok();
@@ -161,12 +152,11 @@ async fn a_base_on_another_postgres_keeps_its_vectors_and_words_there() {
 
     // Deleting the base drops its tables.
     s.app.delete(&format!("/rag/{kb}"), t).await.assert_ok();
-    let tables: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE tablename = ANY($1)")
-        .bind([&vectors, &text])
-        .fetch_one(&other)
-        .await
-        .unwrap();
-    assert_eq!(tables, 0, "the base's tables are dropped with it");
+    assert_eq!(
+        tables(&other, [&vectors, &text]).await,
+        0,
+        "the base's tables are dropped with it"
+    );
 }
 
 #[tokio::test]
@@ -218,24 +208,7 @@ async fn another_postgres_down_fails_clearly_and_writes_nothing() {
         .assert_error(400, 0, "PostgreSQL (store instance) could not drop");
 
     // A new document fails at indexing with the reason and leaves no chunks.
-    let files = [("more.txt", b"Herons stand still in shallow water.".to_vec())];
-    let id = s.upload(kb, &files).await.assert_ok()["items"][0]["id"]
-        .as_i64()
-        .unwrap();
-    let d = s.settled(id).await;
-    assert_eq!(
-        (d["status"].as_str(), d["errorStage"].as_str()),
-        (Some("failed"), Some("indexing")),
-        "{d}"
-    );
-    assert!(
-        d["errorMessage"]
-            .as_str()
-            .unwrap()
-            .contains("PostgreSQL (store instance) could not index"),
-        "{d}"
-    );
-    assert!(s.chunk_texts(id).await.is_empty(), "nothing half-written");
+    fails_at_indexing(&s, kb, "PostgreSQL (store instance) could not index").await;
 
     // Back up: nothing was lost or added meanwhile.
     for id in [instances.0, instances.1] {
@@ -248,4 +221,150 @@ async fn another_postgres_down_fails_clearly_and_writes_nothing() {
     assert_eq!(entry_ids(&other, &text, None).await, before);
     let r = search(&s, kb, "owls hunt at night").await;
     assert!(first_content(&r).contains("Owls"), "{r}");
+}
+
+/// A base given another PostgreSQL before that was used kept its entries in the service's
+/// database: the migration that started using it points such a base (one with chunks) at the
+/// built-in instances, where its entries are, so its search still finds them; an empty one
+/// keeps its instance.
+#[tokio::test]
+async fn bases_filled_before_another_postgres_was_used_stay_on_the_built_in_store() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let (config, _other) = other_postgres().await;
+    let (vector_store, text_store) = (instance(&s, 1, 1, &config).await, instance(&s, 2, 4, &config).await);
+    let filled = s
+        .kb("Filled before", json!({ "maxChunkTokens": 16, "chunkOverlap": 0 }))
+        .await;
+    upload_ok(&s, filled, &[("animals.txt", ANIMALS)]).await;
+    let empty = s.kb("Empty before", json!({})).await;
+    let builtin: (i64, i64) =
+        sqlx::query_as("SELECT vector_store_instance_id, search_engine_instance_id FROM knowledge_bases WHERE id = $1")
+            .bind(filled)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    // How such bases were stored: their instances named, their entries in `chunks`.
+    sqlx::query("UPDATE knowledge_bases SET vector_store_instance_id = $1, search_engine_instance_id = $2")
+        .bind(vector_store)
+        .bind(text_store)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let r = s
+        .app
+        .post(
+            "/rag/search",
+            t,
+            &json!({ "ragId": filled, "query": "owls hunt at night" }),
+        )
+        .await;
+    assert_eq!(
+        r.assert_ok()["results"],
+        json!([]),
+        "the other database holds nothing of it"
+    );
+
+    sqlx::raw_sql(include_str!(
+        "../../../migrations/0036_bases_on_other_postgres_before_it_was_used.sql"
+    ))
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    let base = s.app.get(&format!("/rag/{filled}"), t).await.assert_ok().clone();
+    assert_eq!(
+        (
+            base["vectorStoreInstanceId"].as_i64(),
+            base["searchEngineInstanceId"].as_i64()
+        ),
+        (Some(builtin.0), Some(builtin.1))
+    );
+    assert!(first_content(&search(&s, filled, "owls hunt at night").await).contains("Owls hunt"));
+    let base = s.app.get(&format!("/rag/{empty}"), t).await.assert_ok().clone();
+    assert_eq!(
+        (
+            base["vectorStoreInstanceId"].as_i64(),
+            base["searchEngineInstanceId"].as_i64()
+        ),
+        (Some(vector_store), Some(text_store))
+    );
+}
+
+/// With `tls` (or a `caCert`) another PostgreSQL is reached over TLS only: the test server,
+/// which offers none, is refused rather than used in the clear. A `caCert` that is not PEM is
+/// refused by name, and no instance is stored with it.
+#[tokio::test]
+async fn tls_to_another_postgres_is_required_when_asked_and_a_ca_must_be_pem() {
+    let app = api_tests::spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let t = Some(admin.as_str());
+    let (config, _other) = other_postgres().await;
+    let test = |config: Value| json!({ "type": "PGVECTOR", "config": config });
+    app.post("/store-instance/test", t, &test(config.clone()))
+        .await
+        .assert_ok();
+    let mut tls = config.clone();
+    tls["tls"] = json!(true);
+    app.post("/store-instance/test", t, &test(tls))
+        .await
+        .assert_error(400, 0, "connection test failed");
+
+    let mut ca = config.clone();
+    ca["caCert"] = json!("not a certificate");
+    let refusal = "config.caCert must be PEM certificates";
+    app.post("/store-instance/test", t, &test(ca.clone()))
+        .await
+        .assert_error(400, 0, refusal);
+    let before = app.count("store_instances").await;
+    app.post(
+        "/store-instance",
+        t,
+        &json!({ "name": "bad ca", "category": 1, "type": 1, "config": ca }),
+    )
+    .await
+    .assert_error(400, 0, refusal);
+    assert_eq!(app.count("store_instances").await, before);
+}
+
+/// How many of these tables the other database holds.
+async fn tables(other: &PgPool, names: [&str; 2]) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE tablename = ANY($1)")
+        .bind(names)
+        .fetch_one(other)
+        .await
+        .unwrap()
+}
+
+/// A base emptied and moved off another PostgreSQL drops its tables there, the full-text one
+/// too: nothing else would ever drop a table left on a store the base no longer names.
+#[tokio::test]
+async fn a_base_moved_off_another_postgres_drops_its_tables_there() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let (config, other) = other_postgres().await;
+    let OnOther {
+        kb,
+        vectors,
+        text,
+        docs,
+        ..
+    } = on_other(&s, &config).await;
+    for doc in docs {
+        s.app.delete(&format!("/document/{doc}"), t).await.assert_ok();
+    }
+    assert_eq!(tables(&other, [&vectors, &text]).await, 2, "emptied, the tables stay");
+    let builtin = |category: i64| {
+        let app = &s.app;
+        async move {
+            let list = app.get(&format!("/store-instance?category={category}"), t).await;
+            let list = list.assert_ok().as_array().unwrap().clone();
+            list.into_iter().find(|v| v["builtin"] == true).unwrap()["id"].clone()
+        }
+    };
+    let moved = json!({ "searchEngineInstanceId": builtin(2).await });
+    s.app.put(&format!("/rag/{kb}"), t, &moved).await.assert_ok();
+    assert_eq!(tables(&other, [&vectors, &text]).await, 1, "the text table went");
+    let moved = json!({ "vectorStoreInstanceId": builtin(1).await });
+    s.app.put(&format!("/rag/{kb}"), t, &moved).await.assert_ok();
+    assert_eq!(tables(&other, [&vectors, &text]).await, 0, "the vector table went");
 }

@@ -59,6 +59,13 @@ pub trait TextIndex: IndexWrites {
     async fn search(&self, db: &PgPool, query: &str, limit: usize) -> anyhow::Result<Vec<Hit>>;
 }
 
+/// One of a base's two indexes.
+#[derive(Debug, Clone, Copy)]
+pub enum Side {
+    Vectors,
+    Text,
+}
+
 /// The vector index and the full-text index of one base.
 pub struct Indexes {
     pub vector: Box<dyn VectorIndex>,
@@ -89,6 +96,13 @@ impl Indexes {
             _ => Box::new(postgres::PgText::new(kb)),
         };
         Ok(Self { vector, text })
+    }
+
+    pub fn side(&self, side: Side) -> &dyn IndexWrites {
+        match side {
+            Side::Vectors => self.vector.as_ref(),
+            Side::Text => self.text.as_ref(),
+        }
     }
 
     /// Both indexes, those inside the transaction first: when an engine of its own fails

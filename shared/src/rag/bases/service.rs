@@ -11,7 +11,7 @@ use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::models::gateway::Billing;
 use crate::models::service::ModelRef;
 use crate::models::ModelType;
-use crate::rag::backends::{store_error, Indexes};
+use crate::rag::backends::{store_error, Indexes, Side};
 use crate::stores::{self, SEARCH_ENGINE, VECTOR_STORE};
 use crate::{validate, AppError, AppResult, AppState};
 
@@ -390,7 +390,10 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     };
     let vector_moved = vector_store != row.vector_store_instance_id;
     if dimension != row.dimension || vector_moved {
-        drop_vectors(state, &mut tx, &row, vector_moved).await?;
+        drop_entries(state, &mut tx, &row, Side::Vectors, vector_moved).await?;
+    }
+    if search_store != row.search_engine_instance_id {
+        drop_entries(state, &mut tx, &row, Side::Text, true).await?;
     }
     tx.commit().await?;
     // A base without documents has no chunks: only its index's shape changes. The index is
@@ -414,26 +417,34 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     Ok(())
 }
 
-/// Drops an empty base's vector collection or index in Milvus or OpenSearch before its length
-/// or its store changes: made at the base's first write and kept when its documents go, one at
-/// the old length refused every new vector, and the base could index nothing again. The next
-/// write makes it again. Named after the base alone, one left on a store the base moves to
-/// (from an earlier stay there) is dropped too. A store that cannot drop what the base will
-/// use leaves the base as it was; one the base leaves keeps its collection, logged.
-async fn drop_vectors(state: &AppState, tx: &mut PgConnection, before: &KbRow, moved: bool) -> AppResult<()> {
-    let left = Indexes::of(state, before).await?.vector;
-    if let Err(e) = left.drop_all(tx).await {
+/// Drops an empty base's collection, index or table of one side in a store of its own
+/// (Milvus, OpenSearch, another PostgreSQL) before its length or its store changes: made at the
+/// base's first write and kept when its documents go, one at the old length refused every new
+/// vector, and the base could index nothing again; one on a store the base left stayed there
+/// for good. The next write makes it again. Named after the base alone, one left on a store
+/// the base moves to (from an earlier stay there) is dropped too. A store that cannot drop
+/// what the base will use leaves the base as it was; one the base leaves keeps its entries,
+/// logged.
+async fn drop_entries(
+    state: &AppState,
+    tx: &mut PgConnection,
+    before: &KbRow,
+    side: Side,
+    moved: bool,
+) -> AppResult<()> {
+    let left = Indexes::of(state, before).await?;
+    if let Err(e) = left.side(side).drop_all(tx).await {
         if !moved {
             return Err(store_error(e));
         }
-        tracing::warn!(rag_id = before.id, error = %e, "the vector index a knowledge base left could not be dropped");
+        tracing::warn!(rag_id = before.id, ?side, error = %e, "the entries a knowledge base left could not be dropped");
     }
     if moved {
         let now = repo::find(&mut *tx, before.id)
             .await?
             .ok_or_else(|| AppError::not_found("knowledge base"))?;
-        let joined = Indexes::of(state, &now).await?.vector;
-        joined.drop_all(tx).await.map_err(store_error)?;
+        let joined = Indexes::of(state, &now).await?;
+        joined.side(side).drop_all(tx).await.map_err(store_error)?;
     }
     Ok(())
 }

@@ -123,8 +123,7 @@ impl ConfigRow {
             _ => {}
         }
         // Only a store the edit names anew, as for the models: one stored was checked when it
-        // was set, and an administrator deactivating it since locked every edit of the config,
-        // its deactivation too.
+        // was set.
         for (field, id, stored, category) in [
             (
                 "vectorStoreInstanceId",
@@ -140,7 +139,7 @@ impl ConfigRow {
             ),
         ] {
             if let Some(id) = id.filter(|id| Some(*id) != stored) {
-                stores::service::usable(state, field, Some(id), category).await?;
+                stores::service::usable_for_memories(state, field, id, category).await?;
             }
         }
         Ok(())

@@ -87,6 +87,8 @@ pub struct ConfigRequest {
     pub name: Option<String>,
     /// 1 enabled (default), 0 disabled.
     pub status: Option<i16>,
+    /// The built-in VECTOR_STORE instance, or none: memories are kept in the service's own
+    /// database.
     #[serde(default, deserialize_with = "crate::json::nullable")]
     #[schema(value_type = Option<i64>)]
     pub vector_store_instance_id: Option<Option<i64>>,
@@ -117,6 +119,7 @@ pub struct ConfigRequest {
     pub dense_weight: Option<f64>,
     /// RRF or WEIGHTED_SUM.
     pub fusion_strategy: Option<String>,
+    /// The built-in SEARCH_ENGINE instance, or none, as `vectorStoreInstanceId`.
     #[serde(default, deserialize_with = "crate::json::nullable")]
     #[schema(value_type = Option<i64>)]
     pub search_engine_instance_id: Option<Option<i64>>,

@@ -305,9 +305,26 @@ pub async fn test(state: &AppState, user: &CurrentUser, req: StoreTestRequest) -
     Ok(true)
 }
 
-/// The instance `field` names, when it is an active one of `category` (a base's or a memory
-/// config's vector store, search engine); `None` takes the category's default.
+/// The instance `field` names, when it is an active one of `category` (a base's vector store
+/// or search engine); `None` takes the category's default.
 pub async fn usable(state: &AppState, field: &str, id: Option<i64>, category: i16) -> AppResult<i64> {
+    Ok(usable_row(state, field, id, category).await?.id)
+}
+
+/// [`usable`], for a memory config: memories are kept in the service's database, so only the
+/// built-in instance of the category may be named. Another one was once taken and never used.
+pub async fn usable_for_memories(state: &AppState, field: &str, id: i64, category: i16) -> AppResult<()> {
+    let row = usable_row(state, field, Some(id), category).await?;
+    if !row.builtin {
+        return Err(AppError::validation(format!(
+            "{field}: memories are kept in the service's own database; store instance {id} is another store (name the built-in {} or none)",
+            category_name(category)
+        )));
+    }
+    Ok(())
+}
+
+async fn usable_row(state: &AppState, field: &str, id: Option<i64>, category: i16) -> AppResult<StoreRow> {
     let row = match id {
         Some(id) => repo::find(state.db(), id)
             .await?
@@ -323,7 +340,7 @@ pub async fn usable(state: &AppState, field: &str, id: Option<i64>, category: i1
             category_name(category)
         )));
     }
-    Ok(row.id)
+    Ok(row)
 }
 
 /// Holds the base's store instances in the transaction that writes the base (see

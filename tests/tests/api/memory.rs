@@ -551,41 +551,84 @@ async fn the_similarity_threshold_keeps_unrelated_questions_from_recalling() {
     assert_eq!(theme[0].title, "Editor theme", "{theme:?}");
 }
 
-/// A store instance a config names, deactivated by an administrator since, does not lock the
-/// config: its other fields are still edited (it was checked when it was set). Named anew, it
-/// is refused.
+/// Memories live in the service's own database: a config may name only the built-in store
+/// instances. One that named another before (checked and kept, never used) is pointed at the
+/// built-in ones by the migration that began refusing them.
 #[tokio::test]
-async fn a_deactivated_store_leaves_its_memory_configs_editable() {
+async fn memory_configs_name_only_the_built_in_stores() {
     let s = setup(false).await;
-    let store = s
-        .app
-        .post(
-            "/store-instance",
-            s.t(),
-            &json!({ "name": "vectors", "category": 1, "type": 3, "config": { "host": "127.0.0.1", "port": 9 } }),
-        )
-        .await
-        .assert_ok()
-        .as_i64()
-        .unwrap();
-    let config = s.config(json!({ "vectorStoreInstanceId": store })).await;
-    s.app
-        .put(&format!("/store-instance/{store}"), s.t(), &json!({ "status": 0 }))
-        .await
-        .assert_ok();
-    let path = format!("/memory/config/{config}");
-    for edit in [json!({ "name": "renamed" }), json!({ "status": 0 })] {
-        s.app.put(&path, s.t(), &edit).await.assert_ok();
+    let instance = |category: i64, kind: i64| {
+        let (app, t) = (&s.app, s.t());
+        async move {
+            let body = json!({ "name": format!("elsewhere {kind}"), "category": category, "type": kind,
+                               "config": { "host": "127.0.0.1", "port": 9 } });
+            app.post("/store-instance", t, &body)
+                .await
+                .assert_ok()
+                .as_i64()
+                .unwrap()
+        }
+    };
+    let (vectors, words) = (instance(1, 3).await, instance(2, 3).await);
+    let builtin = |category: i64| {
+        let (app, t) = (&s.app, s.t());
+        async move {
+            let list = app.get(&format!("/store-instance?category={category}"), t).await;
+            let list = list.assert_ok().as_array().unwrap().clone();
+            list.into_iter().find(|v| v["builtin"] == true).unwrap()["id"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    let (builtin_vectors, builtin_words) = (builtin(1).await, builtin(2).await);
+    let config = s
+        .config(json!({ "vectorStoreInstanceId": builtin_vectors, "searchEngineInstanceId": builtin_words }))
+        .await;
+    let before = s.app.count("memory_configs").await;
+    for (field, id) in [("vectorStoreInstanceId", vectors), ("searchEngineInstanceId", words)] {
+        let refusal = format!("{field}: memories are kept in the service's own database");
+        let body = json!({ "name": "x", "embeddingModelId": s.embedding_model, field: id });
+        s.app
+            .post("/memory/config", s.t(), &body)
+            .await
+            .assert_error(400, 0, &refusal);
+        s.app
+            .put(&format!("/memory/config/{config}"), s.t(), &json!({ field: id }))
+            .await
+            .assert_error(400, 0, &refusal);
     }
-    let other = s.config(json!({})).await;
+    assert_eq!(s.app.count("memory_configs").await, before);
+
+    // A config stored before the refusal, naming the other instances.
+    sqlx::query("UPDATE memory_configs SET vector_store_instance_id = $1, search_engine_instance_id = $2")
+        .bind(vectors)
+        .bind(words)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    sqlx::raw_sql(include_str!(
+        "../../../migrations/0037_memory_configs_on_the_built_in_stores.sql"
+    ))
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    let c = s.app.get(&format!("/memory/config/{config}"), s.t()).await;
+    let c = c.assert_ok();
+    assert_eq!(
+        (
+            c["vectorStoreInstanceId"].as_i64(),
+            c["searchEngineInstanceId"].as_i64()
+        ),
+        (Some(builtin_vectors), Some(builtin_words))
+    );
     s.app
         .put(
-            &format!("/memory/config/{other}"),
+            &format!("/memory/config/{config}"),
             s.t(),
-            &json!({ "vectorStoreInstanceId": store }),
+            &json!({ "name": "renamed" }),
         )
         .await
-        .assert_error(400, 0, "is not an active VECTOR_STORE");
+        .assert_ok();
 }
 
 /// A memory config's stored vectors are its embedding model's: that model is not deleted from

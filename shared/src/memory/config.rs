@@ -107,21 +107,6 @@ impl ConfigRow {
         // Before the dimension is asked, so that a refused edit calls no endpoint; checked
         // again under the config's lock (`hold_new_models`).
         check_binders_may_use(state.db(), before, &added).await?;
-        // Asked now, as a knowledge base asks on creation (recorded, not charged, as memory
-        // upkeep is): vectors longer than an index holds would fail the first memory written.
-        let billing = models::gateway::Billing::RecordOnly(Some(user.id));
-        let new_dimension = self.dimension != before.and_then(|b| b.dimension);
-        match self.dimension {
-            None if new_embedding => {
-                self.dimension = Some(models::probe::vector_dimension(state, billing, embedding, "memories").await?);
-            }
-            // Every extraction would otherwise pay for its model call, then fail at storing the
-            // memories, on every retry.
-            Some(told) if new_embedding || new_dimension => {
-                models::probe::check_dimension(state, billing, embedding, told.into()).await?;
-            }
-            _ => {}
-        }
         // Only a store the edit names anew, as for the models: one stored was checked when it
         // was set.
         for (field, id, stored, category) in [
@@ -141,6 +126,21 @@ impl ConfigRow {
             if let Some(id) = id.filter(|id| Some(*id) != stored) {
                 stores::service::usable_for_memories(state, field, id, category).await?;
             }
+        }
+        // Asked now, as a knowledge base asks on creation (recorded, not charged, as memory
+        // upkeep is): vectors longer than an index holds would fail the first memory written.
+        let billing = models::gateway::Billing::RecordOnly(Some(user.id));
+        let new_dimension = self.dimension != before.and_then(|b| b.dimension);
+        match self.dimension {
+            None if new_embedding => {
+                self.dimension = Some(models::probe::vector_dimension(state, billing, embedding, "memories").await?);
+            }
+            // Every extraction would otherwise pay for its model call, then fail at storing the
+            // memories, on every retry.
+            Some(told) if new_embedding || new_dimension => {
+                models::probe::check_dimension(state, billing, embedding, told.into()).await?;
+            }
+            _ => {}
         }
         Ok(())
     }

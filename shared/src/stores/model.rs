@@ -1,6 +1,8 @@
 //! Wire shapes of store instances.
 
 use chrono::{DateTime, Utc};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
@@ -141,6 +143,18 @@ pub struct Connection {
 /// The most `caCert` may hold: Amazon RDS's bundle of every region is about 150 KiB.
 const MAX_CA_CERT_BYTES: usize = 512 * 1024;
 
+/// Whether `pem` is what a TLS handshake will take as its authorities: one certificate or more,
+/// each one a trust anchor, and nothing else. Checked when saved: a bad one failed every
+/// connection later, with the whole text as its error.
+fn trust_anchors(pem: &str) -> bool {
+    if pem.len() > MAX_CA_CERT_BYTES {
+        return false;
+    }
+    let mut store = rustls::RootCertStore::empty();
+    let mut certs = CertificateDer::pem_slice_iter(pem.as_bytes()).peekable();
+    certs.peek().is_some() && certs.all(|cert| cert.is_ok_and(|c| store.add(c).is_ok()))
+}
+
 impl Connection {
     /// Reads host, port, database, username, password (and `tls`) from a config object.
     pub fn from_config(config: &Value, default_port: u16) -> AppResult<Connection> {
@@ -168,10 +182,7 @@ impl Connection {
                 as u16,
         };
         let ca_cert = text("caCert");
-        if ca_cert
-            .as_ref()
-            .is_some_and(|pem| pem.len() > MAX_CA_CERT_BYTES || !pem.contains("-----BEGIN CERTIFICATE-----"))
-        {
+        if ca_cert.as_deref().is_some_and(|pem| !trust_anchors(pem)) {
             return Err(AppError::validation(format!(
                 "config.caCert must be PEM certificates (-----BEGIN CERTIFICATE-----) of at most {} KiB",
                 MAX_CA_CERT_BYTES / 1024
@@ -244,4 +255,51 @@ pub struct StoreConfig {
     /// come from (Amazon RDS's bundle, for one); implies `tls`.
     #[serde(rename = "caCert")]
     pub ca_cert: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed authority's certificate, as a private CA (Amazon RDS's, say) hands out.
+    const PRIVATE_CA: &str = "-----BEGIN CERTIFICATE-----\n\
+MIIBizCCATGgAwIBAgIUGmOZ/hmqsP5hqnHwMOvLVScyPkswCgYIKoZIzj0EAwIw\n\
+GjEYMBYGA1UEAwwPVGVzdCBwcml2YXRlIENBMCAXDTI2MTEyNzIyMDk0OVoYDzIx\n\
+MjYxMTAzMjIwOTQ5WjAaMRgwFgYDVQQDDA9UZXN0IHByaXZhdGUgQ0EwWTATBgcq\n\
+hkjOPQIBBggqhkjOPQMBBwNCAARzqxPUtNohxiVvyGWUP3Yt9VDlmyYzcnBgED1L\n\
+6GpReH1xi5q8jTswnVLUL07TO7ZEyxHMm9zOoo7Ih2fLNR4+o1MwUTAdBgNVHQ4E\n\
+FgQUYbuu+qexQ3wCwbFecIhGDPRXfY8wHwYDVR0jBBgwFoAUYbuu+qexQ3wCwbFe\n\
+cIhGDPRXfY8wDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEA8RqP\n\
+qM78UQ/VC7GUy5DCYYDLu/zKP2AlNBEwonuFLQ8CIFHQ9icsKHDzgi1q35CDq/vm\n\
+s79AgO6ZDTp/tD4Fg42R\n\
+-----END CERTIFICATE-----\n";
+
+    fn with_ca(ca: &str) -> AppResult<Connection> {
+        Connection::from_config(&serde_json::json!({ "host": "db.internal", "caCert": ca }), 5432)
+    }
+
+    #[test]
+    fn a_ca_cert_is_taken_only_as_certificates_a_handshake_will_trust() {
+        let conn = with_ca(PRIVATE_CA).expect("a certificate");
+        assert_eq!(conn.ca_cert.as_deref(), Some(PRIVATE_CA.trim()));
+        assert!(with_ca(&format!("{PRIVATE_CA}{PRIVATE_CA}")).is_ok(), "a bundle");
+        let broken = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n";
+        let not_der = "-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n";
+        let key = "-----BEGIN PRIVATE KEY-----\naGVsbG8=\n-----END PRIVATE KEY-----\n";
+        for bad in [
+            "not a certificate",
+            broken,
+            not_der,
+            key,
+            &format!("{PRIVATE_CA}{broken}"),
+        ] {
+            let refused = with_ca(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                refused.contains("config.caCert must be PEM certificates"),
+                "{bad}: {refused}"
+            );
+        }
+        let huge = PRIVATE_CA.repeat(MAX_CA_CERT_BYTES / PRIVATE_CA.len() + 1);
+        assert!(with_ca(&huge).is_err());
+    }
 }

@@ -585,6 +585,7 @@ async fn memory_configs_name_only_the_built_in_stores() {
         .config(json!({ "vectorStoreInstanceId": builtin_vectors, "searchEngineInstanceId": builtin_words }))
         .await;
     let before = s.app.count("memory_configs").await;
+    let (asked, usage) = (s.models.requests().len(), s.app.count("model_usage").await);
     for (field, id) in [("vectorStoreInstanceId", vectors), ("searchEngineInstanceId", words)] {
         let refusal = format!("{field}: memories are kept in the service's own database");
         let body = json!({ "name": "x", "embeddingModelId": s.embedding_model, field: id });
@@ -598,6 +599,11 @@ async fn memory_configs_name_only_the_built_in_stores() {
             .assert_error(400, 0, &refusal);
     }
     assert_eq!(s.app.count("memory_configs").await, before);
+    assert_eq!(
+        (s.models.requests().len(), s.app.count("model_usage").await),
+        (asked, usage),
+        "refused before the embedding model is asked its dimension"
+    );
 
     // A config stored before the refusal, naming the other instances.
     sqlx::query("UPDATE memory_configs SET vector_store_instance_id = $1, search_engine_instance_id = $2")

@@ -223,34 +223,56 @@ async fn another_postgres_down_fails_clearly_and_writes_nothing() {
     assert!(first_content(&r).contains("Owls"), "{r}");
 }
 
+/// The stores a base's row names, `(vectorStoreInstanceId, searchEngineInstanceId)`.
+async fn stores_of(s: &KbSetup, kb: i64) -> (Option<i64>, Option<i64>) {
+    let base = s.app.get(&format!("/rag/{kb}"), Some(&s.admin)).await;
+    let base = base.assert_ok();
+    (
+        base["vectorStoreInstanceId"].as_i64(),
+        base["searchEngineInstanceId"].as_i64(),
+    )
+}
+
 /// A base given another PostgreSQL before that was used kept its entries in the service's
-/// database: the migration that started using it points such a base (one with chunks) at the
-/// built-in instances, where its entries are, so its search still finds them; an empty one
-/// keeps its instance.
+/// database: the migration that started using it points such a base (one with entries in
+/// `chunks`, or with a document a worker of the code before is still processing) at the
+/// built-in instances, where its entries are or will be, so its search still finds them. An
+/// empty one, and one whose entries are in the other database already, keep their instances.
 #[tokio::test]
 async fn bases_filled_before_another_postgres_was_used_stay_on_the_built_in_store() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let t = Some(s.admin.as_str());
     let (config, _other) = other_postgres().await;
-    let (vector_store, text_store) = (instance(&s, 1, 1, &config).await, instance(&s, 2, 4, &config).await);
+    let OnOther {
+        kb: remote, instances, ..
+    } = on_other(&s, &config).await;
     let filled = s
         .kb("Filled before", json!({ "maxChunkTokens": 16, "chunkOverlap": 0 }))
         .await;
     upload_ok(&s, filled, &[("animals.txt", ANIMALS)]).await;
+    let builtin = stores_of(&s, filled).await;
+    let in_flight = s.kb("Being filled", json!({})).await;
+    upload_ok(&s, in_flight, &[("animals.txt", ANIMALS)]).await;
     let empty = s.kb("Empty before", json!({})).await;
-    let builtin: (i64, i64) =
-        sqlx::query_as("SELECT vector_store_instance_id, search_engine_instance_id FROM knowledge_bases WHERE id = $1")
-            .bind(filled)
-            .fetch_one(&s.app.db)
-            .await
-            .unwrap();
-    // How such bases were stored: their instances named, their entries in `chunks`.
-    sqlx::query("UPDATE knowledge_bases SET vector_store_instance_id = $1, search_engine_instance_id = $2")
-        .bind(vector_store)
-        .bind(text_store)
-        .execute(&s.app.db)
-        .await
-        .unwrap();
+    // How such bases were stored: the other instances named, the entries in `chunks`; the
+    // one in flight has a document still embedding, its entries not written yet.
+    sqlx::query(
+        "UPDATE knowledge_bases SET vector_store_instance_id = $1, search_engine_instance_id = $2
+         WHERE id = ANY($3)",
+    )
+    .bind(instances.0)
+    .bind(instances.1)
+    .bind([filled, in_flight, empty])
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    sqlx::raw_sql(&format!(
+        "UPDATE chunks SET embedding = NULL, tsv = NULL WHERE rag_id = {in_flight};
+         UPDATE documents SET status = 'embedding' WHERE rag_id = {in_flight};"
+    ))
+    .execute(&s.app.db)
+    .await
+    .unwrap();
     let r = s
         .app
         .post(
@@ -271,23 +293,13 @@ async fn bases_filled_before_another_postgres_was_used_stay_on_the_built_in_stor
     .execute(&s.app.db)
     .await
     .unwrap();
-    let base = s.app.get(&format!("/rag/{filled}"), t).await.assert_ok().clone();
-    assert_eq!(
-        (
-            base["vectorStoreInstanceId"].as_i64(),
-            base["searchEngineInstanceId"].as_i64()
-        ),
-        (Some(builtin.0), Some(builtin.1))
-    );
+    assert_eq!(stores_of(&s, filled).await, builtin);
     assert!(first_content(&search(&s, filled, "owls hunt at night").await).contains("Owls hunt"));
-    let base = s.app.get(&format!("/rag/{empty}"), t).await.assert_ok().clone();
-    assert_eq!(
-        (
-            base["vectorStoreInstanceId"].as_i64(),
-            base["searchEngineInstanceId"].as_i64()
-        ),
-        (Some(vector_store), Some(text_store))
-    );
+    assert_eq!(stores_of(&s, in_flight).await, builtin);
+    let others = (Some(instances.0), Some(instances.1));
+    assert_eq!(stores_of(&s, empty).await, others);
+    assert_eq!(stores_of(&s, remote).await, others, "its entries are there");
+    assert!(first_content(&search(&s, remote, "owls hunt at night").await).contains("Owls hunt"));
 }
 
 /// With `tls` (or a `caCert`) another PostgreSQL is reached over TLS only: the test server,

@@ -273,6 +273,14 @@ async fn validate(
         (Some(t), None, Some(a)) if t == i64::from(a.code()) => a.clone(),
         (t, raw, _) => AuthConfig::parse(t.unwrap_or(0), raw.as_ref(), stored_auth)?,
     };
+    // A program takes no HTTP credentials: stored, they would show as in force and reach
+    // nothing. Refused when asked for, or kept from an HTTP server turned into a program.
+    let auth_asked = req.auth_type.is_some() || req.auth_config.is_some() || !same_kind;
+    if stdio && auth.code() != 0 && auth_asked {
+        return Err(AppError::validation(
+            "authType applies to transportType 1 and 2; a stdio (3) server takes its credentials in envVars (send authType 0)",
+        ));
+    }
     // A stored secret goes where whoever stored it said: anyone else pointing the server
     // elsewhere sends the secret again, or could read it at their address. That includes the
     // server's creator, when an administrator stored a secret of theirs in it.

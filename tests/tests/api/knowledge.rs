@@ -2440,6 +2440,59 @@ async fn an_edit_sending_back_a_disabled_reranker_is_saved() {
         .assert_error(400, 0, "rerankModelId");
 }
 
+/// Naming a reranker on a base turns reranking on, on creation or where the base had none;
+/// switching rerankers keeps what the base's config says. Left off, the named reranker showed
+/// in every read and never ran.
+#[tokio::test]
+async fn a_reranker_named_on_a_base_reranks_its_searches() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let provider = s.app.provider(&s.admin, "rerank").await;
+    let reranker = s
+        .app
+        .model(&s.admin, provider, "RERANKER", "rerank", &s.models.base_url, json!({}))
+        .await;
+    let enabled = |kb: i64| {
+        let app = &s.app;
+        async move {
+            let read = app.get(&format!("/rag/{kb}"), t).await;
+            read.assert_ok()["searchParams"]["rerankEnabled"].as_bool()
+        }
+    };
+    let named = s.kb("Reranked", json!({ "rerankModelId": reranker })).await;
+    assert_eq!(enabled(named).await, Some(true));
+    let files = [("animals.txt", b"Foxes are small omnivorous mammals.".to_vec())];
+    let doc = s.upload(named, &files).await.assert_ok()["items"][0]["id"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(s.settled(doc).await["status"], "success");
+    let r = s
+        .app
+        .post(
+            "/rag/search",
+            t,
+            &json!({ "ragId": named, "query": "foxes", "debug": true }),
+        )
+        .await;
+    let r = r.assert_ok();
+    assert!(r["metrics"]["rerankMs"].as_f64().unwrap() > 0.0, "{r}");
+
+    let later = s.kb("Reranker later", json!({})).await;
+    assert_eq!(enabled(later).await, Some(false));
+    let edit = json!({ "rerankModelId": reranker });
+    s.app.put(&format!("/rag/{later}"), t, &edit).await.assert_ok();
+    assert_eq!(enabled(later).await, Some(true));
+    let off = json!({ "searchParams": { "rerankEnabled": false } });
+    s.app.put(&format!("/rag/{later}/config"), t, &off).await.assert_ok();
+    let other = s
+        .app
+        .model(&s.admin, provider, "RERANKER", "rerank", &s.models.base_url, json!({}))
+        .await;
+    let edit = json!({ "rerankModelId": other });
+    s.app.put(&format!("/rag/{later}"), t, &edit).await.assert_ok();
+    assert_eq!(enabled(later).await, Some(false), "switched, it stays off");
+}
+
 /// Delimiter and regex chunking cut a document where the base says, through the real upload
 /// and ingestion: each piece is its own chunk (pieces are long enough that two never fit one
 /// chunk), where the default mode would cut at sentences.

@@ -124,6 +124,10 @@ async fn every_validation_rule_is_refused_and_writes_nothing() {
             "command is required for transportType 3 (stdio)",
         ),
         (
+            json!({"name": "a", "transportType": 3, "command": "x", "authType": 1, "authConfig": {"key": "X-Key", "value": "v"}}),
+            "authType applies to transportType 1 and 2; a stdio (3) server takes its credentials in envVars",
+        ),
+        (
             json!({"name": "a", "transportType": 3, "command": "x", "endpoint": "http://h"}),
             "endpoint applies to transportType 1 and 2",
         ),

@@ -199,8 +199,11 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
         None => probe_dimension(state, user, model_id).await?,
     };
     let (description, icon) = (validate::optional(req.description), validate::optional(req.icon));
+    // Naming a reranker is asking for reranking: left off, it showed in every read and never
+    // ran until the base's config turned it on as well.
     let search = SearchSettings {
         rerank_model_id: req.rerank_model_id,
+        rerank_enabled: req.rerank_model_id.is_some(),
         ..SearchSettings::default()
     };
     let fields = KbFields {
@@ -325,6 +328,8 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     let icon = req.icon.clone().or(row.icon.clone());
     let mut search = row.search_params.0.clone();
     if req.rerank_model_id.is_some() {
+        // As on creation: a reranker named where there was none turns reranking on.
+        search.rerank_enabled |= search.rerank_model_id.is_none();
         search.rerank_model_id = req.rerank_model_id;
     }
     let dedup_strategy = dedup(

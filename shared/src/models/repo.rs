@@ -397,3 +397,16 @@ pub async fn clear_default(conn: &mut sqlx::PgConnection, id: i64) -> sqlx::Resu
         .await?;
     Ok(())
 }
+
+/// Takes the `defaultVisionModel` mark off every config but `id`: one vision model reads the
+/// images, and a second mark would leave which one to the configs' ids.
+pub async fn unmark_vision_but(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE model_configs SET config_json = config_json - 'defaultVisionModel', updated_dt = now()
+         WHERE id <> $1 AND config_json->>'defaultVisionModel' = 'true'",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}

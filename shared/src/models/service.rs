@@ -421,6 +421,7 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
         .transpose()?
         .unwrap_or(default_scope);
     let checked = check_combination(user, model_type, scope, validate::optional(req.adapter_key))?;
+    let vision = marks_vision(req.config_json.as_ref(), checked.model_type, checked.scope)?;
     let is_default = req.is_default.unwrap_or(false);
     if is_default {
         require_default_rules(user, checked.scope)?;
@@ -454,8 +455,24 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
     if is_default {
         make_default(&mut tx, id, checked.model_type.as_str()).await?;
     }
+    if vision {
+        repo::unmark_vision_but(&mut *tx, id).await?;
+    }
     tx.commit().await?;
     Ok(id)
+}
+
+/// Whether `config_json` marks the config `defaultVisionModel`, which only a GLOBAL CHAT model
+/// may be: image reading (`rag::vision`) takes GLOBAL CHAT models only, and a mark anywhere
+/// else showed as in force and read nothing.
+fn marks_vision(config_json: Option<&Value>, model_type: ModelType, scope: &str) -> AppResult<bool> {
+    let marked = config_json.and_then(|c| c.get("defaultVisionModel")) == Some(&Value::Bool(true));
+    if marked && (model_type != ModelType::Chat || scope != "GLOBAL") {
+        return Err(AppError::validation(
+            "configJson.defaultVisionModel: only a GLOBAL CHAT model can be the default vision model",
+        ));
+    }
+    Ok(marked)
 }
 
 fn require_default_rules(user: &CurrentUser, scope: &str) -> AppResult<()> {
@@ -551,6 +568,8 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     // type's only when asked). The flag goes before the type changes: for the length of the
     // update the row would otherwise be a second default of the new type.
     let retyped = checked.model_type != row.model_type();
+    let json = req.config_json.as_ref().unwrap_or(&row.config_json);
+    let vision = marks_vision(Some(json), checked.model_type, checked.scope)?;
     let mut tx = state.db().begin().await?;
     if req.is_default == Some(true) {
         // Before this row's own lock, which would otherwise come first whatever the ids.
@@ -579,6 +598,9 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     repo::update_config(&mut *tx, id, &fields).await?;
     if req.is_default == Some(true) {
         make_default(&mut tx, id, checked.model_type.as_str()).await?;
+    }
+    if vision {
+        repo::unmark_vision_but(&mut *tx, id).await?;
     }
     tx.commit().await.map_err(Into::into)
 }

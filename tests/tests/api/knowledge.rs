@@ -2069,18 +2069,19 @@ async fn image_ocr_reads_document_images_with_the_vision_model() {
     use shared::rag::parse::fixtures::{self, DocxBlock};
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let vision = json!({ "configJson": { "capabilities": ["vision"], "defaultVisionModel": true } });
-    // A marked model of a provider switched off is passed over for one that can be called.
+    // The marked model of a provider switched off is passed over for one that can be called.
     let off = s.app.provider(&s.admin, "vision-off").await;
     s.app
-        .model(&s.admin, off, "CHAT", "chat-echo", &s.models.base_url, vision.clone())
+        .model(&s.admin, off, "CHAT", "chat-echo", &s.models.base_url, vision)
         .await;
     s.app
         .put(&format!("/ai-model/provider/{off}/disable"), Some(&s.admin), &json!({}))
         .await
         .assert_status_ok();
     let provider = s.app.provider(&s.admin, "vision").await;
+    let capable = json!({ "configJson": { "capabilities": ["vision"] } });
     s.app
-        .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, vision)
+        .model(&s.admin, provider, "CHAT", "chat-echo", &s.models.base_url, capable)
         .await;
     let kb = s.kb("Pictures", json!({ "imageOcr": true })).await;
     let png = fixtures::png();

@@ -1261,3 +1261,49 @@ async fn only_managers_see_where_a_config_calls() {
         (json!(null), json!("****"))
     );
 }
+
+/// Only a GLOBAL CHAT model can be the default vision model, the one that reads documents'
+/// images; a mark anywhere else is refused by name, and marking one takes the mark off the
+/// last. Taken before, a PERSONAL model's mark showed as in force and read nothing, and of two
+/// marks the older config's won.
+#[tokio::test]
+async fn one_global_chat_model_is_the_default_vision_model() {
+    let (app, server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let provider = app.provider(&admin, "vision").await;
+    let marked = json!({ "configJson": { "defaultVisionModel": true } });
+    let first = app
+        .model(&admin, provider, "CHAT", "chat-echo", &server.base_url, marked.clone())
+        .await;
+    let refusal = "configJson.defaultVisionModel: only a GLOBAL CHAT model can be the default vision model";
+    let before = app.count("model_configs").await;
+    for (kind, scope) in [("EMBEDDING", "GLOBAL"), ("CHAT", "PERSONAL")] {
+        let body = json!({
+            "providerId": provider, "modelName": "m", "modelKey": "chat-echo", "modelType": kind,
+            "scope": scope, "apiKey": GOOD_KEY, "apiEndpoint": server.base_url, "configJson": marked["configJson"],
+        });
+        app.post("/ai-model/config", t, &body)
+            .await
+            .assert_status_error(400, 0, refusal);
+    }
+    assert_eq!(app.count("model_configs").await, before);
+    let to_personal = json!({ "scope": "PERSONAL" });
+    app.put(&format!("/ai-model/config/{first}"), t, &to_personal)
+        .await
+        .assert_status_error(400, 0, refusal);
+
+    let mark = |id: i64| {
+        let app = &app;
+        async move {
+            let got = app.get(&format!("/ai-model/config/{id}"), t).await;
+            got.assert_status_ok()["configJson"]["defaultVisionModel"].clone()
+        }
+    };
+    let second = app
+        .model(&admin, provider, "CHAT", "chat-echo", &server.base_url, json!({}))
+        .await;
+    app.put(&format!("/ai-model/config/{second}"), t, &marked)
+        .await
+        .assert_status_ok();
+    assert_eq!((mark(first).await, mark(second).await), (Value::Null, json!(true)));
+}

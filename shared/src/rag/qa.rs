@@ -153,19 +153,13 @@ async fn history(
     .map_err(|e| format!("loading the conversation failed: {}", AppError::from(e).told()))?;
     Ok(rows
         .into_iter()
-        .map(|(role, content)| {
-            if role == "user" {
-                ChatMessage::user(content)
-            } else {
-                ChatMessage::assistant(content)
-            }
-        })
+        .map(|(role, content)| ChatMessage::said_by(&role, content))
         .collect())
 }
 
 /// With history and `questionRewrite`, the model first turns the follow-up into a standalone
-/// question for retrieval.
-async fn retrieval_query(
+/// question for retrieval (Q&A, and agent chat over the base).
+pub async fn retrieval_query(
     state: &AppState,
     model: &ModelHandle,
     kb: &KbRow,

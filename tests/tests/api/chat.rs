@@ -1762,6 +1762,66 @@ async fn the_model_calls_mcp_tools_and_answers_with_their_results() {
     );
 }
 
+/// With the base's `questionRewrite`, a chat's follow-up is rewritten by the agent's model
+/// into a standalone question, from the conversation so far, and the base is searched with
+/// that, as Q&A does; a first message, with no history, is searched as written. Without it,
+/// "and how long for that?" searched the base literally.
+#[tokio::test]
+async fn a_chat_follow_up_is_rewritten_for_retrieval_when_the_base_says_so() {
+    const REWRITE: &str = "Rewrite the user's last question";
+    let s = ChatSetup::new().await;
+    let chat = s.chat_model("chat-echo", json!({})).await;
+    let embedding = s.embedding_model("emb-8").await;
+    let files = [(
+        "refunds.txt",
+        b"Refunds are accepted within 30 days of purchase with a receipt.".to_vec(),
+    )];
+    let kb = s.indexed_base(embedding, &files).await;
+    let rewrite_on = json!({ "searchParams": { "questionRewrite": true } });
+    s.app
+        .put(&format!("/rag/{kb}/config"), Some(&s.admin), &rewrite_on)
+        .await
+        .assert_ok();
+    let body = json!({ "name": "Support", "chatModelId": chat, "ragEnabled": true, "ragId": kb });
+    let agent = s.agent(&s.admin, body).await;
+    let is_rewrite = |r: &Value| {
+        r["messages"][0]["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with(REWRITE))
+    };
+    let embedded = |r: &Value, text: &str| r["model"] == "emb-8" && r["input"].to_string().contains(text);
+
+    s.chat(&s.admin, agent, say("rw-1", "are refunds accepted"))
+        .await
+        .events();
+    assert!(
+        !s.models.requests().iter().any(is_rewrite),
+        "a first message is not rewritten"
+    );
+    let before = s.models.requests().len();
+    let events = s
+        .chat(&s.admin, agent, say("rw-1", "and how long for that?"))
+        .await
+        .events();
+    assert_eq!(kinds(&events).last().unwrap(), "done", "{events:?}");
+    let turn: Vec<Value> = s.models.requests()[before..].to_vec();
+    let rewrite = turn
+        .iter()
+        .find(|r| is_rewrite(r))
+        .expect("the follow-up was rewritten");
+    let messages = rewrite["messages"].as_array().unwrap();
+    assert!(
+        rewrite["messages"].to_string().contains("are refunds accepted")
+            && messages.last().unwrap()["content"] == "and how long for that?",
+        "{rewrite}"
+    );
+    // The scripted model answers "You said: <question>": that is what was searched.
+    assert!(
+        turn.iter().any(|r| embedded(r, "You said: and how long for that?")),
+        "{turn:?}"
+    );
+}
+
 /// A knowledge base on `embedding` holding `files`, every one indexed.
 /// An agent with a knowledge base answers from it: the chunks retrieved for the question reach
 /// the model's system prompt (seen at the scripted model), numbered.

@@ -5,10 +5,20 @@ use tracing::field::Empty;
 use tracing::Instrument;
 
 use super::Caller;
+use crate::agents::conversation_repo::HistoryMessage;
 use crate::agents::AgentRow;
-use crate::models::gateway::Billing;
-use crate::rag::{bases, search};
+use crate::models::client::ChatMessage;
+use crate::models::gateway::{Billing, ModelHandle};
+use crate::rag::{bases, qa, search};
 use crate::AppState;
+
+/// What knowledge retrieval asks with: the question, and with the base's `questionRewrite` the
+/// conversation before it and the model that rewrites a follow-up into a standalone question.
+pub struct Asked<'a> {
+    pub query: &'a str,
+    pub history: &'a [HistoryMessage],
+    pub model: &'a ModelHandle,
+}
 
 /// Passages of the agent's knowledge base for this question. A failing retrieval is logged and
 /// its reason returned: the turn goes on without it and tells the client so. Its model calls are
@@ -16,7 +26,7 @@ use crate::AppState;
 pub async fn knowledge(
     state: &AppState,
     agent: &AgentRow,
-    query: &str,
+    asked: Asked<'_>,
     billing: Billing,
 ) -> Result<Vec<String>, String> {
     let (true, Some(rag_id)) = (agent.rag_enabled, agent.rag_id) else {
@@ -33,7 +43,13 @@ pub async fn knowledge(
             .await?
             .ok_or_else(|| crate::AppError::not_found("knowledge base"))?;
         let started = std::time::Instant::now();
-        let (results, _) = search::retrieve(state, &kb, query, billing).await?;
+        let history: Vec<ChatMessage> = asked
+            .history
+            .iter()
+            .map(|m| ChatMessage::said_by(&m.role, m.content.clone()))
+            .collect();
+        let query = qa::retrieval_query(state, asked.model, &kb, billing, &history, asked.query).await;
+        let (results, _) = search::retrieve(state, &kb, &query, billing).await?;
         let current = tracing::Span::current();
         current.record("rag.result_count", results.len() as i64);
         current.record("rag.search_ms", started.elapsed().as_millis() as i64);

@@ -76,13 +76,7 @@ pub fn messages(system: String, history: Vec<HistoryMessage>, content: &str, ima
     if !system.is_empty() {
         messages.push(ChatMessage::system(system));
     }
-    messages.extend(history.into_iter().map(|m| {
-        if m.role == "user" {
-            ChatMessage::user(m.content)
-        } else {
-            ChatMessage::assistant(m.content)
-        }
-    }));
+    messages.extend(history.into_iter().map(|m| ChatMessage::said_by(&m.role, m.content)));
     messages.push(if images.is_empty() {
         ChatMessage::user(content)
     } else {

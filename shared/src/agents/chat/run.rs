@@ -237,13 +237,18 @@ impl Turn {
         // Recall and retrieval pay for their calls first; the first model call takes what is
         // left when it starts.
         let retrieves = self.agent.memory_enabled || (self.agent.rag_enabled && self.agent.rag_id.is_some());
+        let asked = context::Asked {
+            query: &self.content,
+            history: &history,
+            model: &self.model,
+        };
         let recalled = async {
             if let (true, Some(hold)) = (retrieves, hold.as_mut()) {
                 hold.lend_above(gateway::question_estimate(&self.content)).await;
             }
             tokio::join!(
                 context::memories(&self.state, &self.agent, self.caller, &self.content),
-                context::knowledge(&self.state, &self.agent, &self.content, self.caller.billing),
+                context::knowledge(&self.state, &self.agent, asked, self.caller.billing),
             )
         };
         // Independent reads, side by side: each one waited for in turn would add its round

@@ -44,6 +44,13 @@ impl ChatMessage {
     pub fn assistant(text: impl Into<String>) -> Self {
         Self::text("assistant", text)
     }
+    /// A stored turn of a conversation: the user's, or else the assistant's.
+    pub fn said_by(role: &str, text: impl Into<String>) -> Self {
+        match role {
+            "user" => Self::user(text),
+            _ => Self::assistant(text),
+        }
+    }
     /// A user turn with images, given as URLs or `data:` URIs.
     pub fn user_with_images(text: impl Into<String>, image_urls: Vec<String>) -> Self {
         let mut parts = vec![ContentPart::Text { text: text.into() }];

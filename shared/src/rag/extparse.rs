@@ -25,6 +25,17 @@ pub enum ExtparseError {
     Fail(String),
 }
 
+/// How the converter hands over images: as asked, else embedded in the Markdown as `data:`
+/// URIs when images are to be kept (the only form the Markdown parser takes them from), else
+/// as placeholders.
+fn export_mode(settings: &ParseSettings, options: &ParseOptions) -> String {
+    match (&settings.image_export_mode, options.save_images) {
+        (Some(mode), _) => mode.clone(),
+        (None, true) => "embedded".into(),
+        (None, false) => "placeholder".into(),
+    }
+}
+
 pub async fn convert(
     state: &AppState,
     settings: &ParseSettings,
@@ -43,13 +54,7 @@ pub async fn convert(
         .text("to_formats", "md")
         .text("do_ocr", settings.do_ocr.to_string())
         .text("do_table_structure", settings.do_table_structure.to_string())
-        .text(
-            "image_export_mode",
-            settings
-                .image_export_mode
-                .clone()
-                .unwrap_or_else(|| "placeholder".into()),
-        );
+        .text("image_export_mode", export_mode(settings, options));
     for lang in &settings.ocr_lang {
         form = form.text("ocr_lang", lang.clone());
     }

@@ -1987,11 +1987,12 @@ async fn extparse_converts_through_a_docling_compatible_endpoint() {
         axum::routing::post(move |mut form: axum::extract::Multipart| {
             let record = record.clone();
             async move {
-                let mut broken = false;
+                let (mut broken, mut embedded) = (false, false);
                 while let Ok(Some(field)) = form.next_field().await {
                     let name = field.name().unwrap_or_default().to_owned();
                     let text = field.text().await.unwrap_or_default();
                     broken |= text.contains("broken");
+                    embedded |= name == "image_export_mode" && text == "embedded";
                     let value = if name == "files" { "<file>".to_owned() } else { text };
                     record.lock().unwrap().push(format!("{name}={value}"));
                 }
@@ -2000,7 +2001,19 @@ async fn extparse_converts_through_a_docling_compatible_endpoint() {
                     let said = format!("page 1 unreadable\n{}", "x".repeat(5000));
                     return axum::Json(json!({ "status": "failure", "errors": [said] }));
                 }
-                axum::Json(json!({ "status": "success", "document": { "md_content": "# Scanned\n\nText recognised by OCR." } }))
+                // Asked to embed images, Docling writes them into the Markdown as data URIs.
+                let figure = match embedded {
+                    true => format!(
+                        "\n\n![Figure 1](data:image/png;base64,{})",
+                        base64::Engine::encode(
+                            &base64::engine::general_purpose::STANDARD,
+                            shared::rag::parse::fixtures::png()
+                        )
+                    ),
+                    false => String::new(),
+                };
+                let md = format!("# Scanned\n\nText recognised by OCR.{figure}");
+                axum::Json(json!({ "status": "success", "document": { "md_content": md } }))
             }
         }),
     );
@@ -2030,9 +2043,36 @@ async fn extparse_converts_through_a_docling_compatible_endpoint() {
         "do_ocr=true",
         "ocr_lang=en",
         "ocr_lang=de",
+        "image_export_mode=placeholder",
     ] {
         assert!(fields.contains(&expected.to_owned()), "{expected} in {fields:?}");
     }
+    assert!(s
+        .app
+        .get(&format!("/document/{id}/images"), Some(&s.admin))
+        .await
+        .assert_ok()
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    // A base that saves images has them embedded, and keeps them as the document's images.
+    let saving = s
+        .kb(
+            "OCR images",
+            json!({ "parseEngine": "extparse", "extparseSaveImages": true }),
+        )
+        .await;
+    let with_images = doc_ids(&s.upload(saving, &[("figure.pdf", b"%PDF-1.4 a figure".to_vec())]).await).await[0];
+    assert_eq!(s.settled(with_images).await["status"], "success");
+    assert!(seen.lock().unwrap().contains(&"image_export_mode=embedded".to_owned()));
+    let images = s
+        .app
+        .get(&format!("/document/{with_images}/images"), Some(&s.admin))
+        .await;
+    let images = images.assert_ok().as_array().unwrap().clone();
+    assert_eq!(images.len(), 1, "{images:?}");
+    assert_eq!(images[0]["caption"], "Figure 1", "{images:?}");
 
     // A file the converter refuses fails with the converter's reason: one line, bounded.
     let id = doc_ids(&s.upload(kb, &[("broken.pdf", b"%PDF-1.4 broken".to_vec())]).await).await[0];

@@ -1,58 +1,69 @@
 //! Markdown: headings (ATX and setext), fenced code, pipe tables and paragraphs, read line by line
-//! so every block keeps its source text. Images are replaced by their alt text; links stay as written.
+//! so every block keeps its source text. Images are replaced by their alt text; links stay as
+//! written. Images written in as `data:` URIs (what a converter such as Docling embeds) are kept
+//! as the document's images when the options ask for them; others are never fetched.
 
+use base64::Engine;
+
+use super::image_collector::{ImageCollector, ImagePlace};
 use super::outline::Outline;
-use super::{text_decode, ParseError};
+use super::{text_decode, ParseError, ParseOptions};
 use crate::rag::document::{ParsedDocument, SectionKind};
 
-pub(super) fn parse(bytes: &[u8]) -> Result<ParsedDocument, ParseError> {
+pub(super) fn parse(bytes: &[u8], options: &ParseOptions) -> Result<ParsedDocument, ParseError> {
     let text = text_decode::decode(bytes)?;
     let lines: Vec<&str> = text.lines().collect();
+    let mut images = ImageCollector::new(options);
     let mut outline = Outline::default();
     let mut paragraph: Vec<&str> = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let line = lines[i];
         if let Some(fence) = Fence::opening(line) {
-            flush_paragraph(&mut outline, &mut paragraph);
+            flush_paragraph(&mut outline, &mut paragraph, &mut images);
             let end = (i + 1..lines.len())
                 .find(|&j| fence.is_closed_by(lines[j]))
                 .unwrap_or(lines.len() - 1);
             outline.push(SectionKind::Code, &lines[i..=end].join("\n"));
             i = end + 1;
         } else if let Some((level, heading)) = atx_heading(line) {
-            flush_paragraph(&mut outline, &mut paragraph);
-            outline.heading(level, &without_images(heading));
+            flush_paragraph(&mut outline, &mut paragraph, &mut images);
+            let heading = without_images(heading, &mut images, &outline);
+            outline.heading(level, &heading);
             i += 1;
         } else if let Some(level) = setext_level(line).filter(|_| !paragraph.is_empty()) {
-            outline.heading(level, &without_images(&paragraph.join(" ")));
+            let heading = without_images(&paragraph.join(" "), &mut images, &outline);
+            outline.heading(level, &heading);
             paragraph.clear();
             i += 1;
         } else if starts_table(&lines[i..]) {
-            flush_paragraph(&mut outline, &mut paragraph);
+            flush_paragraph(&mut outline, &mut paragraph, &mut images);
             let end = (i + 1..lines.len())
                 .find(|&j| lines[j].trim().is_empty() || !lines[j].contains('|'))
                 .unwrap_or(lines.len());
-            outline.push(SectionKind::Table, &without_images(&lines[i..end].join("\n")));
+            let table = without_images(&lines[i..end].join("\n"), &mut images, &outline);
+            outline.push(SectionKind::Table, &table);
             i = end;
         } else if line.trim().is_empty() || is_thematic_break(line) {
-            flush_paragraph(&mut outline, &mut paragraph);
+            flush_paragraph(&mut outline, &mut paragraph, &mut images);
             i += 1;
         } else {
             paragraph.push(line);
             i += 1;
         }
     }
-    flush_paragraph(&mut outline, &mut paragraph);
+    flush_paragraph(&mut outline, &mut paragraph, &mut images);
     Ok(ParsedDocument {
         sections: outline.into_sections()?,
+        images: images.into_images(),
         ..ParsedDocument::default()
     })
 }
 
-fn flush_paragraph(outline: &mut Outline, paragraph: &mut Vec<&str>) {
+fn flush_paragraph(outline: &mut Outline, paragraph: &mut Vec<&str>, images: &mut ImageCollector<'_>) {
     if !paragraph.is_empty() {
-        outline.push(SectionKind::Paragraph, &without_images(&paragraph.join("\n")));
+        let text = without_images(&paragraph.join("\n"), images, outline);
+        outline.push(SectionKind::Paragraph, &text);
         paragraph.clear();
     }
 }
@@ -151,8 +162,9 @@ fn is_delimiter_row(line: &str) -> bool {
 }
 
 /// Replaces `![alt](target)` and `![alt][ref]` by `alt`: the alt text is what the image says in
-/// words, and images are never fetched.
-fn without_images(text: &str) -> String {
+/// words, and images are never fetched. One whose target is a `data:` URI goes to `images`,
+/// placed under the outline's current heading.
+fn without_images(text: &str, images: &mut ImageCollector<'_>, outline: &Outline) -> String {
     let mut out = String::with_capacity(text.len());
     let mut ends = ImageEnds::default();
     let mut pos = 0;
@@ -161,7 +173,16 @@ fn without_images(text: &str) -> String {
         out.push_str(&text[pos..after - 2]);
         match ends.of(text, after) {
             Some((alt_end, end)) => {
-                out.push_str(&text[after..alt_end]);
+                let alt = &text[after..alt_end];
+                if let Some((bytes, mime)) = text.get(alt_end + 2..end - 1).and_then(|t| embedded(t, images)) {
+                    let place = ImagePlace {
+                        page: None,
+                        caption: Some(alt.trim().to_owned()),
+                        section_title: outline.title(),
+                    };
+                    images.add(bytes, &mime, place);
+                }
+                out.push_str(alt);
                 pos = end;
             }
             None => {
@@ -172,6 +193,22 @@ fn without_images(text: &str) -> String {
     }
     out.push_str(&text[pos..]);
     out
+}
+
+/// The image a `(target)` holds as a base64 `data:` URI of an image type, when `images` still
+/// wants one and it fits (judged from the encoded length before decoding).
+fn embedded(target: &str, images: &ImageCollector<'_>) -> Option<(Vec<u8>, String)> {
+    if !images.wants_more() {
+        return None;
+    }
+    let uri = target.trim_start_matches('(').split_whitespace().next()?;
+    let (meta, data) = uri.strip_prefix("data:")?.split_once(',')?;
+    let mime = meta.strip_suffix(";base64")?;
+    if !mime.starts_with("image/") || !images.fits(data.len() / 4 * 3) {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD.decode(data).ok()?;
+    Some((bytes, mime.to_owned()))
 }
 
 /// Where the images starting at growing positions end. Each bracket is looked for from where
@@ -237,8 +274,63 @@ mod tests {
     use super::*;
     use crate::rag::document::Section;
 
+    fn plain(text: &str) -> String {
+        let options = ParseOptions::default();
+        without_images(text, &mut ImageCollector::new(&options), &Outline::default())
+    }
+
     fn sections(source: &str) -> Vec<Section> {
-        parse(source.as_bytes()).unwrap().sections
+        parse(source.as_bytes(), &ParseOptions::default()).unwrap().sections
+    }
+
+    #[test]
+    fn embedded_images_are_kept_when_asked_within_the_limits() {
+        let png = base64::engine::general_purpose::STANDARD.encode(b"\x89PNG pixels");
+        let source = format!(
+            "# Plans\n\nThe floor ![Ground floor](data:image/png;base64,{png}) and \
+             ![linked](https://example.com/x.png) and ![text](data:text/plain;base64,aGk=).\n\n\
+             ## Roof\n\n![Roof](data:image/jpeg;base64,{png} \"title\")\n"
+        );
+        let asked = ParseOptions {
+            save_images: true,
+            ..ParseOptions::default()
+        };
+        let doc = parse(source.as_bytes(), &asked).unwrap();
+        let got: Vec<_> = doc
+            .images
+            .iter()
+            .map(|i| {
+                (
+                    i.index,
+                    i.mime.as_str(),
+                    i.caption.as_deref(),
+                    i.section_title.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, "image/png", Some("Ground floor"), Some("Plans")),
+                (1, "image/jpeg", Some("Roof"), Some("Plans > Roof")),
+            ]
+        );
+        assert_eq!(doc.images[0].bytes, b"\x89PNG pixels");
+        assert_eq!(doc.sections[1].text, "The floor Ground floor and linked and text.");
+        // Not asked, or past the limits: none kept, the text the same.
+        let plain_doc = parse(source.as_bytes(), &ParseOptions::default()).unwrap();
+        assert!(plain_doc.images.is_empty());
+        assert_eq!(plain_doc.sections, doc.sections);
+        let small = ParseOptions {
+            max_image_bytes: 4,
+            ..asked.clone()
+        };
+        assert!(parse(source.as_bytes(), &small).unwrap().images.is_empty());
+        let one = ParseOptions {
+            max_image_count: 1,
+            ..asked
+        };
+        assert_eq!(parse(source.as_bytes(), &one).unwrap().images.len(), 1);
     }
 
     #[test]
@@ -325,10 +417,7 @@ mod tests {
             got[0].text,
             "See the login page and logo, not [a link](x.html) or ![broken."
         );
-        assert_eq!(
-            without_images("![a](x) ![b] (y) ![c][r] ![d](z ![e](w)"),
-            "a ![b] (y) c d"
-        );
+        assert_eq!(plain("![a](x) ![b] (y) ![c][r] ![d](z ![e](w)"), "a ![b] (y) c d");
     }
 
     /// A megabyte of `![` with one bracket at the end: read once per `![` before, about 10^11
@@ -337,7 +426,7 @@ mod tests {
     fn image_syntax_is_found_in_one_pass() {
         for tail in ["", "]", "](", "][", "](x)"] {
             let text = format!("{}{tail}", "![".repeat(500_000));
-            let got = without_images(&text);
+            let got = plain(&text);
             assert_eq!(got.len(), text.len() - if tail == "](x)" { 6 } else { 0 }, "{tail:?}");
         }
     }

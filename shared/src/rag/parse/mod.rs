@@ -103,7 +103,7 @@ pub fn parse(file_name: &str, bytes: &[u8], options: &ParseOptions) -> Result<Pa
     let file_type = FileType::from_name(file_name).ok_or_else(|| unsupported(file_name))?;
     let document = match file_type {
         FileType::Txt => plain_text::parse(bytes)?,
-        FileType::Markdown => markdown::parse(bytes)?,
+        FileType::Markdown => markdown::parse(bytes, options)?,
         FileType::Csv => csv_table::parse(file_name, bytes)?,
         FileType::Xlsx => xlsx::parse(bytes)?,
         FileType::Docx => docx::parse(bytes, options)?,

@@ -66,6 +66,13 @@ impl Target {
                 env,
             },
         };
+        // A program takes no HTTP credentials; a stdio server saved with some before they were
+        // refused would otherwise still fetch an OAuth2 token at every start, and fail to
+        // start when its token URL did not answer.
+        let auth = match transport {
+            Transport::Stdio { .. } => AuthConfig::None,
+            _ => auth,
+        };
         Ok(Self {
             id: row.id,
             name: row.name.clone(),

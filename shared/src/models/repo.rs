@@ -398,15 +398,32 @@ pub async fn clear_default(conn: &mut sqlx::PgConnection, id: i64) -> sqlx::Resu
     Ok(())
 }
 
-/// Takes the `defaultVisionModel` mark off every config but `id`: one vision model reads the
-/// images, and a second mark would leave which one to the configs' ids.
-pub async fn unmark_vision_but(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
+/// Takes what a `defaultVisionModel` mark changes, as [`lock_for_default_switch`] does: marks
+/// take turns (two at once would each find the other unmarked, not yet committed, and both
+/// stay), then the config and the marked ones, in id order.
+pub async fn lock_for_vision_mark(conn: &mut sqlx::PgConnection, id: i64) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('model_configs defaultVisionModel'))")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(
+        "SELECT 1 FROM model_configs WHERE id = $1 OR config_json->>'defaultVisionModel' = 'true' ORDER BY id FOR UPDATE",
+    )
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Takes the `defaultVisionModel` mark off every config but `id` (locked first with
+/// [`lock_for_vision_mark`]): one vision model reads the images, and a second mark would leave
+/// which one to the configs' ids.
+pub async fn unmark_vision_but(conn: &mut sqlx::PgConnection, id: i64) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE model_configs SET config_json = config_json - 'defaultVisionModel', updated_dt = now()
          WHERE id <> $1 AND config_json->>'defaultVisionModel' = 'true'",
     )
     .bind(id)
-    .execute(db)
+    .execute(conn)
     .await?;
     Ok(())
 }

@@ -456,7 +456,8 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
         make_default(&mut tx, id, checked.model_type.as_str()).await?;
     }
     if vision {
-        repo::unmark_vision_but(&mut *tx, id).await?;
+        repo::lock_for_vision_mark(&mut tx, id).await?;
+        repo::unmark_vision_but(&mut tx, id).await?;
     }
     tx.commit().await?;
     Ok(id)
@@ -568,12 +569,23 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     // type's only when asked). The flag goes before the type changes: for the length of the
     // update the row would otherwise be a second default of the new type.
     let retyped = checked.model_type != row.model_type();
-    let json = req.config_json.as_ref().unwrap_or(&row.config_json);
-    let vision = marks_vision(Some(json), checked.model_type, checked.scope)?;
+    // A mark stored before marks were checked stays until configJson, the scope or the type
+    // is edited: checked on every edit, it kept a key from being rotated.
+    let vision = match req.config_json.is_some() || checked.scope != row.scope || retyped {
+        true => marks_vision(
+            Some(req.config_json.as_ref().unwrap_or(&row.config_json)),
+            checked.model_type,
+            checked.scope,
+        )?,
+        false => false,
+    };
     let mut tx = state.db().begin().await?;
     if req.is_default == Some(true) {
         // Before this row's own lock, which would otherwise come first whatever the ids.
         repo::lock_for_default_switch(&mut tx, id, checked.model_type.as_str()).await?;
+    }
+    if vision {
+        repo::lock_for_vision_mark(&mut tx, id).await?;
     }
     // Everything above was checked against the row as read; written over a change made since
     // (a retype, a scope change), this would undo it unchecked.
@@ -600,7 +612,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
         make_default(&mut tx, id, checked.model_type.as_str()).await?;
     }
     if vision {
-        repo::unmark_vision_but(&mut *tx, id).await?;
+        repo::unmark_vision_but(&mut tx, id).await?;
     }
     tx.commit().await.map_err(Into::into)
 }

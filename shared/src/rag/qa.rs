@@ -158,23 +158,24 @@ async fn history(
 }
 
 /// With history and `questionRewrite`, the model first turns the follow-up into a standalone
-/// question for retrieval (Q&A, and agent chat over the base).
+/// question for retrieval (Q&A, and agent chat over the base). `conversation` is what it is
+/// shown: the history and, last, the follow-up (as the answering call is sent them); `query`
+/// is searched as asked when there is nothing to rewrite or the rewrite fails.
 pub async fn retrieval_query(
     state: &AppState,
     model: &ModelHandle,
     kb: &KbRow,
     billing: Billing,
-    history: &[ChatMessage],
+    conversation: Vec<ChatMessage>,
     query: &str,
 ) -> String {
-    if history.is_empty() || !kb.search_params.0.question_rewrite {
+    if conversation.len() < 2 || !kb.search_params.0.question_rewrite {
         return query.to_owned();
     }
     let mut messages = vec![ChatMessage::system(
         "Rewrite the user's last question as one standalone search query. Answer with the query only.",
     )];
-    messages.extend(history.iter().cloned());
-    messages.push(ChatMessage::user(query));
+    messages.extend(conversation);
     let req = ChatRequest {
         messages,
         max_tokens: Some(100),
@@ -222,7 +223,8 @@ async fn run(
     // answer takes what is left when it starts.
     hold.lend_above(gateway::question_estimate(query)).await;
     let past = history(state, kb, user_id, conversation).await?;
-    let search_query = retrieval_query(state, &model, kb, billing, &past, query).await;
+    let asked = past.iter().cloned().chain([ChatMessage::user(query)]).collect();
+    let search_query = retrieval_query(state, &model, kb, billing, asked, query).await;
     let (results, _) = search::retrieve(state, kb, &search_query, billing)
         .await
         .map_err(|e| format!("retrieval failed: {}", e.told()))?;

@@ -1782,7 +1782,9 @@ async fn a_chat_follow_up_is_rewritten_for_retrieval_when_the_base_says_so() {
         .put(&format!("/rag/{kb}/config"), Some(&s.admin), &rewrite_on)
         .await
         .assert_ok();
-    let body = json!({ "name": "Support", "chatModelId": chat, "ragEnabled": true, "ragId": kb });
+    // Three messages of history: from the third turn on, the window begins with an answer.
+    let body = json!({ "name": "Support", "chatModelId": chat, "ragEnabled": true, "ragId": kb,
+                       "shortTermMemorySize": 3 });
     let agent = s.agent(&s.admin, body).await;
     let is_rewrite = |r: &Value| {
         r["messages"][0]["content"]
@@ -1820,6 +1822,25 @@ async fn a_chat_follow_up_is_rewritten_for_retrieval_when_the_base_says_so() {
         turn.iter().any(|r| embedded(r, "You said: and how long for that?")),
         "{turn:?}"
     );
+
+    // The rewrite is sent the conversation as the answer's call is, roles taking turns from
+    // a user's message: templates of strict alternation refuse anything else.
+    let before = s.models.requests().len();
+    s.chat(&s.admin, agent, say("rw-1", "and with no receipt?"))
+        .await
+        .events();
+    let turn: Vec<Value> = s.models.requests()[before..].to_vec();
+    let rewrite = turn
+        .iter()
+        .find(|r| is_rewrite(r))
+        .expect("the third message was rewritten");
+    let roles: Vec<&str> = rewrite["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"], "{rewrite}");
 }
 
 /// A knowledge base on `embedding` holding `files`, every one indexed.

@@ -2520,9 +2520,20 @@ async fn a_reranker_named_on_a_base_reranks_its_searches() {
 
     let later = s.kb("Reranker later", json!({})).await;
     assert_eq!(enabled(later).await, Some(false));
+    // More results than the default 20 candidates, valid while reranking is off.
+    let many = json!({ "searchParams": { "resultCount": 50 } });
+    s.app.put(&format!("/rag/{later}/config"), t, &many).await.assert_ok();
     let edit = json!({ "rerankModelId": reranker });
     s.app.put(&format!("/rag/{later}"), t, &edit).await.assert_ok();
     assert_eq!(enabled(later).await, Some(true));
+    let read = s.app.get(&format!("/rag/{later}"), t).await;
+    assert_eq!(
+        read.assert_ok()["searchParams"]["enterRerankCount"],
+        50,
+        "as many candidates as results"
+    );
+    let prompt = json!({ "modelParams": { "prompt": "C<{context}> Q<{query}>" } });
+    s.app.put(&format!("/rag/{later}/config"), t, &prompt).await.assert_ok();
     let off = json!({ "searchParams": { "rerankEnabled": false } });
     s.app.put(&format!("/rag/{later}/config"), t, &off).await.assert_ok();
     let other = s

@@ -1306,4 +1306,47 @@ async fn one_global_chat_model_is_the_default_vision_model() {
         .await
         .assert_status_ok();
     assert_eq!((mark(first).await, mark(second).await), (Value::Null, json!(true)));
+
+    // Two marks at once take turns: one stays. The second may find its config unmarked by
+    // the first since it was read, and is then refused as changed meanwhile (409), as a
+    // default switch is.
+    let (first_path, second_path) = (
+        format!("/ai-model/config/{first}"),
+        format!("/ai-model/config/{second}"),
+    );
+    for _ in 0..5 {
+        let (a, b) = tokio::join!(app.put(&first_path, t, &marked), app.put(&second_path, t, &marked));
+        let statuses = [a.status, b.status];
+        assert!(
+            statuses.contains(&200) && statuses.iter().all(|s| [200, 409].contains(s)),
+            "{statuses:?}"
+        );
+        let marks = [mark(first).await, mark(second).await];
+        assert_eq!(marks.iter().filter(|m| **m == json!(true)).count(), 1, "{marks:?}");
+    }
+
+    // A mark stored on a PERSONAL config before marks were checked does not keep its owner
+    // from rotating the key; sending configJson again asks for the mark to be taken off.
+    let personal = app
+        .model(
+            &admin,
+            provider,
+            "CHAT",
+            "chat-echo",
+            &server.base_url,
+            json!({ "scope": "PERSONAL" }),
+        )
+        .await;
+    sqlx::query("UPDATE model_configs SET config_json = '{\"defaultVisionModel\": true}' WHERE id = $1")
+        .bind(personal)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let rotate = json!({ "apiKey": GOOD_KEY });
+    app.put(&format!("/ai-model/config/{personal}"), t, &rotate)
+        .await
+        .assert_status_ok();
+    app.put(&format!("/ai-model/config/{personal}"), t, &marked)
+        .await
+        .assert_status_error(400, 0, refusal);
 }

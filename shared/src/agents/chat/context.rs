@@ -4,7 +4,7 @@
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use super::Caller;
+use super::{prompt, Caller};
 use crate::agents::conversation_repo::HistoryMessage;
 use crate::agents::AgentRow;
 use crate::models::client::ChatMessage;
@@ -43,12 +43,9 @@ pub async fn knowledge(
             .await?
             .ok_or_else(|| crate::AppError::not_found("knowledge base"))?;
         let started = std::time::Instant::now();
-        let history: Vec<ChatMessage> = asked
-            .history
-            .iter()
-            .map(|m| ChatMessage::said_by(&m.role, m.content.clone()))
-            .collect();
-        let query = qa::retrieval_query(state, asked.model, &kb, billing, &history, asked.query).await;
+        let (mut conversation, last) = prompt::turns(asked.history.to_vec(), asked.query);
+        conversation.push(ChatMessage::user(last));
+        let query = qa::retrieval_query(state, asked.model, &kb, billing, conversation, asked.query).await;
         let (results, _) = search::retrieve(state, &kb, &query, billing).await?;
         let current = tracing::Span::current();
         current.record("rag.result_count", results.len() as i64);

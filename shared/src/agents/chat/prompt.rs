@@ -65,18 +65,28 @@ pub fn alternating(history: Vec<HistoryMessage>) -> Vec<HistoryMessage> {
     turns
 }
 
-pub fn messages(system: String, history: Vec<HistoryMessage>, content: &str, images: Vec<String>) -> Vec<ChatMessage> {
+/// The conversation as a model is sent it: the history with roles that take turns, and
+/// `content` last, with a question still waiting for its answer as one user message.
+pub fn turns(history: Vec<HistoryMessage>, content: &str) -> (Vec<ChatMessage>, String) {
     let mut history = alternating(history);
-    // A question still waiting for its answer goes with this one, as one user message.
     let content = match history.last().is_some_and(|m| m.role == "user") {
         true => format!("{}\n\n{content}", history.pop().map(|m| m.content).unwrap_or_default()),
         false => content.to_owned(),
     };
+    let history = history
+        .into_iter()
+        .map(|m| ChatMessage::said_by(&m.role, m.content))
+        .collect();
+    (history, content)
+}
+
+pub fn messages(system: String, history: Vec<HistoryMessage>, content: &str, images: Vec<String>) -> Vec<ChatMessage> {
+    let (history, content) = turns(history, content);
     let mut messages = Vec::with_capacity(history.len() + 2);
     if !system.is_empty() {
         messages.push(ChatMessage::system(system));
     }
-    messages.extend(history.into_iter().map(|m| ChatMessage::said_by(&m.role, m.content)));
+    messages.extend(history);
     messages.push(if images.is_empty() {
         ChatMessage::user(content)
     } else {

@@ -328,9 +328,15 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     let icon = req.icon.clone().or(row.icon.clone());
     let mut search = row.search_params.0.clone();
     if req.rerank_model_id.is_some() {
-        // As on creation: a reranker named where there was none turns reranking on.
-        search.rerank_enabled |= search.rerank_model_id.is_none();
+        // As on creation: a reranker named where there was none turns reranking on, with at
+        // least as many candidates as results (more results asked while it was off were
+        // valid then, and would have been cut to the candidates).
+        if search.rerank_model_id.is_none() && !search.rerank_enabled {
+            search.rerank_enabled = true;
+            search.enter_rerank_count = search.enter_rerank_count.max(search.result_count);
+        }
         search.rerank_model_id = req.rerank_model_id;
+        search.check()?;
     }
     let dedup_strategy = dedup(
         "dedupStrategy",

@@ -93,6 +93,14 @@ async fn on_other(s: &KbSetup, config: &Value) -> OnOther {
     }
 }
 
+/// A fresh service and another PostgreSQL, with a base on it holding two documents.
+async fn based_on_other() -> (KbSetup, Value, PgPool, OnOther) {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (config, other) = other_postgres().await;
+    let base = on_other(&s, &config).await;
+    (s, config, other, base)
+}
+
 #[tokio::test]
 async fn a_base_on_another_postgres_keeps_its_vectors_and_words_there() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
@@ -161,16 +169,15 @@ async fn a_base_on_another_postgres_keeps_its_vectors_and_words_there() {
 
 #[tokio::test]
 async fn another_postgres_down_fails_clearly_and_writes_nothing() {
-    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (s, config, other, base) = based_on_other().await;
     let t = Some(s.admin.as_str());
-    let (config, other) = other_postgres().await;
     let OnOther {
         kb,
         vectors,
         text,
         docs,
         instances,
-    } = on_other(&s, &config).await;
+    } = base;
     let before = entry_ids(&other, &vectors, None).await;
     assert_eq!(entry_ids(&other, &text, None).await, before);
 
@@ -351,16 +358,15 @@ async fn tables(other: &PgPool, names: [&str; 2]) -> i64 {
 /// too: nothing else would ever drop a table left on a store the base no longer names.
 #[tokio::test]
 async fn a_base_moved_off_another_postgres_drops_its_tables_there() {
-    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let (s, _, other, base) = based_on_other().await;
     let t = Some(s.admin.as_str());
-    let (config, other) = other_postgres().await;
     let OnOther {
         kb,
         vectors,
         text,
         docs,
         ..
-    } = on_other(&s, &config).await;
+    } = base;
     for doc in docs {
         s.app.delete(&format!("/document/{doc}"), t).await.assert_ok();
     }

@@ -364,6 +364,19 @@ impl TestApp {
         .await
     }
 
+    /// The id of the built-in store instance (the service's own PostgreSQL) of `category`
+    /// (1 vector store, 2 search engine).
+    pub async fn builtin_store(&self, token: &str, category: i64) -> i64 {
+        let list = self
+            .get(&format!("/store-instance?category={category}"), Some(token))
+            .await;
+        let list = list.assert_ok().as_array().expect("instances").clone();
+        list.into_iter()
+            .find(|v| v["builtin"] == true)
+            .and_then(|v| v["id"].as_i64())
+            .expect("a built-in instance")
+    }
+
     pub async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
             .fetch_one(&self.db)

@@ -570,17 +570,10 @@ async fn memory_configs_name_only_the_built_in_stores() {
         }
     };
     let (vectors, words) = (instance(1, 3).await, instance(2, 3).await);
-    let builtin = |category: i64| {
-        let (app, t) = (&s.app, s.t());
-        async move {
-            let list = app.get(&format!("/store-instance?category={category}"), t).await;
-            let list = list.assert_ok().as_array().unwrap().clone();
-            list.into_iter().find(|v| v["builtin"] == true).unwrap()["id"]
-                .as_i64()
-                .unwrap()
-        }
-    };
-    let (builtin_vectors, builtin_words) = (builtin(1).await, builtin(2).await);
+    let (builtin_vectors, builtin_words) = (
+        s.app.builtin_store(&s.admin, 1).await,
+        s.app.builtin_store(&s.admin, 2).await,
+    );
     let config = s
         .config(json!({ "vectorStoreInstanceId": builtin_vectors, "searchEngineInstanceId": builtin_words }))
         .await;

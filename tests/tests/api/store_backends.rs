@@ -218,8 +218,7 @@ async fn a_base_on_milvus_indexes_searches_and_answers_from_milvus() {
     );
 
     // The store cannot change under indexed documents.
-    let list = s.app.get("/store-instance?category=1", t).await.assert_ok().clone();
-    let builtin = list.as_array().unwrap().iter().find(|v| v["builtin"] == true).unwrap()["id"].clone();
+    let builtin = s.app.builtin_store(&s.admin, 1).await;
     s.app
         .put(&format!("/rag/{kb}"), t, &json!({ "vectorStoreInstanceId": builtin }))
         .await

@@ -371,18 +371,10 @@ async fn a_base_moved_off_another_postgres_drops_its_tables_there() {
         s.app.delete(&format!("/document/{doc}"), t).await.assert_ok();
     }
     assert_eq!(tables(&other, [&vectors, &text]).await, 2, "emptied, the tables stay");
-    let builtin = |category: i64| {
-        let app = &s.app;
-        async move {
-            let list = app.get(&format!("/store-instance?category={category}"), t).await;
-            let list = list.assert_ok().as_array().unwrap().clone();
-            list.into_iter().find(|v| v["builtin"] == true).unwrap()["id"].clone()
-        }
-    };
-    let moved = json!({ "searchEngineInstanceId": builtin(2).await });
+    let moved = json!({ "searchEngineInstanceId": s.app.builtin_store(&s.admin, 2).await });
     s.app.put(&format!("/rag/{kb}"), t, &moved).await.assert_ok();
     assert_eq!(tables(&other, [&vectors, &text]).await, 1, "the text table went");
-    let moved = json!({ "vectorStoreInstanceId": builtin(1).await });
+    let moved = json!({ "vectorStoreInstanceId": s.app.builtin_store(&s.admin, 1).await });
     s.app.put(&format!("/rag/{kb}"), t, &moved).await.assert_ok();
     assert_eq!(tables(&other, [&vectors, &text]).await, 0, "the vector table went");
 }

@@ -43,9 +43,16 @@ pub async fn knowledge(
             .await?
             .ok_or_else(|| crate::AppError::not_found("knowledge base"))?;
         let started = std::time::Instant::now();
-        let (mut conversation, last) = prompt::turns(asked.history.to_vec(), asked.query);
-        conversation.push(ChatMessage::user(last));
-        let query = qa::retrieval_query(state, asked.model, &kb, billing, conversation, asked.query).await;
+        // The conversation is copied out for the rewrite only: a turn's history may be
+        // 128 KB, and most bases do not rewrite.
+        let query = match kb.search_params.0.question_rewrite && !asked.history.is_empty() {
+            true => {
+                let (mut conversation, last) = prompt::turns(asked.history.to_vec(), asked.query);
+                conversation.push(ChatMessage::user(last));
+                qa::retrieval_query(state, asked.model, &kb, billing, conversation, asked.query).await
+            }
+            false => asked.query.to_owned(),
+        };
         let (results, _) = search::retrieve(state, &kb, &query, billing).await?;
         let current = tracing::Span::current();
         current.record("rag.result_count", results.len() as i64);

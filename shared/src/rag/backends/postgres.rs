@@ -3,7 +3,9 @@
 //! a row removes them; `remove` has nothing left to do.
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, PgPool};
+use sqlx::postgres::PgArguments;
+use sqlx::query::QueryAs;
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::{word_plan, Entry, IndexWrites, TextIndex, VectorIndex};
 use crate::db::vector_literal;
@@ -137,21 +139,29 @@ pub async fn vector_hits(
          WHERE rag_id = {rag_id} AND embedding IS NOT NULL ORDER BY {expr} <=> $1::{cast} LIMIT $2"
     );
     let query = sqlx::query_as(&sql).bind(vector_literal(vector)).bind(limit as i64);
-    // An HNSW scan returns at most `hnsw.ef_search` rows (40 unless configured); only a
-    // larger candidate count (rerank) pays for the transaction that raises it.
-    let rows: Vec<(i64, f64)> = if limit > DEFAULT_EF_SEARCH {
-        let mut tx = db.begin().await?;
-        sqlx::query("SELECT set_config('hnsw.ef_search', $1, true)")
-            .bind(limit.to_string())
-            .execute(&mut *tx)
-            .await?;
-        let rows = query.fetch_all(&mut *tx).await?;
-        tx.commit().await?;
-        rows
-    } else {
-        query.fetch_all(db).await?
-    };
-    Ok(hits(rows))
+    Ok(hits(nearest(db, limit, query).await?))
+}
+
+/// Runs an HNSW nearest-neighbour `query` for `limit` rows of `(id, score)`. An HNSW scan
+/// returns at most `hnsw.ef_search` rows (40 unless configured); only a larger candidate count
+/// (rerank) pays for the transaction that raises it. For the service's own database and for
+/// another PostgreSQL alike.
+pub(super) async fn nearest(
+    db: &PgPool,
+    limit: usize,
+    query: QueryAs<'_, Postgres, (i64, f64), PgArguments>,
+) -> sqlx::Result<Vec<(i64, f64)>> {
+    if limit <= DEFAULT_EF_SEARCH {
+        return query.fetch_all(db).await;
+    }
+    let mut tx = db.begin().await?;
+    sqlx::query("SELECT set_config('hnsw.ef_search', $1, true)")
+        .bind(limit.to_string())
+        .execute(&mut *tx)
+        .await?;
+    let rows = query.fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(rows)
 }
 
 /// Candidate rows all listed words may take together: a word's list is `CANDIDATE_ROWS / words`

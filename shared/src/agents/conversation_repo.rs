@@ -227,8 +227,6 @@ pub struct NewTurn<'a> {
     pub content: &'a str,
     pub attachments: Value,
     pub model_id: i64,
-    /// How many earlier messages the turn reads back as its short-term history.
-    pub history_limit: i64,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -238,9 +236,6 @@ pub struct StartedTurn {
     pub created: bool,
     pub user_message_id: i64,
     pub assistant_message_id: i64,
-    /// The last `history_limit` messages before this turn that carry text, oldest first, as
-    /// many as fit `HISTORY_BYTES` (`history_sql`).
-    pub history: sqlx::types::Json<Vec<HistoryMessage>>,
 }
 
 /// Makes the owner's turns in this conversation take turns until the caller's transaction ends.
@@ -268,6 +263,13 @@ pub const HISTORY_BYTES: i64 = 128_000;
 /// SQL expression), those that fit `HISTORY_BYTES`, each cut to `HISTORY_MESSAGE_CHARS`. The
 /// sizes come from the stored values' headers (`octet_length` reads no TOASTed text), and only
 /// the messages kept are read, as far as they are kept.
+///
+/// The filter says `role <> 'system'`, not `role IN ('user', 'assistant')` (the same rows: the
+/// column allows only those three). Before a table's first ANALYZE the planner takes an IN list
+/// for about 1% of the rows, expects fewer rows than the limit and reads every message of the
+/// conversation through a bitmap scan and a sort, a cost that grows with the conversation
+/// (0.26 ms at 500 messages and rising); with `<>` it walks the `(conversation_id, id)` index
+/// backwards and stops after the limit, stats or not.
 pub fn history_sql(conversation: &str, limit: &str) -> String {
     format!(
         "(SELECT COALESCE(jsonb_agg(jsonb_build_object('role', h.role, 'content', left(h.content, {HISTORY_MESSAGE_CHARS}))
@@ -281,27 +283,61 @@ pub fn history_sql(conversation: &str, limit: &str) -> String {
     )
 }
 
-/// Creates or touches the conversation, writes both messages and reads the history before
-/// them in one statement: a turn is stored whole or not at all, and the model can be called
-/// after one round trip. The statement's snapshot is taken before its own inserts, so the
-/// history holds only earlier messages. The first turn is told by the conversation's count of
-/// turns, not by asking whether it has messages: Postgres answered that `EXISTS` with a scan of
+/// Whose conversation a chat's first read looks up for its history: a partner's end user is
+/// named by app and openId, as the request names them, so that the read need not wait for the
+/// user's row.
+#[derive(Debug, Clone, Copy)]
+pub enum HistoryOwner<'a> {
+    User(i64),
+    External { app_id: i64, open_id: &'a str },
+}
+
+/// The conversation a turn continues, when the request names one.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryOf<'a> {
+    pub owner: HistoryOwner<'a>,
+    pub key: &'a str,
+}
+
+/// The select-list column `history` of a chat's first read (agents `a`): the short-term history
+/// (`history_sql`, the agent's `short_term_memory_size` messages) of the conversation `of`
+/// names, `[]` when there is none. `push_history_join` adds the lookup after the FROM list.
+pub const HISTORY_COLUMN: &str = ", COALESCE(h.history, '[]'::jsonb) AS history";
+
+pub fn push_history_join(qb: &mut QueryBuilder<'_, Postgres>, of: Option<HistoryOf<'_>>) {
+    let Some(of) = of else {
+        qb.push(" LEFT JOIN (SELECT NULL::jsonb AS history) h ON TRUE");
+        return;
+    };
+    qb.push(format!(
+        " LEFT JOIN LATERAL (SELECT {} AS history FROM conversations hc WHERE hc.agent_id = a.id AND ",
+        history_sql("hc.id", "a.short_term_memory_size")
+    ));
+    match of.owner {
+        HistoryOwner::User(id) => qb.push("hc.user_id = ").push_bind(id),
+        HistoryOwner::External { app_id, open_id } => qb
+            .push("hc.external_user_id = (SELECT e.id FROM external_users e WHERE e.app_id = ")
+            .push_bind(app_id)
+            .push(" AND e.open_id = ")
+            .push_bind(open_id.to_owned())
+            .push(")"),
+    };
+    qb.push(" AND hc.conversation_key = ")
+        .push_bind(of.key.to_owned())
+        .push(") h ON TRUE");
+}
+
+/// Creates or touches the conversation and writes both messages in one statement: a turn is
+/// stored whole or not at all. The first turn is told by the conversation's count of turns,
+/// not by asking whether it has messages: Postgres answered that `EXISTS` with a scan of
 /// `messages` from its start whenever statistics said conversations were few and long (2.5 ms
 /// a turn on a benchmark database of 30,000 messages, and growing with the table).
-///
-/// The history's filter says `role <> 'system'`, not `role IN ('user', 'assistant')` (the same
-/// rows: the column allows only those three). Before a table's first ANALYZE the planner takes
-/// an IN list for about 1% of the rows, expects fewer rows than the limit and reads every
-/// message of the conversation through a bitmap scan and a sort, a cost that grows with the
-/// conversation (0.26 ms at 500 messages and rising); with `<>` it walks the
-/// `(conversation_id, id)` index backwards and stops after the limit, stats or not.
 pub async fn start_turn(db: impl PgExecutor<'_>, t: &NewTurn<'_>) -> sqlx::Result<StartedTurn> {
     // The conflict target must name the partial unique index of the owner's kind.
     let conflict = match t.owner {
         Owner::User(_) => "(agent_id, user_id, conversation_key) WHERE user_id IS NOT NULL",
         Owner::External(_) => "(agent_id, external_user_id, conversation_key) WHERE external_user_id IS NOT NULL",
     };
-    let history = history_sql("c.id", "$9");
     // The assistant's insert reads the user's, so the user's message gets the lower id.
     sqlx::query_as(&format!(
         "WITH c AS (
@@ -316,8 +352,7 @@ pub async fn start_turn(db: impl PgExecutor<'_>, t: &NewTurn<'_>) -> sqlx::Resul
          a AS (
            INSERT INTO messages (conversation_id, agent_id, role, status, model_id)
            SELECT u.conversation_id, $1, 'assistant', 0, $8 FROM u RETURNING id)
-         SELECT c.id AS conversation_id, c.created, u.id AS user_message_id, a.id AS assistant_message_id,
-           {history} AS history
+         SELECT c.id AS conversation_id, c.created, u.id AS user_message_id, a.id AS assistant_message_id
          FROM c, u, a"
     ))
     .bind(t.agent_id)
@@ -328,7 +363,6 @@ pub async fn start_turn(db: impl PgExecutor<'_>, t: &NewTurn<'_>) -> sqlx::Resul
     .bind(t.content)
     .bind(&t.attachments)
     .bind(t.model_id)
-    .bind(t.history_limit)
     .fetch_one(db)
     .await
 }

@@ -1,9 +1,12 @@
 //! SQL of the agents module.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
 
+use super::conversation_repo::{self, HistoryMessage, HistoryOf};
 use super::model::{AgentFilter, AgentRow, AgentSort};
 use crate::models::{self, ModelConfigRow};
 use crate::users::repo::escape_like;
@@ -96,21 +99,39 @@ pub struct ChatAgentRow {
     pub agent: AgentRow,
     /// Its own chat model or, without one, the default chat model; None when that is missing.
     pub chat_model_config: Option<Json<ModelConfigRow>>,
+    /// The conversation's short-term history before this turn (`conversation_repo::history_sql`).
+    pub history: Json<Vec<HistoryMessage>>,
 }
 
-/// The agent and its chat model in one statement: a chat reads both before its first token,
-/// and each round trip waits its turn for a loaded machine's CPU.
-pub async fn find_for_chat(db: &PgPool, id: i64, viewer: i64) -> sqlx::Result<Option<ChatAgentRow>> {
+/// The agent, its chat model and the history of the conversation the turn continues, in one
+/// statement: a chat reads them before its first token, and each round trip waits its turn for
+/// a loaded machine's CPU. With the history read here, the turn's own statement (a write) can
+/// run while the model is called.
+pub async fn find_for_chat(
+    db: &PgPool,
+    id: i64,
+    viewer: i64,
+    history: Option<HistoryOf<'_>>,
+) -> sqlx::Result<Option<ChatAgentRow>> {
     let mut qb = QueryBuilder::new("");
-    push_find_for_chat(&mut qb, id, viewer);
+    push_find_for_chat(&mut qb, id, viewer, history);
     qb.build_query_as().fetch_optional(db).await
 }
 
 /// The SELECT of `find_for_chat`, for a statement that carries it (a request's rate-limit count).
-pub fn push_find_for_chat(qb: &mut QueryBuilder<'_, Postgres>, id: i64, viewer: i64) {
-    push_select(qb, viewer, &models::repo::CHAT_CONFIG_OF_AGENT);
+pub fn push_find_for_chat(qb: &mut QueryBuilder<'_, Postgres>, id: i64, viewer: i64, history: Option<HistoryOf<'_>>) {
+    push_select(qb, viewer, &CHAT_COLUMNS);
+    conversation_repo::push_history_join(qb, history);
     qb.push(" WHERE a.id = ").push_bind(id);
 }
+
+static CHAT_COLUMNS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{}{}",
+        *models::repo::CHAT_CONFIG_OF_AGENT,
+        conversation_repo::HISTORY_COLUMN
+    )
+});
 
 /// Who sees what: administrators every agent, others the enabled ones and their own.
 #[derive(Debug, Clone, Copy)]

@@ -1,5 +1,6 @@
 //! Agent management: listing, detail, changes, market and subscriptions.
 
+use super::conversation_repo::{HistoryOf, HistoryOwner};
 use super::model::{AgentFields, AgentFilter, AgentRow, AgentView, ChatModelOption, MarketAgent};
 use super::references;
 use super::repo::{self, AgentData, ChatAgentRow, Viewer};
@@ -23,22 +24,32 @@ pub async fn visible(state: &AppState, user: &CurrentUser, id: i64) -> AppResult
         .ok_or_else(|| AppError::not_found("agent"))
 }
 
-/// `visible`, with the config of the agent's chat model read in the same statement, and the
-/// user authenticated by it when the request's count was left to it.
+/// `visible`, with the config of the agent's chat model and the history of the conversation
+/// `conversation_key` names read in the same statement, and the user authenticated by it when
+/// the request's count was left to it.
 pub async fn visible_for_chat(
     state: &AppState,
     caller: UserAdmission,
     id: i64,
+    conversation_key: Option<&str>,
 ) -> AppResult<(CurrentUser, ChatAgentRow)> {
+    let history = |viewer| {
+        conversation_key.map(|key| HistoryOf {
+            owner: HistoryOwner::User(viewer),
+            key,
+        })
+    };
     let (user, row) = match caller {
         UserAdmission::Known(user) => {
-            let row = repo::find_for_chat(state.db(), id, user.id).await?;
+            let row = repo::find_for_chat(state.db(), id, user.id, history(user.id)).await?;
             (user, row)
         }
+        // The history is looked up for the token's user; a token the statement refuses is
+        // refused before the row is looked at.
         UserAdmission::Pending(pending) => {
             let viewer = pending.user_id().unwrap_or_default();
             let (user, row) = pending
-                .count_with(state, |qb| repo::push_find_for_chat(qb, id, viewer))
+                .count_with(state, |qb| repo::push_find_for_chat(qb, id, viewer, history(viewer)))
                 .await?;
             let user = user.ok_or_else(|| AppError::unauthorized("not logged in; please log in again"))?;
             (user, row)

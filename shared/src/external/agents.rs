@@ -4,6 +4,7 @@
 use super::model::{AgentQuery, ExternalAgent, OpenIdQuery, SubscriptionRequest};
 use super::{repo, users};
 use crate::admission::Pending;
+use crate::agents::conversation_repo::HistoryOf;
 use crate::agents::repo::{self as agent_repo, ChatAgentRow};
 use crate::agents::AgentRow;
 use crate::domain::AppCaller;
@@ -51,22 +52,24 @@ pub async fn usable(state: &AppState, app: &AppCaller, id: i64) -> AppResult<Age
         .ok_or_else(unavailable)
 }
 
-/// `usable`, with the config of the agent's chat model read in the same statement, which
-/// counts the request too when its count was left to it.
+/// `usable`, with the config of the agent's chat model and the history of the conversation
+/// the turn continues read in the same statement, which counts the request too when its count
+/// was left to it.
 pub async fn usable_for_chat(
     state: &AppState,
     app: &AppCaller,
     id: i64,
+    history: Option<HistoryOf<'_>>,
     count: Option<&Pending>,
 ) -> AppResult<ChatAgentRow> {
     let row = match count {
         Some(pending) => {
             let (_, row) = pending
-                .count_with(state, |qb| agent_repo::push_find_for_chat(qb, id, 0))
+                .count_with(state, |qb| agent_repo::push_find_for_chat(qb, id, 0, history))
                 .await?;
             row
         }
-        None => agent_repo::find_for_chat(state.db(), id, 0).await?,
+        None => agent_repo::find_for_chat(state.db(), id, 0, history).await?,
     };
     row.filter(|r| may_use(app, &r.agent)).ok_or_else(unavailable)
 }

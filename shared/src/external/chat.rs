@@ -11,6 +11,7 @@ use super::{agents, users, ExternalCaller};
 use crate::admission::Pending;
 use crate::agents::chat::attachments::ResourceOwner;
 use crate::agents::chat::{self, Caller, ChatRequest, StreamEvent};
+use crate::agents::conversation_repo::{HistoryOf, HistoryOwner};
 use crate::domain::Owner;
 use crate::models::gateway::Billing;
 use crate::{AppError, AppResult, AppState};
@@ -54,7 +55,14 @@ pub async fn start(
     let (agent_id, open_id) = required(&req, open_id)?;
     caller.check_agent(agent_id)?;
     let open_id = users::check_open_id(Some(open_id))?;
-    let usable = agents::usable_for_chat(state, &caller.app, agent_id, count.as_ref());
+    let history = chat::continued(&req.conversation_id).map(|key| HistoryOf {
+        owner: HistoryOwner::External {
+            app_id: caller.app.id,
+            open_id: &open_id,
+        },
+        key,
+    });
+    let usable = agents::usable_for_chat(state, &caller.app, agent_id, history, count.as_ref());
     let (agent, ensured) = match count {
         // The count first: a request it refuses must not register its user. The user is
         // usually known to this process by then, without a round trip.

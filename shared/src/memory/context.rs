@@ -21,7 +21,7 @@ pub async fn preview(state: &AppState, user: &CurrentUser, agent_id: i64, key: S
         .await?
         .ok_or_else(|| AppError::not_found("conversation"))?;
     let window = agent.short_term_memory_size.max(0) as i64;
-    // The messages a turn reads back as its history (`conversation_repo::start_turn`): every
+    // The messages a turn reads back as its history (`conversation_repo::history_sql`): every
     // one with text, a stopped or failed answer's part included.
     let total: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM messages WHERE conversation_id = $1 AND role <> 'system' AND content <> ''",

@@ -2264,3 +2264,210 @@ async fn concurrent_turns_with_images_keep_the_conversations_limit() {
         assert_eq!(streamed, 1, "round {round}: one turn of two images, not two");
     }
 }
+
+/// A turn without images calls its model while its own statement stores it, one round trip
+/// sooner, and answers only once it is stored. Here the statement waits for a lock the test
+/// holds on the conversation's row: the model is asked (with the history, read with the agent)
+/// before the lock is let go, and no response has begun by then.
+#[tokio::test]
+async fn the_model_is_called_while_the_turn_is_stored_and_the_answer_waits_for_it() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "A", "chatModelId": model })).await;
+    s.chat(&s.admin, agent, say("held", "the first question"))
+        .await
+        .events();
+    let mut lock = s.app.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM conversations WHERE conversation_key = 'held' FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let responded = std::sync::atomic::AtomicBool::new(false);
+    let chat = async {
+        let resp = s
+            .app
+            .client
+            .post(s.app.url(&format!("/agent/{agent}/chat")))
+            .header("Svc-Auth", &s.admin)
+            .json(&say("held", "the second question"))
+            .send()
+            .await
+            .unwrap();
+        responded.store(true, std::sync::atomic::Ordering::SeqCst);
+        api_tests::chat::ndjson(&resp.text().await.unwrap())
+    };
+    let release = async {
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
+        let asked = async || {
+            s.models
+                .requests()
+                .iter()
+                .any(|r| r["messages"].to_string().contains("the second question"))
+        };
+        api_tests::wait_for(Duration::from_secs(30), asked).await;
+        assert!(
+            !responded.load(std::sync::atomic::Ordering::SeqCst),
+            "no response before the turn is stored"
+        );
+        lock.commit().await.unwrap();
+    };
+    let (events, ()) = tokio::join!(chat, release);
+    assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
+    assert_eq!(joined(&events, "text"), "You said: the second question");
+    let sent = s.models.requests();
+    let second = sent
+        .iter()
+        .find(|r| r["messages"].to_string().contains("the second question"))
+        .unwrap();
+    assert!(
+        second["messages"].to_string().contains("the first question"),
+        "the history went with it: {second}"
+    );
+    let stored = messages(&s, &s.admin, agent, "held").await;
+    let statuses: Vec<_> = stored
+        .iter()
+        .map(|m| (m["role"].clone(), m["status"].clone()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (json!("user"), json!(1)),
+            (json!("assistant"), json!(1)),
+            (json!("user"), json!(1)),
+            (json!("assistant"), json!(1)),
+        ]
+    );
+}
+
+/// A turn whose statement fails after its model call began (here a trigger refuses its message
+/// once the test lets it go, after the model was asked) answers with the error and no stream,
+/// and its task stores nothing afterwards: the call is recorded as one whose client went away.
+#[tokio::test]
+async fn a_turn_that_cannot_be_stored_is_refused_and_its_model_call_leaves_nothing_behind() {
+    let s = ChatSetup::new().await;
+    let slow = s.chat_model("chat-slow", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "Slow", "chatModelId": slow })).await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_message() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_advisory_xact_lock(7); RAISE EXCEPTION 'no room for this message'; END $$;
+         CREATE TRIGGER refuse_message BEFORE INSERT ON messages FOR EACH ROW
+         WHEN (NEW.content = 'cannot be stored') EXECUTE FUNCTION refuse_message();",
+    )
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    let mut gate = s.app.db.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(7)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    let chat = s.chat(&s.admin, agent, say("nowhere", "cannot be stored"));
+    let release = async {
+        let asked = async || {
+            s.models
+                .requests()
+                .iter()
+                .any(|r| r["messages"].to_string().contains("cannot be stored"))
+        };
+        api_tests::wait_for(Duration::from_secs(30), asked).await;
+        sqlx::query("SELECT pg_advisory_unlock(7)")
+            .execute(&mut *gate)
+            .await
+            .unwrap();
+    };
+    let (reply, ()) = tokio::join!(chat, release);
+    let reply = reply.refused();
+    assert_eq!(reply.status, 500, "{}", reply.body);
+    let recorded = async || s.app.count("model_usage").await > 0;
+    api_tests::wait_for(Duration::from_secs(30), recorded).await;
+    let error: Option<String> = sqlx::query_scalar("SELECT error FROM model_usage")
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert!(error.unwrap_or_default().contains("went away"));
+    assert_eq!(s.app.count("conversations").await, 0);
+    assert_eq!(s.app.count("messages").await, 0);
+}
+
+/// The history a turn sends is read from the caller's own conversation only: another user with
+/// the same conversationId starts afresh. Both ways a chat learns its user: authenticated by
+/// the statement that counts the request, and, with rate limits off, before it.
+#[tokio::test]
+async fn a_turn_reads_its_history_only_from_its_users_own_conversation() {
+    for vars in [&[][..], &[("RATE_LIMIT_USER_REQUESTS", "0")][..]] {
+        let s = ChatSetup::with(api_tests::Store::Filesystem, vars).await;
+        let model = s.chat_model("chat-echo", json!({})).await;
+        let agent = s.agent(&s.admin, json!({ "name": "A", "chatModelId": model })).await;
+        let (alice_id, alice) = s.app.regular_user("alice").await;
+        s.set_quota(alice_id, 100_000).await;
+        s.chat(&s.admin, agent, say("topic", "the admin's secret"))
+            .await
+            .events();
+        s.chat(&alice, agent, say("topic", "alice asks")).await.events();
+        // The key as the turn stores it: a padded one is the same conversation.
+        s.chat(&s.admin, agent, say(" topic ", "the admin again"))
+            .await
+            .events();
+        let sent = s.models.requests();
+        let asked =
+            |q: &str| sent.iter().find(|r| r["messages"].to_string().contains(q)).unwrap()["messages"].to_string();
+        assert!(
+            !asked("alice asks").contains("secret"),
+            "{vars:?}: {}",
+            asked("alice asks")
+        );
+        assert!(asked("the admin again").contains("the admin's secret"), "{vars:?}");
+    }
+}
+
+/// Tools wait until the turn is stored: a tool may act outside the service, and a turn whose
+/// statement then failed would be answered with an error and sent again. The model asks for
+/// web search while the turn's statement waits for a lock the test holds; the tool's answer
+/// goes to the model only after the lock is let go.
+#[tokio::test]
+async fn tools_wait_until_the_turn_is_stored() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Searcher", "chatModelId": model, "webSearchEnabled": true }),
+        )
+        .await;
+    s.chat(&s.admin, agent, say("held", "hello")).await.events();
+    let mut lock = s.app.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM conversations WHERE conversation_key = 'held' FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let tool_answered = || {
+        s.models
+            .requests()
+            .iter()
+            .any(|r| r["messages"].to_string().contains("\"role\":\"tool\""))
+    };
+    let chat = s.chat(
+        &s.admin,
+        agent,
+        say("held", "CALL web_search {\"query\": \"rust lambda\"}"),
+    );
+    let release = async {
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
+        let asked = async || {
+            s.models
+                .requests()
+                .iter()
+                .any(|r| r["messages"].to_string().contains("CALL web_search"))
+        };
+        api_tests::wait_for(Duration::from_secs(30), asked).await;
+        // Time for the search and the second model call, were they not waiting.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!tool_answered(), "no tool ran before the turn was stored");
+        lock.commit().await.unwrap();
+    };
+    let (reply, ()) = tokio::join!(chat, release);
+    let events = reply.events();
+    assert_eq!(kinds(&events)[..2], ["tool_call", "tool_result"]);
+    assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
+    assert!(tool_answered());
+}

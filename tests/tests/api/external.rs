@@ -22,11 +22,11 @@ struct Ext {
 
 impl Ext {
     async fn new() -> Self {
-        Self::with(Store::Filesystem).await
+        Self::with(Store::Filesystem, &[]).await
     }
 
-    async fn with(store: Store) -> Self {
-        let s = ChatSetup::with(store, &[]).await;
+    async fn with(store: Store, vars: &[(&str, &str)]) -> Self {
+        let s = ChatSetup::with(store, vars).await;
         let model = s.chat_model("chat-echo", json!({})).await;
         let crm = s.app.create_app(&s.admin, "crm").await;
         let erp = s.app.create_app(&s.admin, "erp").await;
@@ -486,6 +486,32 @@ async fn conversations_belong_to_one_open_id() {
     assert_eq!(e.written().await, before);
 }
 
+/// The history a turn sends is read from its own user's conversation only: another openId of
+/// the app, or the same openId of another app, with the same conversationId starts afresh.
+/// With the request counted by the chat's first read, and with rate limits off.
+#[tokio::test]
+async fn a_turn_reads_its_history_only_from_its_own_users_conversation() {
+    for vars in [&[][..], &[("RATE_LIMIT_APP_REQUESTS", "0")][..]] {
+        let e = Ext::with(Store::Filesystem, vars).await;
+        let agent = e.open_agent;
+        for (creds, open_id, content) in [
+            (&e.crm, "ann", "ann's secret"),
+            (&e.crm, "bob", "bob asks"),
+            (&e.erp, "ann", "erp's ann asks"),
+            (&e.crm, "ann", "ann again"),
+        ] {
+            e.chat(creds, say(agent, open_id, "topic", content)).await.unwrap();
+        }
+        let sent = e.s.models.requests();
+        let asked =
+            |q: &str| sent.iter().find(|r| r["messages"].to_string().contains(q)).unwrap()["messages"].to_string();
+        for other in ["bob asks", "erp's ann asks"] {
+            assert!(!asked(other).contains("secret"), "{vars:?}: {}", asked(other));
+        }
+        assert!(asked("ann again").contains("ann's secret"), "{vars:?}");
+    }
+}
+
 #[tokio::test]
 async fn streamed_and_sync_chat_store_messages_under_the_external_user() {
     let e = Ext::new().await;
@@ -762,7 +788,7 @@ async fn images_upload_as_base64_and_only_their_uploader_may_attach_them() {
 /// Images a request body on Lambda cannot carry go through a presigned PUT: asked for, sent,
 /// then registered as the external user's, checked from their bytes like a base64 upload.
 async fn presigned_image_upload(store: Store) {
-    let e = Ext::with(store).await;
+    let e = Ext::with(store, &[]).await;
     let app = e.app();
     let ask_for = |size: usize, content_type: &str| json!({ "fileSize": size, "contentType": content_type });
     let ask = |content_type: &str| ask_for(PNG.len(), content_type);

@@ -1,5 +1,6 @@
-//! Agent chat: checks everything that can be refused, stores the user's message, then streams
-//! the answer from a task (see `run`), which stores the assistant's message however it ends.
+//! Agent chat: checks everything that can be refused, stores the user's message (meanwhile the
+//! answer's task, `run`, already gathers context and calls the model), then streams what the
+//! task sends; the task stores the assistant's message however the turn ends.
 
 pub mod attachments;
 mod context;
@@ -10,7 +11,9 @@ pub mod title;
 pub mod tools;
 
 use futures::stream::BoxStream;
+use futures::FutureExt;
 use serde::Deserialize;
+use tokio::sync::oneshot;
 use utoipa::ToSchema;
 
 use self::attachments::{AttachmentIn, Image, ResourceOwner};
@@ -65,6 +68,12 @@ fn chat_model(state: &AppState, agent: &AgentRow, config: Option<ModelConfigRow>
     model.map_err(|e| e.refusal(|told| format!("this agent has no usable chat model: {told}")))
 }
 
+/// The conversation a request continues, as `conversation_key` will read it: the chat's first
+/// read looks its history up.
+pub fn continued(conversation_id: &Option<String>) -> Option<&str> {
+    conversation_id.as_deref().map(str::trim).filter(|k| !k.is_empty())
+}
+
 fn conversation_key(value: Option<String>) -> AppResult<String> {
     match validate::optional(value) {
         Some(key) => {
@@ -83,7 +92,8 @@ pub async fn start_as_user(
     agent_id: i64,
     req: ChatRequest,
 ) -> AppResult<BoxStream<'static, StreamEvent>> {
-    let (user, chat_agent) = super::service::visible_for_chat(state, caller, agent_id).await?;
+    let continued = continued(&req.conversation_id);
+    let (user, chat_agent) = super::service::visible_for_chat(state, caller, agent_id, continued).await?;
     let caller = Caller {
         owner: Owner::User(user.id),
         billing: Billing::of(&user),
@@ -109,13 +119,13 @@ fn check_disabled_ids(mcp_server_ids: &Option<Vec<i64>>, skill_ids: &Option<Vec<
     Ok(())
 }
 
-/// Stores the user's message and the assistant's placeholder, with the checked images. A turn
+/// Stores the user's message and the assistant's placeholder with the checked images. A turn
 /// with images counts those the conversation holds and stores its own under one lock: two such
 /// turns at once would each count before the other stored, and together pass the limit. The
 /// images are looked up before the lock's transaction: looked up inside, on a second pooled
 /// connection, turns holding one connection each and waiting for another could take the
 /// whole pool.
-async fn store_turn<'n>(
+async fn store_turn_with_images<'n>(
     state: &AppState,
     caller: Caller,
     model: &ModelConfigRow,
@@ -123,9 +133,6 @@ async fn store_turn<'n>(
     items: Vec<AttachmentIn>,
     new_turn: impl Fn(&[Image]) -> AppResult<NewTurn<'n>>,
 ) -> AppResult<(StartedTurn, Vec<Image>)> {
-    if items.is_empty() {
-        return Ok((repo::start_turn(state.db(), &new_turn(&[])?).await?, vec![]));
-    }
     let images = attachments::check(state, items, model, caller.resources).await?;
     let mut tx = state.db().begin().await?;
     repo::lock_conversation(&mut tx, agent_id, caller.owner, key).await?;
@@ -150,6 +157,7 @@ pub async fn start(
     let ChatAgentRow {
         agent,
         chat_model_config,
+        history,
     } = chat_agent;
     let content = validate::required("content", req.content)?;
     validate::length("content", &content, 1, MAX_CONTENT_CHARS)?;
@@ -165,21 +173,20 @@ pub async fn start(
     let hold = gateway::hold_turn(state, &model, caller.billing, &content).await?;
     let items = req.attachments.unwrap_or_default();
     let title = title::fallback(&content);
+    let (agent_id, model_id) = (agent.id, model.row.id);
     let new_turn = |images: &[Image]| -> AppResult<NewTurn<'_>> {
         Ok(NewTurn {
-            agent_id: agent.id,
+            agent_id,
             owner: caller.owner,
             conversation_key: &key,
             title: &title,
             content: &content,
             attachments: serde_json::to_value(images).map_err(|e| AppError::Internal(e.into()))?,
-            model_id: model.row.id,
-            history_limit: i64::from(agent.short_term_memory_size),
+            model_id,
         })
     };
-    let (started, images) = store_turn(state, caller, &model.row, (agent.id, &key), items, new_turn).await?;
-
-    let turn = run::Turn {
+    let (stored, rows) = oneshot::channel();
+    let mut turn = run::Turn {
         span: tracing::Span::current(),
         state: state.clone(),
         caller,
@@ -187,17 +194,30 @@ pub async fn start(
         model,
         hold: Some(hold),
         usage: PendingUsage::new(state.db().clone()),
-        conversation_id: started.conversation_id,
-        conversation_key: key,
-        new_conversation: started.created,
-        history: started.history.0,
-        assistant_id: started.assistant_message_id,
-        content,
-        images,
+        rows: rows.shared(),
+        conversation_key: key.clone(),
+        history: history.0,
+        content: content.clone(),
+        images: vec![],
         disabled: Disabled {
             mcp_server_ids: req.disabled_mcp_server_ids.unwrap_or_default(),
             skill_ids: req.disabled_skill_ids.unwrap_or_default(),
         },
     };
-    Ok(spawn_stream(move |tx| turn.run(tx)))
+    if !items.is_empty() {
+        let (started, images) =
+            store_turn_with_images(state, caller, &turn.model.row, (agent_id, &key), items, new_turn).await?;
+        turn.images = images;
+        let _ = stored.send(started);
+        return Ok(spawn_stream(move |tx| turn.run(tx)));
+    }
+    // Nothing but the database can refuse a turn without images now, so its context is
+    // gathered and the model called while it is stored, one round trip sooner (tools wait for
+    // it). The stream is handed out only once the turn is stored: what the task sends waits in
+    // it until then. If storing fails, the request answers with that error, and the dropped
+    // stream stops the task, which then stores nothing.
+    let events = spawn_stream(move |tx| turn.run(tx));
+    let started = repo::start_turn(state.db(), &new_turn(&[])?).await?;
+    let _ = stored.send(started);
+    Ok(events)
 }

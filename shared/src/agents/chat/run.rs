@@ -3,9 +3,11 @@
 
 use std::time::Instant;
 
+use futures::future::Shared;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::Sender;
+use tokio::sync::oneshot;
 use tracing::{Instrument, Span};
 
 use super::attachments::{self, Image};
@@ -13,7 +15,7 @@ use super::events::{StreamEvent, TokenUsage};
 use super::prompt::{self, Context};
 use super::tools::{Disabled, ToolOutput, Toolbox};
 use super::{context, title, Caller};
-use crate::agents::conversation_repo::{self as repo, FinishedAnswer, HistoryMessage};
+use crate::agents::conversation_repo::{self as repo, FinishedAnswer, HistoryMessage, StartedTurn};
 use crate::agents::AgentRow;
 use crate::domain::Owner;
 use crate::models::client::{check_answer_size, ChatEvent, ChatMessage, ChatRequest, ModelError, ToolCall};
@@ -53,12 +55,12 @@ pub(super) struct Turn {
     pub hold: Option<Hold>,
     /// The usage of the turn's model calls, stored with the answer.
     pub usage: PendingUsage,
-    pub conversation_id: i64,
+    /// The turn's rows, stored while the turn starts (`super::start`); an error when they were
+    /// not: the request failed, and the turn stops and stores nothing.
+    pub rows: Shared<oneshot::Receiver<StartedTurn>>,
     pub conversation_key: String,
-    pub new_conversation: bool,
-    /// The conversation's short-term history before this turn, read when the turn was stored.
+    /// The conversation's short-term history before this turn, read with the agent.
     pub history: Vec<HistoryMessage>,
-    pub assistant_id: i64,
     pub content: String,
     pub images: Vec<Image>,
     pub disabled: Disabled,
@@ -166,6 +168,11 @@ impl Turn {
         if let Some(unused) = hold.take() {
             unused.settle(0).await;
         }
+        // The turn was not stored: the request answered with that error (or went away before
+        // its statement returned), no stream was handed out, and there is no message to finish.
+        let Ok(rows) = self.rows.clone().await else {
+            return;
+        };
         let outcome = match conversed {
             Ok(Ok(())) => Outcome::Complete,
             Ok(Err(o)) => o,
@@ -176,7 +183,7 @@ impl Turn {
         };
         let duration_ms = started.elapsed().as_millis() as u64;
         let stored = self
-            .store(&answer, &outcome, duration_ms)
+            .store(rows.assistant_message_id, &answer, &outcome, duration_ms)
             .instrument(self.span.clone())
             .await;
         // An answer the conversation does not keep is not reported complete.
@@ -194,18 +201,18 @@ impl Turn {
                 let _ = out
                     .send(StreamEvent::Done {
                         conversation_id: self.conversation_key.clone(),
-                        message_id: self.assistant_id,
+                        message_id: rows.assistant_message_id,
                         usage: answer.usage,
                         duration_ms,
                     })
                     .await;
-                self.remember().instrument(self.span.clone()).await;
-                if self.new_conversation {
+                self.remember(rows.conversation_id).instrument(self.span.clone()).await;
+                if rows.created {
                     Box::pin(title::generate(
                         &self.state,
                         &self.model,
                         self.caller.billing,
-                        self.conversation_id,
+                        rows.conversation_id,
                         &self.content,
                         &answer.text,
                     ))
@@ -300,6 +307,10 @@ impl Turn {
                     "the model asked for tools it was not offered; the turn was stopped".to_owned(),
                 ));
             }
+            // Tools act outside the turn (an MCP server's may change things elsewhere): they run
+            // only for a turn that is stored, not for one whose request failed meanwhile and
+            // may be sent again.
+            self.stored(out).await?;
             messages.push(ChatMessage::assistant_tool_calls(&calls));
             let last = calls.len() - 1;
             for (i, call) in calls.into_iter().enumerate() {
@@ -319,6 +330,14 @@ impl Turn {
             }
         }
         Ok(())
+    }
+
+    /// Waits until the turn's rows are stored; a turn that was not stops.
+    async fn stored(&self, out: &Out) -> Result<StartedTurn, Outcome> {
+        tokio::select! {
+            _ = out.tx.closed() => Err(Outcome::Stopped),
+            rows = self.rows.clone() => rows.map_err(|_| Outcome::Stopped),
+        }
     }
 
     /// One streamed model call; returns the tools it asked for (none: the answer is complete).
@@ -426,7 +445,7 @@ impl Turn {
     }
 
     /// Counts the round for long-term memory (extraction is queued every `extractionInterval`).
-    async fn remember(&self) {
+    async fn remember(&self, conversation_id: i64) {
         if !self.agent.memory_enabled {
             return;
         }
@@ -434,7 +453,7 @@ impl Turn {
             &self.state,
             self.agent.id,
             self.caller.owner,
-            self.conversation_id,
+            conversation_id,
             self.agent.memory_config_id,
         )
         .await;
@@ -459,7 +478,7 @@ impl Turn {
     /// Whether the answer was stored. The statement is tried twice (a connection the database
     /// closed fails its first one); when it fails, the usage records go back to be stored on
     /// their own, and the message is left to housekeeping, which marks it failed.
-    async fn store(&self, answer: &Answer, outcome: &Outcome, duration_ms: u64) -> Stored {
+    async fn store(&self, message_id: i64, answer: &Answer, outcome: &Outcome, duration_ms: u64) -> Stored {
         let (status, error) = match outcome {
             Outcome::Complete => (1, None),
             Outcome::Failed { kept, .. } => (2, Some(kept.as_str())),
@@ -479,7 +498,7 @@ impl Turn {
             duration_ms: duration_ms as i64,
         };
         let usage = self.usage.take();
-        let finish = || repo::finish_assistant_message(self.state.db(), self.assistant_id, &finished, &usage);
+        let finish = || repo::finish_assistant_message(self.state.db(), message_id, &finished, &usage);
         let mut stored = finish().await;
         if stored.is_err() {
             stored = finish().await;
@@ -488,7 +507,7 @@ impl Turn {
             Ok(true) => Stored::Yes,
             Ok(false) => Stored::Gone,
             Err(e) => {
-                tracing::error!(message_id = self.assistant_id, error = %e, "storing the assistant's message failed");
+                tracing::error!(message_id, error = %e, "storing the assistant's message failed");
                 self.usage.give_back(usage);
                 Stored::Failed
             }

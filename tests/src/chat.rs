@@ -113,6 +113,16 @@ impl ChatSetup {
         .expect("tokens left and used")
     }
 
+    /// The messages (as JSON text) of the first request the model got whose messages hold
+    /// `needle`.
+    pub fn asked_with(&self, needle: &str) -> Option<String> {
+        self.models
+            .requests()
+            .iter()
+            .map(|r| r["messages"].to_string())
+            .find(|m| m.contains(needle))
+    }
+
     /// Creates an agent as `token`; returns its id.
     pub async fn agent(&self, token: &str, body: Value) -> i64 {
         self.app

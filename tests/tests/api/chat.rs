@@ -305,16 +305,18 @@ async fn an_agent_chats_with_its_own_model_or_the_default_one_and_never_a_disabl
     assert_eq!(joined(&again, "text"), "You said: again");
 }
 
+/// An agent with web search, on the model that calls the tools its question names: the
+/// model's id and the agent's.
+async fn searcher(s: &ChatSetup) -> (i64, i64) {
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let body = json!({ "name": "Searcher", "chatModelId": model, "webSearchEnabled": true });
+    (model, s.agent(&s.admin, body).await)
+}
+
 #[tokio::test]
 async fn a_tool_loop_runs_web_search_and_answers_with_its_result() {
     let s = ChatSetup::new().await;
-    let model = s.chat_model("chat-agent", json!({})).await;
-    let agent = s
-        .agent(
-            &s.admin,
-            json!({ "name": "Searcher", "chatModelId": model, "webSearchEnabled": true }),
-        )
-        .await;
+    let (model, agent) = searcher(&s).await;
     let events = s
         .chat(
             &s.admin,
@@ -2265,6 +2267,28 @@ async fn concurrent_turns_with_images_keep_the_conversations_limit() {
     }
 }
 
+/// The conversation "held" with one turn, its row locked by the returned transaction: the next
+/// turn's statement waits until it ends.
+async fn held(s: &ChatSetup, agent: i64) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    s.chat(&s.admin, agent, say("held", "the first question"))
+        .await
+        .events();
+    let mut lock = s.app.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM conversations WHERE conversation_key = 'held' FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    lock
+}
+
+/// Returns once the next turn's statement waits for `held`'s lock and the model has been asked
+/// something holding `needle` meanwhile.
+async fn asked_while_held(s: &ChatSetup, needle: &str) {
+    api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
+    let asked = async || s.asked_with(needle).is_some();
+    api_tests::wait_for(Duration::from_secs(30), asked).await;
+}
+
 /// A turn without images calls its model while its own statement stores it, one round trip
 /// sooner, and answers only once it is stored. Here the statement waits for a lock the test
 /// holds on the conversation's row: the model is asked (with the history, read with the agent)
@@ -2274,14 +2298,7 @@ async fn the_model_is_called_while_the_turn_is_stored_and_the_answer_waits_for_i
     let s = ChatSetup::new().await;
     let model = s.chat_model("chat-echo", json!({})).await;
     let agent = s.agent(&s.admin, json!({ "name": "A", "chatModelId": model })).await;
-    s.chat(&s.admin, agent, say("held", "the first question"))
-        .await
-        .events();
-    let mut lock = s.app.db.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM conversations WHERE conversation_key = 'held' FOR UPDATE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
+    let lock = held(&s, agent).await;
     let responded = std::sync::atomic::AtomicBool::new(false);
     let chat = async {
         let resp = s
@@ -2297,14 +2314,7 @@ async fn the_model_is_called_while_the_turn_is_stored_and_the_answer_waits_for_i
         api_tests::chat::ndjson(&resp.text().await.unwrap())
     };
     let release = async {
-        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
-        let asked = async || {
-            s.models
-                .requests()
-                .iter()
-                .any(|r| r["messages"].to_string().contains("the second question"))
-        };
-        api_tests::wait_for(Duration::from_secs(30), asked).await;
+        asked_while_held(&s, "the second question").await;
         assert!(
             !responded.load(std::sync::atomic::Ordering::SeqCst),
             "no response before the turn is stored"
@@ -2314,13 +2324,9 @@ async fn the_model_is_called_while_the_turn_is_stored_and_the_answer_waits_for_i
     let (events, ()) = tokio::join!(chat, release);
     assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
     assert_eq!(joined(&events, "text"), "You said: the second question");
-    let sent = s.models.requests();
-    let second = sent
-        .iter()
-        .find(|r| r["messages"].to_string().contains("the second question"))
-        .unwrap();
+    let second = s.asked_with("the second question").unwrap();
     assert!(
-        second["messages"].to_string().contains("the first question"),
+        second.contains("the first question"),
         "the history went with it: {second}"
     );
     let stored = messages(&s, &s.admin, agent, "held").await;
@@ -2363,12 +2369,7 @@ async fn a_turn_that_cannot_be_stored_is_refused_and_its_model_call_leaves_nothi
         .unwrap();
     let chat = s.chat(&s.admin, agent, say("nowhere", "cannot be stored"));
     let release = async {
-        let asked = async || {
-            s.models
-                .requests()
-                .iter()
-                .any(|r| r["messages"].to_string().contains("cannot be stored"))
-        };
+        let asked = async || s.asked_with("cannot be stored").is_some();
         api_tests::wait_for(Duration::from_secs(30), asked).await;
         sqlx::query("SELECT pg_advisory_unlock(7)")
             .execute(&mut *gate)
@@ -2408,9 +2409,7 @@ async fn a_turn_reads_its_history_only_from_its_users_own_conversation() {
         s.chat(&s.admin, agent, say(" topic ", "the admin again"))
             .await
             .events();
-        let sent = s.models.requests();
-        let asked =
-            |q: &str| sent.iter().find(|r| r["messages"].to_string().contains(q)).unwrap()["messages"].to_string();
+        let asked = |q: &str| s.asked_with(q).unwrap();
         assert!(
             !asked("alice asks").contains("secret"),
             "{vars:?}: {}",
@@ -2427,39 +2426,16 @@ async fn a_turn_reads_its_history_only_from_its_users_own_conversation() {
 #[tokio::test]
 async fn tools_wait_until_the_turn_is_stored() {
     let s = ChatSetup::new().await;
-    let model = s.chat_model("chat-agent", json!({})).await;
-    let agent = s
-        .agent(
-            &s.admin,
-            json!({ "name": "Searcher", "chatModelId": model, "webSearchEnabled": true }),
-        )
-        .await;
-    s.chat(&s.admin, agent, say("held", "hello")).await.events();
-    let mut lock = s.app.db.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM conversations WHERE conversation_key = 'held' FOR UPDATE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
-    let tool_answered = || {
-        s.models
-            .requests()
-            .iter()
-            .any(|r| r["messages"].to_string().contains("\"role\":\"tool\""))
-    };
+    let (_, agent) = searcher(&s).await;
+    let lock = held(&s, agent).await;
+    let tool_answered = || s.asked_with("\"role\":\"tool\"").is_some();
     let chat = s.chat(
         &s.admin,
         agent,
         say("held", "CALL web_search {\"query\": \"rust lambda\"}"),
     );
     let release = async {
-        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
-        let asked = async || {
-            s.models
-                .requests()
-                .iter()
-                .any(|r| r["messages"].to_string().contains("CALL web_search"))
-        };
-        api_tests::wait_for(Duration::from_secs(30), asked).await;
+        asked_while_held(&s, "CALL web_search").await;
         // Time for the search and the second model call, were they not waiting.
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(!tool_answered(), "no tool ran before the turn was stored");

@@ -502,9 +502,7 @@ async fn a_turn_reads_its_history_only_from_its_own_users_conversation() {
         ] {
             e.chat(creds, say(agent, open_id, "topic", content)).await.unwrap();
         }
-        let sent = e.s.models.requests();
-        let asked =
-            |q: &str| sent.iter().find(|r| r["messages"].to_string().contains(q)).unwrap()["messages"].to_string();
+        let asked = |q: &str| e.s.asked_with(q).unwrap();
         for other in ["bob asks", "erp's ann asks"] {
             assert!(!asked(other).contains("secret"), "{vars:?}: {}", asked(other));
         }

@@ -2281,9 +2281,9 @@ async fn held(s: &ChatSetup, agent: i64) -> sqlx::Transaction<'static, sqlx::Pos
     lock
 }
 
-/// Returns once the next turn's statement waits for `held`'s lock and the model has been asked
-/// something holding `needle` meanwhile.
-async fn asked_while_held(s: &ChatSetup, needle: &str) {
+/// Returns once the next turn's statement waits for a lock the test holds (`held`'s, or one its
+/// trigger takes) and the model has been asked something holding `needle` meanwhile.
+async fn asked_while_blocked(s: &ChatSetup, needle: &str) {
     api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
     let asked = async || s.asked_with(needle).is_some();
     api_tests::wait_for(Duration::from_secs(30), asked).await;
@@ -2314,7 +2314,7 @@ async fn the_model_is_called_while_the_turn_is_stored_and_the_answer_waits_for_i
         api_tests::chat::ndjson(&resp.text().await.unwrap())
     };
     let release = async {
-        asked_while_held(&s, "the second question").await;
+        asked_while_blocked(&s, "the second question").await;
         assert!(
             !responded.load(std::sync::atomic::Ordering::SeqCst),
             "no response before the turn is stored"
@@ -2369,8 +2369,7 @@ async fn a_turn_that_cannot_be_stored_is_refused_and_its_model_call_leaves_nothi
         .unwrap();
     let chat = s.chat(&s.admin, agent, say("nowhere", "cannot be stored"));
     let release = async {
-        let asked = async || s.asked_with("cannot be stored").is_some();
-        api_tests::wait_for(Duration::from_secs(30), asked).await;
+        asked_while_blocked(&s, "cannot be stored").await;
         sqlx::query("SELECT pg_advisory_unlock(7)")
             .execute(&mut *gate)
             .await
@@ -2435,7 +2434,7 @@ async fn tools_wait_until_the_turn_is_stored() {
         say("held", "CALL web_search {\"query\": \"rust lambda\"}"),
     );
     let release = async {
-        asked_while_held(&s, "CALL web_search").await;
+        asked_while_blocked(&s, "CALL web_search").await;
         // Time for the search and the second model call, were they not waiting.
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(!tool_answered(), "no tool ran before the turn was stored");

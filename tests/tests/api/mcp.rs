@@ -1271,6 +1271,49 @@ async fn a_token_the_server_refuses_is_replaced_once() {
     assert_eq!(issuer_server.count("TOKEN-ISSUED"), 2, "one new token after the 401");
 }
 
+/// A stdio server saved with OAuth2 credentials before a program's credentials were refused
+/// (an HTTP server turned into one) starts without them: no token is fetched at its start,
+/// whose failure would otherwise stop the program from starting.
+#[tokio::test]
+async fn a_stdio_server_saved_with_oauth2_credentials_starts_without_fetching_a_token() {
+    let app = spawn_with_stdio(Store::Filesystem, &[]).await;
+    let admin = app.admin_token().await;
+    let issuer = oauth("platform", "secret-abcdef-123", 3600, 3600).await;
+    let unused = format!("http://127.0.0.1:{}/mcp", free_port());
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "was-http", "transportType": 2, "endpoint": unused, "authType": 3,
+        "authConfig": {"clientId": "platform", "clientSecret": "secret-abcdef-123", "tokenUrl": issuer.url("/token")}}),
+    )
+    .await;
+    let (command, args) = everything_stdio();
+    sqlx::query(
+        "UPDATE mcp_servers SET transport_type = 3, endpoint = NULL, command = $2, args = $3, update_dt = now()
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(&command)
+    .bind(&args)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(
+        stored(&app, id).await.0.auth_type,
+        3,
+        "the old credentials are still stored"
+    );
+
+    let issued = issuer.count("TOKEN-ISSUED");
+    let env = mcp::call_tool(&app.state, id, "get-env", json!({})).await.unwrap();
+    assert!(!env.is_error, "{}", env.text);
+    assert_eq!(
+        issuer.count("TOKEN-ISSUED"),
+        issued,
+        "a token was fetched for a program"
+    );
+}
+
 /// stdio servers run a command on the service's host as the service's user: off unless the
 /// operator turns them on, then only for listed commands; a server saved while allowed does
 /// not start on an instance where stdio is off.

@@ -64,20 +64,31 @@ impl Counted {
     }
 }
 
-/// Pushes the `WITH` that counts the request. A user's token counts only while its version is
-/// the user's: a revoked one (password changed) is refused by authentication without using up
-/// its user's window, which whoever holds it could otherwise keep full. (A `WITH` that writes
-/// must head its statement, so a carrying read goes after it.)
-fn push_count(qb: &mut QueryBuilder<'_, Postgres>, subject: &Subject, window: i32) {
+/// Pushes the `counted` CTE that counts the request, after `WITH ` and any CTE it names in
+/// `after`. A user's token counts only while its version is the user's: a revoked one
+/// (password changed) is refused by authentication without using up its user's window, which
+/// whoever holds it could otherwise keep full.
+///
+/// The caller's counter row stays locked from its update to the statement's commit, and every
+/// concurrent request of that caller (all of a partner app's users) queues on it. So a read
+/// that the statement carries is made first: the insert reads `after` (a materialized CTE)
+/// before it takes the row, which leaves only the statement's last moments under the lock.
+fn push_count(qb: &mut QueryBuilder<'_, Postgres>, subject: &Subject, window: i32, after: Option<&'static str>) {
     let user = subject.claims.as_ref().map(|c| c.sub);
     let version = subject.claims.as_ref().map(|c| c.ver);
-    qb.push("WITH counted AS (INSERT INTO rate_limit_windows AS w (key, window_start, hits) SELECT ")
+    qb.push("counted AS (INSERT INTO rate_limit_windows AS w (key, window_start, hits) SELECT ")
         .push_bind(subject.key.clone())
         .push(", to_timestamp((floor(extract(epoch FROM now()) / ")
         .push_bind(window)
         .push(") * ")
         .push_bind(window)
-        .push(")::float8), 1 WHERE ")
+        .push(")::float8), 1");
+    if let Some(after) = after {
+        qb.push(" FROM (SELECT count(*) FROM ")
+            .push(after)
+            .push(") AS read_first");
+    }
+    qb.push(" WHERE ")
         .push_bind(version)
         .push("::bigint IS NULL OR EXISTS (SELECT 1 FROM users WHERE id = ")
         .push_bind(user)
@@ -129,8 +140,8 @@ fn window(state: &AppState) -> i32 {
 /// that does not is left to the extractor, which says why). A failing counter lets the request
 /// through (logged): the limit protects the service, it must not be the reason it fails.
 pub async fn count(state: &AppState, subject: &Subject) -> AppResult<Option<CurrentUser>> {
-    let mut qb = QueryBuilder::new("");
-    push_count(&mut qb, subject, window(state));
+    let mut qb = QueryBuilder::new("WITH ");
+    push_count(&mut qb, subject, window(state), None);
     push_counted(&mut qb, subject);
     match qb.build_query_as::<Counted>().fetch_one(state.db()).await {
         Ok(counted) => Ok(verdict(state, subject, &counted)?.and_then(Result::ok)),
@@ -185,13 +196,13 @@ impl Pending {
         let subject = self
             .take()
             .ok_or_else(|| AppError::Internal(anyhow::anyhow!("a request's rate-limit count was taken twice")))?;
-        let mut qb = QueryBuilder::new("");
-        push_count(&mut qb, &subject, window(state));
+        let mut qb = QueryBuilder::new("WITH item AS MATERIALIZED (");
+        select(&mut qb);
+        qb.push("), ");
+        push_count(&mut qb, &subject, window(state), Some("item"));
         qb.push("SELECT rl.*, i.* FROM (");
         push_counted(&mut qb, &subject);
-        qb.push(") rl LEFT JOIN (SELECT TRUE AS rl_found, x.* FROM (");
-        select(&mut qb);
-        qb.push(") x) i ON TRUE");
+        qb.push(") rl LEFT JOIN (SELECT TRUE AS rl_found, x.* FROM item x) i ON TRUE");
         let row = qb.build().fetch_one(state.db()).await?;
         let user = verdict(state, &subject, &Counted::from_row(&row)?)?.transpose()?;
         if let Some(user) = &user {

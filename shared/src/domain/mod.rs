@@ -17,5 +17,5 @@ pub use datetime_range::DatetimeRange;
 pub use owner::Owner;
 pub use paging::{Page, PageNumQuery, PageQuery};
 pub use stored_file::{Disposition, StoredFile};
-pub use stream::spawn_stream;
+pub use stream::{spawn_joined_stream, spawn_stream};
 pub use upload::UploadedFile;

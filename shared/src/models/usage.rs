@@ -138,6 +138,12 @@ impl PendingUsage {
             .unwrap_or_default()
     }
 
+    /// Stores the records not taken, now rather than when the last handle is dropped (in a
+    /// task of its own, which under Lambda may not run once the request has answered).
+    pub async fn store(&self) {
+        record_logged(&self.inner.db, &self.take()).await;
+    }
+
     /// Records taken for a statement that failed: stored on their own when the last handle
     /// is dropped.
     pub fn give_back(&self, records: Vec<UsageRecord>) {
@@ -158,11 +164,13 @@ impl Drop for Pending {
             return;
         };
         let db = self.db.clone();
-        runtime.spawn(async move {
-            if let Err(e) = record(&db, &records).await {
-                tracing::error!(error = %e, "recording model usage failed");
-            }
-        });
+        runtime.spawn(async move { record_logged(&db, &records).await });
+    }
+}
+
+async fn record_logged(db: &PgPool, records: &[UsageRecord]) {
+    if let Err(e) = record(db, records).await {
+        tracing::error!(error = %e, "recording model usage failed");
     }
 }
 

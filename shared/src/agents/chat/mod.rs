@@ -26,8 +26,8 @@ use super::repo::ChatAgentRow;
 use super::AgentRow;
 use crate::admission::UserAdmission;
 use crate::apps::routing::NodeRoute;
-use crate::domain::spawn_stream;
 use crate::domain::Owner;
+use crate::domain::{spawn_joined_stream, spawn_stream};
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::usage::PendingUsage;
 use crate::models::{ModelConfigRow, ModelType};
@@ -214,10 +214,20 @@ pub async fn start(
     // Nothing but the database can refuse a turn without images now, so its context is
     // gathered and the model called while it is stored, one round trip sooner (tools wait for
     // it). The stream is handed out only once the turn is stored: what the task sends waits in
-    // it until then. If storing fails, the request answers with that error, and the dropped
-    // stream stops the task, which then stores nothing.
-    let events = spawn_stream(move |tx| turn.run(tx));
-    let started = repo::start_turn(state.db(), &new_turn(&[])?).await?;
-    let _ = stored.send(started);
-    Ok(events)
+    // it until then. If storing fails, the dropped stream stops the task, which stores nothing
+    // but the usage of a model call it began, and the request answers with that error once
+    // the task has ended: under Lambda nothing may run after the answer.
+    let new = new_turn(&[])?;
+    let (events, task) = spawn_joined_stream(move |tx| turn.run(tx));
+    match repo::start_turn(state.db(), &new).await {
+        Ok(started) => {
+            let _ = stored.send(started);
+            Ok(events)
+        }
+        Err(e) => {
+            drop((events, stored));
+            let _ = task.await;
+            Err(e.into())
+        }
+    }
 }

@@ -168,9 +168,11 @@ impl Turn {
         if let Some(unused) = hold.take() {
             unused.settle(0).await;
         }
-        // The turn was not stored: the request answered with that error (or went away before
-        // its statement returned), no stream was handed out, and there is no message to finish.
+        // The turn was not stored: the request answers with that error once this task has
+        // ended (or went away before its statement returned), no stream was handed out, and
+        // there is no message to finish. A model call it began is recorded before it ends.
         let Ok(rows) = self.rows.clone().await else {
+            self.usage.store().await;
             return;
         };
         let outcome = match conversed {

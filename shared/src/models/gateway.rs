@@ -793,14 +793,18 @@ impl Meter {
         )
     }
 
-    /// `end`, its bookkeeping left to run on its own (a dropped stream cannot wait for it).
+    /// `end`, its bookkeeping left to run on its own (a dropped stream cannot wait for it);
+    /// a caller storing the usage can wait for it through `pending`.
     fn close(&mut self) {
         let Some(task) = self.end() else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn(task);
+                let task = handle.spawn(task);
+                if let Some(pending) = &self.pending {
+                    pending.settling(task);
+                }
             }
             Err(_) => tracing::warn!("stream usage not recorded: no runtime"),
         }

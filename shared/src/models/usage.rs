@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use sqlx::{PgPool, Postgres, QueryBuilder};
+use tokio::task::JoinHandle;
 
 use super::client::Usage;
 use super::repo::Visibility;
@@ -111,6 +112,8 @@ pub struct PendingUsage {
 struct Pending {
     db: PgPool,
     records: Mutex<Vec<UsageRecord>>,
+    /// The quota settlements of dropped calls, running in tasks of their own.
+    settling: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl PendingUsage {
@@ -119,7 +122,15 @@ impl PendingUsage {
             inner: Arc::new(Pending {
                 db,
                 records: Mutex::default(),
+                settling: Mutex::default(),
             }),
+        }
+    }
+
+    /// A dropped call's settlement, which `store` waits for.
+    pub fn settling(&self, task: JoinHandle<()>) {
+        if let Ok(mut tasks) = self.inner.settling.lock() {
+            tasks.push(task);
         }
     }
 
@@ -138,9 +149,19 @@ impl PendingUsage {
             .unwrap_or_default()
     }
 
-    /// Stores the records not taken, now rather than when the last handle is dropped (in a
-    /// task of its own, which under Lambda may not run once the request has answered).
+    /// Stores the records not taken, once the settlements of dropped calls have run: now
+    /// rather than when the last handle is dropped (in a task of its own, which under Lambda
+    /// may not run once the request has answered).
     pub async fn store(&self) {
+        let settling = self
+            .inner
+            .settling
+            .lock()
+            .map(|mut tasks| std::mem::take(&mut *tasks))
+            .unwrap_or_default();
+        for task in settling {
+            let _ = task.await;
+        }
         record_logged(&self.inner.db, &self.take()).await;
     }
 

@@ -2348,12 +2348,14 @@ async fn the_model_is_called_while_the_turn_is_stored_and_the_answer_waits_for_i
 /// A turn whose statement fails after its model call began (here a trigger refuses its message
 /// once the test lets it go, after the model was asked) answers with the error and no stream,
 /// and its task stores nothing afterwards: the call is recorded as one whose client went away,
-/// before the request answers.
+/// and charged to the quota, before the request answers.
 #[tokio::test]
 async fn a_turn_that_cannot_be_stored_is_refused_and_its_model_call_leaves_nothing_behind() {
     let s = ChatSetup::new().await;
     let slow = s.chat_model("chat-slow", json!({})).await;
     let agent = s.agent(&s.admin, json!({ "name": "Slow", "chatModelId": slow })).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 100_000).await;
     sqlx::raw_sql(
         "CREATE FUNCTION refuse_message() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN PERFORM pg_advisory_xact_lock(7); RAISE EXCEPTION 'no room for this message'; END $$;
@@ -2361,7 +2363,11 @@ async fn a_turn_that_cannot_be_stored_is_refused_and_its_model_call_leaves_nothi
          WHEN (NEW.content = 'cannot be stored') EXECUTE FUNCTION refuse_message();
          CREATE FUNCTION slow_usage() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;
-         CREATE TRIGGER slow_usage BEFORE INSERT ON model_usage FOR EACH ROW EXECUTE FUNCTION slow_usage();",
+         CREATE TRIGGER slow_usage BEFORE INSERT ON model_usage FOR EACH ROW EXECUTE FUNCTION slow_usage();
+         CREATE FUNCTION slower_settlement() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_sleep(2); RETURN NEW; END $$;
+         CREATE TRIGGER slower_settlement BEFORE UPDATE OF tokens ON users FOR EACH ROW
+         WHEN (NEW.tokens <> OLD.tokens) EXECUTE FUNCTION slower_settlement();",
     )
     .execute(&s.app.db)
     .await
@@ -2371,7 +2377,7 @@ async fn a_turn_that_cannot_be_stored_is_refused_and_its_model_call_leaves_nothi
         .execute(&mut *gate)
         .await
         .unwrap();
-    let chat = s.chat(&s.admin, agent, say("nowhere", "cannot be stored"));
+    let chat = s.chat(&alice, agent, say("nowhere", "cannot be stored"));
     let release = async {
         asked_while_blocked(&s, "cannot be stored").await;
         sqlx::query("SELECT pg_advisory_unlock(7)")
@@ -2382,18 +2388,25 @@ async fn a_turn_that_cannot_be_stored_is_refused_and_its_model_call_leaves_nothi
     let (reply, ()) = tokio::join!(chat, release);
     let reply = reply.refused();
     assert_eq!(reply.status, 500, "{}", reply.body);
-    // Recorded before the answer, though its statement takes a second: under Lambda nothing
-    // may run after the answer.
+    // Recorded and settled before the answer, though the settlement (begun when the call was
+    // stopped) takes longer than the record: under Lambda nothing may run after the answer.
     assert_eq!(
         s.app.count("model_usage").await,
         1,
         "the model call was not recorded in time"
     );
-    let error: Option<String> = sqlx::query_scalar("SELECT error FROM model_usage")
+    let (error, used): (Option<String>, i64) =
+        sqlx::query_as("SELECT error, prompt_tokens + completion_tokens FROM model_usage")
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert!(error.unwrap_or_default().contains("went away"));
+    let tokens: i64 = sqlx::query_scalar("SELECT tokens FROM users WHERE id = $1")
+        .bind(alice_id)
         .fetch_one(&s.app.db)
         .await
         .unwrap();
-    assert!(error.unwrap_or_default().contains("went away"));
+    assert_eq!(tokens, 100_000 - used, "the held tokens were not settled in time");
     assert_eq!(s.app.count("conversations").await, 0);
     assert_eq!(s.app.count("messages").await, 0);
 }

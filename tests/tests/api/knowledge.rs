@@ -2704,10 +2704,16 @@ async fn two_dimension_changes_in_a_row_leave_the_index_of_the_last() {
         .execute(&mut *other)
         .await
         .unwrap();
+    // The first edit answers only once its build has run, after the release below: an answer
+    // before is a refusal, told as such rather than as a dimension that never came.
+    let first_answer = std::cell::RefCell::new(None::<String>);
     let dimension_is = |d: i32| {
         let db = s.app.db.clone();
+        let first_answer = &first_answer;
         async move {
-            for _ in 0..500 {
+            // A minute: the whole suite shares two cores with this test's server.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
                 let now: i32 = sqlx::query_scalar("SELECT dimension FROM knowledge_bases WHERE id = $1")
                     .bind(kb)
                     .fetch_one(&db)
@@ -2716,14 +2722,21 @@ async fn two_dimension_changes_in_a_row_leave_the_index_of_the_last() {
                 if now == d {
                     return;
                 }
+                if let Some(answer) = first_answer.borrow().as_deref() {
+                    panic!("the first edit answered before the base got dimension {d}: {answer}");
+                }
+                assert!(std::time::Instant::now() < deadline, "the base never got dimension {d}");
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
-            panic!("the base never got dimension {d}");
         }
     };
     let (narrow, wide) = (s.embedding_model, s.embedding_model("emb-384").await);
     let to_wide = json!({ "embeddingModelId": wide });
-    let first = s.app.put(&path, t, &to_wide);
+    let first = async {
+        let reply = s.app.put(&path, t, &to_wide).await;
+        *first_answer.borrow_mut() = Some(format!("{} {}", reply.status, reply.body));
+        reply
+    };
     let second = async {
         dimension_is(384).await;
         s.app.put(&path, t, &json!({ "embeddingModelId": narrow })).await

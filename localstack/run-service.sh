@@ -20,6 +20,9 @@ set -a
 . .local/dev/env
 set +a
 unset PG_PORT
+# The service reaches the stack's Postgres on its Unix socket (a stack started before the socket
+# was recorded has none: then over TCP).
+export DATABASE_URL=${DATABASE_SOCKET_URL:-$DATABASE_URL}
 
 # Secrets for local runs are generated once per checkout and kept, so tokens survive restarts.
 secrets=.local/dev/secrets.env

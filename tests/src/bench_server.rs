@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::{free_port, fresh_database};
+use crate::{free_port, fresh_database, on_unix_socket};
 
 pub const ADMIN_PASSWORD: &str = "bench-password";
 
@@ -41,6 +41,9 @@ pub async fn wait_ready(http: &reqwest::Client, url: &str, child: &mut Child) {
 
 /// Starts the service on a fresh database with files under `storage` and the in-process
 /// queue; `extra` adds or overrides environment variables. Returns it with its database URL.
+/// The service reaches the database on the server's Unix socket, as `make run` does, when the
+/// stack has one (`DATABASE_SOCKET_URL`; unset it to measure over TCP); the URL returned is
+/// the TCP one.
 pub async fn start_service(
     http: &reqwest::Client,
     storage: &std::path::Path,
@@ -48,9 +51,13 @@ pub async fn start_service(
 ) -> (Server, String) {
     let port = free_port();
     let database = fresh_database().await;
+    let reached = match std::env::var_os("DATABASE_SOCKET_URL") {
+        Some(_) => on_unix_socket(&database),
+        None => database.clone(),
+    };
     let mut child = Command::new(env("SERVER_BIN"))
         .env("PORT", port.to_string())
-        .env("DATABASE_URL", &database)
+        .env("DATABASE_URL", &reached)
         .env("JWT_SECRET", "b".repeat(64))
         .env("ENCRYPTION_KEY", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
         .env("ADMIN_USERNAME", "admin")

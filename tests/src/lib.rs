@@ -79,6 +79,17 @@ pub async fn fresh_database() -> String {
     database_created_with("").await
 }
 
+/// `url` (a database of the test server) reached on the server's Unix socket instead of TCP:
+/// how the service run on the stack's machine connects (`DATABASE_SOCKET_URL`).
+pub fn on_unix_socket(url: &str) -> String {
+    let socket = env("DATABASE_SOCKET_URL");
+    let (base, _) = socket
+        .rsplit_once('/')
+        .expect("DATABASE_SOCKET_URL has a database name");
+    let (_, name) = url.rsplit_once('/').expect("a database URL has a database name");
+    format!("{base}/{name}")
+}
+
 /// Another PostgreSQL, as an administrator registers it for a store instance: a new database
 /// on the test server, its store-instance config and a pool to look into it.
 pub async fn other_postgres() -> (Value, PgPool) {

@@ -1,4 +1,4 @@
-use api_tests::{spawn, Store};
+use api_tests::{spawn, spawn_with, Store};
 
 #[tokio::test]
 async fn health_reports_every_part() {
@@ -219,6 +219,23 @@ async fn the_service_starts_on_a_schema_with_migrations_it_does_not_know() {
         .await
         .unwrap();
     assert_eq!(users, 1);
+}
+
+/// `make run` and the benchmarks connect the service to the stack's Postgres on its Unix socket
+/// (a percent-encoded directory as the URL's host): that form must reach the database.
+#[tokio::test]
+async fn the_service_reaches_its_database_on_a_unix_socket() {
+    let database = api_tests::on_unix_socket(&api_tests::fresh_database().await);
+    assert!(database.contains("@%2F"), "{database}");
+    let app = spawn_with(Store::Filesystem, &[("DATABASE_URL", &database)]).await;
+    let over_socket: bool = sqlx::query_scalar("SELECT inet_server_addr() IS NULL")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(over_socket, "the service's pool connected over TCP");
+    let token = app.admin_token().await;
+    let me = app.get("/user", Some(&token)).await;
+    assert_eq!(me.assert_ok()["username"], api_tests::ADMIN_USERNAME);
 }
 
 /// PostgreSQL cannot store a NUL character in text; every entry point refuses one by name

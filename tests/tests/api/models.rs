@@ -1262,6 +1262,43 @@ async fn only_managers_see_where_a_config_calls() {
     );
 }
 
+/// Two marks at once still leave one: marks take turns. Without that, each took the mark off
+/// the other configs before either committed, saw none, and both marks stayed. A trigger
+/// makes every update of a config (the mark, then taking it off the others) last half a
+/// second, so that the two requests overlap.
+#[tokio::test]
+async fn two_vision_marks_at_once_leave_one() {
+    let (app, server, admin) = setup().await;
+    let t = Some(admin.as_str());
+    let provider = app.provider(&admin, "vision").await;
+    let ids = [
+        app.model(&admin, provider, "CHAT", "chat-echo", &server.base_url, json!({}))
+            .await,
+        app.model(&admin, provider, "CHAT", "chat-echo", &server.base_url, json!({}))
+            .await,
+    ];
+    sqlx::raw_sql(
+        "CREATE FUNCTION slow_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$;
+         CREATE TRIGGER slow_mark AFTER UPDATE ON model_configs FOR EACH STATEMENT
+         EXECUTE FUNCTION slow_mark();",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let marked = json!({ "configJson": { "defaultVisionModel": true } });
+    let paths = ids.map(|id| format!("/ai-model/config/{id}"));
+    let (a, b) = tokio::join!(app.put(&paths[0], t, &marked), app.put(&paths[1], t, &marked));
+    assert_eq!((a.status, b.status), (200, 200), "{} {}", a.body, b.body);
+    let marks: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM model_configs WHERE config_json->>'defaultVisionModel' = 'true' ORDER BY id",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(marks.len(), 1, "marked: {marks:?}");
+}
+
 /// Only a GLOBAL CHAT model can be the default vision model, the one that reads documents'
 /// images; a mark anywhere else is refused by name, and marking one takes the mark off the
 /// last. Taken before, a PERSONAL model's mark showed as in force and read nothing, and of two

@@ -2710,25 +2710,20 @@ async fn two_dimension_changes_in_a_row_leave_the_index_of_the_last() {
     let dimension_is = |d: i32| {
         let db = s.app.db.clone();
         let first_answer = &first_answer;
-        async move {
-            // A minute: the whole suite shares two cores with this test's server.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            loop {
-                let now: i32 = sqlx::query_scalar("SELECT dimension FROM knowledge_bases WHERE id = $1")
-                    .bind(kb)
-                    .fetch_one(&db)
-                    .await
-                    .unwrap();
-                if now == d {
-                    return;
-                }
+        // A minute: the whole suite shares two cores with this test's server.
+        api_tests::wait_for(std::time::Duration::from_secs(60), async move || {
+            let now: i32 = sqlx::query_scalar("SELECT dimension FROM knowledge_bases WHERE id = $1")
+                .bind(kb)
+                .fetch_one(&db)
+                .await
+                .unwrap();
+            if now != d {
                 if let Some(answer) = first_answer.borrow().as_deref() {
                     panic!("the first edit answered before the base got dimension {d}: {answer}");
                 }
-                assert!(std::time::Instant::now() < deadline, "the base never got dimension {d}");
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
-        }
+            now == d
+        })
     };
     let (narrow, wide) = (s.embedding_model, s.embedding_model("emb-384").await);
     let to_wide = json!({ "embeddingModelId": wide });

@@ -29,7 +29,8 @@
 //! CPU-second.
 //!
 //! The service is the `agent-platform` binary (SERVER_BIN, built with the bench-local profile)
-//! on a fresh database of DATABASE_URL's server; LiteLLM runs from LITELLM_BIN (skipped when
+//! on a fresh database of DATABASE_URL's server, reached on its Unix socket when the stack names
+//! one (`bench_server::start_service`); LiteLLM runs from LITELLM_BIN (skipped when
 //! unset). Every service chat does its real work: agent and model lookups, quota, history (20
 //! messages), the stored user and assistant messages.
 //!

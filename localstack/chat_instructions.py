@@ -120,7 +120,7 @@ def measure(server_bin, upstream, extra_env, out_dir):
         "JWT_SECRET": "b" * 64, "ENCRYPTION_KEY": "A" * 43 + "=",
         "ADMIN_USERNAME": "admin", "ADMIN_PASSWORD": "bench-password",
         "STORAGE_BACKEND": "fs", "STORAGE_DIR": os.path.join(out_dir, "storage"), "QUEUE_BACKEND": "memory",
-        "RUST_LOG": "warn", "DB_MAX_CONNECTIONS": "20",
+        "RUST_LOG": "warn",
         "RATE_LIMIT_USER_REQUESTS": "1000000", "RATE_LIMIT_APP_REQUESTS": "1000000",
     }
     out = os.path.join(out_dir, "callgrind.out")

@@ -48,6 +48,7 @@ pub use state::AppState;
 /// event, a line per token), and glibc's malloc and free took about 8% of the server's CPU.
 /// Built without transparent huge pages (`no_thp`): mimalloc marks its arenas for them, and
 /// memory it gave back and used again came back 2 MiB at a time, each zeroed on the thread that
-/// touched it (about 500 times per chat benchmark run in the process that plays the upstream).
+/// touched it (per chat benchmark run: 26 times in the server, about 500 in the benchmark's own
+/// process, which shares its cores).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

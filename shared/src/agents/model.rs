@@ -90,8 +90,12 @@ pub struct AgentView {
     pub update_dt: String,
 }
 
-impl From<AgentRow> for AgentView {
-    fn from(r: AgentRow) -> Self {
+impl AgentView {
+    /// The agent as `viewer` sees it. Its app is shown to those who manage it: only
+    /// administrators bind agents to apps, and a regular user naming an app gets the
+    /// unknown-app answer, so app ids are not learnt from the agents others may chat with.
+    pub fn seen_by(r: AgentRow, viewer: &crate::domain::CurrentUser) -> Self {
+        let app_id = r.app_id.filter(|_| viewer.can_manage(r.creator_id));
         Self {
             id: r.id,
             name: r.name,
@@ -116,7 +120,7 @@ impl From<AgentRow> for AgentView {
             memory_enabled: r.memory_enabled,
             memory_config_id: r.memory_config_id,
             short_term_memory_size: r.short_term_memory_size,
-            app_id: r.app_id,
+            app_id,
             status: r.status,
             subscribed: r.subscribed,
             mcp_servers: None,

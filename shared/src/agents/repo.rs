@@ -298,3 +298,42 @@ pub async fn app_exists(db: &PgPool, app_id: &str) -> sqlx::Result<bool> {
         .fetch_one(db)
         .await
 }
+
+/// A shared thing whose models run in the chats of the agents bound to it.
+#[derive(Debug, Clone, Copy)]
+pub enum Binding {
+    MemoryConfig(i64),
+    KnowledgeBase(i64),
+}
+
+/// Of `model_ids`, the PERSONAL ones that some agent bound by `binding` may not run, with how
+/// many such agents: a PERSONAL model runs in the chats of its creator's agents only. An
+/// administrator's agent may run any when the edit is an administrator's (they may bind any
+/// model); put there by anyone else, a PERSONAL model would take the chats of everyone who
+/// talks to that agent to its creator's endpoint.
+pub async fn bound_agents_barred(
+    db: impl PgExecutor<'_>,
+    binding: Binding,
+    model_ids: &[i64],
+    editor_is_admin: bool,
+) -> sqlx::Result<Vec<(i64, i64)>> {
+    let (column, id) = match binding {
+        Binding::MemoryConfig(id) => ("a.memory_config_id", id),
+        Binding::KnowledgeBase(id) => ("a.rag_id", id),
+    };
+    let mut qb = QueryBuilder::<Postgres>::new(
+        "SELECT m.id, count(*) FROM agents a JOIN users u ON u.id = a.creator_id
+         JOIN model_configs m ON m.id = ANY(",
+    );
+    qb.push_bind(model_ids)
+        .push(") WHERE ")
+        .push(column)
+        .push(" = ")
+        .push_bind(id)
+        .push(" AND m.scope = 'PERSONAL' AND m.creator_id <> a.creator_id AND (u.role <> ")
+        .push_bind(crate::domain::Role::Admin.code())
+        .push(" OR NOT ")
+        .push_bind(editor_is_admin)
+        .push(") GROUP BY m.id");
+    qb.build_query_as().fetch_all(db).await
+}

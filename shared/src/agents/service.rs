@@ -84,7 +84,7 @@ pub async fn page(
 ) -> AppResult<Page<AgentView>> {
     let (rows, total) = repo::page(state.db(), viewer(user), &filter, paging.size(), paging.offset()).await?;
     Ok(Page::new(
-        rows.into_iter().map(AgentView::from).collect(),
+        rows.into_iter().map(|r| AgentView::seen_by(r, user)).collect(),
         paging,
         total,
     ))
@@ -96,7 +96,7 @@ pub async fn detail(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<
     repo::count_view(state.db(), id).await?;
     agent.view_count += 1;
     let (mcp_servers, skills) = references::expand(state, &agent).await?;
-    let mut view = AgentView::from(agent);
+    let mut view = AgentView::seen_by(agent, user);
     view.mcp_servers = Some(mcp_servers);
     view.skills = Some(skills);
     Ok(view)
@@ -291,7 +291,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, f: AgentField
     let row = repo::find(state.db(), id, user.id)
         .await?
         .ok_or_else(|| AppError::not_found("agent"))?;
-    Ok(AgentView::from(row))
+    Ok(AgentView::seen_by(row, user))
 }
 
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
@@ -307,7 +307,7 @@ pub async fn market(state: &AppState, user: &CurrentUser) -> AppResult<Vec<Marke
 
 pub async fn mine(state: &AppState, user: &CurrentUser) -> AppResult<Vec<AgentView>> {
     let rows = repo::mine(state.db(), user.id, user.is_admin()).await?;
-    Ok(rows.into_iter().map(AgentView::from).collect())
+    Ok(rows.into_iter().map(|r| AgentView::seen_by(r, user)).collect())
 }
 
 /// Subscribing twice, or unsubscribing when not subscribed, is not an error. Unsubscribing

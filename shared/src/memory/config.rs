@@ -4,7 +4,6 @@
 use sqlx::{PgConnection, PgExecutor};
 
 use super::config_model::{ConfigRequest, ConfigRow, FUSION_STRATEGIES};
-use super::config_repo;
 use crate::domain::CurrentUser;
 use crate::models::service::ModelRef;
 use crate::models::{self, ModelType};
@@ -106,7 +105,7 @@ impl ConfigRow {
         }
         // Before the dimension is asked, so that a refused edit calls no endpoint; checked
         // again under the config's lock (`hold_new_models`).
-        check_binders_may_use(state.db(), before, &added).await?;
+        check_binders_may_use(state.db(), user, before, &added).await?;
         // Only a store the edit names anew, as for the models: one stored was checked when it
         // was set.
         for (field, id, stored, category) in [
@@ -185,7 +184,7 @@ impl ConfigRow {
     ) -> AppResult<()> {
         let added = self.new_models(before);
         models::service::hold_usable(conn, user, &added).await?;
-        check_binders_may_use(&mut *conn, before, &added).await
+        check_binders_may_use(&mut *conn, user, before, &added).await
     }
 
     /// Recall and extraction with this config run its models. Configs are shared, the models
@@ -204,13 +203,12 @@ impl ConfigRow {
     }
 }
 
-/// The agents bound to a config run its models for their creators' chats, so a model put into
-/// a bound config must be one each of those creators could pick: otherwise the config's editor
-/// could send other people's conversations to an endpoint of their own PERSONAL model. The
-/// rule is `can_see` of the model service, for the binders: an administrator sees every
-/// model, anyone else GLOBAL ones and their own.
+/// The agents bound to a config run its models in their chats, so a PERSONAL model put into a
+/// bound config must be the agents' creator's: otherwise the config's editor could send other
+/// people's conversations to an endpoint of their own (`agents::repo::bound_agents_barred`).
 async fn check_binders_may_use(
     db: impl PgExecutor<'_>,
+    editor: &CurrentUser,
     before: Option<&ConfigRow>,
     added: &[ModelRef<'_>],
 ) -> AppResult<()> {
@@ -219,7 +217,8 @@ async fn check_binders_may_use(
         return Ok(());
     };
     let ids: Vec<i64> = added.iter().map(|r| r.id).collect();
-    let refused = config_repo::binders_who_may_not_use(db, config_id, &ids).await?;
+    let binding = crate::agents::repo::Binding::MemoryConfig(config_id);
+    let refused = crate::agents::repo::bound_agents_barred(db, binding, &ids, editor.is_admin()).await?;
     for r in added {
         if let Some((_, agents)) = refused.iter().find(|(model, _)| *model == r.id) {
             return Err(AppError::validation(format!(

@@ -133,24 +133,3 @@ pub async fn agents_using(db: &PgPool, id: i64) -> sqlx::Result<i64> {
         .fetch_one(db)
         .await
 }
-
-/// Of `model_ids`, those the creators of some agents bound to the config may not use, with
-/// how many such agents: a PERSONAL model is its creator's (and administrators').
-pub async fn binders_who_may_not_use(
-    db: impl PgExecutor<'_>,
-    config_id: i64,
-    model_ids: &[i64],
-) -> sqlx::Result<Vec<(i64, i64)>> {
-    sqlx::query_as(
-        "SELECT m.id, count(*) FROM agents a JOIN users u ON u.id = a.creator_id
-         JOIN model_configs m ON m.id = ANY($2)
-         WHERE a.memory_config_id = $1 AND m.scope = 'PERSONAL' AND m.creator_id <> a.creator_id
-           AND u.role <> $3
-         GROUP BY m.id",
-    )
-    .bind(config_id)
-    .bind(model_ids)
-    .bind(crate::domain::Role::Admin.code())
-    .fetch_all(db)
-    .await
-}

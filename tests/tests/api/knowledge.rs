@@ -2895,3 +2895,62 @@ async fn a_shape_change_waits_for_additions_and_counts_again() {
         .unwrap();
     assert_eq!(dimension, 8, "the base keeps the shape its document is indexed in");
 }
+
+/// The agents bound to a base embed their questions with its model and rerank with its
+/// reranker. Its owner may not put a PERSONAL model of hers there while someone else's agent
+/// (here an administrator's, which everyone may chat with) is bound to it: everyone's questions
+/// would go to her endpoint. The administrator, who may bind any model, may.
+#[tokio::test]
+async fn a_base_bound_to_others_agents_takes_no_personal_model_of_its_owner() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let app = &s.app;
+    let (_, alice) = app.regular_user("alice").await;
+    // Her quota is empty: the dimension is given, not asked of the model.
+    let body = json!({ "name": "hers", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8 });
+    let kb = app.post("/rag", Some(&alice), &body).await.assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let provider = app.provider(&s.admin, "alices").await;
+    let personal = json!({ "scope": "PERSONAL" });
+    let reranker = app
+        .model(&alice, provider, "RERANKER", "rr", &s.models.base_url, personal.clone())
+        .await;
+    let embedder = app
+        .model(&alice, provider, "EMBEDDING", "emb-8", &s.models.base_url, personal)
+        .await;
+    let agent = json!({ "name": "Helpdesk", "ragEnabled": true, "ragId": kb });
+    app.post("/agent", Some(&s.admin), &agent).await.assert_ok();
+
+    let before = app.get(&format!("/rag/{kb}"), Some(&alice)).await.assert_ok().clone();
+    let config = json!({ "searchParams": { "rerankEnabled": true, "rerankModelId": reranker } });
+    let refused = |field: &str, model: i64| {
+        format!("{field}: model {model} is not available to the creators of 1 agent(s) using this knowledge base")
+    };
+    for (path, body, needle) in [
+        (
+            format!("/rag/{kb}/config"),
+            config.clone(),
+            refused("searchParams.rerankModelId", reranker),
+        ),
+        (
+            format!("/rag/{kb}"),
+            json!({ "rerankModelId": reranker }),
+            refused("rerankModelId", reranker),
+        ),
+        (
+            format!("/rag/{kb}"),
+            json!({ "embeddingModelId": embedder, "dimensionOfVectorModel": 8 }),
+            refused("embeddingModelId", embedder),
+        ),
+    ] {
+        app.put(&path, Some(&alice), &body).await.assert_error(400, 0, &needle);
+    }
+    let after = app.get(&format!("/rag/{kb}"), Some(&alice)).await.assert_ok().clone();
+    assert_eq!(after, before, "nothing written");
+
+    app.put(&format!("/rag/{kb}/config"), Some(&s.admin), &config)
+        .await
+        .assert_ok();
+    let now = app.get(&format!("/rag/{kb}"), Some(&alice)).await;
+    assert_eq!(now.assert_ok()["searchParams"]["rerankModelId"], reranker);
+}

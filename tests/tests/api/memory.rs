@@ -2022,10 +2022,10 @@ async fn shared_config(s: &Setup) -> Shared {
     }
 }
 
-/// Agents bound to a config run its models for their creators' chats. Its creator may not put
-/// a model into it that those creators could not pick (here her PERSONAL one, at an endpoint
-/// of hers): that would send their conversations to her. Her own agents, and administrators'
-/// agents, may run it.
+/// Agents bound to a config run its models in their chats. Its creator may not put a PERSONAL
+/// model of hers into it (at an endpoint of hers) while other people's agents are bound to it:
+/// that would send their conversations to her. Her own agents may run it; an administrator's
+/// may when an administrator puts it there.
 #[tokio::test]
 async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
     let s = setup(false).await;
@@ -2055,14 +2055,22 @@ async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
     let personal_body = json!({ "embeddingModelId": personal });
     let put_personal = || s.app.put(&path, Some(&alice), &personal_body);
 
-    // Her own agent and an administrator's may run her model.
+    // Her own agent may run her model.
     bind(alice_id).await;
-    bind(s.admin_id).await;
     put_personal().await.assert_ok();
-    s.app
-        .put(&path, Some(&alice), &json!({ "embeddingModelId": s.embedding_model }))
-        .await
-        .assert_ok();
+    let global = json!({ "embeddingModelId": s.embedding_model });
+    s.app.put(&path, Some(&alice), &global).await.assert_ok();
+
+    // An administrator's agent is chatted with by everyone: she may not send those chats to
+    // her endpoint, though the administrator (who may bind any model) may put it there.
+    bind(s.admin_id).await;
+    put_personal().await.assert_error(
+        400,
+        0,
+        &format!("embeddingModelId: model {personal} is not available to the creators of 1 agent(s)"),
+    );
+    s.app.put(&path, Some(&s.admin), &personal_body).await.assert_ok();
+    s.app.put(&path, Some(&s.admin), &global).await.assert_ok();
 
     // Bob's may not: refused, nothing written, her server not called (it was asked for its
     // dimension when her own agents' config took it above).
@@ -2072,7 +2080,7 @@ async fn a_bound_config_takes_only_models_its_agents_creators_may_use() {
     put_personal().await.assert_error(
         400,
         0,
-        &format!("embeddingModelId: model {personal} is not available to the creators of 1 agent(s)"),
+        &format!("embeddingModelId: model {personal} is not available to the creators of 2 agent(s)"),
     );
     let after = s.app.get(&path, Some(&alice)).await.assert_ok().clone();
     assert_eq!(after, before, "the config is unchanged");

@@ -1210,6 +1210,19 @@ async fn only_administrators_bind_agents_to_apps_and_app_ids_stay_unknown_to_oth
         (renamed.assert_ok()["name"].as_str(), renamed.data()["appId"].as_str()),
         (Some("Renamed"), Some("crm"))
     );
+    // Others who may chat with the agent are not told its app.
+    let (_, carol) = app.regular_user("carol").await;
+    let seen = app.get(&format!("/agent/{agent}"), Some(&carol)).await;
+    assert_eq!(
+        (seen.assert_ok()["name"].as_str(), &seen.data()["appId"]),
+        (Some("Renamed"), &Value::Null)
+    );
+    let listed = app.get("/agent/page?size=100", Some(&carol)).await;
+    let listed = listed.assert_ok()["data"].as_array().unwrap().clone();
+    let entry = listed.iter().find(|a| a["id"] == agent).expect("listed");
+    assert_eq!(entry["appId"], Value::Null);
+    let admin_sees = app.get(&format!("/agent/{agent}"), Some(&s.admin)).await;
+    assert_eq!(admin_sees.assert_ok()["appId"], "crm");
     // Nor does he take it out of the app, which would open it to every app's partners.
     let before = app.snapshot().await;
     for unbind in [json!({ "appId": null }), json!({ "appId": "" })] {

@@ -114,6 +114,9 @@ struct NamedModels<'a> {
     state: &'a AppState,
     user: &'a CurrentUser,
     refs: Vec<ModelRef<'static>>,
+    /// Those of `refs` that run in the chats of agents bound to the base: the embedding model
+    /// (each question's vector) and the reranker.
+    in_chats: Vec<ModelRef<'static>>,
 }
 
 impl<'a> NamedModels<'a> {
@@ -122,6 +125,7 @@ impl<'a> NamedModels<'a> {
             state,
             user,
             refs: Vec::new(),
+            in_chats: Vec::new(),
         }
     }
 
@@ -131,8 +135,34 @@ impl<'a> NamedModels<'a> {
         Ok(())
     }
 
-    async fn hold(&self, conn: &mut PgConnection) -> AppResult<()> {
-        crate::models::service::hold_usable(conn, self.user, &self.refs).await
+    /// `check`, for a model that agents bound to the base run in their chats.
+    async fn check_in_chats(&mut self, field: &'static str, id: i64, t: ModelType) -> AppResult<()> {
+        self.check(field, id, t).await?;
+        self.in_chats.push(ModelRef { field, id, t });
+        Ok(())
+    }
+
+    /// Holds the models (against a retype) in the transaction that writes base `id` (None: a
+    /// new one). A PERSONAL model that runs in chats must be the creator's of each agent
+    /// bound to the base: otherwise the base's owner could send the questions of everyone who
+    /// talks to someone else's agent to an endpoint of theirs.
+    async fn hold(&self, conn: &mut PgConnection, id: Option<i64>) -> AppResult<()> {
+        crate::models::service::hold_usable(conn, self.user, &self.refs).await?;
+        let (Some(id), false) = (id, self.in_chats.is_empty()) else {
+            return Ok(());
+        };
+        let ids: Vec<i64> = self.in_chats.iter().map(|r| r.id).collect();
+        let binding = crate::agents::repo::Binding::KnowledgeBase(id);
+        let barred = crate::agents::repo::bound_agents_barred(&mut *conn, binding, &ids, self.user.is_admin()).await?;
+        for r in &self.in_chats {
+            if let Some((_, agents)) = barred.iter().find(|(model, _)| *model == r.id) {
+                return Err(AppError::validation(format!(
+                    "{}: model {} is not available to the creators of {agents} agent(s) using this knowledge base",
+                    r.field, r.id
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -155,7 +185,9 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     validate::at_most("icon", req.icon.as_deref(), validate::MAX_URL)?;
     let model_id = validate::present("embeddingModelId", req.embedding_model_id)?;
     let mut models = NamedModels::new(state, user);
-    models.check("embeddingModelId", model_id, ModelType::Embedding).await?;
+    models
+        .check_in_chats("embeddingModelId", model_id, ModelType::Embedding)
+        .await?;
     let settings = apply_flat(
         &req,
         Settings {
@@ -169,7 +201,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
         models.check("chunkModelId", id, ModelType::Chat).await?;
     }
     if let Some(id) = req.rerank_model_id {
-        models.check("rerankModelId", id, ModelType::Reranker).await?;
+        models.check_in_chats("rerankModelId", id, ModelType::Reranker).await?;
     }
     let dedup_strategy = dedup("dedupStrategy", req.dedup_strategy.unwrap_or(2), 3)?;
     let dedup_action = dedup("dedupAction", req.dedup_action.unwrap_or(0), 2)?;
@@ -226,7 +258,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
     };
     let mut tx = state.db().begin().await?;
     check_cap(state, user, &mut tx).await?;
-    models.hold(&mut tx).await?;
+    models.hold(&mut tx, None).await?;
     stores::service::hold_for_base(&mut tx, vector_store, Some(search_store)).await?;
     let id = repo::insert(&mut *tx, &fields, user.id).await?;
     tx.commit().await?;
@@ -287,7 +319,9 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     }
     let mut models = NamedModels::new(state, user);
     if new_model {
-        models.check("embeddingModelId", model_id, ModelType::Embedding).await?;
+        models
+            .check_in_chats("embeddingModelId", model_id, ModelType::Embedding)
+            .await?;
     }
     if let Some(id) = settings
         .chunk
@@ -301,7 +335,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     // edit of the base, its renaming too, from being saved.
     let rerank = req.rerank_model_id.or(row.rerank_model_id);
     if let Some(r) = req.rerank_model_id.filter(|r| Some(*r) != row.rerank_model_id) {
-        models.check("rerankModelId", r, ModelType::Reranker).await?;
+        models.check_in_chats("rerankModelId", r, ModelType::Reranker).await?;
     }
     let vector_store = match req.vector_store_instance_id {
         Some(v) if v != row.vector_store_instance_id => {
@@ -392,7 +426,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
             ));
         }
     }
-    models.hold(&mut tx).await?;
+    models.hold(&mut tx, Some(id)).await?;
     if stores_changed {
         stores::service::hold_for_base(&mut tx, vector_store, search_store).await?;
     }
@@ -494,7 +528,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         .filter(|r| Some(*r) != row.search_params.0.rerank_model_id)
     {
         models
-            .check("searchParams.rerankModelId", r, ModelType::Reranker)
+            .check_in_chats("searchParams.rerankModelId", r, ModelType::Reranker)
             .await?;
     }
     let model = match &req.model_params {
@@ -514,7 +548,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         ..KbFields::of(&row)
     };
     let mut tx = state.db().begin().await?;
-    models.hold(&mut tx).await?;
+    models.hold(&mut tx, Some(id)).await?;
     if repo::update(&mut *tx, id, row.update_dt, &fields).await?.is_none() {
         return Err(AppError::changed_meanwhile("knowledge base"));
     }

@@ -15,8 +15,8 @@ use crate::resources::leftovers;
 use crate::resources::model::UploadUrlResult;
 use crate::resources::repo::{self as resource_repo, NewResource};
 use crate::resources::service::{
-    already_registered, biz_type as resource_biz_type, clean_file_name, presigned_put, sniff_mime, sniff_stored,
-    uploaded_size,
+    already_registered, biz_id, biz_type as resource_biz_type, clean_file_name, presigned_put, sniff_mime,
+    sniff_stored, uploaded_size,
 };
 use crate::{time, validate, AppError, AppResult, AppState};
 
@@ -65,6 +65,7 @@ pub async fn upload(state: &AppState, app: &AppCaller, req: UploadRequest) -> Ap
     validate::range("fileSize", declared, 1, MAX_IMAGE_BYTES)?;
     let content = validate::required("content", req.content)?;
     let biz_type = biz_type(req.biz_type)?;
+    let biz_id = biz_id(req.biz_id)?;
     let bytes = decode(&content)?;
     if bytes.len() as i64 != declared {
         return Err(AppError::validation(format!(
@@ -84,7 +85,7 @@ pub async fn upload(state: &AppState, app: &AppCaller, req: UploadRequest) -> Ap
         mime: &mime,
         hash: Some(&hash),
         biz_type: &biz_type,
-        biz_id: req.biz_id,
+        biz_id,
     };
     register(state, app, &open_id, image).await
 }
@@ -111,6 +112,7 @@ pub async fn complete_upload(
     let key = validate::required("storageKey", req.storage_key)?;
     let name = clean_file_name(&validate::required("originalName", req.original_name)?);
     let biz_type = biz_type(req.biz_type)?;
+    let biz_id = biz_id(req.biz_id)?;
     let size = uploaded_size(state, &key, &key_prefix(app), "this app").await?;
     if size > MAX_IMAGE_BYTES as u64 {
         state.storage().delete(&key).await?;
@@ -133,7 +135,7 @@ pub async fn complete_upload(
         mime: &mime,
         hash: None,
         biz_type: &biz_type,
-        biz_id: req.biz_id,
+        biz_id,
     };
     register(state, app, &open_id, image).await
 }

@@ -22,6 +22,10 @@ use crate::{validate, AppError, AppResult, AppState};
 
 const MAX_ARGS: usize = 100;
 const MAX_ENV_VARS: usize = 100;
+const MAX_ENV_NAME_CHARS: usize = 256;
+/// A variable's value: the system refuses a larger one (128 KiB) when the server starts, which
+/// showed up as a server that cannot be reached, not as this field.
+const MAX_ENV_VALUE_BYTES: usize = 32 * 1024;
 
 pub fn viewer(user: &CurrentUser) -> Viewer {
     Viewer {
@@ -140,9 +144,10 @@ fn env_vars(sent: BTreeMap<String, String>, stored: &BTreeMap<String, String>) -
     for (key, value) in sent {
         let valid_name = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid_name {
+        if !valid_name || key.len() > MAX_ENV_NAME_CHARS {
             return Err(AppError::validation(format!(
-                "envVars key {key:?} must be a variable name (letters, digits and _, not starting with a digit)"
+                "envVars key {key:?} must be a variable name (letters, digits and _, not starting with a digit) \
+                 of at most {MAX_ENV_NAME_CHARS} characters"
             )));
         }
         super::stdio::check_env(&key)?;
@@ -158,6 +163,11 @@ fn env_vars(sent: BTreeMap<String, String>, stored: &BTreeMap<String, String>) -
         if value.contains('\0') {
             return Err(AppError::validation(format!(
                 "envVars.{key} must not contain NUL characters"
+            )));
+        }
+        if value.len() > MAX_ENV_VALUE_BYTES {
+            return Err(AppError::validation(format!(
+                "envVars.{key} must be at most {MAX_ENV_VALUE_BYTES} bytes"
             )));
         }
         out.insert(key, value);

@@ -99,6 +99,13 @@ impl ConfigRow {
                 "rerankModelId is required when rerankEnabled is true",
             ));
         }
+        // Recall reranks its first enterRerankCount candidates and keeps maxRecall of them:
+        // fewer candidates returned fewer memories than asked, without a word.
+        if self.rerank_enabled && self.enter_rerank_count < self.max_recall {
+            return Err(AppError::validation(
+                "enterRerankCount must be at least maxRecall when reranking",
+            ));
+        }
         let added = self.new_models(before);
         for r in &added {
             models::service::usable_config(state, user, r.field, r.id, r.t).await?;

@@ -145,8 +145,22 @@ pub async fn page(
     ))
 }
 
-/// One embedding of `content` with the base's model, and its token count.
-async fn embed_one(state: &AppState, user: &CurrentUser, kb: &KbRow, content: &str) -> AppResult<(Vec<f32>, i32)> {
+/// One embedding of `content` with the base's model, and its token count. Content longer than
+/// `max_tokens` is refused before the paid call: the base's chunker never makes such a chunk,
+/// and an embedding model cut it short, or failed with an error that did not name the field.
+async fn embed_one(
+    state: &AppState,
+    user: &CurrentUser,
+    kb: &KbRow,
+    content: &str,
+    max_tokens: i64,
+) -> AppResult<(Vec<f32>, i32)> {
+    let tokens = crate::rag::chunk::count_tokens(content);
+    if tokens as i64 > max_tokens {
+        return Err(AppError::validation(format!(
+            "content is {tokens} tokens; this knowledge base's chunks hold at most {max_tokens} (maxChunkTokens)"
+        )));
+    }
     let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding).await?;
     let out = gateway::embed(
         state,
@@ -162,7 +176,7 @@ async fn embed_one(state: &AppState, user: &CurrentUser, kb: &KbRow, content: &s
         .into_iter()
         .next()
         .ok_or_else(|| AppError::business("the embedding model returned no vector"))?;
-    Ok((vector, crate::rag::chunk::count_tokens(content) as i32))
+    Ok((vector, tokens as i32))
 }
 
 fn content(value: Option<String>) -> AppResult<String> {
@@ -183,7 +197,8 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: NewChunkRequest) 
         )));
     }
     finished(document_id, &doc.status)?;
-    let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
+    let max_tokens = kb.chunk_params.0.max_chunk_tokens;
+    let (vector, tokens) = embed_one(state, user, &kb, &content, max_tokens).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
     hold_document(
@@ -271,10 +286,19 @@ async fn get(state: &AppState, id: i64) -> AppResult<ChunkView> {
     Ok(row.into())
 }
 
-/// The chunk's base, when the caller owns it, and its document's id and status.
-async fn owned_kb(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<(KbRow, i64, String)> {
-    let (rag_id, document_id, status): (i64, i64, String) = sqlx::query_as(
-        "SELECT c.rag_id, d.id, d.status FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = $1",
+/// A chunk the caller may edit.
+struct OwnedChunk {
+    kb: KbRow,
+    document_id: i64,
+    document_status: String,
+    token_count: i64,
+}
+
+/// The chunk's base, when the caller owns it, its document's id and status, and its size.
+async fn owned_kb(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<OwnedChunk> {
+    let (rag_id, document_id, document_status, token_count): (i64, i64, String, i64) = sqlx::query_as(
+        "SELECT c.rag_id, d.id, d.status, c.token_count::bigint FROM chunks c JOIN documents d ON d.id = c.document_id
+         WHERE c.id = $1",
     )
     .bind(id)
     .fetch_optional(state.db())
@@ -283,15 +307,27 @@ async fn owned_kb(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<(K
     let kb = bases::service::owned(state, user, rag_id)
         .await
         .map_err(|_| AppError::not_found("chunk"))?;
-    Ok((kb, document_id, status))
+    Ok(OwnedChunk {
+        kb,
+        document_id,
+        document_status,
+        token_count,
+    })
 }
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: EditChunkRequest) -> AppResult<ChunkView> {
     let content = content(req.content)?;
-    let (kb, document_id, status) = owned_kb(state, user, id).await?;
+    let OwnedChunk {
+        kb,
+        document_id,
+        document_status,
+        token_count,
+    } = owned_kb(state, user, id).await?;
     // Checked before the paid embedding, and again under the document's hold.
-    finished(document_id, &status)?;
-    let (vector, tokens) = embed_one(state, user, &kb, &content).await?;
+    finished(document_id, &document_status)?;
+    // A chunk made before its base's maxChunkTokens was lowered may stay as long as it was.
+    let max_tokens = kb.chunk_params.0.max_chunk_tokens.max(token_count);
+    let (vector, tokens) = embed_one(state, user, &kb, &content, max_tokens).await?;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
     let document_id = hold_document(&mut tx, OF_CHUNK, id, "chunk").await?;
@@ -318,7 +354,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: EditChun
 }
 
 pub async fn delete(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<()> {
-    let (kb, _, _) = owned_kb(state, user, id).await?;
+    let kb = owned_kb(state, user, id).await?.kb;
     let indexes = Indexes::of(state, &kb).await?;
     let mut tx = state.db().begin().await?;
     hold_document(&mut tx, OF_CHUNK_COUNTED, id, "chunk").await?;

@@ -94,6 +94,14 @@ pub(crate) fn biz_type(value: Option<String>) -> AppResult<Option<String>> {
     Ok(value)
 }
 
+/// The business record an upload belongs to: the client's own id, positive as ids are.
+pub(crate) fn biz_id(value: Option<i64>) -> AppResult<Option<i64>> {
+    match value {
+        Some(id) if id < 1 => Err(AppError::validation("bizId must be a positive whole number")),
+        _ => Ok(value),
+    }
+}
+
 fn reader(user: &CurrentUser) -> Reader {
     Reader {
         user_id: user.id,
@@ -107,9 +115,10 @@ pub async fn upload(
     user: &CurrentUser,
     file: UploadedFile,
     biz_type_in: Option<String>,
-    biz_id: Option<i64>,
+    biz_id_in: Option<i64>,
 ) -> AppResult<ResourceView> {
     let biz_type = biz_type(biz_type_in)?;
+    let biz_id = biz_id(biz_id_in)?;
     let name = clean_file_name(&file.file_name);
     let mime = sniff_mime(&file.bytes, &name);
     check_image_claim("file", &name, &mime)?;
@@ -258,6 +267,7 @@ pub async fn complete_upload(
     let key = validate::required("storageKey", req.storage_key)?;
     let name = clean_file_name(&validate::required("originalName", req.original_name)?);
     let biz_type = biz_type(req.biz_type)?;
+    let biz_id = biz_id(req.biz_id)?;
     let size = uploaded_size(state, &key, &format!("resources/{}/", user.id), "you").await?;
     let max = state.config().max_presigned_upload_bytes;
     if size > max {
@@ -279,7 +289,7 @@ pub async fn complete_upload(
         mime_type: &mime,
         storage_type: state.storage().kind().as_str(),
         biz_type: biz_type.as_deref(),
-        biz_id: req.biz_id,
+        biz_id,
         content_hash: None,
         creator_id: user.id,
     };

@@ -28,6 +28,26 @@ fn requirement(value: Option<String>) -> AppResult<String> {
     Ok(text)
 }
 
+/// The extra instruction, held to the requirement's length: both go into a paid prompt.
+fn instruction(value: Option<String>) -> AppResult<Option<String>> {
+    let text = validate::optional(value);
+    validate::at_most("optimizeInstruction", text.as_deref(), MAX_REQUIREMENT_CHARS)?;
+    Ok(text)
+}
+
+/// The SKILL.md to improve, when the client sends its unsaved text: no larger than a file the
+/// online editor may save.
+fn current_content(state: &AppState, value: Option<String>) -> AppResult<Option<String>> {
+    let text = validate::optional(value);
+    let limit = state.config().skill_limits.max_file_bytes;
+    if text.as_ref().is_some_and(|t| t.len() as u64 > limit) {
+        return Err(AppError::validation(format!(
+            "currentContent must be at most {limit} bytes, as a file of a skill"
+        )));
+    }
+    Ok(text)
+}
+
 /// A name and description a skill can be saved with, checked before the paid call: a draft
 /// carrying others was refused when saved.
 fn within_limits(meta: &FrontMatter) -> AppResult<()> {
@@ -78,7 +98,7 @@ impl Chosen {
 
 pub async fn generate(state: &AppState, user: &CurrentUser, req: GenerateRequest) -> AppResult<Draft> {
     let need = requirement(req.requirement)?;
-    let instruction = validate::optional(req.optimize_instruction);
+    let instruction = instruction(req.optimize_instruction)?;
     let chosen = Chosen::new(req.name, req.description);
     let meta = chosen.over(FrontMatter {
         name: slug(&need),
@@ -107,8 +127,10 @@ pub async fn generate(state: &AppState, user: &CurrentUser, req: GenerateRequest
 
 pub async fn optimize(state: &AppState, user: &CurrentUser, id: i64, req: OptimizeRequest) -> AppResult<Draft> {
     let need = requirement(req.requirement)?;
+    let instruction = instruction(req.optimize_instruction)?;
+    let sent = current_content(state, req.current_content)?;
     let (row, package) = storage::current(state, id).await?;
-    let current = match validate::optional(req.current_content) {
+    let current = match sent {
         Some(text) => text,
         None => service::skill_md_text(&package)?,
     };
@@ -122,7 +144,7 @@ pub async fn optimize(state: &AppState, user: &CurrentUser, id: i64, req: Optimi
         "Improve this SKILL.md according to the requirement, keeping what already works.\n\
          Requirement: {need}{}{}\n\nCurrent SKILL.md:\n{current}",
         chosen.prompt_lines(),
-        instruction_line(validate::optional(req.optimize_instruction).as_deref())
+        instruction_line(instruction.as_deref())
     );
     Ok(match ask(state, user, prompt).await? {
         Ok(reply) => from_reply(reply, meta, &chosen),

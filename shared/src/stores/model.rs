@@ -142,6 +142,13 @@ pub struct Connection {
 
 /// The most `caCert` may hold: Amazon RDS's bundle of every region is about 150 KiB.
 const MAX_CA_CERT_BYTES: usize = 512 * 1024;
+/// A DNS name's longest form.
+const MAX_HOST_CHARS: usize = 253;
+/// A database or user name: PostgreSQL's are at most 63 bytes, other engines' not much longer.
+const MAX_NAME_CHARS: usize = 255;
+/// The most a config may hold besides `caCert`: it is stored and shown whole, whatever keys
+/// it carries.
+pub const MAX_CONFIG_BYTES: usize = 16 * 1024;
 
 /// Whether `pem` is what a TLS handshake will take as its authorities: one certificate or more,
 /// each one a trust anchor, and nothing else. Checked when saved: a bad one failed every
@@ -161,14 +168,19 @@ impl Connection {
         let obj = config
             .as_object()
             .ok_or_else(|| AppError::validation("config must be a JSON object"))?;
-        let text = |key: &str| {
-            obj.get(key)
-                .and_then(Value::as_str)
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned)
+        // A value of another type was read as absent: `"tls": "true"` connected without TLS.
+        let text = |key: &str, max: usize| -> AppResult<Option<String>> {
+            match obj.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(v)) => {
+                    let v = v.trim();
+                    crate::validate::length(&format!("config.{key}"), v, 0, max)?;
+                    Ok(Some(v.to_owned()).filter(|v| !v.is_empty()))
+                }
+                Some(_) => Err(AppError::validation(format!("config.{key} must be a string"))),
+            }
         };
-        let host = text("host").ok_or_else(|| AppError::validation("config.host is required"))?;
+        let host = text("host", MAX_HOST_CHARS)?.ok_or_else(|| AppError::validation("config.host is required"))?;
         if host.contains('/') || host.contains(' ') {
             return Err(AppError::validation("config.host must be a host name or address"));
         }
@@ -181,20 +193,26 @@ impl Connection {
                 .ok_or_else(|| AppError::validation("config.port must be a number from 1 to 65535"))?
                 as u16,
         };
-        let ca_cert = text("caCert");
+        // Its size is checked with the certificates it must hold, below.
+        let ca_cert = text("caCert", usize::MAX)?;
         if ca_cert.as_deref().is_some_and(|pem| !trust_anchors(pem)) {
             return Err(AppError::validation(format!(
                 "config.caCert must be PEM certificates (-----BEGIN CERTIFICATE-----) of at most {} KiB",
                 MAX_CA_CERT_BYTES / 1024
             )));
         }
+        let use_tls = match obj.get("tls") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(tls)) => *tls,
+            Some(_) => return Err(AppError::validation("config.tls must be true or false")),
+        };
         Ok(Connection {
             host,
             port,
-            database: text("database"),
-            username: text("username"),
-            password: text("password"),
-            use_tls: obj.get("tls").and_then(Value::as_bool).unwrap_or(false),
+            database: text("database", MAX_NAME_CHARS)?,
+            username: text("username", MAX_NAME_CHARS)?,
+            password: text("password", crate::validate::MAX_SECRET)?,
+            use_tls,
             ca_cert,
         })
     }

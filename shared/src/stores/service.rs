@@ -41,6 +41,14 @@ fn split_config(state: &AppState, t: StoreType, config: &Value) -> AppResult<(Va
     Connection::from_config(config, t.default_port())?;
     let mut clean = config.clone();
     let password = clean.as_object_mut().and_then(|o| o.remove("password"));
+    let mut rest = clean.clone();
+    rest.as_object_mut().map(|o| o.remove("caCert"));
+    if rest.to_string().len() > MAX_CONFIG_BYTES {
+        return Err(AppError::validation(format!(
+            "config must be at most {} KiB besides caCert",
+            MAX_CONFIG_BYTES / 1024
+        )));
+    }
     let sealed = match password
         .as_ref()
         .and_then(Value::as_str)

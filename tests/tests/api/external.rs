@@ -740,6 +740,10 @@ async fn images_upload_as_base64_and_only_their_uploader_may_attach_them() {
             json!({ "openId": "ann", "originalName": "a.png", "fileSize": 3 }),
             "content is required".to_owned(),
         ),
+        (
+            json!({ "openId": "ann", "originalName": "a.png", "fileSize": 3, "content": "AAAA", "bizId": 0 }),
+            "bizId must be a positive whole number".to_owned(),
+        ),
     ] {
         e.app()
             .ext_post(&e.crm, "/resource/upload", &body)
@@ -809,6 +813,11 @@ async fn presigned_image_upload(store: Store) {
     app.ext_post(&e.crm, "/resource/upload/complete", &complete(&presigned, "ann"))
         .await
         .assert_error(400, 0, "storageKey: nothing was uploaded there yet");
+    let mut negative = complete(&presigned, "ann");
+    negative["bizId"] = json!(-3);
+    app.ext_post(&e.crm, "/resource/upload/complete", &negative)
+        .await
+        .assert_error(400, 0, "bizId must be a positive whole number");
     assert_eq!(e.written().await, before, "no user or row before the image is sent");
     assert!(put(&presigned, PNG).await.unwrap().status().is_success());
     app.ext_post(&e.erp, "/resource/upload/complete", &complete(&presigned, "ann"))

@@ -93,6 +93,27 @@ async fn knowledge_base_settings_and_validation() {
         (Some(7), Some(true))
     );
     assert_eq!(kb["modelParams"]["nearbySliceCount"], 1);
+    assert_eq!(kb["description"], "all about us");
+
+    // Sent blank, the description is cleared (null, as a base created without one); trimmed
+    // otherwise; left out, kept.
+    app.put(&format!("/rag/{id}"), t, &json!({ "description": "  " }))
+        .await
+        .assert_ok();
+    assert_eq!(
+        app.get(&format!("/rag/{id}"), t).await.assert_ok()["description"],
+        Value::Null
+    );
+    app.put(&format!("/rag/{id}"), t, &json!({ "description": "  ours \n" }))
+        .await
+        .assert_ok();
+    app.put(&format!("/rag/{id}"), t, &json!({ "name": "Handbook 2" }))
+        .await
+        .assert_ok();
+    assert_eq!(
+        app.get(&format!("/rag/{id}"), t).await.assert_ok()["description"],
+        "ours"
+    );
 
     let before = app.count("knowledge_bases").await;
     for (body, needle) in [
@@ -451,6 +472,32 @@ async fn store_instances() {
         (
             json!({ "name": "x", "category": 1, "type": 1, "config": { "host": "h", "port": 70000 } }),
             "config.port",
+        ),
+        // A value of another type was read as absent: `"tls": "true"` connected without TLS,
+        // a number as password was dropped, and the create succeeded.
+        (
+            json!({ "name": "x", "category": 1, "type": 1, "config": { "host": "h", "tls": "true" } }),
+            "config.tls must be true or false",
+        ),
+        (
+            json!({ "name": "x", "category": 1, "type": 1, "config": { "host": "h", "password": 12345 } }),
+            "config.password must be a string",
+        ),
+        (
+            json!({ "name": "x", "category": 1, "type": 1, "config": { "host": 123 } }),
+            "config.host must be a string",
+        ),
+        (
+            json!({ "name": "x", "category": 1, "type": 1, "config": { "host": "h".repeat(254) } }),
+            "config.host must be 0 to 253 characters long",
+        ),
+        (
+            json!({ "name": "x", "category": 1, "type": 1, "config": { "host": "h", "username": "u".repeat(256) } }),
+            "config.username must be 0 to 255 characters long",
+        ),
+        (
+            json!({ "name": "x", "category": 1, "type": 1, "config": { "host": "h", "note": "n".repeat(17 * 1024) } }),
+            "config must be at most 16 KiB besides caCert",
         ),
     ] {
         app.post("/store-instance", t, &body).await.assert_error(400, 0, needle);
@@ -1349,6 +1396,25 @@ async fn chunks_by_hand_are_embedded() {
         .put(&format!("/chunk/{chunk}"), t, &json!({ "content": "  " }))
         .await
         .assert_error(400, 0, "content is required");
+    // Longer than the base's chunks may be: refused before the paid embedding call.
+    let (calls, chunks) = (s.app.count("model_usage").await, s.app.count("chunks").await);
+    let long = "fox ".repeat(5000);
+    s.app
+        .post("/chunk", t, &json!({ "ragId": kb, "documentId": id, "content": long }))
+        .await
+        .assert_error(400, 0, "(maxChunkTokens)");
+    s.app
+        .put(&format!("/chunk/{chunk}"), t, &json!({ "content": long }))
+        .await
+        .assert_error(400, 0, "tokens; this knowledge base's chunks hold at most");
+    assert_eq!(
+        (s.app.count("model_usage").await, s.app.count("chunks").await),
+        (calls, chunks)
+    );
+    assert_eq!(
+        s.chunk_texts(id).await.last().map(String::as_str),
+        Some("Completely different words now.")
+    );
     // While its document is processed, no chunk is written by hand: the run's final write
     // replaces them all, and one written meanwhile was answered, charged, and then gone.
     let set_status = |status: &'static str| {
@@ -1587,6 +1653,12 @@ async fn import_by_url_refuses_internal_addresses() {
         .post("/document/import/url", t, &json!({ "ragId": kb }))
         .await
         .assert_error(400, 0, "url is required");
+    let long = format!("https://example.com/{}", "a".repeat(2048));
+    closed
+        .app
+        .post("/document/import/url", t, &json!({ "ragId": kb, "url": long }))
+        .await
+        .assert_error(400, 0, "url must be 1 to 2048 characters long");
     assert_eq!(closed.app.count("documents").await, 0);
 
     // The operator's outbound lists bind imports too: a range only a list names (here a

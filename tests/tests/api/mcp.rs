@@ -140,6 +140,15 @@ async fn every_validation_rule_is_refused_and_writes_nothing() {
             "envVars key \"1BAD\" must be a variable name",
         ),
         (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": {"K".repeat(257): "v"}}),
+            "of at most 256 characters",
+        ),
+        // The system refuses a variable past 128 KiB when the server starts: named here instead.
+        (
+            json!({"name": "a", "transportType": 3, "command": "x", "envVars": {"K": "v".repeat(32 * 1024 + 1)}}),
+            "envVars.K must be at most 32768 bytes",
+        ),
+        (
             json!({"name": "a", "transportType": 3, "command": "x", "envVars": {"K": "abcd****wxyz"}}),
             "envVars.K is a masked value",
         ),

@@ -1450,6 +1450,12 @@ async fn configs_are_validated_and_managed() {
             json!({ "name": "x", "embeddingModelId": s.embedding_model, "rerankEnabled": true }),
             "rerankModelId is required",
         ),
+        // Recall would rerank 2 candidates and return at most 2 of the 5 asked.
+        (
+            json!({ "name": "x", "embeddingModelId": s.embedding_model, "rerankEnabled": true,
+                    "rerankModelId": s.chat_model, "enterRerankCount": 2 }),
+            "enterRerankCount must be at least maxRecall when reranking",
+        ),
         (
             json!({ "name": "x", "embeddingModelId": s.embedding_model, "fusionStrategy": "MAX" }),
             "fusionStrategy must be RRF or WEIGHTED_SUM",

@@ -210,6 +210,11 @@ async fn bad_uploads_change_nothing(store: Store) {
     upload(&app, &token, "a.txt", b"hi".to_vec(), Some(("doc", "abc")))
         .await
         .assert_error(400, 0, "bizId must be a whole number");
+    for id in ["0", "-5"] {
+        upload(&app, &token, "a.txt", b"hi".to_vec(), Some(("doc", id)))
+            .await
+            .assert_error(400, 0, "bizId must be a positive whole number");
+    }
     // Bounds hold while the form streams in: a second file is refused before its bytes are
     // read, and a text field is not a way around the file limit.
     let file = |name: &str| reqwest::multipart::Part::bytes(b"hi".to_vec()).file_name(name.to_owned());
@@ -420,6 +425,10 @@ async fn presigned_upload(store: Store) {
 
     // Registering before the upload is refused and writes nothing.
     let complete = json!({ "storageKey": key, "originalName": "large.pdf", "bizType": "document" });
+    let negative = json!({ "storageKey": key, "originalName": "large.pdf", "bizId": -1 });
+    app.post("/resource/upload/complete", Some(&token), &negative)
+        .await
+        .assert_error(400, 0, "bizId must be a positive whole number");
     app.post("/resource/upload/complete", Some(&token), &complete)
         .await
         .assert_error(400, 0, "storageKey");

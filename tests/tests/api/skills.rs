@@ -1024,6 +1024,26 @@ async fn ai_drafts_use_the_default_chat_model() {
         )
         .await
         .assert_status_error(400, 0, "name must be 1 to 64");
+    // What else goes into the paid prompt is held to limits too.
+    for (path, body, needle) in [
+        (
+            "/skill/ai/generate".to_owned(),
+            json!({ "requirement": "r", "optimizeInstruction": "i".repeat(4001) }),
+            "optimizeInstruction must be 0 to 4000 characters long",
+        ),
+        (
+            format!("/skill/{id}/ai/optimize"),
+            json!({ "requirement": "r", "optimizeInstruction": "i".repeat(4001) }),
+            "optimizeInstruction must be 0 to 4000 characters long",
+        ),
+        (
+            format!("/skill/{id}/ai/optimize"),
+            json!({ "requirement": "r", "currentContent": "c".repeat(1024 * 1024 + 1) }),
+            "currentContent must be at most 16384 bytes",
+        ),
+    ] {
+        s.app.post(&path, t, &body).await.assert_status_error(400, 0, needle);
+    }
     assert_eq!(server.requests().len(), 4, "no model call for a refused draft");
 }
 

@@ -358,8 +358,13 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: KbReques
     }
     validate::at_most("description", req.description.as_deref(), validate::MAX_DESCRIPTION)?;
     validate::at_most("icon", req.icon.as_deref(), validate::MAX_URL)?;
-    let description = req.description.clone().or(row.description.clone());
-    let icon = req.icon.clone().or(row.icon.clone());
+    // Sent blank, a field is cleared (null), as on creation; left out, it is kept.
+    let kept_or_sent = |sent: &Option<String>, kept: &Option<String>| match sent {
+        Some(v) => validate::optional(Some(v.clone())),
+        None => kept.clone(),
+    };
+    let description = kept_or_sent(&req.description, &row.description);
+    let icon = kept_or_sent(&req.icon, &row.icon);
     let mut search = row.search_params.0.clone();
     if req.rerank_model_id.is_some() {
         // As on creation: a reranker named where there was none turns reranking on, with at

@@ -204,6 +204,7 @@ fn import_name(sent: Option<String>, from_url: &str) -> AppResult<(String, FileT
 pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequest) -> AppResult<DocView> {
     let rag_id = crate::validate::present("ragId", req.rag_id)?;
     let url = crate::validate::required("url", req.url)?;
+    crate::validate::length("url", &url, 1, crate::validate::MAX_URL)?;
     let kb = bases::service::owned(state, user, rag_id).await?;
     let fetched = crate::rag::fetch::fetch(state, &url).await?;
     let (name, file_type) = import_name(req.name, &fetched.name)?;

@@ -48,7 +48,12 @@ pub async fn upload(state: &AppState, user: &CurrentUser, mut files: Vec<Uploade
         .pop()
         .ok_or_else(|| AppError::validation("file is required (a zip package holding SKILL.md)"))?;
     let package = Package::open_upload(&file.bytes, &state.config().skill_limits)?;
-    let file_name = file.file_name.trim().chars().take(255).collect::<String>();
+    // Shown in lists and offered as the download's name: cleaned as any upload's is. None
+    // given, the download is offered as `<name>.zip`.
+    let file_name = match file.file_name.trim().is_empty() {
+        true => String::new(),
+        false => crate::resources::service::clean_file_name(&file.file_name),
+    };
     storage::create(state, user, &package, &file_name)
         .await
         .map(Skill::from)

@@ -1,4 +1,7 @@
 //! Field validation helpers; every message starts with the field's name.
+//!
+//! Request fields checked with `required`/`present` stay `Option` so a missing one is a 400
+//! naming it; mark them `#[schema(required = true)]` so the API document shows them required.
 
 use crate::AppError;
 

@@ -37,6 +37,7 @@ async fn chat_stream(
 #[derive(Debug, Deserialize, ToSchema)]
 struct CreateRequest {
     /// What the agent should do.
+    #[schema(required = true)]
     description: Option<String>,
 }
 

@@ -183,11 +183,15 @@ pub struct Deleted {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UploadRequest {
+    #[schema(required = true)]
     pub open_id: Option<String>,
+    #[schema(required = true)]
     pub original_name: Option<String>,
     /// The size in bytes of the decoded content; must match it.
+    #[schema(required = true)]
     pub file_size: Option<i64>,
     /// Base64 of the image (JPG, PNG or WEBP, at most 10 MB); a `data:` URI prefix is accepted.
+    #[schema(required = true)]
     pub content: Option<String>,
     /// Default ATTACHMENT.
     pub biz_type: Option<String>,
@@ -231,9 +235,13 @@ pub struct UploadedImage {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExternalChatRequest {
+    #[schema(required = true)]
     pub agent_id: Option<i64>,
+    #[schema(required = true)]
     pub open_id: Option<String>,
+    #[schema(required = true)]
     pub conversation_id: Option<String>,
+    #[schema(required = true)]
     pub content: Option<String>,
     /// Images only: `[{type: IMAGE, resourceId}]` uploaded by this openId.
     pub attachments: Option<Vec<AttachmentIn>>,

@@ -213,9 +213,13 @@ pub struct StatsQuery {
     pub days: Option<i64>,
 }
 
+/// Named apart in the API document: a knowledge base's search request is `SearchRequest` there,
+/// and one name stood for both.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MemorySearchRequest)]
 pub struct SearchRequest {
+    #[schema(required = true)]
     pub query: Option<String>,
     pub agent_id: Option<i64>,
     pub types: Option<Vec<String>>,
@@ -297,8 +301,11 @@ pub struct PreviewMemory {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DebugRequest {
+    #[schema(required = true)]
     pub agent_id: Option<i64>,
+    #[schema(required = true)]
     pub user_id: Option<i64>,
+    #[schema(required = true)]
     pub query: Option<String>,
     /// Accepted for compatibility; recall does not depend on the conversation.
     pub conversation_id: Option<String>,

@@ -81,13 +81,17 @@ pub struct ChunkFilter {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NewChunkRequest {
+    #[schema(required = true)]
     pub rag_id: Option<i64>,
+    #[schema(required = true)]
     pub document_id: Option<i64>,
+    #[schema(required = true)]
     pub content: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct EditChunkRequest {
+    #[schema(required = true)]
     pub content: Option<String>,
 }
 

@@ -25,7 +25,9 @@ const HISTORY_TURNS: i64 = 10;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QaRequest {
+    #[schema(required = true)]
     pub rag_id: Option<i64>,
+    #[schema(required = true)]
     pub query: Option<String>,
     /// Keeps multi-turn context when reused.
     pub conversation_id: Option<String>,

@@ -74,6 +74,7 @@ pub struct SkillFilter {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSkill {
+    #[schema(required = true)]
     pub name: Option<String>,
     pub description: Option<String>,
 }
@@ -113,6 +114,7 @@ pub struct FileContent {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WriteFile {
+    #[schema(required = true)]
     pub content: Option<String>,
     /// `utf-8` (default) or `base64`.
     pub encoding: Option<String>,
@@ -122,9 +124,11 @@ pub struct WriteFile {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateEntry {
+    #[schema(required = true)]
     pub path: Option<String>,
     /// `file` or `directory`.
     #[serde(rename = "type")]
+    #[schema(required = true)]
     pub kind: Option<String>,
     pub version: Option<i64>,
 }
@@ -132,7 +136,9 @@ pub struct CreateEntry {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RenameEntry {
+    #[schema(required = true)]
     pub old_path: Option<String>,
+    #[schema(required = true)]
     pub new_path: Option<String>,
     pub version: Option<i64>,
 }
@@ -147,6 +153,7 @@ pub struct Changed {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GenerateRequest {
+    #[schema(required = true)]
     pub requirement: Option<String>,
     pub name: Option<String>,
     pub description: Option<String>,
@@ -156,6 +163,7 @@ pub struct GenerateRequest {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OptimizeRequest {
+    #[schema(required = true)]
     pub requirement: Option<String>,
     pub name: Option<String>,
     pub description: Option<String>,

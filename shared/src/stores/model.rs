@@ -106,8 +106,9 @@ pub struct StoreRequest {
 pub struct StoreTestRequest {
     /// Store type name: PGVECTOR, MILVUS, OPENSEARCH or PG_FULLTEXT.
     #[serde(rename = "type")]
+    #[schema(required = true)]
     pub store_type: Option<String>,
-    #[schema(value_type = Option<StoreConfig>)]
+    #[schema(value_type = Option<StoreConfig>, required = true)]
     pub config: Option<Value>,
 }
 

@@ -60,7 +60,9 @@ impl From<UserRow> for UserView {
 
 #[derive(Deserialize, ToSchema)]
 pub struct LoginRequest {
+    #[schema(required = true)]
     pub username: Option<String>,
+    #[schema(required = true)]
     pub password: Option<String>,
 }
 
@@ -75,6 +77,7 @@ pub struct LoginResult {
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RefreshRequest {
+    #[schema(required = true)]
     pub refresh_token: Option<String>,
 }
 
@@ -87,9 +90,12 @@ pub struct TokenPair {
 
 #[derive(Deserialize, ToSchema)]
 pub struct CreateUserRequest {
+    #[schema(required = true)]
     pub username: Option<String>,
+    #[schema(required = true)]
     pub password: Option<String>,
     /// 1 = administrator, 2 = regular user.
+    #[schema(required = true)]
     pub role: Option<i64>,
     pub email: Option<String>,
     /// Initial token quota.
@@ -98,6 +104,7 @@ pub struct CreateUserRequest {
 
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct UpdateUserRequest {
+    #[schema(required = true)]
     pub role: Option<i64>,
     /// Absent keeps the email; `null` or `""` removes it.
     #[serde(default, deserialize_with = "crate::json::nullable")]
@@ -108,21 +115,27 @@ pub struct UpdateUserRequest {
 
 #[derive(Deserialize, ToSchema)]
 pub struct PasswordRequest {
+    #[schema(required = true)]
     pub password: Option<String>,
 }
 
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ChangePasswordRequest {
+    #[schema(required = true)]
     pub old_password: Option<String>,
+    #[schema(required = true)]
     pub new_password: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct AuthorizeCodeRequest {
+    #[schema(required = true)]
     pub email: Option<String>,
     /// Validity in days from now.
+    #[schema(required = true)]
     pub days: Option<i64>,
     /// Tokens granted.
+    #[schema(required = true)]
     pub totals: Option<i64>,
 }

@@ -20,8 +20,10 @@ const IMAGE_TYPES: [&str; 3] = ["image/jpeg", "image/png", "image/webp"];
 pub struct AttachmentIn {
     /// `IMAGE`.
     #[serde(rename = "type")]
+    #[schema(required = true)]
     pub kind: Option<String>,
     /// An uploaded resource.
+    #[schema(required = true)]
     pub resource_id: Option<i64>,
 }
 

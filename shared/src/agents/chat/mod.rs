@@ -43,6 +43,7 @@ const MAX_DISABLED_IDS: usize = 500;
 pub struct ChatRequest {
     /// Chosen by the client (a UUID is generated when absent and returned in `done`).
     pub conversation_id: Option<String>,
+    #[schema(required = true)]
     pub content: Option<String>,
     /// `[{type: IMAGE, resourceId}]`.
     pub attachments: Option<Vec<AttachmentIn>>,

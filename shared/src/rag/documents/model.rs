@@ -196,7 +196,9 @@ pub struct CommittedItem {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImportUrlRequest {
+    #[schema(required = true)]
     pub rag_id: Option<i64>,
+    #[schema(required = true)]
     pub url: Option<String>,
     pub name: Option<String>,
 }

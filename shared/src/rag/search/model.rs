@@ -7,7 +7,9 @@ use utoipa::ToSchema;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchRequest {
+    #[schema(required = true)]
     pub rag_id: Option<i64>,
+    #[schema(required = true)]
     pub query: Option<String>,
     /// Adds stage timings and hit counts as `metrics`.
     pub debug: Option<bool>,

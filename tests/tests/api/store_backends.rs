@@ -394,6 +394,42 @@ async fn milvus_down_fails_clearly_and_writes_nothing() {
         .await
         .assert_error(400, 0, "Milvus could not drop");
     s.app.get(&format!("/rag/{kb}"), t).await.assert_ok();
+    // An empty base on it taking another embedding model drops its collection first: refused,
+    // naming the store and the step, never the address it could not reach.
+    let empty = s
+        .kb(
+            "Empty on Milvus",
+            json!({ "vectorStoreInstanceId": good, "searchEngineEnable": false }),
+        )
+        .await;
+    let provider = s.app.provider(&s.admin, "wider").await;
+    let wider = s
+        .app
+        .model(
+            &s.admin,
+            provider,
+            "EMBEDDING",
+            "emb-384",
+            &s.models.base_url,
+            json!({}),
+        )
+        .await;
+    let refused = s
+        .app
+        .put(&format!("/rag/{empty}"), t, &json!({ "embeddingModelId": wider }))
+        .await;
+    refused.assert_error(
+        400,
+        0,
+        "the knowledge base's store failed: Milvus could not drop the base's index",
+    );
+    assert!(
+        !refused.body["msg"].as_str().unwrap().contains("127.0.0.1"),
+        "{:?}",
+        refused.body
+    );
+    let kept = s.app.get(&format!("/rag/{empty}"), t).await;
+    assert_eq!(kept.assert_ok()["embeddingModelId"], s.embedding_model);
 
     // A new document fails at indexing with the reason and leaves no chunks.
     fails_at_indexing(&s, kb, "Milvus").await;

@@ -98,7 +98,7 @@ impl Indexes {
         Ok(Self { vector, text })
     }
 
-    pub fn side(&self, side: Side) -> &dyn IndexWrites {
+    fn side(&self, side: Side) -> &dyn IndexWrites {
         match side {
             Side::Vectors => self.vector.as_ref(),
             Side::Text => self.text.as_ref(),
@@ -169,12 +169,14 @@ impl Indexes {
 
     pub async fn drop_all(&self, tx: &mut PgConnection) -> anyhow::Result<()> {
         for index in self.all() {
-            index
-                .drop_all(tx)
-                .await
-                .map_err(|e| e.context(format!("{} could not drop the base's index", index.backend())))?;
+            drop_index(index, tx).await?;
         }
         Ok(())
+    }
+
+    /// Removes everything of the base from one of its indexes.
+    pub async fn drop_side(&self, tx: &mut PgConnection, side: Side) -> anyhow::Result<()> {
+        drop_index(self.side(side), tx).await
     }
 
     /// Removes the entries of every chunk of these documents (their rows go with them).
@@ -193,6 +195,15 @@ pub async fn remove_replaced(state: &AppState, kb: &KbRow, tx: &mut PgConnection
     }
     let indexes = Indexes::of(state, kb).await?;
     indexes.remove(tx, chunk_ids).await.map_err(store_error)
+}
+
+/// What `store_error` shows is the outermost context: it names the store and the step, never
+/// the engine's own words (an address, a login name).
+async fn drop_index(index: &dyn IndexWrites, tx: &mut PgConnection) -> anyhow::Result<()> {
+    index
+        .drop_all(tx)
+        .await
+        .map_err(|e| e.context(format!("{} could not drop the base's index", index.backend())))
 }
 
 fn indexing_failed(index: &dyn IndexWrites, e: anyhow::Error) -> anyhow::Error {

@@ -483,7 +483,7 @@ async fn drop_entries(
     moved: bool,
 ) -> AppResult<()> {
     let left = Indexes::of(state, before).await?;
-    if let Err(e) = left.side(side).drop_all(tx).await {
+    if let Err(e) = left.drop_side(tx, side).await {
         if !moved {
             return Err(store_error(e));
         }
@@ -494,7 +494,7 @@ async fn drop_entries(
             .await?
             .ok_or_else(|| AppError::not_found("knowledge base"))?;
         let joined = Indexes::of(state, &now).await?;
-        joined.side(side).drop_all(tx).await.map_err(store_error)?;
+        joined.drop_side(tx, side).await.map_err(store_error)?;
     }
     Ok(())
 }

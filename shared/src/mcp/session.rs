@@ -174,13 +174,33 @@ impl Failure {
 
 /// Drops rmcp's `Transport [<rust type>] error: ` prefixes, which tell a user nothing.
 fn tidy(text: &str) -> String {
-    let mut out = text.to_owned();
+    let mut out = without_queries(text);
     while let Some(start) = out.find("Transport [") {
         let Some(len) = out[start..].find("] error: ") else {
             break;
         };
         out.replace_range(start..start + len + "] error: ".len(), "");
     }
+    out
+}
+
+/// `text` with the query of every URL in it left out. The HTTP client names the URL of a
+/// failed request, and some servers take their API key in its query: the message goes to the
+/// server's `lastError`, the log and the traces.
+fn without_queries(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + "://".len());
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>' | ','))
+            .unwrap_or(tail.len());
+        let url = &tail[..end];
+        out.push_str(url.split_once('?').map_or(url, |(address, _)| address));
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
     out
 }
 
@@ -289,6 +309,18 @@ mod tests {
             "Send message error Auth required, when send initialize request"
         );
         assert_eq!(tidy("plain"), "plain");
+    }
+
+    #[test]
+    fn urls_in_errors_lose_their_query() {
+        assert_eq!(
+            tidy("error sending request for url (https://mcp.example.com/sse?api_key=sk_live_1&x=2): refused"),
+            "error sending request for url (https://mcp.example.com/sse): refused"
+        );
+        assert_eq!(
+            tidy("posting to http://h:9/messages?sessionId=abc failed, then http://other/x"),
+            "posting to http://h:9/messages failed, then http://other/x"
+        );
     }
 
     #[test]

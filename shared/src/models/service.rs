@@ -145,6 +145,15 @@ pub async fn set_provider_enabled(state: &AppState, user: &CurrentUser, id: i64,
 /// The foreign key from a model config to its provider.
 const PROVIDER_OF_CONFIG: &str = "model_configs_provider_id_fkey";
 
+/// A config's write that names provider `id`, deleted since it was checked: as unknown as it
+/// would have been.
+fn provider_gone(id: i64) -> impl Fn(sqlx::Error) -> AppError {
+    move |e| match is_foreign_key_violation(&e, PROVIDER_OF_CONFIG) {
+        true => unknown_provider(id),
+        false => e.into(),
+    }
+}
+
 // ---- model configs ----
 
 /// GLOBAL configs are everyone's; a PERSONAL one is its creator's (and administrators').
@@ -445,13 +454,9 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
         is_enabled: req.is_enabled,
     };
     let mut tx = state.db().begin().await?;
-    // The provider was checked above; one deleted since is as unknown as it would have been.
-    let id = repo::insert_config(&mut *tx, &fields, user.id).await.map_err(|e| {
-        match is_foreign_key_violation(&e, PROVIDER_OF_CONFIG) {
-            true => unknown_provider(provider_id),
-            false => e.into(),
-        }
-    })?;
+    let id = repo::insert_config(&mut *tx, &fields, user.id)
+        .await
+        .map_err(provider_gone(provider_id))?;
     if is_default {
         make_default(&mut tx, id, checked.model_type.as_str()).await?;
     }
@@ -607,7 +612,10 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     if row.is_default && (retyped || req.is_default == Some(false)) {
         repo::clear_default(&mut tx, id).await?;
     }
-    repo::update_config(&mut *tx, id, &fields).await?;
+    let provider = req.provider_id.unwrap_or(row.provider_id);
+    repo::update_config(&mut *tx, id, &fields)
+        .await
+        .map_err(provider_gone(provider))?;
     if req.is_default == Some(true) {
         make_default(&mut tx, id, checked.model_type.as_str()).await?;
     }

@@ -1211,6 +1211,33 @@ async fn a_provider_and_a_config_created_under_it_meanwhile() {
         .await
         .unwrap();
     assert_eq!(left, 0);
+
+    // The provider being deleted when a config is moved under it (it was a 500).
+    let target = app.provider(&admin, "third").await;
+    let first = app.provider(&admin, "fourth").await;
+    let config = app
+        .post("/ai-model/config", t, &body(first))
+        .await
+        .assert_status_ok()
+        .as_i64()
+        .unwrap();
+    let mut deleting = app.db.begin().await.unwrap();
+    sqlx::query("DELETE FROM model_providers WHERE id = $1")
+        .bind(target)
+        .execute(&mut *deleting)
+        .await
+        .unwrap();
+    let moved = json!({ "providerId": target });
+    let path = format!("/ai-model/config/{config}");
+    let update = app.put(&path, t, &moved);
+    let commit = async {
+        api_tests::until_a_statement_waits_for_a_lock(&app.db).await;
+        deleting.commit().await.unwrap();
+    };
+    let (updated, ()) = tokio::join!(update, commit);
+    updated.assert_status_error(400, 0, &format!("providerId: provider {target} does not exist"));
+    let kept = app.get(&path, t).await;
+    assert_eq!(kept.assert_status_ok()["providerId"], first);
 }
 
 /// Where a config calls, and its key's tail, are for those who manage it: a GLOBAL model's

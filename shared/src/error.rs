@@ -172,6 +172,14 @@ const GONE_AGENT_KEYS: &[&str] = &[
     "conversations_agent_id_fkey",
     "agent_subscriptions_agent_id_fkey",
     "external_subscriptions_agent_id_fkey",
+    "memories_agent_id_fkey",
+];
+
+/// The foreign keys from what an extraction stores to its conversation: the conversation was
+/// deleted while its memories were being extracted (a model call of seconds).
+const GONE_CONVERSATION_KEYS: &[&str] = &[
+    "memories_conversation_id_fkey",
+    "memory_extractions_conversation_id_fkey",
 ];
 
 /// The foreign keys from what names a model config to it: the config was deleted between the
@@ -218,6 +226,12 @@ impl From<sqlx::Error> for AppError {
         }
         if GONE_AGENT_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
             return Self::Conflict("the agent was deleted while this request ran".into());
+        }
+        if GONE_CONVERSATION_KEYS
+            .iter()
+            .any(|key| is_foreign_key_violation(&err, key))
+        {
+            return Self::Conflict("the conversation was deleted while this request ran".into());
         }
         if GONE_END_USER_KEYS.iter().any(|key| is_foreign_key_violation(&err, key)) {
             return Self::Conflict("the end user was removed while this request ran; try again".into());

@@ -5,7 +5,7 @@
 //! then only the entry the outermost trusted proxy saw (the ones left of it are the client's own
 //! words).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
@@ -57,14 +57,22 @@ fn platform_address(parts: &Parts) -> Option<String> {
 
 /// With `hops` trusted proxies, the chain `forwarded…, peer` ends in `hops` addresses of ours;
 /// the one before them is the client. A shorter chain means the request skipped a proxy, so the
-/// leftmost entry is the best there is.
+/// leftmost entry is the best there is. An entry that is no address (some proxies add a port)
+/// is the client's own words: the peer stands instead. Taken as it was, kilobytes of it went
+/// into the login throttle's keys, past what their index holds.
 fn client_address(forwarded: &[String], peer: String, hops: usize) -> String {
     if hops == 0 || forwarded.is_empty() {
         return peer;
     }
     let chain_len = forwarded.len() + 1;
     let index = chain_len.saturating_sub(hops + 1);
-    forwarded.get(index).cloned().unwrap_or(peer)
+    forwarded
+        .get(index)
+        .and_then(|entry| {
+            let ip = entry.parse::<IpAddr>();
+            ip.or_else(|_| entry.parse::<SocketAddr>().map(|a| a.ip())).ok()
+        })
+        .map_or(peer, |ip| ip.to_string())
 }
 
 #[cfg(test)]
@@ -86,5 +94,16 @@ mod tests {
         );
         assert_eq!(client_address(&chain(&["1.2.3.4"]), peer(), 3), "1.2.3.4");
         assert_eq!(client_address(&[], peer(), 1), "10.0.0.9");
+    }
+
+    #[test]
+    fn an_entry_that_is_no_address_leaves_the_peer() {
+        let peer = || "10.0.0.9".to_owned();
+        assert_eq!(client_address(&chain(&["1.2.3.4:5678"]), peer(), 1), "1.2.3.4");
+        assert_eq!(client_address(&chain(&["[2001:db8::1]:443"]), peer(), 1), "2001:db8::1");
+        assert_eq!(client_address(&chain(&["2001:db8::1"]), peer(), 1), "2001:db8::1");
+        let junk = "x".repeat(8000);
+        assert_eq!(client_address(&chain(&[&junk]), peer(), 3), "10.0.0.9");
+        assert_eq!(client_address(&chain(&["unknown", "1.2.3.4"]), peer(), 3), "10.0.0.9");
     }
 }

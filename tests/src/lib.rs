@@ -454,15 +454,20 @@ pub async fn until_a_statement_waits_for_a_lock(db: &sqlx::PgPool) {
     panic!("no statement waited for a lock within a minute");
 }
 
-/// Runs `request` while knowledge base `kb` is being deleted: the delete is held open until the
-/// request waits for it, then committed. Returns the request's answer.
-pub async fn while_a_base_is_deleted<F: std::future::Future>(db: &sqlx::PgPool, kb: i64, request: F) -> F::Output {
+/// Runs `request` while the row `id` of `table` is being deleted: the delete is held open until
+/// the request waits for it, then committed. Returns the request's answer.
+pub async fn while_deleted<F: std::future::Future>(
+    db: &sqlx::PgPool,
+    table: &'static str,
+    id: i64,
+    request: F,
+) -> F::Output {
     let mut deleting = db.begin().await.expect("begin");
-    sqlx::query("DELETE FROM knowledge_bases WHERE id = $1")
-        .bind(kb)
+    sqlx::query(&format!("DELETE FROM {table} WHERE id = $1"))
+        .bind(id)
         .execute(&mut *deleting)
         .await
-        .expect("delete the base");
+        .expect("delete the row");
     let commit = async {
         until_a_statement_waits_for_a_lock(db).await;
         deleting.commit().await.expect("commit");

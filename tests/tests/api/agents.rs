@@ -467,7 +467,7 @@ async fn an_agent_saved_while_its_knowledge_base_is_deleted_is_refused_by_name()
         .await;
     let (path, renamed) = (format!("/agent/{agent}"), json!({ "name": "Renamed" }));
     let edit = s.app.put(&path, t, &renamed);
-    let edited = api_tests::while_a_base_is_deleted(&s.app.db, kb, edit).await;
+    let edited = api_tests::while_deleted(&s.app.db, "knowledge_bases", kb, edit).await;
     edited.assert_error(400, 0, &format!("ragId: {kb} was deleted meanwhile"));
     let a = s.app.get(&format!("/agent/{agent}"), t).await;
     assert_eq!(a.assert_ok()["name"], "Support", "nothing written");

@@ -1344,20 +1344,10 @@ async fn an_answer_finished_while_its_conversation_is_deleted_keeps_its_usage() 
     .await
     .unwrap();
     let before = usage_rows(&s).await;
-    let mut deleting = s.app.db.begin().await.unwrap();
-    sqlx::query("DELETE FROM conversations WHERE id = $1")
-        .bind(conversation)
-        .execute(&mut *deleting)
-        .await
-        .unwrap();
     let records = [call_of(&s, model).await];
     let late = complete("late");
     let finish = shared::agents::conversation_repo::finish_assistant_message(&s.app.db, answer, &late, &records);
-    let commit = async {
-        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
-        deleting.commit().await.unwrap();
-    };
-    let (stored, ()) = tokio::join!(finish, commit);
+    let stored = api_tests::while_deleted(&s.app.db, "conversations", conversation, finish).await;
     assert!(!stored.unwrap(), "the message is gone");
     assert_eq!(usage_rows(&s).await, before + 1, "its usage is stored all the same");
 }

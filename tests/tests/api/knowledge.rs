@@ -1219,7 +1219,7 @@ async fn an_upload_into_a_base_being_deleted_is_not_found() {
     let kb = s.kb("Going", json!({})).await;
     let files = [("guide.md", GUIDE_MD.as_bytes().to_vec())];
     let upload = s.app.preview_documents(&s.admin, kb, &files, None);
-    let reply = api_tests::while_a_base_is_deleted(&s.app.db, kb, upload).await;
+    let reply = api_tests::while_deleted(&s.app.db, "knowledge_bases", kb, upload).await;
     reply.assert_error(404, 404, "knowledge base not found");
     assert_eq!(
         (s.app.count("documents").await, s.app.count("upload_previews").await),

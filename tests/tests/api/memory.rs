@@ -329,18 +329,8 @@ async fn extraction_yields_typed_memories_once_and_restatements_update() {
     let conv2 = s.conversation(agent, owner, "conv-2").await;
     s.say(conv2, agent, &[("user", "FACT: Office | The office is in Lisbon")])
         .await;
-    let mut deleting = s.app.db.begin().await.unwrap();
-    sqlx::query("DELETE FROM conversations WHERE id = $1")
-        .bind(conv2)
-        .execute(&mut *deleting)
-        .await
-        .unwrap();
     let extract = s.extract(&s.admin, agent, "conv-2");
-    let commit = async {
-        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
-        deleting.commit().await.unwrap();
-    };
-    let (gone, ()) = tokio::join!(extract, commit);
+    let gone = api_tests::while_deleted(&s.app.db, "conversations", conv2, extract).await;
     gone.assert_error(409, 409, "the conversation was deleted while this request ran");
     assert_eq!(s.memory_count().await, 6);
 

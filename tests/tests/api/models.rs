@@ -1191,19 +1191,9 @@ async fn a_provider_and_a_config_created_under_it_meanwhile() {
 
     // The provider being deleted when a config is created under it.
     let provider = app.provider(&admin, "second").await;
-    let mut deleting = app.db.begin().await.unwrap();
-    sqlx::query("DELETE FROM model_providers WHERE id = $1")
-        .bind(provider)
-        .execute(&mut *deleting)
-        .await
-        .unwrap();
     let config = body(provider);
     let create = app.post("/ai-model/config", t, &config);
-    let commit = async {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        deleting.commit().await.unwrap();
-    };
-    let (created, ()) = tokio::join!(create, commit);
+    let created = api_tests::while_deleted(&app.db, "model_providers", provider, create).await;
     created.assert_status_error(400, 0, &format!("providerId: provider {provider} does not exist"));
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM model_configs WHERE provider_id = $1")
         .bind(provider)
@@ -1221,20 +1211,10 @@ async fn a_provider_and_a_config_created_under_it_meanwhile() {
         .assert_status_ok()
         .as_i64()
         .unwrap();
-    let mut deleting = app.db.begin().await.unwrap();
-    sqlx::query("DELETE FROM model_providers WHERE id = $1")
-        .bind(target)
-        .execute(&mut *deleting)
-        .await
-        .unwrap();
     let moved = json!({ "providerId": target });
     let path = format!("/ai-model/config/{config}");
     let update = app.put(&path, t, &moved);
-    let commit = async {
-        api_tests::until_a_statement_waits_for_a_lock(&app.db).await;
-        deleting.commit().await.unwrap();
-    };
-    let (updated, ()) = tokio::join!(update, commit);
+    let updated = api_tests::while_deleted(&app.db, "model_providers", target, update).await;
     updated.assert_status_error(400, 0, &format!("providerId: provider {target} does not exist"));
     let kept = app.get(&path, t).await;
     assert_eq!(kept.assert_status_ok()["providerId"], first);

@@ -1,5 +1,15 @@
 use api_tests::{spawn, spawn_with, Store};
 
+/// The service's OpenAPI document, as a client generator reads it.
+async fn openapi_document() -> serde_json::Value {
+    let app = spawn(Store::Filesystem).await;
+    let reply = app
+        .send(app.client.get(format!("{}/api-docs/openapi.json", app.origin)))
+        .await;
+    assert_eq!(reply.status, 200);
+    reply.body
+}
+
 #[tokio::test]
 async fn health_reports_every_part() {
     let app = spawn(Store::S3).await;
@@ -13,11 +23,7 @@ async fn health_reports_every_part() {
 
 #[tokio::test]
 async fn multipart_forms_are_documented_with_the_field_names_the_handlers_read() {
-    let app = spawn(Store::Filesystem).await;
-    let doc = app
-        .send(app.client.get(format!("{}/api-docs/openapi.json", app.origin)))
-        .await
-        .body;
+    let doc = openapi_document().await;
     let fields = |path: &str| -> Vec<String> {
         let schema = &doc["paths"][path]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"];
         let name = schema["$ref"]
@@ -48,11 +54,7 @@ async fn multipart_forms_are_documented_with_the_field_names_the_handlers_read()
 /// list the contract's required ones as required, or client generators make them optional.
 #[tokio::test]
 async fn the_openapi_document_marks_the_contracts_required_request_fields() {
-    let app = spawn(Store::Filesystem).await;
-    let doc = app
-        .send(app.client.get(format!("{}/api-docs/openapi.json", app.origin)))
-        .await
-        .body;
+    let doc = openapi_document().await;
     let required = |name: &str| -> Vec<String> {
         let mut fields: Vec<String> = doc["components"]["schemas"][name]["required"]
             .as_array()
@@ -323,11 +325,7 @@ async fn nul_characters_are_refused_by_name_and_change_nothing() {
 #[tokio::test]
 async fn every_property_of_the_api_document_has_a_schema_but_the_free_form_ones() {
     const FREE_FORM: &[&str] = &["extra", "inputSchema", "arguments", "metadata"];
-    let app = spawn(Store::Filesystem).await;
-    let doc = app
-        .send(app.client.get(format!("{}/api-docs/openapi.json", app.origin)))
-        .await
-        .body;
+    let doc = openapi_document().await;
     let mut untyped = vec![];
     for (name, schema) in doc["components"]["schemas"].as_object().expect("schemas") {
         for (prop, s) in schema["properties"].as_object().into_iter().flatten() {

@@ -132,3 +132,29 @@ pub async fn expand(state: &AppState, agent: &AgentRow) -> AppResult<(Vec<McpSer
     let skills = crate::skills::briefs(state.db(), &agent.skill_ids).await?;
     Ok((servers, skills))
 }
+
+/// Refuses a model put into something agents are bound to (`binding`) when some bound agent may
+/// not run it (`repo::bound_agents_barred`); the refusal names the field and how many agents.
+pub async fn check_bound_agents_may_run(
+    db: impl sqlx::PgExecutor<'_>,
+    binding: repo::Binding,
+    added: &[models::service::ModelRef<'_>],
+    editor: &CurrentUser,
+) -> AppResult<()> {
+    if added.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = added.iter().map(|r| r.id).collect();
+    let barred = repo::bound_agents_barred(db, binding, &ids, editor.is_admin()).await?;
+    for r in added {
+        if let Some((_, agents)) = barred.iter().find(|(model, _)| *model == r.id) {
+            return Err(AppError::validation(format!(
+                "{}: model {} is not available to the creators of {agents} agent(s) using this {}",
+                r.field,
+                r.id,
+                binding.noun()
+            )));
+        }
+    }
+    Ok(())
+}

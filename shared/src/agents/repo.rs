@@ -306,6 +306,16 @@ pub enum Binding {
     KnowledgeBase(i64),
 }
 
+impl Binding {
+    /// What refusals call it.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Binding::MemoryConfig(_) => "memory config",
+            Binding::KnowledgeBase(_) => "knowledge base",
+        }
+    }
+}
+
 /// Of `model_ids`, the PERSONAL ones that some agent bound by `binding` may not run, with how
 /// many such agents: a PERSONAL model runs in the chats of its creator's agents only. An
 /// administrator's agent may run any when the edit is an administrator's (they may bind any

@@ -220,21 +220,11 @@ async fn check_binders_may_use(
     added: &[ModelRef<'_>],
 ) -> AppResult<()> {
     // A new config has no binders yet.
-    let Some(config_id) = before.and_then(|b| b.id).filter(|_| !added.is_empty()) else {
+    let Some(config_id) = before.and_then(|b| b.id) else {
         return Ok(());
     };
-    let ids: Vec<i64> = added.iter().map(|r| r.id).collect();
     let binding = crate::agents::repo::Binding::MemoryConfig(config_id);
-    let refused = crate::agents::repo::bound_agents_barred(db, binding, &ids, editor.is_admin()).await?;
-    for r in added {
-        if let Some((_, agents)) = refused.iter().find(|(model, _)| *model == r.id) {
-            return Err(AppError::validation(format!(
-                "{}: model {} is not available to the creators of {agents} agent(s) using this memory config",
-                r.field, r.id
-            )));
-        }
-    }
-    Ok(())
+    crate::agents::references::check_bound_agents_may_run(db, binding, added, editor).await
 }
 
 fn unit(field: &str, v: f64) -> AppResult<()> {

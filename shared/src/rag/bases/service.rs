@@ -148,21 +148,11 @@ impl<'a> NamedModels<'a> {
     /// talks to someone else's agent to an endpoint of theirs.
     async fn hold(&self, conn: &mut PgConnection, id: Option<i64>) -> AppResult<()> {
         crate::models::service::hold_usable(conn, self.user, &self.refs).await?;
-        let (Some(id), false) = (id, self.in_chats.is_empty()) else {
+        let Some(id) = id else {
             return Ok(());
         };
-        let ids: Vec<i64> = self.in_chats.iter().map(|r| r.id).collect();
         let binding = crate::agents::repo::Binding::KnowledgeBase(id);
-        let barred = crate::agents::repo::bound_agents_barred(&mut *conn, binding, &ids, self.user.is_admin()).await?;
-        for r in &self.in_chats {
-            if let Some((_, agents)) = barred.iter().find(|(model, _)| *model == r.id) {
-                return Err(AppError::validation(format!(
-                    "{}: model {} is not available to the creators of {agents} agent(s) using this knowledge base",
-                    r.field, r.id
-                )));
-            }
-        }
-        Ok(())
+        crate::agents::references::check_bound_agents_may_run(&mut *conn, binding, &self.in_chats, self.user).await
     }
 }
 

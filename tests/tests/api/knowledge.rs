@@ -2453,6 +2453,41 @@ async fn a_dimension_the_model_does_not_make_fails_the_document_by_name() {
     assert_eq!(embeddings() - probed, 1, "one call, not retried");
 }
 
+/// An embedding endpoint that refuses the base's key answers the same on every delivery: the
+/// document fails at embedding at once, naming what was refused, after one call (it was
+/// retried, each delivery paying the groups before it, and failed with its last).
+#[tokio::test]
+async fn an_embedding_key_refused_fails_the_document_at_once() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let model = s.embedding_model("emb-8").await;
+    let kb = s
+        .kb(
+            "Refused",
+            json!({ "embeddingModelId": model, "dimensionOfVectorModel": 8 }),
+        )
+        .await;
+    s.app
+        .put(
+            &format!("/ai-model/config/{model}"),
+            t,
+            &json!({ "apiKey": "sk-revoked-key-0000" }),
+        )
+        .await
+        .assert_status_ok();
+    let embeddings = || s.models.requests().iter().filter(|r| r.get("input").is_some()).count();
+    let before = embeddings();
+    let reply = s.upload(kb, &[("n.txt", NOTES_TXT.as_bytes().to_vec())]).await;
+    let d = s.settled(doc_ids(&reply).await[0]).await;
+    assert_eq!(
+        (d["status"].as_str(), d["errorStage"].as_str()),
+        (Some("failed"), Some("embedding")),
+        "{d}"
+    );
+    assert_eq!(d["errorMessage"], "the model endpoint rejected the API key", "{d}");
+    assert_eq!(embeddings() - before, 1, "one call, not retried");
+}
+
 /// An edit naming a new embedding model asks it for its dimension, a paid call, only once
 /// every other field passed: one refused for another field writes nothing and calls nothing.
 #[tokio::test]

@@ -158,7 +158,7 @@ pub async fn mark_failed(
 ) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE documents SET status = 'failed', error_stage = $3, error_message = $4, lease_until = NULL, updated_at = now()
-         WHERE id = $1 AND run_id = $2",
+         WHERE id = $1 AND run_id = $2 AND status NOT IN ('success', 'failed')",
     )
     .bind(id)
     .bind(run_id)

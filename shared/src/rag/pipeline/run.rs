@@ -19,6 +19,7 @@ use crate::rag::extparse::ExtparseError;
 use crate::rag::parse::{self, ParseOptions};
 use crate::rag::smart::{self, NotChunked};
 use crate::resources::leftovers;
+use crate::storage::StorageError;
 use crate::AppState;
 
 /// Texts embedded per call between progress updates.
@@ -97,17 +98,20 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool, stop
             doc_repo::mark_failed(db, doc.id, doc.run_id, stage, &message).await?;
             Ok(())
         }
+        Err(Stop::Transient { stage, error }) if last_attempt => {
+            // The document now says why: a message sent on to the dead-letter queue would
+            // only hold a run that is over, which a redrive could not start again.
+            let message = format!("gave up after repeated failures: {}", told(&error));
+            tracing::warn!(document_id = doc.id, stage, error = %format!("{error:#}"), "document failed");
+            doc_repo::mark_failed(db, doc.id, doc.run_id, stage, &message).await?;
+            Ok(())
+        }
         Err(Stop::Transient { stage, error }) => {
-            if last_attempt {
-                let message = format!("gave up after repeated failures: {}", told(&error));
-                doc_repo::mark_failed(db, doc.id, doc.run_id, stage, &message).await?;
-            } else {
-                sqlx::query("UPDATE documents SET lease_until = NULL WHERE id = $1 AND run_id = $2")
-                    .bind(doc.id)
-                    .bind(doc.run_id)
-                    .execute(db)
-                    .await?;
-            }
+            sqlx::query("UPDATE documents SET lease_until = NULL WHERE id = $1 AND run_id = $2")
+                .bind(doc.id)
+                .bind(doc.run_id)
+                .execute(db)
+                .await?;
             Err(error.context(format!("document {} failed at {stage}", doc.id)))
         }
     }
@@ -131,11 +135,12 @@ fn lease_secs(state: &AppState) -> f64 {
 const OCR_GROUP: usize = 8;
 
 /// Records progress and renews the lease: a worker that stops reporting loses the document,
-/// and a run the document no longer has stops.
+/// and a run the document no longer has, or that another delivery of its message finished,
+/// stops (and leaves the finished document's status as it is).
 async fn set_stage(state: &AppState, doc: &DocRow, status: &'static str, progress: i32) -> Result<(), Stop> {
     let updated = sqlx::query(
         "UPDATE documents SET status = $3, progress = $4, lease_until = now() + make_interval(secs => $5),
-         updated_at = now() WHERE id = $1 AND run_id = $2",
+         updated_at = now() WHERE id = $1 AND run_id = $2 AND status NOT IN ('success', 'failed')",
     )
     .bind(doc.id)
     .bind(doc.run_id)
@@ -303,9 +308,17 @@ async fn parse_document(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Pa
     let settings = &kb.parse_params.0;
     let bytes = crate::storage::read_all(state.storage(), &doc.storage_key, None)
         .await
-        .map_err(|e| Stop::Transient {
-            stage: "parsing",
-            error: e.into(),
+        .map_err(|e| match e {
+            // Gone from the store, it will not come back with another delivery.
+            StorageError::NotFound => permanent("parsing", "the document's file is missing from storage"),
+            // What the store answered (roles, keys, bucket names) is for the log.
+            e => {
+                tracing::warn!(document_id = doc.id, error = %e, "reading the document's file failed");
+                Stop::Transient {
+                    stage: "parsing",
+                    error: anyhow::anyhow!("the document's file could not be read from storage"),
+                }
+            }
         })?;
     let options = ParseOptions {
         // Images are needed to read them, even when they are not shown as evidence.
@@ -366,9 +379,14 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
             // log (the base's owner may not own the model: see ModelError::brief).
             CallError::Model(m) => {
                 tracing::warn!(document_id = doc.id, error = %m, "embedding failed");
-                Stop::Transient {
-                    stage: "embedding",
-                    error: anyhow::anyhow!(m.brief()),
+                // A rejected key, an unknown model or a refused request answer the same on
+                // every delivery: retried, each paid the groups before it again.
+                match m.is_retryable() {
+                    true => Stop::Transient {
+                        stage: "embedding",
+                        error: anyhow::anyhow!(m.brief()),
+                    },
+                    false => permanent("embedding", m.brief()),
                 }
             }
             // The service's own failure (its database during the quota hold) passes, as the

@@ -13,7 +13,7 @@ use crate::db::vector_literal;
 use crate::domain::Owner;
 use crate::json::{first_value, NoValue};
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
-use crate::models::gateway::{self, ModelHandle};
+use crate::models::gateway::{self, CallError, ModelHandle};
 use crate::models::ModelType;
 use crate::rag::chunk::count_tokens;
 use crate::text::prefix_chars;
@@ -44,6 +44,48 @@ const OUTPUT_CONTRACT: &str = "Answer with JSON only, no prose, in this shape: \
 {\"memories\": [{\"memoryType\": \"FACT|DECISION|PREFERENCE|TASK_PROGRESS|REFERENCE\", \"title\": \"...\", \
 \"content\": \"...\", \"category\": \"...\", \"tags\": [\"...\"], \"confidence\": 0.0-1.0}]}. \
 Return at most {max} memories; return {\"memories\": []} when nothing is worth remembering.";
+
+/// Why an extraction wrote nothing, and whether running it again could change that: a
+/// model that timed out or a database that failed may answer next time; a model disabled or
+/// gone, a spent quota or an endpoint refusing the key will not, and a queued extraction
+/// retried for them paid, and failed, on every delivery.
+#[derive(Debug)]
+pub struct Unextracted {
+    pub error: AppError,
+    pub passing: bool,
+}
+
+impl From<AppError> for Unextracted {
+    fn from(error: AppError) -> Self {
+        let passing = error.is_server_side();
+        Self { error, passing }
+    }
+}
+
+impl From<sqlx::Error> for Unextracted {
+    fn from(error: sqlx::Error) -> Self {
+        AppError::from(error).into()
+    }
+}
+
+impl From<CallError> for Unextracted {
+    fn from(error: CallError) -> Self {
+        let passing = match &error {
+            CallError::Model(m) => m.is_retryable(),
+            CallError::Refused(e) => e.is_server_side(),
+        };
+        Self {
+            error: error.into(),
+            passing,
+        }
+    }
+}
+
+impl From<Unextracted> for AppError {
+    fn from(u: Unextracted) -> Self {
+        u.error
+    }
+}
 
 /// A conversation as extraction needs it.
 #[derive(Debug, Clone)]
@@ -126,7 +168,7 @@ pub async fn extract(
     conv: &Conversation,
     config_id: Option<i64>,
     deadline: Option<Deadline>,
-) -> AppResult<Vec<MemoryRow>> {
+) -> Result<Vec<MemoryRow>, Unextracted> {
     let db = state.db();
     sqlx::query("INSERT INTO memory_extractions (conversation_id) VALUES ($1) ON CONFLICT DO NOTHING")
         .bind(conv.id)
@@ -141,10 +183,14 @@ pub async fn extract(
     .fetch_optional(db)
     .await?;
     let Some((after, lease)) = leased else {
-        return Err(AppError::business(format!(
-            "conversation {} is being extracted right now; try again shortly",
-            conv.key
-        )));
+        // The run under way may have begun before the newest messages.
+        return Err(Unextracted {
+            error: AppError::business(format!(
+                "conversation {} is being extracted right now; try again shortly",
+                conv.key
+            )),
+            passing: true,
+        });
     };
     let outcome = run(state, conv, config_id, (after, lease), deadline).await;
     if outcome.is_err() {
@@ -175,7 +221,7 @@ async fn run(
     config_id: Option<i64>,
     (after, lease): (i64, Lease),
     deadline: Option<Deadline>,
-) -> AppResult<Vec<MemoryRow>> {
+) -> Result<Vec<MemoryRow>, Unextracted> {
     let db = state.db();
     // Up to the turn still being answered, if any: its answer (and any later turn's message)
     // is read by a later run, not skipped for good by moving past it now.
@@ -200,7 +246,7 @@ async fn run(
     let Some(last_id) = messages.last().map(|m| m.0) else {
         return match finish(db, (conv.id, lease), after).await? {
             true => Ok(vec![]),
-            false => Err(lease_lost(conv)),
+            false => Err(lease_lost(conv).into()),
         };
     };
     let mut strategy = recall::strategy(state, config_id).await?;
@@ -259,7 +305,7 @@ async fn run(
         }
     }
     if !finish(&mut *tx, (conv.id, lease), last_id).await? {
-        return Err(lease_lost(conv));
+        return Err(lease_lost(conv).into());
     }
     tx.commit().await?;
     // A full window may have left messages behind: rounds queue the next extraction only
@@ -335,7 +381,7 @@ async fn unusable_answer(
     conv: &Conversation,
     (last_id, lease): (i64, Lease),
     why: String,
-) -> AppResult<AppError> {
+) -> Result<Unextracted, sqlx::Error> {
     let count: Option<i32> = sqlx::query_scalar(
         "UPDATE memory_extractions SET unusable_answers = unusable_answers + 1
          WHERE conversation_id = $1 AND lease_until = $2 RETURNING unusable_answers",
@@ -345,19 +391,24 @@ async fn unusable_answer(
     .fetch_optional(db)
     .await?;
     let Some(count) = count else {
-        return Ok(lease_lost(conv));
+        return Ok(lease_lost(conv).into());
     };
     let told = format!("the extraction model's answer was not usable: {why}");
     if count < MAX_UNUSABLE_ANSWERS {
-        return Ok(AppError::business(told));
+        // Asked again, the model may answer in the contract's shape.
+        return Ok(Unextracted {
+            error: AppError::business(told),
+            passing: true,
+        });
     }
     tracing::warn!(conversation_id = conv.id, last_id, %why, "memory extraction passed over messages no answer fitted");
     if !finish(db, (conv.id, lease), last_id).await? {
-        return Ok(lease_lost(conv));
+        return Ok(lease_lost(conv).into());
     }
     Ok(AppError::business(format!(
         "{told}; after {count} such answers these messages are passed over"
-    )))
+    ))
+    .into())
 }
 
 /// When an extraction a client waits for must be done: the model's answer by `answer`, the
@@ -395,7 +446,7 @@ async fn ask_model(
     owner: Owner,
     messages: &[(i64, String, String)],
     deadline: Option<Deadline>,
-) -> AppResult<Result<Vec<Content>, String>> {
+) -> Result<Result<Vec<Content>, String>, Unextracted> {
     let model = match s.config.extraction_model_id {
         Some(id) => gateway::load(state, id, ModelType::Chat).await?,
         None => gateway::default_model(state, ModelType::Chat).await?,

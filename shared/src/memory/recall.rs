@@ -12,7 +12,7 @@ use super::config_repo;
 use super::repo::{self, Scope};
 use crate::domain::Owner;
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
-use crate::models::gateway::{self, Billing, ModelHandle};
+use crate::models::gateway::{self, Billing, CallError, ModelHandle};
 use crate::models::ModelType;
 use crate::rag::search::fusion::{self, Hit};
 use crate::{AppError, AppResult, AppState};
@@ -67,16 +67,14 @@ pub async fn embed(
     billing: Billing,
     texts: &[String],
     kind: InputKind,
-) -> AppResult<Vec<Vec<f32>>> {
+) -> Result<Vec<Vec<f32>>, CallError> {
     if texts.is_empty() {
         return Ok(vec![]);
     }
     let dim = s.config.dimension.map(|d| d as usize);
     let out = gateway::embed(state, &s.embedding, billing, texts, kind, dim).await?;
     if out.vectors.len() != texts.len() {
-        return Err(AppError::business(
-            "the embedding model returned the wrong number of vectors",
-        ));
+        return Err(AppError::business("the embedding model returned the wrong number of vectors").into());
     }
     if let (None, Some(id), Some(first)) = (s.config.dimension, s.config.id, out.vectors.first()) {
         hold_to_one_length(state, id, first.len()).await?;

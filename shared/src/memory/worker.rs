@@ -14,8 +14,8 @@ pub fn handler(state: AppState) -> BatchHandler {
     per_message(state, process)
 }
 
-/// An extraction is short and safe to run again: stopped at `StopAt` by the queue's worker, it
-/// is retried like any failure.
+/// An extraction is short and safe to run again: stopped at `StopAt` by the queue's worker, or
+/// failed for a reason that may pass, it is retried.
 async fn process(state: AppState, m: SqsMessage, _: StopAt) -> anyhow::Result<()> {
     let state = &state;
     let body = m.body.as_deref().unwrap_or_default();
@@ -27,13 +27,25 @@ async fn process(state: AppState, m: SqsMessage, _: StopAt) -> anyhow::Result<()
     let Some(config_id) = extract::current_config(state.db(), conv.agent_id).await? else {
         return Ok(()); // the agent's memory was turned off meanwhile
     };
-    let written = extract::extract(state, &conv, config_id, None)
-        .await
-        .map_err(|e| anyhow::anyhow!("extracting conversation {} failed: {e}", conv.id))?;
-    tracing::info!(
-        conversation_id = conv.id,
-        memories = written.len(),
-        "memories extracted"
-    );
-    Ok(())
+    match extract::extract(state, &conv, config_id, None).await {
+        Ok(written) => {
+            tracing::info!(
+                conversation_id = conv.id,
+                memories = written.len(),
+                "memories extracted"
+            );
+            Ok(())
+        }
+        Err(u) if u.passing => Err(anyhow::anyhow!(
+            "extracting conversation {} failed: {}",
+            conv.id,
+            u.error
+        )),
+        // Delivered again it fails again, paid each time. The messages stay unextracted: the
+        // conversation's next extraction takes them up, once the config or quota allows.
+        Err(u) => {
+            tracing::warn!(conversation_id = conv.id, error = %u.error, "memory extraction refused; not retried");
+            Ok(())
+        }
+    }
 }

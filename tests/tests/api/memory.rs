@@ -5,7 +5,7 @@
 use shared::models::gateway::Billing;
 use std::time::Duration;
 
-use api_tests::model_server::ModelServer;
+use api_tests::model_server::{ModelServer, GOOD_KEY};
 use api_tests::{spawn_with, wait_for, Reply, Store, TestApp};
 use serde_json::{json, Value};
 use shared::domain::Owner;
@@ -363,6 +363,66 @@ async fn rounds_queue_an_extraction_through_sqs() {
         ("SQS_MEMORY_QUEUE_URL", memory.as_str()),
     ];
     rounds_queue_an_extraction(setup_with(false, Store::S3, &extra).await).await;
+}
+
+/// A queued extraction its model refuses for good (a revoked key) is not handed back to the
+/// queue to fail, and be paid, on every delivery: the message is done and the messages wait,
+/// unextracted, for the conversation's next extraction. One that may pass (an endpoint that
+/// cannot be reached) is handed back.
+#[tokio::test]
+async fn a_queued_extraction_is_retried_only_when_it_may_pass() {
+    let s = setup(false).await;
+    let config = s.config(json!({})).await;
+    let agent = s.agent(Some(config)).await;
+    let conv = s.conversation(agent, Owner::User(s.admin_id), "refused").await;
+    s.say(
+        conv,
+        agent,
+        &[
+            ("user", "FACT: Pet | Has a dog called Biscuit"),
+            ("assistant", "Lovely."),
+        ],
+    )
+    .await;
+    let worker = shared::memory::worker::handler(s.app.state.clone());
+    let body = json!({ "conversationId": conv, "memoryConfigId": config }).to_string();
+    let deliver = async || {
+        let event = shared::queue::event(vec![shared::queue::message("m-1", &body, 1, None)]);
+        let answer = worker(event, None).await.unwrap();
+        answer.batch_item_failures.len()
+    };
+    let model = format!("/ai-model/config/{}", s.chat_model);
+    let calls = || {
+        s.models
+            .requests()
+            .iter()
+            .filter(|r| r["model"] == "mem-extract")
+            .count()
+    };
+
+    s.app
+        .put(&model, s.t(), &json!({ "apiKey": "sk-revoked-key-0000" }))
+        .await
+        .assert_status_ok();
+    assert_eq!(deliver().await, 0, "refused for good: not delivered again");
+    assert_eq!(calls(), 1);
+
+    let unreachable =
+        json!({ "apiKey": GOOD_KEY, "apiEndpoint": "http://127.0.0.1:9/v1", "configJson": { "maxRetries": 0 } });
+    s.app.put(&model, s.t(), &unreachable).await.assert_status_ok();
+    assert_eq!(deliver().await, 1, "an endpoint out of reach may come back");
+    assert_eq!(s.memory_count().await, 0);
+
+    s.app
+        .put(&model, s.t(), &json!({ "apiEndpoint": s.models.base_url }))
+        .await
+        .assert_status_ok();
+    assert_eq!(deliver().await, 0);
+    assert_eq!(
+        s.memory_count().await,
+        1,
+        "the messages were left for a later extraction"
+    );
 }
 
 async fn rounds_queue_an_extraction(s: Setup) {

@@ -252,7 +252,8 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
             return Err(e);
         }
     };
-    leftovers::delete(state, &old_keys).await;
+    // Queued first, as a commit's uploads are (`upload::commit`).
     crate::rag::pipeline::enqueue(state, id, run_id, user.id).await;
+    leftovers::delete(state, &old_keys).await;
     get(state, user, id).await
 }

@@ -525,10 +525,13 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
     remove_replaced(state, &kb, &mut tx, &replaced_chunks).await?;
     tx.commit().await?;
 
-    crate::resources::leftovers::delete(state, &drop_keys).await;
+    // Queued before the files are deleted: a request that ends during those deletes (a
+    // function's time up, a client gone) leaves files to the housekeeping, not documents that
+    // wait for a message nobody sent.
     for (id, run_id) in queued {
         crate::rag::pipeline::enqueue(state, id, run_id, preview.creator_id).await;
     }
+    crate::resources::leftovers::delete(state, &drop_keys).await;
     Ok(CommitResult {
         conflict_changed: false,
         items: results,

@@ -814,6 +814,38 @@ async fn a_commit_that_fails_after_its_overwrite_keeps_the_vectors_in_milvus() {
     );
 }
 
+/// A reprocessed document whose final write rolls back leaves Milvus as it was: the old chunks'
+/// entries are removed last before the commit, and the new ones taken out again (they stayed,
+/// found by search under ids no row has, and the old ones were gone).
+#[tokio::test]
+async fn a_final_write_that_rolls_back_leaves_milvus_as_it_was() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let t = Some(s.admin.as_str());
+    let OnMilvus { coll, old, vectors, .. } = on_milvus(&s, "Rolled back").await;
+    // The run's last statement cannot be written: every delivery's write rolls back.
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE documents ADD CONSTRAINT refuse_success CHECK (status <> 'success' OR id <> {old}) NOT VALID"
+    ))
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    s.app
+        .post(&format!("/document/{old}/reprocess"), t, &json!({}))
+        .await
+        .assert_ok();
+    let d = s.settled(old).await;
+    assert_eq!(
+        (d["status"].as_str(), d["errorStage"].as_str()),
+        (Some("failed"), Some("indexing")),
+        "{d}"
+    );
+    assert_eq!(
+        milvus_ids(&coll, Some(old)).await,
+        vectors,
+        "the old entries, and only them"
+    );
+}
+
 /// Importing a URL again over the document it overwrites replaces that document's entries in
 /// Milvus too: the old vectors would otherwise stay, found by search and crowding out the rest.
 #[tokio::test]

@@ -7,10 +7,19 @@ use crate::rag::chunk::Chunk;
 
 const ROWS_PER_STATEMENT: usize = 1000;
 
+/// The chunks a document's write made, and those it replaced.
+pub struct Written {
+    pub ids: Vec<i64>,
+    /// Their rows are deleted; their index entries are for the caller to remove last before
+    /// its commit (`Indexes::remove`): an engine of its own (Milvus, OpenSearch) does not
+    /// take a removal back when the transaction rolls back.
+    pub replaced: Vec<i64>,
+}
+
 /// Replaces the document's chunks with `chunks` and their `vectors` (same order), in the rows
-/// and in the base's indexes. Run inside the caller's transaction so readers see either the
-/// old set or the new one; when an index fails, what it took is removed again and the error
-/// returned for the caller to roll back.
+/// and in the base's indexes (but for the old entries: see `Written::replaced`). Run inside
+/// the caller's transaction so readers see either the old set or the new one; when an index
+/// fails, what it took is removed again and the error returned for the caller to roll back.
 pub async fn write_chunks(
     conn: &mut PgConnection,
     indexes: &Indexes,
@@ -18,8 +27,8 @@ pub async fn write_chunks(
     document_id: i64,
     chunks: &[Chunk],
     vectors: &[Vec<f32>],
-) -> anyhow::Result<Vec<i64>> {
-    let old: Vec<i64> = sqlx::query_scalar("DELETE FROM chunks WHERE document_id = $1 RETURNING id")
+) -> anyhow::Result<Written> {
+    let replaced: Vec<i64> = sqlx::query_scalar("DELETE FROM chunks WHERE document_id = $1 RETURNING id")
         .bind(document_id)
         .fetch_all(&mut *conn)
         .await?;
@@ -70,9 +79,5 @@ pub async fn write_chunks(
         }
         ids.append(&mut batch_ids);
     }
-    if let Err(e) = indexes.remove(conn, &old).await {
-        indexes.undo(conn, &ids).await;
-        return Err(e);
-    }
-    Ok(ids)
+    Ok(Written { ids, replaced })
 }

@@ -445,6 +445,10 @@ async fn index(
             });
         }
     };
+    // The new chunks' entries, undone in an engine of its own (Milvus, OpenSearch) when the
+    // transaction does not commit: the rollback leaves them there, where they would take
+    // places among every search's best hits under ids no row has.
+    let mut new_ids: Vec<i64> = Vec::new();
     // The replaced images, or None when another run superseded this one.
     let result: anyhow::Result<Option<Vec<String>>> = async {
         let mut tx = state.db().begin().await?;
@@ -455,7 +459,8 @@ async fn index(
         if current != Some(doc.run_id) {
             return Ok(None); // superseded while we worked: our images are waste
         }
-        super::write_chunks(&mut tx, &indexes, kb.id, doc.id, &chunks, &vectors).await?;
+        let written = super::write_chunks(&mut tx, &indexes, kb.id, doc.id, &chunks, &vectors).await?;
+        new_ids = written.ids;
         let old_images: Vec<String> = sqlx::query_scalar("DELETE FROM document_images WHERE document_id = $1 RETURNING storage_key")
             .bind(doc.id)
             .fetch_all(&mut *tx)
@@ -490,6 +495,8 @@ async fn index(
         .execute(&mut *tx)
         .await?;
         leftovers::going(&mut tx, &old_images).await?;
+        // Last before the commit, once every statement that could refuse it has run.
+        indexes.remove(&mut tx, &written.replaced).await?;
         tx.commit().await?;
         Ok(Some(old_images))
     }
@@ -507,9 +514,24 @@ async fn index(
         // stores its own. Unless the commit's answer was lost: the housekeeping sees then.
         Err(e) => {
             let certain = e.downcast_ref::<sqlx::Error>().is_none_or(leftovers::certain);
+            if certain {
+                undo_entries(state, &indexes, &new_ids).await;
+            }
             unnamed(state, &image_keys, certain).await;
             Err(transient(e))
         }
+    }
+}
+
+/// Removes the index entries of chunks whose transaction rolled back, on a connection of its
+/// own (the transaction's is gone with it).
+async fn undo_entries(state: &AppState, indexes: &crate::rag::backends::Indexes, chunk_ids: &[i64]) {
+    if chunk_ids.is_empty() {
+        return;
+    }
+    match state.db().acquire().await {
+        Ok(mut conn) => indexes.undo(&mut conn, chunk_ids).await,
+        Err(e) => tracing::warn!(error = %e, "could not undo the index entries of a rolled-back write"),
     }
 }
 

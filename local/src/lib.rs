@@ -34,6 +34,27 @@ pub fn start_workers(state: &AppState) {
         .start_worker(QueueName::Memory, shared::memory::worker::handler(state.clone()));
 }
 
+/// How often the local server runs the housekeeping the scheduled function runs daily on AWS.
+const HOUSEKEEPING_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Runs the housekeeping in this process, at start and then every `HOUSEKEEPING_EVERY`: files
+/// of requests that ended half way, expired previews, answers and documents a restart left in
+/// progress are otherwise never cleaned up locally. Not for tests, whose data it would sweep
+/// under them.
+pub fn start_housekeeping(state: &AppState) {
+    let state = state.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(HOUSEKEEPING_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            every.tick().await;
+            if let Err(e) = shared::housekeeping::run(&state).await {
+                tracing::warn!(error = %e, "housekeeping failed; it runs again in an hour");
+            }
+        }
+    });
+}
+
 /// The complete local application.
 pub fn build_app(state: AppState) -> Router {
     let (router, mut openapi) = shared::http::app::assemble(api(), state.clone());

@@ -11,6 +11,7 @@ async fn main() -> anyhow::Result<()> {
     let base = format!("http://{}/{}", listener.local_addr()?, state.config().api_prefix);
     let app = local_server::build_app(state.clone());
     local_server::start_workers(&state);
+    local_server::start_housekeeping(&state);
     tracing::info!(%base, "agent platform listening");
     println!("Agent platform API: {base}");
     println!("OpenAPI:            http://{}/api-docs", listener.local_addr()?);

@@ -18,8 +18,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 #[utoipa::path(get, path = "/memory/config", tag = "memory", security(("svc_auth" = [])),
     responses((status = 200, body = Envelope<Vec<ConfigView>>), (status = 401)))]
-async fn list(State(state): State<AppState>, _user: CurrentUser) -> ApiResult<Vec<ConfigView>> {
-    config_service::list(&state).await.map(Api)
+async fn list(State(state): State<AppState>, user: CurrentUser) -> ApiResult<Vec<ConfigView>> {
+    config_service::list(&state, &user).await.map(Api)
 }
 
 #[utoipa::path(get, path = "/memory/config/{id}", tag = "memory", security(("svc_auth" = [])),

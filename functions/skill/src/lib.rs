@@ -59,8 +59,8 @@ async fn page(
 /// Every skill as `{id, name, description}`, for selection lists.
 #[utoipa::path(get, path = "/skill/list", tag = "skills", security(("svc_auth" = [])),
     responses((status = 200, body = Env<Vec<s::SkillBrief>>), (status = 401)))]
-async fn list(State(state): State<AppState>, _user: CurrentUser) -> StatusResult<Vec<s::SkillBrief>> {
-    service::list(&state).await.map(StatusApi)
+async fn list(State(state): State<AppState>, user: CurrentUser) -> StatusResult<Vec<s::SkillBrief>> {
+    service::list(&state, &user).await.map(StatusApi)
 }
 
 #[utoipa::path(get, path = "/skill/{id}", tag = "skills", security(("svc_auth" = [])), params(("id" = i64, Path)),

@@ -51,10 +51,25 @@ pub async fn adopt_dimension(db: &PgPool, id: i64, length: i32) -> sqlx::Result<
     .map(Option::flatten)
 }
 
-pub async fn list(db: &PgPool) -> sqlx::Result<Vec<ConfigRow>> {
-    sqlx::query_as(&format!("SELECT {COLUMNS} FROM memory_configs ORDER BY id"))
-        .fetch_all(db)
-        .await
+/// Configs the list answers at most: any signed-in user may create them, each up to some
+/// 9 KB with its extraction prompt, and all of them listed grew past a function's answer for
+/// everyone (413) once one user made a few hundred.
+pub const LIST_MAX: i64 = 200;
+
+/// The first `LIST_MAX` configs for `user`: their own, then administrators', then the rest,
+/// each oldest first.
+pub async fn list(db: &PgPool, user: i64) -> sqlx::Result<Vec<ConfigRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM memory_configs
+         ORDER BY creator_id <> $1,
+                  NOT EXISTS (SELECT 1 FROM users u WHERE u.id = creator_id AND u.role = $2), id
+         LIMIT $3"
+    ))
+    .bind(user)
+    .bind(crate::domain::Role::Admin.code())
+    .bind(LIST_MAX)
+    .fetch_all(db)
+    .await
 }
 
 /// The settings an agent's memory runs with: its config, or the built-in defaults when it

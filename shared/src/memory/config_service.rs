@@ -12,8 +12,8 @@ use crate::models::gateway::Billing;
 use crate::validate;
 use crate::{AppError, AppResult, AppState};
 
-pub async fn list(state: &AppState) -> AppResult<Vec<ConfigView>> {
-    Ok(config_repo::list(state.db())
+pub async fn list(state: &AppState, user: &CurrentUser) -> AppResult<Vec<ConfigView>> {
+    Ok(config_repo::list(state.db(), user.id)
         .await?
         .into_iter()
         .map(ConfigView::from)

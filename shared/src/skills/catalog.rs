@@ -7,7 +7,7 @@ use crate::{AppError, AppResult, AppState};
 
 /// The skills of `ids` that exist, in the order of `ids` (unknown ids are skipped).
 pub async fn briefs(db: &PgPool, ids: &[i64]) -> AppResult<Vec<SkillBrief>> {
-    Ok(repo::briefs(db, Some(ids)).await?)
+    Ok(repo::briefs(db, ids).await?)
 }
 
 /// Which of `ids` exist, in the order of `ids`.

@@ -130,20 +130,31 @@ pub async fn page(db: &PgPool, keyword: Option<&str>, limit: i64, offset: i64) -
     Ok((rows.build_query_as().fetch_all(db).await?, total))
 }
 
-pub async fn briefs(db: &PgPool, ids: Option<&[i64]>) -> sqlx::Result<Vec<SkillBrief>> {
-    let mut qb = QueryBuilder::new("SELECT id, name, description FROM skills");
-    match ids {
-        // In the order asked for (an agent's skills keep the order they were bound in).
-        Some(ids) => {
-            qb.push(" WHERE id = ANY (")
-                .push_bind(ids)
-                .push(") ORDER BY array_position(")
-                .push_bind(ids)
-                .push(", id)");
-        }
-        None => {
-            qb.push(" ORDER BY name, id");
-        }
-    }
-    qb.build_query_as().fetch_all(db).await
+/// The skills `ids` name, in the order asked for (an agent's skills keep the order they were
+/// bound in).
+pub async fn briefs(db: &PgPool, ids: &[i64]) -> sqlx::Result<Vec<SkillBrief>> {
+    sqlx::query_as("SELECT id, name, description FROM skills WHERE id = ANY ($1) ORDER BY array_position($1, id)")
+        .bind(ids)
+        .fetch_all(db)
+        .await
+}
+
+/// Skills a selection list offers at most: any signed-in user may create skills, and all of
+/// them listed grew past a function's answer for everyone (413) once one user made thousands.
+pub const SELECTION_MAX: i64 = 1000;
+
+/// The first `SELECTION_MAX` skills for `user`'s selection lists: their own, then
+/// administrators', then the rest, each by name.
+pub async fn selection(db: &PgPool, user: i64) -> sqlx::Result<Vec<SkillBrief>> {
+    sqlx::query_as(
+        "SELECT id, name, description FROM skills
+         ORDER BY creator_id <> $1, NOT EXISTS (SELECT 1 FROM users u WHERE u.id = creator_id AND u.role = $2),
+                  name, id
+         LIMIT $3",
+    )
+    .bind(user)
+    .bind(crate::domain::Role::Admin.code())
+    .bind(SELECTION_MAX)
+    .fetch_all(db)
+    .await
 }

@@ -22,8 +22,8 @@ pub async fn detail(state: &AppState, id: i64) -> AppResult<Skill> {
     storage::load(state, id).await.map(Skill::from)
 }
 
-pub async fn list(state: &AppState) -> AppResult<Vec<SkillBrief>> {
-    Ok(repo::briefs(state.db(), None).await?)
+pub async fn list(state: &AppState, user: &CurrentUser) -> AppResult<Vec<SkillBrief>> {
+    Ok(repo::selection(state.db(), user.id).await?)
 }
 
 fn checked(name: String, description: String) -> AppResult<FrontMatter> {

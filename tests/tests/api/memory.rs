@@ -2695,3 +2695,38 @@ async fn a_search_runs_only_embedding_models_the_caller_may_use() {
         .assert_ok();
     assert_eq!(asked("bob's edited plan"), 0, "her model does not run for his edit");
 }
+
+/// The config list holds at most `LIST_MAX` configs (any user may create them, each with an
+/// extraction prompt of up to 8,000 characters, and all of them listed outgrew a function's
+/// answer, for everyone): the caller's own come first, then administrators', then the rest.
+#[tokio::test]
+async fn the_config_list_is_capped_with_the_callers_and_administrators_configs_first() {
+    let s = setup(false).await;
+    let max = shared::memory::config_repo::LIST_MAX;
+    let admins = s.config(json!({})).await;
+    let (dave, _) = s.app.regular_user("dave").await;
+    sqlx::query(
+        "INSERT INTO memory_configs (name, embedding_model_id, creator_id)
+         SELECT 'many ' || i, embedding_model_id, $2 FROM memory_configs, generate_series(1, $3) i WHERE id = $1",
+    )
+    .bind(admins)
+    .bind(dave)
+    .bind(max)
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    let (_, carol) = s.app.regular_user("carol").await;
+    let body = json!({ "name": "mine", "embeddingModelId": s.embedding_model });
+    let own = s
+        .app
+        .post("/memory/config", Some(&carol), &body)
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let list = s.app.get("/memory/config", Some(&carol)).await;
+    let list = list.assert_ok().as_array().unwrap().clone();
+    assert_eq!(list.len() as i64, max);
+    let ids: Vec<i64> = list.iter().map(|c| c["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids[..2], [own, admins]);
+}

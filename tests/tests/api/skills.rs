@@ -1182,3 +1182,39 @@ async fn a_file_within_its_limit_is_written_whatever_its_escaping() {
         .await
         .assert_status_error(413, 413, "files above 1048576 bytes cannot be opened or saved online");
 }
+
+/// The selection list holds at most 1,000 skills (any user may create them, and all of them
+/// listed outgrew a function's answer, for everyone, once one user made thousands): the
+/// caller's own come first, then administrators', then the rest, each by name.
+#[tokio::test]
+async fn the_selection_list_is_capped_with_the_callers_and_administrators_skills_first() {
+    let s = setup(Store::Filesystem).await;
+    let app = &s.app;
+    let (_, carol) = app.regular_user("carol").await;
+    let (dave, _) = app.regular_user("dave").await;
+    sqlx::query(
+        "INSERT INTO skills (name, storage_key, creator_id)
+         SELECT 'a-' || i, 'skills/many/' || i, $1 FROM generate_series(1, 1000) i",
+    )
+    .bind(dave)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let make = async |token: &str, name: &str| {
+        let made = app
+            .post("/skill", Some(token), &json!({ "name": name, "description": "d" }))
+            .await;
+        made.assert_status_ok()["id"].as_i64().unwrap()
+    };
+    let admins = make(&s.admin, "zz-shared").await;
+    let own = make(&carol, "zz-mine").await;
+    let list = app.get("/skill/list", Some(&carol)).await;
+    let list = list.assert_status_ok().as_array().unwrap().clone();
+    assert_eq!(list.len(), 1000);
+    let first: Vec<(i64, &str)> = list[..3]
+        .iter()
+        .map(|b| (b["id"].as_i64().unwrap(), b["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(first[..2], [(own, "zz-mine"), (admins, "zz-shared")]);
+    assert_eq!(first[2].1, "a-1");
+}

@@ -114,11 +114,12 @@ const AGENTS: &str = "SELECT a.id, a.name, a.description, a.avatar, a.greeting, 
 /// hundred long agents of one user's took every partner's list past Lambda's 6 MB answer.
 pub const AGENTS_MAX: i64 = 200;
 
-/// The first `AGENTS_MAX`, featured first, then the most viewed. `viewer` is the external
-/// user whose subscriptions are shown (none: 0).
+/// The first `AGENTS_MAX`: the app's own agents first (the platform's popular ones took all
+/// the places, and the app's rarely viewed agents were missing), then featured, then the most
+/// viewed. `viewer` is the external user whose subscriptions are shown (none: 0).
 pub async fn agents(db: &PgPool, app_id: &str, viewer: i64) -> sqlx::Result<Vec<ExternalAgentRow>> {
     sqlx::query_as(&format!(
-        "{AGENTS} ORDER BY a.is_featured DESC, a.view_count DESC, a.id DESC LIMIT $3"
+        "{AGENTS} ORDER BY a.app_id IS NOT NULL DESC, a.is_featured DESC, a.view_count DESC, a.id DESC LIMIT $3"
     ))
     .bind(app_id)
     .bind(viewer)

@@ -209,12 +209,17 @@ async fn apps_see_unbound_agents_and_their_own_but_not_others_or_disabled_ones()
     erp_names.sort();
     assert_eq!(erp_names, ["ERP bot", "Helper"]);
     // Not paged, so bounded: every user's agents could otherwise fill it past Lambda's answer.
-    sqlx::query("INSERT INTO agents (name, creator_id) SELECT 'filler ' || n, 1 FROM generate_series(1, 300) n")
-        .execute(&e.app().db)
-        .await
-        .unwrap();
+    // The app's own come first, however popular the platform's others are.
+    sqlx::query(
+        "INSERT INTO agents (name, creator_id, is_featured, view_count)
+         SELECT 'filler ' || n, 1, true, 1000 + n FROM generate_series(1, 300) n",
+    )
+    .execute(&e.app().db)
+    .await
+    .unwrap();
     let listed = names(e.app().ext_get(&e.crm, "/agents").await);
     assert_eq!(listed.len(), shared::external::repo::AGENTS_MAX as usize);
+    assert_eq!(listed[0], "CRM bot");
     sqlx::query("DELETE FROM agents WHERE name LIKE 'filler %'")
         .execute(&e.app().db)
         .await

@@ -159,16 +159,41 @@ pub async fn toggle_status(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<boo
 /// rows of the images its external users uploaded: left behind, they would be ordinary uploads
 /// of the app's creator, listed and served through `/resource`. Returns the images' storage
 /// keys, or None when there is no such app (nothing deleted).
-pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<Option<Vec<String>>> {
+/// What deleting an app did.
+pub enum Deleted {
+    /// Gone, with the keys of its users' images (for the caller to delete).
+    Gone(Vec<String>),
+    Missing,
+    /// Kept: this many agents are bound to it (by its `appId`).
+    Bound {
+        app_id: String,
+        agents: i64,
+    },
+}
+
+pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<Deleted> {
     let mut tx = db.begin().await?;
     // The app's row first: a user being added to it (its first upload) holds the row's key
     // until it commits, and is waited for here, so the lock below sees that user; one added
     // later waits, and finds the app gone. Taken after the users' lock, the new user's image
-    // was missed by it and left to the app's creator when the cascade took the user.
-    sqlx::query("SELECT 1 FROM apps WHERE id = $1 FOR UPDATE")
+    // was missed by it and left to the app's creator when the cascade took the user. An agent
+    // being bound to it holds the key too, so the count below sees every binding.
+    let app_id: Option<String> = sqlx::query_scalar("SELECT app_id FROM apps WHERE id = $1 FOR UPDATE")
         .bind(id)
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
+    let Some(app_id) = app_id else {
+        return Ok(Deleted::Missing);
+    };
+    // Unbound by the delete (the foreign key sets null), its agents would be open to every
+    // app: its instructions, knowledge and tools, meant for one partner, served to all.
+    let agents: i64 = sqlx::query_scalar("SELECT count(*) FROM agents WHERE app_id = $1")
+        .bind(&app_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    if agents > 0 {
+        return Ok(Deleted::Bound { app_id, agents });
+    }
     // An upload of one of them in flight holds its user's row (its foreign key): waited for
     // here, so the statement below, run after, sees its image. Uploads later than this lock
     // wait, and find their user gone.
@@ -189,9 +214,9 @@ pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<Option<Vec<String>>> {
         .execute(&mut *tx)
         .await?;
     if done.rows_affected() != 1 {
-        return Ok(None);
+        return Ok(Deleted::Missing);
     }
     crate::resources::leftovers::going(&mut tx, &images).await?;
     tx.commit().await?;
-    Ok(Some(images))
+    Ok(Deleted::Gone(images))
 }

@@ -168,9 +168,16 @@ pub async fn update(state: &AppState, id: i64, input: AppInput) -> AppResult<App
 /// an image file that is not removed now (it cannot be, or the request ends first: their keys
 /// are noted with the rows' delete) is deleted later by the housekeeping.
 pub async fn delete(state: &AppState, id: i64) -> AppResult<()> {
-    let images = repo::delete(state.db(), id)
-        .await?
-        .ok_or_else(|| AppError::not_found("app"))?;
+    let images = match repo::delete(state.db(), id).await? {
+        repo::Deleted::Gone(images) => images,
+        repo::Deleted::Missing => return Err(AppError::not_found("app")),
+        repo::Deleted::Bound { app_id, agents } => {
+            return Err(AppError::business(format!(
+                "app {app_id} has {agents} agent(s) bound to it; bind them to another app or delete them \
+                 first: unbound by the delete, they would be open to every app"
+            )))
+        }
+    };
     state.verified_apps().forget(id);
     crate::resources::leftovers::delete(state, &images).await;
     Ok(())

@@ -1471,6 +1471,36 @@ async fn an_image_of_a_user_added_while_its_app_is_deleted_goes_with_it() {
     deleted_while_uploading(&e, uploading, late).await;
 }
 
+/// An app with agents bound to it is not deleted: the delete would unbind them (the foreign
+/// key sets null), and an unbound agent is open to every app, its instructions, knowledge and
+/// tools meant for one partner served to all. Refused, it changes nothing; once the agent is
+/// bound elsewhere, the app goes.
+#[tokio::test]
+async fn an_app_with_bound_agents_is_not_deleted_into_opening_them() {
+    let e = Ext::new().await;
+    let bot =
+        e.s.agent(&e.s.admin, json!({ "name": "CRM bot", "appId": "crm" }))
+            .await;
+    e.chat(&e.crm, say(e.open_agent, "ann", "talk", "hello")).await.unwrap();
+    let before = e.written().await;
+    let path = format!("/app/{}", e.crm.id);
+    e.app()
+        .delete(&path, Some(&e.s.admin))
+        .await
+        .assert_error(400, 0, "app crm has 1 agent(s) bound to it");
+    assert_eq!(e.written().await, before);
+    assert_eq!(e.app().count("apps").await, 2);
+    let erp_sees = |r: Reply| r.assert_ok().as_array().unwrap().iter().any(|a| a["id"] == bot);
+    assert!(!erp_sees(e.app().ext_get(&e.erp, "/agents").await));
+
+    e.app()
+        .put(&format!("/agent/{bot}"), Some(&e.s.admin), &json!({ "appId": "erp" }))
+        .await
+        .assert_ok();
+    e.app().delete(&path, Some(&e.s.admin)).await.assert_ok();
+    assert_eq!(e.app().count("apps").await, 1);
+}
+
 /// Deleting an app deletes what its external users uploaded, rows and files: left behind, their
 /// images would become ordinary uploads of the app's creator, listed and served by /resource.
 /// Their conversations and messages go too.

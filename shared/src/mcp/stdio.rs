@@ -1,7 +1,8 @@
 //! Which stdio MCP servers may run. A stdio server is a command the service starts on its own
 //! host, as its own user, whenever anyone who can see the server lists or calls its tools: its
-//! code reads what the service's user can read (the database password in the environment is
-//! withheld, but files, the network position and the instance role are not). So stdio is off
+//! code reads what the service's user can read (the service's environment is withheld, see
+//! `hide_environment_from_children`, but files, the network position and the instance role
+//! are not). So stdio is off
 //! unless the operator turns it on (`MCP_STDIO_ENABLED`), and then runs only the commands the
 //! operator listed (`MCP_STDIO_COMMANDS`), with no variable that makes them run other code.
 //! All are checked when a server is saved (400) and again before each start, so a server saved
@@ -74,9 +75,36 @@ pub fn check_env(key: &str) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Keeps this process's `/proc/<pid>` files, its environment among them (the database URL,
+/// the JWT and encryption keys), from the stdio servers it starts. They run as the service's
+/// user, and a child of the same user may read its parent's environment there: clearing the
+/// child's own environment did not keep the keys from it. A process that is not dumpable has
+/// those files owned by root (and cannot be traced by its user either). A server running as
+/// root reads them anyway: stdio servers belong on a service that does not run as root.
+pub fn hide_environment_from_children() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: PR_SET_DUMPABLE takes integer arguments and changes no memory of ours.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_environment_is_hidden_from_children() {
+        hide_environment_from_children().expect("prctl");
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 0);
+        // The process still reads its own files.
+        assert!(std::fs::read("/proc/self/environ").is_ok());
+    }
 
     #[test]
     fn off_by_default_and_only_listed_commands_when_on() {

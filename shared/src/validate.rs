@@ -126,23 +126,46 @@ pub fn optional(value: Option<String>) -> Option<String> {
     value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
 
-/// An absolute `http://` or `https://` URL with a host.
+/// An absolute `http://` or `https://` URL with a host and no `user:password@`: the address
+/// is shown to whoever manages it and in errors and logs, where a password in it would be
+/// read in full (credentials have fields of their own, kept sealed).
 pub fn http_url(field: &str, value: &str) -> Result<(), AppError> {
-    let ok = reqwest::Url::parse(value)
+    let parsed = reqwest::Url::parse(value)
         .ok()
-        .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
-    if ok {
-        Ok(())
-    } else {
-        Err(AppError::validation(format!(
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+    match parsed {
+        None => Err(AppError::validation(format!(
             "{field} must be an http:// or https:// URL"
-        )))
+        ))),
+        Some(u) if !u.username().is_empty() || u.password().is_some() => Err(AppError::validation(format!(
+            "{field} must not hold credentials (user:password@); use the credential fields"
+        ))),
+        Some(_) => Ok(()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_http_url_holds_no_credentials() {
+        assert!(http_url("endpoint", "https://mcp.example.com/sse?x=1").is_ok());
+        for bad in [
+            "ftp://example.com",
+            "https://",
+            "mcp.example.com",
+            "https://user:pw@example.com/sse",
+            "https://user@example.com",
+        ] {
+            assert!(http_url("endpoint", bad).is_err(), "{bad}");
+        }
+        let told = http_url("endpoint", "https://a:b@example.com").unwrap_err().to_string();
+        assert_eq!(
+            told,
+            "endpoint must not hold credentials (user:password@); use the credential fields"
+        );
+    }
 
     #[test]
     fn messages_name_the_field() {

@@ -229,7 +229,8 @@ pub async fn open(
     let (bearer, renew_at) = match (&target.auth, target.oauth()) {
         (AuthConfig::Bearer { token }, _) => (Some(token.clone()), None),
         (_, Some(creds)) => {
-            let t = tokens.token(http, &creds).await.map_err(Failure::new)?;
+            // The token endpoint's address without its query, as every other failure's.
+            let t = tokens.token(http, &creds).await.map_err(|m| Failure::new(tidy(&m)))?;
             (Some(t.access_token), Some(t.renew_at))
         }
         _ => (None, None),

@@ -112,6 +112,10 @@ async fn every_validation_rule_is_refused_and_writes_nothing() {
             "endpoint must be an http:// or https:// URL",
         ),
         (
+            json!({"name": "a", "transportType": 2, "endpoint": "https://me:secret@h/mcp"}),
+            "endpoint must not hold credentials (user:password@)",
+        ),
+        (
             json!({"name": "a", "transportType": 2, "endpoint": "http://h/mcp", "command": "node"}),
             "command, args and envVars apply to transportType 3 (stdio) only",
         ),
@@ -208,6 +212,10 @@ async fn every_validation_rule_is_refused_and_writes_nothing() {
         (
             json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 3, "authConfig": {"clientId": "c", "clientSecret": "s", "tokenUrl": "nope"}}),
             "authConfig.tokenUrl must be an http:// or https:// URL",
+        ),
+        (
+            json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 3, "authConfig": {"clientId": "c", "clientSecret": "s", "tokenUrl": "https://c:s@auth/token"}}),
+            "authConfig.tokenUrl must not hold credentials",
         ),
         (
             json!({"name": "a", "transportType": 2, "endpoint": "http://h", "authType": 0, "authConfig": {"token": "t"}}),
@@ -1192,15 +1200,18 @@ async fn oauth2_tokens_are_fetched_reused_refreshed_and_refusals_reported() {
                "authConfig": {"clientId": "platform", "clientSecret": client_secret, "tokenUrl": token_url}})
     };
 
-    // A client the token endpoint refuses: error status naming the token endpoint.
-    let id = create(&app, &admin, body("not-the-secret-1234", &token_url)).await;
+    // A client the token endpoint refuses: error status naming the token endpoint, without
+    // its query (some endpoints take a key there).
+    let with_query = format!("{token_url}?key=query-secret-77");
+    let id = create(&app, &admin, body("not-the-secret-1234", &with_query)).await;
     let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
     assert!(!ok && d["status"] == "error", "{d}");
     let err = d["lastError"].as_str().unwrap();
     assert!(
         err.contains("token endpoint")
             && err.contains("refused the client credentials")
-            && err.contains("invalid_client"),
+            && err.contains("invalid_client")
+            && !err.contains("query-secret-77"),
         "{err}"
     );
     assert_eq!(issuer_server.count("TOKEN-REFUSED"), 1);

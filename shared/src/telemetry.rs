@@ -23,7 +23,9 @@ static TRACES: OnceLock<SdkTracerProvider> = OnceLock::new();
 const DEFAULT_FILTER: &str = "info,sqlx=warn";
 
 /// RUST_LOG (or the default), with MCP's library held to errors unless RUST_LOG names it: at
-/// info it logs every notification a tenant's MCP server sends, tool payloads included.
+/// info it logs every notification a tenant's MCP server sends, tool payloads included. The
+/// Lambda runtime is held to info the same way: at trace it logs every event whole, the
+/// callers' tokens and passwords among them.
 fn filter(rust_log: Option<String>) -> EnvFilter {
     let spec = rust_log
         .filter(|s| !s.trim().is_empty())
@@ -31,6 +33,10 @@ fn filter(rust_log: Option<String>) -> EnvFilter {
     let spec = match spec.contains("rmcp") {
         true => spec,
         false => format!("{spec},rmcp=error"),
+    };
+    let spec = match spec.contains("lambda_runtime") {
+        true => spec,
+        false => format!("{spec},lambda_runtime=info"),
     };
     EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(format!("{DEFAULT_FILTER},rmcp=error")))
 }
@@ -296,5 +302,13 @@ mod tests {
         }
         let named = filter(Some("info,rmcp=debug".to_owned())).to_string();
         assert!(named.contains("rmcp=debug") && !named.contains("rmcp=error"), "{named}");
+    }
+
+    #[test]
+    fn the_lambda_runtime_logs_no_events_unless_named() {
+        let f = filter(Some("trace".to_owned())).to_string();
+        assert!(f.contains("lambda_runtime=info"), "{f}");
+        let named = filter(Some("info,lambda_runtime=trace".to_owned())).to_string();
+        assert!(!named.contains("lambda_runtime=info"), "{named}");
     }
 }

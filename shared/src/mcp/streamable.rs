@@ -81,7 +81,7 @@ impl StreamableHttpClient for StreamableClient {
             .0
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await;
-        expire_refused(in_session, result)
+        expire_refused(in_session, without_url(result))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -105,7 +105,7 @@ impl StreamableHttpClient for StreamableClient {
                 max_sse_event_size,
             )
             .await;
-        expire_refused(in_session, result)
+        expire_refused(in_session, without_url(result))
     }
 
     async fn delete_session(
@@ -115,9 +115,11 @@ impl StreamableHttpClient for StreamableClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), Error> {
-        self.0
-            .delete_session(uri, session_id, auth_header, custom_headers)
-            .await
+        without_url(
+            self.0
+                .delete_session(uri, session_id, auth_header, custom_headers)
+                .await,
+        )
     }
 
     async fn get_stream(
@@ -128,9 +130,11 @@ impl StreamableHttpClient for StreamableClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Error> {
-        self.0
-            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
+        without_url(
+            self.0
+                .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+                .await,
+        )
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -152,6 +156,21 @@ impl StreamableHttpClient for StreamableClient {
                 max_sse_event_size,
             )
             .await
+            .map_err(strip_url)
+    }
+}
+
+/// A failure without the URL the HTTP client names in it: rmcp logs some failures itself (a
+/// session's end refused, a stream lost), where the query of a server's URL, which may hold
+/// its key, would be written out whole.
+fn without_url<T>(result: Result<T, Error>) -> Result<T, Error> {
+    result.map_err(strip_url)
+}
+
+fn strip_url(error: Error) -> Error {
+    match error {
+        StreamableHttpError::Client(e) => StreamableHttpError::Client(e.without_url()),
+        other => other,
     }
 }
 

@@ -37,12 +37,18 @@ impl PeriodQuery {
             Some(s) => parse("start", &s, false)?,
             None => DateTime::<Utc>::UNIX_EPOCH,
         };
+        let end_given = end.is_some();
         let end = match end {
             Some(e) => parse("end", &e, true)?,
             None => Utc::now(),
         };
         if start > end {
-            return Err(AppError::validation("start must not be after end"));
+            return Err(AppError::validation(match end_given {
+                true => "start must not be after end",
+                // The client sent no end: naming it would send them looking for a field they
+                // did not send.
+                false => "start must not be in the future (no end was given, so the period ends now)",
+            }));
         }
         Ok(Some((start, end)))
     }
@@ -79,7 +85,16 @@ mod tests {
             start: Some("2026-02-01".into()),
             end: Some("2026-01-01".into()),
         };
-        assert!(bad.range().is_err());
+        assert_eq!(bad.range().unwrap_err().to_string(), "start must not be after end");
+        let future = PeriodQuery {
+            start: Some("2999-01-01".into()),
+            end: None,
+        };
+        assert!(future
+            .range()
+            .unwrap_err()
+            .to_string()
+            .starts_with("start must not be in the future"));
         let junk = PeriodQuery {
             start: Some("soon".into()),
             end: None,

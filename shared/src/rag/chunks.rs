@@ -133,7 +133,7 @@ pub async fn page(
     .fetch_one(state.db())
     .await?;
     let rows: Vec<ChunkRow> = sqlx::query_as(&format!(
-        "{SELECT}{WHERE} ORDER BY c.document_id, c.chunk_index LIMIT $4 OFFSET $5"
+        "{SELECT}{WHERE} ORDER BY c.document_id, c.chunk_index, c.id LIMIT $4 OFFSET $5"
     ))
     .bind(owner)
     .bind(f.rag_id)

@@ -16,6 +16,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(create))
         .routes(routes!(update, delete))
         .routes(routes!(toggle_status))
+        .routes(routes!(reset_token))
         .routes(routes!(nodes))
         .routes(routes!(all_nodes))
         .routes(routes!(kick))
@@ -66,12 +67,21 @@ async fn update(
     service::update(&state, id, input).await.map(Api)
 }
 
-/// Delete an app with its nodes and external users (agents bound to it are unbound).
+/// Delete an app with its nodes and external users; refused while agents are bound to it.
 #[utoipa::path(delete, path = "/app/{id}", tag = "apps", security(("svc_auth" = [])), params(("id" = i64, Path)),
     responses((status = 200, body = Envelope<Empty>), (status = 401), (status = 403), (status = 404)))]
 async fn delete(State(state): State<AppState>, _admin: AdminUser, Path(id): Path<i64>) -> ApiResult<Empty> {
     service::delete(&state, id).await?;
     Api::empty()
+}
+
+/// Give the app a new token (answered with the app): the old one, and the embed tokens signed
+/// with it, stop working.
+#[utoipa::path(post, path = "/app/{id}/token", tag = "apps", security(("svc_auth" = [])),
+    params(("id" = i64, Path)),
+    responses((status = 200, body = Envelope<AppView>), (status = 401), (status = 403), (status = 404)))]
+async fn reset_token(State(state): State<AppState>, _admin: AdminUser, Path(id): Path<i64>) -> ApiResult<AppView> {
+    service::reset_token(&state, id).await.map(Api)
 }
 
 /// Flip the status between enabled (1) and disabled (0).

@@ -155,10 +155,16 @@ pub async fn toggle_status(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<boo
     Ok(done.rows_affected() == 1)
 }
 
-/// Deletes the app (its nodes, external users and their conversations go with it) and the
-/// rows of the images its external users uploaded: left behind, they would be ordinary uploads
-/// of the app's creator, listed and served through `/resource`. Returns the images' storage
-/// keys, or None when there is no such app (nothing deleted).
+/// Replaces the app's sealed token; false when there is no such app.
+pub async fn set_token(db: impl PgExecutor<'_>, id: i64, token_enc: &str) -> sqlx::Result<bool> {
+    let done = sqlx::query("UPDATE apps SET token_enc = $2, update_dt = now() WHERE id = $1")
+        .bind(id)
+        .bind(token_enc)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
 /// What deleting an app did.
 pub enum Deleted {
     /// Gone, with the keys of its users' images (for the caller to delete).
@@ -171,6 +177,10 @@ pub enum Deleted {
     },
 }
 
+/// Deletes the app (its nodes, external users and their conversations go with it) and the
+/// rows of the images its external users uploaded: left behind, they would be ordinary uploads
+/// of the app's creator, listed and served through `/resource`. Nothing is deleted while
+/// agents are bound to it.
 pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<Deleted> {
     let mut tx = db.begin().await?;
     // The app's row first: a user being added to it (its first upload) holds the row's key

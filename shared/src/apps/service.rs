@@ -183,6 +183,18 @@ pub async fn delete(state: &AppState, id: i64) -> AppResult<()> {
     Ok(())
 }
 
+/// Gives the app a new token: the old one, and every embed token signed with it, stop working
+/// (at once here; within the verified-app cache's seconds in other functions). A leaked token
+/// could otherwise be revoked only by deleting the app, with all of its end users' data.
+pub async fn reset_token(state: &AppState, id: i64) -> AppResult<AppView> {
+    let token_enc = state.secrets().seal(&new_token())?;
+    if !repo::set_token(state.db(), id, &token_enc).await? {
+        return Err(AppError::not_found("app"));
+    }
+    state.verified_apps().forget(id);
+    view(state, load(state, id).await?)
+}
+
 pub async fn toggle_status(state: &AppState, id: i64) -> AppResult<()> {
     if !repo::toggle_status(state.db(), id).await? {
         return Err(AppError::not_found("app"));

@@ -922,6 +922,46 @@ async fn chat_with_token(e: &Ext, token: &str, body: Value) -> Result<Vec<Value>
     read_chat(resp).await
 }
 
+/// A new token for an app ends the old one and the embed tokens signed with it, at once; the
+/// new one works, and nothing else of the app changes. A leaked token could only be revoked
+/// by deleting the app, with its end users' conversations.
+#[tokio::test]
+async fn a_new_app_token_ends_the_old_one_and_its_embed_tokens() {
+    let e = Ext::new().await;
+    let page_token = embed_token(&e, "ann").await;
+    e.app().ext_get(&e.crm, "/agents").await.assert_ok();
+    let path = format!("/app/{}/token", e.crm.id);
+    let view = e.app().post(&path, Some(&e.s.admin), &json!({})).await;
+    let view = view.assert_ok().clone();
+    let token = view["token"].as_str().unwrap().to_owned();
+    assert_ne!(token, e.crm.token);
+    assert_eq!(
+        (view["appId"].as_str(), view["status"].as_i64()),
+        (Some("crm"), Some(1))
+    );
+
+    e.app()
+        .ext_get(&e.crm, "/agents")
+        .await
+        .assert_error(401, 401, "invalid");
+    chat_with_token(&e, &page_token, say(e.open_agent, "ann", "w", "hi"))
+        .await
+        .unwrap_err()
+        .assert_error(401, 401, "embed token invalid");
+    let renewed = api_tests::apps::Creds { token, ..e.crm.clone() };
+    e.app().ext_get(&renewed, "/agents").await.assert_ok();
+    // Only administrators, and only apps that exist.
+    let (_, user) = e.app().regular_user("carol").await;
+    e.app()
+        .post(&path, Some(&user), &json!({}))
+        .await
+        .assert_error(403, 403, "");
+    e.app()
+        .post(&format!("/app/{}/token", e.crm.id + 1000), Some(&e.s.admin), &json!({}))
+        .await
+        .assert_error(404, 404, "app");
+}
+
 #[tokio::test]
 async fn embed_tokens_speak_for_one_open_id_of_one_app() {
     let e = Ext::new().await;

@@ -54,6 +54,7 @@ const ROUTES: &[(&str, &str, Class)] = &[
     ("PUT", "/app/{id}", Admin),
     ("DELETE", "/app/{id}", Admin),
     ("POST", "/app/{id}/toggle-status", Admin),
+    ("POST", "/app/{id}/token", Admin),
     ("GET", "/app/{id}/nodes", Admin),
     ("DELETE", "/app/{id}/nodes/{hostId}", Admin),
     // models

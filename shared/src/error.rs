@@ -119,6 +119,13 @@ impl AppError {
         matches!(self, Self::Internal(_) | Self::Unavailable { .. })
     }
 
+    /// Whether the same work, done again, may succeed: the service failing, or a concurrent
+    /// change that got in its way (a deadlock, a row removed meanwhile). What queued work
+    /// hands back to its queue.
+    pub fn may_pass(&self) -> bool {
+        self.is_server_side() || matches!(self, Self::Conflict(_))
+    }
+
     /// `log`, then `public_message`: for a failure told inside a stream whose status was sent.
     pub fn told(&self) -> String {
         self.log();
@@ -279,4 +286,24 @@ pub fn is_foreign_key_violation(err: &sqlx::Error, constraint: &str) -> bool {
 pub fn is_unique_violation(err: &sqlx::Error, constraint: &str) -> bool {
     matches!(err, sqlx::Error::Database(db)
         if db.is_unique_violation() && db.constraint() == Some(constraint))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_service_failing_or_a_concurrent_change_may_pass_a_refusal_may_not() {
+        assert!(AppError::from(sqlx::Error::RowNotFound).may_pass());
+        assert!(AppError::from(sqlx::Error::PoolTimedOut).may_pass());
+        assert!(AppError::Internal(anyhow::anyhow!("bug")).may_pass());
+        for refused in [
+            AppError::validation("name is required"),
+            AppError::business("the model is disabled"),
+            AppError::Forbidden("quota used up".into()),
+            AppError::not_found("model config"),
+        ] {
+            assert!(!refused.may_pass(), "{refused}");
+        }
+    }
 }

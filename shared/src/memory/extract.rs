@@ -57,7 +57,7 @@ pub struct Unextracted {
 
 impl From<AppError> for Unextracted {
     fn from(error: AppError) -> Self {
-        let passing = error.is_server_side();
+        let passing = error.may_pass();
         Self { error, passing }
     }
 }
@@ -71,8 +71,8 @@ impl From<sqlx::Error> for Unextracted {
 impl From<CallError> for Unextracted {
     fn from(error: CallError) -> Self {
         let passing = match &error {
-            CallError::Model(m) => m.is_retryable(),
-            CallError::Refused(e) => e.is_server_side(),
+            CallError::Model(m) => m.may_pass(),
+            CallError::Refused(e) => e.may_pass(),
         };
         Self {
             error: error.into(),

@@ -98,6 +98,14 @@ impl ModelError {
             Self::Timeout(_) | Self::Network(_) | Self::RateLimited(_) | Self::Upstream { .. }
         )
     }
+
+    /// Worth another delivery of queued work: what `is_retryable` tries again within a call,
+    /// and an answer that was not what was asked for (a proxy's error page sent with 200, a
+    /// stream cut short), which the next try may not meet. A refused key, model or request
+    /// answers the same every time.
+    pub fn may_pass(&self) -> bool {
+        self.is_retryable() || matches!(self, Self::Protocol(_))
+    }
 }
 
 /// The `error.message` (or `message`, `detail`) of an OpenAI-style error body.
@@ -114,6 +122,21 @@ pub(crate) fn upstream_message(body: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queued_work_tries_again_only_what_may_pass() {
+        for passing in [
+            StatusCode::BAD_GATEWAY,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ] {
+            assert!(ModelError::from_status(passing, "").may_pass(), "{passing}");
+        }
+        assert!(ModelError::Protocol("an HTML page".into()).may_pass());
+        for fixed in [StatusCode::UNAUTHORIZED, StatusCode::NOT_FOUND, StatusCode::BAD_REQUEST] {
+            assert!(!ModelError::from_status(fixed, "").may_pass(), "{fixed}");
+        }
+    }
 
     #[test]
     fn statuses_map_to_actionable_kinds() {

@@ -7,19 +7,14 @@ use crate::rag::chunk::Chunk;
 
 const ROWS_PER_STATEMENT: usize = 1000;
 
-/// The chunks a document's write made, and those it replaced.
-pub struct Written {
-    pub ids: Vec<i64>,
-    /// Their rows are deleted; their index entries are for the caller to remove last before
-    /// its commit (`Indexes::remove`): an engine of its own (Milvus, OpenSearch) does not
-    /// take a removal back when the transaction rolls back.
-    pub replaced: Vec<i64>,
-}
-
 /// Replaces the document's chunks with `chunks` and their `vectors` (same order), in the rows
-/// and in the base's indexes (but for the old entries: see `Written::replaced`). Run inside
-/// the caller's transaction so readers see either the old set or the new one; when an index
-/// fails, what it took is removed again and the error returned for the caller to roll back.
+/// and in the base's indexes; returns the replaced chunks' ids. Their rows are deleted, but
+/// their index entries are for the caller to remove last before its commit
+/// (`Indexes::remove`): an engine of its own (Milvus, OpenSearch) does not take a removal back
+/// when the transaction rolls back. Run inside the caller's transaction so readers see either
+/// the old set or the new one. The ids of the new chunks whose entries were written are added
+/// to `written` as they are, for the caller to take out of the engines again (`Indexes::undo`)
+/// when its transaction does not commit, whichever statement failed.
 pub async fn write_chunks(
     conn: &mut PgConnection,
     indexes: &Indexes,
@@ -27,12 +22,12 @@ pub async fn write_chunks(
     document_id: i64,
     chunks: &[Chunk],
     vectors: &[Vec<f32>],
-) -> anyhow::Result<Written> {
+    written: &mut Vec<i64>,
+) -> anyhow::Result<Vec<i64>> {
     let replaced: Vec<i64> = sqlx::query_scalar("DELETE FROM chunks WHERE document_id = $1 RETURNING id")
         .bind(document_id)
         .fetch_all(&mut *conn)
         .await?;
-    let mut ids = Vec::with_capacity(chunks.len());
     for (start, batch) in chunks
         .chunks(ROWS_PER_STATEMENT)
         .enumerate()
@@ -44,7 +39,7 @@ pub async fn write_chunks(
         let tokens: Vec<i32> = batch.iter().map(|c| c.token_count as i32).collect();
         let titles: Vec<Option<&str>> = batch.iter().map(|c| c.title.as_deref()).collect();
         let pages: Vec<Option<i32>> = batch.iter().map(|c| c.page.map(|p| p as i32)).collect();
-        let mut batch_ids: Vec<i64> = sqlx::query_scalar(
+        let batch_ids: Vec<i64> = sqlx::query_scalar(
             "INSERT INTO chunks (rag_id, document_id, paragraph_index, chunk_index, content, token_count, title, page,
              vector_status)
              SELECT $1, $2, u.p, u.i, u.c, u.t, u.ti, u.pg, 'success'
@@ -73,11 +68,8 @@ pub async fn write_chunks(
                 vector: v,
             })
             .collect();
-        if let Err(e) = indexes.put(conn, &entries).await {
-            indexes.undo(conn, &ids).await;
-            return Err(e);
-        }
-        ids.append(&mut batch_ids);
+        indexes.put(conn, &entries).await?;
+        written.extend(batch_ids);
     }
-    Ok(Written { ids, replaced })
+    Ok(replaced)
 }

@@ -351,7 +351,7 @@ async fn parse_document(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Pa
 async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> Result<Vec<Vec<f32>>, Stop> {
     let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding)
         .await
-        .map_err(|e| match e.is_server_side() {
+        .map_err(|e| match e.may_pass() {
             true => Stop::Transient {
                 stage: "embedding",
                 error: e.into(),
@@ -381,7 +381,7 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
                 tracing::warn!(document_id = doc.id, error = %m, "embedding failed");
                 // A rejected key, an unknown model or a refused request answer the same on
                 // every delivery: retried, each paid the groups before it again.
-                match m.is_retryable() {
+                match m.may_pass() {
                     true => Stop::Transient {
                         stage: "embedding",
                         error: anyhow::anyhow!(m.brief()),
@@ -391,7 +391,7 @@ async fn embed(state: &AppState, doc: &DocRow, kb: &KbRow, chunks: &[Chunk]) -> 
             }
             // The service's own failure (its database during the quota hold) passes, as the
             // model's does: failed for good, its document waited for a reprocess by hand.
-            CallError::Refused(r) if r.is_server_side() => Stop::Transient {
+            CallError::Refused(r) if r.may_pass() => Stop::Transient {
                 stage: "embedding",
                 error: r.into(),
             },
@@ -439,7 +439,7 @@ async fn index(
         Ok(indexes) => indexes,
         Err(e) => {
             unnamed(state, &image_keys, true).await;
-            return Err(match e.is_server_side() {
+            return Err(match e.may_pass() {
                 true => transient(e.into()),
                 false => permanent("indexing", e.told()),
             });
@@ -449,6 +449,9 @@ async fn index(
     // transaction does not commit: the rollback leaves them there, where they would take
     // places among every search's best hits under ids no row has.
     let mut new_ids: Vec<i64> = Vec::new();
+    // Set just before the commit: only the commit's own failure may have come after it
+    // committed (a lost answer), any earlier one certainly rolled back.
+    let mut committing = false;
     // The replaced images, or None when another run superseded this one.
     let result: anyhow::Result<Option<Vec<String>>> = async {
         let mut tx = state.db().begin().await?;
@@ -459,8 +462,7 @@ async fn index(
         if current != Some(doc.run_id) {
             return Ok(None); // superseded while we worked: our images are waste
         }
-        let written = super::write_chunks(&mut tx, &indexes, kb.id, doc.id, &chunks, &vectors).await?;
-        new_ids = written.ids;
+        let replaced = super::write_chunks(&mut tx, &indexes, kb.id, doc.id, &chunks, &vectors, &mut new_ids).await?;
         let old_images: Vec<String> = sqlx::query_scalar("DELETE FROM document_images WHERE document_id = $1 RETURNING storage_key")
             .bind(doc.id)
             .fetch_all(&mut *tx)
@@ -496,7 +498,8 @@ async fn index(
         .await?;
         leftovers::going(&mut tx, &old_images).await?;
         // Last before the commit, once every statement that could refuse it has run.
-        indexes.remove(&mut tx, &written.replaced).await?;
+        indexes.remove(&mut tx, &replaced).await?;
+        committing = true;
         tx.commit().await?;
         Ok(Some(old_images))
     }
@@ -513,7 +516,7 @@ async fn index(
         // This attempt's images belong to no row: the attempt that indexes the document
         // stores its own. Unless the commit's answer was lost: the housekeeping sees then.
         Err(e) => {
-            let certain = e.downcast_ref::<sqlx::Error>().is_none_or(leftovers::certain);
+            let certain = !committing || e.downcast_ref::<sqlx::Error>().is_none_or(leftovers::certain);
             if certain {
                 undo_entries(state, &indexes, &new_ids).await;
             }

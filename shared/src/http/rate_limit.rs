@@ -1,6 +1,7 @@
 //! Request rate limits per caller, counted in Postgres so that every function instance shares
 //! one count: admin-API users by their JWT subject (whatever other headers come along),
-//! external-API apps by `Svc-App-Id` (embed tokens count to their app). A refusal is 429 with `Retry-After`. Requests that carry no
+//! external-API apps by `Svc-App-Id` (embed tokens count to their app, and first to a window
+//! of their end user's). A refusal is 429 with `Retry-After`. Requests that carry no
 //! valid credentials are not counted here; they are refused by authentication (and logins have
 //! their own throttle).
 
@@ -83,6 +84,18 @@ async fn subjects(parts: &mut Parts, state: &AppState) -> Vec<Subject> {
                 true => (format!("n:{}", caller.app.id), "app's nodes"),
                 false => (format!("a:{}", caller.app.id), "app"),
             };
+            // An embed token is held by whoever visits the partner's page: counted only in
+            // the app's window, one visitor could fill it and every request of the partner's
+            // own backend was refused. Its end user has a window of a user's size first, and
+            // a request refused there is not counted to the app.
+            if let (Some(open_id), false) = (&caller.scope, beat) {
+                subjects.push(Subject {
+                    key: format!("e:{}:{open_id}", caller.app.id),
+                    noun: "embed token's end user",
+                    limit: limits.per_user,
+                    claims: None,
+                });
+            }
             subjects.push(Subject {
                 key,
                 noun,

@@ -1,4 +1,5 @@
-//! Request rate limits: per admin-API user and per external app (embed tokens included),
+//! Request rate limits: per admin-API user, per external app (embed tokens included) and per
+//! embed token's end user,
 //! shared by every instance through Postgres; 429 with Retry-After in the module's envelope.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -147,7 +148,8 @@ async fn each_app_has_its_own_limit_and_its_embed_tokens_count_to_it() {
     assert_limited(&embed, "app");
     // The app's nodes still beat: their window is their own, or the app's other traffic
     // would let every node's lease run out. An embed token sent to the heartbeat route counts
-    // to the app's window, not the nodes': however many, the nodes still beat.
+    // to its end user's window and the app's, not the nodes': however many, the nodes still
+    // beat.
     let beat = json!({ "hostId": "n", "hostIp": "10.0.0.1", "grpcPort": 9000 });
     for _ in 0..5 {
         let flood = app
@@ -158,7 +160,7 @@ async fn each_app_has_its_own_limit_and_its_embed_tokens_count_to_it() {
                     .json(&beat),
             )
             .await;
-        assert_limited(&flood, "app");
+        flood.assert_error(429, 429, "may send");
     }
     app.ext_post(&crm, "/node/heartbeat", &beat).await.assert_ok();
     // The other app, and the admin API, are not affected; wrong credentials are refused by
@@ -168,6 +170,43 @@ async fn each_app_has_its_own_limit_and_its_embed_tokens_count_to_it() {
     app.ext_get_as(Some(("crm", "wrong-token")), "/agents")
         .await
         .assert_error(401, 401, "invalid");
+}
+
+/// An embed token, which anyone visiting the partner's page holds, has its end user's window
+/// (of a user's size) before the app's: one visitor cannot fill the app's window and lock the
+/// partner's own backend out, and a request refused there is not counted to the app.
+#[tokio::test]
+async fn one_embed_token_cannot_fill_its_apps_window() {
+    let limits = [
+        ("RATE_LIMIT_WINDOW_SECS", "6"),
+        ("RATE_LIMIT_USER_REQUESTS", "2"),
+        ("RATE_LIMIT_APP_REQUESTS", "6"),
+    ];
+    let app = spawn_with(Store::Filesystem, &limits).await;
+    let admin = app.admin_token().await;
+    let crm = app.create_app(&admin, "crm").await;
+    let token = app.ext_get(&crm, "/embed-token?openId=ann").await.assert_ok()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    next_window().await;
+    let visit = || {
+        app.client
+            .get(app.url("/openapi/v1/agent?openId=ann"))
+            .header("Svc-Auth", &token)
+    };
+    for _ in 0..2 {
+        // Counted, then refused by the handler for its own reason (no agentId).
+        app.send(visit()).await.assert_error(400, 0, "agentId is required");
+    }
+    for _ in 0..5 {
+        assert_limited(&app.send(visit()).await, "embed token's end user");
+    }
+    // The app's window holds the visitor's two requests only: four more for the partner.
+    for _ in 0..4 {
+        app.ext_get(&crm, "/agents").await.assert_ok();
+    }
+    assert_limited(&app.ext_get(&crm, "/agents").await, "app");
 }
 
 /// `Svc-App-Id` is a header any client can add: with a user's token it must not take the

@@ -23,6 +23,29 @@ async fn scope(
     Ok((agent_id, open_id, user))
 }
 
+/// As `scope`, for what the user already said: an agent the app may no longer use (disabled
+/// since, or bound to another app) still answers for the conversations its end user has with
+/// it, which the partner must be able to read and erase. An agent the user never talked to
+/// answers as an unknown one.
+async fn scope_of_theirs(
+    state: &AppState,
+    app: &AppCaller,
+    agent_id: Option<i64>,
+    open_id: Option<String>,
+) -> AppResult<(i64, Option<i64>)> {
+    let agent_id = validate::present("agentId", agent_id)?;
+    let open_id = users::check_open_id(open_id)?;
+    let user = users::existing(state, app, &open_id).await?;
+    match agents::usable(state, app, agent_id).await {
+        Ok(_) => Ok((agent_id, user)),
+        Err(refused) if refused.is_server_side() => Err(refused),
+        Err(refused) => match user {
+            Some(u) if super::repo::has_conversations(state.db(), agent_id, u).await? => Ok((agent_id, Some(u))),
+            _ => Err(refused),
+        },
+    }
+}
+
 fn key(value: Option<String>) -> AppResult<String> {
     let key = validate::required("conversationId", value)?;
     validate::length("conversationId", &key, 1, 128)?;
@@ -35,7 +58,7 @@ pub async fn page(
     q: ConversationQuery,
     paging: PageQuery,
 ) -> AppResult<Page<ConversationSummary>> {
-    let (agent_id, _, user) = scope(state, app, q.agent_id, q.open_id).await?;
+    let (agent_id, user) = scope_of_theirs(state, app, q.agent_id, q.open_id).await?;
     let Some(user) = user else {
         return Ok(Page::new(vec![], paging, 0));
     };
@@ -79,7 +102,7 @@ pub async fn delete(state: &AppState, app: &AppCaller, q: ConversationQuery) -> 
     let one = validate::optional(q.conversation_id)
         .map(|k| key(Some(k)))
         .transpose()?;
-    let (agent_id, _, user) = scope(state, app, q.agent_id, q.open_id).await?;
+    let (agent_id, user) = scope_of_theirs(state, app, q.agent_id, q.open_id).await?;
     match (one, user) {
         (Some(_), None) => Err(AppError::not_found("conversation")),
         (None, None) => Ok(Deleted { deleted: 0 }),
@@ -103,7 +126,7 @@ pub async fn messages(
     window: &MessageWindow,
 ) -> AppResult<Vec<MessageView>> {
     let k = key(q.conversation_id)?;
-    let (agent_id, _, user) = scope(state, app, q.agent_id, q.open_id).await?;
+    let (agent_id, user) = scope_of_theirs(state, app, q.agent_id, q.open_id).await?;
     let user = user.ok_or_else(|| AppError::not_found("conversation"))?;
     let c = conv_repo::find(state.db(), agent_id, Owner::External(user), &k)
         .await?

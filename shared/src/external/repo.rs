@@ -178,6 +178,15 @@ pub async fn own_resource(db: impl PgExecutor<'_>, resource_id: i64, user: i64) 
     Ok(())
 }
 
+/// Whether the user has a conversation with the agent.
+pub async fn has_conversations(db: &PgPool, agent_id: i64, user: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM conversations WHERE agent_id = $1 AND external_user_id = $2)")
+        .bind(agent_id)
+        .bind(user)
+        .fetch_one(db)
+        .await
+}
+
 /// Deletes every conversation of the user with the agent; returns how many.
 pub async fn delete_conversations(db: &PgPool, agent_id: i64, user: i64) -> sqlx::Result<u64> {
     let done = sqlx::query("DELETE FROM conversations WHERE agent_id = $1 AND external_user_id = $2")

@@ -352,6 +352,44 @@ async fn subscriptions_of_external_users() {
     assert_eq!(e.app().count("external_subscriptions").await, 0);
 }
 
+/// An agent disabled since (or bound to another app) still answers for what an end user
+/// already said to it: the partner can read and erase it. Another user, who never talked to
+/// it, gets the unknown agent's answer, as before.
+#[tokio::test]
+async fn an_end_users_conversations_with_a_disabled_agent_can_be_read_and_erased() {
+    let e = Ext::new().await;
+    let agent = e.open_agent;
+    e.chat(&e.crm, say(agent, "ann", "topic", "remember this"))
+        .await
+        .unwrap();
+    e.app()
+        .put(&format!("/agent/{agent}"), Some(&e.s.admin), &json!({ "status": 0 }))
+        .await
+        .assert_ok();
+    e.chat(&e.crm, say(agent, "ann", "topic", "more"))
+        .await
+        .unwrap_err()
+        .assert_error(400, 0, "agent does not exist or is disabled");
+    let list = e
+        .app()
+        .ext_get(&e.crm, &format!("/agent/conversations?agentId={agent}&openId=ann"))
+        .await;
+    assert_eq!(list.assert_ok()["data"][0]["conversationId"], "topic");
+    let messages = format!("/agent/conversations/messages?agentId={agent}&openId=ann&conversationId=topic");
+    let said = e.app().ext_get(&e.crm, &messages).await;
+    assert_eq!(said.assert_ok()[0]["content"], "remember this");
+    e.app()
+        .ext_get(&e.crm, &format!("/agent/conversations?agentId={agent}&openId=bob"))
+        .await
+        .assert_error(400, 0, "agent does not exist or is disabled");
+    let erased = e
+        .app()
+        .ext_delete(&e.crm, &format!("/agent/conversations?agentId={agent}&openId=ann"))
+        .await;
+    assert_eq!(erased.assert_ok()["deleted"], 1);
+    assert_eq!(e.app().count("messages").await, 0);
+}
+
 #[tokio::test]
 async fn conversations_belong_to_one_open_id() {
     let e = Ext::new().await;

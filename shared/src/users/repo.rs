@@ -251,8 +251,9 @@ pub async fn claim_refresh(db: impl PgExecutor<'_>, hash: &str) -> sqlx::Result<
     .await
 }
 
-/// Used refresh tokens a login keeps, newest first: a replay of one of them revokes the login.
-/// One older than that is refused as unknown, without revoking. Kept without end, a client
+/// Used refresh tokens a login keeps, newest first: a replay of one of them revokes the login,
+/// and so does one older than that, which names the login (`auth::refresh::family_of`). Kept
+/// without end, a client
 /// refreshing in a loop added a row per call for as long as it ran (and 14 days more).
 pub const KEPT_USED_TOKENS: i64 = 32;
 
@@ -306,6 +307,14 @@ pub async fn purge_expired_families(db: impl PgExecutor<'_>) -> sqlx::Result<u64
 /// Revokes one login's refresh tokens and ends its user's access tokens (all of them: an access
 /// token does not name its login, and a leaked refresh token may have minted any of them).
 /// Two statements, as in `revoke_all_for_user`.
+/// Whether the login has a token not revoked (it has not been signed out, revoked or purged).
+pub async fn family_is_live(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM refresh_tokens WHERE family_id = $1 AND revoked_at IS NULL)")
+        .bind(family)
+        .fetch_one(db)
+        .await
+}
+
 pub async fn revoke_family(conn: &mut sqlx::PgConnection, family: Uuid) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE users SET token_version = token_version + 1

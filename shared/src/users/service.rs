@@ -116,7 +116,7 @@ async fn new_refresh<'e>(
     family: uuid::Uuid,
     user_id: i64,
 ) -> AppResult<String> {
-    let (token, hash) = refresh::generate();
+    let (token, hash) = refresh::generate(family);
     let expires = Utc::now() + state.config().refresh_token_ttl;
     repo::insert_refresh(db, family, user_id, &hash, expires).await?;
     Ok(token)
@@ -152,16 +152,27 @@ pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPa
     if let Some((owner, _)) = owner {
         repo::lock_token_version(&mut tx, owner).await?;
     }
+    let reused =
+        || AppError::unauthorized("refresh token was already used; this login was revoked, please log in again");
     let Some(row) = repo::claim_refresh(&mut *tx, &hash).await? else {
+        // A token of a login that is still live, no longer stored: a used one older than those
+        // the login keeps. Refused as unknown, a thief who refreshed past the kept ones before
+        // its owner did outran the reuse check for good.
+        if let Some(family) = refresh::family_of(&presented) {
+            if repo::family_is_live(&mut *tx, family).await? {
+                repo::revoke_family(&mut tx, family).await?;
+                tx.commit().await?;
+                tracing::warn!(%family, "a forgotten refresh token reused; its login was revoked");
+                return Err(reused());
+            }
+        }
         return Err(AppError::unauthorized("refresh token invalid; please log in again"));
     };
     if !row.claimed && !row.revoked {
         repo::revoke_family(&mut tx, row.family_id).await?;
         tx.commit().await?;
         tracing::warn!(user_id = row.user_id, "refresh token reused; its login was revoked");
-        return Err(AppError::unauthorized(
-            "refresh token was already used; this login was revoked, please log in again",
-        ));
+        return Err(reused());
     }
     if row.revoked || row.expires_at <= Utc::now() {
         return Err(AppError::unauthorized(

@@ -92,7 +92,11 @@ pub async fn start(
             let _ = tx.send("[START]\n".to_owned()).await;
             let line = match draft_and_create(&state, &user, &model, hold, &description, &tx).await {
                 Ok(id) => format!("[DONE]{id}\n"),
-                Err(message) => format!("[ERROR]{}\n", escape(&message)),
+                Err(message) => {
+                    // The response said 200 long ago: this line is the failure's trace in the log.
+                    tracing::warn!(error = %message, "the agent draft ended with an error");
+                    format!("[ERROR]{}\n", escape(&message))
+                }
             };
             let _ = tx.send(line).await;
         }

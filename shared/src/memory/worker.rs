@@ -36,11 +36,11 @@ async fn process(state: AppState, m: SqsMessage, _: StopAt) -> anyhow::Result<()
             );
             Ok(())
         }
-        Err(u) if u.passing => Err(anyhow::anyhow!(
-            "extracting conversation {} failed: {}",
-            conv.id,
-            u.error
-        )),
+        // The error kept whole, its causes with it: shown as text, a database failure read
+        // only "database".
+        Err(u) if u.passing => {
+            Err(anyhow::Error::new(u.error).context(format!("extracting conversation {} failed", conv.id)))
+        }
         // Delivered again it fails again, paid each time. The messages stay unextracted: the
         // conversation's next extraction takes them up, once the config or quota allows.
         Err(u) => {

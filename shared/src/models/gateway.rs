@@ -470,7 +470,7 @@ impl Drop for Dropped {
         record.latency_ms = self.started.elapsed().as_millis() as i64;
         record.error = Some("the call was given up before it ended (its caller's time ran out)".to_owned());
         let (state, row) = (self.state.clone(), self.row.clone());
-        runtime.spawn(async move { after_call(&state, &row, hold, record, true).await });
+        runtime.spawn(async move { after_call(&state, &row, hold, record, true).await }.in_current_span());
     }
 }
 

@@ -6,6 +6,7 @@
 //! spend more than the quota, and `tokens` always shows what is free right now.
 
 use sqlx::PgPool;
+use tracing::Instrument;
 
 use crate::{AppError, AppResult};
 
@@ -120,7 +121,8 @@ impl Drop for Hold {
         let (db, held) = (self.db.clone(), self.held);
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn(async move { settle(&db, user_id, held, 0).await });
+                // In the request's span, as every spawned task here: its lines keep the id.
+                handle.spawn(async move { settle(&db, user_id, held, 0).await }.in_current_span());
             }
             Err(_) => tracing::error!(user_id, held, "held tokens not given back: no runtime"),
         }
@@ -178,19 +180,22 @@ async fn grab(db: &PgPool, user_id: i64, want: u64) -> sqlx::Result<Option<Grab>
 async fn grab_kept(db: &PgPool, user_id: i64, want: u64) -> sqlx::Result<Option<Grab>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let db = db.clone();
-    tokio::spawn(async move {
-        let grabbed = grab(&db, user_id, want).await.map(|found| {
-            found.map(|g| {
-                let unread = Hold {
-                    db: db.clone(),
-                    user_id: Some(user_id),
-                    held: g.taken,
-                };
-                (g, unread)
-            })
-        });
-        let _ = tx.send(grabbed);
-    });
+    tokio::spawn(
+        async move {
+            let grabbed = grab(&db, user_id, want).await.map(|found| {
+                found.map(|g| {
+                    let unread = Hold {
+                        db: db.clone(),
+                        user_id: Some(user_id),
+                        held: g.taken,
+                    };
+                    (g, unread)
+                })
+            });
+            let _ = tx.send(grabbed);
+        }
+        .in_current_span(),
+    );
     let grabbed = rx.await.unwrap_or(Err(sqlx::Error::WorkerCrashed))?;
     Ok(grabbed.map(|(g, mut read)| {
         read.user_id = None;
@@ -201,7 +206,7 @@ async fn grab_kept(db: &PgPool, user_id: i64, want: u64) -> sqlx::Result<Option<
 /// `settle` in a task of its own, awaited: a caller dropped while it waits does not stop it.
 async fn settle_in_task(db: &PgPool, user_id: i64, held: u64, used: u64) {
     let db = db.clone();
-    let _ = tokio::spawn(async move { settle(&db, user_id, held, used).await }).await;
+    let _ = tokio::spawn(async move { settle(&db, user_id, held, used).await }.in_current_span()).await;
 }
 
 /// The most a call is charged, in holds: the estimate a hold is made of counts with another

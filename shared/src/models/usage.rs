@@ -1,6 +1,7 @@
 //! Per-call usage records and the statistics built from them.
 
 use std::sync::{Arc, Mutex};
+use tracing::Instrument;
 
 use sqlx::{PgPool, Postgres, QueryBuilder};
 use tokio::task::JoinHandle;
@@ -185,7 +186,7 @@ impl Drop for Pending {
             return;
         };
         let db = self.db.clone();
-        runtime.spawn(async move { record_logged(&db, &records).await });
+        runtime.spawn(async move { record_logged(&db, &records).await }.in_current_span());
     }
 }
 

@@ -103,6 +103,8 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
                 Err(message) => Err(message),
             };
             if let Err(message) = answered {
+                // The response said 200 long ago: this line is the failure's trace in the log.
+                tracing::warn!(error = %message, "the answer ended with an error");
                 let _ = tx.send(QaEvent::Error { message }).await;
             }
         }

@@ -642,6 +642,8 @@ async fn endpoints_that_misbehave_or_take_too_long_end_the_turn_as_failed() {
         ("chat-loop", "asked for tools it was not offered"),
         ("chat-slow", "passed its time limit of 1 s"),
     ];
+    // Each failure is logged with its request's id: the response said 200 before it.
+    let logs = api_tests::mcp_servers::LogCapture::start();
     for (i, (key, reason)) in cases.into_iter().enumerate() {
         let model = s.chat_model(key, json!({})).await;
         let agent = s.agent(&s.admin, json!({ "name": key, "chatModelId": model })).await;
@@ -658,6 +660,12 @@ async fn endpoints_that_misbehave_or_take_too_long_end_the_turn_as_failed() {
         assert_eq!(stored[1]["status"], 2, "{key}: stored as failed");
         let calls = s.models.requests().len() - before;
         assert_eq!(calls, 1, "{key}: one model call, no more rounds");
+        let logged = logs.text();
+        let line = logged
+            .lines()
+            .find(|l| l.contains("the answer ended with an error") && l.contains(reason))
+            .unwrap_or_else(|| panic!("{key}: no log line of the failure in {logged}"));
+        assert!(line.contains("request_id="), "{key}: {line}");
     }
     let flooded: i32 = sqlx::query_scalar("SELECT max(length(content)) FROM messages")
         .fetch_one(&s.app.db)

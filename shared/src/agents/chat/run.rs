@@ -222,7 +222,17 @@ impl Turn {
                     .await;
                 }
             }
-            Outcome::Failed { code, told, .. } => {
+            Outcome::Failed { code, told, kept } => {
+                // The response said 200 long ago: this line is the failure's only trace in
+                // the log (a time limit, a too large answer, a model's failure).
+                tracing::warn!(
+                    parent: &self.span,
+                    agent_id = self.agent.id,
+                    model_id = self.model.row.id,
+                    code,
+                    error = %kept,
+                    "the answer ended with an error"
+                );
                 let _ = out
                     .send(StreamEvent::Error {
                         code: *code,
@@ -470,8 +480,8 @@ impl Turn {
     /// keep the whole error for whoever looks into it.
     fn model_failed(&self, e: &ModelError) -> Outcome {
         let _in_request = self.span.enter();
+        // Logged where the turn ends with it, once (in `run`).
         let kept = format!("the model call failed: {e}");
-        tracing::warn!(agent_id = self.agent.id, model_id = self.model.row.id, error = %e, "model call failed");
         let own = matches!(self.caller.owner, Owner::User(id) if id == self.model.row.creator_id);
         let told = format!("the model call failed: {}", e.told_to(own));
         Outcome::Failed { code: 500, told, kept }

@@ -2439,8 +2439,15 @@ async fn a_dimension_the_model_does_not_make_fails_the_document_by_name() {
         .execute(&s.app.db)
         .await
         .unwrap();
+    let told = "makes 8-dimensional vectors, but the knowledge base's dimensionOfVectorModel is 16";
+    fails_at_embedding_after_one_call(&s, kb, told).await;
+}
+
+/// Uploads a document to `kb` and expects it failed at embedding, its message holding `told`,
+/// after one embedding call: the failure answers the same on every delivery.
+async fn fails_at_embedding_after_one_call(s: &KbSetup, kb: i64, told: &str) {
     let embeddings = || s.models.requests().iter().filter(|r| r.get("input").is_some()).count();
-    let probed = embeddings();
+    let before = embeddings();
     let reply = s.upload(kb, &[("n.txt", NOTES_TXT.as_bytes().to_vec())]).await;
     let d = s.settled(doc_ids(&reply).await[0]).await;
     assert_eq!(
@@ -2448,9 +2455,8 @@ async fn a_dimension_the_model_does_not_make_fails_the_document_by_name() {
         (Some("failed"), Some("embedding")),
         "{d}"
     );
-    let told = "makes 8-dimensional vectors, but the knowledge base's dimensionOfVectorModel is 16";
     assert!(d["errorMessage"].as_str().unwrap().contains(told), "{d}");
-    assert_eq!(embeddings() - probed, 1, "one call, not retried");
+    assert_eq!(embeddings() - before, 1, "one call, not retried");
 }
 
 /// An embedding endpoint that refuses the base's key answers the same on every delivery: the
@@ -2475,17 +2481,7 @@ async fn an_embedding_key_refused_fails_the_document_at_once() {
         )
         .await
         .assert_status_ok();
-    let embeddings = || s.models.requests().iter().filter(|r| r.get("input").is_some()).count();
-    let before = embeddings();
-    let reply = s.upload(kb, &[("n.txt", NOTES_TXT.as_bytes().to_vec())]).await;
-    let d = s.settled(doc_ids(&reply).await[0]).await;
-    assert_eq!(
-        (d["status"].as_str(), d["errorStage"].as_str()),
-        (Some("failed"), Some("embedding")),
-        "{d}"
-    );
-    assert_eq!(d["errorMessage"], "the model endpoint rejected the API key", "{d}");
-    assert_eq!(embeddings() - before, 1, "one call, not retried");
+    fails_at_embedding_after_one_call(&s, kb, "the model endpoint rejected the API key").await;
 }
 
 /// An edit naming a new embedding model asks it for its dimension, a paid call, only once

@@ -10,6 +10,12 @@ use api_tests::{spawn_with, wait_for, Reply, Store, TestApp};
 use serde_json::{json, Value};
 use shared::domain::Owner;
 
+/// A round that tells the extraction model one fact.
+const DOG: [(&str, &str); 2] = [
+    ("user", "FACT: Pet | Has a dog called Biscuit"),
+    ("assistant", "Lovely."),
+];
+
 struct Setup {
     app: TestApp,
     models: ModelServer,
@@ -98,6 +104,15 @@ impl Setup {
     }
 
     /// Appends (role, content) messages.
+    /// A memory config with the defaults, an agent bound to it, and the administrator's
+    /// conversation `key` with the agent: (config, agent, conversation).
+    async fn admins_conversation(&self, key: &str) -> (i64, i64, i64) {
+        let config = self.config(json!({})).await;
+        let agent = self.agent(Some(config)).await;
+        let conv = self.conversation(agent, Owner::User(self.admin_id), key).await;
+        (config, agent, conv)
+    }
+
     async fn say(&self, conversation: i64, agent: i64, messages: &[(&str, &str)]) {
         for (role, content) in messages {
             sqlx::query("INSERT INTO messages (conversation_id, agent_id, role, content) VALUES ($1, $2, $3, $4)")
@@ -372,18 +387,8 @@ async fn rounds_queue_an_extraction_through_sqs() {
 #[tokio::test]
 async fn a_queued_extraction_is_retried_only_when_it_may_pass() {
     let s = setup(false).await;
-    let config = s.config(json!({})).await;
-    let agent = s.agent(Some(config)).await;
-    let conv = s.conversation(agent, Owner::User(s.admin_id), "refused").await;
-    s.say(
-        conv,
-        agent,
-        &[
-            ("user", "FACT: Pet | Has a dog called Biscuit"),
-            ("assistant", "Lovely."),
-        ],
-    )
-    .await;
+    let (config, agent, conv) = s.admins_conversation("refused").await;
+    s.say(conv, agent, &DOG).await;
     let worker = shared::memory::worker::handler(s.app.state.clone());
     let body = json!({ "conversationId": conv, "memoryConfigId": config }).to_string();
     let deliver = async || {
@@ -432,15 +437,7 @@ async fn rounds_queue_an_extraction(s: Setup) {
     let conv = s.conversation(agent, owner, "queued").await;
     let state = &s.app.state;
 
-    s.say(
-        conv,
-        agent,
-        &[
-            ("user", "FACT: Pet | Has a dog called Biscuit"),
-            ("assistant", "Lovely."),
-        ],
-    )
-    .await;
+    s.say(conv, agent, &DOG).await;
     shared::memory::after_round(state, agent, owner, conv, Some(config))
         .await
         .unwrap();
@@ -1322,9 +1319,7 @@ async fn the_state_table_is_enforced() {
 #[tokio::test]
 async fn an_edit_of_a_memory_changed_meanwhile_is_refused() {
     let s = setup(false).await;
-    let config = s.config(json!({})).await;
-    let agent = s.agent(Some(config)).await;
-    let conv = s.conversation(agent, Owner::User(s.admin_id), "edits").await;
+    let (_, agent, conv) = s.admins_conversation("edits").await;
     s.say(conv, agent, &[("user", "FACT: City | Lives in Lyon")]).await;
     s.extract(&s.admin, agent, "edits").await.assert_ok();
     let id: i64 = sqlx::query_scalar("SELECT id FROM memories")
@@ -2240,9 +2235,7 @@ async fn a_config_edit_asks_its_new_model_without_holding_the_config() {
 #[tokio::test]
 async fn extraction_stops_before_a_turn_still_being_answered() {
     let s = setup(false).await;
-    let config = s.config(json!({})).await;
-    let agent = s.agent(Some(config)).await;
-    let conv = s.conversation(agent, Owner::User(s.admin_id), "busy").await;
+    let (_, agent, conv) = s.admins_conversation("busy").await;
     s.say(
         conv,
         agent,

@@ -30,6 +30,29 @@ pub fn with_request_tracing<S: Clone + Send + Sync + 'static>(router: Router<S>)
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(axum::middleware::from_fn(trace_request))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(axum::middleware::from_fn(drop_unusable_request_id))
+}
+
+/// A client's request id is kept only when it can be found again: 1 to 128 of `A-Z a-z 0-9 .
+/// _ -` (a UUID, a trace id). Another is replaced by a new one: kilobytes of it went into every
+/// log line of the request, an empty one merged unrelated requests, and one that is not text
+/// was logged as "-" while it was echoed back, so the id a user reported matched no line.
+async fn drop_unusable_request_id(mut req: Request<Body>, next: Next) -> Response {
+    let usable = req
+        .headers()
+        .get(REQUEST_ID)
+        .is_none_or(|id| usable_request_id(id.as_bytes()));
+    if !usable {
+        req.headers_mut().remove(REQUEST_ID);
+    }
+    next.run(req).await
+}
+
+fn usable_request_id(id: &[u8]) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Runs the handler in the request's span and keeps the span open until the response's body
@@ -171,6 +194,21 @@ mod tests {
     use super::*;
     use axum::routing::get;
     use tower::ServiceExt;
+
+    #[test]
+    fn a_request_id_is_kept_when_it_can_be_found_again() {
+        for usable in [
+            "req-123",
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "a.b_c-D",
+            &"r".repeat(128),
+        ] {
+            assert!(usable_request_id(usable.as_bytes()), "{usable}");
+        }
+        for unusable in ["", "a b", "é", "a\u{1}", &"r".repeat(129)] {
+            assert!(!usable_request_id(unusable.as_bytes()), "{unusable:?}");
+        }
+    }
 
     async fn call(app: &Router, path: &str) -> (u16, serde_json::Value) {
         let request = Request::builder().uri(path).body(Body::empty()).unwrap();

@@ -210,6 +210,14 @@ async fn unknown_routes_and_request_ids() {
     assert_eq!(reply.headers["x-request-id"], "req-123");
     // Without one, each request gets a fresh UUID.
     let id_of = |r: &api_tests::Reply| r.headers["x-request-id"].to_str().unwrap().to_owned();
+    // So does one sent that could not be found again in the logs: too long, empty, not text.
+    let long = "r".repeat(129);
+    for unusable in [long.as_str(), "", "a b", "é"] {
+        let reply = app
+            .send(app.client.get(app.url("/user")).header("x-request-id", unusable))
+            .await;
+        assert!(uuid::Uuid::parse_str(&id_of(&reply)).is_ok(), "{unusable:?}");
+    }
     let (a, b) = (
         id_of(&app.get("/user", None).await),
         id_of(&app.get("/user", None).await),

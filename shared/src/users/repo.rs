@@ -304,9 +304,6 @@ pub async fn purge_expired_families(db: impl PgExecutor<'_>) -> sqlx::Result<u64
     Ok(done.rows_affected())
 }
 
-/// Revokes one login's refresh tokens and ends its user's access tokens (all of them: an access
-/// token does not name its login, and a leaked refresh token may have minted any of them).
-/// Two statements, as in `revoke_all_for_user`.
 /// Whether the login has a token not revoked (it has not been signed out, revoked or purged).
 pub async fn family_is_live(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Result<bool> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM refresh_tokens WHERE family_id = $1 AND revoked_at IS NULL)")
@@ -315,6 +312,9 @@ pub async fn family_is_live(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Resu
         .await
 }
 
+/// Revokes one login's refresh tokens and ends its user's access tokens (all of them: an access
+/// token does not name its login, and a leaked refresh token may have minted any of them).
+/// Two statements, as in `revoke_all_for_user`.
 pub async fn revoke_family(conn: &mut sqlx::PgConnection, family: Uuid) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE users SET token_version = token_version + 1

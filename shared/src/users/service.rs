@@ -305,6 +305,13 @@ pub async fn change_own_password(state: &AppState, user: &CurrentUser, req: Chan
     throttle::release(state.db(), &guesses).await?;
     let hash = password::hash_off_thread(new).await?;
     let mut tx = state.db().begin().await?;
+    // As read when the old password was checked: a reset by an administrator meanwhile (a
+    // session taken over, say) must not be overwritten by a password its holder chose.
+    if repo::lock_token_version(&mut tx, user.id).await? != Some(row.token_version) {
+        return Err(AppError::Conflict(
+            "the password was changed meanwhile; nothing was changed: log in again".into(),
+        ));
+    }
     repo::set_password(&mut *tx, user.id, &hash).await?;
     repo::revoke_all_for_user(&mut tx, user.id).await?;
     tx.commit().await?;

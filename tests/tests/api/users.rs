@@ -794,3 +794,30 @@ async fn a_password_change_revokes_a_token_issued_while_it_runs() {
         .unwrap();
     assert_eq!(live, 0, "the token issued meanwhile is revoked too");
 }
+
+/// Changing one's own password while an administrator's reset is being written (a session
+/// taken over, say) does not overwrite the reset with a password the session's holder chose:
+/// 409, and the password they chose does not log in.
+#[tokio::test]
+async fn an_own_password_change_does_not_overwrite_a_reset_made_meanwhile() {
+    let app = app().await;
+    let (id, token) = app.regular_user("carol").await;
+    let mut reset = app.db.begin().await.unwrap();
+    sqlx::query("UPDATE users SET token_version = token_version + 1 WHERE id = $1")
+        .bind(id)
+        .execute(&mut *reset)
+        .await
+        .unwrap();
+    let body = json!({ "oldPassword": "user-password-1", "newPassword": "Chosen-by-a-thief-1" });
+    let change = app.put("/user/password", Some(&token), &body);
+    let commit = async {
+        api_tests::until_a_statement_waits_for_a_lock(&app.db).await;
+        reset.commit().await.unwrap();
+    };
+    let (changed, ()) = tokio::join!(change, commit);
+    assert_eq!(changed.status, 409, "{:?}", changed.body);
+    assert!(changed.msg().contains("changed meanwhile"), "{:?}", changed.body);
+    app.login("carol", "Chosen-by-a-thief-1")
+        .await
+        .assert_error(401, 401, "incorrect");
+}

@@ -137,10 +137,17 @@ pub fn http_url(field: &str, value: &str) -> Result<(), AppError> {
         None => Err(AppError::validation(format!(
             "{field} must be an http:// or https:// URL"
         ))),
-        Some(u) if !u.username().is_empty() || u.password().is_some() => Err(AppError::validation(format!(
-            "{field} must not hold credentials (user:password@); use the credential fields"
+        Some(u) => without_credentials(field, &u, "use the credential fields"),
+    }
+}
+
+/// Refuses a URL holding `user:password@`; `instead` says where the credentials go.
+pub fn without_credentials(field: &str, url: &reqwest::Url, instead: &str) -> Result<(), AppError> {
+    match url.username().is_empty() && url.password().is_none() {
+        true => Ok(()),
+        false => Err(AppError::validation(format!(
+            "{field} must not hold credentials (user:password@); {instead}"
         ))),
-        Some(_) => Ok(()),
     }
 }
 

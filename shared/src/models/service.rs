@@ -262,11 +262,7 @@ async fn validate_endpoint(state: &AppState, url: &str, reach: Reach) -> AppResu
         return Err(AppError::validation("apiEndpoint must be an http(s) URL"));
     }
     // The address is shown in errors and logs; the key has a field of its own, kept sealed.
-    if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(AppError::validation(
-            "apiEndpoint must not hold credentials (user:password@); send the key as apiKey",
-        ));
-    }
+    validate::without_credentials("apiEndpoint", &parsed, "send the key as apiKey")?;
     state.config().outbound.deny(reach).check_url("apiEndpoint", url).await
 }
 

@@ -81,7 +81,7 @@ impl StreamableHttpClient for StreamableClient {
             .0
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await;
-        expire_refused(in_session, without_url(result))
+        expire_refused(in_session, result.map_err(strip_url))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -105,7 +105,7 @@ impl StreamableHttpClient for StreamableClient {
                 max_sse_event_size,
             )
             .await;
-        expire_refused(in_session, without_url(result))
+        expire_refused(in_session, result.map_err(strip_url))
     }
 
     async fn delete_session(
@@ -115,11 +115,10 @@ impl StreamableHttpClient for StreamableClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), Error> {
-        without_url(
-            self.0
-                .delete_session(uri, session_id, auth_header, custom_headers)
-                .await,
-        )
+        self.0
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+            .map_err(strip_url)
     }
 
     async fn get_stream(
@@ -130,11 +129,10 @@ impl StreamableHttpClient for StreamableClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Error> {
-        without_url(
-            self.0
-                .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-                .await,
-        )
+        self.0
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+            .map_err(strip_url)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -163,10 +161,6 @@ impl StreamableHttpClient for StreamableClient {
 /// A failure without the URL the HTTP client names in it: rmcp logs some failures itself (a
 /// session's end refused, a stream lost), where the query of a server's URL, which may hold
 /// its key, would be written out whole.
-fn without_url<T>(result: Result<T, Error>) -> Result<T, Error> {
-    result.map_err(strip_url)
-}
-
 fn strip_url(error: Error) -> Error {
     match error {
         StreamableHttpError::Client(e) => StreamableHttpError::Client(e.without_url()),

@@ -70,10 +70,7 @@ impl From<sqlx::Error> for Unextracted {
 
 impl From<CallError> for Unextracted {
     fn from(error: CallError) -> Self {
-        let passing = match &error {
-            CallError::Model(m) => m.may_pass(),
-            CallError::Refused(e) => e.may_pass(),
-        };
+        let passing = error.may_pass();
         Self {
             error: error.into(),
             passing,

@@ -111,6 +111,16 @@ pub enum CallError {
 /// from a service inside the operator's network that the caller must not read (see
 /// [`ModelError::brief`]); the log keeps them. Connectivity tests and chat tell the config's
 /// owner the whole error themselves.
+impl CallError {
+    /// Worth another delivery of queued work (`ModelError::may_pass`, `AppError::may_pass`).
+    pub fn may_pass(&self) -> bool {
+        match self {
+            Self::Model(m) => m.may_pass(),
+            Self::Refused(e) => e.may_pass(),
+        }
+    }
+}
+
 impl From<CallError> for AppError {
     fn from(err: CallError) -> Self {
         match err {

@@ -9,24 +9,23 @@ use crate::domain::Owner;
 use crate::domain::{Page, PageQuery};
 use crate::{validate, AppError, AppResult, AppState};
 
-/// The agent (which the app must be allowed to use) and the registered user, if any.
+/// The agent (which the app must be allowed to use) and the openId.
 async fn scope(
     state: &AppState,
     app: &AppCaller,
     agent_id: Option<i64>,
     open_id: Option<String>,
-) -> AppResult<(i64, String, Option<i64>)> {
+) -> AppResult<(i64, String)> {
     let agent_id = validate::present("agentId", agent_id)?;
     let open_id = users::check_open_id(open_id)?;
     agents::usable(state, app, agent_id).await?;
-    let user = users::existing(state, app, &open_id).await?;
-    Ok((agent_id, open_id, user))
+    Ok((agent_id, open_id))
 }
 
-/// As `scope`, for what the user already said: an agent the app may no longer use (disabled
-/// since, or bound to another app) still answers for the conversations its end user has with
-/// it, which the partner must be able to read and erase. An agent the user never talked to
-/// answers as an unknown one.
+/// The agent and the registered user, if any, for what the user already said: an agent the
+/// app may no longer use (disabled since, or bound to another app) still answers for the
+/// conversations its end user has with it, which the partner must be able to read and erase.
+/// An agent the user never talked to answers as an unknown one.
 async fn scope_of_theirs(
     state: &AppState,
     app: &AppCaller,
@@ -80,7 +79,7 @@ pub async fn create(state: &AppState, app: &AppCaller, req: NewConversation) -> 
     if let Some(t) = &title {
         validate::length("title", t, 1, 200)?;
     }
-    let (agent_id, open_id, _) = scope(state, app, req.agent_id, req.open_id).await?;
+    let (agent_id, open_id) = scope(state, app, req.agent_id, req.open_id).await?;
     let (user, _) = users::ensure(state, app, &open_id).await?;
     let (row, created) = conv_repo::ensure(state.db(), agent_id, Owner::External(user), &conversation_id).await?;
     let title = match title {

@@ -2,9 +2,9 @@
 //! host, as its own user, whenever anyone who can see the server lists or calls its tools: its
 //! code reads what the service's user can read (the service's environment is withheld, see
 //! `hide_environment_from_children`, but files, the network position and the instance role
-//! are not). So stdio is off
-//! unless the operator turns it on (`MCP_STDIO_ENABLED`), and then runs only the commands the
-//! operator listed (`MCP_STDIO_COMMANDS`), with no variable that makes them run other code.
+//! are not). So stdio is off unless the operator turns it on (`MCP_STDIO_ENABLED`), and then
+//! runs only the commands the operator listed (`MCP_STDIO_COMMANDS`), with no variable that
+//! makes them run other code.
 //! All are checked when a server is saved (400) and again before each start, so a server saved
 //! before the rules changed does not run either.
 

@@ -18,8 +18,8 @@ pub use sqs::SqsQueue;
 /// Messages delivered at most this many times before they go to the dead-letter queue
 /// (the SAM template's `maxReceiveCount` says the same for SQS).
 pub const MAX_RECEIVES: u32 = 3;
-/// Largest batch the local server's queues take at once (the Lambda event sources take 1: a run that
-/// reaches its invocation's time limit then ends only itself).
+/// Largest batch the local server's queues take at once (the Lambda event sources take 1: a
+/// run that reaches its invocation's time limit then ends only itself).
 pub const BATCH_SIZE: usize = 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -253,8 +253,8 @@ pub async fn claim_refresh(db: impl PgExecutor<'_>, hash: &str) -> sqlx::Result<
 
 /// Used refresh tokens a login keeps, newest first: a replay of one of them revokes the login,
 /// and so does one older than that, which names the login (`auth::refresh::family_of`). Kept
-/// without end, a client
-/// refreshing in a loop added a row per call for as long as it ran (and 14 days more).
+/// without end, a client refreshing in a loop added a row per call for as long as it ran (and
+/// 14 days more).
 pub const KEPT_USED_TOKENS: i64 = 32;
 
 /// Deletes the login's used refresh tokens but the newest `KEPT_USED_TOKENS`.

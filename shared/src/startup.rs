@@ -13,7 +13,6 @@ pub async fn start() -> anyhow::Result<AppState> {
         crate::mcp::stdio::hide_environment_from_children()
             .map_err(|e| anyhow::anyhow!("MCP_STDIO_ENABLED: cannot keep the environment from stdio servers: {e}"))?;
     }
-    crate::crypto::password::prepare();
     let state = AppState::build(config).await?;
     let cfg = state.config();
     crate::users::service::ensure_first_admin(state.db(), cfg.admin_username.as_deref(), cfg.admin_password.as_deref())

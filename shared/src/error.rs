@@ -103,11 +103,21 @@ impl AppError {
 
     /// Logs the cause of a failure the client is not told about (internal, a backing service).
     pub fn log(&self) {
+        self.log_answered(None);
+    }
+
+    /// `log`, with how long the request took when it was answered with this failure: the
+    /// request's one line about it (`http::middleware`).
+    pub fn log_answered(&self, latency_ms: Option<u64>) {
+        let status = self.status().as_u16();
         match self {
-            Self::Internal(cause) => tracing::error!(error = ?cause, "request failed"),
-            Self::Unavailable { cause, .. } => {
-                tracing::warn!(error = ?cause, "request failed: a backing service is unavailable")
-            }
+            Self::Internal(cause) => tracing::error!(status, latency_ms, error = ?cause, "request failed"),
+            Self::Unavailable { cause, .. } => tracing::warn!(
+                status,
+                latency_ms,
+                error = ?cause,
+                "request failed: a backing service is unavailable"
+            ),
             _ => {}
         }
     }

@@ -1,5 +1,7 @@
 //! Every failure as the envelope `{code, msg, data: null}` with its HTTP status.
 
+use std::sync::Arc;
+
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -7,9 +9,13 @@ use serde_json::json;
 use crate::error::ErrorInfo;
 use crate::AppError;
 
+/// A failure of the service carried to the request's tracing layer, which logs its cause
+/// once, with the status and the latency (`http::middleware`).
+#[derive(Clone)]
+pub struct FailureCause(pub Arc<AppError>);
+
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        self.log();
         let info = ErrorInfo {
             code: self.code(),
             message: self.public_message(),
@@ -22,6 +28,9 @@ impl IntoResponse for AppError {
             }
         }
         response.extensions_mut().insert(info);
+        if self.is_server_side() {
+            response.extensions_mut().insert(FailureCause(Arc::new(self)));
+        }
         response
     }
 }

@@ -16,6 +16,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use super::error_response::FailureCause;
 use crate::error::ErrorInfo;
 use crate::{AppError, AppState};
 
@@ -66,12 +67,14 @@ async fn trace_request(req: Request<Body>, next: Next) -> Response {
     let status = response.status();
     span.record("http.response.status_code", i64::from(status.as_u16()));
     if status.is_server_error() {
+        // One line per failed request: the cause, when the failure has one, with its status and
+        // latency (an error's own line and a second one here made every 5xx count twice).
         let _entered = span.enter();
-        tracing::error!(
-            status = status.as_u16(),
-            latency_ms = started.elapsed().as_millis() as u64,
-            "response failed"
-        );
+        let latency_ms = started.elapsed().as_millis() as u64;
+        match response.extensions().get::<FailureCause>() {
+            Some(FailureCause(cause)) => cause.log_answered(Some(latency_ms)),
+            None => tracing::error!(status = status.as_u16(), latency_ms, "response failed"),
+        }
     }
     response.map(|body| Body::new(SpanBody { body, _span: span }))
 }
@@ -186,6 +189,8 @@ fn status_envelope(response: Response) -> Response {
             rendered.headers_mut().insert(name.clone(), value.clone());
         }
     }
+    // The failure's cause goes on to the tracing layer, which logs it.
+    rendered.extensions_mut().extend(parts.extensions);
     rendered
 }
 
@@ -216,6 +221,77 @@ mod tests {
         let status = response.status().as_u16();
         let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
         (status, serde_json::from_slice(&body).unwrap_or_default())
+    }
+
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_request_is_logged_once_with_its_cause_status_and_latency() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let app = with_request_tracing(catch_panics(
+            Router::new()
+                .route(
+                    "/internal",
+                    get(|| async { AppError::Internal(anyhow::anyhow!("disk on fire")) }),
+                )
+                .route(
+                    "/unavailable",
+                    get(|| async {
+                        AppError::Unavailable {
+                            message: "the database cannot be reached".into(),
+                            cause: anyhow::anyhow!("connection refused"),
+                        }
+                    }),
+                )
+                .route("/boom", get(|| async { panic!("index out of bounds") as &'static str }))
+                .route("/bare", get(|| async { axum::http::StatusCode::BAD_GATEWAY })),
+        ));
+        let cases = [
+            ("/internal", "500", "disk on fire"),
+            ("/unavailable", "503", "connection refused"),
+            ("/boom", "500", "index out of bounds"),
+            ("/bare", "502", "response failed"),
+        ];
+        for (path, status, cause) in cases {
+            lines.0.lock().unwrap().clear();
+            call(&app, path).await;
+            let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+            let failed: Vec<&str> = logged
+                .lines()
+                .filter(|l| l.contains("ERROR") || l.contains("WARN"))
+                .collect();
+            assert_eq!(failed.len(), 1, "{path}: one line per failed request:\n{logged}");
+            let line = failed[0];
+            assert!(line.contains(cause), "{path}: {line}");
+            assert!(line.contains(&format!("status={status}")), "{path}: {line}");
+            assert!(line.contains("latency_ms="), "{path}: {line}");
+            assert!(line.contains("request_id="), "{path}: {line}");
+        }
+    }
+
+    #[test]
+    fn the_status_envelope_keeps_the_failure_for_the_log() {
+        let response = AppError::Internal(anyhow::anyhow!("disk on fire")).into_response();
+        let rendered = status_envelope(response);
+        assert!(rendered.extensions().get::<FailureCause>().is_some());
+        assert!(rendered.extensions().get::<ErrorInfo>().is_some());
     }
 
     #[tokio::test]

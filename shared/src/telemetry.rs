@@ -85,10 +85,32 @@ pub fn init() {
             // traces), and none of its libraries' (connection and session internals).
             .with_filter(Targets::new().with_target("shared", Level::INFO))
     });
-    let _ = tracing_subscriber::registry()
+    let installed = tracing_subscriber::registry()
         .with(logs.with_filter(filter))
         .with(traces)
         .try_init();
+    if installed.is_ok() {
+        log_panics();
+    }
+}
+
+/// Makes a panic a log line of the span it happened in (a streamed answer's task, a queued
+/// message), with the request's id: the default hook writes plain text to standard error,
+/// outside the JSON lines, so a stream cut by a panic in its task left no line to find it by.
+/// The default hook still runs after (a test's failure message, a backtrace when asked).
+fn log_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic without a message");
+        let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+        tracing::error!(panic = message, location, "panicked");
+        default(info);
+    }));
 }
 
 /// The OTLP exporter the environment asks for, if any.
@@ -279,6 +301,29 @@ mod tests {
         let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(line["spans"][0]["request_id"], "abc-123", "{line}");
         assert_eq!(line["spans"][1]["rag.id"], 7, "{line}");
+    }
+
+    #[test]
+    fn a_panic_is_a_line_of_its_request() {
+        super::log_panics();
+        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = out.clone();
+        let writer = move || Sink(sink.clone());
+        let subscriber = tracing_subscriber::registry().with(json_lines(writer));
+        tracing::subscriber::with_default(subscriber, || {
+            let request = tracing::info_span!("request", request_id = "abc-123");
+            let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _request = request.enter();
+                panic!("index {} out of bounds", 7);
+            }));
+            assert!(unwound.is_err());
+        });
+        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(line["message"], "panicked", "{line}");
+        assert_eq!(line["panic"], "index 7 out of bounds", "{line}");
+        assert!(line["location"].as_str().unwrap().contains("telemetry.rs"), "{line}");
+        assert_eq!(line["spans"][0]["request_id"], "abc-123", "{line}");
     }
 
     struct Sink(Arc<Mutex<Vec<u8>>>);

@@ -78,16 +78,24 @@ pub async fn delete_provider(db: &PgPool, id: i64) -> sqlx::Result<bool> {
 /// Knowledge bases, agents and memory configs that name the config, in a column or in their
 /// settings: each uses it as a model of the type it has now.
 pub async fn users_count(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<i64> {
+    others_users_count(db, id, None).await
+}
+
+/// `users_count` of what is not `owner`'s (all of it when `owner` is None).
+pub async fn others_users_count(db: impl PgExecutor<'_>, id: i64, owner: Option<i64>) -> sqlx::Result<i64> {
     sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM knowledge_bases
-                 WHERE embedding_model_id = $1 OR rerank_model_id = $1
+                 WHERE (embedding_model_id = $1 OR rerank_model_id = $1
                     OR (chunk_params->>'chunkModelId')::bigint = $1 OR (model_params->>'modelId')::bigint = $1
                     OR (search_params->>'rerankModelId')::bigint = $1)
-              + (SELECT count(*) FROM agents WHERE chat_model_id = $1)
+                   AND creator_id IS DISTINCT FROM $2)
+              + (SELECT count(*) FROM agents WHERE chat_model_id = $1 AND creator_id IS DISTINCT FROM $2)
               + (SELECT count(*) FROM memory_configs
-                 WHERE embedding_model_id = $1 OR rerank_model_id = $1 OR extraction_model_id = $1)",
+                 WHERE (embedding_model_id = $1 OR rerank_model_id = $1 OR extraction_model_id = $1)
+                   AND creator_id IS DISTINCT FROM $2)",
     )
     .bind(id)
+    .bind(owner)
     .fetch_one(db)
     .await
 }

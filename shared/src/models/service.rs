@@ -53,15 +53,36 @@ fn provider_conflict(err: sqlx::Error) -> AppError {
     }
 }
 
+/// An icon every administrator's console shows as an image: an http(s) address, a path on
+/// the console's own site, or an inline image; never a script (`javascript:`).
+fn icon(url: Option<&str>) -> AppResult<()> {
+    validate::at_most("iconUrl", url, validate::MAX_URL)?;
+    let Some(url) = url.filter(|u| !u.is_empty()) else {
+        return Ok(());
+    };
+    let lower = url.to_ascii_lowercase();
+    let image = ["https://", "http://", "data:image/"]
+        .iter()
+        .any(|p| lower.starts_with(p))
+        || url.starts_with('/');
+    match image && !url.chars().any(char::is_control) {
+        true => Ok(()),
+        false => Err(AppError::validation(
+            "iconUrl must be an http(s) URL, a path beginning with /, or a data:image/ URL",
+        )),
+    }
+}
+
 pub async fn create_provider(state: &AppState, user: &CurrentUser, req: ProviderRequest) -> AppResult<i64> {
     user.require_admin()?;
     let name = validate::required("providerName", req.provider_name)?;
     validate::length("providerName", &name, 1, 100)?;
+    validate::printable("providerName", &name, false)?;
     let key = validate::required("providerKey", req.provider_key)?;
     provider_key(&key)?;
     let (description, icon_url) = (validate::optional(req.description), validate::optional(req.icon_url));
     validate::at_most("description", description.as_deref(), validate::MAX_DESCRIPTION)?;
-    validate::at_most("iconUrl", icon_url.as_deref(), validate::MAX_URL)?;
+    icon(icon_url.as_deref())?;
     let fields = ProviderFields {
         name: Some(&name),
         key: Some(&key),
@@ -82,6 +103,7 @@ pub async fn update_provider(state: &AppState, user: &CurrentUser, id: i64, req:
         .transpose()?;
     if let Some(n) = &name {
         validate::length("providerName", n, 1, 100)?;
+        validate::printable("providerName", n, false)?;
     }
     let key = req
         .provider_key
@@ -96,7 +118,7 @@ pub async fn update_provider(state: &AppState, user: &CurrentUser, id: i64, req:
         req.icon_url.as_deref().map(str::trim),
     );
     validate::at_most("description", description, validate::MAX_DESCRIPTION)?;
-    validate::at_most("iconUrl", icon_url, validate::MAX_URL)?;
+    icon(icon_url)?;
     let fields = ProviderFields {
         name: name.as_deref(),
         key: key.as_deref(),
@@ -263,6 +285,9 @@ async fn validate_endpoint(state: &AppState, url: &str, reach: Reach) -> AppResu
     }
     // The address is shown in errors and logs; the key has a field of its own, kept sealed.
     validate::without_credentials("apiEndpoint", &parsed, "send the key as apiKey")?;
+    if parsed.fragment().is_some() {
+        return Err(AppError::validation("apiEndpoint must not have a fragment (#...)"));
+    }
     state.config().outbound.deny(reach).check_url("apiEndpoint", url).await
 }
 
@@ -407,6 +432,7 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
     let provider_id = validate::present("providerId", req.provider_id)?;
     let model_name = validate::required("modelName", req.model_name)?;
     validate::length("modelName", &model_name, 1, 200)?;
+    validate::printable("modelName", &model_name, false)?;
     let model_key = validate::required("modelKey", req.model_key)?;
     validate::length("modelKey", &model_key, 1, 200)?;
     let model_type = ModelType::parse("modelType", &validate::required("modelType", req.model_type)?)?;
@@ -495,6 +521,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
     for (field, value) in [("modelName", &model_name), ("modelKey", &model_key)] {
         if let Some(v) = value {
             validate::length(field, v, 1, 200)?;
+            validate::printable(field, v, false)?;
         }
     }
     let api_endpoint = non_blank("apiEndpoint", req.api_endpoint)?;
@@ -602,6 +629,17 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: M
         if users > 0 {
             return Err(AppError::business(format!(
                 "modelType cannot change while {users} knowledge bases, agents or memory configs use this model config"
+            )));
+        }
+    }
+    // A PERSONAL config is its creator's to re-point and re-key: made PERSONAL while others'
+    // agents, bases or memory configs use it, their conversations and documents would go
+    // wherever the creator points it next.
+    if checked.scope != "GLOBAL" && row.scope == "GLOBAL" {
+        let others = repo::others_users_count(&mut *tx, id, Some(row.creator_id)).await?;
+        if others > 0 {
+            return Err(AppError::business(format!(
+                "scope cannot become PERSONAL while {others} knowledge bases, agents or memory configs of other users use this model config"
             )));
         }
     }

@@ -37,6 +37,30 @@ async fn providers_lifecycle() {
     )
     .await
     .assert_status_error(400, 0, "providerKey may contain");
+    for (body, refusal) in [
+        (
+            json!({ "providerName": "n", "providerKey": "k", "iconUrl": "javascript:alert(1)" }),
+            "iconUrl must be an http(s) URL",
+        ),
+        (
+            json!({ "providerName": "n\u{1b}[2J", "providerKey": "k" }),
+            "providerName must not contain control characters",
+        ),
+    ] {
+        app.post("/ai-model/provider", t, &body)
+            .await
+            .assert_status_error(400, 0, refusal);
+    }
+    for icon in [
+        "https://cdn.example.com/openai.svg",
+        "/icons/openai.svg",
+        "data:image/png;base64,AAAA",
+    ] {
+        let body = json!({ "iconUrl": icon });
+        app.put(&format!("/ai-model/provider/{other}"), t, &body)
+            .await
+            .assert_status_ok();
+    }
     assert_eq!(app.count("model_providers").await, 2);
 
     let (_, user) = app.regular_user("ursula").await;
@@ -1267,6 +1291,41 @@ async fn only_managers_see_where_a_config_calls() {
         (seen["apiEndpoint"].clone(), seen["apiKey"].clone()),
         (json!(null), json!("****"))
     );
+
+    // Nor is it handed back while another user's agent chats with it: made PERSONAL again,
+    // its creator could point it, and that agent's conversations, at an endpoint of theirs.
+    let (_, other) = app.regular_user("other").await;
+    let agent = app
+        .post(
+            "/agent",
+            Some(&other),
+            &json!({ "name": "borrower", "chatModelId": own }),
+        )
+        .await;
+    let agent = agent.assert_ok().as_i64().unwrap();
+    let before: Value = sqlx::query_scalar("SELECT to_jsonb(c) FROM model_configs c WHERE id = $1")
+        .bind(own)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    let back = app.put(&path, Some(&admin), &json!({ "scope": "PERSONAL" })).await;
+    assert_eq!(back.status, 400, "{}", back.body);
+    let msg = back.body["message"].as_str().unwrap();
+    assert!(msg.starts_with("scope cannot become PERSONAL while 1 "), "{msg}");
+    let after: Value = sqlx::query_scalar("SELECT to_jsonb(c) FROM model_configs c WHERE id = $1")
+        .bind(own)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(before, after, "a refused change changes nothing");
+    // Its creator's own agents do not hold it back.
+    app.delete(&format!("/agent/{agent}"), Some(&other)).await.assert_ok();
+    app.post("/agent", Some(&owner), &json!({ "name": "mine", "chatModelId": own }))
+        .await
+        .assert_ok();
+    app.put(&path, Some(&admin), &json!({ "scope": "PERSONAL" }))
+        .await
+        .assert_status_ok();
 }
 
 /// Two marks at once still leave one: marks take turns. Without that, each took the mark off

@@ -50,13 +50,22 @@ fn shown(url: &str) -> &str {
 }
 
 impl Endpoint {
-    /// `{base}/{path}`, unless the configured endpoint already names the full path.
+    /// `{base}/{path}`, unless the configured endpoint already names the full path. A query
+    /// of the endpoint (`?api-version=`, `?key=`) stays at the end: written after it, the path
+    /// became part of the query's last value.
     fn url(&self, path: &str) -> String {
-        let base = self.base_url.trim_end_matches('/');
-        if base.ends_with(path) {
-            base.to_owned()
-        } else {
-            format!("{base}/{path}")
+        let (address, query) = match self.base_url.split_once('?') {
+            Some((address, query)) => (address, Some(query)),
+            None => (self.base_url.as_str(), None),
+        };
+        let base = address.trim_end_matches('/');
+        let full = match base.ends_with(path) {
+            true => base.to_owned(),
+            false => format!("{base}/{path}"),
+        };
+        match query {
+            Some(q) => format!("{full}?{q}"),
+            None => full,
         }
     }
 
@@ -260,7 +269,37 @@ pub(crate) fn snippet(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::shown;
+    use super::{shown, Endpoint};
+
+    fn at(base_url: &str) -> Endpoint {
+        Endpoint {
+            base_url: base_url.to_owned(),
+            api_key: String::new(),
+            model: "m".to_owned(),
+            options: serde_json::Value::Null,
+            reach: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_path_goes_before_the_endpoints_query() {
+        let cases = [
+            ("https://h/v1", "https://h/v1/chat/completions"),
+            ("https://h/v1/", "https://h/v1/chat/completions"),
+            ("https://h/v1/chat/completions", "https://h/v1/chat/completions"),
+            (
+                "https://h/v1?api-version=2024-06-01",
+                "https://h/v1/chat/completions?api-version=2024-06-01",
+            ),
+            (
+                "https://h/v1/chat/completions?key=K",
+                "https://h/v1/chat/completions?key=K",
+            ),
+        ];
+        for (base, want) in cases {
+            assert_eq!(at(base).url("chat/completions"), want, "{base}");
+        }
+    }
 
     #[test]
     fn an_address_is_shown_without_its_query() {

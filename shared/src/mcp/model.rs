@@ -104,6 +104,7 @@ impl McpServerView {
     pub fn catalogue(row: McpRow) -> Self {
         let row = McpRow {
             endpoint: None,
+            command: None,
             args: Vec::new(),
             env_vars_enc: None,
             auth_config_enc: None,

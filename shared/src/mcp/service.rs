@@ -184,17 +184,24 @@ async fn validate(
     stored: Option<(&McpRow, &AuthConfig, &BTreeMap<String, String>)>,
 ) -> AppResult<Valid> {
     let row = stored.map(|s| s.0);
+    // Names go into the tool descriptions models read, and into every user's lists.
     let name = match req.name {
-        Some(n) => validate::required("name", Some(n))?,
+        Some(n) => {
+            let n = validate::required("name", Some(n))?;
+            validate::printable("name", &n, false)?;
+            n
+        }
         None => match row {
             Some(r) => r.name.clone(),
             None => return Err(AppError::validation("name is required")),
         },
     };
     validate::length("name", &name, 1, 100)?;
-    let description = req
-        .description
-        .map(|d| d.trim().to_owned())
+    let sent_description = req.description.map(|d| d.trim().to_owned());
+    if let Some(d) = &sent_description {
+        validate::printable("description", d, true)?;
+    }
+    let description = sent_description
         .or_else(|| row.map(|r| r.description.clone()))
         .unwrap_or_default();
     validate::length("description", &description, 0, 1000)?;

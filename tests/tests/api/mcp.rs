@@ -71,6 +71,14 @@ async fn every_validation_rule_is_refused_and_writes_nothing() {
             "description must be 0 to 1000 characters long",
         ),
         (
+            json!({"name": "git\u{7}hub", "transportType": 2, "endpoint": "http://h/mcp"}),
+            "name must not contain control characters",
+        ),
+        (
+            json!({"name": "a", "description": "d\u{7}", "transportType": 2, "endpoint": "http://h/mcp"}),
+            "description must not contain control characters other than line breaks and tabs",
+        ),
+        (
             json!({"name": "a", "transportType": 3, "command": "c".repeat(501)}),
             "command must be 1 to 500 characters long",
         ),

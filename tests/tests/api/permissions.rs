@@ -1283,8 +1283,14 @@ async fn mcp_servers_show_others_no_configuration_and_their_names_tell_nothing()
         let r = app.get(&format!("/mcp-server/{id}"), Some(&bob)).await;
         let d = r.assert_ok();
         assert_eq!(
-            (&d["endpoint"], &d["args"], &d["envVars"], &d["authConfig"]),
-            (&Value::Null, &json!([]), &json!({}), &Value::Null),
+            (
+                &d["endpoint"],
+                &d["command"],
+                &d["args"],
+                &d["envVars"],
+                &d["authConfig"]
+            ),
+            (&Value::Null, &Value::Null, &json!([]), &json!({}), &Value::Null),
             "bob: GET /mcp-server/{id}"
         );
     }

@@ -101,6 +101,8 @@ pub async fn fetch(state: &AppState, raw: &str) -> AppResult<Fetched> {
 
 async fn download(state: &AppState, raw: &str) -> AppResult<Fetched> {
     let mut url = reqwest::Url::parse(raw).map_err(|_| AppError::validation("url must be an absolute http(s) URL"))?;
+    // The address is kept as the document's source and shown to whoever sees the document.
+    crate::validate::without_credentials("url", &url, "import from an address without them")?;
     let limit = state.config().max_upload_bytes;
     for _ in 0..=MAX_REDIRECTS {
         let (host, addr) = vet(state, &url).await?;

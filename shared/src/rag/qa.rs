@@ -203,9 +203,26 @@ fn prompt(kb: &KbRow, context: &[String], query: &str) -> String {
         .prompt
         .clone()
         .unwrap_or_else(|| DEFAULT_PROMPT.to_owned());
-    template
-        .replace("{context}", &numbered.join("\n\n"))
-        .replace("{query}", query)
+    fill(&template, &[("{context}", &numbered.join("\n\n")), ("{query}", query)])
+}
+
+/// The template with each placeholder replaced, in one pass over the template only: replaced
+/// one after the other, a `{query}` inside a retrieved passage (a document about prompts) was
+/// replaced too, and the model read the question spliced into the source.
+fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len() + values.iter().map(|(_, v)| v.len()).sum::<usize>());
+    let mut rest = template;
+    while let Some((at, placeholder, value)) = values
+        .iter()
+        .filter_map(|(p, v)| rest.find(p).map(|at| (at, *p, *v)))
+        .min_by_key(|(at, ..)| *at)
+    {
+        out.push_str(&rest[..at]);
+        out.push_str(value);
+        rest = &rest[at + placeholder.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Retrieves, answers with the held tokens, and stores the exchange in `conversation` if one is named.
@@ -363,4 +380,26 @@ pub fn ndjson(event: &QaEvent) -> String {
         .unwrap_or_else(|_| json!({ "type": "error", "message": "encoding failed" }).to_string());
     line.push('\n');
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fill;
+
+    #[test]
+    fn placeholders_are_filled_from_the_template_only() {
+        let values = [
+            ("{context}", "[1] templates use {context} and {query}"),
+            ("{query}", "what is X?"),
+        ];
+        assert_eq!(
+            fill("Context:\n{context}\nQ: {query} ({query})", &values),
+            "Context:\n[1] templates use {context} and {query}\nQ: what is X? (what is X?)"
+        );
+        assert_eq!(fill("no placeholders", &values), "no placeholders");
+        assert_eq!(
+            fill("{query}{context}", &values),
+            "what is X?[1] templates use {context} and {query}"
+        );
+    }
 }

@@ -1659,6 +1659,16 @@ async fn import_by_url_refuses_internal_addresses() {
         .post("/document/import/url", t, &json!({ "ragId": kb, "url": long }))
         .await
         .assert_error(400, 0, "url must be 1 to 2048 characters long");
+    // Kept as the document's source and shown with it: no password goes in.
+    closed
+        .app
+        .post(
+            "/document/import/url",
+            t,
+            &json!({ "ragId": kb, "url": "https://alice:s3cret@mirror.example.com/h.md" }),
+        )
+        .await
+        .assert_error(400, 0, "url must not hold credentials (user:password@)");
     assert_eq!(closed.app.count("documents").await, 0);
 
     // The operator's outbound lists bind imports too: a range only a list names (here a

@@ -1521,6 +1521,38 @@ async fn skill(s: &ChatSetup, name: &str, instructions: &str) -> i64 {
 }
 
 #[tokio::test]
+async fn two_bound_skills_of_one_name_are_told_apart() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let first = skill(&s, "pirate", "Answer like a pirate: start with ARRR.").await;
+    let second = skill(&s, "pirate", "Answer like a navy officer: start with AYE.").await;
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Twins", "chatModelId": model, "skillEnabled": true, "skillIds": [first, second] }),
+        )
+        .await;
+    let load = |id: i64| format!("CALL load_skill {{\"name\": \"pirate #{id}\"}}");
+    let events = s.chat(&s.admin, agent, say("t-1", &load(second))).await.events();
+    assert_eq!(
+        joined(&events, "text"),
+        "Tool said: Answer like a navy officer: start with AYE."
+    );
+    let events = s.chat(&s.admin, agent, say("t-2", &load(first))).await.events();
+    assert_eq!(
+        joined(&events, "text"),
+        "Tool said: Answer like a pirate: start with ARRR."
+    );
+    let asked = s.models.requests().into_iter().find(|r| r["stream"] == true).unwrap();
+    let system = asked["messages"][0]["content"].as_str().unwrap().to_owned();
+    assert!(
+        system.contains(&format!("- pirate #{first}: pirate skill"))
+            && system.contains(&format!("- pirate #{second}: pirate skill")),
+        "{system}"
+    );
+}
+
+#[tokio::test]
 async fn the_model_loads_a_skill_and_follows_it_and_disabled_skills_are_not_offered() {
     let s = ChatSetup::new().await;
     let model = s.chat_model("chat-agent", json!({})).await;

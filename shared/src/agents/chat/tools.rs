@@ -152,17 +152,27 @@ impl Toolbox {
                 return;
             }
         };
+        // Names are not unique: two bound skills of one name are told apart by their ids, or
+        // every load of either gave the first one's instructions.
+        let labels: Vec<String> = skills
+            .iter()
+            .map(|s| match skills.iter().filter(|o| o.name == s.name).count() {
+                1 => s.name.clone(),
+                _ => format!("{} #{}", s.name, s.id),
+            })
+            .collect();
         let catalog: Vec<String> = skills
             .iter()
-            .map(|s| format!("- {}: {}", s.name, s.description))
+            .zip(&labels)
+            .map(|(s, label)| format!("- {label}: {}", s.description))
             .collect();
         self.prompt_notes.push(format!(
             "You have these skills. When one fits the request, call load_skill with its name first and follow \
              its instructions; read_skill_file reads other files of a skill when its instructions point to them.\n{}",
             catalog.join("\n")
         ));
-        let by_name: HashMap<String, i64> = skills.iter().rev().map(|s| (s.name.clone(), s.id)).collect();
-        let names: Vec<&String> = skills.iter().map(|s| &s.name).collect();
+        let by_name: HashMap<String, i64> = labels.iter().cloned().zip(skills.iter().map(|s| s.id)).collect();
+        let names = &labels;
         self.add(
             ToolSpec {
                 name: "load_skill".into(),

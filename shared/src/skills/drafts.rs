@@ -7,7 +7,8 @@
 //! model wrote.
 
 use super::front_matter::{self, FrontMatter};
-use super::{service, storage, Draft, GenerateRequest, OptimizeRequest};
+use super::package::SKILL_MD;
+use super::{files, service, storage, Draft, GenerateRequest, OptimizeRequest};
 use crate::domain::CurrentUser;
 use crate::models::client::{ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing};
@@ -132,7 +133,11 @@ pub async fn optimize(state: &AppState, user: &CurrentUser, id: i64, req: Optimi
     let (row, package) = storage::current(state, id).await?;
     let current = match sent {
         Some(text) => text,
-        None => service::skill_md_text(&package)?,
+        // Held to the limit a sent one has: it goes into the same paid prompt.
+        None => {
+            files::file_bytes(state, &package, SKILL_MD)?;
+            service::skill_md_text(&package)?
+        }
     };
     let chosen = Chosen::new(req.name, req.description);
     let meta = chosen.over(front_matter::parse(&current).unwrap_or(FrontMatter {

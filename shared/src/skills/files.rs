@@ -113,15 +113,18 @@ pub async fn write(
 pub async fn create(state: &AppState, user: &CurrentUser, id: i64, req: CreateEntry) -> AppResult<Changed> {
     let at = required_path("path", req.path)?;
     path::creatable("path", &at)?;
-    let kind = validate::required("type", req.kind)?;
+    let directory = match validate::required("type", req.kind)?.as_str() {
+        "file" => false,
+        "directory" => true,
+        _ => return Err(AppError::validation("type must be file or directory")),
+    };
     let row = change(state, user, id, req.version, |p| {
         if p.exists(&at) {
             return Err(AppError::business(format!("path {at:?} already exists")));
         }
-        match kind.as_str() {
-            "file" => p.write_file(&at, Vec::new()),
-            "directory" => p.create_dir(&at),
-            _ => Err(AppError::validation("type must be file or directory")),
+        match directory {
+            false => p.write_file(&at, Vec::new()),
+            true => p.create_dir(&at),
         }
     })
     .await?;

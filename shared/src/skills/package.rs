@@ -77,6 +77,18 @@ impl Package {
                 "entry path {path:?} begins or ends with a space, which the file API cannot name"
             )));
         }
+        // Agents load SKILL.md whole, as the online editor opens it: a larger one was stored,
+        // and then no agent could use it.
+        if let Some(md) = package
+            .file(SKILL_MD)
+            .filter(|md| md.len() as u64 > limits.max_file_bytes)
+        {
+            return Err(too_large(format!(
+                "SKILL.md is {} bytes; agents and the online editor read files of at most {} bytes",
+                md.len(),
+                limits.max_file_bytes
+            )));
+        }
         Ok(package)
     }
 
@@ -96,7 +108,9 @@ impl Package {
         if archive.has_duplicate_names() {
             return Err(refused("it holds two entries with the same name".to_owned()));
         }
-        if archive.len() > limits.max_entries {
+        // Finder adds an `__MACOSX` entry per file, dropped below: the limit counts what is
+        // kept (`check_limits`), this one bounds the work of reading what is dropped.
+        if archive.len() > limits.max_entries.saturating_mul(2) {
             return Err(too_large(format!(
                 "it has {} entries; the limit is {}",
                 archive.len(),
@@ -112,10 +126,16 @@ impl Package {
                     index + 1
                 ))
             })?;
-            let raw = entry
-                .name()
-                .map(|n| n.into_owned())
-                .unwrap_or_else(|_| String::from_utf8_lossy(entry.name_raw()).into_owned());
+            // A name that is not UTF-8 (and has no Unicode path field) is in some local code
+            // page the archive does not name: read as CP437, a GBK or Shift-JIS name became
+            // other characters, silently, and links to it in SKILL.md broke.
+            let Ok(raw) = std::str::from_utf8(entry.name_raw()).map(str::to_owned) else {
+                return Err(refused(format!(
+                    "entry {:?} has a name that is not UTF-8; zip the folder again with UTF-8 names \
+                     (7-Zip, Info-ZIP zip, macOS or a recent Windows)",
+                    String::from_utf8_lossy(entry.name_raw())
+                )));
+            };
             if entry.is_symlink() {
                 return Err(refused(format!(
                     "entry {raw:?} is a symbolic link; links are not allowed"
@@ -555,12 +575,58 @@ mod tests {
         assert!(matches!(err, AppError::PayloadTooLarge(_)), "{err}");
         let many: Vec<(String, Vec<u8>)> = (0..21).map(|i| (format!("f{i}"), vec![])).collect();
         let many: Vec<(&str, &[u8])> = many.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
-        assert!(message(Package::open(&zip_of(&many), &limits())).contains("21 entries"));
+        let refused = message(Package::open(&zip_of(&many), &limits()));
+        assert!(refused.contains("21 files and directories"), "{refused}");
+        let far_too_many: Vec<(String, Vec<u8>)> = (0..41).map(|i| (format!("f{i}"), vec![])).collect();
+        let far_too_many: Vec<(&str, &[u8])> = far_too_many.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+        assert!(message(Package::open(&zip_of(&far_too_many), &limits())).contains("41 entries"));
         let big = SkillLimits {
             max_package_bytes: 10,
             ..limits()
         };
         assert!(message(Package::open(&bomb, &big)).contains("the limit is 10 bytes"));
+    }
+
+    #[test]
+    fn finder_metadata_does_not_count_against_the_entry_limit() {
+        let named: Vec<(String, Vec<u8>)> = (0..15)
+            .flat_map(|i| [(format!("f{i}"), vec![1]), (format!("__MACOSX/._f{i}"), vec![2])])
+            .chain([("SKILL.md".to_owned(), b"x".to_vec())])
+            .collect();
+        let entries: Vec<(&str, &[u8])> = named.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+        let package = Package::open(&zip_of(&entries), &limits()).unwrap();
+        assert_eq!(package.files().count(), 16);
+    }
+
+    #[test]
+    fn refuses_names_that_are_not_utf8() {
+        let mut bytes = zip_of(&[("SKILL.md", b"x"), ("docs/aX.md", b"y")]);
+        // No UTF-8 flag on an ASCII name: patched, it is a byte of some local code page.
+        let at: Vec<usize> = bytes
+            .windows(10)
+            .enumerate()
+            .filter(|(_, w)| *w == b"docs/aX.md")
+            .map(|(i, _)| i + 6)
+            .collect();
+        assert_eq!(at.len(), 2, "the local and the central header");
+        for i in at {
+            bytes[i] = 0xB5;
+        }
+        let err = message(Package::open(&bytes, &limits()));
+        assert!(err.contains("not UTF-8"), "{err}");
+    }
+
+    #[test]
+    fn an_upload_whose_skill_md_agents_could_not_read_is_refused() {
+        let small = SkillLimits {
+            max_file_bytes: 10,
+            ..limits()
+        };
+        let bytes = zip_of(&[("SKILL.md", b"0123456789A")]);
+        let err = Package::open_upload(&bytes, &small).unwrap_err();
+        assert!(matches!(err, AppError::PayloadTooLarge(_)), "{err}");
+        assert!(err.to_string().contains("SKILL.md is 11 bytes"), "{err}");
+        assert!(Package::open_upload(&zip_of(&[("SKILL.md", b"0123456789")]), &small).is_ok());
     }
 
     #[test]

@@ -509,7 +509,7 @@ async fn refusals(store: Store) {
         ),
         (symlink_zip(), 400, 0, "symbolic link"),
         (zip_of(&[("SKILL.md", md), ("zeros.bin", &zeros)]), 400, 0, "zip bomb"),
-        (zip_of(&many), 413, 413, "11 entries"),
+        (zip_of(&many), 413, 413, "11 files and directories"),
         (zip_of(&wide), 413, 413, "unpack to more than 524288 bytes"),
         (noise, 413, 413, "exceeds the limit of 65536 bytes"),
         (zip_of(&[("README.md", b"x")]), 400, 0, "must have a SKILL.md"),

@@ -364,14 +364,8 @@ fn duplicate(err: sqlx::Error, name: &str) -> AppError {
 /// Names are unique among the servers the caller can see, and only those can clash: a clash
 /// with another user's private server would tell that it exists. (The database keeps names
 /// unique per creator; this check adds the administrators' shared ones.)
-async fn check_name_free(
-    state: &AppState,
-    user: &CurrentUser,
-    name: &str,
-    creator_id: i64,
-    except: Option<i64>,
-) -> AppResult<()> {
-    if repo::visible_name_taken(state.db(), viewer(user), creator_id, name, except).await? {
+async fn check_name_free(state: &AppState, owner: Viewer, name: &str, except: Option<i64>) -> AppResult<()> {
+    if repo::visible_name_taken(state.db(), owner, owner.user_id, name, except).await? {
         return Err(name_taken(name));
     }
     Ok(())
@@ -381,7 +375,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: McpServerRequest)
     let valid = validate(state, user, req, None).await?;
     let mut tx = state.db().begin().await?;
     repo::lock_name(&mut tx, &valid.name).await?;
-    check_name_free(state, user, &valid.name, user.id, None).await?;
+    check_name_free(state, viewer(user), &valid.name, None).await?;
     let id = repo::insert(&mut *tx, &valid.fields(), user.id)
         .await
         .map_err(|e| duplicate(e, &valid.name))?;
@@ -400,7 +394,15 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: McpServe
     let valid = validate(state, user, req, Some((&row, &auth, &env))).await?;
     let mut tx = state.db().begin().await?;
     repo::lock_name(&mut tx, &valid.name).await?;
-    check_name_free(state, user, &valid.name, row.creator_id, Some(id)).await?;
+    // Among what the server's owner sees, and only when the name changes: an administrator
+    // editing a user's server sees every server, and any other of that name refused the edit.
+    if valid.name.to_lowercase() != row.name.to_lowercase() {
+        let owner = Viewer {
+            user_id: row.creator_id,
+            admin: row.by_operator,
+        };
+        check_name_free(state, owner, &valid.name, Some(id)).await?;
+    }
     let written = repo::update(&mut *tx, id, row.update_dt, &valid.fields())
         .await
         .map_err(|e| duplicate(e, &valid.name))?;

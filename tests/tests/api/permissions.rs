@@ -1273,7 +1273,7 @@ async fn mcp_servers_show_others_no_configuration_and_their_names_tell_nothing()
                 "envVars": { "API_TOKEN": "env-secret-abcdefgh" } }),
     )
     .await;
-    create(
+    let alices = create(
         &alice,
         json!({ "name": "alice-private", "transportType": 2, "endpoint": "http://127.0.0.1:9/mcp" }),
     )
@@ -1315,4 +1315,19 @@ async fn mcp_servers_show_others_no_configuration_and_their_names_tell_nothing()
     app.post("/mcp-server", Some(&bob), &http_body("alice-PRIVATE"))
         .await
         .assert_error(400, 0, "name: an MCP server named \"alice-PRIVATE\" already exists");
+    // An administrator, who sees both private servers of that name, can still edit alice's,
+    // and rename it to a name only bob's servers hold.
+    for body in [json!({ "description": "fixed" }), json!({ "name": "SHARED-stdio-2" })] {
+        app.put(&format!("/mcp-server/{alices}"), Some(&admin), &body)
+            .await
+            .assert_ok();
+    }
+    create(&bob, http_body("shared-stdio-2")).await;
+    app.put(
+        &format!("/mcp-server/{alices}"),
+        Some(&admin),
+        &json!({ "name": "shared-http" }),
+    )
+    .await
+    .assert_error(400, 0, "name: an MCP server named \"shared-http\" already exists");
 }

@@ -81,6 +81,18 @@ async fn knowledge_base_settings_and_validation() {
         ),
         (Some("Handbook 2"), Some(256), Some(1))
     );
+    // A documented size under 129 sent alone brings the default overlap of 64 under its half.
+    app.put(&format!("/rag/{id}"), t, &json!({ "maxChunkTokens": 100 }))
+        .await
+        .assert_ok();
+    let small = app.get(&format!("/rag/{id}"), t).await.assert_ok().clone();
+    assert_eq!(
+        (small["maxChunkTokens"].as_i64(), small["chunkOverlap"].as_i64()),
+        (Some(100), Some(12))
+    );
+    app.put(&format!("/rag/{id}"), t, &json!({ "maxChunkTokens": 256 }))
+        .await
+        .assert_ok();
     assert_eq!(
         (kb["chunkMode"].as_str(), kb["chunkRegex"].as_str()),
         (Some("regex"), Some("^## "))

@@ -67,6 +67,7 @@ fn apply_flat(req: &KbRequest, mut s: Settings) -> AppResult<Settings> {
     if let Some(v) = req.chunk_overlap {
         c.chunk_overlap = v;
     }
+    c.fit_overlap(req.chunk_overlap.is_some());
     if req.custom_delimiter.is_some() {
         c.custom_delimiter = req.custom_delimiter.clone();
     }
@@ -497,7 +498,11 @@ async fn build_index(state: &AppState, id: i64) -> AppResult<()> {
 pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: KbConfigRequest) -> AppResult<()> {
     let row = owned(state, user, id).await?;
     let chunk = match &req.chunk_params {
-        Some(p) => merge(&row.chunk_params.0, p, "chunkParams")?,
+        Some(p) => {
+            let mut merged: ChunkSettings = merge(&row.chunk_params.0, p, "chunkParams")?;
+            merged.fit_overlap(p.get("chunkOverlap").is_some());
+            merged
+        }
         None => row.chunk_params.0.clone(),
     };
     chunk.params().map_err(|e| named_in_section("chunkParams", e))?;

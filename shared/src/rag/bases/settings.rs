@@ -39,6 +39,15 @@ impl Default for ChunkSettings {
 }
 
 impl ChunkSettings {
+    /// A new `maxChunkTokens` sent without `chunkOverlap` brings the overlap below half of it
+    /// when it was not: the default of 64 refused every documented size under 129, naming a
+    /// field the caller never sent.
+    pub fn fit_overlap(&mut self, overlap_sent: bool) {
+        if !overlap_sent && self.chunk_overlap >= self.max_chunk_tokens / 2 {
+            self.chunk_overlap = (self.max_chunk_tokens / 8).clamp(0, 64);
+        }
+    }
+
     /// The chunker's parameters; smart mode cuts with the default rules until a model
     /// proposes boundaries.
     pub fn params(&self) -> AppResult<ChunkParams> {
@@ -262,5 +271,38 @@ pub fn named_in_section(section: &str, e: AppError) -> AppError {
             m.replace(flat, &format!("{section}.{field}"))
         })),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkSettings;
+
+    fn sized(max_chunk_tokens: i64, chunk_overlap: i64) -> ChunkSettings {
+        ChunkSettings {
+            max_chunk_tokens,
+            chunk_overlap,
+            ..ChunkSettings::default()
+        }
+    }
+
+    #[test]
+    fn a_smaller_size_sent_alone_brings_the_overlap_under_half_of_it() {
+        let mut small = sized(100, 64);
+        small.fit_overlap(false);
+        assert_eq!(small.chunk_overlap, 12);
+        assert!(small.params().is_ok());
+        let mut smallest = sized(16, 64);
+        smallest.fit_overlap(false);
+        assert_eq!(smallest.chunk_overlap, 2);
+        assert!(smallest.params().is_ok());
+        // A valid overlap stays; one sent is the caller's and is judged as sent.
+        let mut kept = sized(1024, 64);
+        kept.fit_overlap(false);
+        assert_eq!(kept.chunk_overlap, 64);
+        let mut sent = sized(100, 64);
+        sent.fit_overlap(true);
+        assert_eq!(sent.chunk_overlap, 64);
+        assert!(sent.params().is_err());
     }
 }

@@ -920,4 +920,39 @@ async fn an_answer_reads_each_result_with_its_neighbouring_chunks() {
             && answer.contains(&format!("CONTEXT<[1] {}>", chunks[hit - 1..=hit + 1].join("\n")))
     });
     assert!(read, "{answer}\n{chunks:?}");
+
+    // Results next to each other: each still has its own numbered passage, holding its chunk,
+    // so that [n] is the n-th reference.
+    s.app
+        .put(
+            &format!("/rag/{kb}/config"),
+            Some(&s.admin),
+            &json!({ "searchParams": { "resultCount": 5 } }),
+        )
+        .await
+        .assert_ok();
+    let ask = json!({ "ragId": kb, "query": "cheetahs dolphins eagles bridges apples" });
+    let reply = s.app.post("/rag/qa/stream", Some(&s.admin), &ask).await;
+    let events = ndjson(&reply.bytes);
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "done", "{events:?}");
+    let references = done["references"].as_array().unwrap();
+    assert!(references.len() >= 3, "{done}");
+    let answer = answer_text(&events);
+    for (k, reference) in references.iter().enumerate() {
+        let content: String = sqlx::query_scalar("SELECT content FROM chunks WHERE id = $1")
+            .bind(reference["chunkId"].as_i64().unwrap())
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+        let start = answer
+            .find(&format!("[{}] ", k + 1))
+            .unwrap_or_else(|| panic!("no passage [{}] in {answer}", k + 1));
+        let end = answer.find(&format!("[{}] ", k + 2)).unwrap_or(answer.len());
+        assert!(
+            answer[start..end].contains(&content),
+            "passage [{}] lacks its reference's chunk {content:?}: {answer}",
+            k + 1
+        );
+    }
 }

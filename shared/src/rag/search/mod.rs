@@ -221,8 +221,11 @@ async fn load(db: &PgPool, rag_id: i64, hits: &[Hit]) -> AppResult<Vec<SearchRes
         .collect())
 }
 
-/// Chunks next to each result in its document (`nearby` on each side), in document order,
-/// without repeats: the context a Q&A answer is written from.
+/// One passage per result, in the results' order, so that the prompt's `[n]` is the answer's
+/// n-th reference: the result's chunk with the chunks next to it in its document (`nearby` on
+/// each side), in document order. A neighbour an earlier passage holds is left out; the
+/// result's own chunk never is (left out, a later result lost its number, and every citation
+/// after it pointed at the wrong source).
 pub async fn with_neighbours(db: &PgPool, results: &[SearchResult], nearby: i64) -> AppResult<Vec<String>> {
     if nearby <= 0 {
         return Ok(results.iter().map(|r| r.content.clone()).collect());
@@ -234,8 +237,8 @@ pub async fn with_neighbours(db: &PgPool, results: &[SearchResult], nearby: i64)
         .iter()
         .map(|r| r.metadata["chunkIndex"].as_i64().unwrap_or(0))
         .collect();
-    let rows: Vec<(i64, i64, String)> = sqlx::query_as(
-        "SELECT r.ord, c.id, c.content
+    let rows: Vec<(i64, i64, String, bool)> = sqlx::query_as(
+        "SELECT r.ord, c.id, c.content, c.chunk_index = r.chunk_index
          FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS r(document_id, chunk_index, ord)
          JOIN chunks c ON c.document_id = r.document_id
           AND c.chunk_index BETWEEN r.chunk_index - $3 AND r.chunk_index + $3
@@ -247,15 +250,20 @@ pub async fn with_neighbours(db: &PgPool, results: &[SearchResult], nearby: i64)
     .fetch_all(db)
     .await?;
     let mut seen = std::collections::HashSet::new();
-    let mut out: Vec<(i64, Vec<String>)> = Vec::new();
-    for (ord, id, content) in rows {
-        if !seen.insert(id) {
-            continue;
-        }
-        match out.last_mut() {
-            Some((last, joined)) if *last == ord => joined.push(content),
-            _ => out.push((ord, vec![content])),
+    let mut passages: Vec<Vec<String>> = vec![Vec::new(); results.len()];
+    for (ord, id, content, own) in rows {
+        let passage = usize::try_from(ord - 1).ok().and_then(|i| passages.get_mut(i));
+        if let (true, Some(passage)) = (seen.insert(id) || own, passage) {
+            passage.push(content);
         }
     }
-    Ok(out.into_iter().map(|(_, joined)| joined.join("\n")).collect())
+    // A result whose chunk was deleted since the search keeps the text it was found with.
+    Ok(passages
+        .into_iter()
+        .zip(results)
+        .map(|(passage, r)| match passage.is_empty() {
+            true => r.content.clone(),
+            false => passage.join("\n"),
+        })
+        .collect())
 }

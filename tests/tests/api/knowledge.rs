@@ -240,6 +240,14 @@ async fn knowledge_base_settings_and_validation() {
         7,
         "unchanged"
     );
+    // A section takes the values in any case, as the flat fields do, and stores them as named.
+    let cased = json!({ "chunkParams": { "mode": "Regex" }, "parseParams": { "engine": "DEFAULT" } });
+    app.put(&format!("/rag/{id}/config"), t, &cased).await.assert_ok();
+    let kb = app.get(&format!("/rag/{id}"), t).await.assert_ok().clone();
+    assert_eq!(
+        (kb["chunkMode"].as_str(), kb["parseEngine"].as_str()),
+        (Some("regex"), Some("default"))
+    );
 
     let (_, other) = app.regular_user("outsider").await;
     app.get(&format!("/rag/{id}"), Some(&other))

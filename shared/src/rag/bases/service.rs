@@ -85,6 +85,7 @@ fn apply_flat(req: &KbRequest, mut s: Settings) -> AppResult<Settings> {
     }
     if let Some(p) = &req.parse_params {
         s.parse = merge(&s.parse, p, "parseParams")?;
+        s.parse.normalize();
     }
     let p = &mut s.parse;
     if let Some(e) = &req.parse_engine {
@@ -500,6 +501,7 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
     let chunk = match &req.chunk_params {
         Some(p) => {
             let mut merged: ChunkSettings = merge(&row.chunk_params.0, p, "chunkParams")?;
+            merged.normalize();
             merged.fit_overlap(p.get("chunkOverlap").is_some());
             merged
         }
@@ -514,7 +516,11 @@ pub async fn update_config(state: &AppState, user: &CurrentUser, id: i64, req: K
         models.check("chunkParams.chunkModelId", id, ModelType::Chat).await?;
     }
     let parse = match &req.parse_params {
-        Some(p) => merge(&row.parse_params.0, p, "parseParams")?,
+        Some(p) => {
+            let mut merged: ParseSettings = merge(&row.parse_params.0, p, "parseParams")?;
+            merged.normalize();
+            merged
+        }
         None => row.parse_params.0.clone(),
     };
     parse.check().map_err(|e| named_in_section("parseParams", e))?;

@@ -42,6 +42,12 @@ impl ChunkSettings {
     /// A new `maxChunkTokens` sent without `chunkOverlap` brings the overlap below half of it
     /// when it was not: the default of 64 refused every documented size under 129, naming a
     /// field the caller never sent.
+    /// The mode as the flat `chunkMode` takes it (any case): as a section's `mode`, "Smart" was
+    /// refused where the flat field took it.
+    pub fn normalize(&mut self) {
+        self.mode = self.mode.trim().to_ascii_lowercase();
+    }
+
     pub fn fit_overlap(&mut self, overlap_sent: bool) {
         if !overlap_sent && self.chunk_overlap >= self.max_chunk_tokens / 2 {
             self.chunk_overlap = (self.max_chunk_tokens / 8).clamp(0, 64);
@@ -127,6 +133,14 @@ impl Default for ParseSettings {
 }
 
 impl ParseSettings {
+    /// The engine and image mode in any case, as the flat `parseEngine` takes it.
+    pub fn normalize(&mut self) {
+        self.engine = self.engine.trim().to_ascii_lowercase();
+        if let Some(mode) = &mut self.image_export_mode {
+            *mode = mode.trim().to_ascii_lowercase();
+        }
+    }
+
     pub fn check(&self) -> AppResult<()> {
         if !matches!(self.engine.as_str(), "default" | "extparse") {
             return Err(AppError::validation("parseEngine must be default or extparse"));

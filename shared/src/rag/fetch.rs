@@ -6,12 +6,15 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use crate::outbound::Reach;
+use crate::rag::parse::FileType;
 use crate::{AppError, AppResult, AppState};
 
 const MAX_REDIRECTS: usize = 3;
 
 pub struct Fetched {
     pub name: String,
+    /// Whether `name` was made up from the content type: no file name came with the file.
+    pub guessed: bool,
     pub bytes: Bytes,
 }
 
@@ -137,7 +140,7 @@ async fn download(state: &AppState, raw: &str) -> AppResult<Fetched> {
                 "url: the document exceeds the limit of {limit} bytes"
             )));
         }
-        let name = file_name(&url, resp.headers());
+        let (name, guessed) = file_name(&url, resp.headers());
         let mut body = Vec::new();
         let mut stream = resp.bytes_stream();
         while let Some(chunk) = stream.next().await {
@@ -151,6 +154,7 @@ async fn download(state: &AppState, raw: &str) -> AppResult<Fetched> {
         }
         return Ok(Fetched {
             name,
+            guessed,
             bytes: Bytes::from(body),
         });
     }
@@ -159,40 +163,140 @@ async fn download(state: &AppState, raw: &str) -> AppResult<Fetched> {
     )))
 }
 
-/// The last path segment, or a name from the content type (`page.html` for HTML).
-fn file_name(url: &reqwest::Url, headers: &reqwest::header::HeaderMap) -> String {
+/// The file's name, and whether it was guessed: the name the server gives it
+/// (`Content-Disposition`), else the URL's last path segment, when either names a type the
+/// service parses; else one made from the content type (`<host>.html`). A download link
+/// (`/download?id=42`) is named by its header, and a page whose path has a dot (`/wiki/Node.js`)
+/// by its content type. Failing all, the path's segment, whose type is then refused by name.
+fn file_name(url: &reqwest::Url, headers: &reqwest::header::HeaderMap) -> (String, bool) {
     let from_path = url
         .path_segments()
         .and_then(|mut s| s.next_back().map(str::to_owned))
-        .map(|s| {
-            percent_encoding::percent_decode_str(&s)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
+        .map(|s| decoded(&s))
         .filter(|s| s.contains('.'));
-    from_path.unwrap_or_else(|| {
-        let ct = headers
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let ext = if ct.contains("html") {
-            "html"
-        } else if ct.contains("pdf") {
-            "pdf"
-        } else if ct.contains("markdown") {
-            "md"
-        } else if ct.contains("csv") {
-            "csv"
-        } else {
-            "txt"
+    let given = headers
+        .get(reqwest::header::CONTENT_DISPOSITION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(disposition_name);
+    if let Some(name) = [&given, &from_path]
+        .into_iter()
+        .flatten()
+        .find(|n| FileType::from_name(n).is_some())
+    {
+        return (name.clone(), false);
+    }
+    let content_type = headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let typed = [
+        ("html", "html"),
+        ("pdf", "pdf"),
+        ("markdown", "md"),
+        ("csv", "csv"),
+        ("wordprocessingml", "docx"),
+        ("spreadsheetml", "xlsx"),
+        ("text/plain", "txt"),
+    ]
+    .into_iter()
+    .find(|(part, _)| content_type.contains(part))
+    .map(|(_, ext)| ext);
+    let host = url.host_str().unwrap_or("document");
+    match (typed, given.or(from_path)) {
+        (Some(ext), _) => (format!("{host}.{ext}"), true),
+        (None, Some(named)) => (named, false),
+        (None, None) => (format!("{host}.txt"), true),
+    }
+}
+
+fn decoded(s: &str) -> String {
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
+
+/// The file name of a `Content-Disposition` value: `filename*` (RFC 5987, UTF-8) before
+/// `filename`.
+fn disposition_name(value: &str) -> Option<String> {
+    let mut plain = None;
+    for part in value.split(';') {
+        let Some((key, v)) = part.split_once('=') else {
+            continue;
         };
-        format!("{}.{ext}", url.host_str().unwrap_or("document"))
-    })
+        let v = v.trim().trim_matches('"');
+        match key.trim().to_ascii_lowercase().as_str() {
+            "filename*" => {
+                if let Some((_, encoded)) = v.split_once("''") {
+                    return Some(decoded(encoded)).filter(|n| !n.trim().is_empty());
+                }
+            }
+            "filename" => plain = Some(v.to_owned()).filter(|n| !n.trim().is_empty()),
+            _ => {}
+        }
+    }
+    plain
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn named(url: &str, headers: &[(&str, &str)]) -> (String, bool) {
+        let mut map = reqwest::header::HeaderMap::new();
+        for (k, v) in headers {
+            map.insert(
+                reqwest::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        file_name(&reqwest::Url::parse(url).unwrap(), &map)
+    }
+
+    #[test]
+    fn a_fetched_file_is_named_by_its_header_its_path_or_its_type() {
+        let docx = "application/vnd.openxmlformats-officedocument.wordprocessingml.document";
+        let cases = [
+            (
+                "https://files.example.com/download?id=42",
+                vec![
+                    ("content-type", docx),
+                    ("content-disposition", "attachment; filename=\"Policy.docx\""),
+                ],
+                ("Policy.docx", false),
+            ),
+            (
+                "https://files.example.com/download?id=42",
+                vec![(
+                    "content-disposition",
+                    "attachment; filename=\"x.bin\"; filename*=UTF-8''R%C3%A8gles.pdf",
+                )],
+                ("Règles.pdf", false),
+            ),
+            (
+                "https://h.example/a/guide.md",
+                vec![("content-type", "text/plain")],
+                ("guide.md", false),
+            ),
+            (
+                "https://en.wikipedia.org/wiki/Node.js",
+                vec![("content-type", "text/html; charset=UTF-8")],
+                ("en.wikipedia.org.html", true),
+            ),
+            (
+                "https://files.example.com/download?id=42",
+                vec![("content-type", docx)],
+                ("files.example.com.docx", true),
+            ),
+            (
+                "https://h.example/tool.exe",
+                vec![("content-type", "application/octet-stream")],
+                ("tool.exe", false),
+            ),
+            ("https://h.example/", vec![], ("h.example.txt", true)),
+        ];
+        for (url, headers, (name, guessed)) in cases {
+            assert_eq!(named(url, &headers), (name.to_owned(), guessed), "{url} {headers:?}");
+        }
+    }
 
     #[test]
     fn internal_addresses() {

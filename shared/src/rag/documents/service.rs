@@ -172,15 +172,21 @@ async fn replace(
 /// An imported document's name and type. The type is the URL's file's; a `name` sent is the
 /// document's title, given the URL's extension when it has none ("Employee handbook" of a
 /// `.pdf` becomes "Employee handbook.pdf": the parser goes by the name), refused when it names
-/// another type, and deciding it only when the URL names none. A name from the URL is the
+/// another type, and deciding it when the URL's file has none or only one `guessed` from its
+/// content type. A name from the URL is the
 /// sender's text as much as one in the request: a decoded path segment may hold control
 /// characters (a NUL cannot be stored) or be of any length.
-fn import_name(sent: Option<String>, from_url: &str) -> AppResult<(String, FileType)> {
+fn import_name(sent: Option<String>, from_url: &str, guessed: bool) -> AppResult<(String, FileType)> {
     use crate::resources::service::clean_file_name;
     let url_name = clean_file_name(from_url);
-    let url_type = FileType::from_name(&url_name);
+    let url_type = FileType::from_name(&url_name).filter(|_| !guessed);
+    let guessed_type = FileType::from_name(&url_name).filter(|_| guessed);
     let (field, name) = match crate::validate::optional(sent).map(|n| clean_file_name(&n)) {
         None => ("url", url_name),
+        Some(given) if guessed_type.is_some() && FileType::from_name(&given).is_none() => {
+            let guessed_type = guessed_type.map_or("txt", FileType::as_str);
+            ("name", format!("{given}.{guessed_type}"))
+        }
         Some(given) => match (FileType::from_name(&given), url_type) {
             (Some(named), Some(fetched)) if named != fetched => {
                 return Err(AppError::validation(format!(
@@ -207,7 +213,7 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
     crate::validate::length("url", &url, 1, crate::validate::MAX_URL)?;
     let kb = bases::service::owned(state, user, rag_id).await?;
     let fetched = crate::rag::fetch::fetch(state, &url).await?;
-    let (name, file_type) = import_name(req.name, &fetched.name)?;
+    let (name, file_type) = import_name(req.name, &fetched.name, fetched.guessed)?;
     let hash = crate::crypto::content_hash(&fetched.bytes);
     let outcome = decide(state.db(), &kb, &name, &hash).await?;
     match outcome.decision {
@@ -256,4 +262,37 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
     crate::rag::pipeline::enqueue(state, id, run_id, user.id).await;
     leftovers::delete(state, &old_keys).await;
     get(state, user, id).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::import_name;
+
+    fn named(sent: Option<&str>, from_url: &str, guessed: bool) -> Result<String, String> {
+        import_name(sent.map(str::to_owned), from_url, guessed)
+            .map(|(name, _)| name)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_name_from_the_files_type_only_yields_to_a_sent_one() {
+        // The file named its type: a sent title takes it, another type is refused.
+        assert_eq!(named(Some("Handbook"), "h.pdf", false).unwrap(), "Handbook.pdf");
+        assert!(named(Some("Handbook.docx"), "h.pdf", false)
+            .unwrap_err()
+            .contains("names a .docx file, but the url's file is .pdf"));
+        // Guessed from the content type: a sent name with a type decides it.
+        assert_eq!(
+            named(Some("Policy.docx"), "files.example.com.txt", true).unwrap(),
+            "Policy.docx"
+        );
+        assert_eq!(
+            named(Some("Policy"), "files.example.com.html", true).unwrap(),
+            "Policy.html"
+        );
+        assert_eq!(
+            named(None, "files.example.com.html", true).unwrap(),
+            "files.example.com.html"
+        );
+    }
 }

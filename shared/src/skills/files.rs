@@ -59,18 +59,37 @@ pub async fn read(state: &AppState, id: i64, raw_path: Option<String>) -> AppRes
     })
 }
 
-/// Applies `edit` to the package of a skill `user` may change and commits it.
+/// Commits of an edit without a `version` that another change overtook, in a row.
+const UNVERSIONED_ATTEMPTS: usize = 4;
+
+/// Applies `edit` to the package of a skill `user` may change and commits it. An edit sent
+/// with no `version` is applied again to the package as it is now when another change got in
+/// first: it names one path, and a "save all" of several files at once otherwise lost all but
+/// one, told of a version its client never had.
 async fn change(
     state: &AppState,
     user: &CurrentUser,
     id: i64,
     expected: Option<i64>,
-    edit: impl FnOnce(&mut Package) -> AppResult<()>,
+    edit: impl Fn(&mut Package) -> AppResult<()>,
 ) -> AppResult<SkillRow> {
-    let (row, mut package) = storage::current(state, id).await?;
-    storage::may_edit(user, &row, expected)?;
-    edit(&mut package)?;
-    storage::commit(state, &row, &package).await
+    let mut overtaken = 0;
+    loop {
+        let (row, mut package) = storage::current(state, id).await?;
+        storage::may_edit(user, &row, expected)?;
+        edit(&mut package)?;
+        match storage::commit(state, &row, &package).await {
+            Err(AppError::Conflict(_)) if expected.is_none() => {
+                overtaken += 1;
+                if overtaken == UNVERSIONED_ATTEMPTS {
+                    return Err(AppError::Conflict(format!(
+                        "skill {id} was changed by others {UNVERSIONED_ATTEMPTS} times while this edit was being saved; try again"
+                    )));
+                }
+            }
+            done => return done,
+        }
+    }
 }
 
 /// Creates or replaces a file. Writing `SKILL.md` updates the skill's name and description
@@ -104,7 +123,7 @@ pub async fn write(
         if !p.exists(&at) {
             path::creatable("path", &at)?;
         }
-        p.write_file(&at, data)
+        p.write_file(&at, data.clone())
     })
     .await?;
     Ok(Changed { version: row.version })

@@ -51,6 +51,24 @@ impl<S: Send + Sync> FromRequestParts<S> for FileRequest {
     }
 }
 
+/// The type a file is answered with. A preview of a type a browser runs (HTML, XML and SVG,
+/// scripts) is plain text: the sandbox policy guards only a browser that opens the URL itself,
+/// and a console fetching with its token shows the file from a blob of its own origin, where
+/// an uploaded page's script would run as the person looking at it.
+fn shown_type(kind: Disposition, mime: &str) -> String {
+    let essence = mime.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let active = matches!(
+        essence.as_str(),
+        "text/html" | "application/xhtml+xml" | "text/xml" | "application/xml"
+    ) || essence.ends_with("+xml")
+        || essence.contains("javascript")
+        || essence.contains("ecmascript");
+    match (kind, active) {
+        (Disposition::Inline, true) => "text/plain; charset=utf-8".to_owned(),
+        _ => mime.to_owned(),
+    }
+}
+
 /// Streams `file` from storage, honouring a `Range` header with 206 / 416. An answer longer
 /// than `BUFFERED_RESPONSE_MAX_BYTES` (one buffered answer behind API Gateway) is refused with
 /// 413 before the file is read, naming the byte ranges that fit.
@@ -87,7 +105,9 @@ pub async fn file_response(
     let stream = state.storage().get(&file.key, range).await?;
     let mut resp = Response::new(Body::from_stream(stream));
     let headers = resp.headers_mut();
-    insert(headers, header::CONTENT_TYPE, &file.mime);
+    insert(headers, header::CONTENT_TYPE, &shown_type(kind, &file.mime));
+    // Someone's own file, fetched with their token: no shared cache may keep it for others.
+    insert(headers, header::CACHE_CONTROL, "private, no-store");
     resp.extensions_mut().insert(StoredBytes);
     let headers = resp.headers_mut();
     insert(
@@ -137,5 +157,26 @@ mod tests {
         assert!(d.contains("filename*=UTF-8''%E6%8A%A5%E5%91%8A%20%22final%22.pdf"));
         assert!(HeaderValue::from_str(&d).is_ok());
         assert!(HeaderValue::from_str(&content_disposition(Disposition::Inline, "a\r\nb")).is_ok());
+    }
+
+    #[test]
+    fn a_preview_of_what_a_browser_runs_is_plain_text() {
+        for active in [
+            "text/html",
+            "image/svg+xml",
+            "text/xml",
+            "application/xhtml+xml",
+            "text/javascript",
+        ] {
+            assert_eq!(
+                shown_type(Disposition::Inline, active),
+                "text/plain; charset=utf-8",
+                "{active}"
+            );
+            assert_eq!(shown_type(Disposition::Attachment, active), active, "{active}");
+        }
+        for passive in ["image/png", "application/pdf", "text/plain", "text/csv"] {
+            assert_eq!(shown_type(Disposition::Inline, passive), passive, "{passive}");
+        }
     }
 }

@@ -15,10 +15,30 @@ use crate::{validate, AppError, AppResult, AppState};
 const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
 const SNIFF_BYTES: u64 = 8192;
 
-/// Keeps the last path segment, drops control characters, caps the length.
+/// The most characters a file name keeps.
+const MAX_FILE_NAME_CHARS: usize = 255;
+
+/// Characters that change how the rest of a name reads without showing themselves: bidi
+/// overrides, embeddings and isolates (`invoice\u{202E}fdp.exe` shows as "invoiceexe.pdf"),
+/// direction marks, zero-width characters and the byte order mark.
+fn hidden(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// Keeps the last path segment, drops control and hidden characters, caps the length. A name
+/// too long loses the end of its stem, not its extension, which decides its type.
 pub fn clean_file_name(name: &str) -> String {
     let base = name.rsplit(['/', '\\']).next().unwrap_or_default();
-    let cleaned: String = base.chars().filter(|c| !c.is_control()).take(255).collect();
+    let kept: Vec<char> = base.chars().filter(|c| !c.is_control() && !hidden(*c)).collect();
+    let cleaned: String = match kept.len() > MAX_FILE_NAME_CHARS {
+        false => kept.into_iter().collect(),
+        true => {
+            let dot = kept.iter().rposition(|c| *c == '.').filter(|at| kept.len() - at <= 16);
+            let extension: String = dot.map(|at| kept[at..].iter().collect()).unwrap_or_default();
+            let stem_chars = MAX_FILE_NAME_CHARS - extension.chars().count();
+            kept.into_iter().take(stem_chars).collect::<String>() + &extension
+        }
+    };
     let cleaned = cleaned.trim().to_owned();
     if cleaned.is_empty() || cleaned == "." || cleaned == ".." {
         "file".to_owned()
@@ -410,6 +430,14 @@ mod tests {
         assert_eq!(clean_file_name("C:\\x\\a.png"), "a.png");
         assert_eq!(clean_file_name("a\u{0}b\n.txt"), "ab.txt");
         assert_eq!(clean_file_name(".."), "file");
+        assert_eq!(clean_file_name("invoice\u{202E}fdp.exe"), "invoicefdp.exe");
+        assert_eq!(clean_file_name("a\u{200B}b\u{2066}c\u{FEFF}.md"), "abc.md");
+        let long = format!("{}.csv", "n".repeat(300));
+        let kept = clean_file_name(&long);
+        assert_eq!(kept.chars().count(), 255);
+        assert!(kept.ends_with("nnn.csv"), "{kept}");
+        let no_extension = "n".repeat(300);
+        assert_eq!(clean_file_name(&no_extension), "n".repeat(255));
     }
 
     #[test]

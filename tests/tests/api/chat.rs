@@ -1119,6 +1119,8 @@ async fn every_attachment_rule_has_its_own_refusal_and_stores_nothing() {
     ];
     for (agent, body, needle) in cases {
         s.chat(&alice, agent, body).await.refused().assert_error(400, 0, needle);
+        // Checked before anything is held: the quota is as it was when the answer comes.
+        assert_eq!(s.app.tokens_of(alice_id).await, 100_000, "{needle}");
     }
     // What `/resource` keeps from everyone but its uploader, or from everyone, is not
     // attachable either: a user's knowledge-base upload in progress (administrators included)
@@ -1169,9 +1171,12 @@ async fn every_attachment_rule_has_its_own_refusal_and_stores_nothing() {
         .starts_with("data:image/png;base64,"));
     s.chat(&alice, seeing, with(json!([image(png)]))).await.events();
     let before = s.app.count("messages").await;
+    let left = s.app.tokens_of(alice_id).await;
     let r = s.chat(&alice, seeing, with(json!([image(png)]))).await.refused();
     r.assert_error(400, 0, "it has 3, this message adds 1");
     assert_eq!(s.app.count("messages").await, before);
+    // Refused after its tokens were held: given back before the answer.
+    assert_eq!(s.app.tokens_of(alice_id).await, left);
     let stored = messages(&s, &alice, seeing, "v-1").await;
     assert_eq!(stored[0]["attachments"], json!([image(png), image(png)]));
 }

@@ -129,12 +129,10 @@ fn check_disabled_ids(mcp_server_ids: &Option<Vec<i64>>, skill_ids: &Option<Vec<
 async fn store_turn_with_images<'n>(
     state: &AppState,
     caller: Caller,
-    model: &ModelConfigRow,
     (agent_id, key): (i64, &str),
-    items: Vec<AttachmentIn>,
+    images: Vec<Image>,
     new_turn: impl Fn(&[Image]) -> AppResult<NewTurn<'n>>,
 ) -> AppResult<(StartedTurn, Vec<Image>)> {
-    let images = attachments::check(state, items, model, caller.resources).await?;
     let mut tx = state.db().begin().await?;
     repo::lock_conversation(&mut tx, agent_id, caller.owner, key).await?;
     let images_so_far = match repo::find(&mut *tx, agent_id, caller.owner, key).await? {
@@ -171,8 +169,13 @@ pub async fn start(
         Some(app_id) => model.via(NodeRoute::for_conversation(state, app_id, &key)),
         None => model,
     };
+    // The images are checked before anything is held: a refused attachment must leave the
+    // quota as it was, and a spent quota must not hide which attachment is wrong.
+    let images = match req.attachments.unwrap_or_default() {
+        items if items.is_empty() => None,
+        items => Some(attachments::check(state, items, &model.row, caller.resources).await?),
+    };
     let hold = gateway::hold_turn(state, &model, caller.billing, &content).await?;
-    let items = req.attachments.unwrap_or_default();
     let title = title::fallback(&content);
     let (agent_id, model_id) = (agent.id, model.row.id);
     let new_turn = |images: &[Image]| -> AppResult<NewTurn<'_>> {
@@ -205,9 +208,18 @@ pub async fn start(
             skill_ids: req.disabled_skill_ids.unwrap_or_default(),
         },
     };
-    if !items.is_empty() {
-        let (started, images) =
-            store_turn_with_images(state, caller, &turn.model.row, (agent_id, &key), items, new_turn).await?;
+    if let Some(images) = images {
+        let (started, images) = match store_turn_with_images(state, caller, (agent_id, &key), images, new_turn).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                // Given back before the answer: dropped, the hold went back in a task that
+                // may never run under Lambda, and a retry sent at once met a smaller quota.
+                if let Some(hold) = turn.hold.take() {
+                    hold.settle(0).await;
+                }
+                return Err(e);
+            }
+        };
         turn.images = images;
         let _ = stored.send(started);
         return Ok(spawn_stream(move |tx| turn.run(tx)));

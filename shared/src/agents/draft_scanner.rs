@@ -28,8 +28,23 @@ enum State {
     Done,
 }
 
+/// A string value's text. Models often write line breaks and tabs raw inside a long value
+/// (an instruction), which JSON does not allow: refused as JSON, such a field was dropped and
+/// the agent created without it. Raw control characters are escaped first.
 fn decode(raw: &str) -> Option<String> {
-    serde_json::from_str(&format!("\"{raw}\"")).ok()
+    let mut quoted = String::with_capacity(raw.len() + 2);
+    quoted.push('"');
+    for c in raw.chars() {
+        match c {
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\t' => quoted.push_str("\\t"),
+            c if c.is_control() && (c as u32) < 0x20 => quoted.push_str(&format!("\\u{:04x}", c as u32)),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    serde_json::from_str(&quoted).ok()
 }
 
 impl FieldScanner {
@@ -156,6 +171,12 @@ mod tests {
                 ("instruction".to_owned(), "line1\nline2 é".to_owned()),
                 ("avatar".to_owned(), "✈️".to_owned()),
             ]
+        );
+        // Line breaks and tabs written raw inside a value, as models often do.
+        let mut s = FieldScanner::default();
+        assert_eq!(
+            s.feed("{\"instruction\": \"Be kind.\n\tAsk first.\r\nThen \u{1}answer.\"}"),
+            vec![("instruction".to_owned(), "Be kind.\n\tAsk first.\r\nThen \u{1}answer.".to_owned())]
         );
         let mut s = FieldScanner::default();
         assert!(s.feed("no json here").is_empty());

@@ -27,6 +27,17 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// A list an update clears with `null` as with `[]`, as `nullable` fields are cleared: absent
+/// is None, `null` an empty list (`#[serde(default, deserialize_with = ...)]`). Taken as
+/// absent, a `null` answered 200 and kept the list.
+pub fn null_as_empty<'de, D, T>(d: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<Vec<T>>::deserialize(d).map(|v| Some(v.unwrap_or_default()))
+}
+
 /// `value` with every NUL character dropped from its strings and keys: Postgres' jsonb holds
 /// none, and a model's tool arguments may (escaped, so only parsing shows them).
 pub fn without_nul(value: serde_json::Value) -> serde_json::Value {

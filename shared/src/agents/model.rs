@@ -181,8 +181,9 @@ pub struct AgentFilter {
     pub sort: Option<AgentSort>,
 }
 
-/// Fields of an agent; on update absent fields are kept, and the nullable references
-/// (`chatModelId`, `ragId`, `memoryConfigId`, `appId`) are cleared by an explicit `null`.
+/// Fields of an agent; on update absent fields are kept, the nullable references
+/// (`chatModelId`, `ragId`, `memoryConfigId`, `appId`) are cleared by an explicit `null`, and
+/// so are the lists (`presetQuestions`, `mcpServerIds`, `skillIds`), as by `[]`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentFields {
@@ -190,14 +191,17 @@ pub struct AgentFields {
     pub description: Option<String>,
     pub instruction: Option<String>,
     pub greeting: Option<String>,
+    #[serde(default, deserialize_with = "crate::json::null_as_empty")]
     pub preset_questions: Option<Vec<String>>,
     pub avatar: Option<String>,
     #[serde(default, deserialize_with = "crate::json::nullable")]
     #[schema(value_type = Option<i64>)]
     pub chat_model_id: Option<Option<i64>>,
     pub mcp_enabled: Option<bool>,
+    #[serde(default, deserialize_with = "crate::json::null_as_empty")]
     pub mcp_server_ids: Option<Vec<i64>>,
     pub skill_enabled: Option<bool>,
+    #[serde(default, deserialize_with = "crate::json::null_as_empty")]
     pub skill_ids: Option<Vec<i64>>,
     pub web_search_enabled: Option<bool>,
     pub rag_enabled: Option<bool>,

@@ -46,6 +46,20 @@ async fn agents_are_created_read_changed_and_deleted() {
         .await;
     assert_eq!(u.assert_ok()["chatModelId"], Value::Null);
     assert_eq!(u.assert_ok()["name"], "Helper 2");
+    // A null list is cleared too, as by [].
+    let u = s
+        .app
+        .put(
+            &format!("/agent/{id}"),
+            t,
+            &json!({ "presetQuestions": null, "mcpServerIds": null, "skillIds": null }),
+        )
+        .await;
+    let u = u.assert_ok();
+    assert_eq!(
+        (&u["presetQuestions"], &u["mcpServerIds"], &u["skillIds"]),
+        (&json!([]), &json!([]), &json!([]))
+    );
 
     let d = s.app.delete(&format!("/agent/{id}"), t).await;
     d.assert_ok();

@@ -67,6 +67,10 @@ impl ConfigRow {
         before: Option<&ConfigRow>,
     ) -> AppResult<()> {
         validate::length("name", &self.name, 1, 100)?;
+        // Listed to every signed-in user; a name kept from before is not judged again.
+        if before.is_none_or(|b| b.name != self.name) {
+            validate::printable("name", &self.name, false)?;
+        }
         validate::range("status", self.status.into(), 0, 1)?;
         if let Some(d) = self.dimension {
             validate::vector_dimension(d.into())?;

@@ -142,6 +142,19 @@ pub async fn delete(db: &PgPool, id: i64) -> sqlx::Result<()> {
 }
 
 /// Agents bound to the config.
+/// Memories of the agents bound to config `id` whose vectors are `model`'s: recall searches
+/// with the config's model only, so a new model leaves them unreachable.
+pub async fn memories_embedded_by(db: impl PgExecutor<'_>, id: i64, model: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM memories m JOIN agents a ON a.id = m.agent_id
+         WHERE a.memory_config_id = $1 AND m.embedding_model_id = $2",
+    )
+    .bind(id)
+    .bind(model)
+    .fetch_one(db)
+    .await
+}
+
 pub async fn agents_using(db: &PgPool, id: i64) -> sqlx::Result<i64> {
     sqlx::query_scalar("SELECT count(*) FROM agents WHERE memory_config_id = $1")
         .bind(id)

@@ -68,6 +68,18 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: ConfigRe
     // saved since `before` was read makes the save below find no row: 409.
     let mut tx = state.db().begin().await?;
     config_repo::lock_for_edit(&mut tx, id).await?;
+    // As a knowledge base keeps its model while it holds documents: recall searches with the
+    // config's model only, and the bound agents' memories would all drop out of it, unsaid.
+    let re_embedding = row.embedding_model_id != before.embedding_model_id || row.dimension != before.dimension;
+    if let (true, Some(old)) = (re_embedding, before.embedding_model_id) {
+        let kept = config_repo::memories_embedded_by(&mut *tx, id, old).await?;
+        if kept > 0 {
+            return Err(AppError::business(format!(
+                "embeddingModelId: the agents bound to memory config {id} hold {kept} memories embedded by model {old}; \
+                 they could no longer be recalled with another model or dimension"
+            )));
+        }
+    }
     row.hold_new_models(&mut tx, user, Some(&before)).await?;
     match config_repo::save(&mut *tx, &row).await? {
         Some(_) => Ok(tx.commit().await?),

@@ -1496,6 +1496,10 @@ async fn configs_are_validated_and_managed() {
         (json!({ "embeddingModelId": s.embedding_model }), "name is required"),
         (json!({ "name": "x" }), "embeddingModelId is required"),
         (
+            json!({ "name": "a\u{7}b", "embeddingModelId": s.embedding_model }),
+            "name must not contain control characters",
+        ),
+        (
             json!({ "name": "x", "embeddingModelId": s.chat_model }),
             "embeddingModelId: model",
         ),
@@ -1639,6 +1643,33 @@ async fn configs_are_validated_and_managed() {
         .assert_error(403, 403, "creator");
 
     let agent = s.agent(Some(id)).await;
+    // Its agents' memories keep it on its embedding model: recall searches with the config's
+    // model only, so another model or dimension would drop every one of them, unsaid.
+    let path = format!("/memory/config/{id}");
+    let model = s.app.get(&path, t).await.assert_ok()["embeddingModelId"]
+        .as_i64()
+        .unwrap();
+    let memory = s.seed_memory(agent, Owner::User(s.admin_id), "kept", "ACTIVE").await;
+    sqlx::query("UPDATE memories SET embedding_model_id = $1 WHERE id = $2")
+        .bind(model)
+        .bind(memory)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let other_model = s.embedding_model("emb-8").await;
+    let kept = s.app.get(&path, t).await.assert_ok().clone();
+    let refused = s.app.put(&path, t, &json!({ "embeddingModelId": other_model })).await;
+    refused.assert_error(
+        400,
+        0,
+        &format!("embeddingModelId: the agents bound to memory config {id} hold 1 memories embedded by model {model}"),
+    );
+    assert_eq!(s.app.get(&path, t).await.assert_ok(), &kept);
+    s.app.delete(&format!("/memory/{memory}"), t).await.assert_ok();
+    s.app
+        .put(&path, t, &json!({ "embeddingModelId": other_model }))
+        .await
+        .assert_ok();
     s.app
         .delete(&format!("/memory/config/{id}"), t)
         .await

@@ -160,7 +160,9 @@ impl Whose {
 /// The caller's own conversation with this id (whether or not the agent is still visible to
 /// them, as in `page`), or (for the agent's managers) the named owner's, or the one owner's
 /// who chose it. Several owners with the id and none named is 409: picking one (the newest, as
-/// this once did) read or deleted another person's conversation than the one listed.
+/// this once did) read or deleted another person's conversation than the one listed. That
+/// holds when the manager is one of the owners too: their own, taken first, was deleted for
+/// the row of someone else's that the list showed.
 async fn resolve(
     state: &AppState,
     user: &CurrentUser,
@@ -173,6 +175,16 @@ async fn resolve(
     let named = whose.owner()?;
     if named.is_none_or(|o| o == own) {
         if let Some(c) = repo::find(state.db(), agent_id, own, key).await? {
+            let managed = match named {
+                Some(_) => None,
+                None => service::visible(state, user, agent_id)
+                    .await
+                    .ok()
+                    .filter(|a| user.can_manage(a.creator_id)),
+            };
+            if managed.is_some() && repo::find_any(state.db(), agent_id, key).await?.len() > 1 {
+                return Err(several_owners(agent_id, key));
+            }
             return Ok(c);
         }
     }
@@ -190,12 +202,16 @@ async fn resolve(
     let mut found = repo::find_any(state.db(), agent_id, key).await?;
     match found.len() {
         1 => Ok(found.remove(0)),
-        2.. => Err(AppError::Conflict(format!(
-            "several people's conversations of this agent have conversationId {key}; \
-             say whose with userId or externalUserId, as GET /agent/{agent_id}/conversations lists them"
-        ))),
+        2.. => Err(several_owners(agent_id, key)),
         _ => Err(unknown()),
     }
+}
+
+fn several_owners(agent_id: i64, key: &str) -> AppError {
+    AppError::Conflict(format!(
+        "several people's conversations of this agent have conversationId {key}; \
+         say whose with userId or externalUserId, as GET /agent/{agent_id}/conversations lists them"
+    ))
 }
 
 /// Which of a conversation's messages to read: all by default (the spec's answer); a long

@@ -1275,6 +1275,23 @@ async fn conversations_are_listed_per_owner_and_deleted_with_their_messages() {
     assert_eq!(s.app.count("messages").await, 0);
     s.chat(&bob, agent, say("same-id", "again")).await.events();
 
+    // The creator chose the id too: their own is not taken for bob's listed row.
+    s.chat(&s.admin, agent, say("same-id", "from the creator"))
+        .await
+        .events();
+    s.app
+        .delete(&format!("/agent/{agent}/conversation/same-id"), Some(&s.admin))
+        .await
+        .assert_error(409, 409, "say whose");
+    assert_eq!(s.app.count("messages").await, 4, "nothing deleted");
+    let admin_id = s.app.get("/user", Some(&s.admin)).await.assert_ok()["id"]
+        .as_i64()
+        .unwrap();
+    let own = s.app.get(&format!("{path}?userId={admin_id}"), Some(&s.admin)).await;
+    assert_eq!(own.assert_ok()[0]["content"], "from the creator");
+    // Bob, who manages nothing, still finds his own without naming it.
+    assert_eq!(messages(&s, &bob, agent, "same-id").await[0]["content"], "again");
+
     // Deleting the agent takes its conversations and messages.
     s.app
         .delete(&format!("/agent/{agent}"), Some(&s.admin))

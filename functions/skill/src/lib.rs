@@ -30,6 +30,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .layer(DefaultBodyLimit::max(FILE_WRITE_BODY_BYTES))
         // The upload enforces SKILL_MAX_PACKAGE_BYTES itself while reading.
         .routes(routes!(upload))
+        .routes(routes!(replace))
         .layer(DefaultBodyLimit::disable())
         .routes(routes!(page))
         .routes(routes!(list))
@@ -110,10 +111,13 @@ struct SkillUploadForm {
 }
 
 impl SkillUploadForm {
-    fn read(mut form: Form) -> Self {
-        Self {
+    /// Reads the body, refusing a zip above SKILL_MAX_PACKAGE_BYTES while it streams in.
+    async fn read(state: &AppState, multipart: MultipartBody) -> AppResult<Self> {
+        let limits = FormLimits::one_file(state.config().skill_limits.max_package_bytes);
+        let mut form: Form = read_form(multipart, limits).await?;
+        Ok(Self {
             file: form.take_files("file"),
-        }
+        })
     }
 }
 
@@ -122,13 +126,28 @@ impl SkillUploadForm {
     request_body(content = SkillUploadForm, content_type = "multipart/form-data"),
     responses((status = 200, body = Env<s::Skill>), (status = 400), (status = 401), (status = 413)))]
 async fn upload(State(state): State<AppState>, user: CurrentUser, multipart: MultipartBody) -> StatusResult<s::Skill> {
-    let form = read_form(
-        multipart,
-        FormLimits::one_file(state.config().skill_limits.max_package_bytes),
-    )
-    .await?;
-    let SkillUploadForm { file } = SkillUploadForm::read(form);
+    let SkillUploadForm { file } = SkillUploadForm::read(&state, multipart).await?;
     service::upload(&state, &user, file).await.map(StatusApi)
+}
+
+/// Replace a skill's whole package with an uploaded zip (the way to change files above the
+/// online editor's limit); the skill keeps its id and its agents, its name and description
+/// come from the new `SKILL.md`.
+#[utoipa::path(post, path = "/skill/{id}/upload", tag = "skills", security(("svc_auth" = [])),
+    params(("id" = i64, Path), s::VersionQuery),
+    request_body(content = SkillUploadForm, content_type = "multipart/form-data"),
+    responses((status = 200, body = Env<s::Skill>), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409), (status = 413)))]
+async fn replace(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(id): Path<i64>,
+    Query(q): Query<s::VersionQuery>,
+    multipart: MultipartBody,
+) -> StatusResult<s::Skill> {
+    let SkillUploadForm { file } = SkillUploadForm::read(&state, multipart).await?;
+    service::replace(&state, &user, id, file, q.version)
+        .await
+        .map(StatusApi)
 }
 
 /// The package as a zip file.

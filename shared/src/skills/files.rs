@@ -20,7 +20,7 @@ fn required_path(field: &str, value: Option<String>) -> AppResult<String> {
 fn too_large(size: u64, limit: u64) -> AppError {
     AppError::PayloadTooLarge(format!(
         "the file is {size} bytes; files above {limit} bytes cannot be opened or saved online \
-         (download or upload the package instead)"
+         (download the package, change it, and upload it again with POST /skill/{{id}}/upload)"
     ))
 }
 
@@ -78,7 +78,7 @@ async fn change(
         let (row, mut package) = storage::current(state, id).await?;
         storage::may_edit(user, &row, expected)?;
         edit(&mut package)?;
-        match storage::commit(state, &row, &package).await {
+        match storage::commit(state, &row, &package, None).await {
             Err(AppError::Conflict(_)) if expected.is_none() => {
                 overtaken += 1;
                 if overtaken == UNVERSIONED_ATTEMPTS {

@@ -99,6 +99,14 @@ pub struct PathQuery {
     pub version: Option<i64>,
 }
 
+/// `version` query parameter of a package's replacement.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct VersionQuery {
+    /// The version you read (optional): any change since then is a 409.
+    pub version: Option<i64>,
+}
+
 /// A file's content: UTF-8 text as is, anything else base64-encoded.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

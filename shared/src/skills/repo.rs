@@ -47,6 +47,8 @@ pub struct NewPackage<'a> {
     pub description: &'a str,
     pub file_size: i64,
     pub storage_key: &'a str,
+    /// The uploaded file's name, when a package replaces the whole one; kept when None.
+    pub file_name: Option<&'a str>,
 }
 
 /// Points the row at a new package if it is still at `version` (compare and swap); None when
@@ -58,7 +60,7 @@ pub async fn swap_package(db: &PgPool, old: &SkillRow, p: &NewPackage<'_>) -> sq
     sqlx::query_as(&format!(
         "WITH updated AS (
            UPDATE skills SET name = $3, description = $4, file_size = $5, storage_key = $6,
-                  version = version + 1, update_dt = now()
+                  file_name = COALESCE($8, file_name), version = version + 1, update_dt = now()
            WHERE id = $1 AND version = $2 RETURNING {COLUMNS}),
          taken_back AS (
            DELETE FROM leftover_objects WHERE storage_key = $6 AND EXISTS (SELECT 1 FROM updated)),
@@ -74,6 +76,7 @@ pub async fn swap_package(db: &PgPool, old: &SkillRow, p: &NewPackage<'_>) -> sq
     .bind(p.file_size)
     .bind(p.storage_key)
     .bind(&old.storage_key)
+    .bind(p.file_name)
     .fetch_optional(db)
     .await
 }

@@ -39,8 +39,8 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: CreateSkill) -> A
     storage::create(state, user, &package, "").await.map(Skill::from)
 }
 
-/// A skill from an uploaded zip; its metadata comes from the package's `SKILL.md`.
-pub async fn upload(state: &AppState, user: &CurrentUser, mut files: Vec<UploadedFile>) -> AppResult<Skill> {
+/// The one zip of an upload, opened with every check, and the name it was sent under.
+fn uploaded(state: &AppState, mut files: Vec<UploadedFile>) -> AppResult<(Package, String)> {
     if files.len() > 1 {
         return Err(AppError::validation("file: send exactly one zip file"));
     }
@@ -54,9 +54,31 @@ pub async fn upload(state: &AppState, user: &CurrentUser, mut files: Vec<Uploade
         true => String::new(),
         false => crate::resources::service::clean_file_name(&file.file_name),
     };
+    Ok((package, file_name))
+}
+
+/// A skill from an uploaded zip; its metadata comes from the package's `SKILL.md`.
+pub async fn upload(state: &AppState, user: &CurrentUser, files: Vec<UploadedFile>) -> AppResult<Skill> {
+    let (package, file_name) = uploaded(state, files)?;
     storage::create(state, user, &package, &file_name)
         .await
         .map(Skill::from)
+}
+
+/// Replaces a skill's whole package with an uploaded zip: the skill keeps its id and the
+/// agents bound to it, and its metadata comes from the new `SKILL.md`. The way to change a
+/// file above the online editor's limit.
+pub async fn replace(
+    state: &AppState,
+    user: &CurrentUser,
+    id: i64,
+    files: Vec<UploadedFile>,
+    version: Option<i64>,
+) -> AppResult<Skill> {
+    let row = storage::editable(state, user, id, version).await?;
+    let (package, file_name) = uploaded(state, files)?;
+    let file_name = Some(file_name.as_str()).filter(|n| !n.is_empty());
+    storage::commit(state, &row, &package, file_name).await.map(Skill::from)
 }
 
 /// Changes name and/or description, in the row and in `SKILL.md`'s front matter.
@@ -78,7 +100,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: UpdateSk
     let current = skill_md_text(&package)?;
     let rewritten = front_matter::with_metadata(&current, &meta).map_err(AppError::Validation)?;
     package.write_file(SKILL_MD, rewritten.into_bytes())?;
-    storage::commit(state, &row, &package).await.map(Skill::from)
+    storage::commit(state, &row, &package, None).await.map(Skill::from)
 }
 
 pub fn skill_md_text(package: &Package) -> AppResult<String> {

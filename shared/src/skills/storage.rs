@@ -138,14 +138,21 @@ pub async fn create(state: &AppState, user: &CurrentUser, package: &Package, fil
     }
 }
 
-/// Replaces the package of `row`, unless the row moved on since it was read.
-pub async fn commit(state: &AppState, row: &SkillRow, package: &Package) -> AppResult<SkillRow> {
+/// Replaces the package of `row`, unless the row moved on since it was read. `file_name`:
+/// the name of an uploaded package that replaces the whole one (kept when None).
+pub async fn commit(
+    state: &AppState,
+    row: &SkillRow,
+    package: &Package,
+    file_name: Option<&str>,
+) -> AppResult<SkillRow> {
     let (key, size, meta) = put(state, package).await?;
     let next = NewPackage {
         name: &meta.name,
         description: &meta.description,
         file_size: size,
         storage_key: &key,
+        file_name,
     };
     match repo::swap_package(state.db(), row, &next).await {
         Ok(Some(updated)) => {

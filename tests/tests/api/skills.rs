@@ -97,11 +97,15 @@ impl Setup {
     }
 
     async fn upload_as(&self, token: &str, file_name: &str, bytes: Vec<u8>) -> Reply {
+        self.upload_to("/skill/upload", token, file_name, bytes).await
+    }
+
+    async fn upload_to(&self, path: &str, token: &str, file_name: &str, bytes: Vec<u8>) -> Reply {
         let form = reqwest::multipart::Form::new().part(
             "file",
             reqwest::multipart::Part::bytes(bytes).file_name(file_name.to_owned()),
         );
-        let req = self.app.client.post(self.app.url("/skill/upload")).multipart(form);
+        let req = self.app.client.post(self.app.url(path)).multipart(form);
         self.app.send(with_token(req, Some(token))).await
     }
 
@@ -457,6 +461,82 @@ async fn round_trip(store: Store) {
         "SKILL.md renames the skill; one version per change"
     );
     assert_eq!(s.objects().await.len(), 1, "exactly one package object");
+}
+
+/// A whole package replaced by an upload keeps the skill's id, its agents and its place; a
+/// file above the online editor's limit is changed this way. Refusals change nothing.
+async fn replaced_whole(store: Store) {
+    let s = setup(store).await;
+    // One byte above this setup's SKILL_MAX_FILE_BYTES.
+    let big = vec![b'x'; 16 * 1024 + 1];
+    let first = s
+        .upload(zip_of(&[("SKILL.md", SKILL_MD.as_bytes()), ("assets/table.csv", &big)]))
+        .await;
+    let id = first.assert_status_ok()["id"].as_i64().unwrap();
+    let agent = s
+        .app
+        .post(
+            "/agent",
+            s.t(),
+            &json!({ "name": "Forms", "skillEnabled": true, "skillIds": [id] }),
+        )
+        .await;
+    let agent = agent.assert_ok().as_i64().unwrap();
+    s.read(id, "assets/table.csv")
+        .await
+        .assert_status_error(413, 413, "POST /skill/{id}/upload");
+
+    let path = format!("/skill/{id}/upload");
+    let before = s.snapshot().await;
+    let (_, other) = s.app.regular_user("mallory").await;
+    let renamed = SKILL_MD.replace("name: pdf-forms", "name: pdf-forms-2");
+    let next = zip_of(&[("SKILL.md", renamed.as_bytes()), ("assets/table.csv", b"a,b\n1,2\n")]);
+    for (token, at, status, needle) in [
+        (other.as_str(), path.clone(), 403, "only the skill's creator"),
+        (
+            s.admin.as_str(),
+            "/skill/999999/upload".to_owned(),
+            404,
+            "skill not found",
+        ),
+        (s.admin.as_str(), format!("{path}?version=7"), 409, "you had version 7"),
+    ] {
+        s.upload_to(&at, token, "next.zip", next.clone())
+            .await
+            .assert_status_error(status, status as i64, needle);
+    }
+    s.upload_to(&path, &s.admin, "bad.zip", b"not a zip".to_vec())
+        .await
+        .assert_status_error(400, 0, "not a valid zip archive");
+    assert_eq!(s.snapshot().await, before, "refusals change nothing");
+
+    let replaced = s
+        .upload_to(&format!("{path}?version=1"), &s.admin, "next.zip", next)
+        .await;
+    let r = replaced.assert_status_ok();
+    assert_eq!(
+        (
+            r["id"].as_i64(),
+            r["name"].as_str(),
+            r["fileName"].as_str(),
+            r["version"].as_i64()
+        ),
+        (Some(id), Some("pdf-forms-2"), Some("next.zip"), Some(2))
+    );
+    assert_eq!(s.download(id).await["assets/table.csv"], b"a,b\n1,2\n");
+    let bound = s.app.get(&format!("/agent/{agent}"), s.t()).await;
+    assert_eq!(bound.assert_ok()["skills"][0]["name"], "pdf-forms-2");
+    assert_eq!(s.objects().await.len(), 1, "the old package object is gone");
+}
+
+#[tokio::test]
+async fn replaced_whole_on_filesystem() {
+    replaced_whole(Store::Filesystem).await;
+}
+
+#[tokio::test]
+async fn replaced_whole_on_s3() {
+    replaced_whole(Store::S3).await;
 }
 
 #[tokio::test]

@@ -190,9 +190,20 @@ pub async fn default_model(state: &AppState, model_type: ModelType) -> AppResult
 /// The default model's config, already read with something else (None: none is set), refused
 /// as `default_model` refuses it.
 pub fn checked_default(state: &AppState, row: Option<ModelConfigRow>, model_type: ModelType) -> AppResult<ModelHandle> {
-    let row = row
-        .filter(ModelConfigRow::is_usable)
-        .ok_or_else(|| AppError::business(format!("no default {} model is configured", model_type.as_str())))?;
+    let t = model_type.as_str();
+    let row = match row {
+        None => return Err(AppError::business(format!("no default {t} model is configured"))),
+        // Said as it is: "none is configured" sent an administrator looking for a default that
+        // `/ai-model/default` showed them.
+        Some(r) if !r.is_usable() => {
+            return Err(AppError::business(format!(
+                "no default {t} model is configured that can be used: the default, model config {}, \
+                 is disabled (or its provider is)",
+                r.id
+            )))
+        }
+        Some(r) => r,
+    };
     let endpoint = endpoint_of(state, &row)?;
     Ok(ModelHandle::new(row, endpoint))
 }

@@ -291,7 +291,11 @@ async fn an_agent_chats_with_its_own_model_or_the_default_one_and_never_a_disabl
     s.chat(&s.admin, modelless, say("b", "again"))
         .await
         .refused()
-        .assert_error(400, 0, "no default CHAT model is configured");
+        .assert_error(
+            400,
+            0,
+            &format!("no default CHAT model is configured that can be used: the default, model config {default}, is disabled (or its provider is)"),
+        );
     assert_eq!(s.app.count("messages").await, stored);
     s.app
         .put(

@@ -278,27 +278,57 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
+/// Log lines written to memory, for tests that read what was logged.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct CapturedLines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl CapturedLines {
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    pub(crate) fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for CapturedLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{filter, json_lines};
-    use std::sync::{Arc, Mutex};
+    use super::{filter, json_lines, CapturedLines};
     use tracing_subscriber::layer::SubscriberExt;
+
+    /// The one JSON line `run` logs.
+    fn logged(run: impl FnOnce()) -> serde_json::Value {
+        let lines = CapturedLines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::registry().with(json_lines(move || writer.clone()));
+        tracing::subscriber::with_default(subscriber, run);
+        serde_json::from_str(lines.text().trim()).unwrap()
+    }
 
     #[test]
     fn a_line_logged_in_a_child_span_carries_the_request_id() {
-        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
-        let sink = out.clone();
-        let writer = move || Sink(sink.clone());
-        let subscriber = tracing_subscriber::registry().with(json_lines(writer));
-        tracing::subscriber::with_default(subscriber, || {
+        let line = logged(|| {
             let request = tracing::info_span!("request", request_id = "abc-123");
             let _request = request.enter();
             let child = tracing::info_span!("knowledge_retrieval", rag.id = 7);
             let _child = child.enter();
             tracing::warn!("knowledge base store failed");
         });
-        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
-        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(line["spans"][0]["request_id"], "abc-123", "{line}");
         assert_eq!(line["spans"][1]["rag.id"], 7, "{line}");
     }
@@ -306,11 +336,7 @@ mod tests {
     #[test]
     fn a_panic_is_a_line_of_its_request() {
         super::log_panics();
-        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
-        let sink = out.clone();
-        let writer = move || Sink(sink.clone());
-        let subscriber = tracing_subscriber::registry().with(json_lines(writer));
-        tracing::subscriber::with_default(subscriber, || {
+        let line = logged(|| {
             let request = tracing::info_span!("request", request_id = "abc-123");
             let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let _request = request.enter();
@@ -318,25 +344,10 @@ mod tests {
             }));
             assert!(unwound.is_err());
         });
-        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
-        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(line["message"], "panicked", "{line}");
         assert_eq!(line["panic"], "index 7 out of bounds", "{line}");
         assert!(line["location"].as_str().unwrap().contains("telemetry.rs"), "{line}");
         assert_eq!(line["spans"][0]["request_id"], "abc-123", "{line}");
-    }
-
-    struct Sink(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Sink {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
     }
 
     #[test]

@@ -223,22 +223,9 @@ mod tests {
         (status, serde_json::from_slice(&body).unwrap_or_default())
     }
 
-    #[derive(Clone, Default)]
-    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(data);
-            Ok(data.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[tokio::test]
     async fn a_failed_request_is_logged_once_with_its_cause_status_and_latency() {
-        let lines = Lines::default();
+        let lines = crate::telemetry::CapturedLines::default();
         let writer = lines.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
@@ -270,12 +257,13 @@ mod tests {
             ("/bare", "502", "response failed"),
         ];
         for (path, status, cause) in cases {
-            lines.0.lock().unwrap().clear();
+            lines.clear();
             call(&app, path).await;
-            let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+            let logged = lines.text();
+            // A panic also has a line of its own (`panicked`, once the hook is installed).
             let failed: Vec<&str> = logged
                 .lines()
-                .filter(|l| l.contains("ERROR") || l.contains("WARN"))
+                .filter(|l| l.contains("request failed") || l.contains("response failed"))
                 .collect();
             assert_eq!(failed.len(), 1, "{path}: one line per failed request:\n{logged}");
             let line = failed[0];

@@ -176,7 +176,10 @@ mod tests {
         let mut s = FieldScanner::default();
         assert_eq!(
             s.feed("{\"instruction\": \"Be kind.\n\tAsk first.\r\nThen \u{1}answer.\"}"),
-            vec![("instruction".to_owned(), "Be kind.\n\tAsk first.\r\nThen \u{1}answer.".to_owned())]
+            vec![(
+                "instruction".to_owned(),
+                "Be kind.\n\tAsk first.\r\nThen \u{1}answer.".to_owned()
+            )]
         );
         let mut s = FieldScanner::default();
         assert!(s.feed("no json here").is_empty());

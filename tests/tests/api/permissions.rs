@@ -159,6 +159,7 @@ const ROUTES: &[(&str, &str, Class)] = &[
     ("GET", "/skill/list", User),
     ("POST", "/skill", User),
     ("POST", "/skill/upload", User),
+    ("POST", "/skill/{id}/upload", User),
     ("POST", "/skill/ai/generate", User),
     ("GET", "/skill/{id}", User),
     ("PUT", "/skill/{id}", User),

@@ -188,7 +188,7 @@ def seed(who):
 
     conv = conversation(f"c-{tag}")
     conv_spare = conversation(f"d-{tag}")
-    ids.update(conversation_key=f"c-{tag}", conversation_spare_key=f"d-{tag}")
+    ids.update(conversation_key=f"c-{tag}", conversation_spare_key=f"d-{tag}", conversation_owner=user_id)
 
     def memory(title, status="ACTIVE"):
         return sql(
@@ -320,6 +320,11 @@ def config(ids):
             "body.openId": open_id, "body.originalName": "fuzz.png", "body.content": base64.b64encode(PNG).decode(), "body.fileSize": len(PNG),
         }),
         ("GET", r"^/api/openapi/v1/agent/conversations", external),
+        # Named by its owner: chats of the run may give the id a second owner, and a manager
+        # who names nobody is then told to say whose (409).
+        ("GET", r"^/api/agent/\{agentId\}/conversation/\{conversationId\}/messages", {
+            "agentId": agent, "conversationId": ids["conversation_key"], "userId": num("conversation_owner"),
+        }),
         # Everything else takes the first.
         (None, r"^/api/agent/", {"id": agent, "agentId": agent, "conversationId": ids["conversation_key"]}),
         (None, r"^/api/ai-model/config/", {"id": num("model")}),

@@ -139,12 +139,12 @@ async fn cancel_upload(
 /// Fetch a document from a public URL (internal addresses are refused).
 #[utoipa::path(post, path = "/document/import/url", tag = "knowledge", security(("svc_auth" = [])),
     request_body = docs::ImportUrlRequest,
-    responses((status = 200, body = Envelope<DocView>), (status = 400), (status = 401), (status = 404), (status = 413)))]
+    responses((status = 200, body = Envelope<docs::Imported>), (status = 400), (status = 401), (status = 404), (status = 413)))]
 async fn import_url(
     State(state): State<AppState>,
     user: CurrentUser,
     Json(req): Json<docs::ImportUrlRequest>,
-) -> ApiResult<DocView> {
+) -> ApiResult<docs::Imported> {
     service::import_url(&state, &user, req).await.map(Api)
 }
 

@@ -1733,7 +1733,12 @@ async fn import_by_url_refuses_internal_addresses() {
         (d["name"].as_str(), d["sourceType"].as_str(), d["sourcePath"].as_str()),
         (Some("readme.md"), Some("url"), Some(url.as_str()))
     );
-    let done = open.settled(d["id"].as_i64().unwrap()).await;
+    assert_eq!(
+        (d["decision"].as_str(), d["matchType"].as_str()),
+        (Some("NEW"), Some("NONE"))
+    );
+    let first = d["id"].as_i64().unwrap();
+    let done = open.settled(first).await;
     assert_eq!(done["status"], "success");
     // A name taken from the URL is cleaned like one sent in the request.
     let nul = url.replace("readme.md", "guide%00two.md");
@@ -1757,6 +1762,29 @@ async fn import_by_url_refuses_internal_addresses() {
         .post("/document/import/url", Some(&open.admin), &body)
         .await
         .assert_error(400, 0, "name: other.txt names a .txt file, but the url's file is .md");
+    assert_eq!(open.app.count("documents").await, before);
+    // What dedup skipped is said to be skipped: the answer is the document already there.
+    open.app
+        .put(&format!("/rag/{kb}"), Some(&open.admin), &json!({ "dedupAction": 1 }))
+        .await
+        .assert_ok();
+    let again = open
+        .app
+        .post(
+            "/document/import/url",
+            Some(&open.admin),
+            &json!({ "ragId": kb, "url": url }),
+        )
+        .await;
+    let again = again.assert_ok();
+    assert_eq!(
+        (
+            again["id"].as_i64(),
+            again["decision"].as_str(),
+            again["matchType"].as_str()
+        ),
+        (Some(first), Some("SKIP"), Some("BY_CONTENT"))
+    );
     assert_eq!(open.app.count("documents").await, before);
 }
 

@@ -193,6 +193,18 @@ pub struct CommittedItem {
     pub match_type: MatchType,
 }
 
+/// A URL import's document and what the base's dedup rules made of it: `NEW`, `OVERWRITE`
+/// (the document replaced another) or `SKIP` (nothing was imported; the document is the one
+/// already there).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Imported {
+    #[serde(flatten)]
+    pub document: DocView,
+    pub decision: Decision,
+    pub match_type: MatchType,
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImportUrlRequest {

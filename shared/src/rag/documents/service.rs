@@ -207,7 +207,7 @@ fn import_name(sent: Option<String>, from_url: &str, guessed: bool) -> AppResult
     Ok((name, file_type))
 }
 
-pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequest) -> AppResult<DocView> {
+pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequest) -> AppResult<Imported> {
     let rag_id = crate::validate::present("ragId", req.rag_id)?;
     let url = crate::validate::required("url", req.url)?;
     crate::validate::length("url", &url, 1, crate::validate::MAX_URL)?;
@@ -216,14 +216,20 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
     let (name, file_type) = import_name(req.name, &fetched.name, fetched.guessed)?;
     let hash = crate::crypto::content_hash(&fetched.bytes);
     let outcome = decide(state.db(), &kb, &name, &hash).await?;
+    let imported = |document| Imported {
+        document,
+        decision: outcome.decision,
+        match_type: outcome.match_type,
+    };
     match outcome.decision {
         Decision::Reject => return Err(AppError::business(outcome.reject_reason.unwrap_or_default())),
         Decision::Skip => {
             let existing = outcome
                 .conflict
+                .as_ref()
                 .and_then(|c| c.id)
                 .ok_or_else(|| AppError::not_found("document"))?;
-            return get(state, user, existing).await;
+            return get(state, user, existing).await.map(imported);
         }
         _ => {}
     }
@@ -261,7 +267,7 @@ pub async fn import_url(state: &AppState, user: &CurrentUser, req: ImportUrlRequ
     // Queued first, as a commit's uploads are (`upload::commit`).
     crate::rag::pipeline::enqueue(state, id, run_id, user.id).await;
     leftovers::delete(state, &old_keys).await;
-    get(state, user, id).await
+    get(state, user, id).await.map(imported)
 }
 
 #[cfg(test)]

@@ -23,15 +23,16 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(context_preview))
 }
 
-/// Memories extracted from one of your conversations (client conversation id), newest first.
+/// Memories extracted from one of your conversations (client conversation id), newest first;
+/// `agentId` keeps one agent's, as two agents' conversations may share an id.
 #[utoipa::path(get, path = "/memory/conversation/{conversationId}", tag = "memory", security(("svc_auth" = [])),
-    params(("conversationId" = String, Path), memory::LimitQuery),
+    params(("conversationId" = String, Path), memory::ConversationMemoriesQuery),
     responses((status = 200, body = Envelope<Vec<memory::MemoryView>>), (status = 400), (status = 401)))]
 async fn by_conversation(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(key): Path<String>,
-    Query(q): Query<memory::LimitQuery>,
+    Query(q): Query<memory::ConversationMemoriesQuery>,
 ) -> ApiResult<Vec<memory::MemoryView>> {
     service::by_conversation(&state, &user, key, q).await.map(Api)
 }

@@ -178,9 +178,12 @@ pub struct MemoryHit {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
-pub struct LimitQuery {
+pub struct ConversationMemoriesQuery {
     /// At most this many (1-100).
     pub limit: Option<i64>,
+    /// Only this agent's: conversation ids are chosen per agent, so two agents' conversations
+    /// may share one.
+    pub agent_id: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams)]

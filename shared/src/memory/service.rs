@@ -103,10 +103,11 @@ pub async fn by_conversation(
     state: &AppState,
     user: &CurrentUser,
     key: String,
-    q: LimitQuery,
+    q: ConversationMemoriesQuery,
 ) -> AppResult<Vec<MemoryView>> {
     let scope = Scope {
         conversation_key: Some(key),
+        agent_id: q.agent_id,
         ..visible(user)
     };
     Ok(views(repo::list(state.db(), &scope, limit(q.limit, 10)?).await?))

@@ -1371,6 +1371,24 @@ async fn memories_are_edited_listed_and_deleted() {
         titles(s.app.get("/memory/conversation/edit?limit=1", s.t()).await.assert_ok()).len(),
         1
     );
+    // Another agent's conversation of the same id is told apart with agentId.
+    let other = s.agent(None).await;
+    let others = s.seed_memory(other, owner, "Other agent's", "ACTIVE").await;
+    sqlx::query("UPDATE memories SET conversation_key = 'edit' WHERE agent_id = $1")
+        .bind(other)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let of = async |query: String| {
+        let path = format!("/memory/conversation/edit{query}");
+        titles(s.app.get(&path, s.t()).await.assert_ok())
+    };
+    assert_eq!(of(format!("?agentId={other}")).await, ["Other agent's"]);
+    let own = of(format!("?agentId={agent}")).await;
+    assert!(!own.contains(&"Other agent's".to_owned()), "{own:?}");
+    let both = of(String::new()).await;
+    assert_eq!(both.len(), own.len() + 1, "{both:?}");
+    s.app.delete(&format!("/memory/{others}"), s.t()).await.assert_ok();
     assert_eq!(
         titles(
             s.app

@@ -165,7 +165,13 @@ pub async fn read_all(store: &dyn ObjectStore, key: &str, range: Option<ByteRang
 /// "send it all"; `Err(())` means the range cannot be satisfied (416).
 #[allow(clippy::result_unit_err)]
 pub fn parse_range(header: &str, size: u64) -> Result<Option<ByteRange>, ()> {
-    let Some(spec) = header.trim().strip_prefix("bytes=") else {
+    // The unit is case-insensitive (RFC 9110); another unit is ignored.
+    let header = header.trim();
+    let Some(spec) = header
+        .get(..6)
+        .filter(|unit| unit.eq_ignore_ascii_case("bytes="))
+        .map(|_| &header[6..])
+    else {
         return Ok(None);
     };
     // Several ranges would need multipart/byteranges; serving the whole body is allowed.
@@ -175,22 +181,27 @@ pub fn parse_range(header: &str, size: u64) -> Result<Option<ByteRange>, ()> {
     let (start, end) = spec.split_once('-').ok_or(())?;
     let (start, end) = match (start.trim(), end.trim()) {
         ("", suffix) => {
-            let n: u64 = suffix.parse().map_err(|_| ())?;
+            let n = position(suffix)?;
             if n == 0 || size == 0 {
                 return Err(());
             }
             (size.saturating_sub(n), size - 1)
         }
-        (s, "") => (s.parse().map_err(|_| ())?, size.checked_sub(1).ok_or(())?),
-        (s, e) => {
-            let e: u64 = e.parse().map_err(|_| ())?;
-            (s.parse().map_err(|_| ())?, e.min(size.saturating_sub(1)))
-        }
+        (s, "") => (position(s)?, size.checked_sub(1).ok_or(())?),
+        (s, e) => (position(s)?, position(e)?.min(size.saturating_sub(1))),
     };
     if start >= size || start > end {
         return Err(());
     }
     Ok(Some(ByteRange { start, end }))
+}
+
+/// A byte position of a range: digits only; one past what 64 bits hold is as far as any.
+fn position(digits: &str) -> Result<u64, ()> {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(());
+    }
+    Ok(digits.parse().unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -215,5 +226,12 @@ mod tests {
         assert_eq!(parse_range("bytes=100-", 100), Err(()));
         assert_eq!(parse_range("bytes=5-1", 100), Err(()));
         assert_eq!(parse_range("items=1-2", 100), Ok(None));
+        assert_eq!(parse_range("Bytes=0-9", 100), Ok(Some(ByteRange { start: 0, end: 9 })));
+        assert_eq!(
+            parse_range("bytes=10-99999999999999999999999", 100),
+            Ok(Some(ByteRange { start: 10, end: 99 }))
+        );
+        assert_eq!(parse_range("bytes=+1-2", 100), Err(()));
+        assert_eq!(parse_range("bytes=é", 100), Err(()));
     }
 }

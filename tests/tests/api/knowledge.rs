@@ -1654,41 +1654,27 @@ async fn import_by_url_refuses_internal_addresses() {
     let closed = KbSetup::new(Store::Filesystem, &[]).await;
     let kb = closed.kb("Web", json!({})).await;
     let t = Some(closed.admin.as_str());
-    closed
-        .app
-        .post("/document/import/url", t, &json!({ "ragId": kb, "url": url }))
-        .await
-        .assert_error(400, 0, "internal address");
-    closed
-        .app
-        .post(
-            "/document/import/url",
-            t,
-            &json!({ "ragId": kb, "url": "file:///etc/passwd" }),
-        )
-        .await
-        .assert_error(400, 0, "http or https");
-    closed
-        .app
-        .post("/document/import/url", t, &json!({ "ragId": kb }))
-        .await
-        .assert_error(400, 0, "url is required");
     let long = format!("https://example.com/{}", "a".repeat(2048));
-    closed
-        .app
-        .post("/document/import/url", t, &json!({ "ragId": kb, "url": long }))
-        .await
-        .assert_error(400, 0, "url must be 1 to 2048 characters long");
-    // Kept as the document's source and shown with it: no password goes in.
-    closed
-        .app
-        .post(
-            "/document/import/url",
-            t,
-            &json!({ "ragId": kb, "url": "https://alice:s3cret@mirror.example.com/h.md" }),
-        )
-        .await
-        .assert_error(400, 0, "url must not hold credentials (user:password@)");
+    for (body, needle) in [
+        (json!({ "ragId": kb, "url": url }), "internal address"),
+        (json!({ "ragId": kb, "url": "file:///etc/passwd" }), "http or https"),
+        (json!({ "ragId": kb }), "url is required"),
+        (
+            json!({ "ragId": kb, "url": long }),
+            "url must be 1 to 2048 characters long",
+        ),
+        // Kept as the document's source and shown with it: no password goes in.
+        (
+            json!({ "ragId": kb, "url": "https://alice:s3cret@mirror.example.com/h.md" }),
+            "url must not hold credentials (user:password@)",
+        ),
+    ] {
+        closed
+            .app
+            .post("/document/import/url", t, &body)
+            .await
+            .assert_error(400, 0, needle);
+    }
     assert_eq!(closed.app.count("documents").await, 0);
 
     // The operator's outbound lists bind imports too: a range only a list names (here a

@@ -77,6 +77,9 @@ impl Package {
                 "entry path {path:?} begins or ends with a space, which the file API cannot name"
             )));
         }
+        if let Some((a, b)) = package.case_twins() {
+            return Err(refused(case_clash(a, b)));
+        }
         // Agents load SKILL.md whole, as the online editor opens it: a larger one was stored,
         // and then no agent could use it.
         if let Some(md) = package
@@ -364,6 +367,7 @@ impl Package {
         if self.is_dir(at) {
             return Err(AppError::validation(format!("path {at:?} is a directory, not a file")));
         }
+        self.check_case("path", at)?;
         self.ensure_parents(at).map_err(AppError::Validation)?;
         self.entries.insert(at.to_owned(), Node::File(data));
         Ok(())
@@ -371,6 +375,7 @@ impl Package {
 
     /// Creates an empty directory (and its parents).
     pub fn create_dir(&mut self, at: &str) -> Result<(), AppError> {
+        self.check_case("path", at)?;
         self.ensure_parents(at).map_err(AppError::Validation)?;
         self.entries.insert(at.to_owned(), Node::Dir);
         Ok(())
@@ -398,6 +403,10 @@ impl Package {
                 "newPath {to:?} is inside oldPath {from:?}; a directory cannot move into itself"
             )));
         }
+        // Renaming "Notes.md" to "notes.md" is a change of case, not a clash with itself.
+        if let Some(twin) = self.case_twin_of(to, Some(from)) {
+            return Err(AppError::validation(format!("newPath: {}", case_clash(twin, to))));
+        }
         let mut moved = Vec::new();
         for (k, v) in self.entries.iter().filter(|(k, _)| path::is_within(k, from)) {
             // What lies below moves deeper with it: each new path must still be one a package
@@ -411,6 +420,53 @@ impl Package {
         self.entries.retain(|k, _| !path::is_within(k, from));
         self.entries.extend(moved);
         Ok(())
+    }
+}
+
+/// Paths that differ only in case: extracted on macOS or Windows, one overwrites the other
+/// (`skill.md` over `SKILL.md`).
+fn case_clash(existing: &str, new: &str) -> String {
+    format!(
+        "{new:?} differs from {existing:?} only in case; extracted on macOS or Windows one would overwrite the other"
+    )
+}
+
+impl Package {
+    /// Two entries whose paths differ only in case, if any.
+    fn case_twins(&self) -> Option<(&str, &str)> {
+        let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+        for at in self.entries.keys() {
+            if let Some(first) = seen.insert(at.to_lowercase(), at) {
+                return Some((first, at));
+            }
+        }
+        None
+    }
+
+    /// An entry other than `at` itself whose path is `at`'s, or one of its directories', in
+    /// another case; what lies within `moving` (a rename's source) does not count.
+    fn case_twin_of(&self, at: &str, moving: Option<&str>) -> Option<&str> {
+        let mut dir = at;
+        while !dir.is_empty() {
+            let lower = dir.to_lowercase();
+            let twin = self
+                .entries
+                .keys()
+                .find(|k| *k != dir && k.to_lowercase() == lower && !moving.is_some_and(|m| path::is_within(k, m)));
+            if let Some(twin) = twin {
+                return Some(twin);
+            }
+            dir = path::parent(dir);
+        }
+        None
+    }
+
+    /// Refuses a new path (or a directory it creates) that differs from an entry only in case.
+    fn check_case(&self, field: &str, at: &str) -> Result<(), AppError> {
+        match self.case_twin_of(at, None) {
+            Some(twin) => Err(AppError::validation(format!("{field}: {}", case_clash(twin, at)))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -585,6 +641,30 @@ mod tests {
             ..limits()
         };
         assert!(message(Package::open(&bomb, &big)).contains("the limit is 10 bytes"));
+    }
+
+    #[test]
+    fn paths_that_differ_only_in_case_are_refused() {
+        let twins = zip_of(&[("SKILL.md", b"x"), ("skill.md", b"y")]);
+        let err = Package::open_upload(&twins, &limits()).unwrap_err().to_string();
+        assert!(err.contains("only in case"), "{err}");
+        // Stored packages still open: some were stored before the rule.
+        assert!(Package::open(&twins, &limits()).is_ok());
+
+        let mut p = Package::open_upload(&zip_of(&[("SKILL.md", b"x"), ("Docs/a.md", b"a")]), &limits()).unwrap();
+        for refused in [
+            p.clone().write_file("docs/b.md", vec![]),
+            p.clone().create_dir("DOCS"),
+            p.clone().write_file("skill.md", vec![]),
+            p.clone().rename("Docs/a.md", "docs/a.md"),
+        ] {
+            let err = refused.unwrap_err().to_string();
+            assert!(err.contains("only in case"), "{err}");
+        }
+        // The same path written again, or a change of case of one's own name, is no clash.
+        p.write_file("Docs/a.md", b"b".to_vec()).unwrap();
+        p.rename("Docs", "docs").unwrap();
+        assert!(p.file("docs/a.md").is_some());
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub struct Config {
     pub encryption_key: [u8; 32],
     pub access_token_ttl: Duration,
     pub refresh_token_ttl: Duration,
+    /// How long a login lasts, refreshed or not (`LOGIN_MAX_AGE_SECS`, default 90 days).
+    pub login_max_age: Duration,
     pub admin_username: Option<String>,
     pub admin_password: Option<String>,
     pub storage: StorageBackend,
@@ -240,6 +242,7 @@ impl Config {
             encryption_key,
             access_token_ttl: Duration::from_secs(parse_num("ACCESS_TOKEN_TTL_SECS", 2 * 3600)?),
             refresh_token_ttl: Duration::from_secs(parse_num("REFRESH_TOKEN_TTL_SECS", 14 * 86400)?),
+            login_max_age: Duration::from_secs(parse_num("LOGIN_MAX_AGE_SECS", 90 * 86400)?),
             admin_username: get("ADMIN_USERNAME"),
             admin_password: get("ADMIN_PASSWORD"),
             storage,

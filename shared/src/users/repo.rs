@@ -186,20 +186,26 @@ pub async fn lock_admins(db: impl PgExecutor<'_>) -> sqlx::Result<i64> {
         .await
 }
 
+/// A refresh token of login `family`, valid until `expires_at`, the login itself until
+/// `login_expires_at`.
 pub async fn insert_refresh(
     db: impl PgExecutor<'_>,
     family: Uuid,
     user_id: i64,
     hash: &str,
-    expires_at: DateTime<Utc>,
+    (expires_at, login_expires_at): (DateTime<Utc>, DateTime<Utc>),
 ) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO refresh_tokens (family_id, user_id, token_hash, expires_at) VALUES ($1, $2, $3, $4)")
-        .bind(family)
-        .bind(user_id)
-        .bind(hash)
-        .bind(expires_at)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "INSERT INTO refresh_tokens (family_id, user_id, token_hash, expires_at, login_expires_at)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(family)
+    .bind(user_id)
+    .bind(hash)
+    .bind(expires_at)
+    .bind(login_expires_at)
+    .execute(db)
+    .await?;
     Ok(())
 }
 
@@ -208,6 +214,8 @@ pub struct RefreshRow {
     pub family_id: Uuid,
     pub user_id: i64,
     pub expires_at: DateTime<Utc>,
+    /// When the login ends; None for a login made before it was kept.
+    pub login_expires_at: Option<DateTime<Utc>>,
     pub revoked: bool,
     /// True when this call marked the token used; false when it had been used before.
     pub claimed: bool,
@@ -243,7 +251,7 @@ pub async fn claim_refresh(db: impl PgExecutor<'_>, hash: &str) -> sqlx::Result<
         "WITH prev AS (SELECT id, used_at FROM refresh_tokens WHERE token_hash = $1 FOR UPDATE)
          UPDATE refresh_tokens r SET used_at = COALESCE(r.used_at, now())
          FROM prev WHERE r.id = prev.id
-         RETURNING r.family_id, r.user_id, r.expires_at, r.revoked_at IS NOT NULL AS revoked,
+         RETURNING r.family_id, r.user_id, r.expires_at, r.login_expires_at, r.revoked_at IS NOT NULL AS revoked,
                    prev.used_at IS NULL AS claimed",
     )
     .bind(hash)

@@ -1,6 +1,6 @@
 //! Business rules of users and authentication.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use super::repo::{self, NewUser};
@@ -99,7 +99,8 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
             "the password changed meanwhile (or this user's logins were revoked); log in again",
         ));
     }
-    let refresh_token = new_refresh(state, &mut *tx, uuid::Uuid::new_v4(), user.id).await?;
+    let login_expires = Utc::now() + state.config().login_max_age;
+    let refresh_token = new_refresh(state, &mut *tx, (uuid::Uuid::new_v4(), login_expires), user.id).await?;
     repo::forget_old_logins(&mut *tx, user.id).await?;
     tx.commit().await?;
     let token = state.jwt().issue_access(user.id, user.role, user.token_version)?;
@@ -110,15 +111,18 @@ pub async fn login(state: &AppState, req: LoginRequest, ip: &str) -> AppResult<L
     })
 }
 
+/// A new refresh token of the login `family`, which ends at `login_expires`: no token of it
+/// outlives that, however often it is refreshed. Each refresh used to give 14 more days, so a
+/// stolen login, refreshed, lasted for good.
 async fn new_refresh<'e>(
     state: &AppState,
     db: impl sqlx::PgExecutor<'e>,
-    family: uuid::Uuid,
+    (family, login_expires): (uuid::Uuid, DateTime<Utc>),
     user_id: i64,
 ) -> AppResult<String> {
     let (token, hash) = refresh::generate(family);
-    let expires = Utc::now() + state.config().refresh_token_ttl;
-    repo::insert_refresh(db, family, user_id, &hash, expires).await?;
+    let expires = (Utc::now() + state.config().refresh_token_ttl).min(login_expires);
+    repo::insert_refresh(db, family, user_id, &hash, (expires, login_expires)).await?;
     Ok(token)
 }
 
@@ -182,7 +186,10 @@ pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPa
     let user = repo::find(&mut *tx, row.user_id)
         .await?
         .ok_or_else(|| AppError::unauthorized("the user no longer exists; please log in again"))?;
-    let refresh_token = new_refresh(state, &mut *tx, row.family_id, user.id).await?;
+    let login_expires = row
+        .login_expires_at
+        .unwrap_or_else(|| Utc::now() + state.config().login_max_age);
+    let refresh_token = new_refresh(state, &mut *tx, (row.family_id, login_expires), user.id).await?;
     repo::forget_old_used(&mut *tx, row.family_id).await?;
     tx.commit().await?;
     Ok(TokenPair {

@@ -149,6 +149,51 @@ async fn refresh_rotates_and_reuse_revokes_the_login() {
         .assert_error(400, 0, "refreshToken is required");
 }
 
+/// A login ends at LOGIN_MAX_AGE_SECS whatever its refreshes: no refresh token of it expires
+/// later. Each refresh gave 14 more days, so a stolen login, refreshed, lasted for good.
+#[tokio::test]
+async fn a_login_ends_at_its_age_however_often_it_is_refreshed() {
+    let app = api_tests::spawn_with(Store::Filesystem, &[("LOGIN_MAX_AGE_SECS", "3600")]).await;
+    let login = app.login(ADMIN_USERNAME, ADMIN_PASSWORD).await;
+    let mut token = login.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
+    let ends = || async {
+        let (expires, login_ends): (i64, i64) = sqlx::query_as(
+            "SELECT extract(epoch FROM expires_at)::bigint, extract(epoch FROM login_expires_at)::bigint
+             FROM refresh_tokens WHERE used_at IS NULL",
+        )
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        (expires, login_ends)
+    };
+    let (expires, login_ends) = ends().await;
+    let now = chrono::Utc::now().timestamp();
+    assert!((3590..=3610).contains(&(login_ends - now)), "{}", login_ends - now);
+    assert_eq!(expires, login_ends, "the token lasts no longer than its login");
+    for _ in 0..3 {
+        let r = app
+            .post("/auth/refreshToken", None, &json!({ "refreshToken": token }))
+            .await;
+        token = r.assert_ok()["refreshToken"].as_str().unwrap().to_owned();
+        assert_eq!(
+            ends().await,
+            (login_ends, login_ends),
+            "a refresh does not lengthen the login"
+        );
+    }
+    // A login made before its end was kept gets one at its next refresh.
+    sqlx::query("UPDATE refresh_tokens SET login_expires_at = NULL")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let r = app
+        .post("/auth/refreshToken", None, &json!({ "refreshToken": token }))
+        .await;
+    r.assert_ok();
+    let (expires, login_ends) = ends().await;
+    assert!(login_ends - chrono::Utc::now().timestamp() <= 3600 && expires <= login_ends);
+}
+
 /// A client refreshing in a loop keeps a bounded number of rows: the newest used tokens (whose
 /// replay still revokes the login) and the live one.
 #[tokio::test]
@@ -780,9 +825,15 @@ async fn a_password_change_revokes_a_token_issued_while_it_runs() {
         // Until the change waits on a row the refresh holds.
         api_tests::until_a_statement_waits_for_a_lock(&app.db).await;
         let expires = chrono::Utc::now() + chrono::Duration::days(1);
-        repo::insert_refresh(&mut *refreshing, claimed.family_id, owner, "in-flight", expires)
-            .await
-            .unwrap();
+        repo::insert_refresh(
+            &mut *refreshing,
+            claimed.family_id,
+            owner,
+            "in-flight",
+            (expires, expires),
+        )
+        .await
+        .unwrap();
         refreshing.commit().await.unwrap();
     };
     let (changed, ()) = tokio::join!(change, issue);

@@ -32,6 +32,8 @@ enum Node {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Package {
     entries: BTreeMap<String, Node>,
+    /// Files an upload marked executable (a script): packed with mode 755, the others 644.
+    executable: BTreeSet<String>,
 }
 
 /// A node of the file tree (`type` is `file` or `directory`; the root has an empty path).
@@ -152,6 +154,7 @@ impl Package {
                 package.add(&clean, Node::Dir).map_err(refused)?;
                 continue;
             }
+            let runs = entry.unix_mode().is_some_and(|mode| mode & 0o111 != 0);
             let declared = entry.size();
             let compressed = entry.compressed_size().max(1);
             check_ratio(&raw, declared, compressed, limits)?;
@@ -177,6 +180,9 @@ impl Package {
             check_ratio(&raw, real, compressed, limits)?;
             unpacked += real;
             package.add(&clean, Node::File(data)).map_err(refused)?;
+            if runs {
+                package.executable.insert(clean);
+            }
         }
         package.lift_single_folder();
         package.check_limits(limits)?;
@@ -229,6 +235,10 @@ impl Package {
             .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|rest| (rest.to_owned(), v)))
             // Finder's metadata inside the folder is at the top now, where it is dropped too.
             .filter(|(k, _)| !path::is_macos_metadata(k))
+            .collect();
+        self.executable = std::mem::take(&mut self.executable)
+            .into_iter()
+            .filter_map(|k| k.strip_prefix(&prefix).map(str::to_owned))
             .collect();
     }
 
@@ -283,7 +293,12 @@ impl Package {
                         true => CompressionMethod::Stored,
                         false => CompressionMethod::Deflated,
                     };
-                    writer.start_file(at.as_str(), options.compression_method(method))?;
+                    let mode = match self.executable.contains(at) {
+                        true => 0o755,
+                        false => 0o644,
+                    };
+                    let options = options.compression_method(method).unix_permissions(mode);
+                    writer.start_file(at.as_str(), options)?;
                     writer.write_all(data)?;
                 }
                 Node::Dir if self.is_empty_dir(at) => {
@@ -387,6 +402,7 @@ impl Package {
             return Err(AppError::NotFound(format!("no file or directory at path {at:?}")));
         }
         self.entries.retain(|k, _| !path::is_within(k, at));
+        self.executable.retain(|k| !path::is_within(k, at));
         Ok(())
     }
 
@@ -419,6 +435,12 @@ impl Package {
         self.ensure_parents(to).map_err(AppError::Validation)?;
         self.entries.retain(|k, _| !path::is_within(k, from));
         self.entries.extend(moved);
+        let (runs_moved, runs_kept): (BTreeSet<String>, BTreeSet<String>) = std::mem::take(&mut self.executable)
+            .into_iter()
+            .partition(|k| path::is_within(k, from));
+        self.executable = runs_kept;
+        self.executable
+            .extend(runs_moved.iter().map(|k| format!("{to}{}", &k[from.len()..])));
         Ok(())
     }
 }
@@ -641,6 +663,32 @@ mod tests {
             ..limits()
         };
         assert!(message(Package::open(&bomb, &big)).contains("the limit is 10 bytes"));
+    }
+
+    #[test]
+    fn a_script_stays_executable() {
+        let mut w = ZipWriter::new(Cursor::new(Vec::new()));
+        let plain = SimpleFileOptions::default();
+        w.start_file("skill/SKILL.md", plain).unwrap();
+        w.write_all(b"x").unwrap();
+        w.start_file("skill/scripts/run.sh", plain.unix_permissions(0o755))
+            .unwrap();
+        w.write_all(b"#!/bin/sh\necho hi\n").unwrap();
+        let bytes = w.finish().unwrap().into_inner();
+        let mut p = Package::open_upload(&bytes, &limits()).unwrap();
+        p.rename("scripts", "tools").unwrap();
+        p.write_file("tools/other.sh", b"echo".to_vec()).unwrap();
+        let packed = p.to_zip(&limits()).unwrap();
+        let mut archive = ZipArchive::new(Cursor::new(packed.as_slice())).unwrap();
+        let mode = |archive: &mut ZipArchive<Cursor<&[u8]>>, name: &str| {
+            archive.by_name(name).unwrap().unix_mode().unwrap() & 0o777
+        };
+        assert_eq!(mode(&mut archive, "tools/run.sh"), 0o755);
+        assert_eq!(mode(&mut archive, "tools/other.sh"), 0o644);
+        assert_eq!(mode(&mut archive, "SKILL.md"), 0o644);
+        // Opened again (an edit's package), it is still marked.
+        let again = Package::open(&packed, &limits()).unwrap();
+        assert_eq!(again, p);
     }
 
     #[test]

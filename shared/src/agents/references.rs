@@ -12,6 +12,27 @@ use crate::rag::bases;
 use crate::skills::SkillBrief;
 use crate::{AppError, AppResult, AppState};
 
+/// The references of `data` that `before` did not have: only those are checked. One
+/// the agent already had was checked when it was set, and an edit of anything else must not
+/// fail on it (a model disabled since, a server its owner can no longer offer); chat judges
+/// it when it runs. Every reference is still held while the agent is written (`hold`).
+pub fn newly_named(data: &AgentData, before: &AgentData) -> AgentData {
+    let new_ids = |now: &[i64], had: &[i64]| now.iter().copied().filter(|id| !had.contains(id)).collect();
+    AgentData {
+        chat_model_id: data
+            .chat_model_id
+            .filter(|_| data.chat_model_id != before.chat_model_id),
+        rag_id: data.rag_id.filter(|_| data.rag_id != before.rag_id),
+        memory_config_id: data
+            .memory_config_id
+            .filter(|_| data.memory_config_id != before.memory_config_id),
+        mcp_server_ids: new_ids(&data.mcp_server_ids, &before.mcp_server_ids),
+        skill_ids: new_ids(&data.skill_ids, &before.skill_ids),
+        app_id: data.app_id.clone().filter(|_| data.app_id != before.app_id),
+        ..data.clone()
+    }
+}
+
 /// Each reference must exist and be usable by the caller; the error names the field. The app
 /// binding is checked apart (`check_app`): it is the one reference kept as it is on update.
 pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppResult<()> {
@@ -44,9 +65,10 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
 /// either taken out of this agent by its deletion, which waits for this write, or found gone
 /// here.
 /// The models are held in one statement (in id order), after the config, as a config's
-/// edit takes the config before its models.
-pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData) -> AppResult<()> {
-    let mut named: Vec<models::service::ModelRef<'_>> = d
+/// edit takes the config before its models. Every reference is held; only those `fresh`
+/// names (`newly_named`) have their models checked again.
+pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData, fresh: &AgentData) -> AppResult<()> {
+    let mut named: Vec<models::service::ModelRef<'_>> = fresh
         .chat_model_id
         .map(|id| models::service::ModelRef {
             field: "chatModelId",
@@ -59,7 +81,9 @@ pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData) ->
         let config = crate::memory::config_repo::find_held(conn, id)
             .await?
             .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?;
-        named.extend(config.model_refs("memoryConfigId"));
+        if fresh.memory_config_id.is_some() {
+            named.extend(config.model_refs("memoryConfigId"));
+        }
     }
     models::service::hold_usable(conn, user, &named).await?;
     for (field, held_ids, ids) in [

@@ -172,6 +172,7 @@ pub const MAX_GREETING: usize = 2000;
 /// Applies the sent fields over `data`, checking each one; references are checked to exist
 /// and be usable by the caller.
 async fn apply(state: &AppState, user: &CurrentUser, mut data: AgentData, f: AgentFields) -> AppResult<AgentData> {
+    let before = data.clone();
     if let Some(name) = f.name {
         let name = name.trim().to_owned();
         validate::length("name", &name, 1, MAX_NAME)?;
@@ -244,7 +245,7 @@ async fn apply(state: &AppState, user: &CurrentUser, mut data: AgentData, f: Age
     if let Some(ids) = f.skill_ids {
         data.skill_ids = at_most_ids("skillIds", dedup(ids), MAX_SKILLS)?;
     }
-    references::check(state, user, &data).await?;
+    references::check(state, user, &references::newly_named(&data, &before)).await?;
     Ok(data)
 }
 
@@ -273,7 +274,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, f: AgentFields) -> App
     }
     let data = apply(state, user, blank(), f).await?;
     let mut tx = state.db().begin().await?;
-    references::hold(user, &mut tx, &data).await?;
+    references::hold(user, &mut tx, &data, &data).await?;
     let id = repo::insert(&mut *tx, &data, user.id).await?;
     tx.commit().await?;
     Ok(id)
@@ -281,9 +282,10 @@ pub async fn create(state: &AppState, user: &CurrentUser, f: AgentFields) -> App
 
 pub async fn update(state: &AppState, user: &CurrentUser, id: i64, f: AgentFields) -> AppResult<AgentView> {
     let agent = managed(state, user, id).await?;
-    let data = apply(state, user, AgentData::from(&agent), f).await?;
+    let before = AgentData::from(&agent);
+    let data = apply(state, user, before.clone(), f).await?;
     let mut tx = state.db().begin().await?;
-    references::hold(user, &mut tx, &data).await?;
+    references::hold(user, &mut tx, &data, &references::newly_named(&data, &before)).await?;
     if !repo::update(&mut *tx, id, agent.update_dt, &data).await? {
         return Err(AppError::changed_meanwhile("agent"));
     }

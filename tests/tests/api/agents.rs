@@ -69,6 +69,36 @@ async fn agents_are_created_read_changed_and_deleted() {
         .assert_error(404, 404, "agent not found");
 }
 
+/// What an agent already points at is not judged again by an edit of something else: a model
+/// disabled since blocked renaming the agent. Named anew, it is refused.
+#[tokio::test]
+async fn an_edit_is_not_refused_for_a_reference_it_does_not_change() {
+    let s = ChatSetup::new().await;
+    let t = Some(s.admin.as_str());
+    let model = s.chat_model("chat-echo", json!({})).await;
+    let id = s.agent(&s.admin, json!({ "name": "Kept", "chatModelId": model })).await;
+    s.app
+        .put(&format!("/ai-model/config/{model}/disable"), t, &json!({}))
+        .await
+        .assert_status_ok();
+    let renamed = s
+        .app
+        .put(&format!("/agent/{id}"), t, &json!({ "name": "Renamed" }))
+        .await;
+    assert_eq!(
+        (
+            renamed.assert_ok()["name"].as_str(),
+            renamed.data()["chatModelId"].as_i64()
+        ),
+        (Some("Renamed"), Some(model))
+    );
+    let other = s.agent(&s.admin, json!({ "name": "Other" })).await;
+    s.app
+        .put(&format!("/agent/{other}"), t, &json!({ "chatModelId": model }))
+        .await
+        .assert_error(400, 0, "chatModelId");
+}
+
 #[tokio::test]
 async fn every_bad_field_is_refused_by_name_and_nothing_changes() {
     let s = ChatSetup::new().await;

@@ -144,6 +144,9 @@ pub struct ModelConfigView {
     pub scope: String,
     pub is_default: bool,
     pub is_enabled: bool,
+    /// Enabled, and so is its provider: whether chats, searches and drafts can use it. A
+    /// default whose provider is off showed `isEnabled: true` and answered nothing.
+    pub usable: bool,
     pub creator_id: i64,
     pub created_dt: String,
     pub updated_dt: String,
@@ -161,6 +164,7 @@ impl ModelConfigView {
                 .unwrap_or_else(|_| "****".to_owned()),
             false => "****".to_owned(),
         };
+        let usable = row.is_usable();
         Self {
             id: row.id,
             provider_id: row.provider_id,
@@ -176,6 +180,7 @@ impl ModelConfigView {
             scope: row.scope,
             is_default: row.is_default,
             is_enabled: row.is_enabled,
+            usable,
             creator_id: row.creator_id,
             created_dt: time::iso_local(row.created_dt),
             updated_dt: time::iso_local(row.updated_dt),

@@ -288,6 +288,12 @@ async fn an_agent_chats_with_its_own_model_or_the_default_one_and_never_a_disabl
         )
         .await
         .assert_status_ok();
+    let shown = s.app.get("/ai-model/default/CHAT", Some(&s.admin)).await;
+    let shown = shown.assert_status_ok();
+    assert_eq!(
+        (shown["isEnabled"].as_bool(), shown["usable"].as_bool()),
+        (Some(true), Some(false))
+    );
     s.chat(&s.admin, modelless, say("b", "again"))
         .await
         .refused()

@@ -36,14 +36,25 @@ pub struct FsStore {
     placing: tokio::sync::Mutex<()>,
 }
 
+/// A file written aside, removed when dropped: placed, it is gone already; left by a write
+/// that failed, or by an upload whose client went away mid-body (its future dropped before it
+/// could clean up), it stayed on disk for good.
+struct Aside(PathBuf);
+
+impl Drop for Aside {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 impl FsStore {
     /// The object's path (its directory made) and a file beside it to write first: objects are
     /// written aside and renamed, so a reader never sees half a file.
-    async fn write_aside(&self, key: &str) -> Result<(PathBuf, PathBuf), StorageError> {
+    async fn write_aside(&self, key: &str) -> Result<(PathBuf, Aside), StorageError> {
         let path = self.path(key)?;
         make_parent(&path).await.map_err(io_err("creating object dir"))?;
         let tmp = path.with_extension(format!("part-{}", uuid::Uuid::new_v4()));
-        Ok((path, tmp))
+        Ok((path, Aside(tmp)))
     }
 
     pub fn new(root: PathBuf, config: &Config) -> anyhow::Result<Self> {
@@ -211,8 +222,10 @@ impl ObjectStore for FsStore {
 
     async fn put(&self, key: &str, body: Bytes, _content_type: &str) -> Result<(), StorageError> {
         let (path, tmp) = self.write_aside(key).await?;
-        tokio::fs::write(&tmp, &body).await.map_err(io_err("writing object"))?;
-        tokio::fs::rename(&tmp, &path)
+        tokio::fs::write(&tmp.0, &body)
+            .await
+            .map_err(io_err("writing object"))?;
+        tokio::fs::rename(&tmp.0, &path)
             .await
             .map_err(io_err("renaming object"))?;
         Ok(())
@@ -235,7 +248,9 @@ impl ObjectStore for FsStore {
         // an upload dropped between the two leaves a mark, never an object that cannot expire.
         // A refused second PUT leaves the first one's mark as it found it.
         let placed = async {
-            let mut file = tokio::fs::File::create(&tmp).await.map_err(io_err("creating object"))?;
+            let mut file = tokio::fs::File::create(&tmp.0)
+                .await
+                .map_err(io_err("creating object"))?;
             let mut size = 0u64;
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| StorageError::BadBody(e.to_string()))?;
@@ -251,7 +266,7 @@ impl ObjectStore for FsStore {
                 .mark_staged(key)
                 .await
                 .map_err(io_err("marking the upload staged"))?;
-            tokio::fs::hard_link(&tmp, &path).await.map_err(|e| {
+            tokio::fs::hard_link(&tmp.0, &path).await.map_err(|e| {
                 if ours {
                     let _ = std::fs::remove_file(self.staged_mark(key));
                 }
@@ -262,7 +277,7 @@ impl ObjectStore for FsStore {
             })
         }
         .await;
-        let _ = tokio::fs::remove_file(&tmp).await;
+        drop(tmp);
         placed
     }
 
@@ -419,6 +434,22 @@ mod tests {
             .await;
         assert!(matches!(over, Err(StorageError::TooLarge(_))), "{over:?}");
         assert_eq!(bytes_on_disk(&root), 20 * 4096, "the refused upload left bytes behind");
+    }
+
+    /// An upload whose client goes away mid-body: its future is dropped, and its part file with it.
+    #[tokio::test]
+    async fn an_upload_dropped_mid_body_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::new(dir.path().to_path_buf(), &crate::config::test_config()).unwrap();
+        let first: std::io::Result<Bytes> = Ok(Bytes::from(vec![b'a'; 4096]));
+        let stalled: ByteStream = Box::pin(futures::stream::iter([first]).chain(futures::stream::pending()));
+        let cut = tokio::time::timeout(
+            Duration::from_millis(200),
+            store.put_stream("k/cut.bin", stalled, 1 << 20, "x"),
+        )
+        .await;
+        assert!(cut.is_err(), "the upload is still waiting for its body");
+        assert_eq!(bytes_on_disk(dir.path()), 0, "the part file of a dropped upload stayed");
     }
 
     fn upload(text: &'static str) -> ByteStream {

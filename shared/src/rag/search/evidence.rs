@@ -18,13 +18,17 @@ pub fn attach(state: &AppState, query: &str, images: &[ImageRow], results: &mut 
     // Each word once: a repeated word counted twice in the whole, so an image holding every
     // word of "owl owl" scored 0.5, a context match's score.
     let terms = segment::distinct(query);
+    // Which words each image's text holds depends on the image alone: segmented once per
+    // search, not once per result of its document (jieba on every OCR text, for each hit).
+    let direct: Vec<Direct> = images.iter().map(|i| direct_match(i, &terms)).collect();
     for result in results.iter_mut() {
         let page = result.metadata["page"].as_i64().map(|p| p as i32);
         let title = result.metadata["title"].as_str().map(str::to_owned);
         let mut found: Vec<ImageEvidence> = images
             .iter()
-            .filter(|i| i.document_id == result.document_id)
-            .filter_map(|i| evidence(state, i, &terms, result.chunk_id, page, title.as_deref()))
+            .zip(&direct)
+            .filter(|(i, _)| i.document_id == result.document_id)
+            .filter_map(|(i, d)| evidence(state, i, d, terms.len(), result.chunk_id, page, title.as_deref()))
             .collect();
         found.sort_by(|a, b| b.match_score.total_cmp(&a.match_score));
         found.truncate(PER_RESULT);
@@ -32,36 +36,48 @@ pub fn attach(state: &AppState, query: &str, images: &[ImageRow], results: &mut 
     }
 }
 
-fn evidence(
-    state: &AppState,
-    i: &ImageRow,
-    terms: &[String],
-    chunk: i64,
-    page: Option<i32>,
-    title: Option<&str>,
-) -> Option<ImageEvidence> {
+/// The query's words an image's text holds, and the fields holding them.
+#[derive(Default)]
+struct Direct {
+    terms: Vec<String>,
+    fields: Vec<String>,
+}
+
+fn direct_match(i: &ImageRow, terms: &[String]) -> Direct {
     let fields = [
         ("ocrText", i.ocr_text.as_deref()),
         ("caption", i.caption.as_deref()),
         ("figureTitle", i.figure_title.as_deref()),
     ];
-    let mut matched_terms = Vec::new();
-    let mut matched_fields = Vec::new();
+    let mut found = Direct::default();
     for (name, text) in fields {
         let Some(text) = text else { continue };
-        let words = segment::tokens(text);
-        let hits: Vec<&String> = terms.iter().filter(|t| words.contains(t)).collect();
+        let words: std::collections::HashSet<String> = segment::tokens(text).into_iter().collect();
+        let hits: Vec<&String> = terms.iter().filter(|t| words.contains(*t)).collect();
         if !hits.is_empty() {
-            matched_fields.push(name.to_owned());
+            found.fields.push(name.to_owned());
             for h in hits {
-                if !matched_terms.contains(h) {
-                    matched_terms.push(h.clone());
+                if !found.terms.contains(h) {
+                    found.terms.push(h.clone());
                 }
             }
         }
     }
+    found
+}
+
+fn evidence(
+    state: &AppState,
+    i: &ImageRow,
+    direct: &Direct,
+    term_count: usize,
+    chunk: i64,
+    page: Option<i32>,
+    title: Option<&str>,
+) -> Option<ImageEvidence> {
+    let (matched_terms, matched_fields) = (direct.terms.clone(), direct.fields.clone());
     let (match_type, match_score, match_reason) = if !matched_terms.is_empty() {
-        let score = matched_terms.len() as f64 / terms.len().max(1) as f64;
+        let score = matched_terms.len() as f64 / term_count.max(1) as f64;
         (
             "DIRECT_MATCH",
             score,

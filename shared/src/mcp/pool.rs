@@ -269,7 +269,13 @@ impl McpPool {
             let result = match self.session(target, limits).await {
                 Ok(live) => {
                     let result = op(live.clone()).await;
-                    if result.as_ref().is_err_and(|f| !f.protocol) {
+                    // A call that only ran out of time leaves a session other requests are
+                    // using (held by the slot, this call and them): a slow tool is not a broken
+                    // session, and dropping it cut every call in flight on it. The last call
+                    // out drops it.
+                    let others_on_it = Arc::strong_count(&live) > 2;
+                    let failed = result.as_ref().err().filter(|f| !f.protocol);
+                    if failed.is_some_and(|f| !(f.timed_out && others_on_it)) {
                         self.discard(target.id, &live).await;
                     }
                     result

@@ -916,6 +916,49 @@ async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
     assert!(until_marked(&marker, 0).await, "a deleted server's child is killed");
 }
 
+/// One call running out of time leaves the session to the calls still running on it: it was
+/// dropped, and every call in flight on it failed with it.
+#[tokio::test]
+async fn a_timed_out_call_leaves_the_session_to_the_calls_still_on_it() {
+    let app = spawn_with_stdio(Store::Filesystem, &[("MCP_CALL_TIMEOUT_SECS", "5")]).await;
+    let admin = app.admin_token().await;
+    let (command, args) = everything_stdio();
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "shared", "transportType": 3, "command": command, "args": args}),
+    )
+    .await;
+    let long = mcp::call_tool(
+        &app.state,
+        id,
+        "trigger-long-running-operation",
+        json!({"duration": 10, "steps": 2}),
+    );
+    let short = async {
+        // Starts a second before the long call's limit and ends a second after it.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        mcp::call_tool(
+            &app.state,
+            id,
+            "trigger-long-running-operation",
+            json!({"duration": 2, "steps": 1}),
+        )
+        .await
+    };
+    let (long, short) = tokio::join!(long, short);
+    let long = long.unwrap();
+    assert!(
+        long.is_error && long.text.contains("did not answer within 5 s"),
+        "{long:?}"
+    );
+    let short = short.unwrap();
+    assert!(
+        !short.is_error,
+        "the call still running on the session was cut: {short:?}"
+    );
+}
+
 /// server-everything's operation of 10 s, past the tests' call time limit (2 s).
 async fn ten_second_operation(app: &TestApp, id: i64) -> mcp::ToolOutcome {
     let args = json!({"duration": 10, "steps": 2});

@@ -1706,14 +1706,8 @@ async fn import_by_url_refuses_internal_addresses() {
 
     let open = KbSetup::new(Store::Filesystem, &[("IMPORT_URL_ALLOW_HOSTS", "127.0.0.1")]).await;
     let kb = open.kb("Web", json!({})).await;
-    let reply = open
-        .app
-        .post(
-            "/document/import/url",
-            Some(&open.admin),
-            &json!({ "ragId": kb, "url": url }),
-        )
-        .await;
+    let import = async |body: Value| open.app.post("/document/import/url", Some(&open.admin), &body).await;
+    let reply = import(json!({ "ragId": kb, "url": url })).await;
     let d = reply.assert_ok().clone();
     assert_eq!(
         (d["name"].as_str(), d["sourceType"].as_str(), d["sourcePath"].as_str()),
@@ -1728,24 +1722,14 @@ async fn import_by_url_refuses_internal_addresses() {
     assert_eq!(done["status"], "success");
     // A name taken from the URL is cleaned like one sent in the request.
     let nul = url.replace("readme.md", "guide%00two.md");
-    let d = open
-        .app
-        .post(
-            "/document/import/url",
-            Some(&open.admin),
-            &json!({ "ragId": kb, "url": nul }),
-        )
-        .await;
+    let d = import(json!({ "ragId": kb, "url": nul })).await;
     assert_eq!(d.assert_ok()["name"], "guidetwo.md");
     // A name sent is a title: it takes the URL's type, and may not name another.
-    let body = json!({ "ragId": kb, "url": url.replace("readme.md", "titled.md"), "name": "Titled guide" });
-    let d = open.app.post("/document/import/url", Some(&open.admin), &body).await;
+    let d = import(json!({ "ragId": kb, "url": url.replace("readme.md", "titled.md"), "name": "Titled guide" })).await;
     assert_eq!(d.assert_ok()["name"], "Titled guide.md");
     assert_eq!(d.data()["fileType"], "md");
     let before = open.app.count("documents").await;
-    let body = json!({ "ragId": kb, "url": url.replace("readme.md", "other.md"), "name": "other.txt" });
-    open.app
-        .post("/document/import/url", Some(&open.admin), &body)
+    import(json!({ "ragId": kb, "url": url.replace("readme.md", "other.md"), "name": "other.txt" }))
         .await
         .assert_error(400, 0, "name: other.txt names a .txt file, but the url's file is .md");
     assert_eq!(open.app.count("documents").await, before);
@@ -1754,14 +1738,7 @@ async fn import_by_url_refuses_internal_addresses() {
         .put(&format!("/rag/{kb}"), Some(&open.admin), &json!({ "dedupAction": 1 }))
         .await
         .assert_ok();
-    let again = open
-        .app
-        .post(
-            "/document/import/url",
-            Some(&open.admin),
-            &json!({ "ragId": kb, "url": url }),
-        )
-        .await;
+    let again = import(json!({ "ragId": kb, "url": url })).await;
     let again = again.assert_ok();
     assert_eq!(
         (

@@ -60,6 +60,18 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// A loopback port that refuses every connection for the rest of the run: bound, never
+/// listening. A port `free_port` found free may be taken by another test's server before it
+/// is used, and that server then answered what was meant to find nobody.
+pub fn refused_port() -> u16 {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind(([127, 0, 0, 1], 0).into()).expect("bind");
+    let port = socket.local_addr().expect("address").port();
+    // Kept bound until the process ends: closed, the port could be handed out again.
+    std::mem::forget(socket);
+    port
+}
+
 /// A loopback address that takes connections and never answers: an endpoint that hangs
 /// before its headers.
 pub async fn silent_listener() -> std::net::SocketAddr {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api_tests::lambda_emulator::{binary, function_env, sqs_event, Answer, Emulator};
-use api_tests::{bucket, free_port, KbSetup, Reply, Store, PNG};
+use api_tests::{bucket, refused_port, KbSetup, Reply, Store, PNG};
 use serde_json::json;
 use shared::storage::S3Store;
 
@@ -29,7 +29,7 @@ async fn uploads_fail_with_503_and_write_nothing_while_s3_is_unreachable() {
     let rag = kb.kb("outage", json!({})).await;
     // The same service whose S3 endpoint is a closed port: S3 "stopped".
     let sdk = aws_config::from_env()
-        .endpoint_url(format!("http://127.0.0.1:{}", free_port()))
+        .endpoint_url(format!("http://127.0.0.1:{}", refused_port()))
         .load()
         .await;
     let broken = app.instance_with_storage(Arc::new(S3Store::new(&sdk, bucket()))).await;

@@ -720,7 +720,11 @@ async fn server_everything_over_stdio_sse_and_streamable_http() {
     let broken = create(
         &app,
         &admin,
-        http_server("broken", 2, &format!("http://127.0.0.1:{}/mcp", free_port())),
+        http_server(
+            "broken",
+            2,
+            &format!("http://127.0.0.1:{}/mcp", api_tests::refused_port()),
+        ),
     )
     .await;
     let all = mcp::tools_of_servers(&app.state, &[stdio_id, sse_id, http_id, broken])
@@ -1268,7 +1272,7 @@ async fn oauth2_tokens_are_fetched_reused_refreshed_and_refusals_reported() {
     assert_eq!(issuer_server.count("TOKEN-REFUSED"), 1);
 
     // An unreachable token endpoint is a clear error too.
-    let dead = format!("http://127.0.0.1:{}/token", free_port());
+    let dead = format!("http://127.0.0.1:{}/token", api_tests::refused_port());
     seen.keep(
         app.put(&format!("/mcp-server/{id}"), Some(&admin), &body(secret, &dead))
             .await,
@@ -1350,7 +1354,7 @@ async fn a_stdio_server_saved_with_oauth2_credentials_starts_without_fetching_a_
     let app = spawn_with_stdio(Store::Filesystem, &[]).await;
     let admin = app.admin_token().await;
     let issuer = oauth("platform", "secret-abcdef-123", 3600, 3600).await;
-    let unused = format!("http://127.0.0.1:{}/mcp", free_port());
+    let unused = format!("http://127.0.0.1:{}/mcp", api_tests::refused_port());
     let id = create(
         &app,
         &admin,

@@ -169,8 +169,8 @@ pub const MAX_DESCRIPTION: usize = 1000;
 pub const MAX_INSTRUCTION: usize = 20_000;
 pub const MAX_GREETING: usize = 2000;
 
-/// Applies the sent fields over `data`, checking each one; references are checked to exist
-/// and be usable by the caller.
+/// Applies the sent fields over `data`, checking each one; the references it names anew are
+/// checked to exist and be usable by the caller (`references::newly_named`).
 async fn apply(state: &AppState, user: &CurrentUser, mut data: AgentData, f: AgentFields) -> AppResult<AgentData> {
     let before = data.clone();
     if let Some(name) = f.name {

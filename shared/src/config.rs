@@ -126,6 +126,9 @@ pub struct Config {
     pub mcp_tools_ttl: Duration,
     /// MCP: how long a session unused stays open (MCP_SESSION_IDLE_SECS, default 600).
     pub mcp_session_idle: Duration,
+    /// MCP: sessions one server may have open in a process, one per person chatting
+    /// (MCP_SESSIONS_PER_SERVER, default 32); past that the longest unused is closed.
+    pub mcp_sessions_per_server: usize,
     /// MCP: the most bytes of tool result text handed to a model (MCP_RESULT_MAX_BYTES, default 65536).
     pub mcp_result_max_bytes: usize,
     pub rate_limits: RateLimits,
@@ -311,6 +314,7 @@ impl Config {
             buffered_model_timeout: Duration::from_secs(parse_num("BUFFERED_MODEL_TIMEOUT_SECS", 25)?.max(1)),
             mcp_tools_ttl: Duration::from_secs(parse_num("MCP_TOOLS_TTL_SECS", 60)?),
             mcp_session_idle: Duration::from_secs(parse_num("MCP_SESSION_IDLE_SECS", 600)?.max(1)),
+            mcp_sessions_per_server: parse_num("MCP_SESSIONS_PER_SERVER", 32)?.max(1) as usize,
             mcp_result_max_bytes: parse_num("MCP_RESULT_MAX_BYTES", 64 * 1024)? as usize,
             rate_limits: RateLimits {
                 window_secs: parse_num("RATE_LIMIT_WINDOW_SECS", 60)?.clamp(1, 86_400) as u32,

@@ -28,5 +28,6 @@ fn limits(state: &AppState) -> pool::Limits {
         call_timeout: c.mcp_call_timeout,
         tools_ttl: c.mcp_tools_ttl,
         session_idle: c.mcp_session_idle,
+        sessions_per_server: c.mcp_sessions_per_server,
     }
 }

@@ -1,11 +1,12 @@
-//! Sessions reused per server within a process, and each server's tool list cached briefly.
+//! Sessions reused per server and person chatting within a process, and each session's tool
+//! list cached briefly.
 //!
 //! A session is replaced when its server's configuration changed (its `update_dt`, so other
 //! processes notice too), when its OAuth2 token is due for renewal, when it failed or timed
 //! out (a stdio child dies with its session), and when the server is updated or deleted here.
 //! One unused for `session_idle` is closed: a server deleted in another process, or no longer
 //! chatted with, would otherwise keep its connection (or its stdio child) for the life of the
-//! process.
+//! process; past `sessions_per_server` of one server, the one unused longest is closed.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -20,6 +21,7 @@ use super::oauth::TokenCache;
 use super::session::{self, Client, Clients, Failure, Target, Transport};
 use super::stdio::StdioPolicy;
 use super::streamable::StreamableClient;
+use crate::domain::Owner;
 use crate::outbound::{DenyList, Outbound, PerReach, Reach};
 
 pub struct Limits {
@@ -27,6 +29,7 @@ pub struct Limits {
     pub call_timeout: Duration,
     pub tools_ttl: Duration,
     pub session_idle: Duration,
+    pub sessions_per_server: usize,
 }
 
 struct Live {
@@ -59,6 +62,13 @@ impl Live {
 
 type Slot = Arc<AsyncMutex<Option<Arc<Live>>>>;
 
+/// A server's session for one party (`Target::party`).
+type Key = (i64, Option<Owner>);
+
+fn key(target: &Target) -> Key {
+    (target.id, target.party)
+}
+
 /// The HTTP clients of one reach.
 #[derive(Default)]
 struct ReachClients {
@@ -71,7 +81,7 @@ struct ReachClients {
 
 #[derive(Default)]
 pub struct McpPool {
-    slots: Mutex<HashMap<i64, Slot>>,
+    slots: Mutex<HashMap<Key, Slot>>,
     /// When idle sessions were last looked for.
     swept: Mutex<Option<Instant>>,
     tokens: TokenCache,
@@ -126,20 +136,24 @@ impl McpPool {
         &self.stdio
     }
 
-    fn slots(&self) -> MutexGuard<'_, HashMap<i64, Slot>> {
+    fn slots(&self) -> MutexGuard<'_, HashMap<Key, Slot>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn slot(&self, id: i64) -> Slot {
-        self.slots().entry(id).or_default().clone()
+    fn slot(&self, key: Key) -> Slot {
+        self.slots().entry(key).or_default().clone()
     }
 
-    /// Ends the server's session (killing a stdio child) and forgets its tools.
+    /// Ends the server's sessions (killing stdio children) and forgets their tools.
     pub fn invalidate(&self, id: i64) {
-        if let Some(slot) = self.slots().remove(&id) {
-            if let Ok(mut live) = slot.try_lock() {
-                if let Some(live) = live.take() {
-                    live.client.cancellation_token().cancel();
+        let mut slots = self.slots();
+        let keys: Vec<Key> = slots.keys().filter(|(server, _)| *server == id).copied().collect();
+        for key in keys {
+            if let Some(slot) = slots.remove(&key) {
+                if let Ok(mut live) = slot.try_lock() {
+                    if let Some(live) = live.take() {
+                        live.client.cancellation_token().cancel();
+                    }
                 }
             }
         }
@@ -193,9 +207,44 @@ impl McpPool {
         }
     }
 
-    /// Drops `live` if it is still the server's session.
-    async fn discard(&self, id: i64, live: &Arc<Live>) {
-        let slot = self.slot(id);
+    /// Closes the server's sessions unused longest while it has `most` or more open besides
+    /// `opening`'s, so that one more fits: many people chatting with one stdio server would
+    /// otherwise each keep a child process until their session went idle. Sessions in use are
+    /// left; a slot another request holds counts as open.
+    fn make_room(&self, opening: Key, most: usize) {
+        let slots: Vec<Slot> = self
+            .slots()
+            .iter()
+            .filter(|(key, _)| key.0 == opening.0 && **key != opening)
+            .map(|(_, slot)| slot.clone())
+            .collect();
+        let mut open: usize = 0;
+        let mut unused = Vec::new();
+        for slot in &slots {
+            let Ok(current) = slot.try_lock() else {
+                open += 1;
+                continue;
+            };
+            if let Some(live) = current.as_ref() {
+                open += 1;
+                if Arc::strong_count(live) == 1 {
+                    unused.push((live.idle_for(), slot));
+                }
+            }
+        }
+        unused.sort_by_key(|(idle, _)| std::cmp::Reverse(*idle));
+        for (_, slot) in unused.into_iter().take((open + 1).saturating_sub(most)) {
+            if let Ok(mut current) = slot.try_lock() {
+                if let Some(live) = current.take() {
+                    live.client.cancellation_token().cancel();
+                }
+            }
+        }
+    }
+
+    /// Drops `live` if it is still the session of `target`'s party.
+    async fn discard(&self, target: &Target, live: &Arc<Live>) {
+        let slot = self.slot(key(target));
         let mut current = slot.lock().await;
         if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, live)) {
             current.take();
@@ -205,7 +254,7 @@ impl McpPool {
 
     async fn session(&self, target: &Target, limits: &Limits) -> Result<Arc<Live>, Failure> {
         self.close_idle(limits.session_idle);
-        let slot = self.slot(target.id);
+        let slot = self.slot(key(target));
         let mut current = slot.lock().await;
         if let Some(live) = current.as_ref().filter(|l| l.usable_for(target)) {
             live.take();
@@ -214,6 +263,7 @@ impl McpPool {
         if let Some(old) = current.take() {
             old.client.cancellation_token().cancel();
         }
+        self.make_room(key(target), limits.sessions_per_server);
         // Refused here with the reason in words; the clients' resolvers refuse the same
         // addresses at connection time, whatever a name resolves to by then.
         let deny = self.outbound.deny(target.reach);
@@ -276,7 +326,7 @@ impl McpPool {
                     let others_on_it = Arc::strong_count(&live) > 2;
                     let failed = result.as_ref().err().filter(|f| !f.protocol);
                     if failed.is_some_and(|f| !(f.timed_out && others_on_it)) {
-                        self.discard(target.id, &live).await;
+                        self.discard(target, &live).await;
                     }
                     result
                 }

@@ -16,6 +16,7 @@ use super::process_group::EndGroupWithLeader;
 use super::streamable::StreamableClient;
 use super::{sse, AuthConfig, McpRow};
 use crate::crypto::SecretBox;
+use crate::domain::Owner;
 use crate::outbound::Reach;
 use crate::AppResult;
 
@@ -51,6 +52,10 @@ pub struct Target {
     pub auth: AuthConfig,
     /// Who configured the server, which decides the networks its endpoints may reach.
     pub reach: Reach,
+    /// Whose session this is: each person chatting gets their own, so what a stateful server
+    /// keeps in a session (a stdio child's memory, a Streamable HTTP session's state) is never
+    /// another's. `None` for the creator's own calls (test, tool list).
+    pub party: Option<Owner>,
 }
 
 impl Target {
@@ -80,7 +85,16 @@ impl Target {
             transport,
             auth,
             reach: row.reach(),
+            party: None,
         })
+    }
+
+    /// The same server, in `party`'s own session.
+    pub fn for_party(self, party: Owner) -> Self {
+        Self {
+            party: Some(party),
+            ..self
+        }
     }
 
     pub fn oauth(&self) -> Option<Credentials<'_>> {

@@ -10,14 +10,16 @@ use tracing::Instrument;
 use super::repo::{self, Viewer};
 use super::session::Target;
 use super::{service, McpServerBrief, McpTool, ToolOutcome};
-use crate::domain::CurrentUser;
+use crate::domain::{CurrentUser, Owner};
 use crate::{AppResult, AppState};
 
 /// Per server, in the order given: its tools, or why it cannot be used now (missing,
 /// unreachable, refused the credentials ...), so that chat can go on without it and say so.
-/// Tool lists come from the process's cache (MCP_TOOLS_TTL_SECS). Errors only for the database.
+/// Tool lists come from the process's cache (MCP_TOOLS_TTL_SECS), in `party`'s own sessions.
+/// Errors only for the database.
 pub async fn tools_of_servers(
     state: &AppState,
+    party: Owner,
     server_ids: &[i64],
 ) -> AppResult<Vec<(i64, Result<Vec<McpTool>, String>)>> {
     // Side by side: one slow server costs its own timeout, not the sum of all.
@@ -25,7 +27,7 @@ pub async fn tools_of_servers(
         let Some(row) = repo::find(state.db(), id).await? else {
             return Ok((id, Err(format!("MCP server {id} no longer exists"))));
         };
-        let target = Target::open(&row, state.secrets())?;
+        let target = Target::open(&row, state.secrets())?.for_party(party);
         let tools = state
             .mcp()
             .tools(&target, &super::limits(state))
@@ -37,11 +39,17 @@ pub async fn tools_of_servers(
     .await
 }
 
-/// Calls one tool. The call is bounded by MCP_CALL_TIMEOUT_SECS (default 60; a timed-out stdio
+/// Calls one tool, in `party`'s own session of the server. The call is bounded by MCP_CALL_TIMEOUT_SECS (default 60; a timed-out stdio
 /// server is killed) and its text by MCP_RESULT_MAX_BYTES (default 65536, cut at a character
 /// boundary with a note). A server that is missing or fails, or arguments that are not an
 /// object, give an `is_error` outcome the model can read; `Err` is left for database failures.
-pub async fn call_tool(state: &AppState, server_id: i64, tool: &str, arguments: Value) -> AppResult<ToolOutcome> {
+pub async fn call_tool(
+    state: &AppState,
+    party: Owner,
+    server_id: i64,
+    tool: &str,
+    arguments: Value,
+) -> AppResult<ToolOutcome> {
     let span = tracing::info_span!(
         "execute_tool",
         otel.name = %format_args!("execute_tool {tool}"),
@@ -52,7 +60,7 @@ pub async fn call_tool(state: &AppState, server_id: i64, tool: &str, arguments: 
         mcp.transport = tracing::field::Empty,
         tool.outcome = tracing::field::Empty,
     );
-    let outcome = call_tool_in(state, server_id, tool, arguments, &span)
+    let outcome = call_tool_in(state, party, server_id, tool, arguments, &span)
         .instrument(span.clone())
         .await;
     let label = match &outcome {
@@ -66,6 +74,7 @@ pub async fn call_tool(state: &AppState, server_id: i64, tool: &str, arguments: 
 
 async fn call_tool_in(
     state: &AppState,
+    party: Owner,
     server_id: i64,
     tool: &str,
     arguments: Value,
@@ -87,7 +96,7 @@ async fn call_tool_in(
         return failed(format!("MCP server {server_id} no longer exists"));
     };
     span.record("mcp.transport", transport_name(row.transport_type));
-    let target = Target::open(&row, state.secrets())?;
+    let target = Target::open(&row, state.secrets())?.for_party(party);
     let mut params = CallToolRequestParams::new(tool.to_owned());
     params.arguments = arguments;
     // The MCP way to carry a trace over any transport (SEP-414): the server continues it.

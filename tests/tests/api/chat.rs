@@ -182,6 +182,48 @@ async fn tool_arguments_holding_an_escaped_nul_are_stored_without_it() {
     );
 }
 
+/// Two people chatting with one agent call its MCP server in sessions of their own: what a
+/// stateful server keeps for one session is never the other's.
+#[tokio::test]
+async fn people_chatting_with_one_agent_get_mcp_sessions_of_their_own() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    s.set_quota(alice_id, 100_000).await;
+    let tools = api_tests::mcp_servers::guarded(&["none"]).await;
+    let server = s
+        .mcp_server(json!({ "name": "sessions", "transportType": 2, "endpoint": tools.url("/mcp") }))
+        .await;
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Sessions", "chatModelId": model, "mcpEnabled": true, "mcpServerIds": [server] }),
+        )
+        .await;
+    let session = |token: String, conversation: &'static str| {
+        let s = &s;
+        async move {
+            let events = s
+                .chat(&token, agent, say(conversation, "CALL session_id {}"))
+                .await
+                .events();
+            let text = joined(&events, "text");
+            text.strip_prefix("Tool said: ")
+                .unwrap_or_else(|| panic!("{events:?}"))
+                .to_owned()
+        }
+    };
+    let admins = session(s.admin.clone(), "s-1").await;
+    let alices = session(alice.clone(), "s-2").await;
+    assert_ne!(admins, alices, "one session for both");
+    assert_eq!(
+        session(s.admin.clone(), "s-3").await,
+        admins,
+        "reused by the same person"
+    );
+    assert_eq!(session(alice, "s-4").await, alices);
+}
+
 #[tokio::test]
 async fn refusals_store_nothing() {
     let s = ChatSetup::new().await;

@@ -10,7 +10,11 @@ use api_tests::mcp_servers::{
 };
 use api_tests::{spawn, spawn_with, spawn_with_stdio, Reply, Store, TestApp};
 use serde_json::{json, Value};
+use shared::domain::Owner;
 use shared::mcp;
+
+/// Whose sessions the calls below use: a session is per server and person chatting.
+const CHATTER: Owner = Owner::User(1);
 
 /// The whole table as JSON, to prove a refusal changed nothing.
 async fn snapshot(app: &TestApp) -> Value {
@@ -621,12 +625,14 @@ async fn deleting_a_server_takes_it_out_of_agents() {
     app.get(&format!("/mcp-server/{gone}"), Some(&admin))
         .await
         .assert_error(404, 404, "not found");
-    let tools = mcp::tools_of_servers(&app.state, &[gone]).await.unwrap();
+    let tools = mcp::tools_of_servers(&app.state, CHATTER, &[gone]).await.unwrap();
     assert_eq!(
         tools[0].1.as_ref().unwrap_err(),
         &format!("MCP server {gone} no longer exists")
     );
-    let outcome = mcp::call_tool(&app.state, gone, "echo", json!({})).await.unwrap();
+    let outcome = mcp::call_tool(&app.state, CHATTER, gone, "echo", json!({}))
+        .await
+        .unwrap();
     assert!(
         outcome.is_error && outcome.text.contains("no longer exists"),
         "{outcome:?}"
@@ -666,7 +672,7 @@ async fn exercise_everything(app: &TestApp, admin: &str, body: Value) -> i64 {
     let listed = app.get(&format!("/mcp-server/{id}/tools"), Some(admin)).await;
     assert_eq!(listed.assert_ok().as_array().unwrap().len(), names.len());
 
-    let echo = mcp::call_tool(&app.state, id, "echo", json!({"message": "hello 世界"}))
+    let echo = mcp::call_tool(&app.state, CHATTER, id, "echo", json!({"message": "hello 世界"}))
         .await
         .unwrap();
     assert_eq!(
@@ -676,15 +682,17 @@ async fn exercise_everything(app: &TestApp, admin: &str, body: Value) -> i64 {
             is_error: false
         }
     );
-    let sum = mcp::call_tool(&app.state, id, "get-sum", json!({"a": 1, "b": 2}))
+    let sum = mcp::call_tool(&app.state, CHATTER, id, "get-sum", json!({"a": 1, "b": 2}))
         .await
         .unwrap();
     assert_eq!(sum.text, "The sum of 1 and 2 is 3.");
-    let bad = mcp::call_tool(&app.state, id, "get-sum", json!({"a": "one"}))
+    let bad = mcp::call_tool(&app.state, CHATTER, id, "get-sum", json!({"a": "one"}))
         .await
         .unwrap();
     assert!(bad.is_error, "{bad:?}");
-    let not_object = mcp::call_tool(&app.state, id, "echo", json!([1])).await.unwrap();
+    let not_object = mcp::call_tool(&app.state, CHATTER, id, "echo", json!([1]))
+        .await
+        .unwrap();
     assert!(not_object.is_error && not_object.text.contains("must be a JSON object"));
     id
 }
@@ -706,7 +714,7 @@ async fn server_everything_over_stdio_sse_and_streamable_http() {
     let http_id = exercise_everything(&app, &admin, http_server("http", 2, &http.url("/mcp"))).await;
 
     // The stdio child sees its envVars but none of the service's own environment.
-    let env = mcp::call_tool(&app.state, stdio_id, "get-env", json!({}))
+    let env = mcp::call_tool(&app.state, CHATTER, stdio_id, "get-env", json!({}))
         .await
         .unwrap();
     assert!(env.text.contains("from-env-vars"), "{}", env.text);
@@ -727,7 +735,7 @@ async fn server_everything_over_stdio_sse_and_streamable_http() {
         ),
     )
     .await;
-    let all = mcp::tools_of_servers(&app.state, &[stdio_id, sse_id, http_id, broken])
+    let all = mcp::tools_of_servers(&app.state, CHATTER, &[stdio_id, sse_id, http_id, broken])
         .await
         .unwrap();
     assert_eq!(
@@ -809,11 +817,15 @@ async fn sessions_unused_for_their_idle_time_are_closed() {
     )
     .await;
     let add = json!({"a": 1, "b": 2});
-    mcp::call_tool(&app.state, idle, "get-sum", add.clone()).await.unwrap();
+    mcp::call_tool(&app.state, CHATTER, idle, "get-sum", add.clone())
+        .await
+        .unwrap();
     assert!(processes_with(&mark) > 0, "the idle server's child runs");
 
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    mcp::call_tool(&app.state, busy, "get-sum", add.clone()).await.unwrap();
+    mcp::call_tool(&app.state, CHATTER, busy, "get-sum", add.clone())
+        .await
+        .unwrap();
     let mut left = processes_with(&mark);
     for _ in 0..50 {
         if left == 0 {
@@ -823,7 +835,7 @@ async fn sessions_unused_for_their_idle_time_are_closed() {
         left = processes_with(&mark);
     }
     assert_eq!(left, 0, "the idle session's child ended");
-    let again = mcp::call_tool(&app.state, idle, "get-sum", add).await.unwrap();
+    let again = mcp::call_tool(&app.state, CHATTER, idle, "get-sum", add).await.unwrap();
     assert!(again.text.contains('3'), "{}", again.text);
     assert!(processes_with(&mark) > 0, "a new session was opened");
 }
@@ -841,6 +853,7 @@ async fn tool_results_are_capped_in_size() {
     .await;
     let long = mcp::call_tool(
         &app.state,
+        CHATTER,
         id,
         "echo",
         json!({"message": "a long message past the limit"}),
@@ -892,7 +905,7 @@ async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
         "envVars": {"MCP_TEST_MARKER": marker}}),
     )
     .await;
-    let sum = mcp::call_tool(&app.state, id, "get-sum", json!({"a": 1, "b": 1}))
+    let sum = mcp::call_tool(&app.state, CHATTER, id, "get-sum", json!({"a": 1, "b": 1}))
         .await
         .unwrap();
     assert_eq!(sum.text, "The sum of 1 and 1 is 2.");
@@ -910,7 +923,7 @@ async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
         "the timed-out session's child is killed"
     );
     // The next call starts a fresh session and child.
-    let again = mcp::call_tool(&app.state, id, "get-sum", json!({"a": 2, "b": 2}))
+    let again = mcp::call_tool(&app.state, CHATTER, id, "get-sum", json!({"a": 2, "b": 2}))
         .await
         .unwrap();
     assert_eq!(again.text, "The sum of 2 and 2 is 4.");
@@ -935,6 +948,7 @@ async fn a_timed_out_call_leaves_the_session_to_the_calls_still_on_it() {
     .await;
     let long = mcp::call_tool(
         &app.state,
+        CHATTER,
         id,
         "trigger-long-running-operation",
         json!({"duration": 10, "steps": 2}),
@@ -944,6 +958,7 @@ async fn a_timed_out_call_leaves_the_session_to_the_calls_still_on_it() {
         tokio::time::sleep(Duration::from_secs(4)).await;
         mcp::call_tool(
             &app.state,
+            CHATTER,
             id,
             "trigger-long-running-operation",
             json!({"duration": 2, "steps": 1}),
@@ -966,7 +981,7 @@ async fn a_timed_out_call_leaves_the_session_to_the_calls_still_on_it() {
 /// server-everything's operation of 10 s, past the tests' call time limit (2 s).
 async fn ten_second_operation(app: &TestApp, id: i64) -> mcp::ToolOutcome {
     let args = json!({"duration": 10, "steps": 2});
-    mcp::call_tool(&app.state, id, "trigger-long-running-operation", args)
+    mcp::call_tool(&app.state, CHATTER, id, "trigger-long-running-operation", args)
         .await
         .unwrap()
 }
@@ -984,7 +999,7 @@ async fn wrapped(app: &TestApp, admin: &str, name: &str, (command, args): (Strin
         "envVars": {"MCP_TEST_MARKER": marker}}),
     )
     .await;
-    let tools = mcp::tools_of_servers(&app.state, &[id]).await.unwrap();
+    let tools = mcp::tools_of_servers(&app.state, CHATTER, &[id]).await.unwrap();
     assert!(tools[0].1.is_ok(), "{name} lists its tools");
     assert_eq!(processes_marked(marker), 2, "the server and its helper");
     id
@@ -1025,7 +1040,7 @@ async fn a_wrapped_stdio_server_that_exits_on_its_own_takes_its_group_along() {
     let marker = uuid::Uuid::new_v4().to_string();
     let python = api_tests::mcp_servers::python_stdio;
     let id = wrapped(&app, &admin, "plain", python(), &marker).await;
-    let sum = mcp::call_tool(&app.state, id, "add", json!({"a": 2, "b": 3}))
+    let sum = mcp::call_tool(&app.state, CHATTER, id, "add", json!({"a": 2, "b": 3}))
         .await
         .unwrap();
     assert_eq!(sum.text, "5");
@@ -1098,7 +1113,7 @@ async fn bearer_and_api_key_servers_need_the_right_credentials() {
         "{d}"
     );
     // The credential goes with every request, tool calls included.
-    let sum = mcp::call_tool(&app.state, id, "add", json!({"a": 20, "b": 22}))
+    let sum = mcp::call_tool(&app.state, CHATTER, id, "add", json!({"a": 20, "b": 22}))
         .await
         .unwrap();
     assert_eq!(
@@ -1127,7 +1142,7 @@ async fn bearer_and_api_key_servers_need_the_right_credentials() {
         .assert_ok();
     let (ok, d) = test_status(&app, &admin, kid, &mut seen).await;
     assert!(ok && d["status"] == "connected", "{d}");
-    let shout = mcp::call_tool(&app.state, kid, "shout", json!({"text": "quiet"}))
+    let shout = mcp::call_tool(&app.state, CHATTER, kid, "shout", json!({"text": "quiet"}))
         .await
         .unwrap();
     assert_eq!(shout.text, "QUIET");
@@ -1177,7 +1192,7 @@ async fn sse_servers_get_the_credentials_on_the_stream_and_every_message() {
             ok && d["status"] == "connected" && d["toolCount"] == GUARDED_TOOLS,
             "{d}"
         );
-        let sum = mcp::call_tool(&app.state, id, "add", json!({"a": 40, "b": 2}))
+        let sum = mcp::call_tool(&app.state, CHATTER, id, "add", json!({"a": 40, "b": 2}))
             .await
             .unwrap();
         assert_eq!(
@@ -1189,6 +1204,103 @@ async fn sse_servers_get_the_credentials_on_the_stream_and_every_message() {
         );
     }
     assert!(!seen.0.contains("sse-bearer-secret-1234") && !seen.0.contains("sse-key-secret-5678"));
+}
+
+/// Each person chatting has a session of their own: what a stateful server keeps in a session
+/// is never another's. An update of the server ends all of them.
+#[tokio::test]
+async fn each_person_chatting_has_a_session_of_their_own() {
+    let app = spawn(Store::Filesystem).await;
+    let admin = app.admin_token().await;
+    let server = guarded(&["none"]).await;
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "per-person", "transportType": 2, "endpoint": server.url("/mcp")}),
+    )
+    .await;
+    let app = &app;
+    let session = move |party| async move {
+        mcp::call_tool(&app.state, party, id, "session_id", json!({}))
+            .await
+            .unwrap()
+            .text
+    };
+    let alice = session(Owner::User(1)).await;
+    let bob = session(Owner::User(2)).await;
+    let partners_user = session(Owner::External(1)).await;
+    assert_ne!(alice, bob);
+    assert_ne!(alice, partners_user);
+    assert_ne!(bob, partners_user);
+    assert_eq!(session(Owner::User(1)).await, alice, "reused by the same person");
+    assert_eq!(session(Owner::User(2)).await, bob);
+
+    app.put(
+        &format!("/mcp-server/{id}"),
+        Some(&admin),
+        &json!({"description": "changed"}),
+    )
+    .await
+    .assert_ok();
+    assert_ne!(session(Owner::User(1)).await, alice, "an update ends every session");
+    assert_ne!(session(Owner::User(2)).await, bob);
+}
+
+/// Past MCP_SESSIONS_PER_SERVER sessions of one server, the one unused longest is closed: a
+/// stdio server many people chat with keeps that many children, not one per person.
+#[tokio::test]
+async fn a_server_keeps_its_sessions_per_server_at_most() {
+    let app = spawn_with_stdio(Store::Filesystem, &[("MCP_SESSIONS_PER_SERVER", "2")]).await;
+    let admin = app.admin_token().await;
+    let (command, args) = everything_stdio();
+    let mark = format!("PARTY_MARK={}", uuid::Uuid::new_v4());
+    let (key, value) = mark.split_once('=').unwrap();
+    let stdio = create(
+        &app,
+        &admin,
+        json!({"name": "children", "transportType": 3, "command": command, "args": args, "envVars": {key: value}}),
+    )
+    .await;
+    let add = json!({"a": 1, "b": 2});
+    let sum = |user| mcp::call_tool(&app.state, Owner::User(user), stdio, "get-sum", add.clone());
+    assert!(sum(1).await.unwrap().text.contains('3'));
+    let per_session = processes_with(&mark);
+    assert!(per_session > 0, "the first child runs");
+    assert!(sum(2).await.unwrap().text.contains('3'));
+    assert_eq!(processes_with(&mark), 2 * per_session, "a child per person");
+    assert!(sum(3).await.unwrap().text.contains('3'));
+    let mut running = processes_with(&mark);
+    for _ in 0..50 {
+        if running == 2 * per_session {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        running = processes_with(&mark);
+    }
+    assert_eq!(running, 2 * per_session, "the third person's session closed another");
+
+    // The one closed is the one unused longest.
+    let server = guarded(&["none"]).await;
+    let http = create(
+        &app,
+        &admin,
+        json!({"name": "sessions", "transportType": 2, "endpoint": server.url("/mcp")}),
+    )
+    .await;
+    let app = &app;
+    let session = move |user| async move {
+        mcp::call_tool(&app.state, Owner::User(user), http, "session_id", json!({}))
+            .await
+            .unwrap()
+            .text
+    };
+    let first = session(1).await;
+    let second = session(2).await;
+    let third = session(3).await;
+    assert_eq!(session(3).await, third, "the newest is kept");
+    assert_eq!(session(2).await, second, "the second is kept");
+    assert_ne!(session(1).await, first, "the first, unused longest, was closed");
+    assert_eq!(session(2).await, second, "the one used since the third is kept");
 }
 
 #[tokio::test]
@@ -1204,14 +1316,14 @@ async fn sessions_are_reused_until_the_server_changes() {
     )
     .await;
     let session = || async {
-        mcp::call_tool(&app.state, id, "session_id", json!({}))
+        mcp::call_tool(&app.state, CHATTER, id, "session_id", json!({}))
             .await
             .unwrap()
             .text
     };
     let first = session().await;
     assert_eq!(session().await, first, "one session per server in a process");
-    let tools = mcp::tools_of_servers(&app.state, &[id]).await.unwrap();
+    let tools = mcp::tools_of_servers(&app.state, CHATTER, &[id]).await.unwrap();
     assert_eq!(tools[0].1.as_ref().unwrap().len(), GUARDED_TOOLS);
     assert_eq!(session().await, first, "listing tools used the same session");
 
@@ -1233,7 +1345,9 @@ async fn sessions_are_reused_until_the_server_changes() {
     assert_ne!(session().await, second, "a newer configuration replaces the session");
 
     app.delete(&format!("/mcp-server/{id}"), Some(&admin)).await.assert_ok();
-    let gone = mcp::call_tool(&app.state, id, "session_id", json!({})).await.unwrap();
+    let gone = mcp::call_tool(&app.state, CHATTER, id, "session_id", json!({}))
+        .await
+        .unwrap();
     assert!(gone.is_error && gone.text.contains("no longer exists"));
 }
 
@@ -1292,7 +1406,7 @@ async fn oauth2_tokens_are_fetched_reused_refreshed_and_refusals_reported() {
     .assert_ok();
     let (ok, d) = test_status(&app, &admin, id, &mut seen).await;
     assert!(ok && d["status"] == "connected", "{d}");
-    let call = || mcp::call_tool(&app.state, id, "add", json!({"a": 1, "b": 1}));
+    let call = || mcp::call_tool(&app.state, CHATTER, id, "add", json!({"a": 1, "b": 1}));
     assert_eq!(call().await.unwrap().text, "2");
     assert_eq!(call().await.unwrap().text, "2");
     assert_eq!(issuer_server.count("TOKEN-ISSUED"), 1, "the token is reused");
@@ -1322,14 +1436,14 @@ async fn a_token_the_server_refuses_is_replaced_once() {
     let id = create(&app, &admin, json!({"name": "oauth", "transportType": 2, "endpoint": resource.url("/mcp"), "authType": 3,
         "authConfig": {"clientId": "platform", "clientSecret": "secret-abcdef-123", "tokenUrl": issuer_server.url("/token")}})).await;
     assert_eq!(
-        mcp::call_tool(&app.state, id, "add", json!({"a": 2, "b": 3}))
+        mcp::call_tool(&app.state, CHATTER, id, "add", json!({"a": 2, "b": 3}))
             .await
             .unwrap()
             .text,
         "5"
     );
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let after = mcp::call_tool(&app.state, id, "add", json!({"a": 3, "b": 3}))
+    let after = mcp::call_tool(&app.state, CHATTER, id, "add", json!({"a": 3, "b": 3}))
         .await
         .unwrap();
     assert_eq!(
@@ -1380,7 +1494,9 @@ async fn a_stdio_server_saved_with_oauth2_credentials_starts_without_fetching_a_
     );
 
     let issued = issuer.count("TOKEN-ISSUED");
-    let env = mcp::call_tool(&app.state, id, "get-env", json!({})).await.unwrap();
+    let env = mcp::call_tool(&app.state, CHATTER, id, "get-env", json!({}))
+        .await
+        .unwrap();
     assert!(!env.is_error, "{}", env.text);
     assert_eq!(
         issuer.count("TOKEN-ISSUED"),
@@ -1523,7 +1639,7 @@ async fn a_restarted_streamable_http_server_gets_a_new_session_within_the_same_c
     let port = free_port();
     let server = everything_on("streamableHttp", port).await;
     let id = create(&app, &admin, http_server("restarts", 2, &server.url("/mcp"))).await;
-    let first = mcp::call_tool(&app.state, id, "echo", json!({"message": "one"}))
+    let first = mcp::call_tool(&app.state, CHATTER, id, "echo", json!({"message": "one"}))
         .await
         .unwrap();
     assert_eq!(first.text, "Echo: one");
@@ -1535,7 +1651,7 @@ async fn a_restarted_streamable_http_server_gets_a_new_session_within_the_same_c
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let _restarted = everything_on("streamableHttp", port).await;
-    let second = mcp::call_tool(&app.state, id, "echo", json!({"message": "two"})).await;
+    let second = mcp::call_tool(&app.state, CHATTER, id, "echo", json!({"message": "two"})).await;
     assert_eq!(second.unwrap().text, "Echo: two");
 }
 
@@ -1723,7 +1839,7 @@ async fn a_demoted_creators_open_session_is_not_used_beyond_their_new_reach() {
     role(2).await.unwrap();
     let refused = app.get(&path, Some(&bob)).await;
     assert!(refused.body.to_string().contains("may not call"), "{}", refused.body);
-    let call = mcp::call_tool(&app.state, id, "add", json!({"a": 1, "b": 2}))
+    let call = mcp::call_tool(&app.state, CHATTER, id, "add", json!({"a": 1, "b": 2}))
         .await
         .unwrap();
     assert!(

@@ -275,7 +275,7 @@ impl Turn {
         let gathered = async {
             tokio::join!(
                 attachments::data_uris(&self.state, &self.images),
-                Toolbox::for_agent(&self.state, &self.agent, &self.disabled),
+                Toolbox::for_agent(&self.state, &self.agent, &self.disabled, self.caller.owner),
                 recalled,
             )
         };

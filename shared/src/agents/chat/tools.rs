@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use crate::agents::web_search::{self, WebSearch};
 use crate::agents::AgentRow;
+use crate::domain::Owner;
 use crate::models::client::ToolSpec;
 use crate::text::prefix_chars;
 use crate::AppState;
@@ -17,10 +18,11 @@ const WEB_RESULTS: usize = 5;
 #[derive(Debug, Clone)]
 enum Target {
     WebSearch,
-    /// A tool of an MCP server, by its own name there.
+    /// A tool of an MCP server, by its own name there, called in the session of whoever chats.
     Mcp {
         server_id: i64,
         tool: String,
+        party: Owner,
     },
     /// Reads SKILL.md of one of these skills, by name.
     LoadSkill(HashMap<String, i64>),
@@ -60,11 +62,11 @@ pub struct Disabled {
 }
 
 impl Toolbox {
-    /// The agent's tools, minus what the turn disabled.
-    pub async fn for_agent(state: &AppState, agent: &AgentRow, disabled: &Disabled) -> Self {
+    /// The agent's tools, minus what the turn disabled, for `party` to chat with.
+    pub async fn for_agent(state: &AppState, agent: &AgentRow, disabled: &Disabled, party: Owner) -> Self {
         let mut tools = Self::default();
         if agent.mcp_enabled {
-            tools.add_mcp(state, agent, disabled).await;
+            tools.add_mcp(state, agent, disabled, party).await;
         }
         if agent.skill_enabled {
             tools.add_skills(state, agent, disabled).await;
@@ -84,7 +86,7 @@ impl Toolbox {
 
     /// The bound servers' tools, named `mcp<serverId>__<tool>` so two servers' tools never
     /// clash; a server that cannot be reached is skipped for this turn.
-    async fn add_mcp(&mut self, state: &AppState, agent: &AgentRow, disabled: &Disabled) {
+    async fn add_mcp(&mut self, state: &AppState, agent: &AgentRow, disabled: &Disabled, party: Owner) {
         let ids: Vec<i64> = agent
             .mcp_server_ids
             .iter()
@@ -104,7 +106,7 @@ impl Toolbox {
                 return;
             }
         };
-        let servers = match crate::mcp::tools_of_servers(state, &ids).await {
+        let servers = match crate::mcp::tools_of_servers(state, party, &ids).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(agent_id = agent.id, error = %e, "listing MCP tools failed; chatting without them");
@@ -129,6 +131,7 @@ impl Toolbox {
                     Target::Mcp {
                         server_id,
                         tool: t.name,
+                        party,
                     },
                 );
             }
@@ -225,7 +228,7 @@ impl Toolbox {
         };
         let mut out = match target {
             Target::WebSearch => web(state, arguments).await,
-            Target::Mcp { server_id, tool } => mcp(state, *server_id, tool, arguments).await,
+            Target::Mcp { server_id, tool, party } => mcp(state, *party, *server_id, tool, arguments).await,
             Target::LoadSkill(skills) => skill_file(state, skills, arguments, "name", None).await,
             Target::ReadSkillFile(skills) => skill_file(state, skills, arguments, "skill", Some("path")).await,
         };
@@ -255,8 +258,8 @@ fn mcp_tool_name(server_id: i64, tool: &str) -> String {
 /// The longest function name OpenAI-compatible models take.
 const MAX_NAME_CHARS: usize = 64;
 
-async fn mcp(state: &AppState, server_id: i64, tool: &str, arguments: &Value) -> ToolOutput {
-    match crate::mcp::call_tool(state, server_id, tool, arguments.clone()).await {
+async fn mcp(state: &AppState, party: Owner, server_id: i64, tool: &str, arguments: &Value) -> ToolOutput {
+    match crate::mcp::call_tool(state, party, server_id, tool, arguments.clone()).await {
         Ok(out) => ToolOutput {
             text: out.text,
             ok: !out.is_error,
@@ -359,6 +362,7 @@ mod tests {
             let target = Target::Mcp {
                 server_id: 3,
                 tool: tool.to_owned(),
+                party: Owner::User(1),
             };
             toolbox.add(spec, target);
         }

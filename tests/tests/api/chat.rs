@@ -1130,6 +1130,7 @@ async fn every_attachment_rule_has_its_own_refusal_and_stores_nothing() {
     let admins = upload(&s, &s.admin, "admin.png", PNG).await;
 
     let with = |items: Value| json!({ "conversationId": "v-1", "content": "look", "attachments": items });
+    let twice = format!("attachments[1].resourceId: resource {png} is already attached to this message");
     let cases = [
         (blind, with(json!([image(png)])), "does not accept images"),
         (
@@ -1168,6 +1169,7 @@ async fn every_attachment_rule_has_its_own_refusal_and_stores_nothing() {
             with(json!([image(png), image(png), image(png), image(png)])),
             "at most 3 images",
         ),
+        (seeing, with(json!([image(png), image(png)])), twice.as_str()),
     ];
     for (agent, body, needle) in cases {
         s.chat(&alice, agent, body).await.refused().assert_error(400, 0, needle);
@@ -1209,8 +1211,9 @@ async fn every_attachment_rule_has_its_own_refusal_and_stores_nothing() {
     assert_eq!(s.app.count("messages").await, 0);
 
     // Two images now, one later: the third fits, a fourth does not.
+    let second = upload(&s, &alice, "b.png", PNG).await;
     let events = s
-        .chat(&alice, seeing, with(json!([image(png), image(png)])))
+        .chat(&alice, seeing, with(json!([image(png), image(second)])))
         .await
         .events();
     assert_eq!(events.last().unwrap()["type"], "done");
@@ -1230,7 +1233,7 @@ async fn every_attachment_rule_has_its_own_refusal_and_stores_nothing() {
     // Refused after its tokens were held: given back before the answer.
     assert_eq!(s.app.tokens_of(alice_id).await, left);
     let stored = messages(&s, &alice, seeing, "v-1").await;
-    assert_eq!(stored[0]["attachments"], json!([image(png), image(png)]));
+    assert_eq!(stored[0]["attachments"], json!([image(png), image(second)]));
 }
 
 #[tokio::test]

@@ -107,6 +107,15 @@ pub async fn check(
         images.push((field, id));
     }
     check_count(0, images.len())?;
+    // One image sent twice would count twice against the conversation's images and reach the
+    // model twice: a client's slip, told rather than kept.
+    for (i, (field, id)) in images.iter().enumerate() {
+        if images[..i].iter().any(|(_, earlier)| earlier == id) {
+            return Err(AppError::validation(format!(
+                "{field}.resourceId: resource {id} is already attached to this message"
+            )));
+        }
+    }
     let mut checked = Vec::with_capacity(images.len());
     for (field, id) in images {
         let resource = owner

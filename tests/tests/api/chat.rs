@@ -153,11 +153,9 @@ async fn an_answer_holding_nul_characters_is_stored_without_them() {
     );
 }
 
-/// A tool's arguments with an escaped NUL parse into one: shown and stored without it, and the
-/// turn completes (its statement failed on the NUL, and the whole answer was lost).
-#[tokio::test]
-async fn tool_arguments_holding_an_escaped_nul_are_stored_without_it() {
-    let s = ChatSetup::new().await;
+/// An administrator's agent on the scripted `chat-agent` model with the guarded MCP fixture
+/// (no credentials) as its server; the fixture lives as long as what is returned.
+async fn agent_with_tools(s: &ChatSetup, name: &str) -> (api_tests::mcp_servers::Fixture, i64) {
     let model = s.chat_model("chat-agent", json!({})).await;
     let tools = api_tests::mcp_servers::guarded(&["none"]).await;
     let server = s
@@ -166,9 +164,18 @@ async fn tool_arguments_holding_an_escaped_nul_are_stored_without_it() {
     let agent = s
         .agent(
             &s.admin,
-            json!({ "name": "Shouter", "chatModelId": model, "mcpEnabled": true, "mcpServerIds": [server] }),
+            json!({ "name": name, "chatModelId": model, "mcpEnabled": true, "mcpServerIds": [server] }),
         )
         .await;
+    (tools, agent)
+}
+
+/// A tool's arguments with an escaped NUL parse into one: shown and stored without it, and the
+/// turn completes (its statement failed on the NUL, and the whole answer was lost).
+#[tokio::test]
+async fn tool_arguments_holding_an_escaped_nul_are_stored_without_it() {
+    let s = ChatSetup::new().await;
+    let (_tools, agent) = agent_with_tools(&s, "Shouter").await;
     let call = r#"CALL shout {"text": "a\u0000b"}"#;
     let events = s.chat(&s.admin, agent, say("n-1", call)).await.events();
     assert_eq!(kinds(&events).last().unwrap(), "done", "{events:?}");
@@ -187,19 +194,9 @@ async fn tool_arguments_holding_an_escaped_nul_are_stored_without_it() {
 #[tokio::test]
 async fn people_chatting_with_one_agent_get_mcp_sessions_of_their_own() {
     let s = ChatSetup::new().await;
-    let model = s.chat_model("chat-agent", json!({})).await;
     let (alice_id, alice) = s.app.regular_user("alice").await;
     s.set_quota(alice_id, 100_000).await;
-    let tools = api_tests::mcp_servers::guarded(&["none"]).await;
-    let server = s
-        .mcp_server(json!({ "name": "sessions", "transportType": 2, "endpoint": tools.url("/mcp") }))
-        .await;
-    let agent = s
-        .agent(
-            &s.admin,
-            json!({ "name": "Sessions", "chatModelId": model, "mcpEnabled": true, "mcpServerIds": [server] }),
-        )
-        .await;
+    let (_tools, agent) = agent_with_tools(&s, "Sessions").await;
     let session = |token: String, conversation: &'static str| {
         let s = &s;
         async move {

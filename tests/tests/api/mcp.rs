@@ -795,21 +795,42 @@ fn processes_with(mark: &str) -> usize {
         .count()
 }
 
+/// A `server-everything` stdio server whose processes carry a variable of their own, and that
+/// variable (`NAME=value`) for `processes_with`.
+async fn marked_everything(app: &TestApp, admin: &str, name: &str) -> (i64, String) {
+    let (command, args) = everything_stdio();
+    let mark = format!("MCP_CHILD_MARK={}", uuid::Uuid::new_v4());
+    let (key, value) = mark.split_once('=').unwrap();
+    let id = create(
+        app,
+        admin,
+        json!({"name": name, "transportType": 3, "command": command, "args": args, "envVars": {key: value}}),
+    )
+    .await;
+    (id, mark)
+}
+
+/// How many processes carry `mark` once they are `count`, or after 5 s.
+async fn processes_settled_at(mark: &str, count: usize) -> usize {
+    let mut running = processes_with(mark);
+    for _ in 0..50 {
+        if running == count {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        running = processes_with(mark);
+    }
+    running
+}
+
 /// A session nobody used for MCP_SESSION_IDLE_SECS is closed (its stdio child ends) when the
 /// pool is next used; the server opens a new one when it is called again.
 #[tokio::test]
 async fn sessions_unused_for_their_idle_time_are_closed() {
     let app = spawn_with_stdio(Store::Filesystem, &[("MCP_SESSION_IDLE_SECS", "1")]).await;
     let admin = app.admin_token().await;
+    let (idle, mark) = marked_everything(&app, &admin, "idle").await;
     let (command, args) = everything_stdio();
-    let mark = format!("IDLE_MARK={}", uuid::Uuid::new_v4());
-    let (key, value) = mark.split_once('=').unwrap();
-    let idle = create(
-        &app,
-        &admin,
-        json!({"name": "idle", "transportType": 3, "command": command, "args": args, "envVars": {key: value}}),
-    )
-    .await;
     let busy = create(
         &app,
         &admin,
@@ -826,15 +847,11 @@ async fn sessions_unused_for_their_idle_time_are_closed() {
     mcp::call_tool(&app.state, CHATTER, busy, "get-sum", add.clone())
         .await
         .unwrap();
-    let mut left = processes_with(&mark);
-    for _ in 0..50 {
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        left = processes_with(&mark);
-    }
-    assert_eq!(left, 0, "the idle session's child ended");
+    assert_eq!(
+        processes_settled_at(&mark, 0).await,
+        0,
+        "the idle session's child ended"
+    );
     let again = mcp::call_tool(&app.state, CHATTER, idle, "get-sum", add).await.unwrap();
     assert!(again.text.contains('3'), "{}", again.text);
     assert!(processes_with(&mark) > 0, "a new session was opened");
@@ -1252,15 +1269,7 @@ async fn each_person_chatting_has_a_session_of_their_own() {
 async fn a_server_keeps_its_sessions_per_server_at_most() {
     let app = spawn_with_stdio(Store::Filesystem, &[("MCP_SESSIONS_PER_SERVER", "2")]).await;
     let admin = app.admin_token().await;
-    let (command, args) = everything_stdio();
-    let mark = format!("PARTY_MARK={}", uuid::Uuid::new_v4());
-    let (key, value) = mark.split_once('=').unwrap();
-    let stdio = create(
-        &app,
-        &admin,
-        json!({"name": "children", "transportType": 3, "command": command, "args": args, "envVars": {key: value}}),
-    )
-    .await;
+    let (stdio, mark) = marked_everything(&app, &admin, "children").await;
     let add = json!({"a": 1, "b": 2});
     let sum = |user| mcp::call_tool(&app.state, Owner::User(user), stdio, "get-sum", add.clone());
     assert!(sum(1).await.unwrap().text.contains('3'));
@@ -1269,15 +1278,11 @@ async fn a_server_keeps_its_sessions_per_server_at_most() {
     assert!(sum(2).await.unwrap().text.contains('3'));
     assert_eq!(processes_with(&mark), 2 * per_session, "a child per person");
     assert!(sum(3).await.unwrap().text.contains('3'));
-    let mut running = processes_with(&mark);
-    for _ in 0..50 {
-        if running == 2 * per_session {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        running = processes_with(&mark);
-    }
-    assert_eq!(running, 2 * per_session, "the third person's session closed another");
+    assert_eq!(
+        processes_settled_at(&mark, 2 * per_session).await,
+        2 * per_session,
+        "the third person's session closed another"
+    );
 
     // The one closed is the one unused longest.
     let server = guarded(&["none"]).await;

@@ -1223,26 +1223,31 @@ async fn sse_servers_get_the_credentials_on_the_stream_and_every_message() {
     assert!(!seen.0.contains("sse-bearer-secret-1234") && !seen.0.contains("sse-key-secret-5678"));
 }
 
+/// The guarded fixture (no credentials) as an administrator's server, whose `session_id` tool
+/// names the session it was called in; the fixture lives as long as what is returned.
+async fn session_naming_server(app: &TestApp, admin: &str) -> (api_tests::mcp_servers::Fixture, i64) {
+    let server = guarded(&["none"]).await;
+    let body = json!({"name": "sessions", "transportType": 2, "endpoint": server.url("/mcp")});
+    let id = create(app, admin, body).await;
+    (server, id)
+}
+
+/// The session `party`'s calls to server `id` go through.
+async fn session_of(app: &TestApp, party: Owner, id: i64) -> String {
+    mcp::call_tool(&app.state, party, id, "session_id", json!({}))
+        .await
+        .unwrap()
+        .text
+}
+
 /// Each person chatting has a session of their own: what a stateful server keeps in a session
-/// is never another's. An update of the server ends all of them.
+/// is never another's.
 #[tokio::test]
 async fn each_person_chatting_has_a_session_of_their_own() {
     let app = spawn(Store::Filesystem).await;
     let admin = app.admin_token().await;
-    let server = guarded(&["none"]).await;
-    let id = create(
-        &app,
-        &admin,
-        json!({"name": "per-person", "transportType": 2, "endpoint": server.url("/mcp")}),
-    )
-    .await;
-    let app = &app;
-    let session = move |party| async move {
-        mcp::call_tool(&app.state, party, id, "session_id", json!({}))
-            .await
-            .unwrap()
-            .text
-    };
+    let (_server, id) = session_naming_server(&app, &admin).await;
+    let session = |party| session_of(&app, party, id);
     let alice = session(Owner::User(1)).await;
     let bob = session(Owner::User(2)).await;
     let partners_user = session(Owner::External(1)).await;
@@ -1251,16 +1256,6 @@ async fn each_person_chatting_has_a_session_of_their_own() {
     assert_ne!(bob, partners_user);
     assert_eq!(session(Owner::User(1)).await, alice, "reused by the same person");
     assert_eq!(session(Owner::User(2)).await, bob);
-
-    app.put(
-        &format!("/mcp-server/{id}"),
-        Some(&admin),
-        &json!({"description": "changed"}),
-    )
-    .await
-    .assert_ok();
-    assert_ne!(session(Owner::User(1)).await, alice, "an update ends every session");
-    assert_ne!(session(Owner::User(2)).await, bob);
 }
 
 /// Past MCP_SESSIONS_PER_SERVER sessions of one server, the one unused longest is closed: a
@@ -1285,20 +1280,8 @@ async fn a_server_keeps_its_sessions_per_server_at_most() {
     );
 
     // The one closed is the one unused longest.
-    let server = guarded(&["none"]).await;
-    let http = create(
-        &app,
-        &admin,
-        json!({"name": "sessions", "transportType": 2, "endpoint": server.url("/mcp")}),
-    )
-    .await;
-    let app = &app;
-    let session = move |user| async move {
-        mcp::call_tool(&app.state, Owner::User(user), http, "session_id", json!({}))
-            .await
-            .unwrap()
-            .text
-    };
+    let (_server, http) = session_naming_server(&app, &admin).await;
+    let session = |user| session_of(&app, Owner::User(user), http);
     let first = session(1).await;
     let second = session(2).await;
     let third = session(3).await;
@@ -1331,6 +1314,7 @@ async fn sessions_are_reused_until_the_server_changes() {
     let tools = mcp::tools_of_servers(&app.state, CHATTER, &[id]).await.unwrap();
     assert_eq!(tools[0].1.as_ref().unwrap().len(), GUARDED_TOOLS);
     assert_eq!(session().await, first, "listing tools used the same session");
+    let someone_elses = session_of(&app, Owner::User(2), id).await;
 
     app.put(
         &format!("/mcp-server/{id}"),
@@ -1341,6 +1325,11 @@ async fn sessions_are_reused_until_the_server_changes() {
     .assert_ok();
     let second = session().await;
     assert_ne!(second, first, "an update ends the session");
+    assert_ne!(
+        session_of(&app, Owner::User(2), id).await,
+        someone_elses,
+        "and everyone else's"
+    );
     // Another process notices a change by the row's updateDt, without this process's invalidation.
     sqlx::query("UPDATE mcp_servers SET update_dt = now() + interval '1 second' WHERE id = $1")
         .bind(id)

@@ -228,9 +228,17 @@ pub async fn hold(state: &AppState, billing: Billing, want: u64) -> AppResult<Ho
 async fn hold_whole(state: &AppState, billing: Billing, want: u64) -> AppResult<Hold> {
     let hold = hold(state, billing, want).await?;
     match hold.limit() {
-        Some(held) if held < want => Err(quota::too_small(held, want)),
+        Some(held) if held < want => Err(given_back(hold, quota::too_small(held, want)).await),
         _ => Ok(hold),
     }
+}
+
+/// `refusal`, once `hold` is given back. Dropped, a hold goes back in a task of its own, which
+/// may never run under Lambda once the refusal is answered: the user's last tokens stayed
+/// held, and the next request met a quota used up.
+async fn given_back<E>(hold: Hold, refusal: E) -> E {
+    hold.settle(0).await;
+    refusal
 }
 
 /// What a turn (a chat's, a Q&A question's, an agent's draft) holds before anything is stored:
@@ -242,7 +250,7 @@ pub async fn hold_turn(state: &AppState, model: &ModelHandle, billing: Billing, 
     let (question_tokens, answer) = chat_size(state, model, billing.user_id(), &asking(question));
     let hold = hold(state, billing, question_tokens + answer).await?;
     match hold.limit() {
-        Some(held) if held < question_tokens => Err(quota::too_small(held, question_tokens)),
+        Some(held) if held < question_tokens => Err(given_back(hold, quota::too_small(held, question_tokens)).await),
         _ => Ok(hold),
     }
 }
@@ -322,25 +330,27 @@ fn chat_size(state: &AppState, model: &ModelHandle, payer: Option<i64>, req: &Ch
 }
 
 /// Tops `hold` up for `req` and caps the answer at what is held; refuses when the hold cannot
-/// even cover the prompt.
+/// even cover the prompt, the hold given back.
 async fn fit(
     state: &AppState,
     model: &ModelHandle,
-    hold: &mut Hold,
+    mut hold: Hold,
     req: &ChatRequest,
-) -> Result<ChatRequest, CallError> {
+) -> Result<(Hold, ChatRequest), CallError> {
     let mut req = req.clone();
     if hold.limit().is_none() {
-        return Ok(req);
+        return Ok((hold, req));
     }
     let (prompt, answer) = chat_size(state, model, hold.payer(), &req);
-    hold.top_up(prompt + answer).await?;
+    if let Err(e) = hold.top_up(prompt + answer).await {
+        return Err(given_back(hold, e.into()).await);
+    }
     let held = hold.limit().unwrap_or(0);
     if held <= prompt {
-        return Err(quota::too_small(held, prompt + 1).into());
+        return Err(given_back(hold, quota::too_small(held, prompt + 1).into()).await);
     }
     req.max_tokens = Some(answer.min(held - prompt));
-    Ok(req)
+    Ok((hold, req))
 }
 
 /// Holds what a chat call may need and fits the request to the hold.
@@ -351,9 +361,8 @@ async fn hold_chat(
     req: &ChatRequest,
 ) -> Result<(Hold, ChatRequest), CallError> {
     let (prompt, answer) = chat_size(state, model, billing.user_id(), req);
-    let mut hold = hold(state, billing, prompt + answer).await?;
-    let req = fit(state, model, &mut hold, req).await?;
-    Ok((hold, req))
+    let hold = hold(state, billing, prompt + answer).await?;
+    fit(state, model, hold, req).await
 }
 
 /// Records the call and settles the hold: to its tokens when `charge`, to nothing otherwise.
@@ -628,12 +637,12 @@ pub async fn chat_stream_held(
     state: &AppState,
     model: &ModelHandle,
     billing: Billing,
-    mut hold: Hold,
+    hold: Hold,
     kind: &'static str,
     req: &ChatRequest,
     pending: Option<&PendingUsage>,
 ) -> Result<ChatStream, CallError> {
-    let req = fit(state, model, &mut hold, req).await?;
+    let (hold, req) = fit(state, model, hold, req).await?;
     stream_on(state, model, (billing, hold), kind, &req, pending).await
 }
 

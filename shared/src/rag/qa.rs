@@ -243,20 +243,29 @@ async fn run(
     // Retrieval pays for its calls first (a rewrite, the query's embedding, a rerank); the
     // answer takes what is left when it starts.
     hold.lend_above(gateway::question_estimate(query)).await;
-    let past = history(state, kb, user_id, conversation).await?;
-    let asked = past.iter().cloned().chain([ChatMessage::user(query)]).collect();
-    let search_query = retrieval_query(state, &model, kb, billing, asked, query).await;
-    let (results, _) = search::retrieve(state, kb, &search_query, billing)
-        .await
-        .map_err(|e| format!("retrieval failed: {}", e.told()))?;
-    let context = search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count)
-        .await
-        .map_err(|e| format!("retrieval failed: {}", e.told()))?;
-    if tx.is_closed() {
-        // The client left while the context was gathered: the answer, the costliest call, is
-        // not asked for.
-        return Ok(());
+    let gathered = async {
+        let past = history(state, kb, user_id, conversation).await?;
+        let asked = past.iter().cloned().chain([ChatMessage::user(query)]).collect();
+        let search_query = retrieval_query(state, &model, kb, billing, asked, query).await;
+        let (results, _) = search::retrieve(state, kb, &search_query, billing)
+            .await
+            .map_err(|e| format!("retrieval failed: {}", e.told()))?;
+        let context = search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count)
+            .await
+            .map_err(|e| format!("retrieval failed: {}", e.told()))?;
+        Ok::<_, String>((past, results, context))
     }
+    .await;
+    // The client left while the context was gathered (the answer, the costliest call, is not
+    // asked for), or it could not be gathered: the hold goes back before the stream ends, as
+    // a dropped one goes back in a task that may never run under Lambda once it has.
+    let (past, results, context) = match gathered {
+        Ok(gathered) if !tx.is_closed() => gathered,
+        ended => {
+            hold.settle(0).await;
+            return ended.map(|_| ());
+        }
+    };
     let mut messages = past;
     messages.push(ChatMessage::user(prompt(kb, &context, query)));
     let req = ChatRequest {

@@ -2290,13 +2290,8 @@ async fn a_quota_that_cannot_pay_for_the_question_stores_nothing() {
         403,
         "5 tokens left, this request needs about",
     );
-    // The hold's tokens go back in a task of their own.
-    for _ in 0..100 {
-        if s.app.snapshot().await == before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Given back before the answer: a task of its own may never run under Lambda once the
+    // refusal is answered.
     assert_eq!(s.app.snapshot().await, before, "nothing stored, nothing spent");
     assert!(s.models.requests().is_empty(), "the model was not called");
 }

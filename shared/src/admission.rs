@@ -117,7 +117,10 @@ fn push_counted(qb: &mut QueryBuilder<'_, Postgres>, subject: &Subject) {
 /// The limiter's answer to a count: a refusal once the caller's window is full; else, for a
 /// user, whether the token still authenticates (None for an app).
 fn verdict(state: &AppState, subject: &Subject, counted: &Counted) -> AppResult<Option<AppResult<CurrentUser>>> {
-    if counted.rl_hits.is_none_or(|hits| hits <= subject.limit as i32) {
+    if counted
+        .rl_hits
+        .is_none_or(|hits| i64::from(hits) <= i64::from(subject.limit))
+    {
         let identity = counted.identity();
         return Ok(subject.claims.as_ref().map(|claims| authenticate(claims, identity)));
     }

@@ -388,3 +388,13 @@ async fn refreshes_count_to_their_users_window_and_a_refused_one_spends_nothing(
         .await;
     r.assert_ok();
 }
+
+/// A limit past what the window's counter column holds (someone meaning "as many as you
+/// like") lets requests through: compared as a negative number, it refused every one.
+#[tokio::test]
+async fn the_largest_limit_lets_requests_through() {
+    let most = u32::MAX.to_string();
+    let app = spawn_with(Store::Filesystem, &[("RATE_LIMIT_USER_REQUESTS", most.as_str())]).await;
+    let (_, token) = app.regular_user("dave").await;
+    app.get("/user", Some(&token)).await.assert_ok();
+}

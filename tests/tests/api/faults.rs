@@ -22,6 +22,82 @@ fn skill_zip() -> Vec<u8> {
     w.finish().unwrap().into_inner()
 }
 
+/// A connection to the test's database of its own, as another instance of the service has.
+async fn another_instance(app: &api_tests::TestApp) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    sqlx::PgConnection::connect(&app.state.config().database_url)
+        .await
+        .expect("connect")
+}
+
+/// An index build whose future is dropped while it holds the build lock (a worker stopped at
+/// its deadline, a client gone) leaves the lock to the next build: its connection went back
+/// to the pool with its session still holding the lock, and every later build, on every
+/// instance, waited for ever.
+#[tokio::test]
+async fn a_build_dropped_while_it_holds_the_index_lock_leaves_the_lock_to_the_next() {
+    use shared::rag::bases::repo::concurrently;
+    let app = api_tests::spawn(Store::Filesystem).await;
+    // A transaction holding a snapshot: an index build waits for it to end.
+    let mut reader = another_instance(&app).await;
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    sqlx::query("SELECT count(*) FROM chunks")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    let mut conn = app.db.acquire().await.unwrap();
+    let build = ["CREATE INDEX CONCURRENTLY chunks_dropped_probe ON chunks (id)".to_owned()];
+    let waited = tokio::time::timeout(Duration::from_secs(2), concurrently(&mut conn, &build, None)).await;
+    assert!(waited.is_err(), "the build waited for the reader");
+    drop(conn);
+    sqlx::query("COMMIT").execute(&mut reader).await.unwrap();
+
+    let mut next = app.db.acquire().await.unwrap();
+    let drop_it = ["DROP INDEX CONCURRENTLY IF EXISTS chunks_dropped_probe".to_owned()];
+    // Well before an idle holder would be ended (`a_build_lock_held_by_an_idle_session_is_taken_back`).
+    tokio::time::timeout(Duration::from_secs(15), concurrently(&mut next, &drop_it, None))
+        .await
+        .expect("the next build got the lock")
+        .unwrap();
+    // And so does another instance's.
+    let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(x'6b625f696478'::bigint)")
+        .fetch_one(&mut another_instance(&app).await)
+        .await
+        .unwrap();
+    assert!(taken, "the lock is free");
+}
+
+/// A session that holds the index build lock idle (its process frozen or gone with its
+/// connection open) is ended by the next build once it has sat idle past
+/// `ABANDONED_BUILD_LOCK_AFTER_SECS`, and that build runs.
+#[tokio::test]
+async fn a_build_lock_held_by_an_idle_session_is_taken_back() {
+    use shared::rag::bases::repo::{concurrently, ABANDONED_BUILD_LOCK_AFTER_SECS};
+    let app = api_tests::spawn(Store::Filesystem).await;
+    let mut abandoned = another_instance(&app).await;
+    sqlx::query("SELECT pg_advisory_lock(x'6b625f696478'::bigint)")
+        .execute(&mut abandoned)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut conn = app.db.acquire().await.unwrap();
+    let build = ["CREATE INDEX CONCURRENTLY chunks_taken_back_probe ON chunks (id)".to_owned()];
+    let limit = Duration::from_secs(ABANDONED_BUILD_LOCK_AFTER_SECS as u64 + 30);
+    tokio::time::timeout(limit, concurrently(&mut conn, &build, None))
+        .await
+        .expect("the build ran")
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(ABANDONED_BUILD_LOCK_AFTER_SECS as u64),
+        "not before the holder had sat idle that long"
+    );
+    let still = sqlx::query("SELECT 1").execute(&mut abandoned).await;
+    assert!(still.is_err(), "the idle holder's session was ended");
+}
+
 #[tokio::test]
 async fn uploads_fail_with_503_and_write_nothing_while_s3_is_unreachable() {
     let kb = KbSetup::new(Store::S3, &[]).await;

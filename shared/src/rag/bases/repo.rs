@@ -226,13 +226,14 @@ const INDEX_BUILD_LOCK: i64 = 0x6b62_5f69_6478; // "kb_idx"
 /// then refused every chunk. DDL takes no bind parameters; `id` and the dimension are integers
 /// from our own rows, never client text.
 pub async fn build_index(conn: &mut PoolConnection<Postgres>, id: i64) -> sqlx::Result<()> {
-    lock_builds(conn).await?;
+    let lock = BuildLock::take(conn).await?;
+    let conn = &mut **lock.conn;
     let ran = async {
         let dimension: Option<i32> = sqlx::query_scalar("SELECT dimension FROM knowledge_bases WHERE id = $1")
             .bind(id)
-            .fetch_optional(&mut **conn)
+            .fetch_optional(&mut *conn)
             .await?;
-        sqlx::query(&drop_statement(id)).execute(&mut **conn).await?;
+        sqlx::query(&drop_statement(id)).execute(&mut *conn).await?;
         if let Some(dimension) = dimension {
             let create = format!(
                 "CREATE INDEX CONCURRENTLY {} ON chunks USING hnsw ({} {}) WHERE rag_id = {id}",
@@ -240,12 +241,12 @@ pub async fn build_index(conn: &mut PoolConnection<Postgres>, id: i64) -> sqlx::
                 vector_expr(dimension),
                 ops(dimension)
             );
-            sqlx::query(&create).execute(&mut **conn).await?;
+            sqlx::query(&create).execute(&mut *conn).await?;
         }
         Ok(())
     }
     .await;
-    unlock_builds(conn, ran).await
+    lock.release(ran).await
 }
 
 /// Drops a deleted base's index, as concurrently as it was built: a plain `DROP INDEX` takes
@@ -277,48 +278,102 @@ pub async fn concurrently(
     statements: &[String],
     unless_valid: Option<&str>,
 ) -> sqlx::Result<()> {
-    lock_builds(conn).await?;
+    let lock = BuildLock::take(conn).await?;
+    let conn = &mut **lock.conn;
     let ran = async {
         if let Some(name) = unless_valid {
-            if index_validity(&mut **conn, name).await? == Some(true) {
+            if index_validity(&mut *conn, name).await? == Some(true) {
                 return Ok(());
             }
         }
         for sql in statements {
-            sqlx::query(sql).execute(&mut **conn).await?;
+            sqlx::query(sql).execute(&mut *conn).await?;
         }
         Ok::<_, sqlx::Error>(())
     }
     .await;
-    unlock_builds(conn, ran).await
+    lock.release(ran).await
 }
 
-/// Takes the index build lock for the session, once no other build holds it. Tried, not
-/// waited for: a session blocked in pg_advisory_lock holds a snapshot that the running build
-/// would wait for in turn.
-async fn lock_builds(conn: &mut PoolConnection<Postgres>) -> sqlx::Result<()> {
-    while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
-        .bind(INDEX_BUILD_LOCK)
-        .fetch_one(&mut **conn)
-        .await?
-    {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    Ok(())
+/// How long a session holding the index build lock may sit idle before it is taken for one
+/// whose process is gone (a Lambda instance frozen or reaped with its connection open): a build
+/// runs its statements back to back and leaves none idle for more than moments.
+pub const ABANDONED_BUILD_LOCK_AFTER_SECS: i32 = 30;
+
+/// The index build lock, held by one pooled connection's session.
+struct BuildLock<'c> {
+    conn: &'c mut PoolConnection<Postgres>,
+    /// Whether the session may hold the lock: from its first try until it is released.
+    held: bool,
 }
 
-/// Releases the index build lock after the work that held it `ran`, answering that outcome.
-async fn unlock_builds(conn: &mut PoolConnection<Postgres>, ran: sqlx::Result<()>) -> sqlx::Result<()> {
-    let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(INDEX_BUILD_LOCK)
-        .execute(&mut **conn)
-        .await;
-    if unlocked.is_err() {
-        // Closing the connection is what releases a session lock it could not release itself.
-        conn.close_on_drop();
+impl<'c> BuildLock<'c> {
+    /// Takes the lock once no other build holds it. Tried, not waited for: a session blocked
+    /// in pg_advisory_lock holds a snapshot that the running build would wait for in turn.
+    /// Every few seconds of waiting, a holder abandoned (`ABANDONED_BUILD_LOCK_AFTER_SECS`)
+    /// is ended, which frees the lock.
+    async fn take(conn: &'c mut PoolConnection<Postgres>) -> sqlx::Result<Self> {
+        let lock = Self { conn, held: true };
+        let mut tries: u32 = 0;
+        while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
+            .bind(INDEX_BUILD_LOCK)
+            .fetch_one(&mut **lock.conn)
+            .await?
+        {
+            tries += 1;
+            if tries % 100 == 0 {
+                end_abandoned_holder(lock.conn).await?;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        Ok(lock)
     }
-    ran?;
-    unlocked?;
+
+    /// Releases the lock after the work that held it `ran`, answering that outcome.
+    async fn release(mut self, ran: sqlx::Result<()>) -> sqlx::Result<()> {
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(INDEX_BUILD_LOCK)
+            .execute(&mut **self.conn)
+            .await;
+        // Not released: the connection is closed on drop, which is what releases a session
+        // lock it could not release itself.
+        self.held = unlocked.is_err();
+        ran?;
+        unlocked?;
+        Ok(())
+    }
+}
+
+impl Drop for BuildLock<'_> {
+    /// Dropped while it may hold the lock (its future cancelled: a worker stopped at its
+    /// deadline, a client gone), the connection is closed, not returned to the pool, where its
+    /// session would keep the lock and stop every later build, on every instance.
+    fn drop(&mut self) {
+        if self.held {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// Ends the session holding the index build lock in this database if it has sat idle past
+/// `ABANDONED_BUILD_LOCK_AFTER_SECS`.
+async fn end_abandoned_holder(conn: &mut PgConnection) -> sqlx::Result<()> {
+    // Ended in the select list, which runs only for the rows the filter kept.
+    let ended: Vec<(i32, bool)> = sqlx::query_as(
+        "SELECT a.pid, pg_terminate_backend(a.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND l.classid = ($1 >> 32)::oid AND l.objid = ($1 & 4294967295)::oid
+           AND a.pid <> pg_backend_pid() AND a.state = 'idle'
+           AND a.state_change < now() - make_interval(secs => $2)",
+    )
+    .bind(INDEX_BUILD_LOCK)
+    .bind(f64::from(ABANDONED_BUILD_LOCK_AFTER_SECS))
+    .fetch_all(conn)
+    .await?;
+    if !ended.is_empty() {
+        tracing::warn!(pids = ?ended, "ended a database session that held the index build lock while idle");
+    }
     Ok(())
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use tracing::Instrument;
 
 pub use memory::InProcessQueue;
@@ -140,7 +141,12 @@ where
             trace_id = tracing::field::Empty,
         );
         crate::telemetry::continue_message_trace(&span, trace_of(&m));
-        let fut = work(m).instrument(span);
+        // A panic fails its message only (logged by the panic hook): unwound through the
+        // batch, it ended the local server's consumer, and its queue with it, until a restart.
+        let fut = std::panic::AssertUnwindSafe(work(m))
+            .catch_unwind()
+            .map(|outcome| outcome.unwrap_or_else(|_| Err(anyhow::anyhow!("the work on it panicked"))))
+            .instrument(span);
         async move {
             let Some(at) = stop_at else {
                 return (id, fut.await);
@@ -161,4 +167,27 @@ where
         }
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panic_fails_its_message_only() {
+        let batch = event(vec![message("calm", "ok", 1, None), message("wild", "panic", 1, None)]);
+        let response = for_each_message(batch, None, |m| async move {
+            if m.body.as_deref() == Some("panic") {
+                panic!("a bug in the work");
+            }
+            Ok(())
+        })
+        .await;
+        let failed: Vec<&str> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        assert_eq!(failed, ["wild"]);
+    }
 }

@@ -60,6 +60,12 @@ impl TestApp {
         self.ext_delete_as(Some((&c.app_id, &c.token)), path).await
     }
 
+    /// A DELETE carrying a JSON body, which no route of the external API takes.
+    pub async fn ext_delete_with_body(&self, c: &Creds, path: &str, body: &Value) -> Reply {
+        let req = self.client.delete(self.url(&format!("/openapi/v1{path}"))).json(body);
+        self.send(self.with_creds(req, Some((&c.app_id, &c.token)))).await
+    }
+
     /// A node heartbeat for `host_id`.
     pub async fn heartbeat(&self, c: &Creds, host_id: &str) -> Reply {
         let body = json!({ "hostId": host_id, "hostIp": "10.0.0.7", "grpcPort": 9090, "maxConcurrent": 4,

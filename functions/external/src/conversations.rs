@@ -5,7 +5,7 @@ use axum::http::Uri;
 use shared::agents::conversations::{ConversationSummary, MessageView, MessageWindow};
 use shared::domain::AppCaller;
 use shared::external::{conversations, ConversationCreated, ConversationQuery, Deleted, NewConversation};
-use shared::http::{refuse_blank, Api, ApiResult, Envelope, Json, Page, PageQuery, Query};
+use shared::http::{refuse_blank, refuse_unknown, Api, ApiResult, Envelope, Json, NoBody, Page, PageQuery, Query};
 use shared::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -50,7 +50,9 @@ async fn delete(
     app: AppCaller,
     uri: Uri,
     Query(q): Query<ConversationQuery>,
+    _: NoBody,
 ) -> ApiResult<Deleted> {
+    refuse_unknown(&uri, &["agentId", "openId", "conversationId"])?;
     refuse_blank(
         &uri,
         "conversationId",

@@ -91,6 +91,41 @@ pub fn refuse_blank(uri: &axum::http::Uri, name: &str, instead: &str) -> Result<
     }
 }
 
+/// Refuses a query parameter other than `known`: where an absent parameter widens what a
+/// request does (a deletion of all), one misspelt (`conversation_id`) would be read as absent.
+pub fn refuse_unknown(uri: &axum::http::Uri, known: &[&str]) -> Result<(), AppError> {
+    let query = uri.query().unwrap_or_default();
+    match form_urlencoded::parse(query.as_bytes()).find(|(k, _)| !known.contains(&k.as_ref())) {
+        Some((k, _)) => Err(AppError::Validation(format!(
+            "unknown query parameter {k:?}; this request takes {}",
+            known.join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A request that must come without a body: for a route whose parameters are in its query, a
+/// client sending them in a body meant them, and they would be read as absent.
+pub struct NoBody;
+
+/// More than this is not read to see that a body is only whitespace.
+const NO_BODY_READ: usize = 1024;
+
+impl<S: Send + Sync> FromRequest<S> for NoBody {
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
+        let refused = || AppError::Validation("this request takes no body; send its parameters in the query".into());
+        let body = axum::body::to_bytes(req.into_body(), NO_BODY_READ)
+            .await
+            .map_err(|_| refused())?;
+        match body.trim_ascii().is_empty() {
+            true => Ok(NoBody),
+            false => Err(refused()),
+        }
+    }
+}
+
 /// The query without its blank parameters, or `None` when it has none. Forms send an unset
 /// filter as `status=`; read as absent, it filters nothing, where parsing it would refuse a
 /// number filter and match only empty text.

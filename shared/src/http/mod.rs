@@ -23,4 +23,4 @@ pub use auth::AdminUser;
 // The domain types handlers name beside the extractors they come from.
 pub use crate::domain::{CurrentUser, Page, PageQuery};
 pub use envelope::{Api, ApiResult, Envelope};
-pub use extract::{refuse_blank, Json, Path, Query};
+pub use extract::{refuse_blank, refuse_unknown, Json, NoBody, Path, Query};

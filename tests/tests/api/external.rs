@@ -496,6 +496,20 @@ async fn conversations_belong_to_one_open_id() {
             .await
             .assert_error(400, 0, "conversationId must not be blank; leave it out");
     }
+    // So is one misspelt, or sent in a body, which the query would read as absent.
+    for misspelt in ["&conversation_id=other", "&conversationID=other"] {
+        del("ann", misspelt)
+            .await
+            .assert_error(400, 0, "unknown query parameter");
+    }
+    e.app()
+        .ext_delete_with_body(
+            &e.crm,
+            &format!("/agent/conversations?agentId={agent}&openId=ann"),
+            &json!({ "conversationId": "other" }),
+        )
+        .await
+        .assert_error(400, 0, "this request takes no body");
     assert_eq!(e.app().count("conversations").await, 2, "nothing deleted");
     assert_eq!(del("ann", "").await.assert_ok()["deleted"], 1);
     assert_eq!(e.app().count("conversations").await, 1, "bob's remains");

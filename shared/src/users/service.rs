@@ -379,6 +379,8 @@ pub async fn authorize_code(state: &AppState, req: AuthorizeCodeRequest) -> AppR
 }
 
 /// Creates the first administrator from ADMIN_USERNAME / ADMIN_PASSWORD when none exists.
+/// Both are held to the rules of every other account: a start with a one-letter password
+/// fails, naming the variable, instead of creating an administrator anyone could guess.
 pub async fn ensure_first_admin(db: &PgPool, username: Option<&str>, pass: Option<&str>) -> anyhow::Result<()> {
     let has_admin: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE role = 1)")
         .fetch_one(db)
@@ -390,6 +392,8 @@ pub async fn ensure_first_admin(db: &PgPool, username: Option<&str>, pass: Optio
         tracing::warn!("no administrator exists and ADMIN_USERNAME/ADMIN_PASSWORD are not set");
         return Ok(());
     };
+    validate_username(username).map_err(|e| anyhow::anyhow!("ADMIN_USERNAME: {}", e.told()))?;
+    validate_password("ADMIN_PASSWORD", pass).map_err(|e| anyhow::anyhow!("{}", e.told()))?;
     let hash = password::hash(pass).map_err(|e| anyhow::anyhow!("{e}"))?;
     let new = NewUser {
         username,

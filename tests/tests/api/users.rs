@@ -877,3 +877,32 @@ async fn an_own_password_change_does_not_overwrite_a_reset_made_meanwhile() {
         .await
         .assert_error(401, 401, "incorrect");
 }
+
+/// The first administrator is held to every account's rules: a start whose ADMIN_PASSWORD or
+/// ADMIN_USERNAME breaks them fails, naming the variable, and creates nobody.
+#[tokio::test]
+async fn the_first_administrator_is_held_to_the_account_rules() {
+    use shared::users::service::ensure_first_admin;
+    let app = app().await;
+    sqlx::query("DELETE FROM users").execute(&app.db).await.unwrap();
+    for (username, password, needle) in [
+        ("root", "a", "ADMIN_PASSWORD must be"),
+        ("root", "short", "ADMIN_PASSWORD must be"),
+        (
+            "no spaces",
+            "long-enough-1",
+            "ADMIN_USERNAME: username may contain only",
+        ),
+        ("r", "long-enough-1", "ADMIN_USERNAME: username must be"),
+    ] {
+        let refused = ensure_first_admin(&app.db, Some(username), Some(password))
+            .await
+            .expect_err(username);
+        assert!(refused.to_string().contains(needle), "{refused}");
+        assert_eq!(app.count("users").await, 0, "{username}");
+    }
+    ensure_first_admin(&app.db, Some("root"), Some("long-enough-1"))
+        .await
+        .unwrap();
+    app.login("root", "long-enough-1").await.assert_ok();
+}

@@ -183,7 +183,7 @@ fn encode_error(e: &ModelError) -> pb::Error {
         ModelError::Network(m) => (ErrorKind::Network, 0, m),
         ModelError::Upstream { status, message } => (ErrorKind::Upstream, u32::from(*status), message),
         ModelError::BadRequest(m) => (ErrorKind::BadRequest, 0, m),
-        ModelError::Protocol(m) | ModelError::NoClientNode(m) => (ErrorKind::Protocol, 0, m),
+        ModelError::Protocol(m) | ModelError::NoClientNode { brief: m, .. } => (ErrorKind::Protocol, 0, m),
     };
     pb::Error {
         kind: kind as i32,
@@ -192,9 +192,16 @@ fn encode_error(e: &ModelError) -> pb::Error {
     }
 }
 
-/// The model error a node reported, as if the platform had called the model itself.
+/// What a failure a node reported says in place of the node's own words.
+const NODE_REPORTED: &str = "as reported by the app's client node (its words are in the service's log)";
+
+/// The model error a node reported, as if the platform had called the model itself, in the
+/// platform's words: what the node said (its upstream's address and answer, a partner's
+/// network) goes to the log, not to whoever configured the agent's model, who is told the
+/// endpoint's own words when the platform calls it.
 fn decode_error(e: pb::Error) -> ModelError {
-    let m = e.message;
+    tracing::warn!(node_error = %e.message, kind = e.kind, status = e.status, "a client node reported a failed model call");
+    let m = NODE_REPORTED.to_owned();
     match ErrorKind::try_from(e.kind).unwrap_or(ErrorKind::Unspecified) {
         ErrorKind::Auth => ModelError::Auth(m),
         ErrorKind::NotFound => ModelError::NotFound(m),
@@ -361,15 +368,18 @@ mod tests {
     }
 
     #[test]
-    fn node_errors_read_like_model_errors() {
+    fn node_errors_read_like_model_errors_without_the_nodes_words() {
         let e = ModelError::Upstream {
             status: 503,
-            message: "overloaded".into(),
+            message: "http://10.20.0.5:8000/v1: overloaded".into(),
         };
         let back = decode_error(encode_error(&e));
-        assert_eq!(back.to_string(), e.to_string());
+        assert_eq!(
+            back.to_string(),
+            format!("the model endpoint failed (HTTP 503): {NODE_REPORTED}")
+        );
         let auth = decode_error(encode_error(&ModelError::Auth("bad key".into())));
-        assert!(matches!(auth, ModelError::Auth(m) if m == "bad key"));
+        assert!(matches!(auth, ModelError::Auth(m) if m == NODE_REPORTED));
     }
 
     /// A node's answer that fails with a call in progress hands the call's characters to the

@@ -79,14 +79,14 @@ struct Missed {
 
 /// The message of a call no node took, told to whoever is chatting (a partner's user, too):
 /// counts only. What each node answered, with its address, is in the log.
-fn unavailable(app_id: &str, online: usize, missed: &Missed) -> String {
+fn unavailable(app_id: &str, online: usize, missed: &Missed) -> ModelError {
     let Missed {
         busy,
         failed,
         too_large,
     } = *missed;
     if online == 0 {
-        return format!("no client node of app {app_id} is online");
+        return ModelError::no_client_node(app_id, |app| format!("no client node of {app} is online"));
     }
     let mut why = vec![];
     if busy > 0 {
@@ -101,10 +101,10 @@ fn unavailable(app_id: &str, online: usize, missed: &Missed) -> String {
             node_wire::MAX_REQUEST_BYTES >> 20
         ));
     }
-    format!(
-        "no client node of app {app_id} is available: of {online} online, {}",
-        why.join(", ")
-    )
+    let why = why.join(", ");
+    ModelError::no_client_node(app_id, |app| {
+        format!("no client node of {app} is available: of {online} online, {why}")
+    })
 }
 
 /// The chat calls of one conversation of an agent bound to an app.
@@ -135,10 +135,9 @@ impl NodeRoute {
     /// A failure to look the nodes up, logged in full and told without detail.
     fn lookup_failed(&self, e: impl std::fmt::Display) -> ModelError {
         tracing::error!(app_id = %self.app_id, error = %e, "looking up client nodes failed");
-        ModelError::NoClientNode(format!(
-            "the client nodes of app {} could not be looked up",
-            self.app_id
-        ))
+        ModelError::no_client_node(&self.app_id, |app| {
+            format!("the client nodes of {app} could not be looked up")
+        })
     }
 }
 
@@ -151,10 +150,7 @@ impl ChatTransport for NodeRoute {
             .map_err(|e| self.lookup_failed(e))?
             // A disabled app's nodes get no more chats, though their leases still run.
             .ok_or_else(|| {
-                ModelError::NoClientNode(format!(
-                    "app {} of this agent does not exist or is disabled",
-                    self.app_id
-                ))
+                ModelError::no_client_node(&self.app_id, |app| format!("{app} does not exist or is disabled"))
             })?;
         let token = self
             .state
@@ -196,7 +192,7 @@ impl ChatTransport for NodeRoute {
                 }
             }
         }
-        Err(ModelError::NoClientNode(unavailable(&self.app_id, total, &missed)))
+        Err(unavailable(&self.app_id, total, &missed))
     }
 }
 
@@ -282,20 +278,25 @@ mod tests {
     }
 
     #[test]
-    fn the_no_node_message_names_the_app_and_why() {
-        assert_eq!(
-            unavailable("shop", 0, &Missed::default()),
-            "no client node of app shop is online"
-        );
+    fn the_no_node_message_names_the_app_and_why_and_its_brief_only_why() {
+        let none = unavailable("shop", 0, &Missed::default());
+        assert_eq!(none.to_string(), "no client node of app shop is online");
+        assert_eq!(none.brief(), "no client node of this agent's app is online");
         let missed = Missed {
             busy: 1,
             failed: 1,
             too_large: 1,
         };
+        let why = "of 3 online, 1 at maxConcurrent, 1 did not answer, 1 refused the request as too large \
+                   (a node must take 64 MiB; check its gRPC server's maximum message size)";
+        let some = unavailable("shop", 3, &missed);
         assert_eq!(
-            unavailable("shop", 3, &missed),
-            "no client node of app shop is available: of 3 online, 1 at maxConcurrent, 1 did not answer, \
-             1 refused the request as too large (a node must take 64 MiB; check its gRPC server's maximum message size)"
+            some.to_string(),
+            format!("no client node of app shop is available: {why}")
+        );
+        assert_eq!(
+            some.brief(),
+            format!("no client node of this agent's app is available: {why}")
         );
     }
 }

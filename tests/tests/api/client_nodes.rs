@@ -405,6 +405,8 @@ async fn a_disabled_apps_nodes_get_no_chats() {
     assert_eq!(t.nodes[0].served().len(), served, "the node got nothing");
 }
 
+/// The error names the app to whoever configured the agent's model; anyone else chatting, to
+/// whom an agent's app is not shown, reads "this agent's app".
 #[tokio::test]
 async fn with_no_node_online_the_chat_ends_with_an_error_naming_the_app() {
     let t = Setup::new("ROUND_ROBIN", "chat-echo", &[]).await;
@@ -422,6 +424,15 @@ async fn with_no_node_online_the_chat_ends_with_an_error_naming_the_app() {
         .await
         .unwrap();
     assert_eq!(rows, [("user".to_owned(), 1), ("assistant".to_owned(), 2)]);
+
+    let (alice_id, alice) = t.s.app.regular_user("alice").await;
+    t.s.set_quota(alice_id, 100_000).await;
+    let events = t.s.chat(&alice, t.agent, say("alone", "hello?")).await.events();
+    let message = events[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("no client node of this agent's app is online") && !message.contains("shop"),
+        "{events:?}"
+    );
     t.nothing_ran_locally();
 }
 

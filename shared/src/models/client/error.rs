@@ -23,12 +23,22 @@ pub enum ModelError {
     BadRequest(String),
     #[error("the model endpoint answered something unexpected: {0}")]
     Protocol(String),
-    /// The call was to run on an app's client nodes and none could take it.
-    #[error("{0}")]
-    NoClientNode(String),
+    /// The call was to run on an app's client nodes and none could take it: `full` names the
+    /// app, `brief` says "this agent's app" (an agent's app is shown only to its creator and
+    /// administrators).
+    #[error("{full}")]
+    NoClientNode { full: String, brief: String },
 }
 
 impl ModelError {
+    /// A call no client node of app `app_id` took, `why` worded around the app's name.
+    pub fn no_client_node(app_id: &str, why: impl Fn(&str) -> String) -> Self {
+        Self::NoClientNode {
+            full: why(&format!("app {app_id}")),
+            brief: why("this agent's app"),
+        }
+    }
+
     pub(crate) fn from_status(status: StatusCode, body: &str) -> Self {
         let detail = upstream_message(body).unwrap_or_else(|| snippet(body));
         let detail = if detail.is_empty() {
@@ -78,7 +88,7 @@ impl ModelError {
             Self::Upstream { status, .. } => format!("the model endpoint failed (HTTP {status})"),
             Self::BadRequest(_) => "the model endpoint rejected the request".into(),
             Self::Protocol(_) => "the model endpoint answered something unexpected".into(),
-            Self::NoClientNode(message) => message.clone(),
+            Self::NoClientNode { brief, .. } => brief.clone(),
         }
     }
 

@@ -25,8 +25,10 @@ pub struct ExternalUserRow {
 pub struct ExternalUserView {
     pub id: i64,
     pub open_id: String,
-    pub nickname: String,
-    pub avatar: String,
+    /// null when never set (or cleared with `""`).
+    pub nickname: Option<String>,
+    /// null when never set (or cleared with `""`).
+    pub avatar: Option<String>,
     /// Whatever the partner stored with the user (a JSON object).
     pub extra: Value,
     pub create_dt: String,
@@ -38,8 +40,8 @@ impl From<ExternalUserRow> for ExternalUserView {
         Self {
             id: r.id,
             open_id: r.open_id,
-            nickname: r.nickname,
-            avatar: r.avatar,
+            nickname: Some(r.nickname).filter(|n| !n.is_empty()),
+            avatar: Some(r.avatar).filter(|a| !a.is_empty()),
             extra: r.extra,
             create_dt: time::datetime(r.create_dt),
             update_dt: time::datetime(r.update_dt),

@@ -329,6 +329,18 @@ async fn subscriptions_of_external_users() {
     let other = e.app().ext_get(&e.crm, "/user/agents?openId=u-2").await;
     assert_eq!(other.assert_ok(), &json!([]));
     assert_eq!(e.app().count("external_users").await, 1, "reads never create users");
+    // Never set, or cleared with "", a field is null: unset, not empty.
+    let bare = e
+        .app()
+        .ext_post(&e.crm, "/user/register", &json!({ "openId": "u-9" }))
+        .await;
+    let bare = bare.assert_ok();
+    assert_eq!((&bare["nickname"], &bare["avatar"]), (&Value::Null, &Value::Null));
+    let cleared = e
+        .app()
+        .ext_post(&e.crm, "/user/register", &json!({ "openId": "u-1", "avatar": "" }))
+        .await;
+    assert_eq!(cleared.assert_ok()["avatar"], Value::Null);
 
     let before = e.written().await;
     e.app()

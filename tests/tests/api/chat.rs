@@ -2345,9 +2345,10 @@ async fn turns_with_images_at_once_do_not_starve_a_small_pool() {
 async fn concurrent_turns_with_images_keep_the_conversations_limit() {
     let s = ChatSetup::new().await;
     let (agent, png) = seeing_agent_and_image(&s).await;
+    let other = upload(&s, &s.admin, "other.png", PNG).await;
     for round in 0..5 {
         let body = json!({ "conversationId": format!("pair-{round}"), "content": "look",
-                           "attachments": [image(png), image(png)] });
+                           "attachments": [image(png), image(other)] });
         let (a, b) = tokio::join!(
             s.chat(&s.admin, agent, body.clone()),
             s.chat(&s.admin, agent, body.clone())

@@ -289,6 +289,8 @@ impl CapturedLines {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 
+    /// Used by the HTTP layer's tests only.
+    #[cfg(feature = "http")]
     pub(crate) fn clear(&self) {
         self.0.lock().unwrap().clear();
     }

@@ -7,11 +7,13 @@ use super::ParseError;
 const MAX_BINARY_SHARE: f64 = 0.05;
 
 /// Decodes text: by its byte-order mark (UTF-8, UTF-16); else as UTF-8 when it is UTF-8 (or
-/// nearly: a few invalid sequences become U+FFFD so one bad byte does not lose the file); else
-/// as Windows-1252, the legacy encoding of most Western text. Text is refused only when it is
-/// mostly control characters or undecodable. Control characters are dropped from what is
-/// returned: valid UTF-8 often carries C1 controls from text decoded twice ("â\u{80}\u{9c}"),
-/// which mean nothing in a passage.
+/// nearly: among its non-ASCII characters a few invalid sequences, which become U+FFFD so one
+/// bad byte does not lose the file); else in the legacy encoding its bytes read as (GBK,
+/// Big5, Shift_JIS, EUC-KR, Windows-1252 ..., guessed by `chardetng`): a CSV from Excel in a
+/// Chinese locale is GBK. Text is refused only when it is mostly control characters or
+/// undecodable. Control characters are dropped from what is returned: valid UTF-8 often
+/// carries C1 controls from text decoded twice ("â\u{80}\u{9c}"), which mean nothing in a
+/// passage.
 pub(super) fn decode(bytes: &[u8]) -> Result<String, ParseError> {
     let text = match encoding_rs::Encoding::for_bom(bytes) {
         Some((encoding, bom_length)) => encoding.decode_without_bom_handling(&bytes[bom_length..]).0,
@@ -19,8 +21,11 @@ pub(super) fn decode(bytes: &[u8]) -> Result<String, ParseError> {
             Ok(text) => text.into(),
             Err(_) => {
                 let lossy = String::from_utf8_lossy(bytes);
-                if share(&lossy, |c| c == char::REPLACEMENT_CHARACTER) > MAX_BINARY_SHARE {
-                    encoding_rs::WINDOWS_1252.decode_without_bom_handling(bytes).0
+                let non_ascii = lossy.chars().filter(|c| !c.is_ascii()).collect::<String>();
+                if share(&non_ascii, |c| c == char::REPLACEMENT_CHARACTER) > MAX_BINARY_SHARE {
+                    let mut detector = chardetng::EncodingDetector::new();
+                    detector.feed(bytes, true);
+                    detector.guess(None, false).decode_without_bom_handling(bytes).0
                 } else {
                     lossy
                 }
@@ -71,11 +76,44 @@ mod tests {
     }
 
     #[test]
-    fn a_stray_invalid_byte_is_replaced() {
+    fn a_stray_invalid_byte_in_utf8_text_is_replaced() {
         let mut bytes = b"caf\xE9 ".to_vec();
-        bytes.extend_from_slice("and plenty of valid text around it".as_bytes());
+        bytes.extend_from_slice(
+            "and plenty of valid text around it: naïve, señor, crème brûlée, 价格, "
+                .repeat(3)
+                .as_bytes(),
+        );
         let text = decode(&bytes).unwrap();
         assert!(text.starts_with("caf\u{FFFD} and"), "{text}");
+        assert!(text.contains("价格"), "{text}");
+    }
+
+    #[test]
+    fn legacy_east_asian_text_is_decoded_in_its_encoding() {
+        let cases = [
+            (
+                encoding_rs::GBK,
+                "商品,价格,数量\n苹果,3.50,12\n香蕉,2.10,30\n橙子,4.00,8\n",
+            ),
+            (
+                encoding_rs::BIG5,
+                "這是一份繁體中文的文件，內容是關於產品的價格與數量。",
+            ),
+            (
+                encoding_rs::SHIFT_JIS,
+                "パスワードを忘れた場合は、管理者に連絡してください。",
+            ),
+            (encoding_rs::EUC_KR, "비밀번호를 잊어버린 경우 관리자에게 문의하십시오."),
+        ];
+        for (encoding, text) in cases {
+            let (bytes, _, unmappable) = encoding.encode(text);
+            assert!(!unmappable, "{}", encoding.name());
+            assert_eq!(decode(&bytes).unwrap(), text, "{}", encoding.name());
+        }
+        // Mostly ASCII, a few Chinese names: the names are kept, not replaced.
+        let mixed = "id,name,city\n1,Alice,London\n2,Bob,Paris\n3,王伟,北京\n4,Carol,Berlin\n";
+        let (bytes, _, _) = encoding_rs::GBK.encode(mixed);
+        assert_eq!(decode(&bytes).unwrap(), mixed);
     }
 
     #[test]
@@ -99,6 +137,9 @@ mod tests {
         // Windows-1252 / Latin-1: every accented letter is an invalid UTF-8 byte.
         let text = decode(b"Caf\xE9 cr\xE8me br\xFBl\xE9e \x93quoted\x94").unwrap();
         assert_eq!(text, "Café crème brûlée \u{201c}quoted\u{201d}");
+        // One accented letter in ASCII text is that letter, not a replacement.
+        let text = decode(b"caf\xE9 and plenty of plain text around it").unwrap();
+        assert_eq!(text, "café and plenty of plain text around it");
     }
 
     #[test]

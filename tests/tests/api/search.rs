@@ -224,6 +224,36 @@ async fn hybrid_search_ranks_and_reports_stages() {
     );
 }
 
+/// A question longer than the base's chunks is embedded cut to their size, which the model
+/// takes; full text searches all of it.
+#[tokio::test]
+async fn a_long_question_is_embedded_at_the_size_of_the_chunks() {
+    let (s, kb) = indexed(json!({ "maxChunkTokens": 16, "chunkOverlap": 0, "mergeShortSegments": false })).await;
+    let question = format!("{} installer root", "please tell me more about ".repeat(40));
+    let reply = s
+        .app
+        .post(
+            "/rag/search",
+            Some(&s.admin),
+            &json!({ "ragId": kb, "query": question, "debug": true }),
+        )
+        .await;
+    let r = reply.assert_ok();
+    assert!(r["metrics"]["bm25HitCount"].as_u64().unwrap() > 0, "{r}");
+    let embedded: Vec<String> = s
+        .models
+        .requests()
+        .iter()
+        .filter_map(|q| q["input"].as_array().cloned())
+        .flatten()
+        .filter_map(|i| i.as_str().map(str::to_owned))
+        .filter(|i| i.starts_with("please tell me"))
+        .collect();
+    assert_eq!(embedded.len(), 1, "{embedded:?}");
+    let tokens = shared::rag::chunk::count_tokens(&embedded[0]);
+    assert!((1..=16).contains(&tokens), "{tokens} tokens: {}", embedded[0]);
+}
+
 #[tokio::test]
 async fn search_rules_of_the_spec() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;

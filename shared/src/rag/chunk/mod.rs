@@ -12,7 +12,7 @@ mod tests;
 mod tokens;
 
 pub use params::{validate, ChunkError, ChunkMode, ChunkParams};
-pub use tokens::count_tokens;
+pub use tokens::{count_tokens, prefix_within};
 
 use crate::rag::document::{ParsedDocument, Section, SectionKind};
 use delimited::FullText;

@@ -89,11 +89,15 @@ pub async fn retrieve(
 
     let t = Instant::now();
     let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding).await?;
+    // Cut to the size the base's chunks are embedded at, which the model takes: a long question
+    // (a pasted chat message) failed on an endpoint that refuses longer input. Full text
+    // searches the whole question.
+    let max_tokens = usize::try_from(kb.chunk_params.0.max_chunk_tokens).unwrap_or(usize::MAX);
     let embedded = gateway::embed(
         state,
         &model,
         billing,
-        &[query.to_owned()],
+        &[crate::rag::chunk::prefix_within(query, max_tokens).to_owned()],
         InputKind::Query,
         Some(kb.dimension as usize),
     )

@@ -13,7 +13,7 @@ use crate::db::vector_literal;
 use crate::domain::Owner;
 use crate::json::{first_value, NoValue};
 use crate::models::client::{ChatMessage, ChatRequest, InputKind};
-use crate::models::gateway::{self, CallError, ModelHandle};
+use crate::models::gateway::{self, CallError};
 use crate::models::ModelType;
 use crate::rag::chunk::count_tokens;
 use crate::text::prefix_chars;
@@ -252,7 +252,7 @@ async fn run(
         Err(why) => return Err(unusable_answer(db, conv, (last_id, lease), why).await?),
     };
     let texts: Vec<String> = found.iter().map(|c| format!("{}\n{}", c.title, c.content)).collect();
-    strategy.embedding = until(strategy.embedding, deadline.map(|d| d.all));
+    strategy.embedding = strategy.embedding.until(deadline.map(|d| d.all));
     let vectors = recall::embed(
         state,
         &strategy,
@@ -428,14 +428,6 @@ impl Deadline {
     }
 }
 
-/// `model` with its calls cut at what is left before `deadline`, if there is one.
-fn until(model: ModelHandle, deadline: Option<Instant>) -> ModelHandle {
-    match deadline {
-        Some(deadline) => model.within(deadline.saturating_duration_since(Instant::now())),
-        None => model,
-    }
-}
-
 /// The memories the model found; `Ok(Err(why))` when it answered outside the output contract.
 async fn ask_model(
     state: &AppState,
@@ -448,7 +440,7 @@ async fn ask_model(
         Some(id) => gateway::load(state, id, ModelType::Chat).await?,
         None => gateway::default_model(state, ModelType::Chat).await?,
     };
-    let model = until(model, deadline.map(|d| d.answer));
+    let model = model.until(deadline.map(|d| d.answer));
     let max = s.config.max_memories_per_extraction.clamp(1, 50) as usize;
     let instructions = s.config.custom_extraction_prompt.as_deref().unwrap_or(DEFAULT_PROMPT);
     let system = format!(

@@ -166,6 +166,8 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
     let db = state.db();
     let candidates = (limit as usize * 4).clamp(10, 200);
     let mut dense: Vec<Vec<Hit>> = Vec::new();
+    // Every embedding of the query within API Gateway's 29 s.
+    let deadline = tokio::time::Instant::now() + state.config().buffered_model_timeout;
     for model_id in repo::embedding_models(db, &scope).await? {
         // Only a model the caller may use embeds their query: memories stored through an
         // agent's config may have been embedded with its creator's PERSONAL model (their key).
@@ -178,6 +180,7 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
             );
             continue;
         };
+        let handle = handle.until(Some(deadline));
         let billing = crate::models::gateway::Billing::of(user);
         let out = crate::models::gateway::embed(
             state,

@@ -51,6 +51,14 @@ impl ModelHandle {
         }
     }
 
+    /// The same model with its buffered calls cut at what is left before `deadline`, if any.
+    pub fn until(self, deadline: Option<tokio::time::Instant>) -> Self {
+        match deadline {
+            Some(deadline) => self.within(deadline.saturating_duration_since(tokio::time::Instant::now())),
+            None => self,
+        }
+    }
+
     /// The same model with its chat calls run by `via`.
     pub fn via(self, via: Arc<dyn ChatTransport>) -> Self {
         Self { via: Some(via), ..self }

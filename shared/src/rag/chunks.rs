@@ -165,7 +165,11 @@ async fn embed_one(
             "content is {tokens} tokens; this knowledge base's chunks hold at most {max_tokens} (maxChunkTokens)"
         )));
     }
-    let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding).await?;
+    // Under API Gateway's 29 s: past it the client gets a 504 while the chunk may still be
+    // written, and a retry writes it twice.
+    let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding)
+        .await?
+        .within(state.config().buffered_model_timeout);
     let out = gateway::embed(
         state,
         &model,

@@ -247,7 +247,7 @@ async fn run(
         let past = history(state, kb, user_id, conversation).await?;
         let asked = past.iter().cloned().chain([ChatMessage::user(query)]).collect();
         let search_query = retrieval_query(state, &model, kb, billing, asked, query).await;
-        let (results, _) = search::retrieve(state, kb, &search_query, billing)
+        let (results, _) = search::retrieve(state, kb, &search_query, billing, None)
             .await
             .map_err(|e| format!("retrieval failed: {}", e.told()))?;
         let context = search::with_neighbours(state.db(), &results, kb.model_params.0.nearby_slice_count)

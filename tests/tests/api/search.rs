@@ -254,6 +254,42 @@ async fn a_long_question_is_embedded_at_the_size_of_the_chunks() {
     assert!((1..=16).contains(&tokens), "{tokens} tokens: {}", embedded[0]);
 }
 
+/// A search, which a client waits for whole, ends its model calls before API Gateway's 29 s
+/// (`BUFFERED_MODEL_TIMEOUT_SECS`): an embedding endpoint that does not answer fails it as
+/// timed out, where the gateway answered 504 while the call went on.
+#[tokio::test]
+async fn a_search_stops_its_model_calls_within_its_time_limit() {
+    let s = KbSetup::new(Store::Filesystem, &[("BUFFERED_MODEL_TIMEOUT_SECS", "1")]).await;
+    let kb = s.kb("Slow", json!({})).await;
+    let reply = s.upload(kb, &[("guide.md", GUIDE_MD.as_bytes().to_vec())]).await;
+    let doc = reply.assert_ok()["items"][0]["id"].as_i64().unwrap();
+    assert_eq!(s.settled(doc).await["status"], "success");
+    let silent = s.app.silent_model(&s.admin, "EMBEDDING", "emb-8", json!({})).await;
+    sqlx::query(
+        "UPDATE model_configs SET api_endpoint = (SELECT api_endpoint FROM model_configs WHERE id = $1)
+         WHERE id = (SELECT embedding_model_id FROM knowledge_bases WHERE id = $2)",
+    )
+    .bind(silent)
+    .bind(kb)
+    .execute(&s.app.db)
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    s.app
+        .post(
+            "/rag/search",
+            Some(&s.admin),
+            &json!({ "ragId": kb, "query": "installer" }),
+        )
+        .await
+        .assert_error(400, 0, "timed out");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn search_rules_of_the_spec() {
     let s = KbSetup::new(Store::Filesystem, &[]).await;

@@ -53,7 +53,7 @@ pub async fn knowledge(
             }
             false => asked.query.to_owned(),
         };
-        let (results, _) = search::retrieve(state, &kb, &query, billing).await?;
+        let (results, _) = search::retrieve(state, &kb, &query, billing, None).await?;
         let current = tracing::Span::current();
         current.record("rag.result_count", results.len() as i64);
         current.record("rag.search_ms", started.elapsed().as_millis() as i64);

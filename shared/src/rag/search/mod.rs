@@ -49,7 +49,9 @@ pub async fn resolve(
 
 pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) -> AppResult<SearchResponse> {
     let (kb, query) = resolve(state, user, req.rag_id, req.query).await?;
-    let (results, metrics) = retrieve(state, &kb, &query, Billing::of(user)).await?;
+    // API Gateway answers 504 at 29 s while the function goes on paying for the calls.
+    let deadline = tokio::time::Instant::now() + state.config().buffered_model_timeout;
+    let (results, metrics) = retrieve(state, &kb, &query, Billing::of(user), Some(deadline)).await?;
     Ok(SearchResponse {
         results,
         metrics: req.debug.unwrap_or(false).then_some(metrics),
@@ -61,11 +63,14 @@ fn ms(t: Instant) -> f64 {
 }
 
 /// Runs the retrieval stages for `query` on `kb`.
+/// `deadline`: when a client waiting for the whole answer must have it (the model calls are cut
+/// then); none in a streamed answer.
 pub async fn retrieve(
     state: &AppState,
     kb: &KbRow,
     query: &str,
     billing: Billing,
+    deadline: Option<tokio::time::Instant>,
 ) -> AppResult<(Vec<SearchResult>, Metrics)> {
     let total = Instant::now();
     let mut m = Metrics::default();
@@ -88,7 +93,9 @@ pub async fn retrieve(
         .clamp(10, 200);
 
     let t = Instant::now();
-    let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding).await?;
+    let model = gateway::load(state, kb.embedding_model_id, ModelType::Embedding)
+        .await?
+        .until(deadline);
     // Cut to the size the base's chunks are embedded at, which the model takes: a long question
     // (a pasted chat message) failed on an endpoint that refuses longer input. Full text
     // searches the whole question.
@@ -145,7 +152,9 @@ pub async fn retrieve(
         fused.truncate(settings.enter_rerank_count.max(1) as usize);
         let rows = load(state.db(), kb.id, &fused).await?;
         let docs: Vec<String> = rows.iter().map(|r| r.content.clone()).collect();
-        let reranker = gateway::load(state, rerank_id, ModelType::Reranker).await?;
+        let reranker = gateway::load(state, rerank_id, ModelType::Reranker)
+            .await?
+            .until(deadline);
         let ranked = gateway::rerank(state, &reranker, billing, query, &docs, docs.len()).await?;
         fused = ranked
             .iter()

@@ -69,6 +69,7 @@ impl ModelClient {
                 .ok_or_else(|| ModelError::Protocol("a result has no relevance_score".into()))?;
             hits.push(RerankHit { index, score });
         }
+        as_probabilities(&mut hits);
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         hits.truncate(top_n);
         Ok(Reranking {
@@ -78,9 +79,36 @@ impl ModelClient {
     }
 }
 
+/// Scores on 0-1, which thresholds and fusion take them on: a reranker answering raw logits
+/// (some servers of bge-reranker do) has every score put through the logistic function, as
+/// the ones answering 0-1 already did; clamped, a negative logit fell under any threshold and
+/// every score above 1 read as 1.
+fn as_probabilities(hits: &mut [RerankHit]) {
+    if hits.iter().all(|h| (0.0..=1.0).contains(&h.score)) {
+        return;
+    }
+    for h in hits {
+        h.score = 1.0 / (1.0 + (-h.score).exp());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logits_become_probabilities_and_keep_their_order() {
+        let hit = |index, score| RerankHit { index, score };
+        let mut probabilities = vec![hit(0, 0.9), hit(1, 0.1)];
+        as_probabilities(&mut probabilities);
+        assert_eq!((probabilities[0].score, probabilities[1].score), (0.9, 0.1));
+        let mut logits = vec![hit(0, 4.2), hit(1, -1.5), hit(2, 0.0)];
+        as_probabilities(&mut logits);
+        let scores: Vec<f64> = logits.iter().map(|h| h.score).collect();
+        assert!(scores[0] > 0.98 && scores[0] < 1.0, "{scores:?}");
+        assert!(scores[1] > 0.15 && scores[1] < 0.2, "{scores:?}");
+        assert_eq!(scores[2], 0.5);
+    }
 
     #[test]
     fn reported_tokens_are_read_where_endpoints_put_them() {

@@ -42,6 +42,8 @@ pub(super) struct Units<'a> {
     block: usize,
     group: usize,
     block_sep: Option<&'a str>,
+    /// Blocks that open a chunk of their own, whatever room the one before has left.
+    alone: Vec<usize>,
 }
 
 impl<'a> Units<'a> {
@@ -53,6 +55,12 @@ impl<'a> Units<'a> {
     pub fn start_block(&mut self, sep: &'a str) {
         self.block += 1;
         self.block_sep = Some(sep);
+    }
+
+    /// Starts a block that opens a chunk of its own (one repeating a table's header).
+    pub fn start_block_alone(&mut self, sep: &'a str) {
+        self.start_block(sep);
+        self.alone.push(self.block);
     }
 
     pub fn push(&mut self, piece: Piece<'a>, kind: UnitKind, section: usize) {
@@ -79,8 +87,8 @@ pub(super) struct Packed {
     pub title_section: usize,
 }
 
-pub(super) fn pack(units: &Units<'_>, params: &ChunkParams) -> Vec<Packed> {
-    let units = units.list.as_slice();
+pub(super) fn pack(all: &Units<'_>, params: &ChunkParams) -> Vec<Packed> {
+    let units = all.list.as_slice();
     let costs = Costs::new(units);
     let mut out = Vec::new();
     for group in runs(units, 0..units.len(), |u| u.group) {
@@ -90,6 +98,7 @@ pub(super) fn pack(units: &Units<'_>, params: &ChunkParams) -> Vec<Packed> {
             max: params.max_tokens,
             overlap: params.overlap,
             short: params.merge_short.then_some(params.max_tokens / 8),
+            alone: &all.alone,
             plans: Vec::new(),
             cur: Plan {
                 overlap: group.start,
@@ -170,6 +179,8 @@ struct Packer<'p, 'a> {
     overlap: usize,
     /// Chunks under this many tokens are merged into a neighbour; `None` without `merge_short`.
     short: Option<usize>,
+    /// Blocks that open a chunk of their own (`Units::start_block_alone`).
+    alone: &'p [usize],
     plans: Vec<Plan>,
     cur: Plan,
 }
@@ -187,6 +198,9 @@ impl Packer<'_, '_> {
     }
 
     fn add_block(&mut self, block: Range<usize>) {
+        if self.alone.contains(&self.units[block.start].block) && self.cur.end > self.cur.start {
+            self.next_chunk(block.start, block.end);
+        }
         if self.costs.of(block.start, block.end) > self.max {
             return self.stream(block);
         }

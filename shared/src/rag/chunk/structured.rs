@@ -3,7 +3,7 @@
 //! blocks that stay whole when they fit.
 
 use super::pack::{UnitKind, Units};
-use super::split;
+use super::split::{self, Piece};
 use crate::rag::document::{ParsedDocument, SectionKind};
 
 /// Separates blocks (sections, paragraphs) inside a chunk.
@@ -45,11 +45,70 @@ pub(super) fn units(doc: &ParsedDocument, max: usize) -> Units<'_> {
                 }
             }
         } else {
-            units.start_block(BLOCK_SEP);
-            for piece in split::lines(text, max) {
-                units.push(piece, UnitKind::Row, index);
+            let rows = split::lines(text, max);
+            match header_len(section.kind, &rows, max) {
+                Some(header) => push_with_header(&mut units, rows, header, max, index),
+                None => {
+                    units.start_block(BLOCK_SEP);
+                    for row in rows {
+                        units.push(row, UnitKind::Row, index);
+                    }
+                }
             }
         }
     }
     units
+}
+
+/// How many lines head a table of `|` rows (Markdown, HTML, DOCX) too long for one chunk: its
+/// first row, and the Markdown delimiter row under it. None for a table that fits, one of other
+/// rows (CSV and sheets already name each value's column in its row), or one whose header would
+/// take over a quarter of every chunk.
+fn header_len(kind: SectionKind, rows: &[Piece<'_>], max: usize) -> Option<usize> {
+    if kind != SectionKind::Table || rows.len() < 3 || !rows.iter().all(|r| r.text.contains('|')) {
+        return None;
+    }
+    let len = if is_delimiter_row(rows[1].text) { 2 } else { 1 };
+    let cost = |rows: &[Piece<'_>]| rows.iter().map(|r| r.tokens + 1).sum::<usize>();
+    (cost(rows) > max && cost(&rows[..len]) <= max / 4).then_some(len)
+}
+
+/// `|---|:--:|` and the like.
+fn is_delimiter_row(row: &str) -> bool {
+    let cells = row.trim().trim_start_matches('|').trim_end_matches('|');
+    cells.split('|').all(|cell| {
+        let dashes = cell.trim().trim_matches(':');
+        dashes.len() >= 3 && dashes.chars().all(|c| c == '-')
+    })
+}
+
+/// A table too long for one chunk as blocks that each fill a chunk, every block after the first
+/// opening with a copy of the table's header lines: rows cut off from their column names
+/// ("| A-77 | 12.50 |") ranked poorly for what the columns mean.
+fn push_with_header<'a>(units: &mut Units<'a>, rows: Vec<Piece<'a>>, header: usize, max: usize, index: usize) {
+    let header_rows: Vec<(&'a str, usize)> = rows[..header].iter().map(|r| (r.text, r.tokens)).collect();
+    let header_cost: usize = header_rows.iter().map(|(_, tokens)| tokens + 1).sum();
+    // A token or two of margin a block: the packer counts separators its own way.
+    let budget = max.saturating_sub(2);
+    units.start_block(BLOCK_SEP);
+    let mut used = 0;
+    for (k, row) in rows.into_iter().enumerate() {
+        if k >= header && used + row.tokens + 1 > budget {
+            units.start_block_alone(BLOCK_SEP);
+            for &(text, tokens) in &header_rows {
+                units.push(
+                    Piece {
+                        sep: "\n",
+                        text,
+                        tokens,
+                    },
+                    UnitKind::Row,
+                    index,
+                );
+            }
+            used = header_cost;
+        }
+        used += row.tokens + 1;
+        units.push(row, UnitKind::Row, index);
+    }
 }

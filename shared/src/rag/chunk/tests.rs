@@ -70,15 +70,24 @@ fn visible(text: &str) -> Vec<char> {
 
 /// Ignoring whitespace, each chunk continues `source` where the previous one stopped, possibly
 /// after repeating some of what came before (the overlap), and together they reach the end:
-/// nothing is lost, reordered or invented. Returns where each chunk sits in the whitespace-free
-/// source.
+/// nothing is lost, reordered or invented. A chunk may open with a table's header lines
+/// (`table_header`) ahead of that. Returns where each chunk sits in the whitespace-free
+/// source, header left out.
 fn assert_covers(source: &str, chunks: &[Chunk]) -> Vec<Range<usize>> {
+    let whole = source;
     let source = visible(source);
     let mut pos = 0;
     let mut ranges = Vec::new();
     for c in chunks {
-        let text = visible(&c.content);
-        let repeated = (0..=pos.min(text.len())).find(|&k| source[pos - k..].starts_with(&text));
+        let continues = |text: &[char]| (0..=pos.min(text.len())).find(|&k| source[pos - k..].starts_with(text));
+        let mut text = visible(&c.content);
+        let mut repeated = continues(&text);
+        if repeated.is_none() {
+            if let Some(header) = table_header(whole, &c.content) {
+                text = visible(&c.content[header.len()..]);
+                repeated = continues(&text);
+            }
+        }
         let Some(repeated) = repeated else {
             panic!("chunk does not continue the source at {pos}: {:?}", c.content);
         };
@@ -87,6 +96,23 @@ fn assert_covers(source: &str, chunks: &[Chunk]) -> Vec<Range<usize>> {
     }
     assert_eq!(pos, source.len(), "text lost at the end");
     ranges
+}
+
+/// The first one or two lines of `chunk` when they are the opening lines of a table of
+/// `source` (a line of `|` cells after a blank line), as chunks of a long table repeat them.
+fn table_header<'c>(source: &str, chunk: &'c str) -> Option<&'c str> {
+    let mut ends = chunk.match_indices('\n').map(|(at, _)| at);
+    let (one, two) = (ends.next(), ends.next());
+    // The longer first: a Markdown header is its row and the delimiter row under it.
+    [two, one]
+        .into_iter()
+        .flatten()
+        .find(|&end| {
+            let header = &chunk[..end];
+            header.lines().all(|l| l.contains('|'))
+                && (source.starts_with(header) || source.contains(&format!("\n\n{header}\n")))
+        })
+        .map(|end| &chunk[..end])
 }
 
 /// Characters each chunk repeats from the one before.
@@ -314,33 +340,64 @@ fn long_heading_group_keeps_one_title_and_heading_only_first() {
 }
 
 #[test]
-fn large_table_is_split_by_whole_rows_without_repeats() {
+fn large_table_is_split_by_whole_rows_with_its_header_on_every_chunk() {
+    let header = "| Row | Value | Note |\n|-----|:-----:|------|";
     let rows: Vec<String> = (0..300)
         .map(|r| format!("| row {r} | value {} | note |", r * 7))
         .collect();
     let d = doc(vec![
         para("The table below lists values.", Some("Data")),
-        section(SectionKind::Table, &rows.join("\n"), Some("Data"), Some(4)),
+        section(
+            SectionKind::Table,
+            &format!("{header}\n{}", rows.join("\n")),
+            Some("Data"),
+            Some(4),
+        ),
     ]);
     let p = params(ChunkMode::Default, 200, 40, false);
     let chunks = run(&d, &p);
     assert_well_formed(&chunks, 200);
     let mut seen = Vec::new();
-    for c in &chunks {
-        for line in c.content.lines() {
-            if line.starts_with("| row") {
-                assert!(rows.contains(&line.to_owned()), "cut row {line:?}");
-                seen.push(line.to_owned());
-            }
+    for c in chunks.iter().filter(|c| c.content.contains("| row")) {
+        assert!(
+            c.content.starts_with(header),
+            "a chunk of rows without its header: {:?}",
+            c.content
+        );
+        for line in c.content.lines().filter(|l| l.starts_with("| row")) {
+            assert!(rows.contains(&line.to_owned()), "cut row {line:?}");
+            seen.push(line.to_owned());
         }
     }
+    assert!(chunks.len() > 10);
     assert_eq!(seen, rows, "every row exactly once, in order");
     assert_eq!(
         repeats(&assert_covers(&d.full_text(), &chunks)).iter().sum::<usize>(),
         0,
-        "nothing repeated"
+        "nothing repeated but the header"
     );
     assert_eq!(chunks[1].page, Some(4));
+}
+
+#[test]
+fn a_table_that_fits_or_has_no_header_row_is_not_given_one() {
+    // Rows of a sheet name their columns themselves.
+    let sheet: Vec<String> = (0..300).map(|r| format!("Row: {r}; Value: {}", r * 7)).collect();
+    let d = doc(vec![section(
+        SectionKind::Table,
+        &sheet.join("\n"),
+        Some("Sheet1"),
+        None,
+    )]);
+    let chunks = run(&d, &params(ChunkMode::Default, 100, 0, false));
+    let lines: usize = chunks.iter().map(|c| c.content.lines().count()).sum();
+    assert_eq!(lines, 300);
+    // A table that fits is one chunk as it is.
+    let small = "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |";
+    let d = doc(vec![section(SectionKind::Table, small, None, None)]);
+    let chunks = run(&d, &params(ChunkMode::Default, 100, 0, false));
+    assert_eq!(chunks.len(), 1);
+    assert_eq!(chunks[0].content, small);
 }
 
 #[test]

@@ -30,6 +30,10 @@ async fn another_instance(app: &api_tests::TestApp) -> sqlx::PgConnection {
         .expect("connect")
 }
 
+async fn exec(conn: &mut sqlx::PgConnection, sql: &str) {
+    sqlx::query(sql).execute(conn).await.expect(sql);
+}
+
 /// An index build whose future is dropped while it holds the build lock (a worker stopped at
 /// its deadline, a client gone) leaves the lock to the next build: its connection went back
 /// to the pool with its session still holding the lock, and every later build, on every
@@ -40,20 +44,14 @@ async fn a_build_dropped_while_it_holds_the_index_lock_leaves_the_lock_to_the_ne
     let app = api_tests::spawn(Store::Filesystem).await;
     // A transaction holding a snapshot: an index build waits for it to end.
     let mut reader = another_instance(&app).await;
-    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        .execute(&mut reader)
-        .await
-        .unwrap();
-    sqlx::query("SELECT count(*) FROM chunks")
-        .execute(&mut reader)
-        .await
-        .unwrap();
+    exec(&mut reader, "BEGIN ISOLATION LEVEL REPEATABLE READ").await;
+    exec(&mut reader, "SELECT count(*) FROM chunks").await;
     let mut conn = app.db.acquire().await.unwrap();
     let build = ["CREATE INDEX CONCURRENTLY chunks_dropped_probe ON chunks (id)".to_owned()];
     let waited = tokio::time::timeout(Duration::from_secs(2), concurrently(&mut conn, &build, None)).await;
     assert!(waited.is_err(), "the build waited for the reader");
     drop(conn);
-    sqlx::query("COMMIT").execute(&mut reader).await.unwrap();
+    exec(&mut reader, "COMMIT").await;
 
     let mut next = app.db.acquire().await.unwrap();
     let drop_it = ["DROP INDEX CONCURRENTLY IF EXISTS chunks_dropped_probe".to_owned()];
@@ -78,10 +76,7 @@ async fn a_build_lock_held_by_an_idle_session_is_taken_back() {
     use shared::rag::bases::repo::{concurrently, ABANDONED_BUILD_LOCK_AFTER_SECS};
     let app = api_tests::spawn(Store::Filesystem).await;
     let mut abandoned = another_instance(&app).await;
-    sqlx::query("SELECT pg_advisory_lock(x'6b625f696478'::bigint)")
-        .execute(&mut abandoned)
-        .await
-        .unwrap();
+    exec(&mut abandoned, "SELECT pg_advisory_lock(x'6b625f696478'::bigint)").await;
     let started = Instant::now();
     let mut conn = app.db.acquire().await.unwrap();
     let build = ["CREATE INDEX CONCURRENTLY chunks_taken_back_probe ON chunks (id)".to_owned()];

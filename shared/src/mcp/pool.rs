@@ -18,10 +18,9 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, PaginatedRequestParams,
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::oauth::TokenCache;
-use super::session::{self, Client, Clients, Failure, Target, Transport};
+use super::session::{self, Client, Clients, Failure, Party, Target, Transport};
 use super::stdio::StdioPolicy;
 use super::streamable::StreamableClient;
-use crate::domain::Owner;
 use crate::outbound::{DenyList, Outbound, PerReach, Reach};
 
 pub struct Limits {
@@ -63,7 +62,7 @@ impl Live {
 type Slot = Arc<AsyncMutex<Option<Arc<Live>>>>;
 
 /// A server's session for one party (`Target::party`).
-type Key = (i64, Option<Owner>);
+type Key = (i64, Option<Party>);
 
 fn key(target: &Target) -> Key {
     (target.id, target.party)
@@ -190,11 +189,13 @@ impl McpPool {
             }
             *swept = Some(Instant::now());
         }
-        // Slots stay (an empty one is a few bytes): a request may have taken one from the map
-        // and be about to open a session in it, which must stay where the next sweep sees it.
-        for slot in self.slots().values() {
+        // An empty slot goes too (slots are per server and person, so they would add up), but
+        // only one the map alone holds: a request that took a slot from the map may be about to
+        // open a session in it, which must stay where the next sweep sees it. Slots are taken
+        // from the map under its lock, which this holds.
+        self.slots().retain(|_, slot| {
             let Ok(mut current) = slot.try_lock() else {
-                continue;
+                return true;
             };
             if current
                 .as_ref()
@@ -204,7 +205,8 @@ impl McpPool {
                     live.client.cancellation_token().cancel();
                 }
             }
-        }
+            current.is_some() || Arc::strong_count(slot) > 1
+        });
     }
 
     /// Closes the server's sessions unused longest while it has `most` or more open besides
@@ -234,7 +236,11 @@ impl McpPool {
         }
         unused.sort_by_key(|(idle, _)| std::cmp::Reverse(*idle));
         for (_, slot) in unused.into_iter().take((open + 1).saturating_sub(most)) {
-            if let Ok(mut current) = slot.try_lock() {
+            // Looked at again under the lock: a request may have taken the session since.
+            let Ok(mut current) = slot.try_lock() else {
+                continue;
+            };
+            if current.as_ref().is_some_and(|live| Arc::strong_count(live) == 1) {
                 if let Some(live) = current.take() {
                     live.client.cancellation_token().cancel();
                 }

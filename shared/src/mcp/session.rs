@@ -16,7 +16,6 @@ use super::process_group::EndGroupWithLeader;
 use super::streamable::StreamableClient;
 use super::{sse, AuthConfig, McpRow};
 use crate::crypto::SecretBox;
-use crate::domain::Owner;
 use crate::outbound::Reach;
 use crate::AppResult;
 
@@ -55,7 +54,15 @@ pub struct Target {
     /// Whose session this is: each person chatting gets their own, so what a stateful server
     /// keeps in a session (a stdio child's memory, a Streamable HTTP session's state) is never
     /// another's. `None` for the creator's own calls (test, tool list).
-    pub party: Option<Owner>,
+    pub party: Option<Party>,
+}
+
+/// Someone chatting, as the pool tells sessions apart: an admin-API user or a partner's end
+/// user (the domain's `Owner`, which this floor does not see).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Party {
+    User(i64),
+    External(i64),
 }
 
 impl Target {
@@ -90,7 +97,7 @@ impl Target {
     }
 
     /// The same server, in `party`'s own session.
-    pub fn for_party(self, party: Owner) -> Self {
+    pub fn for_party(self, party: Party) -> Self {
         Self {
             party: Some(party),
             ..self

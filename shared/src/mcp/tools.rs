@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use tracing::Instrument;
 
 use super::repo::{self, Viewer};
-use super::session::Target;
+use super::session::{Party, Target};
 use super::{service, McpServerBrief, McpTool, ToolOutcome};
 use crate::domain::{CurrentUser, Owner};
 use crate::{AppResult, AppState};
@@ -27,7 +27,7 @@ pub async fn tools_of_servers(
         let Some(row) = repo::find(state.db(), id).await? else {
             return Ok((id, Err(format!("MCP server {id} no longer exists"))));
         };
-        let target = Target::open(&row, state.secrets())?.for_party(party);
+        let target = Target::open(&row, state.secrets())?.for_party(party_of(party));
         let tools = state
             .mcp()
             .tools(&target, &super::limits(state))
@@ -37,6 +37,14 @@ pub async fn tools_of_servers(
         Ok((id, tools))
     }))
     .await
+}
+
+/// `owner` as the session pool tells people chatting apart.
+fn party_of(owner: Owner) -> Party {
+    match owner {
+        Owner::User(id) => Party::User(id),
+        Owner::External(id) => Party::External(id),
+    }
 }
 
 /// Calls one tool, in `party`'s own session of the server. The call is bounded by MCP_CALL_TIMEOUT_SECS (default 60; a timed-out stdio
@@ -96,7 +104,7 @@ async fn call_tool_in(
         return failed(format!("MCP server {server_id} no longer exists"));
     };
     span.record("mcp.transport", transport_name(row.transport_type));
-    let target = Target::open(&row, state.secrets())?.for_party(party);
+    let target = Target::open(&row, state.secrets())?.for_party(party_of(party));
     let mut params = CallToolRequestParams::new(tool.to_owned());
     params.arguments = arguments;
     // The MCP way to carry a trace over any transport (SEP-414): the server continues it.

@@ -104,8 +104,9 @@ pub fn refuse_unknown(uri: &axum::http::Uri, known: &[&str]) -> Result<(), AppEr
     }
 }
 
-/// A request that must come without a body: for a route whose parameters are in its query, a
-/// client sending them in a body meant them, and they would be read as absent.
+/// A request that must come without a body, or with one that says nothing (`{}`, `null`, as
+/// some clients send on DELETE): for a route whose parameters are in its query, a client
+/// sending them in a body meant them, and they would be read as absent.
 pub struct NoBody;
 
 /// More than this is not read to see that a body is only whitespace.
@@ -119,9 +120,9 @@ impl<S: Send + Sync> FromRequest<S> for NoBody {
         let body = axum::body::to_bytes(req.into_body(), NO_BODY_READ)
             .await
             .map_err(|_| refused())?;
-        match body.trim_ascii().is_empty() {
-            true => Ok(NoBody),
-            false => Err(refused()),
+        match body.trim_ascii() {
+            b"" | b"{}" | b"null" => Ok(NoBody),
+            _ => Err(refused()),
         }
     }
 }

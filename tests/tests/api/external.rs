@@ -522,6 +522,15 @@ async fn conversations_belong_to_one_open_id() {
         )
         .await
         .assert_error(400, 0, "this request takes no body");
+    // A body that says nothing, as some clients send on DELETE, is no body.
+    e.app()
+        .ext_delete_with_body(
+            &e.crm,
+            &format!("/agent/conversations?agentId={agent}&openId=ann&conversationId=nope"),
+            &json!({}),
+        )
+        .await
+        .assert_error(404, 404, "conversation");
     assert_eq!(e.app().count("conversations").await, 2, "nothing deleted");
     assert_eq!(del("ann", "").await.assert_ok()["deleted"], 1);
     assert_eq!(e.app().count("conversations").await, 1, "bob's remains");

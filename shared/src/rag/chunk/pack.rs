@@ -198,7 +198,9 @@ impl Packer<'_, '_> {
     }
 
     fn add_block(&mut self, block: Range<usize>) {
-        if self.alone.contains(&self.units[block.start].block) && self.cur.end > self.cur.start {
+        // Pushed in block order, so sorted.
+        let alone = self.alone.binary_search(&self.units[block.start].block).is_ok();
+        if alone && self.cur.end > self.cur.start {
             self.next_chunk(block.start, block.end);
         }
         if self.costs.of(block.start, block.end) > self.max {

@@ -91,7 +91,10 @@ fn push_with_header<'a>(units: &mut Units<'a>, rows: Vec<Piece<'a>>, header: usi
     // A token or two of margin a block: the packer counts separators its own way.
     let budget = max.saturating_sub(2);
     units.start_block(BLOCK_SEP);
-    let mut used = 0;
+    // The first block leaves a quarter of a chunk for what the chunk may hold already (the
+    // heading above the table, a short paragraph), or its last rows would spill, headerless,
+    // into a chunk of their own.
+    let mut used = max / 4;
     for (k, row) in rows.into_iter().enumerate() {
         if k >= header && used + row.tokens + 1 > budget {
             units.start_block_alone(BLOCK_SEP);

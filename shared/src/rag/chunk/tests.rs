@@ -358,12 +358,13 @@ fn large_table_is_split_by_whole_rows_with_its_header_on_every_chunk() {
     let chunks = run(&d, &p);
     assert_well_formed(&chunks, 200);
     let mut seen = Vec::new();
-    for c in chunks.iter().filter(|c| c.content.contains("| row")) {
-        assert!(
-            c.content.starts_with(header),
-            "a chunk of rows without its header: {:?}",
-            c.content
-        );
+    for (k, c) in chunks.iter().filter(|c| c.content.contains("| row")).enumerate() {
+        // The first one follows the paragraph above the table; the others open with the header.
+        let headed = match k {
+            0 => c.content.contains(header),
+            _ => c.content.starts_with(header),
+        };
+        assert!(headed, "a chunk of rows without its header: {:?}", c.content);
         for line in c.content.lines().filter(|l| l.starts_with("| row")) {
             assert!(rows.contains(&line.to_owned()), "cut row {line:?}");
             seen.push(line.to_owned());
@@ -377,6 +378,42 @@ fn large_table_is_split_by_whole_rows_with_its_header_on_every_chunk() {
         "nothing repeated but the header"
     );
     assert_eq!(chunks[1].page, Some(4));
+}
+
+/// The usual layout, a heading and then the table, with short chunks merged (the default).
+#[test]
+fn a_long_table_under_a_heading_keeps_its_header_on_every_chunk() {
+    let header = "| Product | Price |\n|---|---|";
+    let rows: Vec<String> = (0..200).map(|r| format!("| item {r} | {}.50 |", r * 3)).collect();
+    let d = doc(vec![
+        heading("Prices", "Prices"),
+        section(
+            SectionKind::Table,
+            &format!("{header}\n{}", rows.join("\n")),
+            Some("Prices"),
+            None,
+        ),
+    ]);
+    let chunks = run(&d, &params(ChunkMode::Default, 120, 20, true));
+    assert_well_formed(&chunks, 120);
+    assert!(
+        chunks[0].content.starts_with("Prices\n\n| Product | Price |"),
+        "{:?}",
+        chunks[0].content
+    );
+    for c in chunks.iter().skip(1) {
+        assert!(
+            c.content.starts_with(header),
+            "a chunk of rows without its header: {:?}",
+            c.content
+        );
+    }
+    let seen: usize = chunks
+        .iter()
+        .map(|c| c.content.lines().filter(|l| l.starts_with("| item")).count())
+        .sum();
+    assert_eq!(seen, 200);
+    assert_covers(&d.full_text(), &chunks);
 }
 
 #[test]

@@ -349,6 +349,12 @@ pub fn validate_config_json(v: &Value) -> AppResult<()> {
             return Err(bad(key, "a string"));
         }
     }
+    if obj
+        .get("rerankScores")
+        .is_some_and(|s| !s.is_null() && !matches!(s.as_str(), Some("logits" | "probabilities")))
+    {
+        return Err(bad("rerankScores", "\"logits\" or \"probabilities\""));
+    }
     Ok(())
 }
 

@@ -69,7 +69,7 @@ impl ModelClient {
                 .ok_or_else(|| ModelError::Protocol("a result has no relevance_score".into()))?;
             hits.push(RerankHit { index, score });
         }
-        as_probabilities(&mut hits);
+        as_probabilities(&mut hits, ep.option_str("rerankScores"));
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         hits.truncate(top_n);
         Ok(Reranking {
@@ -79,16 +79,24 @@ impl ModelClient {
     }
 }
 
-/// Scores on 0-1, which thresholds and fusion take them on: a reranker answering raw logits
-/// (some servers of bge-reranker do) has every score put through the logistic function, as
-/// the ones answering 0-1 already did; clamped, a negative logit fell under any threshold and
-/// every score above 1 read as 1.
-fn as_probabilities(hits: &mut [RerankHit]) {
-    if hits.iter().all(|h| (0.0..=1.0).contains(&h.score)) {
-        return;
-    }
+/// Scores on 0-1, which thresholds and fusion take them on. A reranker answering raw logits
+/// (some servers of bge-reranker do) has every score put through the logistic function:
+/// clamped, a negative logit fell under any threshold and every score above 1 read as 1. The
+/// config's `rerankScores` says which it answers ("logits" or "probabilities"); unsaid, an
+/// answer with a score off 0-1 (beyond rounding) is taken for logits, so one whose logits all
+/// fall inside it is read as probabilities, query by query: set it for such a model.
+fn as_probabilities(hits: &mut [RerankHit], said: Option<&str>) {
+    const ROUNDING: f64 = 1e-6;
+    let logits = match said {
+        Some("logits") => true,
+        Some("probabilities") => false,
+        _ => hits.iter().any(|h| !(-ROUNDING..=1.0 + ROUNDING).contains(&h.score)),
+    };
     for h in hits {
-        h.score = 1.0 / (1.0 + (-h.score).exp());
+        h.score = match logits {
+            true => 1.0 / (1.0 + (-h.score).exp()),
+            false => h.score.clamp(0.0, 1.0),
+        };
     }
 }
 
@@ -99,11 +107,16 @@ mod tests {
     #[test]
     fn logits_become_probabilities_and_keep_their_order() {
         let hit = |index, score| RerankHit { index, score };
-        let mut probabilities = vec![hit(0, 0.9), hit(1, 0.1)];
-        as_probabilities(&mut probabilities);
-        assert_eq!((probabilities[0].score, probabilities[1].score), (0.9, 0.1));
+        let mut probabilities = vec![hit(0, 0.9), hit(1, 0.1), hit(2, 1.000_000_1)];
+        as_probabilities(&mut probabilities, None);
+        let scores: Vec<f64> = probabilities.iter().map(|h| h.score).collect();
+        assert_eq!(scores, [0.9, 0.1, 1.0], "rounding past 1 is not a logit");
+        // Logits that happen to fall in 0-1, said to be logits.
+        let mut said = vec![hit(0, 0.8)];
+        as_probabilities(&mut said, Some("logits"));
+        assert!((said[0].score - 0.689).abs() < 0.001, "{}", said[0].score);
         let mut logits = vec![hit(0, 4.2), hit(1, -1.5), hit(2, 0.0)];
-        as_probabilities(&mut logits);
+        as_probabilities(&mut logits, None);
         let scores: Vec<f64> = logits.iter().map(|h| h.score).collect();
         assert!(scores[0] > 0.98 && scores[0] < 1.0, "{scores:?}");
         assert!(scores[1] > 0.15 && scores[1] < 0.2, "{scores:?}");

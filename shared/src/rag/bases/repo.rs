@@ -322,7 +322,10 @@ impl<'c> BuildLock<'c> {
         {
             tries += 1;
             if tries % 100 == 0 {
-                end_abandoned_holder(lock.conn).await?;
+                // Not being allowed to end it (another role's session) leaves waiting as before.
+                if let Err(e) = end_abandoned_holder(lock.conn).await {
+                    tracing::warn!(error = %e, "could not end an idle holder of the index build lock");
+                }
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }

@@ -25,18 +25,21 @@ const DEFAULT_FILTER: &str = "info,sqlx=warn";
 /// RUST_LOG (or the default), with MCP's library held to errors unless RUST_LOG names it: at
 /// info it logs every notification a tenant's MCP server sends, tool payloads included. The
 /// Lambda runtime is held to info the same way: at trace it logs every event whole, the
-/// callers' tokens and passwords among them.
+/// callers' tokens and passwords among them. Named means a directive for that very target: one
+/// for a module of it (`lambda_runtime::runtime=info`) leaves the others to the default level.
 fn filter(rust_log: Option<String>) -> EnvFilter {
     let spec = rust_log
         .filter(|s| !s.trim().is_empty())
         .unwrap_or_else(|| DEFAULT_FILTER.to_owned());
-    let spec = match spec.contains("rmcp") {
-        true => spec,
-        false => format!("{spec},rmcp=error"),
+    let names = |target: &str| {
+        spec.split(',')
+            .any(|directive| directive.split(['=', '[']).next().is_some_and(|t| t.trim() == target))
     };
-    let spec = match spec.contains("lambda_runtime") {
-        true => spec,
-        false => format!("{spec},lambda_runtime=info"),
+    let spec = match (names("rmcp"), names("lambda_runtime")) {
+        (true, true) => spec,
+        (true, false) => format!("{spec},lambda_runtime=info"),
+        (false, true) => format!("{spec},rmcp=error"),
+        (false, false) => format!("{spec},rmcp=error,lambda_runtime=info"),
     };
     EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(format!("{DEFAULT_FILTER},rmcp=error")))
 }
@@ -354,7 +357,13 @@ mod tests {
 
     #[test]
     fn the_mcp_library_logs_only_errors_unless_named() {
-        for rust_log in [None, Some(""), Some("info"), Some("debug,sqlx=warn")] {
+        for rust_log in [
+            None,
+            Some(""),
+            Some("info"),
+            Some("debug,sqlx=warn"),
+            Some("debug,rmcp::transport::worker=warn"),
+        ] {
             let f = filter(rust_log.map(str::to_owned)).to_string();
             assert!(f.contains("rmcp=error"), "{rust_log:?}: {f}");
         }
@@ -364,8 +373,14 @@ mod tests {
 
     #[test]
     fn the_lambda_runtime_logs_no_events_unless_named() {
-        let f = filter(Some("trace".to_owned())).to_string();
-        assert!(f.contains("lambda_runtime=info"), "{f}");
+        for rust_log in [
+            "trace",
+            "trace,lambda_runtime::runtime=info",
+            "trace,lambda_runtime_api_client=warn",
+        ] {
+            let f = filter(Some(rust_log.to_owned())).to_string();
+            assert!(f.contains("lambda_runtime=info"), "{rust_log}: {f}");
+        }
         let named = filter(Some("info,lambda_runtime=trace".to_owned())).to_string();
         assert!(!named.contains("lambda_runtime=info"), "{named}");
     }

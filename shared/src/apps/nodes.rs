@@ -33,6 +33,8 @@ pub const MAX_NODES_PER_APP: i64 = 500;
 pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> AppResult<HeartbeatReply> {
     let host_id = validate::required("hostId", beat.host_id)?;
     validate::length("hostId", &host_id, 1, 128)?;
+    // Logged with every call routed to it: a line break would forge a log line.
+    validate::printable("hostId", &host_id, false)?;
     // The admin API names a node by its id in a path: `.`, `..` or a `/` there is collapsed or
     // split by clients and proxies, and the node could never be kicked.
     if matches!(host_id.as_str(), "." | "..") || host_id.contains('/') {

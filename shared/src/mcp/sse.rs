@@ -60,7 +60,8 @@ pub async fn connect(
         .header(ACCEPT, "text/event-stream")
         .send()
         .await
-        .map_err(|e| SseError::Failed(format!("cannot open the event stream: {e}")))?;
+        // Without its URL: some providers put the key in the path (`.../mcp/<key>/sse`).
+        .map_err(|e| SseError::Failed(format!("cannot open the event stream: {}", e.without_url())))?;
     if !resp.status().is_success() {
         return Err(refused(resp.status()));
     }
@@ -146,7 +147,7 @@ impl Transport<RoleClient> for SseTransport {
             let resp = request
                 .send()
                 .await
-                .map_err(|e| SseError::Failed(format!("cannot post a message: {e}")))?;
+                .map_err(|e| SseError::Failed(format!("cannot post a message: {}", e.without_url())))?;
             if resp.status().is_success() {
                 Ok(())
             } else {

@@ -192,7 +192,18 @@ impl Drop for Pending {
 
 async fn record_logged(db: &PgPool, records: &[UsageRecord]) {
     if let Err(e) = record(db, records).await {
-        tracing::error!(error = %e, "recording model usage failed");
+        // What was lost, to be reconciled by hand: the records are not kept anywhere else.
+        for r in records {
+            tracing::error!(
+                error = %e,
+                user_id = r.user_id,
+                model_id = r.model_id,
+                call_kind = r.call_kind,
+                prompt_tokens = r.usage.prompt_tokens,
+                completion_tokens = r.usage.completion_tokens,
+                "recording model usage failed"
+            );
+        }
     }
 }
 

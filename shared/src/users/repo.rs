@@ -312,11 +312,12 @@ pub async fn purge_expired_families(db: impl PgExecutor<'_>) -> sqlx::Result<u64
     Ok(done.rows_affected())
 }
 
-/// Whether the login has a token not revoked (it has not been signed out, revoked or purged).
-pub async fn family_is_live(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM refresh_tokens WHERE family_id = $1 AND revoked_at IS NULL)")
+/// The user of the login `family` while it has a token not revoked (it has not been signed
+/// out, revoked or purged).
+pub async fn live_family_user(db: impl PgExecutor<'_>, family: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar("SELECT user_id FROM refresh_tokens WHERE family_id = $1 AND revoked_at IS NULL LIMIT 1")
         .bind(family)
-        .fetch_one(db)
+        .fetch_optional(db)
         .await
 }
 

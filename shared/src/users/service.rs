@@ -163,10 +163,10 @@ pub async fn refresh(state: &AppState, req: RefreshRequest) -> AppResult<TokenPa
         // the login keeps. Refused as unknown, a thief who refreshed past the kept ones before
         // its owner did outran the reuse check for good.
         if let Some(family) = refresh::family_of(&presented) {
-            if repo::family_is_live(&mut *tx, family).await? {
+            if let Some(user_id) = repo::live_family_user(&mut *tx, family).await? {
                 repo::revoke_family(&mut tx, family).await?;
                 tx.commit().await?;
-                tracing::warn!(%family, "a forgotten refresh token reused; its login was revoked");
+                tracing::warn!(user_id, %family, "a forgotten refresh token reused; its login was revoked");
                 return Err(reused());
             }
         }

@@ -352,6 +352,10 @@ async fn heartbeats_need_valid_credentials_and_input() {
             json!({ "hostId": "a/b", "hostIp": "10.0.0.1", "grpcPort": 9000 }),
             "hostId may not be",
         ),
+        (
+            json!({ "hostId": "node\nforged line", "hostIp": "10.0.0.1", "grpcPort": 9000 }),
+            "hostId must not contain control characters",
+        ),
     ] {
         app.ext_post(&crm, "/node/heartbeat", &bad)
             .await

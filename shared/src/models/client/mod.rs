@@ -262,9 +262,10 @@ pub fn reported_tokens(count: Option<u64>) -> u64 {
     count.unwrap_or(0).min(MAX_REPORTED_TOKENS)
 }
 
+/// The start of an endpoint's answer, on one line: it is logged, and a line break in it could
+/// forge a log line of its own in the plain-text format.
 pub(crate) fn snippet(text: &str) -> String {
-    let t: String = text.chars().take(300).collect();
-    t.trim().to_owned()
+    crate::text::excerpt(text.trim(), 300).trim().to_owned()
 }
 
 #[cfg(test)]

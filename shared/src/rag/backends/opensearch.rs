@@ -117,7 +117,7 @@ impl OpenSearchIndex {
         if status.is_success() || body["error"]["type"] == "resource_already_exists_exception" {
             return Ok(());
         }
-        anyhow::bail!("creating index {} failed: HTTP {status}: {body}", self.index)
+        anyhow::bail!("creating index {} failed: HTTP {status}: {}", self.index, told(&body))
     }
 
     fn document(&self, e: &Entry<'_>) -> Value {
@@ -143,7 +143,7 @@ impl OpenSearchIndex {
         let status = reply.status_code();
         let body = body(reply).await?;
         if !status.is_success() {
-            anyhow::bail!("bulk request failed: HTTP {status}: {body}");
+            anyhow::bail!("bulk request failed: HTTP {status}: {}", told(&body));
         }
         if body["errors"] == true {
             let failed = body["items"]
@@ -154,7 +154,7 @@ impl OpenSearchIndex {
                 // Deleting an id that is not there is fine.
                 .find(|r| r["error"].is_object() && r["status"] != 404);
             if let Some(item) = failed {
-                anyhow::bail!("bulk item failed: {}", item["error"]);
+                anyhow::bail!("bulk item failed: {}", told(&item["error"]));
             }
         }
         Ok(())
@@ -174,7 +174,7 @@ impl OpenSearchIndex {
             return Ok(vec![]);
         }
         if !status.is_success() {
-            anyhow::bail!("search failed: HTTP {status}: {body}");
+            anyhow::bail!("search failed: HTTP {status}: {}", told(&body));
         }
         Ok(body["hits"]["hits"]
             .as_array()
@@ -190,6 +190,20 @@ fn merge(mut a: Value, b: Value) -> Value {
         a.extend(b);
     }
     a
+}
+
+/// An error answer, as it goes into an error and the log: its `error.type` and the start of
+/// its `reason`, on one line. The whole body may quote a query (the user's question) or a
+/// document's field, and has no bound.
+fn told(body: &Value) -> String {
+    let error = body.get("error").unwrap_or(body);
+    let kind = error.get("type").and_then(Value::as_str);
+    let reason = error.get("reason").and_then(Value::as_str);
+    match (kind, reason) {
+        (Some(kind), Some(reason)) => format!("{kind}: {}", crate::text::excerpt(reason, 200)),
+        (Some(kind), None) => kind.to_owned(),
+        _ => crate::text::excerpt(&error.to_string(), 200),
+    }
 }
 
 async fn body(reply: Response) -> anyhow::Result<Value> {
@@ -245,7 +259,7 @@ impl IndexWrites for OpenSearchIndex {
         anyhow::bail!(
             "deleting index {} failed: HTTP {status}: {}",
             self.index,
-            body(reply).await?
+            told(&body(reply).await?)
         )
     }
 }

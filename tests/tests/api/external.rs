@@ -514,21 +514,15 @@ async fn conversations_belong_to_one_open_id() {
             .await
             .assert_error(400, 0, "unknown query parameter");
     }
-    e.app()
-        .ext_delete_with_body(
-            &e.crm,
-            &format!("/agent/conversations?agentId={agent}&openId=ann"),
-            &json!({ "conversationId": "other" }),
-        )
+    let with_body = |query: &str, body: Value| {
+        let path = format!("/agent/conversations?agentId={agent}&openId=ann{query}");
+        async move { r.app().ext_delete_with_body(&r.crm, &path, &body).await }
+    };
+    with_body("", json!({ "conversationId": "other" }))
         .await
         .assert_error(400, 0, "this request takes no body");
     // A body that says nothing, as some clients send on DELETE, is no body.
-    e.app()
-        .ext_delete_with_body(
-            &e.crm,
-            &format!("/agent/conversations?agentId={agent}&openId=ann&conversationId=nope"),
-            &json!({}),
-        )
+    with_body("&conversationId=nope", json!({}))
         .await
         .assert_error(404, 404, "conversation");
     assert_eq!(e.app().count("conversations").await, 2, "nothing deleted");

@@ -26,7 +26,8 @@
 //!   agent's limit and whose greeting holds a NUL
 //! - `chat-nul`: answers like `chat-echo`, with NUL characters in its thinking and text
 //! - `chat-no-usage`: answers like `chat-echo`, reporting no `usage`; `chat-zero-usage`
-//!   reports a usage of 0 tokens
+//!   reports a usage of 0 tokens; `chat-running-usage` reports it twice, a running total
+//!   (half, then all of it), as servers with continuous usage stats do
 //! - `chat-split`: answers `{"boundaries": [1, m]}` for a prompt of numbered paragraphs
 //!   `[1] .. [n]`, with m the middle one
 //! - `mem-extract`: memory extraction JSON (in a code fence, as models often answer): one
@@ -396,6 +397,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
             "chat-nul",
             "chat-no-usage",
             "chat-zero-usage",
+            "chat-running-usage",
             "mem-extract",
         ]
         .contains(&model.as_str());
@@ -482,6 +484,13 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, Json(body): Json
     };
     events.push(chunk(&model, json!({}), Some(finish)));
     if body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true)) {
+        if model == "chat-running-usage" {
+            let half = json!({ "prompt_tokens": usage["prompt_tokens"], "completion_tokens": 1 });
+            events.push(format!(
+                "data: {}\n\n",
+                json!({ "id": "chatcmpl-1", "choices": [], "usage": half })
+            ));
+        }
         events.push(format!(
             "data: {}\n\n",
             json!({ "id": "chatcmpl-1", "choices": [], "usage": usage })

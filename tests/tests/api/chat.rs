@@ -136,6 +136,35 @@ async fn a_stream_reporting_zero_tokens_is_charged_an_estimate() {
     assert!(prompt > 0 && completion > 0, "charged {prompt} + {completion}");
 }
 
+/// An endpoint reporting a call's usage twice, as a running total, is counted once: the `done`
+/// line says what was recorded and charged, not the sum of the reports.
+#[tokio::test]
+async fn usage_reported_as_a_running_total_is_counted_once() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-running-usage", json!({})).await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Running", "chatModelId": model }))
+        .await;
+    let events = s.chat(&s.admin, agent, say("c-1", "hello")).await.events();
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "done", "{events:?}");
+    let (prompt, completion): (i64, i64) =
+        sqlx::query_as("SELECT prompt_tokens, completion_tokens FROM model_usage WHERE model_id = $1")
+            .bind(model)
+            .fetch_one(&s.app.db)
+            .await
+            .unwrap();
+    assert!(completion > 1, "the last report counts: {completion}");
+    assert_eq!(
+        (
+            done["usage"]["promptTokens"].as_i64(),
+            done["usage"]["completionTokens"].as_i64()
+        ),
+        (Some(prompt), Some(completion)),
+        "{done}"
+    );
+}
+
 /// Postgres text holds no NUL: a model's text with one is stored, and streamed, without it (the
 /// answer could not be stored and was lost whole).
 #[tokio::test]

@@ -379,6 +379,9 @@ impl Turn {
             CallError::Refused(e) => Outcome::refused(&e),
         })?;
         let mut step = Step::default();
+        // An endpoint may report a call's usage more than once, each a running total (vLLM's
+        // continuous usage stats): the call's last report counts, as the gateway records it.
+        let before = answer.usage;
         loop {
             let event = tokio::select! {
                 // Dropping the model stream closes the upstream connection.
@@ -398,10 +401,11 @@ impl Turn {
                     out.send(StreamEvent::Text { content: t }).await?;
                 }
                 Some(Ok(ChatEvent::ToolCalls(c))) => step.calls.extend(c),
-                Some(Ok(ChatEvent::Usage(u))) => {
-                    answer.usage.prompt_tokens += u.prompt_tokens;
-                    answer.usage.completion_tokens += u.completion_tokens;
+                Some(Ok(ChatEvent::Usage(u))) if u.total() > 0 => {
+                    answer.usage.prompt_tokens = before.prompt_tokens + u.prompt_tokens;
+                    answer.usage.completion_tokens = before.completion_tokens + u.completion_tokens;
                 }
+                Some(Ok(ChatEvent::Usage(_))) => {}
                 Some(Ok(ChatEvent::Finish(reason))) => step.cut_off = reason == "length",
                 Some(Ok(ChatEvent::Dropped(_))) => {}
                 Some(Err(e)) => return Err(self.model_failed(&e)),

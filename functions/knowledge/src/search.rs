@@ -56,7 +56,8 @@ async fn qa_stream(
     event_stream::response("application/x-ndjson", events.map(|e| qa::ndjson(&e)))
 }
 
-/// The answer as raw text chunks, appended in order; a failure ends with `[ERROR] message`.
+/// The answer as raw text chunks, appended in order; a failure ends with a line
+/// `[ERROR] message` (on a line of its own after any text).
 #[utoipa::path(post, path = "/open-api/rag/qa/stream", tag = "external", security(("svc_auth" = [])), request_body = QaRequest,
     responses((status = 200, content_type = "text/plain", body = String), (status = 400), (status = 401)))]
 async fn open_qa_stream(
@@ -65,12 +66,19 @@ async fn open_qa_stream(
     Json(req): Json<QaRequest>,
 ) -> AppResult<Response> {
     let events = qa::answer(&state, &user, req).await?;
-    let text = events.filter_map(|e| async move {
-        match e {
-            QaEvent::Text { data } => Some(data),
-            QaEvent::Error { message } => Some(format!("\n[ERROR] {message}")),
-            QaEvent::Done { .. } => None,
-        }
-    });
+    let text = events
+        .scan(false, |texted, e| {
+            let piece = match e {
+                QaEvent::Text { data } => {
+                    *texted |= !data.is_empty();
+                    Some(data)
+                }
+                QaEvent::Error { message } if *texted => Some(format!("\n[ERROR] {message}\n")),
+                QaEvent::Error { message } => Some(format!("[ERROR] {message}\n")),
+                QaEvent::Done { .. } => None,
+            };
+            futures::future::ready(Some(piece))
+        })
+        .filter_map(futures::future::ready);
     event_stream::response("text/plain; charset=utf-8", text)
 }

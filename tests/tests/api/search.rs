@@ -853,6 +853,16 @@ async fn qa_without_a_chat_model_says_so_in_an_error_event() {
             .contains("no chat model is configured"),
         "{events:?}"
     );
+    // As raw text: the error is a line of its own, with nothing before it.
+    let raw = s
+        .app
+        .post("/open-api/rag/qa/stream", t, &json!({ "ragId": kb, "query": "hello" }))
+        .await;
+    let raw = String::from_utf8_lossy(&raw.bytes).into_owned();
+    assert!(
+        raw.starts_with("[ERROR] ") && raw.ends_with('\n') && raw.contains("no chat model is configured"),
+        "{raw:?}"
+    );
     s.app
         .post("/rag/qa/stream", t, &json!({ "ragId": kb, "query": "" }))
         .await

@@ -112,11 +112,11 @@ pub struct Config {
     /// reported as such, and the test's outcome recorded, instead of the gateway's 504).
     pub mcp_test_timeout: Duration,
     /// The longest the model calls of a route that answers in one piece may take together,
-    /// retries included: a skill's AI draft, and a memory extraction a client asks for
-    /// (BUFFERED_MODEL_TIMEOUT_SECS, default 25: under API Gateway's 29 s, so the client is
-    /// told what happened instead of getting the gateway's 504 while the calls go on and are
-    /// paid for). A draft past it falls back as it does for an unusable model; an extraction
-    /// fails with nothing written.
+    /// retries included: a skill's AI draft, a memory extraction a client asks for, a
+    /// knowledge-base or memory search, a chunk written by hand (BUFFERED_MODEL_TIMEOUT_SECS,
+    /// default 25: under API Gateway's 29 s, so the client is told what happened instead of
+    /// getting the gateway's 504 while the calls go on and are paid for). A draft past it falls
+    /// back as it does for an unusable model; the others fail with nothing written.
     pub buffered_model_timeout: Duration,
     /// The longest a Q&A answer runs (QA_TIMEOUT_SECS, default 280: under the Q&A function's
     /// 300 s, so the stream ends with an error line and the hold is settled before Lambda

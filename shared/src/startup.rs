@@ -6,6 +6,8 @@ use crate::AppState;
 /// Process start-up shared by every binary: logging, crypto provider, config, state (pool,
 /// migrations, clients) and the first administrator.
 pub async fn start() -> anyhow::Result<AppState> {
+    // Before logging is set up: RUST_LOG, LOG_FORMAT and OTEL_* in `.env` were read after it.
+    let _ = dotenvy::dotenv();
     crate::telemetry::init();
     crate::telemetry::install_crypto_provider();
     let config = Config::from_env()?;

@@ -138,7 +138,8 @@ impl ConfigRow {
             }
         }
         // Asked now, as a knowledge base asks on creation (recorded, not charged, as memory
-        // upkeep is): vectors longer than an index holds would fail the first memory written.
+        // upkeep is; a knowledge base charges its creator): vectors longer than an index holds
+        // would fail the first memory written.
         let billing = models::gateway::Billing::RecordOnly(Some(user.id));
         let new_dimension = self.dimension != before.and_then(|b| b.dimension);
         match self.dimension {

@@ -118,21 +118,29 @@ async fn a_conversations_messages_are_read_a_window_at_a_time() {
     }
 }
 
+/// One chat of `hello` with an agent on the scripted `model_key`: its events, and the tokens its
+/// usage record says (one model call).
+async fn one_recorded_chat(model_key: &str) -> (Vec<Value>, (i64, i64)) {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model(model_key, json!({})).await;
+    let agent = s
+        .agent(&s.admin, json!({ "name": "Counted", "chatModelId": model }))
+        .await;
+    let events = s.chat(&s.admin, agent, say("c-1", "hello")).await.events();
+    let tokens = sqlx::query_as("SELECT prompt_tokens, completion_tokens FROM model_usage WHERE model_id = $1")
+        .bind(model)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    (events, tokens)
+}
+
 /// A stream whose usage chunk says 0 tokens is charged an estimate, as one without usage is:
 /// taken as reported, the answer was free.
 #[tokio::test]
 async fn a_stream_reporting_zero_tokens_is_charged_an_estimate() {
-    let s = ChatSetup::new().await;
-    let model = s.chat_model("chat-zero-usage", json!({})).await;
-    let agent = s.agent(&s.admin, json!({ "name": "Zero", "chatModelId": model })).await;
-    let events = s.chat(&s.admin, agent, say("c-1", "hello")).await.events();
+    let (events, (prompt, completion)) = one_recorded_chat("chat-zero-usage").await;
     assert_eq!(joined(&events, "text"), "You said: hello");
-    let (prompt, completion): (i64, i64) =
-        sqlx::query_as("SELECT prompt_tokens, completion_tokens FROM model_usage WHERE model_id = $1")
-            .bind(model)
-            .fetch_one(&s.app.db)
-            .await
-            .unwrap();
     assert!(prompt > 0 && completion > 0, "charged {prompt} + {completion}");
 }
 
@@ -140,29 +148,15 @@ async fn a_stream_reporting_zero_tokens_is_charged_an_estimate() {
 /// line says what was recorded and charged, not the sum of the reports.
 #[tokio::test]
 async fn usage_reported_as_a_running_total_is_counted_once() {
-    let s = ChatSetup::new().await;
-    let model = s.chat_model("chat-running-usage", json!({})).await;
-    let agent = s
-        .agent(&s.admin, json!({ "name": "Running", "chatModelId": model }))
-        .await;
-    let events = s.chat(&s.admin, agent, say("c-1", "hello")).await.events();
+    let (events, (prompt, completion)) = one_recorded_chat("chat-running-usage").await;
     let done = events.last().unwrap();
     assert_eq!(done["type"], "done", "{events:?}");
-    let (prompt, completion): (i64, i64) =
-        sqlx::query_as("SELECT prompt_tokens, completion_tokens FROM model_usage WHERE model_id = $1")
-            .bind(model)
-            .fetch_one(&s.app.db)
-            .await
-            .unwrap();
     assert!(completion > 1, "the last report counts: {completion}");
-    assert_eq!(
-        (
-            done["usage"]["promptTokens"].as_i64(),
-            done["usage"]["completionTokens"].as_i64()
-        ),
-        (Some(prompt), Some(completion)),
-        "{done}"
+    let reported = (
+        done["usage"]["promptTokens"].as_i64(),
+        done["usage"]["completionTokens"].as_i64(),
     );
+    assert_eq!(reported, (Some(prompt), Some(completion)), "{done}");
 }
 
 /// Postgres text holds no NUL: a model's text with one is stored, and streamed, without it (the

@@ -17,6 +17,16 @@ use crate::models::ModelType;
 use crate::rag::search::fusion::{self, Hit};
 use crate::{AppError, AppResult, AppState};
 
+/// The most of a question that is embedded: the input size of the common embedding models
+/// (e5, bge, MiniLM). A chat message may hold 32,000 characters, and an endpoint without
+/// auto-truncation refused it whole, failing the recall; full text searches all of it.
+pub const MAX_QUERY_TOKENS: usize = 512;
+
+/// The part of `query` that is embedded.
+pub fn embedded_part(query: &str) -> &str {
+    crate::rag::chunk::prefix_within(query, MAX_QUERY_TOKENS)
+}
+
 /// A memory recalled for a chat turn.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -235,7 +245,7 @@ pub async fn run(
     count_access: bool,
 ) -> AppResult<Vec<RecalledMemory>> {
     let query = rewrite(state, s, billing, query).await;
-    let vector = embed(state, s, billing, std::slice::from_ref(&query), InputKind::Query)
+    let vector = embed(state, s, billing, &[embedded_part(&query).to_owned()], InputKind::Query)
         .await?
         .pop()
         .ok_or_else(|| AppError::business("the embedding model returned no vector"))?;

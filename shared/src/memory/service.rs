@@ -168,6 +168,7 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
     let mut dense: Vec<Vec<Hit>> = Vec::new();
     // Every embedding of the query within API Gateway's 29 s.
     let deadline = tokio::time::Instant::now() + state.config().buffered_model_timeout;
+    let embedded = recall::embedded_part(&query).to_owned();
     for model_id in repo::embedding_models(db, &scope).await? {
         // Only a model the caller may use embeds their query: memories stored through an
         // agent's config may have been embedded with its creator's PERSONAL model (their key).
@@ -186,7 +187,7 @@ pub async fn search(state: &AppState, user: &CurrentUser, req: SearchRequest) ->
             state,
             &handle,
             billing,
-            std::slice::from_ref(&query),
+            std::slice::from_ref(&embedded),
             InputKind::Query,
             None,
         )

@@ -1917,6 +1917,61 @@ async fn memories_longer_than_an_index_holds_are_stored_and_recalled() {
     assert!(recalled[0].content.contains("Biscuit"), "{:?}", recalled[0].content);
 }
 
+/// A long question is embedded cut to what the common embedding models take (an endpoint
+/// without auto-truncation refused it whole); full text still searches all of it, so a word
+/// past the cut still finds its memory.
+#[tokio::test]
+async fn a_long_question_is_embedded_cut_and_searched_whole() {
+    let s = setup(false).await;
+    for model in [s.embedding_model, s.chat_model] {
+        s.app
+            .put(&format!("/ai-model/switch-default/{model}"), s.t(), &json!({}))
+            .await
+            .assert_status_ok();
+    }
+    let agent = s.agent(None).await;
+    let owner = Owner::User(s.admin_id);
+    let conv = s.conversation(agent, owner, "long-question").await;
+    s.say(
+        conv,
+        agent,
+        &[("user", "FACT: Pet | Has a dog called Biscuit"), ("assistant", "Nice.")],
+    )
+    .await;
+    s.extract(&s.admin, agent, "long-question").await.assert_ok();
+    // About 900 tokens, under the search's 2,000 characters.
+    let question = format!("{}my dog Biscuit", "x ".repeat(900));
+    let asked = s.models.requests().len();
+    recall_as_chat(&s.app.state, agent, owner, None, &question)
+        .await
+        .unwrap();
+    let found = s.app.post("/memory/search", s.t(), &json!({ "query": question })).await;
+    let contents: Vec<String> = found
+        .assert_ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(contents.iter().any(|c| c.contains("Biscuit")), "{contents:?}");
+    let embedded: Vec<String> = s.models.requests()[asked..]
+        .iter()
+        .filter_map(|r| r["input"].as_array().cloned())
+        .flatten()
+        .filter_map(|i| i.as_str().map(str::to_owned))
+        .filter(|i| i.starts_with("x x"))
+        .collect();
+    assert_eq!(embedded.len(), 2, "the recall's and the search's");
+    for text in embedded {
+        let tokens = shared::rag::chunk::count_tokens(&text);
+        assert!(
+            (400..=shared::memory::recall::MAX_QUERY_TOKENS).contains(&tokens),
+            "{tokens}"
+        );
+        assert!(!text.contains("Biscuit"));
+    }
+}
+
 #[tokio::test]
 async fn stats_and_context_preview() {
     let s = setup(false).await;

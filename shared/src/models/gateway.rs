@@ -403,6 +403,7 @@ fn call_span(model: &ModelHandle, operation: &'static str, kind: &'static str) -
         otel.name = %format_args!("{operation} {}", model.row.model_key),
         otel.kind = "client",
         otel.status_code = Empty,
+        otel.status_message = Empty,
         gen_ai.operation.name = operation,
         gen_ai.provider.name = %model.row.provider_name,
         gen_ai.request.model = %model.row.model_key,
@@ -422,8 +423,9 @@ fn end_span(span: &Span, record: &UsageRecord) {
     span.record("gen_ai.usage.input_tokens", record.usage.prompt_tokens as i64);
     span.record("gen_ai.usage.output_tokens", record.usage.completion_tokens as i64);
     if let Some(error) = &record.error {
-        span.record("error.type", error.as_str());
+        span.record("error.type", record.error_type.unwrap_or("_OTHER"));
         span.record("otel.status_code", "ERROR");
+        span.record("otel.status_message", error.as_str());
     }
 }
 
@@ -467,7 +469,7 @@ async fn metered<T>(
     record.latency_ms = started.elapsed().as_millis() as i64;
     match &outcome {
         Ok(v) => record.usage = usage_of(v),
-        Err(e) => record.error = Some(e.to_string()),
+        Err(e) => record.fail_with(e),
     }
     if cut {
         record.usage = sent;
@@ -506,7 +508,10 @@ impl Drop for Dropped {
         };
         record.usage = self.sent;
         record.latency_ms = self.started.elapsed().as_millis() as i64;
-        record.error = Some("the call was given up before it ended (its caller's time ran out)".to_owned());
+        record.fail(
+            "cancelled",
+            "the call was given up before it ended (its caller's time ran out)".to_owned(),
+        );
         let (state, row) = (self.state.clone(), self.row.clone());
         runtime.spawn(async move { after_call(&state, &row, hold, record, true).await }.in_current_span());
     }
@@ -685,7 +690,7 @@ async fn stream_on(
     let inner = match model.open_chat_stream(state, req).instrument(meter.span.clone()).await {
         Ok(s) => s,
         Err(e) => {
-            meter.record.error = Some(e.to_string());
+            meter.record.fail_with(&e);
             // Nothing was generated: record the failure with no tokens, settled before the
             // failure is told (see the stream's end below).
             meter.reported = true;
@@ -783,7 +788,7 @@ impl Meter {
                     out.finish_reason = Some(reason.clone());
                 }
             }
-            Err(e) => self.record.error = Some(e.to_string()),
+            Err(e) => self.record.fail_with(e),
         }
     }
 
@@ -852,7 +857,8 @@ impl Meter {
 impl Drop for Meter {
     fn drop(&mut self) {
         if !self.done && self.record.error.is_none() {
-            self.record.error = Some("the client went away before the answer finished".to_owned());
+            let gone = "the client went away before the answer finished".to_owned();
+            self.record.fail("cancelled", gone);
         }
         self.close();
     }

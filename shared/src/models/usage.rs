@@ -22,7 +22,10 @@ pub struct UsageRecord {
     pub call_kind: &'static str,
     pub usage: Usage,
     pub latency_ms: i64,
+    /// Why the call failed, as stored; `None` for a call that answered.
     pub error: Option<String>,
+    /// The failure's short, fixed name (see `ModelError::kind`).
+    pub error_type: Option<&'static str>,
     pub cost: f64,
 }
 
@@ -39,8 +42,19 @@ impl UsageRecord {
             usage: Usage::default(),
             latency_ms: 0,
             error: None,
+            error_type: None,
             cost: 0.0,
         }
+    }
+
+    /// Marks the call failed.
+    pub fn fail(&mut self, kind: &'static str, message: String) {
+        self.error = Some(message);
+        self.error_type = Some(kind);
+    }
+
+    pub fn fail_with(&mut self, e: &crate::models::client::ModelError) {
+        self.fail(e.kind(), e.to_string());
     }
 }
 

@@ -31,6 +31,22 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// A short, fixed name of the failure, for a span's `error.type`: the message holds the
+    /// endpoint's words, which a trace backend would count as a new type each.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Auth(_) => "auth",
+            Self::NotFound(_) => "not_found",
+            Self::RateLimited(_) => "rate_limited",
+            Self::Timeout(_) => "timeout",
+            Self::Network(_) => "network",
+            Self::Upstream { .. } => "upstream",
+            Self::BadRequest(_) => "bad_request",
+            Self::Protocol(_) => "protocol",
+            Self::NoClientNode { .. } => "no_client_node",
+        }
+    }
+
     /// A call no client node of app `app_id` took, `why` worded around the app's name.
     pub fn no_client_node(app_id: &str, why: impl Fn(&str) -> String) -> Self {
         Self::NoClientNode {
@@ -163,6 +179,9 @@ mod tests {
         let leaky = ModelError::from_status(StatusCode::BAD_REQUEST, r#"{"message":"internal secret page"}"#);
         assert_eq!(leaky.brief(), "the model endpoint rejected the request");
         assert!(!ModelError::from_status(StatusCode::BAD_REQUEST, "").is_retryable());
+        // The span's type names the kind, never the endpoint's words.
+        assert_eq!(e.kind(), "auth");
+        assert_eq!(ModelError::from_status(StatusCode::BAD_GATEWAY, "x").kind(), "upstream");
     }
 
     /// A timed-out request's error carries its whole URL; the message keeps only the address

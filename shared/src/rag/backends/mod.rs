@@ -68,6 +68,8 @@ pub enum Side {
 
 /// The vector index and the full-text index of one base.
 pub struct Indexes {
+    /// The base's id, for the logs.
+    pub rag_id: i64,
     pub vector: Box<dyn VectorIndex>,
     pub text: Box<dyn TextIndex>,
 }
@@ -95,7 +97,11 @@ impl Indexes {
             Some((StoreType::PgFullText, row)) => Box::new(pg_instance::PgInstanceIndex::text(state, row, kb)?),
             _ => Box::new(postgres::PgText::new(kb)),
         };
-        Ok(Self { vector, text })
+        Ok(Self {
+            rag_id: kb.id,
+            vector,
+            text,
+        })
     }
 
     fn side(&self, side: Side) -> &dyn IndexWrites {
@@ -125,7 +131,7 @@ impl Indexes {
                 let ids: Vec<i64> = entries.iter().map(|e| e.chunk_id).collect();
                 for written in &all[..i] {
                     if let Err(undo) = written.remove(tx, &ids).await {
-                        tracing::warn!(error = %undo, backend = written.backend(), "could not undo an index write");
+                        self.undo_failed(*written, &undo, &ids);
                     }
                 }
                 return Err(indexing_failed(index, e));
@@ -149,9 +155,24 @@ impl Indexes {
     pub async fn undo(&self, tx: &mut PgConnection, chunk_ids: &[i64]) {
         for index in self.all() {
             if let Err(e) = index.remove(tx, chunk_ids).await {
-                tracing::warn!(error = %e, backend = index.backend(), "could not undo an index write");
+                self.undo_failed(index, &e, chunk_ids);
             }
         }
+    }
+
+    /// An engine kept entries of chunks that do not exist: what an operator needs to remove
+    /// them (search skips them meanwhile, as no chunk row matches).
+    fn undo_failed(&self, index: &dyn IndexWrites, e: &anyhow::Error, chunk_ids: &[i64]) {
+        const SHOWN: usize = 100;
+        let shown = &chunk_ids[..chunk_ids.len().min(SHOWN)];
+        tracing::warn!(
+            error = %e,
+            backend = index.backend(),
+            rag_id = self.rag_id,
+            chunks = chunk_ids.len(),
+            chunk_ids = ?shown,
+            "could not undo an index write; the entries of these chunks are left in it"
+        );
     }
 
     pub async fn remove(&self, tx: &mut PgConnection, chunk_ids: &[i64]) -> anyhow::Result<()> {

@@ -534,7 +534,12 @@ async fn undo_entries(state: &AppState, indexes: &crate::rag::backends::Indexes,
     }
     match state.db().acquire().await {
         Ok(mut conn) => indexes.undo(&mut conn, chunk_ids).await,
-        Err(e) => tracing::warn!(error = %e, "could not undo the index entries of a rolled-back write"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            rag_id = indexes.rag_id,
+            chunks = chunk_ids.len(),
+            "could not undo the index entries of a rolled-back write"
+        ),
     }
 }
 

@@ -285,17 +285,33 @@ fn docx_paragraph(style: Option<&str>, text: &str) -> String {
 
 /// A PDF with one page per entry, each line of it drawn in Helvetica (WinAnsi encoding).
 pub fn pdf(pages: &[&str]) -> Vec<u8> {
-    pdf_document(pages, None)
+    pdf_document(pages, Extra::None)
 }
 
 /// Like [`pdf`], with `jpeg` drawn on the first page as a DCTDecode image XObject.
 pub fn pdf_with_jpeg(pages: &[&str], jpeg: &[u8]) -> Vec<u8> {
-    pdf_document(pages, Some(jpeg))
+    pdf_document(pages, Extra::Jpeg(jpeg))
 }
 
-fn pdf_document(pages: &[&str], jpeg: Option<&[u8]>) -> Vec<u8> {
-    // Objects 1-3 are the catalog, the page tree and the font, 4 the image; each page then takes
-    // two: the page and its content stream.
+/// Like [`pdf`], its font's text read through the ToUnicode map `cmap` (no `/Encoding`).
+pub fn pdf_with_to_unicode(pages: &[&str], cmap: &str) -> Vec<u8> {
+    pdf_document(pages, Extra::ToUnicode(cmap))
+}
+
+/// What object 4 holds.
+enum Extra<'a> {
+    None,
+    Jpeg(&'a [u8]),
+    ToUnicode(&'a str),
+}
+
+fn pdf_document(pages: &[&str], extra: Extra<'_>) -> Vec<u8> {
+    // Objects 1-3 are the catalog, the page tree and the font, 4 the image or the font's map;
+    // each page then takes two: the page and its content stream.
+    let jpeg = match extra {
+        Extra::Jpeg(jpeg) => Some(jpeg),
+        _ => None,
+    };
     let first_page = 5;
     let mut objects: Vec<Vec<u8>> = Vec::new();
     let kids: Vec<String> = (0..pages.len())
@@ -303,12 +319,19 @@ fn pdf_document(pages: &[&str], jpeg: Option<&[u8]>) -> Vec<u8> {
         .collect();
     objects.push(b"<< /Type /Catalog /Pages 2 0 R >>".to_vec());
     objects.push(format!("<< /Type /Pages /Kids [{}] /Count {} >>", kids.join(" "), pages.len()).into_bytes());
-    objects.push(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_vec());
-    let image = jpeg.unwrap_or_default();
-    objects.push(stream(
-        "/Type /XObject /Subtype /Image /Width 1 /Height 1 /ColorSpace /DeviceRGB /BitsPerComponent 8 /Filter /DCTDecode",
-        image,
-    ));
+    match extra {
+        Extra::ToUnicode(cmap) => {
+            objects.push(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 4 0 R >>".to_vec());
+            objects.push(stream("", cmap.as_bytes()));
+        }
+        _ => {
+            objects.push(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_vec());
+            objects.push(stream(
+                "/Type /XObject /Subtype /Image /Width 1 /Height 1 /ColorSpace /DeviceRGB /BitsPerComponent 8 /Filter /DCTDecode",
+                jpeg.unwrap_or_default(),
+            ));
+        }
+    }
     for (i, text) in pages.iter().enumerate() {
         let draws_image = i == 0 && jpeg.is_some();
         let xobjects = if draws_image { " /XObject << /Im1 4 0 R >>" } else { "" };

@@ -14,6 +14,7 @@ mod limits;
 mod markdown;
 mod outline;
 mod pdf;
+mod pdf_fonts;
 mod plain_text;
 mod table_rows;
 mod text_decode;

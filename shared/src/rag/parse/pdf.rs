@@ -6,13 +6,12 @@
 //! file as they stand; other image encodings would need decoding and re-encoding and are skipped.
 //! Scanned PDFs have no text layer and are refused with a hint to use OCR.
 
-use std::collections::BTreeMap;
-
 use lopdf::content::Content;
 use lopdf::{DecompressError, Document, Encoding, LoadOptions, Object, ObjectId};
 
 use super::image_collector::{ImageCollector, ImagePlace};
 use super::limits::{Budget, Limits};
+use super::pdf_fonts::Fonts;
 use super::{ParseError, ParseOptions};
 use crate::rag::document::{ParsedDocument, Section, SectionKind};
 
@@ -24,9 +23,6 @@ const WORD_GAP: f32 = 200.0;
 /// bounds the memory one page takes; text pages need well under 1 MiB, a dense vector drawing
 /// a few MiB.
 const MAX_PAGE_CONTENT_BYTES: usize = 8 * 1024 * 1024;
-
-/// One font's encoding data (a ToUnicode map): a few KiB, a few hundred for large CJK fonts.
-const MAX_FONT_BYTES: usize = 4 * 1024 * 1024;
 
 /// One object or cross-reference stream unpacked while the file loads.
 const MAX_LOAD_STREAM_BYTES: usize = 64 * 1024 * 1024;
@@ -56,6 +52,7 @@ fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result
     let mut text = limits.text();
     let mut sections = Vec::new();
     let mut images = ImageCollector::new(options);
+    let mut fonts = Fonts::default();
     for (&number, &page_id) in &pages {
         // A damaged file can still list its pages; without this check it would pass for a scan.
         if let Some((id, generation)) = std::iter::once(page_id)
@@ -66,7 +63,7 @@ fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result
                 "not a valid PDF file: page {number} (object {id} {generation}) is missing or damaged"
             )));
         }
-        let text = page_text(&document, page_id, &mut unpacked, &mut text).map_err(|err| match err {
+        let text = page_text(&document, page_id, &mut fonts, &mut unpacked, &mut text).map_err(|err| match err {
             PageError::Pdf(err) => ParseError(format!("not a valid PDF file: page {number}: {err}")),
             PageError::TooLarge(err) => err,
         })?;
@@ -156,22 +153,14 @@ impl From<lopdf::Error> for PageError {
     }
 }
 
-fn page_text(
-    document: &Document,
+fn page_text<'a>(
+    document: &'a Document,
     page_id: ObjectId,
+    fonts: &mut Fonts<'a>,
     unpacked: &mut Budget,
     text: &mut Budget,
 ) -> Result<String, PageError> {
-    let fonts = document.get_page_fonts(page_id)?;
-    // A font whose encoding cannot be read only loses its own text.
-    let encodings: BTreeMap<Vec<u8>, Encoding> = fonts
-        .into_iter()
-        .filter_map(|(name, font)| {
-            font.get_font_encoding_with_limit(document, MAX_FONT_BYTES)
-                .ok()
-                .map(|encoding| (name, encoding))
-        })
-        .collect();
+    let page_fonts = document.get_page_fonts(page_id)?;
     let limit = MAX_PAGE_CONTENT_BYTES.min(unpacked.left());
     let content = match document.get_page_content_with_limit(page_id, limit) {
         Err(lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. }))
@@ -191,15 +180,18 @@ fn page_text(
     let content = Content::decode(&content)?;
 
     let mut page = PageText::default();
-    let mut encoding: Option<&Encoding> = None;
+    // The font in use, as `fonts` holds it: a font is read when the page first selects it.
+    let mut font: Option<usize> = None;
     for operation in &content.operations {
         let operands = &operation.operands;
+        let encoding = font.and_then(|at| fonts.encoding(at));
         match operation.operator.as_str() {
             "Tf" => {
-                encoding = operands
+                font = operands
                     .first()
                     .and_then(|name| name.as_name().ok())
-                    .and_then(|name| encodings.get(name));
+                    .and_then(|name| page_fonts.get(name))
+                    .and_then(|dictionary| fonts.of(document, dictionary));
             }
             "Tj" => show(&mut page, encoding, operands.first()),
             "'" => {
@@ -411,6 +403,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("a page's drawing unpacks to more than 8 MiB"), "{err}");
+    }
+
+    const ASCII_MAP: &str = "/CIDInit /ProcSet findresource begin 12 dict begin begincmap
+1 begincodespacerange <00> <FF> endcodespacerange
+1 beginbfrange <20> <7E> <0020> endbfrange
+endcmap CMapName currentdict /CMap defineresource pop end end";
+
+    #[test]
+    fn a_fonts_to_unicode_map_reads_its_text_on_every_page() {
+        let bytes = fixtures::pdf_with_to_unicode(&["Mapped text", "Page two"], ASCII_MAP);
+        let document = parse(&bytes, &ParseOptions::default()).unwrap();
+        let pages: Vec<&str> = document.sections.iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(pages, ["Mapped text", "Page two"]);
+    }
+
+    /// A 100-byte map covering more codes than any font has is not expanded (lopdf would build
+    /// a table of every code: four billion entries for `<00000000> <FFFFFFFF>`): the font
+    /// loses its text, and the worker its memory no longer.
+    #[test]
+    fn a_to_unicode_map_covering_too_many_codes_is_not_expanded() {
+        let huge = "begincmap 1 begincodespacerange <00000000> <FFFFFFFF> endcodespacerange
+1 beginbfrange <00000000> <0007FFFF> <0020> endbfrange endcmap";
+        let bytes = fixtures::pdf_with_to_unicode(&["Hidden"], huge);
+        let err = parse(&bytes, &ParseOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("no text layer"), "{err}");
     }
 
     #[test]

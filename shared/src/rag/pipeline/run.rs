@@ -341,9 +341,17 @@ async fn parse_document(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Pa
     // Parsing is CPU work: keep it off the async workers that serve requests.
     tokio::task::spawn_blocking(move || parse::parse(&name, &bytes, &options))
         .await
-        .map_err(|e| Stop::Transient {
-            stage: "parsing",
-            error: e.into(),
+        .map_err(|e| match e.is_panic() {
+            // The same bytes fail the same way: retried, a parser's panic cost two more
+            // deliveries and ended as "task ... panicked". The panic itself is in the log.
+            true => permanent(
+                "parsing",
+                "the file could not be read: the parser failed on it (is it damaged?)",
+            ),
+            false => Stop::Transient {
+                stage: "parsing",
+                error: e.into(),
+            },
         })?
         .map_err(|e| permanent("parsing", e.to_string()))
 }

@@ -188,7 +188,12 @@ impl DenyList {
                 None => attempt.follow(),
             }
         });
-        builder.dns_resolver(Arc::new(self.clone())).redirect(redirects)
+        // No proxy (HTTP_PROXY and the like): the proxy would resolve the host itself, past
+        // the resolver that checks its addresses.
+        builder
+            .no_proxy()
+            .dns_resolver(Arc::new(self.clone()))
+            .redirect(redirects)
     }
 
     /// `guard_credentialed` for the HTTP client of the MCP Streamable HTTP transport, which is
@@ -201,7 +206,10 @@ impl DenyList {
                 None => attempt.follow(),
             }
         });
-        builder.dns_resolver(Arc::new(self.clone())).redirect(redirects)
+        builder
+            .no_proxy()
+            .dns_resolver(Arc::new(self.clone()))
+            .redirect(redirects)
     }
 
     /// The URL's host when it is an address literal this list denies. Clients connect to

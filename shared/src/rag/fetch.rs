@@ -18,8 +18,8 @@ pub struct Fetched {
     pub bytes: Bytes,
 }
 
-/// Loopback, private, link-local, unique-local, CGNAT and unspecified addresses: where a
-/// fetch on a client's behalf must not go.
+/// Loopback, private, link-local, unique-local, site-local, CGNAT, benchmarking, multicast,
+/// reserved and unspecified addresses: where a fetch on a client's behalf must not go.
 pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
@@ -29,8 +29,12 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 || v4.is_link_local()
                 || v4.is_unspecified()
                 || v4.is_broadcast()
+                || v4.is_multicast()
                 || (o[0] == 100 && (64..128).contains(&o[1]))
+                || (o[0] == 198 && (o[1] & 0xfe) == 18)
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0)
                 || o[0] == 0
+                || o[0] >= 240
         }
         IpAddr::V6(v6) => {
             let seg = v6.segments();
@@ -38,6 +42,8 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 || v6.is_unspecified()
                 || (seg[0] & 0xfe00) == 0xfc00
                 || (seg[0] & 0xffc0) == 0xfe80
+                || (seg[0] & 0xffc0) == 0xfec0
+                || v6.is_multicast()
                 || matches!(crate::outbound::embedded_v4(ip), IpAddr::V4(v4) if is_internal(IpAddr::V4(v4)))
         }
     }
@@ -109,7 +115,9 @@ async fn download(state: &AppState, raw: &str) -> AppResult<Fetched> {
     let limit = state.config().max_upload_bytes;
     for _ in 0..=MAX_REDIRECTS {
         let (host, addr) = vet(state, &url).await?;
+        // No proxy: one would resolve the host again, after the check, wherever it pointed.
         let client = reqwest::Client::builder()
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .resolve(&host, addr)
             .build()
@@ -314,10 +322,24 @@ mod tests {
             "::ffff:127.0.0.1",
             "64:ff9b::a00:5",
             "64:ff9b::a9fe:a9fe",
+            "198.18.0.1",
+            "198.19.255.254",
+            "192.0.0.8",
+            "224.0.0.1",
+            "240.0.0.1",
+            "fec0::1",
+            "ff02::1",
         ] {
             assert!(is_internal(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "64:ff9b::808:808"] {
+        for ip in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "198.20.0.1",
+            "192.0.2.1",
+            "2606:4700::1111",
+            "64:ff9b::808:808",
+        ] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }
     }

@@ -543,14 +543,49 @@ async fn owned_by(s: &ChatSetup, token: &str, user_id: i64) -> Owned {
     }
 }
 
-#[tokio::test]
-async fn one_user_cannot_reach_or_change_anothers_private_things() {
-    let s = ChatSetup::new().await;
-    let app = &s.app;
-    let (alice_id, alice) = app.regular_user("alice").await;
-    let (_, bob) = app.regular_user("bob").await;
-    s.set_quota(alice_id, 100_000).await;
-    let a = owned_by(&s, &alice, alice_id).await;
+/// Ids like `a`'s that were never issued, but for the things others may see (the agent, the
+/// skill, the memory config).
+fn unknown_like(a: &Owned) -> Owned {
+    let far = 1_000_000_000;
+    Owned {
+        personal_model: a.personal_model + far,
+        agent: a.agent,
+        conversation: "no-such-conversation".to_owned(),
+        kb: a.kb + far,
+        document: a.document + far,
+        chunk: a.chunk + far,
+        skill: a.skill,
+        mcp: a.mcp + far,
+        memory: a.memory + far,
+        memory_config: a.memory_config,
+        resource: a.resource + far,
+        staged_file: a.staged_file + far,
+    }
+}
+
+/// A message with its ids and conversation keys taken out, to compare a refusal of a hidden
+/// thing with that of an unknown one.
+fn without_ids(msg: &str, keys: &[&str]) -> String {
+    let mut msg = msg.to_owned();
+    for key in keys {
+        msg = msg.replace(key, "#");
+    }
+    let mut out = String::new();
+    for c in msg.chars() {
+        match c.is_ascii_digit() {
+            true if out.ends_with('#') => {}
+            true => out.push('#'),
+            false => out.push(c),
+        }
+    }
+    out
+}
+
+/// (method, path, body, HTTP status) of requests on `a`'s things: 404 where the thing is
+/// private (its id reveals nothing), 403 where others may see it but not change it (agents,
+/// skills, memory configs), 400 for the search and Q&A's "does not exist", 200 with nothing
+/// for lists that show the caller's own rows only.
+fn requests_on(a: &Owned, alice_id: i64) -> Vec<(&'static str, String, Value, u16)> {
     let (m, ag, c, kb, d, ch, sk, mc, me, cf, r, st) = (
         a.personal_model,
         a.agent,
@@ -565,11 +600,7 @@ async fn one_user_cannot_reach_or_change_anothers_private_things() {
         a.resource,
         a.staged_file,
     );
-    // (method, path, body, HTTP status): 404 where the thing is private (its id reveals
-    // nothing), 403 where others may see it but not change it (agents, skills, memory configs),
-    // 400 for the search and Q&A's "does not exist", 200 with nothing for lists that show the
-    // caller's own rows only.
-    let cases: Vec<(&str, String, Value, u16)> = vec![
+    vec![
         ("GET", format!("/ai-model/config/{m}"), json!(null), 404),
         (
             "PUT",
@@ -713,11 +744,26 @@ async fn one_user_cannot_reach_or_change_anothers_private_things() {
         ("GET", format!("/resource/{st}/preview"), json!(null), 404),
         ("GET", format!("/resource/{st}/download"), json!(null), 404),
         ("DELETE", format!("/resource/{st}"), json!(null), 404),
-    ];
+    ]
+}
+
+#[tokio::test]
+async fn one_user_cannot_reach_or_change_anothers_private_things() {
+    let s = ChatSetup::new().await;
+    let app = &s.app;
+    let (alice_id, alice) = app.regular_user("alice").await;
+    let (_, bob) = app.regular_user("bob").await;
+    s.set_quota(alice_id, 100_000).await;
+    let a = owned_by(&s, &alice, alice_id).await;
+    let unknown = unknown_like(&a);
+    let keys = [a.conversation.as_str(), unknown.conversation.as_str()];
     let before = app.snapshot().await;
-    for (method, path, body, status) in &cases {
-        let body = (!body.is_null()).then_some(body);
-        let r = call(app, method, path, &[("Svc-Auth", &bob)], body).await;
+    let cases = requests_on(&a, alice_id)
+        .into_iter()
+        .zip(requests_on(&unknown, alice_id));
+    for ((method, path, body, status), (_, unknown_path, unknown_body, _)) in cases {
+        let body = (!body.is_null()).then_some(&body);
+        let r = call(app, method, &path, &[("Svc-Auth", &bob)], body).await;
         let what = format!("bob: {method} {path}");
         match status {
             200 => {
@@ -727,7 +773,17 @@ async fn one_user_cannot_reach_or_change_anothers_private_things() {
                 assert_eq!(rows, &json!([]), "{what}");
             }
             400 => r.assert_error(400, 0, "does not exist"),
-            _ => assert_refused(&r, *status, &what),
+            _ => assert_refused(&r, status, &what),
+        }
+        if matches!(status, 400 | 404) {
+            // A thing bob may not see answers as one that does not exist, word for word.
+            let unknown_body = (!unknown_body.is_null()).then_some(&unknown_body);
+            let u = call(app, method, &unknown_path, &[("Svc-Auth", &bob)], unknown_body).await;
+            assert_eq!(
+                (r.status, any_code(&r), without_ids(r.msg(), &keys)),
+                (u.status, any_code(&u), without_ids(u.msg(), &keys)),
+                "{what} against {method} {unknown_path}"
+            );
         }
     }
     // Lists and searches show bob nothing of alice's.

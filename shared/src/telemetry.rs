@@ -267,11 +267,23 @@ pub fn traceparent() -> Option<String> {
     carrier.remove(TRACEPARENT)
 }
 
+/// The longest an invocation waits for its spans to be sent. The exporter's own wait is 5 s,
+/// a worker's whole margin for its answer and a quarter of API Gateway's limit: a slow
+/// collector made a finished batch time out (and be redone), or a response a 504.
+const FLUSH_AT_MOST: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Sends the spans ended so far; a Lambda function calls it before an invocation returns,
-/// since its process may be frozen right after.
+/// since its process may be frozen right after. Spans a slow collector has not taken within
+/// `FLUSH_AT_MOST` are given up on (and said so in the log).
 pub async fn flush() {
     if let Some(provider) = TRACES.get().cloned() {
-        let _ = tokio::task::spawn_blocking(move || provider.force_flush()).await;
+        let sent = tokio::task::spawn_blocking(move || provider.force_flush());
+        if tokio::time::timeout(FLUSH_AT_MOST, sent).await.is_err() {
+            tracing::warn!(
+                waited_ms = FLUSH_AT_MOST.as_millis() as u64,
+                "the trace collector did not take this invocation's spans in time; they may be lost"
+            );
+        }
     }
 }
 

@@ -128,9 +128,24 @@ fn request_span(req: &Request<Body>) -> Span {
         user.id = Empty,
         app.id = Empty,
         trace_id = Empty,
+        gateway_request_id = Empty,
     );
+    if let Some(id) = gateway_request_id(req) {
+        span.record("gateway_request_id", tracing::field::display(id));
+    }
     crate::telemetry::continue_trace(&span, req.headers());
     span
+}
+
+/// API Gateway's id of the request (its `x-amzn-RequestId` to the client, `$context.requestId`
+/// in its logs): what a client holding a 504 or a 502 can be matched by.
+fn gateway_request_id(req: &Request<Body>) -> Option<&str> {
+    use lambda_http::request::RequestContext;
+    match req.extensions().get::<RequestContext>()? {
+        RequestContext::ApiGatewayV1(c) => c.request_id.as_deref(),
+        RequestContext::ApiGatewayV2(c) => c.request_id.as_deref(),
+        _ => None,
+    }
 }
 
 /// Answers a request whose handler panicked with the 500 envelope. Without it the panic ends the
@@ -272,6 +287,37 @@ mod tests {
             assert!(line.contains("latency_ms="), "{path}: {line}");
             assert!(line.contains("request_id="), "{path}: {line}");
         }
+    }
+
+    /// Under Lambda the request's line names API Gateway's id, which the client sees.
+    #[tokio::test]
+    async fn a_request_through_api_gateway_is_logged_with_its_gateway_id() {
+        use lambda_http::aws_lambda_events::apigw::ApiGatewayProxyRequestContext;
+        use lambda_http::request::RequestContext;
+        let lines = crate::telemetry::CapturedLines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let app = with_request_tracing(Router::new().route(
+            "/internal",
+            get(|| async { AppError::Internal(anyhow::anyhow!("disk on fire")) }),
+        ));
+        let mut context = ApiGatewayProxyRequestContext::default();
+        context.request_id = Some("c6af9ac6-7b61-11e6-9a41-93e8deadbeef".into());
+        let request = Request::builder()
+            .uri("/internal")
+            .extension(RequestContext::ApiGatewayV1(context))
+            .body(Body::empty())
+            .unwrap();
+        app.oneshot(request).await.unwrap();
+        let logged = lines.text();
+        assert!(
+            logged.contains("gateway_request_id=c6af9ac6-7b61-11e6-9a41-93e8deadbeef"),
+            "{logged}"
+        );
     }
 
     #[test]

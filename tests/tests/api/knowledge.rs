@@ -1202,6 +1202,51 @@ async fn redelivery_and_duplicates_yield_one_set_of_chunks() {
     assert_eq!(answer.batch_item_failures[0].item_identifier, "m5");
 }
 
+/// A worker that died while parsing (out of memory on a hostile file, a crashed parser) left
+/// its lease to run out: the next delivery fails the document at parsing instead of parsing it
+/// again, while one that died at a later stage is taken up again (above).
+#[tokio::test]
+async fn a_document_whose_worker_died_while_parsing_is_failed_not_parsed_again() {
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Fatal", json!({})).await;
+    let id = doc_ids(&s.upload(kb, &[("n.txt", NOTES_TXT.as_bytes().to_vec())]).await).await[0];
+    s.settled(id).await;
+    let (run_id,): (uuid::Uuid,) = sqlx::query_as("SELECT run_id FROM documents WHERE id = $1")
+        .bind(id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE documents SET status = 'parsing', progress = 5, lease_until = now() - interval '1 second' WHERE id = $1")
+        .bind(id)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let message = json!({ "documentId": id, "runId": run_id }).to_string();
+    let handler = shared::rag::pipeline::handler(s.app.state.clone());
+    let answer = handler(
+        shared::queue::event(vec![shared::queue::message("m1", &message, 2, None)]),
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(answer.batch_item_failures.is_empty());
+    let (status, stage, error, lease): (
+        String,
+        Option<String>,
+        Option<String>,
+        Option<chrono::DateTime<chrono::Utc>>,
+    ) = sqlx::query_as("SELECT status, error_stage, error_message, lease_until FROM documents WHERE id = $1")
+        .bind(id)
+        .fetch_one(&s.app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.as_str(), stage.as_deref(), lease),
+        ("failed", Some("parsing"), None)
+    );
+    assert!(error.unwrap_or_default().contains("stopped while parsing"));
+}
+
 /// Chunks of one document added and removed at once all go through: each holds the
 /// document's row the way it writes its chunk count, so none waits for another's hold while
 /// holding its own (a deadlock Postgres ends with 409).

@@ -55,21 +55,39 @@ pub async fn run(state: &AppState, msg: &IngestMessage, last_attempt: bool, stop
     }
     // The status again: the run may have finished (its lease ended with it) since the read
     // above, and a redelivered message would run it once more, paid, over any edits since.
-    let leased: Option<i64> = sqlx::query_scalar(
-        "UPDATE documents SET lease_until = now() + make_interval(secs => $3), updated_at = now()
-         WHERE id = $1 AND run_id = $2 AND (lease_until IS NULL OR lease_until < now())
-           AND status NOT IN ('success', 'failed') RETURNING id",
+    // Whether the lease taken over was left to run out while parsing: released by every way a
+    // run ends, it lapses only when its worker died.
+    let leased: Option<bool> = sqlx::query_scalar(
+        "UPDATE documents d SET lease_until = now() + make_interval(secs => $3), updated_at = now()
+         FROM (SELECT id, status, lease_until FROM documents WHERE id = $1 FOR UPDATE) before
+         WHERE d.id = before.id AND d.run_id = $2 AND (d.lease_until IS NULL OR d.lease_until < now())
+           AND d.status NOT IN ('success', 'failed')
+         RETURNING before.lease_until IS NOT NULL AND before.status = 'parsing'",
     )
     .bind(doc.id)
     .bind(doc.run_id)
     .bind(lease_secs(state))
     .fetch_optional(db)
     .await?;
-    if leased.is_none() {
+    let Some(died_parsing) = leased else {
         anyhow::bail!(
             "document {} is being processed by another worker, or has just finished",
             doc.id
         );
+    };
+    if died_parsing {
+        // Parsing is the same work on the same bytes each time: a file that took a worker's
+        // memory (or crashed its parser) would do it again on every delivery, then wait hours
+        // in `parsing` for the stalled-documents job.
+        let message = "a worker stopped while parsing this file (out of memory, or the parser crashed) and it is \
+                       not tried again: split the file, or save it anew (for a PDF, print it to a new PDF) and \
+                       upload it again";
+        tracing::warn!(
+            document_id = doc.id,
+            "document failed: its worker died while parsing it"
+        );
+        doc_repo::mark_failed(db, doc.id, doc.run_id, "parsing", message).await?;
+        return Ok(());
     }
     let Some(kb) = bases::repo::find_to_use(db, doc.rag_id).await? else {
         return Ok(());

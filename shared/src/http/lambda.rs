@@ -19,7 +19,7 @@ pub async fn run_http(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::E
         .await?
         .layer(axum::middleware::map_response(keep_stored_bytes))
         .layer(axum::Extension(super::answer_size::Buffered));
-    lambda_http::run(app).await
+    lambda_http::run(routed_from_api(app)).await
 }
 
 /// The buffered adapter decodes a body of a text type (csv, json, svg ...) into UTF-8 text
@@ -57,7 +57,47 @@ fn decoded_as_text(content_type: &str) -> bool {
 /// Serves `api` with response streaming (an API Gateway integration in STREAM mode),
 /// so streamed answers reach the client as they are generated instead of all at the end.
 pub async fn run_http_streaming(api: OpenApiRouter<AppState>) -> Result<(), lambda_http::Error> {
-    lambda_http::run_with_streaming_response(application(api).await?).await
+    lambda_http::run_with_streaming_response(routed_from_api(application(api).await?)).await
+}
+
+/// `app` with every request's path starting at `/api`: a custom domain that maps the API
+/// under a base path (`https://example.com/v1`) leaves the base path in the event's path
+/// (API Gateway strips only the stage), and every route answered 404.
+fn routed_from_api<B>(
+    app: Router,
+) -> tower::util::MapRequest<Router, impl FnMut(axum::http::Request<B>) -> axum::http::Request<B> + Clone> {
+    tower::ServiceBuilder::new().map_request(without_base_path).service(app)
+}
+
+/// A base path taken off a request's path, for the links the service hands out.
+#[derive(Clone)]
+struct BasePath(String);
+
+fn without_base_path<B>(mut req: axum::http::Request<B>) -> axum::http::Request<B> {
+    let path = req.uri().path();
+    if path == "/api" || path.starts_with("/api/") || req.extensions().get::<RequestContext>().is_none() {
+        return req;
+    }
+    let Some(at) = path.find("/api/") else {
+        return req;
+    };
+    let base = path[..at].to_owned();
+    let rest = req
+        .uri()
+        .path_and_query()
+        .map_or("", |pq| pq.as_str())
+        .get(at..)
+        .unwrap_or_default();
+    let mut parts = req.uri().clone().into_parts();
+    let Ok(rest) = rest.parse() else {
+        return req;
+    };
+    parts.path_and_query = Some(rest);
+    if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+        *req.uri_mut() = uri;
+        req.extensions_mut().insert(BasePath(base));
+    }
+    req
 }
 
 /// The started process's state with `api` assembled on it.
@@ -78,15 +118,16 @@ async fn application(api: OpenApiRouter<AppState>) -> Result<Router, lambda_http
 /// which API Gateway knows and the function does not: without PUBLIC_BASE_URL it is taken from
 /// the first request an instance serves (not the console's test invocations, whose address is
 /// made up). On the API's default endpoint paths start with the stage; a custom domain maps
-/// the API at its root (one mapped under a base path, or served at two addresses, needs
+/// the API at its root or under a base path (one served at two addresses needs
 /// PUBLIC_BASE_URL).
 async fn learn_base_url(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let base = req.extensions().get::<BasePath>().map_or("", |b| b.0.as_str());
     state.learn_base_url(|| match req.extensions().get::<RequestContext>()? {
         RequestContext::ApiGatewayV1(c) if c.stage.as_deref() != Some("test-invoke-stage") => {
             let domain = c.domain_name.as_deref()?;
             Some(match (domain.ends_with(".amazonaws.com"), c.stage.as_deref()) {
                 (true, Some(stage)) => format!("https://{domain}/{stage}"),
-                _ => format!("https://{domain}"),
+                _ => format!("https://{domain}{base}"),
             })
         }
         _ => None,

@@ -77,6 +77,28 @@ async fn links_under_lambda_carry_the_api_gateway_stage() {
     );
 }
 
+/// A custom domain mapping the API under a base path leaves that path in the event's (API
+/// Gateway strips only the stage): routes are still found, and links carry the base path.
+#[tokio::test]
+async fn a_custom_domain_with_a_base_path_reaches_the_routes_and_its_links_keep_it() {
+    let s = ChatSetup::new().await;
+    let uploaded = s.app.upload_resource(&s.admin, "a.txt", b"text".to_vec(), None).await;
+    let id = uploaded.assert_ok()["id"].as_i64().unwrap();
+    let f = Emulator::start(binary("resource-api"), &function_env(&s.app)).await;
+    let mut page = rest_event("GET", "/v1/api/resource/page", &[("svc-auth", &s.admin)], None);
+    page["requestContext"]["domainName"] = json!("api.example.com");
+    page["requestContext"]["path"] = json!("/v1/api/resource/page");
+    page["queryStringParameters"] = json!({ "page": "1" });
+    page["multiValueQueryStringParameters"] = json!({ "page": ["1"] });
+    let (status, body) = json_answer(f.invoke(page).await);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["data"]["data"][0]["accessUrl"],
+        format!("https://api.example.com/v1/api/resource/{id}/preview"),
+        "{body}"
+    );
+}
+
 /// Under Lambda the login throttle counts by API Gateway's source IP, whatever
 /// `X-Forwarded-For` says: five failures lock that address for the account, another address
 /// still logs in.

@@ -137,6 +137,10 @@ enum Tag {
     Blip,
     /// `mc:Fallback` repeats the content of the `mc:Choice` before it for older readers.
     Fallback,
+    /// Text moved with changes tracked, at its old place (`w:moveTo` holds it at the new one).
+    MoveFrom,
+    /// Hidden text: a run property.
+    Vanish,
 }
 
 fn tag(namespace: &ResolveResult, local_name: &str) -> Option<Tag> {
@@ -156,6 +160,8 @@ fn tag(namespace: &ResolveResult, local_name: &str) -> Option<Tag> {
         (Vocabulary::WordDrawing, "docPr") => Some(Tag::DrawingProperties),
         (Vocabulary::Drawing, "blip") => Some(Tag::Blip),
         (Vocabulary::MarkupCompatibility, "Fallback") => Some(Tag::Fallback),
+        (Vocabulary::Word, "moveFrom") => Some(Tag::MoveFrom),
+        (Vocabulary::Word, "vanish") => Some(Tag::Vanish),
         _ => None,
     }
 }
@@ -329,6 +335,8 @@ struct BodyReader<'a> {
     /// Image references still kept.
     image_slots: usize,
     run_depth: usize,
+    /// The open run is hidden text (`w:vanish`), which no reader of the document sees.
+    run_hidden: bool,
     in_text: bool,
     /// Depth inside an element whose content is skipped.
     skip_depth: usize,
@@ -355,6 +363,7 @@ impl Body {
             table_depth: 0,
             image_slots,
             run_depth: 0,
+            run_hidden: false,
             in_text: false,
             skip_depth: 0,
             caption: None,
@@ -393,7 +402,7 @@ impl BodyReader<'_> {
     }
 
     fn start(&mut self, tag: Option<Tag>, element: &BytesStart) {
-        if self.skip_depth > 0 || tag == Some(Tag::Fallback) {
+        if self.skip_depth > 0 || matches!(tag, Some(Tag::Fallback | Tag::MoveFrom)) {
             self.skip_depth += 1;
             return;
         }
@@ -413,7 +422,14 @@ impl BodyReader<'_> {
                     paragraph.heading_level = Some(level);
                 }
             }
-            Some(Tag::Run) => self.run_depth += 1,
+            Some(Tag::Run) => {
+                self.run_depth += 1;
+                self.run_hidden = false;
+            }
+            // Outside a run it hides a paragraph's mark only.
+            Some(Tag::Vanish) if in_run => {
+                self.run_hidden = !matches!(attribute(element, "val").as_deref(), Some("false" | "0" | "off"));
+            }
             Some(Tag::Text) => self.in_text = true,
             // Outside a run these elements define tab stops and layout, not content.
             Some(Tag::Tab) if in_run => self.push_text("\t"),
@@ -504,7 +520,7 @@ impl BodyReader<'_> {
     }
 
     fn text(&mut self, text: &str) {
-        if self.in_text && self.skip_depth == 0 {
+        if self.in_text && self.skip_depth == 0 && !self.run_hidden {
             self.push_text(text);
         }
     }
@@ -692,6 +708,16 @@ mod tests {
             assert!(text.contains(&format!("L{level}")), "L{level} in {text}");
         }
         assert_eq!(text.matches(" | x").count(), MAX_TABLE_DEPTH, "{text}");
+    }
+
+    /// Text moved with changes tracked is read once, where it now stands; deleted and hidden
+    /// text is not read.
+    #[test]
+    fn tracked_moves_deletions_and_hidden_text_are_read_as_a_reader_sees_them() {
+        let body = r#"<w:p><w:moveFrom w:id="1" w:author="A"><w:r><w:t>Moved words.</w:t></w:r></w:moveFrom><w:r><w:t xml:space="preserve">Kept </w:t></w:r><w:del w:id="2" w:author="A"><w:r><w:delText>gone </w:delText></w:r></w:del><w:r><w:rPr><w:vanish/></w:rPr><w:t>secret </w:t></w:r><w:r><w:rPr><w:vanish w:val="false"/></w:rPr><w:t xml:space="preserve">shown </w:t></w:r><w:moveTo w:id="3" w:author="A"><w:r><w:t>Moved words.</w:t></w:r></w:moveTo></w:p><w:p><w:pPr><w:rPr><w:vanish/></w:rPr></w:pPr><w:r><w:t>Next paragraph.</w:t></w:r></w:p>"#;
+        let document = parse(&docx_with_body(body), &ParseOptions::default()).unwrap();
+        let text: Vec<&str> = document.sections.iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(text.join("\n"), "Kept shown Moved words.\nNext paragraph.");
     }
 
     #[test]

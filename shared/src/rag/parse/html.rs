@@ -72,12 +72,12 @@ impl Walker {
             return;
         }
         if depth > MAX_DEPTH {
-            self.push_text(&element.text().collect::<String>());
+            self.push_text(&visible_text(element));
             return;
         }
         if let Some(level) = heading_level(name) {
             self.flush();
-            self.outline.heading(level, &element.text().collect::<String>());
+            self.outline.heading(level, &visible_text(element));
         } else if name == "table" {
             self.flush();
             let mut rows = Vec::new();
@@ -85,8 +85,7 @@ impl Walker {
             self.outline.push(SectionKind::Table, &rows.join("\n"));
         } else if name == "pre" {
             self.flush();
-            self.outline
-                .push(SectionKind::Code, &element.text().collect::<String>());
+            self.outline.push(SectionKind::Code, &visible_text(element));
         } else if name == "br" {
             self.inline.push('\n');
         } else if name == "img" {
@@ -152,6 +151,28 @@ fn heading_level(name: &str) -> Option<u8> {
     }
 }
 
+/// The text of `element` a reader sees: its descendants' but for what `SKIPPED` names (a
+/// style sheet or a script inside a cell or a heading). Walked without recursion, as it is
+/// used past `MAX_DEPTH`.
+fn visible_text(element: ElementRef) -> String {
+    use ego_tree::iter::Edge;
+    let mut text = String::new();
+    // Elements open inside a skipped one, itself included.
+    let mut skipping = 0usize;
+    for edge in element.traverse() {
+        match edge {
+            Edge::Open(node) => match node.value() {
+                scraper::Node::Element(e) if skipping > 0 || SKIPPED.contains(&e.name()) => skipping += 1,
+                scraper::Node::Text(t) if skipping == 0 => text.push_str(t),
+                _ => {}
+            },
+            Edge::Close(node) if node.value().is_element() && skipping > 0 => skipping -= 1,
+            Edge::Close(_) => {}
+        }
+    }
+    text
+}
+
 /// The rows of `table` (not of tables nested in its cells), cells joined by " | ".
 fn collect_rows(element: ElementRef, rows: &mut Vec<String>) {
     for child in element.children().filter_map(ElementRef::wrap) {
@@ -161,7 +182,7 @@ fn collect_rows(element: ElementRef, rows: &mut Vec<String>) {
                     .children()
                     .filter_map(ElementRef::wrap)
                     .filter(|cell| matches!(cell.value().name(), "td" | "th"))
-                    .map(|cell| collapse_whitespace(&cell.text().collect::<String>()))
+                    .map(|cell| collapse_whitespace(&visible_text(cell)))
                     .collect();
                 if cells.iter().any(|cell| !cell.is_empty()) {
                     rows.push(cells.join(" | "));
@@ -233,6 +254,22 @@ mod tests {
         let got = sections(&source);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].1, "deep text");
+    }
+
+    /// Styles and scripts inside a cell, a heading or past the depth limit are not text.
+    #[test]
+    fn scripts_and_styles_inside_cells_headings_and_deep_nesting_are_skipped() {
+        let source = r#"<h2><style>.h { color: red }</style>Pricing</h2>
+            <table><tr><td><style>.x{}</style>Plan</td><td><script>track()</script>10</td></tr></table>"#;
+        let got = sections(source);
+        assert_eq!(got[0].1, "Pricing");
+        assert_eq!(got[1].1, "Plan | 10");
+        let deep = format!(
+            "{}deep <script>hidden()</script>text{}",
+            "<div>".repeat(300),
+            "</div>".repeat(300)
+        );
+        assert_eq!(sections(&deep)[0].1, "deep text");
     }
 
     #[test]

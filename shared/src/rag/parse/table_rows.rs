@@ -16,11 +16,6 @@ const ROWS_PER_SECTION: usize = 50;
 /// cell in its last column: spelling out the empty ones would cost 16384 strings per row.
 pub(super) type Row = Vec<(usize, String)>;
 
-/// A dense row (every column, in order) as a [`Row`].
-pub(super) fn dense(cells: impl IntoIterator<Item = String>) -> Row {
-    cells.into_iter().enumerate().collect()
-}
-
 /// Turns a table whose first row is the header into sections titled `title`. Empty cells are left
 /// out; a column without a header is called "column N". The header is repeated in every row, so
 /// a long header over many rows multiplies: the rendered text is charged to `text`.
@@ -86,8 +81,9 @@ mod tests {
     use super::*;
     use crate::rag::parse::limits::Limits;
 
+    /// A dense row: every column, in order.
     fn row(cells: &[&str]) -> Row {
-        dense(cells.iter().map(|c| c.to_string()))
+        cells.iter().map(|c| c.to_string()).enumerate().collect()
     }
 
     fn render(title: &str, rows: impl Iterator<Item = Row>) -> Vec<Section> {

@@ -219,14 +219,17 @@ mod tests {
     /// id is no longer fresh, not used for good.
     #[test]
     fn a_stale_user_is_not_accepted() {
+        // Long enough that a busy machine does not let the entry age between the put and the
+        // read (50 ms did, under load).
+        let fresh_for = Duration::from_secs(1);
         let cache = VerifiedApps {
-            fresh_for: Duration::from_millis(50),
+            fresh_for,
             ..Default::default()
         };
         cache.put(&app(1), "one");
         cache.put_user(key(&app(1)), "ann", 7);
         assert_eq!(cache.user(key(&app(1)), "ann"), Some(7));
-        std::thread::sleep(Duration::from_millis(60));
+        std::thread::sleep(fresh_for + Duration::from_millis(50));
         cache.put(&app(1), "one");
         assert_eq!(
             cache.user(key(&app(1)), "ann"),

@@ -157,7 +157,7 @@ async fn another_postgres_down_fails_clearly_and_writes_nothing() {
 
     // Both instances now point at a closed port.
     let mut closed = config.clone();
-    closed["port"] = json!(api_tests::free_port());
+    closed["port"] = json!(api_tests::refused_port());
     for id in [instances.0, instances.1] {
         s.app
             .put(&format!("/store-instance/{id}"), t, &json!({ "config": closed }))

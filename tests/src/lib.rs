@@ -450,6 +450,12 @@ pub async fn wait_for(limit: std::time::Duration, mut check: impl AsyncFnMut() -
 /// behind a transaction the test holds open); fails the test when none does within a minute.
 /// A fixed sleep instead let a slow machine commit before the request had read anything.
 pub async fn until_a_statement_waits_for_a_lock(db: &sqlx::PgPool) {
+    until_statements_wait_for_locks(db, 1).await;
+}
+
+/// `until_a_statement_waits_for_a_lock`, for `count` statements (two requests racing each
+/// other behind the test's lock).
+pub async fn until_statements_wait_for_locks(db: &sqlx::PgPool, count: i64) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while std::time::Instant::now() < deadline {
         let waiting: i64 = sqlx::query_scalar(
@@ -458,12 +464,12 @@ pub async fn until_a_statement_waits_for_a_lock(db: &sqlx::PgPool) {
         .fetch_one(db)
         .await
         .expect("pg_stat_activity");
-        if waiting > 0 {
+        if waiting >= count {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    panic!("no statement waited for a lock within a minute");
+    panic!("fewer than {count} statement(s) waited for a lock within a minute");
 }
 
 /// Runs `request` while the row `id` of `table` is being deleted: the delete is held open until

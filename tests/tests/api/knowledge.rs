@@ -1544,7 +1544,7 @@ async fn chunks_by_hand_are_embedded() {
             _ => (s.app.post("/chunk", t, &added).boxed(), "document not found"),
         };
         let deleted = async {
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
             deleting.commit().await.unwrap();
         };
         let (edited, ()) = tokio::join!(edit, deleted);
@@ -2043,7 +2043,7 @@ async fn a_delete_during_a_runs_commit_removes_the_images_it_committed() {
     let path = format!("/document/{doc}");
     let delete = s.app.delete(&path, t);
     let commit = async {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
         run.commit().await.unwrap();
     };
     let (deleted, ()) = tokio::join!(delete, commit);
@@ -2911,7 +2911,8 @@ async fn two_dimension_changes_in_a_row_leave_the_index_of_the_last() {
     let release = async {
         dimension_is(384).await;
         dimension_is(8).await;
-        // Both edits are committed and their builds wait.
+        // Both edits are committed and their builds wait (trying the build lock in turns,
+        // which no lock wait shows).
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         sqlx::query("SELECT pg_advisory_unlock(x'6b625f696478'::bigint)")
             .execute(&mut *other)

@@ -586,7 +586,7 @@ async fn a_server_deleted_while_an_agent_is_bound_to_it_leaves_no_reference() {
     let path = format!("/mcp-server/{gone}");
     let delete = app.delete(&path, Some(&admin));
     let bind = async {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        api_tests::until_a_statement_waits_for_a_lock(&app.db).await;
         binding.commit().await.unwrap();
     };
     let (deleted, ()) = tokio::join!(delete, bind);

@@ -2301,7 +2301,7 @@ async fn a_config_edit_sees_an_agent_bound_while_it_checks() {
     let body = json!({ "embeddingModelId": personal });
     let edit = s.app.put(&path, Some(&alice), &body);
     let bind = async {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
         binding.commit().await.unwrap();
     };
     let (edited, ()) = tokio::join!(edit, bind);

@@ -1038,7 +1038,7 @@ async fn a_binding_waits_for_a_retype_in_flight_and_sees_it() {
             .await
             .unwrap();
         let retyped = async {
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
             sqlx::query("UPDATE model_configs SET model_type = 'RERANKER' WHERE id = $1")
                 .bind(chat)
                 .execute(&mut *retype)
@@ -1163,7 +1163,7 @@ async fn a_default_switch_waits_for_a_binding_instead_of_deadlocking() {
         hold(old).execute(&mut *binder).await.unwrap();
         let switch = app.put(&path, t, &body);
         let bind = async {
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            api_tests::until_a_statement_waits_for_a_lock(&app.db).await;
             hold(new).execute(&mut *binder).await.unwrap();
             binder.commit().await.unwrap();
         };

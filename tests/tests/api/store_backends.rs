@@ -714,7 +714,7 @@ async fn a_base_is_not_given_a_store_changing_kind_meanwhile() {
                        "vectorStoreInstanceId": instance, "searchEngineEnable": false });
     let create = s.app.post("/rag", t, &body);
     let edit = async {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        api_tests::until_a_statement_waits_for_a_lock(&s.app.db).await;
         editing.commit().await.unwrap();
     };
     let (created, ()) = tokio::join!(create, edit);

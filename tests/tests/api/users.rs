@@ -623,7 +623,7 @@ async fn authorize_code_grants_quota() {
         .unwrap();
     let twice = json!({ "email": "twice@example.com", "days": 7, "totals": 50 });
     let release = async {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        api_tests::until_statements_wait_for_locks(&app.db, 2).await;
         writes.commit().await.unwrap();
     };
     let (first, second, ()) = tokio::join!(

@@ -24,7 +24,7 @@ const RANDOM_PAGE_COST: &str = "1.1";
 /// checked first; one that died within the window fails its statement once (503) and is dropped.
 const TRUSTED_IF_USED_WITHIN: Duration = Duration::from_secs(1);
 
-/// Connects and applies pending migrations. Migrations take an advisory lock, so several
+/// Connects and applies pending migrations. Applying takes an advisory lock, so several
 /// functions starting together apply them once.
 pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
     let options = PgConnectOptions::from_str(&config.database_url)
@@ -45,15 +45,45 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
         .connect_with(options)
         .await
         .map_err(|e| anyhow::anyhow!("cannot connect to the database: {e}"))?;
+    migrate(&pool).await?;
+    Ok(pool)
+}
+
+/// Applies the migrations this build has and the database lacks. A schema already up to date
+/// (every start but the first of a release) is only read: sqlx's `run` first takes a blocking
+/// advisory lock, so every cold start of every function waited behind the one applying a
+/// release's migrations, up to the end of its init time.
+async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     let mut migrator = sqlx::migrate!("../migrations");
     // A rolled-back deployment runs older code on a schema with migrations it does not know;
     // they only ever add, so that is safe and must not stop the service from starting.
     migrator.set_ignore_missing(true);
+    if applied_already(pool, &migrator).await {
+        return Ok(());
+    }
     migrator
-        .run(&pool)
+        .run(pool)
         .await
-        .map_err(|e| anyhow::anyhow!("applying migrations failed: {e}"))?;
-    Ok(pool)
+        .map_err(|e| anyhow::anyhow!("applying migrations failed: {e}"))
+}
+
+/// Whether every migration of this build is applied as it is now written. A changed one is
+/// not: `run` then refuses it, naming it.
+async fn applied_already(pool: &PgPool, migrator: &sqlx::migrate::Migrator) -> bool {
+    // No table yet (a new database) reads as nothing applied.
+    let applied: HashMap<i64, Vec<u8>> =
+        match sqlx::query_as::<_, (i64, Vec<u8>)>("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await
+        {
+            Ok(rows) => rows.into_iter().collect(),
+            Err(_) => return false,
+        };
+    migrator.iter().filter(|m| m.migration_type.is_up_migration()).all(|m| {
+        applied
+            .get(&m.version)
+            .is_some_and(|sum| sum.as_slice() == m.checksum.as_ref())
+    })
 }
 
 /// How long a pooled connection to another PostgreSQL may sit unused before it is closed.

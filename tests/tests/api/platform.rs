@@ -269,6 +269,25 @@ async fn the_service_starts_on_a_schema_with_migrations_it_does_not_know() {
     assert_eq!(users, 1);
 }
 
+/// A start on an up-to-date schema only reads it; a migration changed since it was applied is
+/// still refused by name, not taken as applied.
+#[tokio::test]
+async fn a_migration_changed_since_it_was_applied_stops_the_start() {
+    let app = spawn(Store::Filesystem).await;
+    shared::db::connect(app.state.config())
+        .await
+        .expect("an up-to-date schema starts");
+    sqlx::query(
+        "UPDATE _sqlx_migrations SET checksum = '\\x00' WHERE version = (SELECT min(version) FROM _sqlx_migrations)",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let refused = shared::db::connect(app.state.config()).await.unwrap_err().to_string();
+    assert!(refused.contains("applying migrations failed"), "{refused}");
+    assert!(refused.contains("modified"), "{refused}");
+}
+
 /// `make run` and the benchmarks connect the service to the stack's Postgres on its Unix socket
 /// (a percent-encoded directory as the URL's host): that form must reach the database.
 #[tokio::test]

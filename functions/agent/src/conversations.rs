@@ -1,7 +1,7 @@
 //! Conversations of an agent and their messages.
 
 use axum::extract::State;
-use shared::agents::conversations::{self, MessageView, MessageWindow, OwnedConversation, Whose};
+use shared::agents::conversations::{self, MessageView, MessageWindow, OwnedConversation, Stopped, Whose};
 use shared::agents::period::PeriodQuery;
 use shared::http::envelope::Empty;
 use shared::http::{Api, ApiResult, CurrentUser, Envelope, Page, PageQuery, Path, Query};
@@ -14,6 +14,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(page))
         .routes(routes!(messages))
         .routes(routes!(delete))
+        .routes(routes!(stop))
 }
 
 /// Conversations, most recently active first (the agent's managers see everyone's).
@@ -62,4 +63,22 @@ async fn delete(
 ) -> ApiResult<Empty> {
     conversations::delete(&state, &user, agent_id, &key, &whose).await?;
     Api::empty()
+}
+
+/// Stop the answer the conversation is generating (the owner named as for its messages): the
+/// turn ends it within about a second, keeping what was generated, and its stream ends with a
+/// `stopped` line. `stopped` is false when no answer was under way.
+#[utoipa::path(post, path = "/agent/{agentId}/conversation/{conversationId}/stop", tag = "agents",
+    security(("svc_auth" = [])), params(("agentId" = i64, Path), ("conversationId" = String, Path), Whose),
+    responses((status = 200, body = Envelope<Stopped>), (status = 400), (status = 401), (status = 404),
+        (status = 409)))]
+async fn stop(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((agent_id, key)): Path<(i64, String)>,
+    Query(whose): Query<Whose>,
+) -> ApiResult<Stopped> {
+    conversations::stop(&state, &user, agent_id, &key, &whose)
+        .await
+        .map(Api)
 }

@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::http::Uri;
-use shared::agents::conversations::{ConversationSummary, MessageView, MessageWindow};
+use shared::agents::conversations::{ConversationSummary, MessageView, MessageWindow, Stopped};
 use shared::domain::AppCaller;
 use shared::external::{conversations, ConversationCreated, ConversationQuery, Deleted, NewConversation};
 use shared::http::{refuse_blank, refuse_unknown, Api, ApiResult, Envelope, Json, NoBody, Page, PageQuery, Query};
@@ -14,6 +14,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(page, create, delete))
         .routes(routes!(messages))
+        .routes(routes!(stop))
 }
 
 /// The user's conversations with the agent, most recently active first.
@@ -72,4 +73,21 @@ async fn messages(
     Query(window): Query<MessageWindow>,
 ) -> ApiResult<Vec<MessageView>> {
     conversations::messages(&state, &app, q, &window).await.map(Api)
+}
+
+/// Stop the answer one of the user's conversations is generating: the turn ends it within
+/// about a second, keeping what was generated, and its stream ends with a `stopped` line.
+/// `stopped` is false when no answer was under way.
+#[utoipa::path(post, path = "/openapi/v1/agent/conversations/stop", tag = "external",
+    security(("svc_app_id" = [], "svc_token" = [])), params(ConversationQuery),
+    responses((status = 200, body = Envelope<Stopped>), (status = 400), (status = 401), (status = 404)))]
+async fn stop(
+    State(state): State<AppState>,
+    app: AppCaller,
+    uri: Uri,
+    Query(q): Query<ConversationQuery>,
+    _: NoBody,
+) -> ApiResult<Stopped> {
+    refuse_unknown(&uri, &["agentId", "openId", "conversationId"])?;
+    conversations::stop(&state, &app, q).await.map(Api)
 }

@@ -197,6 +197,26 @@ pub async fn delete(db: impl PgExecutor<'_>, conversation_id: i64) -> sqlx::Resu
     Ok(())
 }
 
+/// Asks the answers the conversation is still generating to stop; whether there was one.
+pub async fn ask_stop(db: &PgPool, conversation_id: i64) -> sqlx::Result<bool> {
+    let asked = sqlx::query(
+        "UPDATE messages SET stop_asked = TRUE WHERE conversation_id = $1 AND role = 'assistant' AND status = 0",
+    )
+    .bind(conversation_id)
+    .execute(db)
+    .await?;
+    Ok(asked.rows_affected() > 0)
+}
+
+/// Whether a stop was asked for the answer `message_id` (false once it is gone).
+pub async fn stop_asked(db: &PgPool, message_id: i64) -> sqlx::Result<bool> {
+    let asked = sqlx::query_scalar("SELECT stop_asked FROM messages WHERE id = $1")
+        .bind(message_id)
+        .fetch_optional(db)
+        .await?;
+    Ok(asked.unwrap_or(false))
+}
+
 /// Replaces the title only while it is still `placeholder`, so a title someone chose stays.
 pub async fn replace_title(db: &PgPool, conversation_id: i64, placeholder: &str, title: &str) -> sqlx::Result<()> {
     sqlx::query("UPDATE conversations SET title = $3 WHERE id = $1 AND title = $2")

@@ -77,7 +77,7 @@ pub struct MessageView {
     /// Tool calls made while answering.
     #[schema(value_type = Vec<StoredToolCall>)]
     pub tool_calls: Value,
-    /// 0 generating, 1 complete, 2 failed, 3 stopped (the client went away).
+    /// 0 generating, 1 complete, 2 failed, 3 stopped (the client went away, or a stop was asked for).
     pub status: i16,
     pub create_dt: String,
 }
@@ -258,6 +258,29 @@ pub async fn messages(
 ) -> AppResult<Vec<MessageView>> {
     let c = resolve(state, user, agent_id, key, whose).await?;
     messages_of(state, c.id, window).await
+}
+
+/// Whether a stop found an answer being generated.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Stopped {
+    /// False when the conversation had no answer under way (it had ended, or none began).
+    pub stopped: bool,
+}
+
+/// Stops the answer the conversation is generating, wherever its turn runs: the turn ends it
+/// within about a second, keeping what was generated (status 3), and its stream ends with a
+/// `stopped` line. Closing the connection stops a turn only where the closing reaches the
+/// service, which API Gateway's streamed responses do not promise.
+pub async fn stop(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str, whose: &Whose) -> AppResult<Stopped> {
+    let c = resolve(state, user, agent_id, key, whose).await?;
+    stop_in(state, c.id).await
+}
+
+pub async fn stop_in(state: &AppState, conversation_id: i64) -> AppResult<Stopped> {
+    Ok(Stopped {
+        stopped: repo::ask_stop(state.db(), conversation_id).await?,
+    })
 }
 
 pub async fn delete(state: &AppState, user: &CurrentUser, agent_id: i64, key: &str, whose: &Whose) -> AppResult<()> {

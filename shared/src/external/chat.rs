@@ -138,6 +138,11 @@ pub async fn sync(
                 StreamEvent::Error { message, .. } if !done => {
                     return Err(AppError::business(format!("the answer failed: {message}")))
                 }
+                StreamEvent::Stopped { .. } if !done => {
+                    return Err(AppError::business(
+                        "the answer was stopped on request (POST /openapi/v1/agent/conversations/stop)",
+                    ))
+                }
                 StreamEvent::Warning { message, .. } if !done => answer.warnings.push(message),
                 _ => {}
             }

@@ -2,8 +2,8 @@
 
 use super::model::{ConversationCreated, ConversationQuery, Deleted, NewConversation};
 use super::{agents, users};
-use crate::agents::conversation_repo::{self as conv_repo, SummaryFilter};
-use crate::agents::conversations::{ConversationSummary, MessageView, MessageWindow};
+use crate::agents::conversation_repo::{self as conv_repo, ConversationRow, SummaryFilter};
+use crate::agents::conversations::{ConversationSummary, MessageView, MessageWindow, Stopped};
 use crate::domain::AppCaller;
 use crate::domain::Owner;
 use crate::domain::{Page, PageQuery};
@@ -118,17 +118,28 @@ pub async fn delete(state: &AppState, app: &AppCaller, q: ConversationQuery) -> 
     }
 }
 
+/// Stops the answer one of the user's conversations is generating (see the admin API's stop).
+pub async fn stop(state: &AppState, app: &AppCaller, q: ConversationQuery) -> AppResult<Stopped> {
+    let c = one_of_theirs(state, app, q).await?;
+    crate::agents::conversations::stop_in(state, c.id).await
+}
+
 pub async fn messages(
     state: &AppState,
     app: &AppCaller,
     q: ConversationQuery,
     window: &MessageWindow,
 ) -> AppResult<Vec<MessageView>> {
+    let c = one_of_theirs(state, app, q).await?;
+    crate::agents::conversations::messages_of(state, c.id, window).await
+}
+
+/// The user's conversation `conversationId` names (404 for anyone else's).
+async fn one_of_theirs(state: &AppState, app: &AppCaller, q: ConversationQuery) -> AppResult<ConversationRow> {
     let k = key(q.conversation_id)?;
     let (agent_id, user) = scope_of_theirs(state, app, q.agent_id, q.open_id).await?;
     let user = user.ok_or_else(|| AppError::not_found("conversation"))?;
-    let c = conv_repo::find(state.db(), agent_id, Owner::External(user), &k)
+    conv_repo::find(state.db(), agent_id, Owner::External(user), &k)
         .await?
-        .ok_or_else(|| AppError::not_found("conversation"))?;
-    crate::agents::conversations::messages_of(state, c.id, window).await
+        .ok_or_else(|| AppError::not_found("conversation"))
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::Timelike;
 
-use api_tests::chat::{joined, kinds, say, ChatReply, ChatSetup};
+use api_tests::chat::{joined, kinds, ndjson, say, ChatReply, ChatSetup};
 use api_tests::PNG;
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -899,6 +899,52 @@ async fn a_client_disconnect_stops_the_upstream_and_keeps_the_partial_answer() {
         partial.starts_with("You") && partial.len() < "You said: a b c d e f g h i j".len(),
         "{partial}"
     );
+}
+
+/// A stop asked for through the API ends the answer wherever its turn runs (the closed
+/// connection does not reach a function behind API Gateway): the client still reading gets a
+/// `stopped` line, the upstream call is closed, and what was generated is kept.
+#[tokio::test]
+async fn a_stop_asked_for_ends_the_answer_and_keeps_what_was_generated() {
+    let s = ChatSetup::new().await;
+    let slow = s.chat_model("chat-slow", json!({})).await;
+    let agent = s.agent(&s.admin, json!({ "name": "Slow", "chatModelId": slow })).await;
+    let stop = format!("/agent/{agent}/conversation/s-1/stop");
+    let resp = open_chat(&s, agent, say("s-1", "a b c d e f g h i j")).await;
+    let mut body = resp.bytes_stream();
+    let mut read = String::from_utf8_lossy(&body.next().await.unwrap().unwrap()).into_owned();
+    assert!(read.contains("\"text\""), "{read}");
+    let asked = s.app.post(&stop, Some(&s.admin), &json!({})).await;
+    assert_eq!(asked.assert_ok()["stopped"], true);
+    while let Some(piece) = body.next().await {
+        read.push_str(&String::from_utf8_lossy(&piece.unwrap()));
+    }
+    let events = ndjson(&read);
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "stopped", "{read}");
+    assert_eq!(last["conversationId"], "s-1");
+    let texts = events.iter().filter(|e| e["type"] == "text").count();
+    assert!(texts < 16, "ended before the whole answer's 16 chunks: {texts}");
+    let stored = messages(&s, &s.admin, agent, "s-1").await;
+    assert_eq!(stored[1]["id"], last["messageId"]);
+    assert_eq!(stored[1]["status"], 3, "{:?}", stored[1]);
+    assert_eq!(stored[1]["content"], joined(&events, "text"));
+    // The model server stops sending once the connection is closed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sent_then = s.models.chunks_sent();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(s.models.chunks_sent(), sent_then, "the upstream stream was closed");
+    // Nothing under way any more.
+    let again = s.app.post(&stop, Some(&s.admin), &json!({})).await;
+    assert_eq!(again.assert_ok()["stopped"], false);
+    s.app
+        .post(
+            &format!("/agent/{agent}/conversation/never/stop"),
+            Some(&s.admin),
+            &json!({}),
+        )
+        .await
+        .assert_error(404, 404, "conversation");
 }
 
 /// A client that leaves during a tool call has the call cancelled at the MCP server

@@ -456,6 +456,18 @@ async fn conversations_belong_to_one_open_id() {
     let bob = msgs("bob").await;
     assert!(bob.assert_ok().to_string().contains("bob's secret") && !bob.assert_ok().to_string().contains("ann"));
     msgs("carol").await.assert_error(404, 404, "conversation");
+    // A stop: nothing under way in ann's conversation, and bob's "topic" is not carol's.
+    let stop = |who: &str| format!("/agent/conversations/stop?agentId={agent}&openId={who}&conversationId=topic");
+    let idle = e.app().ext_post(&e.crm, &stop("ann"), &json!({})).await;
+    assert_eq!(idle.assert_ok()["stopped"], false);
+    e.app()
+        .ext_post(&e.crm, &stop("carol"), &json!({}))
+        .await
+        .assert_error(404, 404, "conversation");
+    e.app()
+        .ext_post(&e.erp, &stop("ann"), &json!({}))
+        .await
+        .assert_error(404, 404, "conversation");
     // The same openId in another app is another person.
     e.app()
         .ext_get(

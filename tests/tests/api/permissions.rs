@@ -190,6 +190,7 @@ const ROUTES: &[(&str, &str, Class)] = &[
     ("POST", "/agent/{agentId}/chat", User),
     ("GET", "/agent/{agentId}/conversation/{conversationId}/messages", User),
     ("DELETE", "/agent/{agentId}/conversation/{conversationId}", User),
+    ("POST", "/agent/{agentId}/conversation/{conversationId}/stop", User),
     // resources
     ("POST", "/resource/upload", User),
     ("POST", "/resource/upload-url", User),
@@ -213,6 +214,7 @@ const ROUTES: &[(&str, &str, Class)] = &[
     ("POST", "/openapi/v1/agent/conversations", App),
     ("DELETE", "/openapi/v1/agent/conversations", App),
     ("GET", "/openapi/v1/agent/conversations/messages", App),
+    ("POST", "/openapi/v1/agent/conversations/stop", App),
     ("POST", "/openapi/v1/resource/upload", App),
     ("POST", "/openapi/v1/resource/upload-url", App),
     ("POST", "/openapi/v1/resource/upload/complete", App),
@@ -625,6 +627,7 @@ fn requests_on(a: &Owned, alice_id: i64) -> Vec<(&'static str, String, Value, u1
             404,
         ),
         ("DELETE", format!("/agent/{ag}/conversation/{c}"), json!(null), 404),
+        ("POST", format!("/agent/{ag}/conversation/{c}/stop"), json!(null), 404),
         ("GET", format!("/memory/conversation/{c}"), json!(null), 200),
         (
             "POST",

@@ -36,6 +36,14 @@ pub enum StreamEvent {
         usage: TokenUsage,
         duration_ms: u64,
     },
+    /// The answer was stopped on request (`POST .../stop`); what was generated is stored.
+    #[serde(rename_all = "camelCase")]
+    Stopped {
+        conversation_id: String,
+        message_id: i64,
+        usage: TokenUsage,
+        duration_ms: u64,
+    },
     /// Context the answer goes on without: `source` is `knowledge` (the agent's knowledge base
     /// could not be searched) or `memory` (long-term memories could not be recalled).
     Warning { source: &'static str, message: String },

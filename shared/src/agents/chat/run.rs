@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use futures::future::Shared;
-use futures::StreamExt;
+use futures::future::{BoxFuture, Shared};
+use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::Sender;
 use tokio::sync::oneshot;
@@ -79,6 +79,8 @@ enum Outcome {
     },
     /// The client went away.
     Stopped,
+    /// A stop was asked for (`POST .../stop`); the client may still be reading.
+    StopAsked,
 }
 
 impl Outcome {
@@ -118,9 +120,19 @@ impl Answer {
 /// The stream's sending side; a failed send means the client is gone.
 struct Out {
     tx: Sender<StreamEvent>,
+    /// Resolves when a stop of the answer is asked for (`stop_asked`).
+    stop: Shared<BoxFuture<'static, ()>>,
 }
 
 impl Out {
+    /// Resolves when the turn must end early: its client went away, or a stop was asked for.
+    async fn interrupted(&self) -> Outcome {
+        tokio::select! {
+            _ = self.tx.closed() => Outcome::Stopped,
+            () = self.stop.clone() => Outcome::StopAsked,
+        }
+    }
+
     /// Gathered context, or nothing with a `warning` line saying why.
     async fn or_warn(
         &self,
@@ -149,10 +161,36 @@ struct Step {
     cut_off: bool,
 }
 
+/// How often a running turn reads whether a stop was asked for. The first read comes after
+/// this long too, so an answer that ends sooner never reads.
+const STOP_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Resolves once a stop of the turn's answer is asked for: the turn may run on another
+/// instance than the request that asks, so the ask is a flag on the answer's row. Never
+/// resolves for a turn that was not stored.
+async fn stop_asked(state: AppState, rows: Shared<oneshot::Receiver<StartedTurn>>) {
+    let Ok(rows) = rows.await else {
+        return std::future::pending().await;
+    };
+    let mut every = tokio::time::interval_at(tokio::time::Instant::now() + STOP_POLL, STOP_POLL);
+    loop {
+        every.tick().await;
+        match repo::stop_asked(state.db(), rows.assistant_message_id).await {
+            Ok(true) => return,
+            Ok(false) => {}
+            // The next read may pass; the turn goes on meanwhile.
+            Err(e) => tracing::warn!(error = %e, "could not read whether a stop was asked for"),
+        }
+    }
+}
+
 impl Turn {
     pub async fn run(mut self, tx: Sender<StreamEvent>) {
         let started = Instant::now();
-        let out = Out { tx };
+        let out = Out {
+            tx,
+            stop: stop_asked(self.state.clone(), self.rows.clone()).boxed().shared(),
+        };
         let mut answer = Answer::default();
         let mut hold = self.hold.take();
         let history = std::mem::take(&mut self.history);
@@ -240,6 +278,16 @@ impl Turn {
                     })
                     .await;
             }
+            Outcome::StopAsked => {
+                let _ = out
+                    .send(StreamEvent::Stopped {
+                        conversation_id: self.conversation_key.clone(),
+                        message_id: rows.assistant_message_id,
+                        usage: answer.usage,
+                        duration_ms,
+                    })
+                    .await;
+            }
             Outcome::Stopped => {}
         }
     }
@@ -282,7 +330,7 @@ impl Turn {
         // A client that leaves while the context is gathered (recall and retrieval embed the
         // question, MCP servers list their tools) is noticed at once: no model call follows.
         let (images, toolbox, (memories, knowledge)) = tokio::select! {
-            _ = out.tx.closed() => return Err(Outcome::Stopped),
+            why = out.interrupted() => return Err(why),
             gathered = Box::pin(gathered).instrument(self.span.clone()) => gathered,
         };
         let images = images.map_err(Outcome::failed)?;
@@ -347,7 +395,7 @@ impl Turn {
     /// Waits until the turn's rows are stored; a turn that was not stops.
     async fn stored(&self, out: &Out) -> Result<StartedTurn, Outcome> {
         tokio::select! {
-            _ = out.tx.closed() => Err(Outcome::Stopped),
+            why = out.interrupted() => Err(why),
             rows = self.rows.clone() => rows.map_err(|_| Outcome::Stopped),
         }
     }
@@ -371,7 +419,7 @@ impl Turn {
             }
         };
         let stream = tokio::select! {
-            _ = out.tx.closed() => return Err(Outcome::Stopped),
+            why = out.interrupted() => return Err(why),
             stream = opened.instrument(self.span.clone()) => stream,
         };
         let mut stream = stream.map_err(|e| match e {
@@ -385,7 +433,7 @@ impl Turn {
         loop {
             let event = tokio::select! {
                 // Dropping the model stream closes the upstream connection.
-                _ = out.tx.closed() => return Err(Outcome::Stopped),
+                why = out.interrupted() => return Err(why),
                 event = stream.next() => event,
             };
             match event {
@@ -441,7 +489,7 @@ impl Turn {
         .await?;
         let result = match parsed {
             Ok(arguments) => tokio::select! {
-                _ = out.tx.closed() => return Err(Outcome::Stopped),
+                why = out.interrupted() => return Err(why),
                 result = toolbox.call(&self.state, &call.name, &arguments).instrument(self.span.clone()) => result,
             },
             Err(e) => ToolOutput::failed(format!(
@@ -499,6 +547,7 @@ impl Turn {
             Outcome::Complete => (1, None),
             Outcome::Failed { kept, .. } => (2, Some(kept.as_str())),
             Outcome::Stopped => (3, Some("the client went away before the answer finished")),
+            Outcome::StopAsked => (3, Some("stopped on request")),
         };
         // An endpoint's error body may hold a NUL too.
         let error = error.map(crate::text::model_text);

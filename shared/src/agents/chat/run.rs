@@ -173,6 +173,8 @@ async fn stop_asked(state: AppState, rows: Shared<oneshot::Receiver<StartedTurn>
         return std::future::pending().await;
     };
     let mut every = tokio::time::interval_at(tokio::time::Instant::now() + STOP_POLL, STOP_POLL);
+    // Polled only while the turn waits on something: no burst of reads to catch up after.
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
         match repo::stop_asked(state.db(), rows.assistant_message_id).await {

@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use futures::future::{BoxFuture, Shared};
-use futures::{FutureExt, StreamExt};
+use futures::future::Shared;
+use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::Sender;
 use tokio::sync::oneshot;
@@ -120,19 +120,9 @@ impl Answer {
 /// The stream's sending side; a failed send means the client is gone.
 struct Out {
     tx: Sender<StreamEvent>,
-    /// Resolves when a stop of the answer is asked for (`stop_asked`).
-    stop: Shared<BoxFuture<'static, ()>>,
 }
 
 impl Out {
-    /// Resolves when the turn must end early: its client went away, or a stop was asked for.
-    async fn interrupted(&self) -> Outcome {
-        tokio::select! {
-            _ = self.tx.closed() => Outcome::Stopped,
-            () = self.stop.clone() => Outcome::StopAsked,
-        }
-    }
-
     /// Gathered context, or nothing with a `warning` line saying why.
     async fn or_warn(
         &self,
@@ -173,7 +163,7 @@ async fn stop_asked(state: AppState, rows: Shared<oneshot::Receiver<StartedTurn>
         return std::future::pending().await;
     };
     let mut every = tokio::time::interval_at(tokio::time::Instant::now() + STOP_POLL, STOP_POLL);
-    // Polled only while the turn waits on something: no burst of reads to catch up after.
+    // No burst of reads to catch up after a busy spell.
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
@@ -189,10 +179,7 @@ async fn stop_asked(state: AppState, rows: Shared<oneshot::Receiver<StartedTurn>
 impl Turn {
     pub async fn run(mut self, tx: Sender<StreamEvent>) {
         let started = Instant::now();
-        let out = Out {
-            tx,
-            stop: stop_asked(self.state.clone(), self.rows.clone()).boxed().shared(),
-        };
+        let out = Out { tx };
         let mut answer = Answer::default();
         let mut hold = self.hold.take();
         let history = std::mem::take(&mut self.history);
@@ -200,8 +187,14 @@ impl Turn {
         // was 57 KB (the model call, every tool, memory and knowledge, the title's own model
         // call), copied whole whenever it moved, and every turn paid for the largest path.
         let limit = self.state.config().chat_turn_timeout;
-        let conversed =
-            tokio::time::timeout(limit, Box::pin(self.converse(&out, &mut answer, &mut hold, history))).await;
+        // A stop asked for drops the conversation where it is, as a client leaving does: the
+        // model stream closes its call and records it, a tool call is cancelled, and what was
+        // generated is in `answer`.
+        let conversed = tokio::select! {
+            biased;
+            conversed = tokio::time::timeout(limit, Box::pin(self.converse(&out, &mut answer, &mut hold, history))) => conversed,
+            () = stop_asked(self.state.clone(), self.rows.clone()) => Ok(Err(Outcome::StopAsked)),
+        };
         // Tokens held for a model call the turn never made (it failed or stopped before one)
         // go back before the stream ends: under Lambda, a task left to run after the answer
         // may never run.
@@ -332,7 +325,7 @@ impl Turn {
         // A client that leaves while the context is gathered (recall and retrieval embed the
         // question, MCP servers list their tools) is noticed at once: no model call follows.
         let (images, toolbox, (memories, knowledge)) = tokio::select! {
-            why = out.interrupted() => return Err(why),
+            _ = out.tx.closed() => return Err(Outcome::Stopped),
             gathered = Box::pin(gathered).instrument(self.span.clone()) => gathered,
         };
         let images = images.map_err(Outcome::failed)?;
@@ -397,7 +390,7 @@ impl Turn {
     /// Waits until the turn's rows are stored; a turn that was not stops.
     async fn stored(&self, out: &Out) -> Result<StartedTurn, Outcome> {
         tokio::select! {
-            why = out.interrupted() => Err(why),
+            _ = out.tx.closed() => Err(Outcome::Stopped),
             rows = self.rows.clone() => rows.map_err(|_| Outcome::Stopped),
         }
     }
@@ -421,7 +414,7 @@ impl Turn {
             }
         };
         let stream = tokio::select! {
-            why = out.interrupted() => return Err(why),
+            _ = out.tx.closed() => return Err(Outcome::Stopped),
             stream = opened.instrument(self.span.clone()) => stream,
         };
         let mut stream = stream.map_err(|e| match e {
@@ -435,7 +428,7 @@ impl Turn {
         loop {
             let event = tokio::select! {
                 // Dropping the model stream closes the upstream connection.
-                why = out.interrupted() => return Err(why),
+                _ = out.tx.closed() => return Err(Outcome::Stopped),
                 event = stream.next() => event,
             };
             match event {
@@ -491,7 +484,7 @@ impl Turn {
         .await?;
         let result = match parsed {
             Ok(arguments) => tokio::select! {
-                why = out.interrupted() => return Err(why),
+                _ = out.tx.closed() => return Err(Outcome::Stopped),
                 result = toolbox.call(&self.state, &call.name, &arguments).instrument(self.span.clone()) => result,
             },
             Err(e) => ToolOutput::failed(format!(

@@ -293,6 +293,11 @@ pub fn pdf_with_jpeg(pages: &[&str], jpeg: &[u8]) -> Vec<u8> {
     pdf_document(pages, Extra::Jpeg(jpeg))
 }
 
+/// Like [`pdf_with_jpeg`], the same picture drawn on every page (a logo in a header).
+pub fn pdf_with_jpeg_on_every_page(pages: &[&str], jpeg: &[u8]) -> Vec<u8> {
+    pdf_document(pages, Extra::JpegOnEveryPage(jpeg))
+}
+
 /// Like [`pdf`], its font's text read through the ToUnicode map `cmap` (no `/Encoding`).
 pub fn pdf_with_to_unicode(pages: &[&str], cmap: &str) -> Vec<u8> {
     pdf_document(pages, Extra::ToUnicode(cmap))
@@ -302,15 +307,17 @@ pub fn pdf_with_to_unicode(pages: &[&str], cmap: &str) -> Vec<u8> {
 enum Extra<'a> {
     None,
     Jpeg(&'a [u8]),
+    JpegOnEveryPage(&'a [u8]),
     ToUnicode(&'a str),
 }
 
 fn pdf_document(pages: &[&str], extra: Extra<'_>) -> Vec<u8> {
     // Objects 1-3 are the catalog, the page tree and the font, 4 the image or the font's map;
     // each page then takes two: the page and its content stream.
-    let jpeg = match extra {
-        Extra::Jpeg(jpeg) => Some(jpeg),
-        _ => None,
+    let (jpeg, every_page) = match extra {
+        Extra::Jpeg(jpeg) => (Some(jpeg), false),
+        Extra::JpegOnEveryPage(jpeg) => (Some(jpeg), true),
+        _ => (None, false),
     };
     let first_page = 5;
     let mut objects: Vec<Vec<u8>> = Vec::new();
@@ -333,7 +340,7 @@ fn pdf_document(pages: &[&str], extra: Extra<'_>) -> Vec<u8> {
         }
     }
     for (i, text) in pages.iter().enumerate() {
-        let draws_image = i == 0 && jpeg.is_some();
+        let draws_image = (i == 0 || every_page) && jpeg.is_some();
         let xobjects = if draws_image { " /XObject << /Im1 4 0 R >>" } else { "" };
         objects.push(
             format!(

@@ -53,6 +53,9 @@ fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result
     let mut sections = Vec::new();
     let mut images = ImageCollector::new(options);
     let mut fonts = Fonts::default();
+    // Pictures already taken, by object: a logo in every page's header (or pictures listed
+    // in resources every page inherits) is one picture, not one per page, each read (paid).
+    let mut pictures = std::collections::HashSet::new();
     for (&number, &page_id) in &pages {
         // A damaged file can still list its pages; without this check it would pass for a scan.
         if let Some((id, generation)) = std::iter::once(page_id)
@@ -76,7 +79,7 @@ fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result
             });
         }
         if images.wants_more() {
-            collect_jpegs(&document, page_id, number, &mut images);
+            collect_jpegs(&document, page_id, number, &mut images, &mut pictures);
         }
     }
     if sections.is_empty() && !pages.is_empty() {
@@ -246,14 +249,21 @@ fn show(page: &mut PageText, encoding: Option<&Encoding>, operand: Option<&Objec
     }
 }
 
-fn collect_jpegs(document: &Document, page_id: ObjectId, page: u32, images: &mut ImageCollector) {
+fn collect_jpegs(
+    document: &Document,
+    page_id: ObjectId,
+    page: u32,
+    images: &mut ImageCollector,
+    taken: &mut std::collections::HashSet<ObjectId>,
+) {
     // Pictures are extras: a page whose resources cannot be read still gives its text.
     let Ok(page_images) = document.get_page_images(page_id) else {
         return;
     };
     for image in page_images {
         let is_jpeg = image.filters.as_deref().is_some_and(|filters| filters == ["DCTDecode"]);
-        if is_jpeg && images.fits(image.content.len()) {
+        if is_jpeg && !taken.contains(&image.id) && images.fits(image.content.len()) {
+            taken.insert(image.id);
             images.add(
                 image.content.to_vec(),
                 "image/jpeg",
@@ -339,6 +349,20 @@ mod tests {
         assert_eq!(document.images[0].mime, "image/jpeg");
         assert_eq!(document.images[0].page, Some(1));
         assert!(parse(&bytes, &ParseOptions::default()).unwrap().images.is_empty());
+    }
+
+    /// One picture drawn on every page is taken once, with its first page.
+    #[test]
+    fn a_picture_on_every_page_is_taken_once() {
+        let jpeg = b"\xFF\xD8\xFF\xE0 a logo \xFF\xD9";
+        let bytes = fixtures::pdf_with_jpeg_on_every_page(&["One", "Two", "Three"], jpeg);
+        let options = ParseOptions {
+            save_images: true,
+            ..ParseOptions::default()
+        };
+        let document = parse(&bytes, &options).unwrap();
+        assert_eq!(document.images.len(), 1);
+        assert_eq!(document.images[0].page, Some(1));
     }
 
     #[test]

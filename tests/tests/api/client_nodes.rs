@@ -370,7 +370,16 @@ async fn a_call_running_on_a_node_counts_against_its_max_concurrent() {
     let t = Setup::new("HASH", "chat-slow", &[("one-a", 1), ("one-b", 1)]).await;
     let slow = "a b c d e f g h i j";
     let (first, second) = tokio::join!(t.chat("busy-conversation", slow), async {
-        tokio::time::sleep(Duration::from_millis(900)).await;
+        // Once the first question is stored and its node is answering it (slowly).
+        api_tests::wait_for(Duration::from_secs(30), async || {
+            let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM messages WHERE role = 'user' AND content = $1")
+                .bind(slow)
+                .fetch_one(&t.s.app.db)
+                .await
+                .unwrap();
+            stored == 1 && t.nodes.iter().any(|n| n.served().contains(&slow.to_owned()))
+        })
+        .await;
         t.chat("busy-conversation", "quick").await
     });
     assert_eq!(joined(&first, "text"), format!("You said: {slow}"));

@@ -963,26 +963,44 @@ async fn a_timed_out_call_leaves_the_session_to_the_calls_still_on_it() {
         json!({"name": "shared", "transportType": 3, "command": command, "args": args}),
     )
     .await;
-    let long = mcp::call_tool(
-        &app.state,
-        CHATTER,
-        id,
-        "trigger-long-running-operation",
-        json!({"duration": 10, "steps": 2}),
-    );
-    let short = async {
-        // Starts a second before the long call's limit and ends a second after it.
-        tokio::time::sleep(Duration::from_secs(4)).await;
-        mcp::call_tool(
+    // The session is open first, so the long call's limit counts from the call alone.
+    let warm = mcp::call_tool(&app.state, CHATTER, id, "echo", json!({"message": "warm"}))
+        .await
+        .unwrap();
+    assert!(!warm.is_error, "{warm:?}");
+    let started = std::time::Instant::now();
+    let long = async {
+        let answer = mcp::call_tool(
             &app.state,
             CHATTER,
             id,
             "trigger-long-running-operation",
-            json!({"duration": 2, "steps": 1}),
+            json!({"duration": 10, "steps": 2}),
         )
-        .await
+        .await;
+        (answer, started.elapsed())
     };
-    let (long, short) = tokio::join!(long, short);
+    let short = async {
+        // Starts two seconds before the long call's limit and ends two seconds after it.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let from = started.elapsed();
+        let answer = mcp::call_tool(
+            &app.state,
+            CHATTER,
+            id,
+            "trigger-long-running-operation",
+            json!({"duration": 4, "steps": 1}),
+        )
+        .await;
+        (answer, from, started.elapsed())
+    };
+    let ((long, long_ended), (short, short_from, short_ended)) = tokio::join!(long, short);
+    // Otherwise the test says nothing: the short call must have been on the session when
+    // the long one was given up.
+    assert!(
+        short_from < long_ended && long_ended < short_ended,
+        "the short call ran {short_from:?}..{short_ended:?}, the long one ended at {long_ended:?}"
+    );
     let long = long.unwrap();
     assert!(
         long.is_error && long.text.contains("did not answer within 5 s"),

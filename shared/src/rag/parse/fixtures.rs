@@ -298,6 +298,12 @@ pub fn pdf_with_jpeg_on_every_page(pages: &[&str], jpeg: &[u8]) -> Vec<u8> {
     pdf_document(pages, Extra::JpegOnEveryPage(jpeg))
 }
 
+/// Like [`pdf`], every page drawing first a form (object 4) that shows `form_text`: a stamp,
+/// or another PDF's page placed on this one.
+pub fn pdf_with_form(pages: &[&str], form_text: &str) -> Vec<u8> {
+    pdf_document(pages, Extra::Form(form_text))
+}
+
 /// Like [`pdf`], its font's text read through the ToUnicode map `cmap` (no `/Encoding`).
 pub fn pdf_with_to_unicode(pages: &[&str], cmap: &str) -> Vec<u8> {
     pdf_document(pages, Extra::ToUnicode(cmap))
@@ -309,11 +315,13 @@ enum Extra<'a> {
     Jpeg(&'a [u8]),
     JpegOnEveryPage(&'a [u8]),
     ToUnicode(&'a str),
+    Form(&'a str),
 }
 
 fn pdf_document(pages: &[&str], extra: Extra<'_>) -> Vec<u8> {
     // Objects 1-3 are the catalog, the page tree and the font, 4 the image or the font's map;
     // each page then takes two: the page and its content stream.
+    let draws_form = matches!(extra, Extra::Form(_));
     let (jpeg, every_page) = match extra {
         Extra::Jpeg(jpeg) => (Some(jpeg), false),
         Extra::JpegOnEveryPage(jpeg) => (Some(jpeg), true),
@@ -331,6 +339,13 @@ fn pdf_document(pages: &[&str], extra: Extra<'_>) -> Vec<u8> {
             objects.push(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 4 0 R >>".to_vec());
             objects.push(stream("", cmap.as_bytes()));
         }
+        Extra::Form(text) => {
+            objects.push(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_vec());
+            objects.push(stream(
+                "/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>",
+                format!("BT /F1 12 Tf 72 720 Td ({}) Tj ET", pdf_string(text)).as_bytes(),
+            ));
+        }
         _ => {
             objects.push(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_vec());
             objects.push(stream(
@@ -341,7 +356,11 @@ fn pdf_document(pages: &[&str], extra: Extra<'_>) -> Vec<u8> {
     }
     for (i, text) in pages.iter().enumerate() {
         let draws_image = (i == 0 || every_page) && jpeg.is_some();
-        let xobjects = if draws_image { " /XObject << /Im1 4 0 R >>" } else { "" };
+        let xobjects = match (draws_image, draws_form) {
+            (true, _) => " /XObject << /Im1 4 0 R >>",
+            (_, true) => " /XObject << /Fm1 4 0 R >>",
+            _ => "",
+        };
         objects.push(
             format!(
                 "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >>{xobjects} >> /Contents {} 0 R >>",
@@ -352,6 +371,9 @@ fn pdf_document(pages: &[&str], extra: Extra<'_>) -> Vec<u8> {
         let mut content = String::new();
         if draws_image {
             content.push_str("q 100 0 0 100 72 500 cm /Im1 Do Q\n");
+        }
+        if draws_form {
+            content.push_str("q /Fm1 Do Q\n");
         }
         if !text.is_empty() {
             content.push_str("BT /F1 12 Tf 72 720 Td");

@@ -6,8 +6,10 @@
 //! file as they stand; other image encodings would need decoding and re-encoding and are skipped.
 //! Scanned PDFs have no text layer and are refused with a hint to use OCR.
 
-use lopdf::content::Content;
-use lopdf::{DecompressError, Document, Encoding, LoadOptions, Object, ObjectId};
+use std::collections::{BTreeMap, HashSet};
+
+use lopdf::content::{Content, Operation};
+use lopdf::{DecompressError, Dictionary, Document, Encoding, LoadOptions, Object, ObjectId};
 
 use super::image_collector::{ImageCollector, ImagePlace};
 use super::limits::{Budget, Limits};
@@ -55,7 +57,7 @@ fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result
     let mut fonts = Fonts::default();
     // Pictures already taken, by object: a logo in every page's header (or pictures listed
     // in resources every page inherits) is one picture, not one per page, each read (paid).
-    let mut pictures = std::collections::HashSet::new();
+    let mut pictures = HashSet::new();
     for (&number, &page_id) in &pages {
         // A damaged file can still list its pages; without this check it would pass for a scan.
         if let Some((id, generation)) = std::iter::once(page_id)
@@ -156,6 +158,9 @@ impl From<lopdf::Error> for PageError {
     }
 }
 
+/// Forms drawn inside forms, at most: deeper is not layout.
+const MAX_FORM_DEPTH: usize = 8;
+
 fn page_text<'a>(
     document: &'a Document,
     page_id: ObjectId,
@@ -163,9 +168,28 @@ fn page_text<'a>(
     unpacked: &mut Budget,
     text: &mut Budget,
 ) -> Result<String, PageError> {
-    let page_fonts = document.get_page_fonts(page_id)?;
+    let scope = Scope::of_page(document, page_id)?;
     let limit = MAX_PAGE_CONTENT_BYTES.min(unpacked.left());
-    let content = match document.get_page_content_with_limit(page_id, limit) {
+    let content = within(document.get_page_content_with_limit(page_id, limit), limit, unpacked)?;
+    let content = Content::decode(&content)?;
+    let mut drawing = Drawing {
+        document,
+        fonts,
+        page: PageText::default(),
+        unpacked,
+        text,
+        forms_drawn: HashSet::new(),
+    };
+    drawing.draw(&content.operations, &scope, None, 0)?;
+    let page = drawing.page;
+    text.charge(page.text.len()).map_err(PageError::TooLarge)?;
+    Ok(page.text)
+}
+
+/// Drawing operators unpacked within `limit` (what is left of the document's budget, or a
+/// page's cap), charged to the document's budget.
+fn within(unpacked_bytes: lopdf::Result<Vec<u8>>, limit: usize, unpacked: &mut Budget) -> Result<Vec<u8>, PageError> {
+    let content = match unpacked_bytes {
         Err(lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. }))
             if limit < MAX_PAGE_CONTENT_BYTES =>
         {
@@ -180,64 +204,183 @@ fn page_text<'a>(
         other => other?,
     };
     unpacked.charge(content.len()).map_err(PageError::TooLarge)?;
-    let content = Content::decode(&content)?;
+    Ok(content)
+}
 
-    let mut page = PageText::default();
-    // The font in use, as `fonts` holds it: a font is read when the page first selects it.
-    let mut font: Option<usize> = None;
-    for operation in &content.operations {
-        let operands = &operation.operands;
-        let encoding = font.and_then(|at| fonts.encoding(at));
-        match operation.operator.as_str() {
-            "Tf" => {
-                font = operands
-                    .first()
-                    .and_then(|name| name.as_name().ok())
-                    .and_then(|name| page_fonts.get(name))
-                    .and_then(|dictionary| fonts.of(document, dictionary));
-            }
-            "Tj" => show(&mut page, encoding, operands.first()),
-            "'" => {
-                page.gap(Gap::Line);
-                show(&mut page, encoding, operands.first());
-            }
-            "\"" => {
-                page.gap(Gap::Line);
-                show(&mut page, encoding, operands.get(2));
-            }
-            "TJ" => {
-                let items = operands.first().and_then(|array| array.as_array().ok());
-                for item in items.into_iter().flatten() {
-                    match item {
-                        Object::String(..) => show(&mut page, encoding, Some(item)),
-                        other => {
-                            if other.as_float().is_ok_and(|kerning| -kerning > WORD_GAP) {
-                                page.gap(Gap::Space);
+/// Where a drawing finds its fonts and the XObjects it draws: the page's resources, or a
+/// form's own.
+struct Scope<'a> {
+    fonts: BTreeMap<Vec<u8>, &'a Dictionary>,
+    xobjects: BTreeMap<Vec<u8>, ObjectId>,
+}
+
+impl<'a> Scope<'a> {
+    fn of_page(document: &'a Document, page_id: ObjectId) -> lopdf::Result<Self> {
+        let fonts = document.get_page_fonts(page_id)?;
+        let (inline, inherited) = document.get_page_resources(page_id)?;
+        let mut xobjects = BTreeMap::new();
+        // The nearest resources first: a name is taken from the first that has it.
+        let resources = inline
+            .into_iter()
+            .chain(inherited.iter().filter_map(|id| document.get_dictionary(*id).ok()));
+        for dictionary in resources {
+            add_xobjects(document, dictionary, &mut xobjects);
+        }
+        Ok(Self { fonts, xobjects })
+    }
+
+    /// A form's scope: its own resources, or (a form without any) those it is drawn with.
+    fn of_form(&self, document: &'a Document, form: &'a Dictionary) -> Self {
+        let Ok(resources) = form.get_deref(b"Resources", document).and_then(Object::as_dict) else {
+            return Self {
+                fonts: self.fonts.clone(),
+                xobjects: self.xobjects.clone(),
+            };
+        };
+        let mut xobjects = BTreeMap::new();
+        add_xobjects(document, resources, &mut xobjects);
+        let fonts = resources
+            .get_deref(b"Font", document)
+            .and_then(Object::as_dict)
+            .map(|fonts| {
+                fonts
+                    .iter()
+                    .filter_map(|(name, font)| {
+                        let font = match font {
+                            Object::Reference(id) => document.get_dictionary(*id).ok()?,
+                            Object::Dictionary(font) => font,
+                            _ => return None,
+                        };
+                        Some((name.clone(), font))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self { fonts, xobjects }
+    }
+}
+
+fn add_xobjects(document: &Document, resources: &Dictionary, into: &mut BTreeMap<Vec<u8>, ObjectId>) {
+    let Ok(xobjects) = resources.get_deref(b"XObject", document).and_then(Object::as_dict) else {
+        return;
+    };
+    for (name, value) in xobjects.iter() {
+        if let Ok(id) = value.as_reference() {
+            into.entry(name.clone()).or_insert(id);
+        }
+    }
+}
+
+/// The text of one page as its operators draw it, forms (XObjects of their own operators:
+/// stamps, pages of other PDFs placed on this one) included.
+struct Drawing<'a, 'b> {
+    document: &'a Document,
+    fonts: &'b mut Fonts<'a>,
+    page: PageText,
+    unpacked: &'b mut Budget,
+    text: &'b mut Budget,
+    /// Forms already drawn on the page: one drawn twice is read once, and one drawing itself
+    /// is not followed round.
+    forms_drawn: HashSet<ObjectId>,
+}
+
+impl<'a> Drawing<'a, '_> {
+    /// `font` is the one in use when the drawing starts: a form goes on with its caller's.
+    fn draw(
+        &mut self,
+        operations: &[Operation],
+        scope: &Scope<'a>,
+        mut font: Option<usize>,
+        depth: usize,
+    ) -> Result<(), PageError> {
+        for operation in operations {
+            let operands = &operation.operands;
+            let page = &mut self.page;
+            let encoding = font.and_then(|at| self.fonts.encoding(at));
+            match operation.operator.as_str() {
+                "Tf" => {
+                    font = operands
+                        .first()
+                        .and_then(|name| name.as_name().ok())
+                        .and_then(|name| scope.fonts.get(name))
+                        .and_then(|dictionary| self.fonts.of(self.document, dictionary));
+                }
+                "Tj" => show(page, encoding, operands.first()),
+                "'" => {
+                    page.gap(Gap::Line);
+                    show(page, encoding, operands.first());
+                }
+                "\"" => {
+                    page.gap(Gap::Line);
+                    show(page, encoding, operands.get(2));
+                }
+                "TJ" => {
+                    let items = operands.first().and_then(|array| array.as_array().ok());
+                    for item in items.into_iter().flatten() {
+                        match item {
+                            Object::String(..) => show(page, encoding, Some(item)),
+                            other => {
+                                if other.as_float().is_ok_and(|kerning| -kerning > WORD_GAP) {
+                                    page.gap(Gap::Space);
+                                }
                             }
                         }
                     }
                 }
+                "Td" | "TD" => {
+                    let y = operands.get(1).and_then(|y| y.as_float().ok()).unwrap_or(0.0);
+                    page.move_to(page.line_y + y);
+                }
+                "Tm" => {
+                    let y = operands.get(5).and_then(|y| y.as_float().ok()).unwrap_or(0.0);
+                    page.move_to(y);
+                }
+                // BT resets the text matrix; the next Td or Tm says where the text goes.
+                "BT" => page.line_y = 0.0,
+                "T*" => page.gap(Gap::Line),
+                "Do" if depth < MAX_FORM_DEPTH => self.form(operands.first(), scope, font, depth)?,
+                _ => {}
             }
-            "Td" | "TD" => {
-                let y = operands.get(1).and_then(|y| y.as_float().ok()).unwrap_or(0.0);
-                page.move_to(page.line_y + y);
+            // A font can map one byte to a long string, so the text can outgrow its operators.
+            if self.page.text.len() > self.text.left() {
+                return Err(PageError::TooLarge(self.text.exceeded()));
             }
-            "Tm" => {
-                let y = operands.get(5).and_then(|y| y.as_float().ok()).unwrap_or(0.0);
-                page.move_to(y);
-            }
-            // BT resets the text matrix; the next Td or Tm says where the text goes.
-            "BT" => page.line_y = 0.0,
-            "T*" => page.gap(Gap::Line),
-            _ => {}
         }
-        // A font can map one byte to a long string, so the text can outgrow its operators.
-        if page.text.len() > text.left() {
-            return Err(PageError::TooLarge(text.exceeded()));
-        }
+        Ok(())
     }
-    text.charge(page.text.len()).map_err(PageError::TooLarge)?;
-    Ok(page.text)
+
+    /// Draws the form `name` names, if it is one (an image is not).
+    fn form(
+        &mut self,
+        name: Option<&Object>,
+        scope: &Scope<'a>,
+        font: Option<usize>,
+        depth: usize,
+    ) -> Result<(), PageError> {
+        let Some(&id) = name.and_then(|n| n.as_name().ok()).and_then(|n| scope.xobjects.get(n)) else {
+            return Ok(());
+        };
+        let document = self.document;
+        let Ok(stream) = document.get_object(id).and_then(Object::as_stream) else {
+            return Ok(());
+        };
+        if stream.dict.get(b"Subtype").and_then(Object::as_name).ok() != Some(b"Form".as_slice())
+            || !self.forms_drawn.insert(id)
+        {
+            return Ok(());
+        }
+        let limit = MAX_PAGE_CONTENT_BYTES.min(self.unpacked.left());
+        let content = within(stream.get_plain_content_with_limit(limit), limit, self.unpacked)?;
+        // A form that cannot be read loses its own text, not the page's.
+        let Ok(content) = Content::decode(&content) else {
+            return Ok(());
+        };
+        let inner = scope.of_form(document, &stream.dict);
+        self.page.gap(Gap::Line);
+        self.draw(&content.operations, &inner, font, depth + 1)?;
+        self.page.gap(Gap::Line);
+        Ok(())
+    }
 }
 
 fn show(page: &mut PageText, encoding: Option<&Encoding>, operand: Option<&Object>) {
@@ -254,7 +397,7 @@ fn collect_jpegs(
     page_id: ObjectId,
     page: u32,
     images: &mut ImageCollector,
-    taken: &mut std::collections::HashSet<ObjectId>,
+    taken: &mut HashSet<ObjectId>,
 ) {
     // Pictures are extras: a page whose resources cannot be read still gives its text.
     let Ok(page_images) = document.get_page_images(page_id) else {
@@ -349,6 +492,16 @@ mod tests {
         assert_eq!(document.images[0].mime, "image/jpeg");
         assert_eq!(document.images[0].page, Some(1));
         assert!(parse(&bytes, &ParseOptions::default()).unwrap().images.is_empty());
+    }
+
+    /// Text drawn by a form (a stamp, another PDF's page placed on this one) is the page's
+    /// text: a page of nothing else was refused as a scan.
+    #[test]
+    fn text_inside_forms_is_read() {
+        let bytes = fixtures::pdf_with_form(&["", "Own text"], "Stamped text");
+        let document = parse(&bytes, &ParseOptions::default()).unwrap();
+        let pages: Vec<&str> = document.sections.iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(pages, ["Stamped text", "Stamped text\nOwn text"]);
     }
 
     /// One picture drawn on every page is taken once, with its first page.

@@ -54,7 +54,10 @@ fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result
     let mut text = limits.text();
     let mut sections = Vec::new();
     let mut images = ImageCollector::new(options);
-    let mut fonts = Fonts::default();
+    let mut so_far = ReadSoFar {
+        fonts: Fonts::default(),
+        forms_drawn: HashSet::new(),
+    };
     // Pictures already taken, by object: a logo in every page's header (or pictures listed
     // in resources every page inherits) is one picture, not one per page, each read (paid).
     let mut pictures = HashSet::new();
@@ -68,7 +71,7 @@ fn parse_within(bytes: &[u8], options: &ParseOptions, limits: &Limits) -> Result
                 "not a valid PDF file: page {number} (object {id} {generation}) is missing or damaged"
             )));
         }
-        let text = page_text(&document, page_id, &mut fonts, &mut unpacked, &mut text).map_err(|err| match err {
+        let text = page_text(&document, page_id, &mut so_far, &mut unpacked, &mut text).map_err(|err| match err {
             PageError::Pdf(err) => ParseError(format!("not a valid PDF file: page {number}: {err}")),
             PageError::TooLarge(err) => err,
         })?;
@@ -161,24 +164,34 @@ impl From<lopdf::Error> for PageError {
 /// Forms drawn inside forms, at most: deeper is not layout.
 const MAX_FORM_DEPTH: usize = 8;
 
+/// What one page reads of a document: its fonts, and the forms drawn so far (a form drawn
+/// again, on this page or a later one, is read once: a background on 150 pages is one).
+struct ReadSoFar<'a> {
+    fonts: Fonts<'a>,
+    forms_drawn: HashSet<ObjectId>,
+}
+
 fn page_text<'a>(
     document: &'a Document,
     page_id: ObjectId,
-    fonts: &mut Fonts<'a>,
+    so_far: &mut ReadSoFar<'a>,
     unpacked: &mut Budget,
     text: &mut Budget,
 ) -> Result<String, PageError> {
     let scope = Scope::of_page(document, page_id)?;
-    let limit = MAX_PAGE_CONTENT_BYTES.min(unpacked.left());
-    let content = within(document.get_page_content_with_limit(page_id, limit), limit, unpacked)?;
+    let mut page_left = MAX_PAGE_CONTENT_BYTES;
+    let content = unpack_within(&mut page_left, unpacked, |limit| {
+        document.get_page_content_with_limit(page_id, limit)
+    })?;
     let content = Content::decode(&content)?;
     let mut drawing = Drawing {
         document,
-        fonts,
+        fonts: &mut so_far.fonts,
         page: PageText::default(),
         unpacked,
+        page_left,
         text,
-        forms_drawn: HashSet::new(),
+        forms_drawn: &mut so_far.forms_drawn,
     };
     drawing.draw(&content.operations, &scope, None, 0)?;
     let page = drawing.page;
@@ -186,13 +199,16 @@ fn page_text<'a>(
     Ok(page.text)
 }
 
-/// Drawing operators unpacked within `limit` (what is left of the document's budget, or a
-/// page's cap), charged to the document's budget.
-fn within(unpacked_bytes: lopdf::Result<Vec<u8>>, limit: usize, unpacked: &mut Budget) -> Result<Vec<u8>, PageError> {
-    let content = match unpacked_bytes {
-        Err(lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. }))
-            if limit < MAX_PAGE_CONTENT_BYTES =>
-        {
+/// Drawing operators `read` unpacks within what is left of the page's cap (its own operators
+/// and those of the forms it draws, together) and of the document's budget, charged to both.
+fn unpack_within(
+    page_left: &mut usize,
+    unpacked: &mut Budget,
+    read: impl FnOnce(usize) -> lopdf::Result<Vec<u8>>,
+) -> Result<Vec<u8>, PageError> {
+    let limit = (*page_left).min(unpacked.left());
+    let content = match read(limit) {
+        Err(lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. })) if unpacked.left() < *page_left => {
             return Err(PageError::TooLarge(unpacked.exceeded()))
         }
         Err(lopdf::Error::Decompress(DecompressError::MemoryLimitExceeded { .. })) => {
@@ -204,6 +220,7 @@ fn within(unpacked_bytes: lopdf::Result<Vec<u8>>, limit: usize, unpacked: &mut B
         other => other?,
     };
     unpacked.charge(content.len()).map_err(PageError::TooLarge)?;
+    *page_left = page_left.saturating_sub(content.len());
     Ok(content)
 }
 
@@ -278,10 +295,12 @@ struct Drawing<'a, 'b> {
     fonts: &'b mut Fonts<'a>,
     page: PageText,
     unpacked: &'b mut Budget,
+    /// What is left of the page's cap on unpacked operators.
+    page_left: usize,
     text: &'b mut Budget,
-    /// Forms already drawn on the page: one drawn twice is read once, and one drawing itself
-    /// is not followed round.
-    forms_drawn: HashSet<ObjectId>,
+    /// Forms already drawn in the document: one drawn twice is read once, and one drawing
+    /// itself is not followed round.
+    forms_drawn: &'b mut HashSet<ObjectId>,
 }
 
 impl<'a> Drawing<'a, '_> {
@@ -369,9 +388,15 @@ impl<'a> Drawing<'a, '_> {
         {
             return Ok(());
         }
-        let limit = MAX_PAGE_CONTENT_BYTES.min(self.unpacked.left());
-        let content = within(stream.get_plain_content_with_limit(limit), limit, self.unpacked)?;
-        // A form that cannot be read loses its own text, not the page's.
+        let content = match unpack_within(&mut self.page_left, self.unpacked, |limit| {
+            stream.get_plain_content_with_limit(limit)
+        }) {
+            Ok(content) => content,
+            // A form that cannot be read (a filter lopdf lacks, a damaged stream) loses its
+            // own text, not the page's; one past the caps ends the document as a page would.
+            Err(PageError::Pdf(_)) => return Ok(()),
+            Err(too_large) => return Err(too_large),
+        };
         let Ok(content) = Content::decode(&content) else {
             return Ok(());
         };
@@ -500,8 +525,9 @@ mod tests {
     fn text_inside_forms_is_read() {
         let bytes = fixtures::pdf_with_form(&["", "Own text"], "Stamped text");
         let document = parse(&bytes, &ParseOptions::default()).unwrap();
-        let pages: Vec<&str> = document.sections.iter().map(|s| s.text.as_str()).collect();
-        assert_eq!(pages, ["Stamped text", "Stamped text\nOwn text"]);
+        let pages: Vec<(Option<u32>, &str)> = document.sections.iter().map(|s| (s.page, s.text.as_str())).collect();
+        // The form drawn on both pages is read once, with the first.
+        assert_eq!(pages, [(Some(1), "Stamped text"), (Some(2), "Own text")]);
     }
 
     /// One picture drawn on every page is taken once, with its first page.
@@ -595,13 +621,16 @@ endcmap CMapName currentdict /CMap defineresource pop end end";
         assert_eq!(pages, ["Mapped text", "Page two"]);
     }
 
-    /// A 100-byte map covering more codes than any font has is not expanded (lopdf would build
-    /// a table of every code: four billion entries for `<00000000> <FFFFFFFF>`): the font
-    /// loses its text, and the worker its memory no longer.
+    /// A small map covering more codes than any font has is not expanded (lopdf would build a
+    /// table of every code: four billion entries for `<00000000> <FFFFFFFF>`), even behind a
+    /// name spelling a keyword: the font loses its text, and the worker its memory no longer.
     #[test]
     fn a_to_unicode_map_covering_too_many_codes_is_not_expanded() {
-        let huge = "begincmap 1 begincodespacerange <00000000> <FFFFFFFF> endcodespacerange
-1 beginbfrange <00000000> <0007FFFF> <0020> endbfrange endcmap";
+        let huge = "/CIDInit /ProcSet findresource begin 12 dict begin begincmap
+/CMapName /beginbfrange def
+1 begincodespacerange <00000000> <FFFFFFFF> endcodespacerange
+1 beginbfrange <00000000> <0007FFFF> <0020> endbfrange
+endcmap CMapName currentdict /CMap defineresource pop end end";
         let bytes = fixtures::pdf_with_to_unicode(&["Hidden"], huge);
         let err = parse(&bytes, &ParseOptions::default()).unwrap_err();
         assert!(err.to_string().contains("no text layer"), "{err}");

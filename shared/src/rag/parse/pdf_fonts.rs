@@ -1,11 +1,13 @@
 //! The encodings of a PDF's fonts, read once per font and only for the fonts a page draws with.
 //!
-//! lopdf expands a ToUnicode map into a table of every code it covers as it reads it: one line
-//! `<00000000> <FFFFFFFF> <0041> bfrange` in a 150-byte map asks for four billion entries, and
-//! the memory of the worker runs out. Maps are therefore counted here first, and a font whose
-//! map covers more codes than any real font has loses its text instead. Fonts were also read
-//! again for every page and for every font a page lists, used or not: a page tree naming one
-//! heavy font under a thousand names, or on every page, multiplied that work.
+//! lopdf expands a ToUnicode map into a table of every code it covers as it reads it, each
+//! entry a copy of its destination: one line `<00000000> <FFFFFFFF> <0041> bfrange` in a
+//! 150-byte map asks for four billion entries, and the memory of the worker runs out. Maps are
+//! therefore weighed here first (codes, times the length of what each maps to), one by one and
+//! for the whole document, and a font whose map weighs more than any real font's, or one that
+//! cannot be weighed, loses its text instead. Fonts were also read again for every page and
+//! for every font a page lists, used or not: a page tree naming one heavy font under a
+//! thousand names, or on every page, multiplied that work.
 
 use std::collections::HashMap;
 
@@ -14,14 +16,29 @@ use lopdf::{Dictionary, Document, Encoding, Object};
 /// One font's encoding data (a ToUnicode map): a few KiB, a few hundred for large CJK fonts.
 const MAX_FONT_BYTES: usize = 4 * 1024 * 1024;
 
-/// Codes one ToUnicode map may cover: two-byte CID fonts have at most 65,536.
-const MAX_MAPPED_CODES: u64 = 1 << 17;
+/// The weight one ToUnicode map may have: two-byte CID fonts map at most 65,536 codes, each
+/// to a character or two.
+const MAX_MAP_WEIGHT: u64 = 1 << 17;
+
+/// The weight of all the maps of one document: a few large CJK fonts.
+const MAX_DOCUMENT_WEIGHT: u64 = 1 << 20;
 
 /// The fonts read so far in one document, by their dictionary.
-#[derive(Default)]
 pub(super) struct Fonts<'a> {
     read: Vec<Option<Encoding<'a>>>,
     by_dictionary: HashMap<*const Dictionary, usize>,
+    /// What the maps expanded so far may still add.
+    weight_left: u64,
+}
+
+impl Default for Fonts<'_> {
+    fn default() -> Self {
+        Self {
+            read: Vec::new(),
+            by_dictionary: HashMap::new(),
+            weight_left: MAX_DOCUMENT_WEIGHT,
+        }
+    }
 }
 
 impl<'a> Fonts<'a> {
@@ -33,9 +50,13 @@ impl<'a> Fonts<'a> {
         if let Some(&at) = self.by_dictionary.get(&key) {
             return self.read[at].is_some().then_some(at);
         }
-        let encoding = within_limits(document, font)
-            .then(|| font.get_font_encoding_with_limit(document, MAX_FONT_BYTES).ok())
-            .flatten();
+        let encoding = match map_weight(document, font) {
+            Some(weight) if weight <= MAX_MAP_WEIGHT && weight <= self.weight_left => {
+                self.weight_left -= weight;
+                font.get_font_encoding_with_limit(document, MAX_FONT_BYTES).ok()
+            }
+            _ => None,
+        };
         let at = self.read.len();
         self.read.push(encoding);
         self.by_dictionary.insert(key, at);
@@ -47,54 +68,60 @@ impl<'a> Fonts<'a> {
     }
 }
 
-/// Whether the font's ToUnicode map (if it has one) is one lopdf may expand.
-fn within_limits(document: &Document, font: &Dictionary) -> bool {
+/// The weight of the font's ToUnicode map (0 without one); `None` for one lopdf must not
+/// expand.
+fn map_weight(document: &Document, font: &Dictionary) -> Option<u64> {
     let Ok(map) = font.get_deref(b"ToUnicode", document).and_then(Object::as_stream) else {
-        return true;
+        return Some(0);
     };
     match map.get_plain_content_with_limit(MAX_FONT_BYTES) {
-        Ok(content) => mapped_codes(&content) <= MAX_MAPPED_CODES,
+        Ok(content) => weigh(&content),
         // lopdf reads it the same way and falls back to the standard encoding, but for an
         // oversized one, which it reports: either way no table is built from it.
-        Err(_) => true,
+        Err(_) => Some(0),
     }
 }
 
-/// How many codes a ToUnicode map's `bfchar` and `bfrange` sections cover, as lopdf counts them.
-fn mapped_codes(map: &[u8]) -> u64 {
-    let mut codes: u64 = 0;
+/// The weight of a ToUnicode map: for each `bfchar` entry one, for each `bfrange` entry its
+/// codes times the UTF-16 units of its destination. `None` when a section holds anything but
+/// entries lopdf would read: weighed by a guess, a map could hide a range from the count.
+fn weigh(map: &[u8]) -> Option<u64> {
+    let mut weight: u64 = 0;
     let mut words = Words { rest: map };
     while let Some(word) = words.next() {
         match word {
-            Word::Keyword(b"beginbfchar") => {
-                let mut items = 0u64;
-                while let Some(item) = words.next() {
-                    match item {
-                        Word::Keyword(b"endbfchar") => break,
-                        _ => items += 1,
-                    }
+            Word::Keyword(b"beginbfchar") => loop {
+                match (words.next()?, words.next()?) {
+                    (Word::Keyword(b"endbfchar"), _) => break,
+                    (Word::Hex(_), Word::Hex(_) | Word::Name) => weight = weight.saturating_add(1),
+                    _ => return None,
                 }
-                codes = codes.saturating_add(items / 2);
-            }
-            Word::Keyword(b"beginbfrange") => {
-                let mut entry: Vec<Word<'_>> = Vec::with_capacity(3);
-                while let Some(item) = words.next() {
-                    if matches!(item, Word::Keyword(b"endbfrange")) {
-                        break;
-                    }
-                    entry.push(item);
-                    if entry.len() == 3 {
-                        if let (Word::Hex(start), Word::Hex(end)) = (&entry[0], &entry[1]) {
-                            codes = codes.saturating_add(span(start, end));
-                        }
-                        entry.clear();
-                    }
-                }
-            }
+            },
+            Word::Keyword(b"beginbfrange") => loop {
+                let start = match words.next()? {
+                    Word::Keyword(b"endbfrange") => break,
+                    Word::Hex(start) => start,
+                    _ => return None,
+                };
+                let (Word::Hex(end), destination) = (words.next()?, words.next()?) else {
+                    return None;
+                };
+                let units = match destination {
+                    Word::Hex(hex) => hex_digits(hex).div_ceil(4).max(1),
+                    Word::Array(items) => items.max(1),
+                    _ => return None,
+                };
+                weight = weight.saturating_add(span(start, end).saturating_mul(units));
+            },
+            Word::Keyword(b"endbfchar" | b"endbfrange") => return None,
             _ => {}
         }
     }
-    codes
+    Some(weight)
+}
+
+fn hex_digits(hex: &[u8]) -> u64 {
+    hex.iter().filter(|b| b.is_ascii_hexdigit()).count() as u64
 }
 
 /// Codes from `start` to `end`, both given in hex; a code longer than eight bytes counts as
@@ -117,12 +144,16 @@ fn span(start: &[u8], end: &[u8]) -> u64 {
 enum Word<'m> {
     /// The digits between `<` and `>`.
     Hex(&'m [u8]),
-    /// A destination array `[...]`, as one word.
-    Array,
+    /// A destination array `[...]`, with the number of UTF-16 units its strings hold at most.
+    Array(u64),
+    /// `/Name`: never a keyword, whatever it spells.
+    Name,
     Keyword(&'m [u8]),
+    /// A number or anything else between the words that count.
+    Other,
 }
 
-/// The words of a map, as far as counting needs them: hex strings, arrays, keywords.
+/// The words of a map, as far as weighing needs them.
 struct Words<'m> {
     rest: &'m [u8],
 }
@@ -131,6 +162,12 @@ impl<'m> Words<'m> {
     fn next(&mut self) -> Option<Word<'m>> {
         loop {
             let (&first, after) = self.rest.split_first()?;
+            let token_end = |bytes: &[u8]| {
+                bytes
+                    .iter()
+                    .position(|b| b.is_ascii_whitespace() || b"<>[]/(){}%".contains(b))
+                    .unwrap_or(bytes.len())
+            };
             match first {
                 b'<' => {
                     let end = after.iter().position(|&b| b == b'>').unwrap_or(after.len());
@@ -139,8 +176,17 @@ impl<'m> Words<'m> {
                 }
                 b'[' => {
                     let end = after.iter().position(|&b| b == b']').unwrap_or(after.len());
+                    let inside = &after[..end];
+                    // Each string's units, the longest counting for all: a clone of it is
+                    // kept per code.
+                    let longest = inside
+                        .split(|&b| b == b'<')
+                        .skip(1)
+                        .map(|s| hex_digits(&s[..s.iter().position(|&b| b == b'>').unwrap_or(s.len())]).div_ceil(4))
+                        .max()
+                        .unwrap_or(0);
                     self.rest = after.get(end + 1..).unwrap_or_default();
-                    return Some(Word::Array);
+                    return Some(Word::Array(longest));
                 }
                 b'%' => {
                     let end = after
@@ -149,17 +195,22 @@ impl<'m> Words<'m> {
                         .unwrap_or(after.len());
                     self.rest = &after[end..];
                 }
+                b'/' => {
+                    self.rest = &after[token_end(after)..];
+                    return Some(Word::Name);
+                }
+                b if b.is_ascii_whitespace() => self.rest = after,
                 b if b.is_ascii_alphabetic() => {
-                    let end = self
-                        .rest
-                        .iter()
-                        .position(|b| !b.is_ascii_alphanumeric())
-                        .unwrap_or(self.rest.len());
+                    let end = token_end(self.rest);
                     let (word, rest) = self.rest.split_at(end);
                     self.rest = rest;
                     return Some(Word::Keyword(word));
                 }
-                _ => self.rest = after,
+                _ => {
+                    let end = token_end(after);
+                    self.rest = &after[end..];
+                    return Some(Word::Other);
+                }
             }
         }
     }
@@ -170,26 +221,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes_are_counted_as_lopdf_expands_them() {
+    fn maps_are_weighed_as_lopdf_expands_them() {
         let map = b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap
+            /CMapName /Adobe-Identity-UCS def
             1 begincodespacerange <0000> <FFFF> endcodespacerange
             2 beginbfchar <0003> <0020> <0024> <0041> endbfchar
             % a comment <0000> <FFFF> <0000> beginbfrange
-            2 beginbfrange <0030> <0039> <0030> <0100> <0102> [<0061> <0062> <0063>] endbfrange
+            2 beginbfrange <0030> <0039> <0030> <0100> <0102> [<0061> <0062> <00630064>] endbfrange
             endcmap CMapName currentdict /CMap defineresource pop end end";
-        assert_eq!(mapped_codes(map), 2 + 10 + 3);
+        // Two characters, ten codes of one unit, three codes of (at most) two units.
+        assert_eq!(weigh(map), Some(2 + 10 + 3 * 2));
         assert_eq!(
-            mapped_codes(b"1 beginbfrange <00000000> <FFFFFFFF> <0041> endbfrange"),
-            1 << 32
+            weigh(b"1 beginbfrange <00000000> <FFFFFFFF> <0041> endbfrange"),
+            Some(1 << 32)
         );
-        assert_eq!(mapped_codes(b"beginbfrange <00> <FF> <0000> endbfrange"), 256);
-        assert_eq!(mapped_codes(b"beginbfrange <FF> <00> <0000> endbfrange"), 1);
+        // What each code maps to is copied per code.
         assert_eq!(
-            mapped_codes(b"beginbfrange <000000000000000000> <01> <00> endbfrange"),
-            u64::MAX
+            weigh(b"beginbfrange <00> <FF> <0041004200430044> endbfrange"),
+            Some(256 * 4)
         );
-        // Cut short: nothing past the end is read.
-        assert_eq!(mapped_codes(b"beginbfrange <00> <0"), 0);
-        assert_eq!(mapped_codes(b""), 0);
+        assert_eq!(weigh(b"beginbfrange <FF> <00> <0000> endbfrange"), Some(1));
+        assert_eq!(
+            weigh(b"beginbfrange <000000000000000000> <01> <00> endbfrange"),
+            Some(u64::MAX)
+        );
+        assert_eq!(weigh(b""), Some(0));
+    }
+
+    /// A map that words could shift (a name spelling a keyword, stray words in a section) is
+    /// not weighed by a guess: lopdf skips such names and would still expand the range.
+    #[test]
+    fn a_map_that_cannot_be_weighed_is_refused() {
+        let shifted = b"/CMapName /beginbfrange def /CMapType 2 def
+            1 beginbfrange <00000000> <FFFFFFFF> <0041> endbfrange";
+        assert_eq!(weigh(shifted), Some(1 << 32));
+        assert_eq!(weigh(b"1 beginbfrange <00> <FF> <0041> stray endbfrange"), None);
+        assert_eq!(weigh(b"1 beginbfrange <00> <FF> 12 endbfrange"), None);
+        assert_eq!(weigh(b"beginbfrange <00> <0"), None);
+        assert_eq!(weigh(b"endbfrange <00> <FF> <0041>"), None);
     }
 }

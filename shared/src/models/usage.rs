@@ -168,6 +168,13 @@ impl PendingUsage {
     /// rather than when the last handle is dropped (in a task of its own, which under Lambda
     /// may not run once the request has answered).
     pub async fn store(&self) {
+        self.settled().await;
+        record_logged(&self.inner.db, &self.take()).await;
+    }
+
+    /// Returns once the settlements of dropped calls (a stream cut by a stop or a client
+    /// leaving) have run, so their tokens are back before the answer ends.
+    pub async fn settled(&self) {
         let settling = self
             .inner
             .settling
@@ -177,7 +184,6 @@ impl PendingUsage {
         for task in settling {
             let _ = task.await;
         }
-        record_logged(&self.inner.db, &self.take()).await;
     }
 
     /// Records taken for a statement that failed: stored on their own when the last handle

@@ -557,6 +557,9 @@ impl Turn {
             completion_tokens: answer.usage.completion_tokens as i64,
             duration_ms: duration_ms as i64,
         };
+        // A call the turn dropped (a stop, a client leaving) settles its hold in a task: its
+        // tokens are back before the answer ends, after which under Lambda it might never run.
+        self.usage.settled().await;
         let usage = self.usage.take();
         let finish = || repo::finish_assistant_message(self.state.db(), message_id, &finished, &usage);
         let mut stored = finish().await;

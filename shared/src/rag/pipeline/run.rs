@@ -149,6 +149,22 @@ fn lease_secs(state: &AppState) -> f64 {
     state.config().ingest_lease.as_secs_f64()
 }
 
+/// Renews the lease while a parse runs, which reports no progress of its own: a parse longer
+/// than the lease let a duplicate delivery take the document over, and a lease that lapsed
+/// while parsing now means the worker died (`run`). Returns only when the run was replaced.
+async fn keep_parsing_lease(state: &AppState, doc: &DocRow) -> Stop {
+    let period = state.config().ingest_lease / 3;
+    let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        // A passing failure leaves the lease two more periods for the next renewal.
+        if let Err(Stop::Superseded) = set_stage(state, doc, "parsing", 5).await {
+            return Stop::Superseded;
+        }
+    }
+}
+
 /// Pictures read between two checks that the run is still the document's (`set_stage`).
 const OCR_GROUP: usize = 8;
 
@@ -253,7 +269,11 @@ async fn prepare(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Prepared,
     let started = Instant::now();
     set_stage(state, doc, "parsing", 5).await?;
     let t = Instant::now();
-    let parsed = parse_document(state, doc, kb).await?;
+    let parsed = tokio::select! {
+        biased;
+        parsed = parse_document(state, doc, kb) => parsed,
+        stop = keep_parsing_lease(state, doc) => Err(stop),
+    }?;
     let parse_ms = ms(t);
 
     set_stage(state, doc, "chunking", 30).await?;

@@ -182,6 +182,13 @@ impl Write for Buf {
 
 impl LogCapture {
     pub fn start() -> Self {
+        // While one dispatcher exists in the process, tracing-core lets the first thread to
+        // reach a callsite decide for every thread, and one without a subscriber decides
+        // "never" (tokio-rs/tracing#3611, #2874): another test's thread then silenced this
+        // one's request span now and then. A second dispatcher, kept for the process, keeps
+        // tracing on its general path, which asks every dispatcher.
+        static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+        SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
         let buf = Arc::new(Mutex::new(Vec::new()));
         let writer = Buf(buf.clone());
         let subscriber = tracing_subscriber::fmt()

@@ -75,10 +75,16 @@ struct BasePath(String);
 
 fn without_base_path<B>(mut req: axum::http::Request<B>) -> axum::http::Request<B> {
     let path = req.uri().path();
-    if path == "/api" || path.starts_with("/api/") || req.extensions().get::<RequestContext>().is_none() {
+    if req.extensions().get::<RequestContext>().is_none() {
         return req;
     }
-    let Some(at) = path.find("/api/") else {
+    // No route starts with /api/api: that is a base path named `api`.
+    let at = match path {
+        p if p.starts_with("/api/api/") => Some(4),
+        p if p == "/api" || p.starts_with("/api/") => None,
+        p => p.find("/api/"),
+    };
+    let Some(at) = at else {
         return req;
     };
     let base = path[..at].to_owned();

@@ -97,6 +97,11 @@ async fn a_custom_domain_with_a_base_path_reaches_the_routes_and_its_links_keep_
         format!("https://api.example.com/v1/api/resource/{id}/preview"),
         "{body}"
     );
+    // A base path named `api`.
+    let mut page = rest_event("GET", "/api/api/resource/page", &[("svc-auth", &s.admin)], None);
+    page["requestContext"]["domainName"] = json!("api.example.com");
+    let (status, body) = json_answer(f.invoke(page).await);
+    assert_eq!(status, 200, "{body}");
 }
 
 /// Under Lambda the login throttle counts by API Gateway's source IP, whatever

@@ -141,6 +141,8 @@ enum Tag {
     MoveFrom,
     /// Hidden text: a run property.
     Vanish,
+    /// A run's or a paragraph's properties before a tracked change: not how it reads now.
+    PropertiesChange,
 }
 
 fn tag(namespace: &ResolveResult, local_name: &str) -> Option<Tag> {
@@ -162,6 +164,7 @@ fn tag(namespace: &ResolveResult, local_name: &str) -> Option<Tag> {
         (Vocabulary::MarkupCompatibility, "Fallback") => Some(Tag::Fallback),
         (Vocabulary::Word, "moveFrom") => Some(Tag::MoveFrom),
         (Vocabulary::Word, "vanish") => Some(Tag::Vanish),
+        (Vocabulary::Word, "rPrChange" | "pPrChange") => Some(Tag::PropertiesChange),
         _ => None,
     }
 }
@@ -402,7 +405,7 @@ impl BodyReader<'_> {
     }
 
     fn start(&mut self, tag: Option<Tag>, element: &BytesStart) {
-        if self.skip_depth > 0 || matches!(tag, Some(Tag::Fallback | Tag::MoveFrom)) {
+        if self.skip_depth > 0 || matches!(tag, Some(Tag::Fallback | Tag::MoveFrom | Tag::PropertiesChange)) {
             self.skip_depth += 1;
             return;
         }
@@ -714,10 +717,10 @@ mod tests {
     /// text is not read.
     #[test]
     fn tracked_moves_deletions_and_hidden_text_are_read_as_a_reader_sees_them() {
-        let body = r#"<w:p><w:moveFrom w:id="1" w:author="A"><w:r><w:t>Moved words.</w:t></w:r></w:moveFrom><w:r><w:t xml:space="preserve">Kept </w:t></w:r><w:del w:id="2" w:author="A"><w:r><w:delText>gone </w:delText></w:r></w:del><w:r><w:rPr><w:vanish/></w:rPr><w:t>secret </w:t></w:r><w:r><w:rPr><w:vanish w:val="false"/></w:rPr><w:t xml:space="preserve">shown </w:t></w:r><w:moveTo w:id="3" w:author="A"><w:r><w:t>Moved words.</w:t></w:r></w:moveTo></w:p><w:p><w:pPr><w:rPr><w:vanish/></w:rPr></w:pPr><w:r><w:t>Next paragraph.</w:t></w:r></w:p>"#;
+        let body = r#"<w:p><w:moveFrom w:id="1" w:author="A"><w:r><w:t>Moved words.</w:t></w:r></w:moveFrom><w:r><w:t xml:space="preserve">Kept </w:t></w:r><w:del w:id="2" w:author="A"><w:r><w:delText>gone </w:delText></w:r></w:del><w:r><w:rPr><w:vanish/></w:rPr><w:t>secret </w:t></w:r><w:r><w:rPr><w:vanish w:val="false"/></w:rPr><w:t xml:space="preserve">shown </w:t></w:r><w:r><w:rPr><w:rPrChange w:id="4" w:author="A"><w:rPr><w:vanish/></w:rPr></w:rPrChange></w:rPr><w:t xml:space="preserve">unhidden </w:t></w:r><w:moveTo w:id="3" w:author="A"><w:r><w:t>Moved words.</w:t></w:r></w:moveTo></w:p><w:p><w:pPr><w:rPr><w:vanish/></w:rPr></w:pPr><w:r><w:t>Next paragraph.</w:t></w:r></w:p>"#;
         let document = parse(&docx_with_body(body), &ParseOptions::default()).unwrap();
         let text: Vec<&str> = document.sections.iter().map(|s| s.text.as_str()).collect();
-        assert_eq!(text.join("\n"), "Kept shown Moved words.\nNext paragraph.");
+        assert_eq!(text.join("\n"), "Kept shown unhidden Moved words.\nNext paragraph.");
     }
 
     #[test]

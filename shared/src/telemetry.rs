@@ -309,6 +309,17 @@ impl CapturedLines {
     pub(crate) fn clear(&self) {
         self.0.lock().unwrap().clear();
     }
+
+    /// Plain log lines written here, on this thread, until the guard is dropped.
+    #[cfg(feature = "http")]
+    pub(crate) fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
 }
 
 #[cfg(test)]

@@ -241,12 +241,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_request_is_logged_once_with_its_cause_status_and_latency() {
         let lines = crate::telemetry::CapturedLines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let _guard = lines.capture();
         let app = with_request_tracing(catch_panics(
             Router::new()
                 .route(
@@ -295,12 +290,7 @@ mod tests {
         use lambda_http::aws_lambda_events::apigw::ApiGatewayProxyRequestContext;
         use lambda_http::request::RequestContext;
         let lines = crate::telemetry::CapturedLines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let _guard = lines.capture();
         let app = with_request_tracing(Router::new().route(
             "/internal",
             get(|| async { AppError::Internal(anyhow::anyhow!("disk on fire")) }),

@@ -1886,14 +1886,10 @@ async fn preview(s: &Setup, agent: i64) -> Reply {
     s.app.get(&path, s.t()).await
 }
 
-/// The built-in defaults follow the default embedding model, which no config save checked: one
-/// making vectors longer than an index holds still gets its memories stored and recalled
-/// (compared one by one), not an extraction that fails after its paid calls.
-#[tokio::test]
-async fn memories_longer_than_an_index_holds_are_stored_and_recalled() {
-    let s = setup(false).await;
-    let long = s.embedding_model("emb-4096").await;
-    for model in [long, s.chat_model] {
+/// An agent on the built-in defaults (`embedding` and the chat model made the defaults) with
+/// one memory of the admin's, extracted from a conversation: their dog Biscuit.
+async fn a_memory_of_biscuit(s: &Setup, embedding: i64) -> (i64, Owner) {
+    for model in [embedding, s.chat_model] {
         s.app
             .put(&format!("/ai-model/switch-default/{model}"), s.t(), &json!({}))
             .await
@@ -1901,14 +1897,25 @@ async fn memories_longer_than_an_index_holds_are_stored_and_recalled() {
     }
     let agent = s.agent(None).await;
     let owner = Owner::User(s.admin_id);
-    let conv = s.conversation(agent, owner, "long").await;
+    let conv = s.conversation(agent, owner, "biscuit").await;
     s.say(
         conv,
         agent,
         &[("user", "FACT: Pet | Has a dog called Biscuit"), ("assistant", "Nice.")],
     )
     .await;
-    s.extract(&s.admin, agent, "long").await.assert_ok();
+    s.extract(&s.admin, agent, "biscuit").await.assert_ok();
+    (agent, owner)
+}
+
+/// The built-in defaults follow the default embedding model, which no config save checked: one
+/// making vectors longer than an index holds still gets its memories stored and recalled
+/// (compared one by one), not an extraction that fails after its paid calls.
+#[tokio::test]
+async fn memories_longer_than_an_index_holds_are_stored_and_recalled() {
+    let s = setup(false).await;
+    let long = s.embedding_model("emb-4096").await;
+    let (agent, owner) = a_memory_of_biscuit(&s, long).await;
     let dims: Vec<i32> = sqlx::query_scalar("SELECT vector_dims(embedding) FROM memories")
         .fetch_all(&s.app.db)
         .await
@@ -1927,22 +1934,7 @@ async fn memories_longer_than_an_index_holds_are_stored_and_recalled() {
 #[tokio::test]
 async fn a_long_question_is_embedded_cut_and_searched_whole() {
     let s = setup(false).await;
-    for model in [s.embedding_model, s.chat_model] {
-        s.app
-            .put(&format!("/ai-model/switch-default/{model}"), s.t(), &json!({}))
-            .await
-            .assert_status_ok();
-    }
-    let agent = s.agent(None).await;
-    let owner = Owner::User(s.admin_id);
-    let conv = s.conversation(agent, owner, "long-question").await;
-    s.say(
-        conv,
-        agent,
-        &[("user", "FACT: Pet | Has a dog called Biscuit"), ("assistant", "Nice.")],
-    )
-    .await;
-    s.extract(&s.admin, agent, "long-question").await.assert_ok();
+    let (agent, owner) = a_memory_of_biscuit(&s, s.embedding_model).await;
     // About 900 tokens, under the search's 2,000 characters.
     let question = format!("{}my dog Biscuit", "x ".repeat(900));
     let asked = s.models.requests().len();

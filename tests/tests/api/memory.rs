@@ -1908,6 +1908,48 @@ async fn a_memory_of_biscuit(s: &Setup, embedding: i64) -> (i64, Owner) {
     (agent, owner)
 }
 
+/// The retrieval defaults of the spec: 10 memories of a conversation, 20 of an agent, 10 recent
+/// ones of the last 7 days, stats over 30 days; each widened by its query.
+#[tokio::test]
+async fn memory_lists_keep_the_spec_defaults() {
+    let s = setup(false).await;
+    let agent = s.agent(None).await;
+    let owner = Owner::User(s.admin_id);
+    // 25 memories of one conversation: 12 of the last days, 8 of 20 days ago, 5 of 40.
+    for i in 0..25 {
+        let id = s.seed_memory(agent, owner, &format!("fact {i}"), "ACTIVE").await;
+        let age = match i {
+            0..12 => 1,
+            12..20 => 20,
+            _ => 40,
+        };
+        sqlx::query("UPDATE memories SET create_dt = now() - make_interval(days => $2) WHERE id = $1")
+            .bind(id)
+            .bind(age)
+            .execute(&s.app.db)
+            .await
+            .unwrap();
+    }
+    let count = |path: String| {
+        let s = &s;
+        async move { s.app.get(&path, s.t()).await.assert_ok().as_array().unwrap().len() }
+    };
+    assert_eq!(count(format!("/memory/agent/{agent}")).await, 20);
+    assert_eq!(count(format!("/memory/agent/{agent}?limit=100")).await, 25);
+    assert_eq!(count(format!("/memory/agent/{agent}/recent")).await, 10);
+    assert_eq!(count(format!("/memory/agent/{agent}/recent?limit=100")).await, 12);
+    assert_eq!(
+        count(format!("/memory/agent/{agent}/recent?days=30&limit=100")).await,
+        20
+    );
+    assert_eq!(count("/memory/conversation/seeded".to_owned()).await, 10);
+    assert_eq!(count("/memory/conversation/seeded?limit=100".to_owned()).await, 25);
+    let stats = s.app.get(&format!("/memory/agent/{agent}/stats"), s.t()).await;
+    assert_eq!(stats.assert_ok()["totalMemories"], 20);
+    let all = s.app.get(&format!("/memory/agent/{agent}/stats?days=60"), s.t()).await;
+    assert_eq!(all.assert_ok()["totalMemories"], 25);
+}
+
 /// The built-in defaults follow the default embedding model, which no config save checked: one
 /// making vectors longer than an index holds still gets its memories stored and recalled
 /// (compared one by one), not an extraction that fails after its paid calls.

@@ -1,4 +1,5 @@
-//! CSV: the first row is the header, each data row becomes a "header: value" line.
+//! CSV: the first row is the header (but for a title above it), each data row becomes a
+//! "header: value" line.
 
 use super::limits::Limits;
 use super::{table_rows, text_decode, ParseError};
@@ -39,12 +40,19 @@ pub(super) fn parse(file_name: &str, bytes: &[u8]) -> Result<ParsedDocument, Par
 }
 
 /// Spreadsheet exports in many locales separate with ';' or tabs: pick whichever candidate the
-/// header line uses most, ',' when it uses none.
+/// first lines use most, ',' when they use none. Lines, not the header alone: a title above
+/// the table ("Sales, Q3") would pick its own punctuation.
 fn delimiter(text: &str) -> u8 {
-    let header = text.lines().next().unwrap_or_default();
+    let first_lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).take(5).collect();
+    let uses = |candidate: u8| -> usize {
+        first_lines
+            .iter()
+            .map(|line| line.bytes().filter(|&b| b == candidate).count())
+            .sum()
+    };
     [b',', b';', b'\t', b'|']
         .into_iter()
-        .max_by_key(|&candidate| (header.bytes().filter(|&b| b == candidate).count(), candidate == b','))
+        .max_by_key(|&candidate| (uses(candidate), candidate == b','))
         .unwrap_or(b',')
 }
 
@@ -83,6 +91,15 @@ mod tests {
         assert_eq!(document.sections[0].text, "a: 1,5; b: 2");
         let document = parse("a.csv", "a\tb\n1\t2".as_bytes()).unwrap();
         assert_eq!(document.sections[0].text, "a: 1; b: 2");
+    }
+
+    #[test]
+    fn a_title_line_above_the_table_captions_it_and_does_not_pick_the_separator() {
+        let source = "Sales, Q3 2026\nregion;revenue\nNorth;12,5\nSouth;7\n";
+        let document = parse("sales.csv", source.as_bytes()).unwrap();
+        let section = &document.sections[0];
+        assert_eq!(section.title.as_deref(), Some("sales.csv > Sales, Q3 2026"));
+        assert_eq!(section.text, "region: North; revenue: 12,5\nregion: South; revenue: 7");
     }
 
     #[test]

@@ -16,25 +16,48 @@ const ROWS_PER_SECTION: usize = 50;
 /// cell in its last column: spelling out the empty ones would cost 16384 strings per row.
 pub(super) type Row = Vec<(usize, String)>;
 
-/// Turns a table whose first row is the header into sections titled `title`. Empty cells are left
-/// out; a column without a header is called "column N". The header is repeated in every row, so
-/// a long header over many rows multiplies: the rendered text is charged to `text`.
+/// Rows above a table with one cell each (a sheet's title in A1, a date under it): when a wider
+/// row follows within this many, with rows under it, they caption the table rather than name
+/// its first column.
+const MAX_CAPTION_ROWS: usize = 3;
+
+/// Turns a table into sections titled `title`: its first row is the header, but for caption rows
+/// above it, which join the title. Empty cells are left out; a column without a header is called
+/// "column N"; a table of a header alone is kept as that one line. The header is repeated in
+/// every row, so a long header over many rows multiplies: the rendered text is charged to `text`.
 pub(super) fn sections(
     title: &str,
-    mut rows: impl Iterator<Item = Row>,
+    rows: impl Iterator<Item = Row>,
     text: &mut Budget,
 ) -> Result<Vec<Section>, ParseError> {
+    let mut rows = rows.filter(|row| filled(row) > 0);
+    // A wide row with nothing after it is a data row under a header of fewer cells.
+    let mut ahead: Vec<Row> = rows.by_ref().take(MAX_CAPTION_ROWS + 2).collect();
+    let captions = match ahead.iter().position(|row| filled(row) > 1) {
+        Some(at) if at <= MAX_CAPTION_ROWS && at + 1 < ahead.len() => at,
+        _ => 0,
+    };
+    let caption: Vec<String> = ahead.drain(..captions).map(|row| cells(&row).join(" ")).collect();
+    let mut rows = ahead.into_iter().chain(rows);
     let Some(header) = rows.next() else {
         return Ok(Vec::new());
     };
     // Repeated in every section, as a heading is.
-    let title = excerpt(title, MAX_TITLE_PART_CHARS);
+    let mut title = excerpt(title, MAX_TITLE_PART_CHARS);
+    if !caption.is_empty() {
+        title = format!("{title} > {}", excerpt(&caption.join("; "), MAX_TITLE_PART_CHARS));
+    }
     let mut lines = Vec::new();
     for row in rows {
         if let Some(line) = render_row(&header, &row) {
             text.charge(line.len() + 1)?;
             lines.push(line);
         }
+    }
+    if lines.is_empty() {
+        let line = cells(&header).join("; ");
+        text.charge(line.len())?;
+        lines.push(line);
     }
     Ok(lines
         .chunks(ROWS_PER_SECTION)
@@ -45,6 +68,19 @@ pub(super) fn sections(
             page: None,
         })
         .collect())
+}
+
+/// The row's cells that hold something, each on one line.
+fn cells(row: &Row) -> Vec<String> {
+    row.iter()
+        .map(|(_, value)| one_line(value))
+        .filter(|value| !value.is_empty())
+        .collect()
+}
+
+/// How many of the row's cells hold something.
+fn filled(row: &Row) -> usize {
+    row.iter().filter(|(_, value)| !value.trim().is_empty()).count()
 }
 
 fn render_row(header: &Row, row: &Row) -> Option<String> {
@@ -127,6 +163,44 @@ mod tests {
         let lengths: Vec<_> = got.iter().map(|s| s.text.lines().count()).collect();
         assert_eq!(lengths, [50, 50, 20]);
         assert!(got[2].text.ends_with("n: 119"));
+    }
+
+    #[test]
+    fn a_title_above_the_table_captions_it() {
+        let rows = vec![
+            row(&["Sales by region"]),
+            row(&[]),
+            vec![(1, "Q3 2026".to_owned())],
+            row(&["Region", "Revenue"]),
+            row(&["North", "12"]),
+        ];
+        let got = render("Sheet1", rows.into_iter());
+        assert_eq!(got[0].title.as_deref(), Some("Sheet1 > Sales by region; Q3 2026"));
+        assert_eq!(got[0].text, "Region: North; Revenue: 12");
+    }
+
+    #[test]
+    fn a_one_column_table_keeps_its_header_and_a_title_row_needs_a_wider_row_soon() {
+        let list = vec![row(&["Name"]), row(&["Ann"]), row(&["Bob"])];
+        let got = render("t", list.into_iter());
+        assert_eq!(got[0].title.as_deref(), Some("t"));
+        assert_eq!(got[0].text, "Name: Ann\nName: Bob");
+        // A wide row last: a data row with more cells than its header.
+        let rows = vec![row(&["Name"]), row(&["Ann", "7"])];
+        assert_eq!(render("t", rows.into_iter())[0].text, "Name: Ann; column 2: 7");
+        // Four one-cell rows before the first wide one: a list, not captions.
+        let rows = vec![row(&["a"]), row(&["b"]), row(&["c"]), row(&["d"]), row(&["e", "f"])];
+        let got = render("t", rows.into_iter());
+        assert_eq!(got[0].title.as_deref(), Some("t"));
+        assert_eq!(got[0].text, "a: b\na: c\na: d\na: e; column 2: f");
+    }
+
+    #[test]
+    fn a_table_of_a_header_alone_is_kept() {
+        let got = render("t", vec![row(&["Only", " ", "row"])].into_iter());
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].text, "Only; row");
+        assert!(render("t", vec![row(&[" "])].into_iter()).is_empty());
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .layer(DefaultBodyLimit::disable())
         .routes(routes!(page))
         .routes(routes!(get, delete))
+        .routes(routes!(preview_resources))
         .routes(routes!(commit_upload))
         .routes(routes!(cancel_upload))
         .routes(routes!(import_url))
@@ -109,6 +110,19 @@ async fn preview_upload(
         dedup_action,
     };
     upload::preview(&state, &user, rag_id, files, options).await.map(Api)
+}
+
+/// Step one for files already uploaded as resources (`bizType` document, through a presigned
+/// PUT for files larger than an API Gateway request): the same preview, the files moved into it.
+#[utoipa::path(post, path = "/document/upload/preview-from-resources", tag = "knowledge", security(("svc_auth" = [])),
+    request_body = docs::PreviewResourcesRequest,
+    responses((status = 200, body = Envelope<docs::PreviewResult>), (status = 400), (status = 401), (status = 404), (status = 413)))]
+async fn preview_resources(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Json(req): Json<docs::PreviewResourcesRequest>,
+) -> ApiResult<docs::PreviewResult> {
+    upload::preview_resources(&state, &user, req).await.map(Api)
 }
 
 /// Step two: create documents for the NEW and OVERWRITE items and queue them for processing.

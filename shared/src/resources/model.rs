@@ -10,6 +10,10 @@ use crate::{time, AppState};
 /// cancelled. Reserved: `/resource` uploads may not use it, so the tag always means that.
 pub const KB_PREVIEW_BIZ_TYPE: &str = "RAG_UPLOAD_PREVIEW";
 
+/// `bizType` of an upload meant for a knowledge base: only those can be taken into an upload
+/// preview, which moves the file (an avatar or a chat image taken would break where it is shown).
+pub const DOCUMENT_BIZ_TYPE: &str = "document";
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ResourceRow {
     pub id: i64,

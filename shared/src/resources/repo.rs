@@ -85,6 +85,35 @@ pub async fn find_readable(
     qb.build_query_as().fetch_optional(db).await
 }
 
+/// The caller's own upload through `/resource`, None for any other row as for an unknown id.
+/// Locked (`FOR UPDATE`) when the caller is about to move it.
+pub async fn find_own_upload(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    creator_id: i64,
+    for_update: bool,
+) -> sqlx::Result<Option<ResourceRow>> {
+    let mut qb = QueryBuilder::new(format!("SELECT {COLUMNS} FROM resources WHERE id = "));
+    qb.push_bind(id).push(" AND creator_id = ").push_bind(creator_id);
+    qb.push(" AND NOT EXISTS (SELECT 1 FROM external_resources e WHERE e.resource_id = resources.id)");
+    if for_update {
+        qb.push(" FOR UPDATE");
+    }
+    qb.build_query_as().fetch_optional(db).await
+}
+
+/// Makes an upload a file of the upload preview of base `rag_id`.
+pub async fn move_to_preview(db: impl PgExecutor<'_>, id: i64, rag_id: i64, content_hash: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE resources SET biz_type = $2, biz_id = $3, content_hash = $4 WHERE id = $1")
+        .bind(id)
+        .bind(KB_PREVIEW_BIZ_TYPE)
+        .bind(rag_id)
+        .bind(content_hash)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// Whether a row already holds this object.
 pub async fn is_registered(db: impl PgExecutor<'_>, storage_key: &str) -> sqlx::Result<bool> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM resources WHERE storage_key = $1)")

@@ -936,6 +936,186 @@ async fn every_dedup_strategy_and_action() {
     assert_eq!(api_tests::preview_decisions(&p), ["NEW", "REJECT"]);
 }
 
+/// Uploads `bytes` as `token`'s resource through a presigned PUT, registered with `bizType`
+/// document; returns the resource.
+async fn presigned_document(app: &api_tests::TestApp, token: &str, name: &str, bytes: &[u8]) -> Value {
+    let ask = json!({ "originalName": name, "fileSize": bytes.len() });
+    let presigned = app
+        .post("/resource/upload-url", Some(token), &ask)
+        .await
+        .assert_ok()
+        .clone();
+    let url = presigned["uploadUrl"].as_str().unwrap();
+    let url = match url.starts_with('/') {
+        true => format!("{}{url}", app.origin),
+        false => url.to_owned(),
+    };
+    let mut put = app.client.put(&url).body(bytes.to_vec());
+    for (header, value) in presigned["headers"].as_object().expect("headers") {
+        put = put.header(header, value.as_str().expect("header value"));
+    }
+    assert!(put.send().await.unwrap().status().is_success());
+    let complete = json!({ "storageKey": presigned["storageKey"], "originalName": name, "bizType": "document" });
+    app.post("/resource/upload/complete", Some(token), &complete)
+        .await
+        .assert_ok()
+        .clone()
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// On AWS a request carries at most about 4.5 MB of file: larger documents reach a base as
+/// resources sent through a presigned PUT, then previewed from there. Bad requests move
+/// nothing; another user's resource or base answers as an unknown one.
+#[tokio::test]
+async fn documents_previewed_from_presigned_uploads() {
+    let s = KbSetup::new(Store::Filesystem, &[("MAX_UPLOAD_BYTES", "4096")]).await;
+    let (app, t) = (&s.app, Some(s.admin.as_str()));
+    let kb = s.kb("Large files", json!({})).await;
+    let rows: String = (0..60).map(|i| format!("person {i},city {i}\n")).collect();
+    let csv = format!("{PEOPLE_CSV}{rows}");
+    let presigned = presigned_document(app, &s.admin, "people.csv", csv.as_bytes()).await;
+    let direct = app
+        .upload_resource(
+            &s.admin,
+            "notes.txt",
+            NOTES_TXT.as_bytes().to_vec(),
+            Some(("Document", "7")),
+        )
+        .await
+        .assert_ok()
+        .clone();
+    let avatar = app
+        .upload_resource(&s.admin, "me.txt", b"not for a base".to_vec(), Some(("avatar", "1")))
+        .await
+        .assert_ok()
+        .clone();
+    let too_big = presigned_document(app, &s.admin, "big.txt", &[b'x'; 5000]).await;
+    let (_, other) = app.regular_user("other").await;
+    let others = app
+        .upload_resource(
+            &other,
+            "theirs.txt",
+            b"someone else's".to_vec(),
+            Some(("document", "1")),
+        )
+        .await
+        .assert_ok()
+        .clone();
+    let resources = || async {
+        sqlx::query_as::<_, (i64, Option<String>)>("SELECT id, biz_type FROM resources ORDER BY id")
+            .fetch_all(&app.db)
+            .await
+            .unwrap()
+    };
+    let before = resources().await;
+
+    let ask = |body: Value| async move { app.post("/document/upload/preview-from-resources", t, &body).await };
+    let (p, d) = (presigned["id"].clone(), direct["id"].clone());
+    ask(json!({ "resourceIds": [p] }))
+        .await
+        .assert_error(400, 0, "ragId is required");
+    ask(json!({ "ragId": kb, "resourceIds": [] }))
+        .await
+        .assert_error(400, 0, "resourceIds is required");
+    ask(json!({ "ragId": kb, "resourceIds": [p, d, p] }))
+        .await
+        .assert_error(400, 0, &format!("resourceIds[2]: resource {p} is listed twice"));
+    ask(json!({ "ragId": kb, "resourceIds": [p], "dedupStrategy": 9 }))
+        .await
+        .assert_error(400, 0, "dedupStrategy");
+    ask(json!({ "ragId": kb, "resourceIds": [p, avatar["id"]] }))
+        .await
+        .assert_error(400, 0, "resourceIds[1]: resource");
+    ask(json!({ "ragId": kb, "resourceIds": [too_big["id"]] }))
+        .await
+        .assert_error(413, 413, "resourceIds[0]: big.txt exceeds the limit of 4096 bytes");
+    let unknown = ask(json!({ "ragId": kb, "resourceIds": [p, 987_654] })).await;
+    unknown.assert_error(404, 404, "resource");
+    let hidden = ask(json!({ "ragId": kb, "resourceIds": [p, others["id"]] })).await;
+    hidden.assert_error(404, 404, "resource");
+    assert_eq!(hidden.msg(), unknown.msg());
+    let theirs = json!({ "ragId": kb, "resourceIds": [others["id"]] });
+    let not_theirs = app
+        .post("/document/upload/preview-from-resources", Some(&other), &theirs)
+        .await;
+    let no_base = json!({ "ragId": 987_654, "resourceIds": [others["id"]] });
+    let no_base = app
+        .post("/document/upload/preview-from-resources", Some(&other), &no_base)
+        .await;
+    not_theirs.assert_error(404, 404, "knowledge base");
+    assert_eq!(not_theirs.msg(), no_base.msg());
+    assert_eq!(resources().await, before, "refusals move nothing");
+    assert_eq!(app.count("upload_previews").await, 0);
+
+    let preview = ask(json!({ "ragId": kb, "resourceIds": [p, d] }))
+        .await
+        .assert_ok()
+        .clone();
+    let items = preview["items"].as_array().unwrap();
+    assert_eq!(api_tests::preview_decisions(&preview), ["NEW", "NEW"]);
+    assert_eq!(
+        (items[0]["tempResourceId"].clone(), items[1]["tempResourceId"].clone()),
+        (p.clone(), d.clone())
+    );
+    assert_eq!(
+        items[0]["contentHash"],
+        sha256(csv.as_bytes()),
+        "hashed from the stored file"
+    );
+    assert_eq!(items[1]["contentHash"], sha256(NOTES_TXT.as_bytes()));
+    assert_eq!(
+        (items[0]["fileType"].as_str(), items[0]["fileSize"].as_u64()),
+        (Some("csv"), Some(csv.len() as u64))
+    );
+    ask(json!({ "ragId": kb, "resourceIds": [d] }))
+        .await
+        .assert_error(400, 0, "already part of an upload preview");
+
+    let committed = commit_as_previewed(&s, &preview).await;
+    let ids: Vec<i64> = committed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_i64().unwrap())
+        .collect();
+    for id in &ids {
+        assert_eq!(s.settled(*id).await["status"], "success");
+    }
+    assert!(s.chunk_texts(ids[0]).await.join("\n").contains("person 59"));
+    let key: String = sqlx::query_scalar("SELECT storage_key FROM documents WHERE id = $1")
+        .bind(ids[0])
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(key, presigned["storageKey"].as_str().unwrap(), "moved, not copied");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM resources WHERE id = ANY($1)")
+        .bind(vec![p.as_i64().unwrap(), d.as_i64().unwrap()])
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the preview's files became the documents'");
+
+    // A cancelled preview deletes the file, as any preview's.
+    let dropped = presigned_document(app, &s.admin, "dropped.md", GUIDE_MD.as_bytes()).await;
+    let preview = ask(json!({ "ragId": kb, "resourceIds": [dropped["id"]] }))
+        .await
+        .assert_ok()
+        .clone();
+    app.delete(
+        &format!("/document/upload/preview/{}", preview["previewToken"].as_str().unwrap()),
+        t,
+    )
+    .await
+    .assert_ok();
+    let dropped_key = dropped["storageKey"].as_str().unwrap();
+    assert_eq!(app.state.storage().head(dropped_key).await.unwrap(), None);
+    assert_eq!(app.count("documents").await, 2);
+}
+
 /// Commits every file of the preview `p` with the decision the preview proposed.
 async fn commit_as_previewed(s: &KbSetup, p: &Value) -> Value {
     let items: Vec<Value> = p["items"]

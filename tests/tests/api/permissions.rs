@@ -107,6 +107,7 @@ const ROUTES: &[(&str, &str, Class)] = &[
     ("GET", "/document/{id}", User),
     ("DELETE", "/document/{id}", User),
     ("POST", "/document/upload/preview", User),
+    ("POST", "/document/upload/preview-from-resources", User),
     ("POST", "/document/upload/commit", User),
     ("DELETE", "/document/upload/preview/{token}", User),
     ("POST", "/document/import/url", User),

@@ -147,6 +147,24 @@ pub struct StoredItem {
     pub mime: String,
 }
 
+/// An upload preview of files already stored as resources: sent through a presigned PUT
+/// (`POST /resource/upload-url`, then `/resource/upload/complete` with `bizType` document),
+/// which is how a file larger than an API Gateway request (about 4.5 MB) reaches a base.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewResourcesRequest {
+    pub rag_id: Option<i64>,
+    /// The caller's own resources of `bizType` document, at most 20. They become the
+    /// preview's files (`bizType` RAG_UPLOAD_PREVIEW, as the files of a multipart preview) and
+    /// go with it: a commit makes them documents' files; a cancel, an expiry or a skip
+    /// deletes them.
+    pub resource_ids: Option<Vec<i64>>,
+    /// 0 none, 1 by name, 2 by content, 3 by name or content (default: the base's).
+    pub dedup_strategy: Option<i64>,
+    /// 0 reject, 1 skip, 2 overwrite (default: the base's).
+    pub dedup_action: Option<i64>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreviewResult {

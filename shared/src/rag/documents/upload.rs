@@ -16,6 +16,7 @@ use crate::rag::parse::FileType;
 use crate::resources::leftovers;
 use crate::resources::repo::{self as res_repo, NewResource};
 use crate::resources::service::{clean_file_name, sniff_mime};
+use crate::resources::{ResourceRow, DOCUMENT_BIZ_TYPE, KB_PREVIEW_BIZ_TYPE};
 use crate::{AppError, AppResult, AppState};
 
 const PREVIEW_TTL: Duration = Duration::from_secs(3600);
@@ -117,7 +118,7 @@ pub async fn preview(
     };
     let token = uuid::Uuid::new_v4().simple().to_string();
     let saved = match outcome {
-        Ok(()) => save_preview(state, &token, &kb, user, (strategy, action), &items).await,
+        Ok(()) => save_preview(state.db(), &token, &kb, user, (strategy, action), &items).await,
         Err(e) => Err(e),
     };
     if let Err(e) = saved {
@@ -133,8 +134,109 @@ pub async fn preview(
     })
 }
 
-async fn save_preview(
+/// Step one of an upload for files already stored as the caller's resources (`bizType`
+/// document, sent through a presigned PUT): the same verdicts as `preview`, and the files move
+/// into the preview. Any refusal moves none of them.
+pub async fn preview_resources(
     state: &AppState,
+    user: &CurrentUser,
+    req: PreviewResourcesRequest,
+) -> AppResult<PreviewResult> {
+    let rag_id = crate::validate::present("ragId", req.rag_id)?;
+    let ids = crate::validate::present("resourceIds", req.resource_ids)?;
+    if ids.is_empty() {
+        return Err(AppError::validation("resourceIds is required"));
+    }
+    if ids.len() > MAX_FILES {
+        return Err(AppError::validation(format!(
+            "resourceIds: at most {MAX_FILES} files per upload"
+        )));
+    }
+    if let Some(i) = (1..ids.len()).find(|&i| ids[..i].contains(&ids[i])) {
+        return Err(AppError::validation(format!(
+            "resourceIds[{i}]: resource {} is listed twice",
+            ids[i]
+        )));
+    }
+    let kb = bases::service::owned(state, user, rag_id).await?;
+    let options = PreviewOptions {
+        dedup_strategy: req.dedup_strategy,
+        dedup_action: req.dedup_action,
+    };
+    let (strategy, action) = resolve_dedup(&kb, &options)?;
+    let max = state.config().max_upload_bytes;
+    let mut items = Vec::with_capacity(ids.len());
+    for (i, &id) in ids.iter().enumerate() {
+        let row = document_upload(state.db(), i, id, user, false).await?;
+        if row.file_size as u64 > max {
+            return Err(AppError::PayloadTooLarge(format!(
+                "resourceIds[{i}]: {} exceeds the limit of {max} bytes for a document",
+                row.original_name
+            )));
+        }
+        // Completed presigned uploads have none: their bytes never passed through the service.
+        let hash = match row.content_hash {
+            Some(hash) => hash,
+            None => {
+                crate::crypto::content_hash(&crate::storage::read_all(state.storage(), &row.storage_key, None).await?)
+            }
+        };
+        items.push(stored_item(
+            id,
+            row.original_name,
+            row.file_size,
+            hash,
+            row.storage_key,
+            row.mime_type,
+        ));
+    }
+    decide_all(state, &kb, strategy, action, &mut items).await?;
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let mut tx = state.db().begin().await?;
+    for stored in &items {
+        // Read again under the row's lock: a preview made meanwhile may have taken it.
+        let id = stored.item.temp_resource_id;
+        let at = ids.iter().position(|&listed| listed == id).unwrap_or_default();
+        document_upload(&mut *tx, at, id, user, true).await?;
+        res_repo::move_to_preview(&mut *tx, stored.item.temp_resource_id, kb.id, &stored.item.content_hash).await?;
+    }
+    save_preview(&mut *tx, &token, &kb, user, (strategy, action), &items).await?;
+    tx.commit().await?;
+    Ok(PreviewResult {
+        preview_token: token,
+        rag_id,
+        items: items.into_iter().map(|s| s.item).collect(),
+    })
+}
+
+/// Resource `id`, listed at `at`, if the caller may move it into a preview: their own upload
+/// (others' answer as unknown ids do) made for documents.
+async fn document_upload(
+    db: impl sqlx::PgExecutor<'_>,
+    at: usize,
+    id: i64,
+    user: &CurrentUser,
+    for_update: bool,
+) -> AppResult<ResourceRow> {
+    let row = res_repo::find_own_upload(db, id, user.id, for_update)
+        .await?
+        .ok_or_else(|| AppError::not_found("resource"))?;
+    let biz_type = row.biz_type.as_deref().unwrap_or_default();
+    if biz_type == KB_PREVIEW_BIZ_TYPE {
+        return Err(AppError::validation(format!(
+            "resourceIds[{at}]: resource {id} is already part of an upload preview"
+        )));
+    }
+    if !biz_type.eq_ignore_ascii_case(DOCUMENT_BIZ_TYPE) {
+        return Err(AppError::validation(format!(
+            "resourceIds[{at}]: resource {id} was not uploaded for documents: upload it with bizType {DOCUMENT_BIZ_TYPE}"
+        )));
+    }
+    Ok(row)
+}
+
+async fn save_preview(
+    db: impl sqlx::PgExecutor<'_>,
     token: &str,
     kb: &KbRow,
     user: &CurrentUser,
@@ -153,7 +255,7 @@ async fn save_preview(
     .bind(chrono::Utc::now() + PREVIEW_TTL)
     .bind(strategy)
     .bind(action)
-    .execute(state.db())
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -169,7 +271,6 @@ async fn store_files(
 ) -> AppResult<()> {
     for file in files {
         let name = clean_file_name(&file.file_name);
-        let file_type = FileType::from_name(&name);
         let mime = sniff_mime(&file.bytes, &name);
         let hash = crate::crypto::content_hash(&file.bytes);
         let size = file.bytes.len() as i64;
@@ -183,7 +284,7 @@ async fn store_files(
                 file_size: size,
                 mime_type: &mime,
                 storage_type: state.storage().kind().as_str(),
-                biz_type: Some(crate::resources::KB_PREVIEW_BIZ_TYPE),
+                biz_type: Some(KB_PREVIEW_BIZ_TYPE),
                 biz_id: Some(kb.id),
                 content_hash: Some(&hash),
                 creator_id: user.id,
@@ -197,35 +298,42 @@ async fn store_files(
                 return Err(e.into());
             }
         };
-        let unsupported = file_type.is_none().then(|| {
-            let ext = std::path::Path::new(&name)
-                .extension()
-                .and_then(|e| e.to_str())
-                .unwrap_or("(none)");
-            format!("unsupported file type .{ext}: use pdf, docx, xlsx, csv, md, txt or html")
-        });
-        items.push(StoredItem {
-            item: PreviewItem {
-                temp_resource_id: resource.id,
-                file_name: name,
-                file_type: file_type.map(|t| t.as_str().to_owned()).unwrap_or_default(),
-                file_size: size,
-                content_hash: hash,
-                decision: if unsupported.is_some() {
-                    Decision::Reject
-                } else {
-                    Decision::New
-                },
-                match_type: dedup::MatchType::None,
-                conflict_document_id: None,
-                conflict_document_name: None,
-                reject_reason: unsupported,
-            },
-            key,
-            mime,
-        });
+        items.push(stored_item(resource.id, name, size, hash, key, mime));
     }
     Ok(())
+}
+
+/// A preview's file, stored under `key` as resource `id`: NEW until decided, unless the base
+/// cannot read its type.
+fn stored_item(id: i64, name: String, size: i64, hash: String, key: String, mime: String) -> StoredItem {
+    let file_type = FileType::from_name(&name);
+    let unsupported = file_type.is_none().then(|| {
+        let ext = std::path::Path::new(&name)
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("(none)");
+        format!("unsupported file type .{ext}: use pdf, docx, xlsx, csv, md, txt or html")
+    });
+    StoredItem {
+        item: PreviewItem {
+            temp_resource_id: id,
+            file_name: name,
+            file_type: file_type.map(|t| t.as_str().to_owned()).unwrap_or_default(),
+            file_size: size,
+            content_hash: hash,
+            decision: if unsupported.is_some() {
+                Decision::Reject
+            } else {
+                Decision::New
+            },
+            match_type: dedup::MatchType::None,
+            conflict_document_id: None,
+            conflict_document_name: None,
+            reject_reason: unsupported,
+        },
+        key,
+        mime,
+    }
 }
 
 /// Removes temporary files (`DELETES_AT_ONCE` at a time), each one's resource row once its
@@ -284,7 +392,7 @@ pub async fn sweep_unsaved(state: &AppState) -> AppResult<u64> {
            RETURNING storage_key)
          INSERT INTO leftover_objects (storage_key) SELECT storage_key FROM gone ON CONFLICT DO NOTHING",
     )
-    .bind(crate::resources::KB_PREVIEW_BIZ_TYPE)
+    .bind(KB_PREVIEW_BIZ_TYPE)
     .bind(EXPIRE_BATCH)
     .execute(state.db())
     .await?;

@@ -5,7 +5,34 @@
 //! process down (the ingest worker shares it with the API). So every parser charges one budget
 //! per document, and a file over it fails with a message, never an allocation failure.
 
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use super::ParseError;
+
+thread_local! {
+    /// The flag of the parse running on this thread (`super::Abandon`): set, every budget's next
+    /// charge ends the parse.
+    static ABANDONED: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+}
+
+/// Makes `flag` the running parse's until the guard is dropped (a panic unwinding included): a
+/// pooled thread must not carry one parse's flag into the next.
+pub(super) fn watch(flag: Arc<AtomicBool>) -> impl Drop {
+    struct Unwatch;
+    impl Drop for Unwatch {
+        fn drop(&mut self) {
+            ABANDONED.with(|a| a.borrow_mut().take());
+        }
+    }
+    ABANDONED.with(|a| *a.borrow_mut() = Some(flag));
+    Unwatch
+}
+
+fn abandoned() -> bool {
+    ABANDONED.with(|a| a.borrow().as_ref().is_some_and(|flag| flag.load(Ordering::Relaxed)))
+}
 
 /// Bytes a document may unpack to in total: zip parts of docx and xlsx, PDF page content.
 /// Real office files and PDFs unpack to a few MiB of XML or drawing operators per 100 pages.
@@ -71,8 +98,12 @@ impl Budget {
         self.left
     }
 
-    /// Takes `amount` from the budget, or says the document is over it.
+    /// Takes `amount` from the budget, or says the document is over it. Every parser charges
+    /// after each page, row or block, so this is also where a parse nobody waits for stops.
     pub(super) fn charge(&mut self, amount: usize) -> Result<(), ParseError> {
+        if abandoned() {
+            return Err(ParseError::new("parsing was abandoned: its caller stopped waiting"));
+        }
         match self.left.checked_sub(amount) {
             Some(left) => {
                 self.left = left;

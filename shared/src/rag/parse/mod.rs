@@ -21,6 +21,9 @@ mod text_decode;
 mod xlsx;
 mod zip_entries;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use crate::rag::document::ParsedDocument;
 
 /// What one document may unpack to; also the cap on a converted document fetched from elsewhere.
@@ -99,6 +102,39 @@ impl Default for ParseOptions {
     }
 }
 
+/// Stops a parse made by `parse_abandonable` once dropped. A parse on a blocking thread runs on
+/// when the future waiting for it is dropped (a worker at its deadline, a run whose lease was
+/// taken over), and a runaway one (a crafted file) kept a core and its memory from the
+/// documents after it; the future holds this, and the parse ends at its next page, row or block.
+pub struct Abandon(Arc<AtomicBool>);
+
+/// What the parse holds of its `Abandon`.
+pub struct Abandoned(Arc<AtomicBool>);
+
+impl Abandon {
+    pub fn new() -> (Self, Abandoned) {
+        let flag = Arc::new(AtomicBool::new(false));
+        (Self(flag.clone()), Abandoned(flag))
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `parse`, ended early (with an error nobody reads) once its `Abandon` is dropped.
+pub fn parse_abandonable(
+    file_name: &str,
+    bytes: &[u8],
+    options: &ParseOptions,
+    abandoned: Abandoned,
+) -> Result<ParsedDocument, ParseError> {
+    let _watching = limits::watch(abandoned.0);
+    parse(file_name, bytes, options)
+}
+
 /// Parses `bytes` as the format named by `file_name`'s extension.
 pub fn parse(file_name: &str, bytes: &[u8], options: &ParseOptions) -> Result<ParsedDocument, ParseError> {
     let file_type = FileType::from_name(file_name).ok_or_else(|| unsupported(file_name))?;
@@ -163,6 +199,24 @@ mod tests {
         assert_eq!(FileType::from_name("report.pdf").map(FileType::as_str), Some("pdf"));
         assert_eq!(FileType::from_name("tool.exe"), None);
         assert_eq!(FileType::from_name("README"), None);
+    }
+
+    #[test]
+    fn an_abandoned_parse_ends_at_its_next_step_and_leaves_the_thread_as_it_was() {
+        let csv = format!("a,b\n{}", "1,2\n".repeat(1000));
+        let options = ParseOptions::default();
+        let (waiting, abandoned) = Abandon::new();
+        let parsed = parse_abandonable("t.csv", csv.as_bytes(), &options, abandoned).unwrap();
+        let rows: usize = parsed.sections.iter().map(|s| s.text.lines().count()).sum();
+        assert_eq!(rows, 1000);
+        drop(waiting);
+
+        let (waiting, abandoned) = Abandon::new();
+        drop(waiting);
+        let err = parse_abandonable("t.csv", csv.as_bytes(), &options, abandoned).unwrap_err();
+        assert!(err.to_string().contains("abandoned"), "{err}");
+        // The same (pooled) thread's next parse is not the abandoned one's.
+        assert!(parse("t.csv", csv.as_bytes(), &options).is_ok());
     }
 
     #[test]

@@ -376,8 +376,10 @@ async fn parse_document(state: &AppState, doc: &DocRow, kb: &KbRow) -> Result<Pa
             });
     }
     let name = doc.name.clone();
+    // Dropped with this future (out of time, the lease taken over), it ends the parse too.
+    let (_abandon, abandoned) = parse::Abandon::new();
     // Parsing is CPU work: keep it off the async workers that serve requests.
-    tokio::task::spawn_blocking(move || parse::parse(&name, &bytes, &options))
+    tokio::task::spawn_blocking(move || parse::parse_abandonable(&name, &bytes, &options, abandoned))
         .await
         .map_err(|e| match e.is_panic() {
             // The same bytes fail the same way: retried, a parser's panic cost two more

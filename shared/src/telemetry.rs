@@ -238,6 +238,37 @@ fn continue_from(span: &tracing::Span, carrier: &dyn opentelemetry::propagation:
     span.record("trace_id", tracing::field::display(trace_id));
 }
 
+/// The id of the request being served (its `x-request-id`), kept on its span for the work it
+/// hands on: a queued message carries it, so a worker's log lines name the request that queued
+/// the work, with traces off too.
+struct RequestId(String);
+
+/// Keeps `id` on `span`, the request's, for `request_id`.
+pub fn keep_request_id(span: &tracing::Span, id: &str) {
+    use tracing_subscriber::registry::LookupSpan as _;
+    span.with_subscriber(|(span_id, dispatch)| {
+        let registry = dispatch.downcast_ref::<tracing_subscriber::Registry>();
+        if let Some(span) = registry.and_then(|r| r.span(span_id)) {
+            span.extensions_mut().insert(RequestId(id.to_owned()));
+        }
+    });
+}
+
+/// The id of the request the current span is part of; None outside one, and when its span is
+/// not recorded (logging below INFO).
+pub fn request_id() -> Option<String> {
+    use tracing_subscriber::registry::LookupSpan as _;
+    tracing::Span::current()
+        .with_subscriber(|(span_id, dispatch)| {
+            let registry = dispatch.downcast_ref::<tracing_subscriber::Registry>()?;
+            registry
+                .span(span_id)?
+                .scope()
+                .find_map(|span| span.extensions().get::<RequestId>().map(|id| id.0.clone()))
+        })
+        .flatten()
+}
+
 /// The W3C header (and SQS message attribute, and MCP `_meta` key) that carries a trace.
 pub const TRACEPARENT: &str = "traceparent";
 

@@ -133,6 +133,9 @@ fn request_span(req: &Request<Body>) -> Span {
     if let Some(id) = gateway_request_id(req) {
         span.record("gateway_request_id", tracing::field::display(id));
     }
+    if id != "-" {
+        crate::telemetry::keep_request_id(&span, id);
+    }
     crate::telemetry::continue_trace(&span, req.headers());
     span
 }

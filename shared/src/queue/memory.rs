@@ -7,14 +7,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use super::{event, failed_ids, message, with_trace, BatchHandler, Queue, QueueName, BATCH_SIZE, MAX_RECEIVES};
+use super::{
+    event, failed_ids, message, with_origin, BatchHandler, Origin, Queue, QueueName, BATCH_SIZE, MAX_RECEIVES,
+};
 
 #[derive(Debug, Clone)]
 struct Envelope {
     id: String,
     body: String,
     receives: u32,
-    traceparent: Option<String>,
+    origin: Origin,
 }
 
 struct Channel {
@@ -75,7 +77,7 @@ impl Queue for InProcessQueue {
             id: uuid::Uuid::new_v4().to_string(),
             body,
             receives: 0,
-            traceparent: crate::telemetry::traceparent(),
+            origin: Origin::current(),
         };
         self.sender(queue)
             .send(envelope)
@@ -112,7 +114,7 @@ impl Queue for InProcessQueue {
                 let ev = event(
                     batch
                         .iter()
-                        .map(|m| with_trace(message(&m.id, &m.body, m.receives, None), m.traceparent.clone()))
+                        .map(|m| with_origin(message(&m.id, &m.body, m.receives, None), &m.origin))
                         .collect(),
                 );
                 let outcome = handler(ev.clone(), None).await;

@@ -67,23 +67,50 @@ pub fn message(id: &str, body: &str, receive_count: u32, receipt: Option<String>
     m
 }
 
-/// Attaches the trace a message was sent in (`telemetry::traceparent`) as its `traceparent`
-/// attribute, where SQS carries it too.
-pub fn with_trace(mut m: SqsMessage, traceparent: Option<String>) -> SqsMessage {
-    if let Some(value) = traceparent {
+/// The message attribute naming the request a message was sent in (its `x-request-id`).
+pub const REQUEST_ID: &str = "requestId";
+
+/// Where a message was sent from, carried in its attributes: the trace (with traces on) and the
+/// request, so the worker's spans and log lines name what queued the work.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub traceparent: Option<String>,
+    pub request_id: Option<String>,
+}
+
+impl Origin {
+    /// The current span's.
+    pub fn current() -> Self {
+        Self {
+            traceparent: crate::telemetry::traceparent(),
+            request_id: crate::telemetry::request_id(),
+        }
+    }
+
+    /// As message attributes, by name.
+    pub fn attributes(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            (crate::telemetry::TRACEPARENT, self.traceparent.as_deref()),
+            (REQUEST_ID, self.request_id.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value?)))
+    }
+}
+
+/// Attaches where a message was sent from as its attributes, where SQS carries them too.
+pub fn with_origin(mut m: SqsMessage, origin: &Origin) -> SqsMessage {
+    for (name, value) in origin.attributes() {
         let mut attribute = SqsMessageAttribute::default();
-        attribute.string_value = Some(value);
+        attribute.string_value = Some(value.to_owned());
         attribute.data_type = Some("String".to_owned());
-        m.message_attributes
-            .insert(crate::telemetry::TRACEPARENT.to_owned(), attribute);
+        m.message_attributes.insert(name.to_owned(), attribute);
     }
     m
 }
 
-fn trace_of(m: &SqsMessage) -> Option<&str> {
-    m.message_attributes
-        .get(crate::telemetry::TRACEPARENT)
-        .and_then(|a| a.string_value.as_deref())
+fn attribute<'m>(m: &'m SqsMessage, name: &str) -> Option<&'m str> {
+    m.message_attributes.get(name).and_then(|a| a.string_value.as_deref())
 }
 
 pub fn event(records: Vec<SqsMessage>) -> SqsEvent {
@@ -139,8 +166,12 @@ where
             messaging.operation.type = "process",
             messaging.message.id = %id,
             trace_id = tracing::field::Empty,
+            request_id = tracing::field::Empty,
         );
-        crate::telemetry::continue_message_trace(&span, trace_of(&m));
+        crate::telemetry::continue_message_trace(&span, attribute(&m, crate::telemetry::TRACEPARENT));
+        if let Some(request) = attribute(&m, REQUEST_ID) {
+            span.record("request_id", tracing::field::display(request));
+        }
         // A panic fails its message only (logged by the panic hook): unwound through the
         // batch, it ended the local server's consumer, and its queue with it, until a restart.
         let fut = std::panic::AssertUnwindSafe(work(m))

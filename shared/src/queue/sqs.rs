@@ -6,7 +6,7 @@ use anyhow::Context;
 use async_trait::async_trait;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName};
 
-use super::{event, failed_ids, message, with_trace, BatchHandler, Queue, QueueName, BATCH_SIZE};
+use super::{event, failed_ids, message, with_origin, BatchHandler, Origin, Queue, QueueName, BATCH_SIZE, REQUEST_ID};
 
 #[derive(Clone)]
 pub struct SqsQueue {
@@ -43,6 +43,7 @@ impl SqsQueue {
             .wait_time_seconds(10)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .message_attribute_names(crate::telemetry::TRACEPARENT)
+            .message_attribute_names(REQUEST_ID)
             .send()
             .await
             .context("sqs receive_message")?;
@@ -58,17 +59,22 @@ impl SqsQueue {
                     .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(1);
-                let traceparent = m
-                    .message_attributes()
-                    .and_then(|a| a.get(crate::telemetry::TRACEPARENT))
-                    .and_then(|a| a.string_value().map(str::to_owned));
+                let attribute = |name: &str| {
+                    m.message_attributes()
+                        .and_then(|a| a.get(name))
+                        .and_then(|a| a.string_value().map(str::to_owned))
+                };
+                let origin = Origin {
+                    traceparent: attribute(crate::telemetry::TRACEPARENT),
+                    request_id: attribute(REQUEST_ID),
+                };
                 let received = message(
                     m.message_id().unwrap_or_default(),
                     m.body().unwrap_or_default(),
                     count,
                     m.receipt_handle.clone(),
                 );
-                with_trace(received, traceparent)
+                with_origin(received, &origin)
             })
             .collect();
         let ev = event(records);
@@ -108,7 +114,7 @@ impl Queue for SqsQueue {
             .queue_url(self.url(queue))
             .message_group_id(tenant)
             .message_body(body)
-            .set_message_attributes(trace_attribute())
+            .set_message_attributes(origin_attributes())
             .send()
             .await
             .context("sqs send_message")?;
@@ -138,13 +144,19 @@ impl Queue for SqsQueue {
     }
 }
 
-/// The sending span's trace as a message attribute, so the worker's spans join it.
-fn trace_attribute() -> Option<std::collections::HashMap<String, MessageAttributeValue>> {
-    let value = crate::telemetry::traceparent()?;
-    let attribute = MessageAttributeValue::builder()
-        .data_type("String")
-        .string_value(value)
-        .build()
-        .ok()?;
-    Some([(crate::telemetry::TRACEPARENT.to_owned(), attribute)].into())
+/// Where the message is sent from (`Origin`) as its attributes.
+fn origin_attributes() -> Option<std::collections::HashMap<String, MessageAttributeValue>> {
+    let origin = Origin::current();
+    let attributes: std::collections::HashMap<String, MessageAttributeValue> = origin
+        .attributes()
+        .filter_map(|(name, value)| {
+            let value = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+                .ok()?;
+            Some((name.to_owned(), value))
+        })
+        .collect();
+    (!attributes.is_empty()).then_some(attributes)
 }

@@ -1116,6 +1116,37 @@ async fn documents_previewed_from_presigned_uploads() {
     assert_eq!(app.count("documents").await, 2);
 }
 
+/// The worker's log lines for a document name the request that queued it (its `x-request-id`),
+/// so an upload's failure can be found from the request, with traces off too.
+#[tokio::test]
+async fn worker_log_lines_name_the_request_that_queued_the_document() {
+    let logs = api_tests::mcp_servers::LogCapture::start();
+    let s = KbSetup::new(Store::Filesystem, &[]).await;
+    let kb = s.kb("Logged", json!({})).await;
+    let broken = [("broken.xlsx", b"this is not a spreadsheet".to_vec())];
+    let p = s.preview(kb, &broken, None).await.assert_ok().clone();
+    let body = json!({ "previewToken": p["previewToken"], "items": [{ "tempResourceId": p["items"][0]["tempResourceId"], "decision": "NEW" }] });
+    let commit = s
+        .app
+        .client
+        .post(s.app.url("/document/upload/commit"))
+        .header("Svc-Auth", &s.admin)
+        .header("x-request-id", "commit-7f3a")
+        .json(&body);
+    let reply = s.app.send(commit).await;
+    let id = reply.assert_ok()["items"][0]["id"].as_i64().unwrap();
+    assert_eq!(s.settled(id).await["status"], "failed");
+    let text = logs.text();
+    let failed = text
+        .lines()
+        .find(|line| line.contains("document failed") && line.contains(&format!("document_id={id}")))
+        .unwrap_or_else(|| panic!("no failure logged for document {id}:\n{text}"));
+    assert!(
+        failed.contains("process_message") && failed.contains("request_id=commit-7f3a"),
+        "{failed}"
+    );
+}
+
 /// Commits every file of the preview `p` with the decision the preview proposed.
 async fn commit_as_previewed(s: &KbSetup, p: &Value) -> Value {
     let items: Vec<Value> = p["items"]

@@ -441,6 +441,7 @@ pub async fn create_config(state: &AppState, user: &CurrentUser, req: ModelConfi
     validate::printable("modelName", &model_name, false)?;
     let model_key = validate::required("modelKey", req.model_key)?;
     validate::length("modelKey", &model_key, 1, 200)?;
+    validate::printable("modelKey", &model_key, false)?;
     let model_type = ModelType::parse("modelType", &validate::required("modelType", req.model_type)?)?;
     let api_key = validate::required("apiKey", req.api_key)?;
     if is_masked(&api_key) {

@@ -95,6 +95,55 @@ async fn concurrent_chats_never_spend_more_than_the_quota_and_the_refused_store_
 /// Every model call of a knowledge base is charged (security review item 12): they used to
 /// be recorded only, so a user at zero quota spent the operator's GLOBAL models by uploading,
 /// searching and testing. Now nothing runs on an empty quota, and with tokens each call costs.
+/// A model that takes fewer output tokens than the reserve a regular user's call holds (a
+/// 4,096-token model, a vLLM server's context) served administrators and refused everyone else:
+/// the reserve went upstream as `max_tokens`. It goes only when the quota left is smaller.
+#[tokio::test]
+async fn a_regular_users_call_is_capped_only_by_what_is_asked_or_what_is_left() {
+    let s = ChatSetup::new().await;
+    let plain = s.chat_model("chat-echo", json!({})).await;
+    let capped = s
+        .chat_model("chat-echo", json!({ "configJson": { "maxTokens": 300 } }))
+        .await;
+    let (alice_id, alice) = s.app.regular_user("alice").await;
+    let max_tokens_sent = |model: i64, quota: i64| {
+        let (s, alice) = (&s, &alice);
+        async move {
+            s.set_quota(alice_id, quota).await;
+            let agent = s
+                .agent(
+                    &s.admin,
+                    json!({ "name": format!("A{model}-{quota}"), "chatModelId": model }),
+                )
+                .await;
+            let before = s.models.requests().len();
+            let events = s
+                .chat(alice, agent, say(&format!("c-{model}-{quota}"), "hello"))
+                .await
+                .events();
+            assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
+            let sent = s.models.requests()[before..]
+                .iter()
+                .find(|r| r["model"] == "chat-echo" && r["stream"] == true)
+                .cloned()
+                .expect("the turn's call");
+            sent.get("max_tokens").and_then(|m| m.as_u64())
+        }
+    };
+    assert_eq!(
+        max_tokens_sent(plain, 1_000_000).await,
+        None,
+        "nothing asked, plenty left"
+    );
+    let left = max_tokens_sent(plain, 3_000).await.expect("capped by what is left");
+    assert!((1..3_000).contains(&left), "{left}");
+    assert_eq!(
+        max_tokens_sent(capped, 1_000_000).await,
+        Some(300),
+        "the config's own cap"
+    );
+}
+
 #[tokio::test]
 async fn knowledge_base_model_calls_are_charged_and_an_empty_quota_spends_nothing() {
     let s = api_tests::KbSetup::new(api_tests::Store::Filesystem, &[]).await;

@@ -50,7 +50,9 @@ fn shown(url: &str) -> &str {
 }
 
 impl Endpoint {
-    /// `{base}/{path}`, unless the configured endpoint already names the full path. A query
+    /// `{base}/{path}`, unless the configured endpoint already ends with the path's segments
+    /// (a base ending in `bge-rerank` or `text-embeddings` does not name `/rerank` or
+    /// `/embeddings`). A query
     /// of the endpoint (`?api-version=`, `?key=`) stays at the end: written after it, the path
     /// became part of the query's last value.
     fn url(&self, path: &str) -> String {
@@ -59,7 +61,7 @@ impl Endpoint {
             None => (self.base_url.as_str(), None),
         };
         let base = address.trim_end_matches('/');
-        let full = match base.ends_with(path) {
+        let full = match base.ends_with(&format!("/{path}")) {
             true => base.to_owned(),
             false => format!("{base}/{path}"),
         };
@@ -300,6 +302,16 @@ mod tests {
         for (base, want) in cases {
             assert_eq!(at(base).url("chat/completions"), want, "{base}");
         }
+    }
+
+    #[test]
+    fn a_base_named_like_the_path_still_gets_it() {
+        assert_eq!(at("https://h/bge-rerank").url("rerank"), "https://h/bge-rerank/rerank");
+        assert_eq!(at("https://h/v1/rerank").url("rerank"), "https://h/v1/rerank");
+        assert_eq!(
+            at("https://h/text-embeddings").url("embeddings"),
+            "https://h/text-embeddings/embeddings"
+        );
     }
 
     #[test]

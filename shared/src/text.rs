@@ -1,5 +1,13 @@
-//! Text cut to a bounded number of characters, never inside one: for what the service stores
-//! or shows that came from elsewhere (a model, a tool, a converter).
+//! Text that came from elsewhere (a model, a tool, a converter, an uploader) as the service
+//! stores or shows it: cut to a bounded number of characters, never inside one, and the
+//! characters that hide how a name reads.
+
+/// Characters that change how the rest of a name reads without showing themselves: bidi
+/// overrides, embeddings and isolates (`invoice\u{202E}fdp.exe` shows as "invoiceexe.pdf"),
+/// direction marks, zero-width characters and the byte order mark.
+pub fn hidden(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
 
 /// The first `max` characters of `text`, or all of it when it is no longer.
 pub fn prefix_chars(text: &str, max: usize) -> &str {

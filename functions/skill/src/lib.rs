@@ -17,8 +17,8 @@ use shared::{AppResult, AppState};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-/// The largest request body a file write takes: a file of SKILL_MAX_FILE_BYTES (1 MiB by
-/// default) sent as JSON text, where an escape may take six bytes (`\u001b`) and an emoji
+/// The largest request body a file write (or an optimize of a file's `currentContent`) takes: a
+/// file of SKILL_MAX_FILE_BYTES (1 MiB by default) sent as JSON text, where an escape may take six bytes (`\u001b`) and an emoji
 /// twelve as a surrogate pair, for four in the file. Under the default 2 MiB a file well under
 /// its limit could be read online and not written back. The file's own limit is checked after.
 const FILE_WRITE_BODY_BYTES: usize = 7 << 20;
@@ -27,6 +27,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         // The layer closest to a route sets its limit: the upload's below does not lift this.
         .routes(routes!(read_file, write_file))
+        .routes(routes!(optimize))
         .layer(DefaultBodyLimit::max(FILE_WRITE_BODY_BYTES))
         // The upload enforces SKILL_MAX_PACKAGE_BYTES itself while reading.
         .routes(routes!(upload))
@@ -38,7 +39,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(detail, update, delete))
         .routes(routes!(download))
         .routes(routes!(generate))
-        .routes(routes!(optimize))
         .routes(routes!(tree, create_entry, delete_entry))
         .routes(routes!(rename))
 }

@@ -18,18 +18,14 @@ const SNIFF_BYTES: u64 = 8192;
 /// The most characters a file name keeps.
 const MAX_FILE_NAME_CHARS: usize = 255;
 
-/// Characters that change how the rest of a name reads without showing themselves: bidi
-/// overrides, embeddings and isolates (`invoice\u{202E}fdp.exe` shows as "invoiceexe.pdf"),
-/// direction marks, zero-width characters and the byte order mark.
-fn hidden(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
-}
-
 /// Keeps the last path segment, drops control and hidden characters, caps the length. A name
 /// too long loses the end of its stem, not its extension, which decides its type.
 pub fn clean_file_name(name: &str) -> String {
     let base = name.rsplit(['/', '\\']).next().unwrap_or_default();
-    let kept: Vec<char> = base.chars().filter(|c| !c.is_control() && !hidden(*c)).collect();
+    let kept: Vec<char> = base
+        .chars()
+        .filter(|c| !c.is_control() && !crate::text::hidden(*c))
+        .collect();
     let cleaned: String = match kept.len() > MAX_FILE_NAME_CHARS {
         false => kept.into_iter().collect(),
         true => {

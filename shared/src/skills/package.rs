@@ -82,19 +82,21 @@ impl Package {
         if let Some((a, b)) = package.case_twins() {
             return Err(refused(case_clash(a, b)));
         }
-        // Agents load SKILL.md whole, as the online editor opens it: a larger one was stored,
-        // and then no agent could use it.
-        if let Some(md) = package
-            .file(SKILL_MD)
-            .filter(|md| md.len() as u64 > limits.max_file_bytes)
-        {
-            return Err(too_large(format!(
+        package.check_skill_md(limits)?;
+        Ok(package)
+    }
+
+    /// Agents load SKILL.md whole, as the online editor opens it: a larger one was stored, and
+    /// then no agent could use it. Checked on every commit, as a metadata update rewrites it.
+    fn check_skill_md(&self, limits: &SkillLimits) -> Result<(), AppError> {
+        match self.file(SKILL_MD).filter(|md| md.len() as u64 > limits.max_file_bytes) {
+            Some(md) => Err(too_large(format!(
                 "SKILL.md is {} bytes; agents and the online editor read files of at most {} bytes",
                 md.len(),
                 limits.max_file_bytes
-            )));
+            ))),
+            None => Ok(()),
         }
-        Ok(package)
     }
 
     /// Opens and checks a zip archive. A package whose files all sit in one top-level folder
@@ -254,7 +256,7 @@ impl Package {
         if self.unpacked_size() > limits.max_unpacked_bytes {
             return Err(unpacked_too_large(limits));
         }
-        Ok(())
+        self.check_skill_md(limits)
     }
 
     fn unpacked_size(&self) -> u64 {
@@ -383,7 +385,8 @@ impl Package {
             return Err(AppError::validation(format!("path {at:?} is a directory, not a file")));
         }
         self.check_case("path", at)?;
-        self.ensure_parents(at).map_err(AppError::Validation)?;
+        self.ensure_parents(at)
+            .map_err(|e| AppError::validation(format!("path: {e}")))?;
         self.entries.insert(at.to_owned(), Node::File(data));
         Ok(())
     }
@@ -391,7 +394,8 @@ impl Package {
     /// Creates an empty directory (and its parents).
     pub fn create_dir(&mut self, at: &str) -> Result<(), AppError> {
         self.check_case("path", at)?;
-        self.ensure_parents(at).map_err(AppError::Validation)?;
+        self.ensure_parents(at)
+            .map_err(|e| AppError::validation(format!("path: {e}")))?;
         self.entries.insert(at.to_owned(), Node::Dir);
         Ok(())
     }
@@ -432,7 +436,8 @@ impl Package {
                 .map_err(|e| AppError::validation(format!("newPath would move {k:?} to {new:?}, which {e}")))?;
             moved.push((new, v.clone()));
         }
-        self.ensure_parents(to).map_err(AppError::Validation)?;
+        self.ensure_parents(to)
+            .map_err(|e| AppError::validation(format!("newPath: {e}")))?;
         self.entries.retain(|k, _| !path::is_within(k, from));
         self.entries.extend(moved);
         let (runs_moved, runs_kept): (BTreeSet<String>, BTreeSet<String>) = std::mem::take(&mut self.executable)

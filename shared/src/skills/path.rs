@@ -2,6 +2,8 @@
 //! relative, `/`-separated, no `.` or `..` segments, no drive letters or control characters,
 //! so nothing can point outside the package.
 
+use unicode_normalization::UnicodeNormalization;
+
 use crate::AppError;
 
 const MAX_PATH_CHARS: usize = 512;
@@ -22,17 +24,24 @@ pub enum PathError {
     Backslash,
     #[error("contains control characters")]
     Control,
+    #[error("contains invisible or direction-changing characters (zero-width, bidi controls)")]
+    Hidden,
     #[error("is longer than {MAX_PATH_CHARS} characters or deeper than {MAX_DEPTH} levels")]
     TooLong,
 }
 
-/// Checks `raw` and returns it normalised (no trailing `/`).
+/// Checks `raw` and returns it normalised: no trailing `/`, Unicode in composed form (NFC), so
+/// `café.md` written on macOS (decomposed) and elsewhere is one file, found by either spelling.
 pub fn clean(raw: &str) -> Result<String, PathError> {
     if raw.is_empty() {
         return Err(PathError::Empty);
     }
     if raw.chars().any(char::is_control) {
         return Err(PathError::Control);
+    }
+    // Every user reads every skill: `run\u{202E}hs.txt` would show as "runtxt.sh" to them.
+    if raw.chars().any(crate::text::hidden) {
+        return Err(PathError::Hidden);
     }
     if raw.starts_with('/') || has_drive_letter(raw) {
         return Err(PathError::Absolute);
@@ -51,7 +60,7 @@ pub fn clean(raw: &str) -> Result<String, PathError> {
     if trimmed.chars().count() > MAX_PATH_CHARS || segments.len() > MAX_DEPTH {
         return Err(PathError::TooLong);
     }
-    Ok(trimmed.to_owned())
+    Ok(trimmed.nfc().collect())
 }
 
 fn has_drive_letter(raw: &str) -> bool {
@@ -115,6 +124,14 @@ pub fn is_within(path: &str, dir: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decomposed_names_are_composed_and_hidden_characters_refused() {
+        assert_eq!(clean("docs/cafe\u{301}.md").unwrap(), "docs/caf\u{e9}.md");
+        for raw in ["run\u{202E}hs.txt", "a\u{200B}/b.md", "\u{2066}x"] {
+            assert!(matches!(clean(raw), Err(PathError::Hidden)), "{raw:?}");
+        }
+    }
 
     #[test]
     fn nothing_is_written_under_macos_metadata() {

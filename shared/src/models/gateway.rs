@@ -357,16 +357,11 @@ async fn fit(
     if held <= prompt {
         return Err(given_back(hold, quota::too_small(held, prompt + 1).into()).await);
     }
-    let room = held - prompt;
-    // A length nobody asked for (neither the request nor the config) is sent only when the
-    // quota left is what limits the answer: sent always, the reserve (8,192) made every regular
-    // user's call fail on a model with a smaller output or context limit (a 4,096-token model,
-    // a vLLM server's max_model_len), which administrators, who hold nothing, never saw. A
-    // longer answer is charged up to `quota::MAX_OVERRUN` holds.
-    let asked = req.max_tokens.is_some() || model.endpoint.option_u64("maxTokens").is_some();
-    if asked || room < answer {
-        req.max_tokens = Some(answer.min(room));
-    }
+    // Always sent, the reserve included when nobody asked for a length: a quota is a promise,
+    // and an answer left uncapped is charged at most `quota::MAX_OVERRUN` holds whatever it
+    // used. A model that takes fewer tokens needs its config's `maxTokens` (the connectivity
+    // test says so).
+    req.max_tokens = Some(answer.min(held - prompt));
     Ok((hold, req))
 }
 

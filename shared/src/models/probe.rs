@@ -26,9 +26,20 @@ pub async fn run(state: &AppState, row: ModelConfigRow, user: &CurrentUser) -> A
                 max_tokens: Some(16),
                 ..Default::default()
             };
+            let reserve = state.config().quota_completion_reserve;
+            // Regular users' calls ask for this many tokens when the config names no length
+            // (`gateway::fit`); a model that takes fewer refuses all of them, which this call,
+            // asking for 16, cannot show.
+            let note = match model.endpoint.option_u64("maxTokens") {
+                Some(_) => String::new(),
+                None => format!(
+                    "; regular users' calls will ask for up to {reserve} answer tokens: if the model takes fewer, \
+                     set configJson.maxTokens"
+                ),
+            };
             gateway::chat(state, &model, billing, "test", &req).await.map(|r| {
                 let said: String = r.content.chars().take(80).collect();
-                format!("the chat model answered: {said}")
+                format!("the chat model answered: {said}{note}")
             })
         }
         ModelType::Embedding => {

@@ -192,6 +192,12 @@ async fn configs_keys_are_encrypted_masked_and_kept() {
         .assert_status_ok();
     let probe = app.post(&format!("/ai-model/config/{id}/test"), t, &json!({})).await;
     assert_eq!(probe.assert_status_ok()["success"], true, "{:?}", probe.body);
+    // Regular users' calls ask for the quota's reserve, which a small model refuses: said.
+    let said = probe.body["data"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        said.contains("up to 8192 answer tokens") && said.contains("configJson.maxTokens"),
+        "{said}"
+    );
     // A new key replaces it.
     app.put(
         &format!("/ai-model/config/{id}"),

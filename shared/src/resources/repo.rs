@@ -86,21 +86,29 @@ pub async fn find_readable(
 }
 
 /// The caller's own upload through `/resource`, None for any other row as for an unknown id.
-/// Locked (`FOR UPDATE`) when the caller is about to move it.
-pub async fn find_own_upload(
-    db: impl PgExecutor<'_>,
-    id: i64,
-    creator_id: i64,
-    for_update: bool,
-) -> sqlx::Result<Option<ResourceRow>> {
-    let mut qb = QueryBuilder::new(format!("SELECT {COLUMNS} FROM resources WHERE id = "));
-    qb.push_bind(id).push(" AND creator_id = ").push_bind(creator_id);
-    qb.push(" AND NOT EXISTS (SELECT 1 FROM external_resources e WHERE e.resource_id = resources.id)");
-    if for_update {
-        qb.push(" FOR UPDATE");
-    }
-    qb.build_query_as().fetch_optional(db).await
+pub async fn find_own_upload(db: impl PgExecutor<'_>, id: i64, creator_id: i64) -> sqlx::Result<Option<ResourceRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM resources WHERE id = $1 {OWN_UPLOAD}"))
+        .bind(id)
+        .bind(creator_id)
+        .fetch_optional(db)
+        .await
 }
+
+/// `find_own_upload` of several, locked for a change (in id order, so that two callers
+/// locking overlapping sets wait for each other instead of each holding one).
+pub async fn lock_own_uploads(db: impl PgExecutor<'_>, ids: &[i64], creator_id: i64) -> sqlx::Result<Vec<ResourceRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM resources WHERE id = ANY($1) {OWN_UPLOAD} ORDER BY id FOR UPDATE"
+    ))
+    .bind(ids)
+    .bind(creator_id)
+    .fetch_all(db)
+    .await
+}
+
+/// A row uploaded through `/resource` by `$2`: not an external user's image.
+const OWN_UPLOAD: &str =
+    "AND creator_id = $2 AND NOT EXISTS (SELECT 1 FROM external_resources e WHERE e.resource_id = resources.id)";
 
 /// Makes an upload a file of the upload preview of base `rag_id`.
 pub async fn move_to_preview(db: impl PgExecutor<'_>, id: i64, rag_id: i64, content_hash: &str) -> sqlx::Result<()> {

@@ -143,9 +143,9 @@ pub fn parse(content: &str) -> Result<FrontMatter, String> {
 
 /// The length rules of a skill's name and description.
 pub fn check(name: &str, description: &str) -> Result<(), String> {
-    if name.chars().count() > MAX_NAME_CHARS || name.chars().any(|c| c.is_control() || crate::text::hidden(c)) {
+    if name.chars().count() > MAX_NAME_CHARS || name.chars().any(char::is_control) {
         return Err(format!(
-            "name must be 1 to {MAX_NAME_CHARS} characters long without control, invisible or direction-changing characters"
+            "name must be 1 to {MAX_NAME_CHARS} characters long without control characters"
         ));
     }
     if description.chars().count() > MAX_DESCRIPTION_CHARS {
@@ -287,9 +287,7 @@ mod tests {
         assert!(parse("---\nname: a\nname: b\n---\n").unwrap_err().contains("twice"));
         let long = format!("---\nname: {}\n---\n", "n".repeat(65));
         assert!(parse(&long).unwrap_err().contains("1 to 64"));
-        // A copy of another skill's name with a zero-width space would pass for it.
-        let twin = "---\nname: pdf-forms\u{200B}\n---\n";
-        assert!(parse(twin).unwrap_err().contains("invisible"));
+
         // Escaped or raw, a NUL in the description is refused (it cannot be stored as text).
         for doc in [
             "---\nname: x\ndescription: \"a\\u0000b\"\n---\n",

@@ -82,13 +82,17 @@ impl Package {
         if let Some((a, b)) = package.case_twins() {
             return Err(refused(case_clash(a, b)));
         }
+        if let Some(p) = package.entries.keys().find(|p| p.chars().any(path::misleading)) {
+            return Err(refused(format!("entry path {p:?} {}", path::MISLEADING)));
+        }
         package.check_skill_md(limits)?;
         Ok(package)
     }
 
     /// Agents load SKILL.md whole, as the online editor opens it: a larger one was stored, and
-    /// then no agent could use it. Checked on every commit, as a metadata update rewrites it.
-    fn check_skill_md(&self, limits: &SkillLimits) -> Result<(), AppError> {
+    /// then no agent could use it. Checked on uploads and on every commit (a metadata update
+    /// rewrites it); a package stored before still opens.
+    pub fn check_skill_md(&self, limits: &SkillLimits) -> Result<(), AppError> {
         match self.file(SKILL_MD).filter(|md| md.len() as u64 > limits.max_file_bytes) {
             Some(md) => Err(too_large(format!(
                 "SKILL.md is {} bytes; agents and the online editor read files of at most {} bytes",
@@ -256,7 +260,7 @@ impl Package {
         if self.unpacked_size() > limits.max_unpacked_bytes {
             return Err(unpacked_too_large(limits));
         }
-        self.check_skill_md(limits)
+        Ok(())
     }
 
     fn unpacked_size(&self) -> u64 {

@@ -2,8 +2,6 @@
 //! relative, `/`-separated, no `.` or `..` segments, no drive letters or control characters,
 //! so nothing can point outside the package.
 
-use unicode_normalization::UnicodeNormalization;
-
 use crate::AppError;
 
 const MAX_PATH_CHARS: usize = 512;
@@ -24,14 +22,11 @@ pub enum PathError {
     Backslash,
     #[error("contains control characters")]
     Control,
-    #[error("contains invisible or direction-changing characters (zero-width, bidi controls)")]
-    Hidden,
     #[error("is longer than {MAX_PATH_CHARS} characters or deeper than {MAX_DEPTH} levels")]
     TooLong,
 }
 
-/// Checks `raw` and returns it normalised: no trailing `/`, Unicode in composed form (NFC), so
-/// `café.md` written on macOS (decomposed) and elsewhere is one file, found by either spelling.
+/// Checks `raw` and returns it normalised (no trailing `/`).
 pub fn clean(raw: &str) -> Result<String, PathError> {
     if raw.is_empty() {
         return Err(PathError::Empty);
@@ -39,10 +34,7 @@ pub fn clean(raw: &str) -> Result<String, PathError> {
     if raw.chars().any(char::is_control) {
         return Err(PathError::Control);
     }
-    // Every user reads every skill: `run\u{202E}hs.txt` would show as "runtxt.sh" to them.
-    if raw.chars().any(crate::text::hidden) {
-        return Err(PathError::Hidden);
-    }
+
     if raw.starts_with('/') || has_drive_letter(raw) {
         return Err(PathError::Absolute);
     }
@@ -60,7 +52,7 @@ pub fn clean(raw: &str) -> Result<String, PathError> {
     if trimmed.chars().count() > MAX_PATH_CHARS || segments.len() > MAX_DEPTH {
         return Err(PathError::TooLong);
     }
-    Ok(trimmed.nfc().collect())
+    Ok(trimmed.to_owned())
 }
 
 fn has_drive_letter(raw: &str) -> bool {
@@ -82,15 +74,29 @@ pub fn unnameable(path: &str) -> bool {
 }
 
 /// A path an edit is about to make (a new file or folder, a rename's target): none that the
-/// file API could not name again (`unnameable`), the rule uploads keep too. Paths already in a
-/// package stored before the rule stay readable, editable and removable.
+/// file API could not name again (`unnameable`), and none that reads as another (`misleading`),
+/// the rules uploads keep too. Paths already in a package stored before the rules stay
+/// readable, editable and removable.
 pub fn creatable(name: &str, path: &str) -> Result<(), AppError> {
-    match unnameable(path) {
-        true => Err(AppError::validation(format!(
+    if unnameable(path) {
+        return Err(AppError::validation(format!(
             "{name} names a folder ending with a space, which paths cannot name: {path:?}"
-        ))),
-        false => Ok(()),
+        )));
     }
+    if path.chars().any(misleading) {
+        return Err(AppError::validation(format!("{name} {MISLEADING}: {path:?}")));
+    }
+    Ok(())
+}
+
+/// Why a name or path with a `misleading` character is refused.
+pub const MISLEADING: &str = "contains zero-width or direction-changing characters";
+
+/// A character that makes a name read as another to the users who see it (every user reads
+/// every skill): `run\u{202E}hs.txt` shows as "runtxt.sh", `pdf-forms\u{200B}` as another's
+/// skill. The joiners (ZWNJ, ZWJ) are not: Persian and Indic spelling and emoji need them.
+pub fn misleading(c: char) -> bool {
+    crate::text::hidden(c) && !matches!(c, '\u{200C}' | '\u{200D}')
 }
 
 /// A path from the file API, trimmed; the error names the field. Nothing may be written under
@@ -126,11 +132,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decomposed_names_are_composed_and_hidden_characters_refused() {
-        assert_eq!(clean("docs/cafe\u{301}.md").unwrap(), "docs/caf\u{e9}.md");
+    fn new_paths_may_not_read_as_others_but_joiners_are_spelling() {
         for raw in ["run\u{202E}hs.txt", "a\u{200B}/b.md", "\u{2066}x"] {
-            assert!(matches!(clean(raw), Err(PathError::Hidden)), "{raw:?}");
+            let err = creatable("path", raw).unwrap_err().to_string();
+            assert!(err.contains(MISLEADING), "{raw:?}: {err}");
         }
+        assert!(creatable(
+            "path",
+            "docs/\u{645}\u{6cc}\u{200c}\u{62e}\u{648}\u{627}\u{647}\u{645}.md"
+        )
+        .is_ok());
+        // Stored before the rule, such a path is still named by the file API.
+        assert_eq!(field("path", "a\u{200B}/b.md").unwrap(), "a\u{200B}/b.md");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use super::front_matter::{self, FrontMatter};
 use super::package::{Package, SKILL_MD};
+use super::path;
 use super::repo::{self, NewPackage, NewSkill};
 use super::SkillRow;
 use crate::domain::CurrentUser;
@@ -96,10 +97,15 @@ pub fn metadata(package: &Package) -> AppResult<FrontMatter> {
 }
 
 /// Packs and writes the package under a fresh key; returns the key, size and metadata.
-async fn put(state: &AppState, package: &Package) -> AppResult<(String, i64, FrontMatter)> {
+/// A skill's name other users see; `replaced` is the name it had, kept as it was.
+async fn put(state: &AppState, package: &Package, replaced: Option<&str>) -> AppResult<(String, i64, FrontMatter)> {
     let limits = &state.config().skill_limits;
     package.check_limits(limits)?;
+    package.check_skill_md(limits)?;
     let meta = metadata(package)?;
+    if replaced != Some(meta.name.as_str()) && meta.name.chars().any(path::misleading) {
+        return Err(AppError::validation(format!("name {}", path::MISLEADING)));
+    }
     let bytes = package.to_zip(limits)?;
     if bytes.len() as u64 > limits.max_package_bytes {
         return Err(AppError::PayloadTooLarge(format!(
@@ -120,7 +126,7 @@ async fn discard(state: &AppState, key: &str) {
 
 /// Stores a new skill's package and inserts its row.
 pub async fn create(state: &AppState, user: &CurrentUser, package: &Package, file_name: &str) -> AppResult<SkillRow> {
-    let (key, size, meta) = put(state, package).await?;
+    let (key, size, meta) = put(state, package, None).await?;
     let new = NewSkill {
         name: &meta.name,
         description: &meta.description,
@@ -146,7 +152,7 @@ pub async fn commit(
     package: &Package,
     file_name: Option<&str>,
 ) -> AppResult<SkillRow> {
-    let (key, size, meta) = put(state, package).await?;
+    let (key, size, meta) = put(state, package, Some(&row.name)).await?;
     let next = NewPackage {
         name: &meta.name,
         description: &meta.description,

@@ -17,6 +17,7 @@ use crate::resources::leftovers;
 use crate::resources::repo::{self as res_repo, NewResource};
 use crate::resources::service::{clean_file_name, sniff_mime};
 use crate::resources::{ResourceRow, DOCUMENT_BIZ_TYPE, KB_PREVIEW_BIZ_TYPE};
+use crate::storage::ByteRange;
 use crate::{AppError, AppResult, AppState};
 
 const PREVIEW_TTL: Duration = Duration::from_secs(3600);
@@ -167,7 +168,10 @@ pub async fn preview_resources(
     let max = state.config().max_upload_bytes;
     let mut items = Vec::with_capacity(ids.len());
     for (i, &id) in ids.iter().enumerate() {
-        let row = document_upload(state.db(), i, id, user, false).await?;
+        let row = res_repo::find_own_upload(state.db(), id, user.id)
+            .await?
+            .ok_or_else(|| AppError::not_found("resource"))?;
+        check_document_upload(i, &row)?;
         if row.file_size as u64 > max {
             return Err(AppError::PayloadTooLarge(format!(
                 "resourceIds[{i}]: {} exceeds the limit of {max} bytes for a document",
@@ -175,10 +179,15 @@ pub async fn preview_resources(
             )));
         }
         // Completed presigned uploads have none: their bytes never passed through the service.
+        // Read up to the size checked above, whatever the store holds.
         let hash = match row.content_hash {
             Some(hash) => hash,
             None => {
-                crate::crypto::content_hash(&crate::storage::read_all(state.storage(), &row.storage_key, None).await?)
+                let range = (row.file_size > 0).then(|| ByteRange {
+                    start: 0,
+                    end: row.file_size as u64 - 1,
+                });
+                crate::crypto::content_hash(&crate::storage::read_all(state.storage(), &row.storage_key, range).await?)
             }
         };
         items.push(stored_item(
@@ -193,12 +202,17 @@ pub async fn preview_resources(
     decide_all(state, &kb, strategy, action, &mut items).await?;
     let token = uuid::Uuid::new_v4().simple().to_string();
     let mut tx = state.db().begin().await?;
-    for stored in &items {
-        // Read again under the row's lock: a preview made meanwhile may have taken it.
+    // Read again under the rows' locks, a preview made meanwhile may have taken one; locked in
+    // one statement, in id order: [a, b] and [b, a] locked one by one waited for each other.
+    let locked = res_repo::lock_own_uploads(&mut *tx, &ids, user.id).await?;
+    for (at, stored) in items.iter().enumerate() {
         let id = stored.item.temp_resource_id;
-        let at = ids.iter().position(|&listed| listed == id).unwrap_or_default();
-        document_upload(&mut *tx, at, id, user, true).await?;
-        res_repo::move_to_preview(&mut *tx, stored.item.temp_resource_id, kb.id, &stored.item.content_hash).await?;
+        let row = locked
+            .iter()
+            .find(|row| row.id == id)
+            .ok_or_else(|| AppError::not_found("resource"))?;
+        check_document_upload(at, row)?;
+        res_repo::move_to_preview(&mut *tx, id, kb.id, &stored.item.content_hash).await?;
     }
     save_preview(&mut *tx, &token, &kb, user, (strategy, action), &items).await?;
     tx.commit().await?;
@@ -209,18 +223,10 @@ pub async fn preview_resources(
     })
 }
 
-/// Resource `id`, listed at `at`, if the caller may move it into a preview: their own upload
-/// (others' answer as unknown ids do) made for documents.
-async fn document_upload(
-    db: impl sqlx::PgExecutor<'_>,
-    at: usize,
-    id: i64,
-    user: &CurrentUser,
-    for_update: bool,
-) -> AppResult<ResourceRow> {
-    let row = res_repo::find_own_upload(db, id, user.id, for_update)
-        .await?
-        .ok_or_else(|| AppError::not_found("resource"))?;
+/// Whether the caller's own upload `row`, listed at `at`, may move into a preview: one made for
+/// documents, in no preview yet.
+fn check_document_upload(at: usize, row: &ResourceRow) -> AppResult<()> {
+    let id = row.id;
     let biz_type = row.biz_type.as_deref().unwrap_or_default();
     if biz_type == KB_PREVIEW_BIZ_TYPE {
         return Err(AppError::validation(format!(
@@ -232,7 +238,7 @@ async fn document_upload(
             "resourceIds[{at}]: resource {id} was not uploaded for documents: upload it with bizType {DOCUMENT_BIZ_TYPE}"
         )));
     }
-    Ok(row)
+    Ok(())
 }
 
 async fn save_preview(
@@ -376,7 +382,8 @@ pub async fn expire_previews(state: &AppState) -> AppResult<usize> {
 /// Deletes the temporary files of previews that were never saved: a request that ended
 /// between storing its files and its preview (a Lambda timeout), or whose clean-up failed,
 /// left rows no preview names, which nothing else reaches (the resource API refuses them).
-/// Older than a day, they are past any preview's hour. Returns how many.
+/// Older than a day, they are past any preview's hour; that includes a resource moved into a
+/// preview (its own key) whose base was deleted meanwhile. Returns how many.
 /// The files are noted in the statement that deletes their rows; the housekeeping's retry of
 /// noted objects, which runs after this, deletes them.
 pub async fn sweep_unsaved(state: &AppState) -> AppResult<u64> {
@@ -384,7 +391,7 @@ pub async fn sweep_unsaved(state: &AppState) -> AppResult<u64> {
         "WITH gone AS (
            DELETE FROM resources WHERE id IN (
              SELECT r.id FROM resources r
-             WHERE r.biz_type = $1 AND r.storage_key LIKE 'rag/%/uploads/%'
+             WHERE r.biz_type = $1
                AND r.create_dt < now() - interval '1 day'
                AND NOT EXISTS (SELECT 1 FROM upload_previews p
                                WHERE p.items @> jsonb_build_array(jsonb_build_object('key', r.storage_key)))

@@ -39,20 +39,26 @@ pub(super) fn parse(file_name: &str, bytes: &[u8]) -> Result<ParsedDocument, Par
     })
 }
 
-/// Spreadsheet exports in many locales separate with ';' or tabs: pick whichever candidate the
-/// first lines use most, ',' when they use none. Lines, not the header alone: a title above
-/// the table ("Sales, Q3") would pick its own punctuation.
+/// Spreadsheet exports in many locales separate with ';' or tabs. A separator splits every row
+/// of a table the same number of times, where commas inside values (decimals, lists) and in a
+/// title above the table do not: the candidate that does so over the most of the first lines,
+/// counted from the last of them up, is taken ("Sales, Q3" above `;` rows, `1,5;2,5` under
+/// `x;y`, tabs around `red, green`); ',' when none appears.
 fn delimiter(text: &str) -> u8 {
     let first_lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).take(5).collect();
-    let uses = |candidate: u8| -> usize {
-        first_lines
+    let steady_lines = |candidate: u8| -> usize {
+        let counts: Vec<usize> = first_lines
             .iter()
             .map(|line| line.bytes().filter(|&b| b == candidate).count())
-            .sum()
+            .collect();
+        match counts.last() {
+            Some(&last) if last > 0 => counts.iter().rev().take_while(|&&n| n == last).count(),
+            _ => 0,
+        }
     };
     [b',', b';', b'\t', b'|']
         .into_iter()
-        .max_by_key(|&candidate| (uses(candidate), candidate == b','))
+        .max_by_key(|&candidate| (steady_lines(candidate), candidate == b','))
         .unwrap_or(b',')
 }
 
@@ -89,6 +95,14 @@ mod tests {
     fn semicolons_and_tabs_are_detected() {
         let document = parse("a.csv", "a;b\n1,5;2".as_bytes()).unwrap();
         assert_eq!(document.sections[0].text, "a: 1,5; b: 2");
+        let document = parse("a.csv", "x;y\n1,5;2,5\n3,1;4,2".as_bytes()).unwrap();
+        assert_eq!(document.sections[0].text, "x: 1,5; y: 2,5\nx: 3,1; y: 4,2");
+        let tsv = "name\tcolours\nWidget\tred, green, blue\nGadget\tsmall, light";
+        let document = parse("a.csv", tsv.as_bytes()).unwrap();
+        assert_eq!(
+            document.sections[0].text,
+            "name: Widget; colours: red, green, blue\nname: Gadget; colours: small, light"
+        );
         let document = parse("a.csv", "a\tb\n1\t2".as_bytes()).unwrap();
         assert_eq!(document.sections[0].text, "a: 1; b: 2");
     }

@@ -98,8 +98,8 @@ impl Budget {
         self.left
     }
 
-    /// Takes `amount` from the budget, or says the document is over it. Every parser charges
-    /// after each page, row or block, so this is also where a parse nobody waits for stops.
+    /// Takes `amount` from the budget, or says the document is over it. PDF pages and table rows
+    /// are charged one by one, so this is also where such a parse nobody waits for stops.
     pub(super) fn charge(&mut self, amount: usize) -> Result<(), ParseError> {
         if abandoned() {
             return Err(ParseError::new("parsing was abandoned: its caller stopped waiting"));

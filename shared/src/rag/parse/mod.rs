@@ -105,7 +105,8 @@ impl Default for ParseOptions {
 /// Stops a parse made by `parse_abandonable` once dropped. A parse on a blocking thread runs on
 /// when the future waiting for it is dropped (a worker at its deadline, a run whose lease was
 /// taken over), and a runaway one (a crafted file) kept a core and its memory from the
-/// documents after it; the future holds this, and the parse ends at its next page, row or block.
+/// documents after it; the future holds this, and the parse ends at its next charge of a budget
+/// (a PDF page, a CSV or sheet row; DOCX, HTML and Markdown walk their bounded input to its end).
 pub struct Abandon(Arc<AtomicBool>);
 
 /// What the parse holds of its `Abandon`.

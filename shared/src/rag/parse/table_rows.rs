@@ -17,8 +17,8 @@ const ROWS_PER_SECTION: usize = 50;
 pub(super) type Row = Vec<(usize, String)>;
 
 /// Rows above a table with one cell each (a sheet's title in A1, a date under it): when a wider
-/// row follows within this many, with rows under it, they caption the table rather than name
-/// its first column.
+/// row follows within this many, with another wide row under it, they caption the table rather
+/// than name its first column.
 const MAX_CAPTION_ROWS: usize = 3;
 
 /// Turns a table into sections titled `title`: its first row is the header, but for caption rows
@@ -31,10 +31,11 @@ pub(super) fn sections(
     text: &mut Budget,
 ) -> Result<Vec<Section>, ParseError> {
     let mut rows = rows.filter(|row| filled(row) > 0);
-    // A wide row with nothing after it is a data row under a header of fewer cells.
+    // A wide row is a header under captions only when a wide row follows it: alone (last, or
+    // among one-cell rows) it is a data row with a note beside it, under a narrower header.
     let mut ahead: Vec<Row> = rows.by_ref().take(MAX_CAPTION_ROWS + 2).collect();
     let captions = match ahead.iter().position(|row| filled(row) > 1) {
-        Some(at) if at <= MAX_CAPTION_ROWS && at + 1 < ahead.len() => at,
+        Some(at) if at <= MAX_CAPTION_ROWS && ahead.get(at + 1).is_some_and(|next| filled(next) > 1) => at,
         _ => 0,
     };
     let caption: Vec<String> = ahead.drain(..captions).map(|row| cells(&row).join(" ")).collect();
@@ -185,9 +186,14 @@ mod tests {
         let got = render("t", list.into_iter());
         assert_eq!(got[0].title.as_deref(), Some("t"));
         assert_eq!(got[0].text, "Name: Ann\nName: Bob");
-        // A wide row last: a data row with more cells than its header.
+        // A wide row last, or among one-cell rows: a data row with a note beside it.
         let rows = vec![row(&["Name"]), row(&["Ann", "7"])];
         assert_eq!(render("t", rows.into_iter())[0].text, "Name: Ann; column 2: 7");
+        let rows = vec![row(&["Email"]), row(&["a@x"]), row(&["b@x", "bounced"]), row(&["c@x"])];
+        assert_eq!(
+            render("t", rows.into_iter())[0].text,
+            "Email: a@x\nEmail: b@x; column 2: bounced\nEmail: c@x"
+        );
         // Four one-cell rows before the first wide one: a list, not captions.
         let rows = vec![row(&["a"]), row(&["b"]), row(&["c"]), row(&["d"]), row(&["e", "f"])];
         let got = render("t", rows.into_iter());

@@ -20,6 +20,7 @@ use crate::domain::CurrentUser;
 use crate::models::client::{ChatEvent, ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::quota::Hold;
+use crate::models::usage::PendingUsage;
 use crate::models::ModelType;
 use crate::{validate, AppError, AppResult, AppState};
 
@@ -123,9 +124,12 @@ async fn draft_and_create(
     let limit = state.config().chat_turn_timeout;
     let mut fields: HashMap<&'static str, String> = HashMap::new();
     const GONE: &str = "the client went away";
+    // The call settles before the stream ends, however it ends (see `rag::qa`).
+    let usage = PendingUsage::new(state.db().clone());
     let drafted = tokio::time::timeout(limit, async {
         // The call's opening is raced with the client too, as a chat turn's is.
-        let opened = gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req, None);
+        let opened =
+            gateway::chat_stream_held(state, model, Billing::of(user), hold, "agent-draft", &req, Some(&usage));
         let mut stream = tokio::select! {
             _ = tx.closed() => return Err(GONE.into()),
             opened = opened => opened.map_err(|e| AppError::from(e).told())?,
@@ -166,6 +170,7 @@ async fn draft_and_create(
         Ok::<(), String>(())
     })
     .await;
+    usage.store().await;
     match drafted {
         Ok(drafted) => drafted?,
         Err(_) => {

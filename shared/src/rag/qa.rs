@@ -13,6 +13,7 @@ use crate::domain::CurrentUser;
 use crate::models::client::{check_answer_size, ChatEvent, ChatMessage, ChatRequest};
 use crate::models::gateway::{self, Billing, ModelHandle};
 use crate::models::quota::Hold;
+use crate::models::usage::PendingUsage;
 use crate::models::ModelType;
 use crate::rag::bases::KbRow;
 use crate::rag::search::{self, SearchResult};
@@ -91,17 +92,25 @@ pub async fn answer(state: &AppState, user: &CurrentUser, req: QaRequest) -> App
     Ok(spawn_stream(move |tx: Sender| {
         async move {
             let limit = state.config().qa_timeout;
+            // The answer's call settles here, before the stream ends, however it ends: dropped
+            // (the client gone, the time limit), its hold went back in a task of its own, which
+            // under Lambda may never run once the stream has ended, and the tokens stayed spent.
+            let usage = PendingUsage::new(state.db().clone());
             let answered = match asked {
-                Ok(asked) => tokio::time::timeout(limit, run(&state, &kb, asked, &query, conversation.as_deref(), &tx))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(format!(
-                            "the answer took longer than {} s (QA_TIMEOUT_SECS) and was stopped",
-                            limit.as_secs()
-                        ))
-                    }),
+                Ok(asked) => tokio::time::timeout(
+                    limit,
+                    run(&state, &kb, asked, &query, conversation.as_deref(), (&tx, &usage)),
+                )
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                        "the answer took longer than {} s (QA_TIMEOUT_SECS) and was stopped",
+                        limit.as_secs()
+                    ))
+                }),
                 Err(message) => Err(message),
             };
+            usage.store().await;
             if let Err(message) = answered {
                 // The response said 200 long ago: this line is the failure's trace in the log.
                 tracing::warn!(error = %message, "the answer ended with an error");
@@ -232,7 +241,7 @@ async fn run(
     asked: Asked,
     query: &str,
     conversation: Option<&str>,
-    tx: &Sender,
+    (tx, usage): (&Sender, &PendingUsage),
 ) -> Result<(), String> {
     let Asked {
         model,
@@ -274,7 +283,7 @@ async fn run(
     };
     // The call's opening (a slow first response, retries after a 429) is raced with the client
     // too, as a chat turn's is.
-    let opened = gateway::chat_stream_held(state, &model, billing, hold, "qa", &req, None);
+    let opened = gateway::chat_stream_held(state, &model, billing, hold, "qa", &req, Some(usage));
     let mut stream = tokio::select! {
         _ = tx.closed() => return Ok(()),
         opened = opened => opened.map_err(|e| AppError::from(e).told())?,

@@ -162,7 +162,9 @@ pub fn check(name: &str, description: &str) -> Result<(), String> {
 
 /// `content` with its `name` and `description` set, every other line kept as it was: the
 /// byte-order mark and line ends of the front matter as they were, everything from its closing
-/// line on byte for byte.
+/// line on byte for byte. A key whose value is unchanged keeps its lines too: written again, a
+/// `>` or `|` block (read with its lines trimmed and blank ones dropped) lost its paragraphs
+/// and indentation when only the name changed.
 pub fn with_metadata(content: &str, meta: &FrontMatter) -> Result<String, String> {
     let parsed = parse_lines(content)?;
     let text = content.strip_prefix('\u{feff}').unwrap_or(content);
@@ -180,7 +182,10 @@ pub fn with_metadata(content: &str, meta: &FrontMatter) -> Result<String, String
             Some(e) if e.key == "name" || e.key == "description" => {
                 let is_name = e.key == "name";
                 let value = if is_name { &meta.name } else { &meta.description };
-                out.push(format!("{}: {}", e.key, yaml_string(value)));
+                match e.value.as_deref().map(str::trim) == Ok(value.as_str()) {
+                    true => out.extend(parsed.lines[e.lines.clone()].iter().map(|l| (*l).to_owned())),
+                    false => out.push(format!("{}: {}", e.key, yaml_string(value))),
+                }
                 if is_name {
                     done.0 = true;
                 } else {
@@ -318,6 +323,17 @@ mod tests {
         assert_eq!(
             new,
             "\u{feff}---\r\nname: new\r\ndescription: e\r\n---\r\n# Body\r\nkeep\n"
+        );
+    }
+
+    #[test]
+    fn an_unchanged_block_keeps_its_paragraphs_and_indentation() {
+        let doc = "---\nname: old\ndescription: |\n  Fill forms.\n\n    - indented step\nlicense: MIT\n---\nbody";
+        let description = parse(doc).unwrap().description;
+        let new = with_metadata(doc, &meta("new", &description)).unwrap();
+        assert_eq!(
+            new,
+            "---\nname: new\ndescription: |\n  Fill forms.\n\n    - indented step\nlicense: MIT\n---\nbody"
         );
     }
 

@@ -64,19 +64,34 @@ const UNVERSIONED_ATTEMPTS: usize = 4;
 
 /// Applies `edit` to the package of a skill `user` may change and commits it. An edit sent
 /// with no `version` is applied again to the package as it is now when another change got in
-/// first: it names one path, and a "save all" of several files at once otherwise lost all but
-/// one, told of a version its client never had.
+/// first, as long as that change left the paths the edit is about (`scope`) as the edit found
+/// them: a "save all" of several files at once otherwise lost all but one, told of a version
+/// its client never had. Another change to those paths (a file added to a folder being
+/// deleted, SKILL.md rewritten by a rename of the skill) is a conflict: applied again, the
+/// edit undid it unseen.
 async fn change(
     state: &AppState,
     user: &CurrentUser,
     id: i64,
-    expected: Option<i64>,
+    (expected, scope): (Option<i64>, &[&str]),
     edit: impl Fn(&mut Package) -> AppResult<()>,
 ) -> AppResult<SkillRow> {
     let mut overtaken = 0;
+    let mut found = None;
     loop {
         let (row, mut package) = storage::current(state, id).await?;
         storage::may_edit(user, &row, expected)?;
+        let now = package.part(scope);
+        match &found {
+            Some(found) if *found != now => {
+                return Err(AppError::Conflict(format!(
+                    "{} changed by another edit while this one was being saved; reload and try again",
+                    scope.join(" and ")
+                )))
+            }
+            Some(_) => {}
+            None => found = Some(now),
+        }
         edit(&mut package)?;
         match storage::commit(state, &row, &package, None).await {
             Err(AppError::Conflict(_)) if expected.is_none() => {
@@ -119,7 +134,7 @@ pub async fn write(
     if data.len() as u64 > limit {
         return Err(too_large(data.len() as u64, limit));
     }
-    let row = change(state, user, id, req.version, |p| {
+    let row = change(state, user, id, (req.version, &[&at]), |p| {
         if !p.exists(&at) {
             path::creatable("path", &at)?;
         }
@@ -137,7 +152,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, id: i64, req: CreateEn
         "directory" => true,
         _ => return Err(AppError::validation("type must be file or directory")),
     };
-    let row = change(state, user, id, req.version, |p| {
+    let row = change(state, user, id, (req.version, &[&at]), |p| {
         if p.exists(&at) {
             return Err(AppError::business(format!("path {at:?} already exists")));
         }
@@ -168,7 +183,7 @@ pub async fn delete(
 ) -> AppResult<Changed> {
     let at = required_path("path", raw_path)?;
     keep_skill_md(&at, "deleted")?;
-    let row = change(state, user, id, expected, |p| p.remove(&at)).await?;
+    let row = change(state, user, id, (expected, &[&at]), |p| p.remove(&at)).await?;
     Ok(Changed { version: row.version })
 }
 
@@ -177,6 +192,6 @@ pub async fn rename(state: &AppState, user: &CurrentUser, id: i64, req: RenameEn
     let to = required_path("newPath", req.new_path)?;
     path::creatable("newPath", &to)?;
     keep_skill_md(&from, "renamed")?;
-    let row = change(state, user, id, req.version, |p| p.rename(&from, &to)).await?;
+    let row = change(state, user, id, (req.version, &[&from, &to]), |p| p.rename(&from, &to)).await?;
     Ok(Changed { version: row.version })
 }

@@ -404,6 +404,20 @@ impl Package {
         Ok(())
     }
 
+    /// The entries at and below `paths` (whatever is there, nothing included), to tell whether
+    /// another change touched them.
+    pub fn part(&self, paths: &[&str]) -> Vec<(String, Vec<u8>)> {
+        self.entries
+            .iter()
+            .filter(|(k, _)| paths.iter().any(|at| path::is_within(k, at)))
+            .map(|(k, node)| match node {
+                // A directory as an entry of no bytes whose name ends with '/': never a file's.
+                Node::Dir => (format!("{k}/"), Vec::new()),
+                Node::File(data) => (k.clone(), data.clone()),
+            })
+            .collect()
+    }
+
     /// Removes a file, or a directory with everything in it.
     pub fn remove(&mut self, at: &str) -> Result<(), AppError> {
         if !self.exists(at) {

@@ -917,6 +917,44 @@ async fn concurrent_writes(store: Store) {
     assert_eq!(s.objects().await.len(), 1, "losers' objects were removed");
 }
 
+/// An edit without a version is applied again over a change that overtook it only when that
+/// change left the edit's paths alone: a folder delete overtaken by a file written into the
+/// folder would have deleted that file unseen.
+#[tokio::test]
+async fn an_overtaken_edit_is_not_applied_again_over_a_change_to_its_own_paths() {
+    let s = setup(Store::Filesystem).await;
+    let id = s.create("shared-docs").await;
+    s.write(&s.admin, id, "docs/a.md", json!({ "content": "a" }))
+        .await
+        .assert_status_ok();
+    // Both read the package, then queue behind the test's lock on the skill's row: the write
+    // first, so the delete finds its folder changed when it tries again.
+    let mut lock = s.app.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM skills WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let write = s.write(&s.admin, id, "docs/new.md", json!({ "content": "added meanwhile" }));
+    let delete = async {
+        api_tests::until_statements_wait_for_locks(&s.app.db, 1).await;
+        s.app.delete(&format!("/skill/{id}/files?path=docs"), s.t()).await
+    };
+    let release = async {
+        api_tests::until_statements_wait_for_locks(&s.app.db, 2).await;
+        lock.commit().await.unwrap();
+    };
+    let (written, deleted, ()) = tokio::join!(write, delete, release);
+    written.assert_status_ok();
+    deleted.assert_status_error(409, 409, "docs changed by another edit");
+    let files = s.download(id).await;
+    assert_eq!(
+        files.get("docs/new.md").map(Vec::as_slice),
+        Some(b"added meanwhile".as_slice())
+    );
+    assert!(files.contains_key("docs/a.md"));
+}
+
 #[tokio::test]
 async fn concurrent_writes_on_filesystem() {
     concurrent_writes(Store::Filesystem).await;

@@ -52,6 +52,9 @@ pub struct Config {
     /// Knowledge bases one regular user may own (`KB_MAX_PER_USER`, default 100): each has an
     /// index on the shared chunks table.
     pub kb_max_per_user: i64,
+    /// Skills one regular user may create (`SKILL_MAX_PER_USER`, default 200): each is a package
+    /// of up to `SKILL_MAX_PACKAGE_BYTES` in the bucket, listed to every user.
+    pub skill_max_per_user: i64,
     pub max_presigned_upload_bytes: u64,
     /// Failed logins per account from one address before that pair is locked
     /// (`LOGIN_MAX_FAILURES`, default 5).
@@ -258,6 +261,7 @@ impl Config {
                 None => None,
             },
             kb_max_per_user: i64::try_from(parse_num("KB_MAX_PER_USER", 100)?).unwrap_or(i64::MAX),
+            skill_max_per_user: i64::try_from(parse_num("SKILL_MAX_PER_USER", 200)?).unwrap_or(i64::MAX),
             max_presigned_upload_bytes: parse_num("MAX_PRESIGNED_UPLOAD_BYTES", 1024 * 1024 * 1024)?,
             login_max_failures: parse_within("LOGIN_MAX_FAILURES", 5, FAILURES_ALLOWED)? as i32,
             login_ip_max_failures: parse_within("LOGIN_IP_MAX_FAILURES", 50, FAILURES_ALLOWED)? as i32,

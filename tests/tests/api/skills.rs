@@ -1270,6 +1270,38 @@ async fn ai_drafts_fall_back_when_the_model_does_not_answer_in_time() {
     );
 }
 
+/// A regular user creates at most SKILL_MAX_PER_USER skills, by either route; a refusal
+/// stores nothing, and administrators are not counted.
+#[tokio::test]
+async fn a_regular_user_creates_at_most_skill_max_per_user_skills() {
+    let app = spawn_with(Store::Filesystem, &[("SKILL_MAX_PER_USER", "2")]).await;
+    let admin = app.admin_token().await;
+    let (_, user) = app.regular_user("maker").await;
+    let s = Setup {
+        app,
+        bucket: None,
+        admin,
+    };
+    for name in ["one", "two"] {
+        s.app
+            .post("/skill", Some(&user), &json!({ "name": name }))
+            .await
+            .assert_status_ok();
+    }
+    let before = s.snapshot().await;
+    s.app
+        .post("/skill", Some(&user), &json!({ "name": "three" }))
+        .await
+        .assert_status_error(400, 0, "limit of 2 skills (SKILL_MAX_PER_USER)");
+    s.upload_as(&user, "pdf-forms.zip", package())
+        .await
+        .assert_status_error(400, 0, "limit of 2 skills");
+    assert_eq!(s.snapshot().await, before, "a refusal stores nothing");
+    for name in ["a1", "a2", "a3"] {
+        s.create(name).await;
+    }
+}
+
 /// A text file at the default limit (1 MiB) is written back online whatever its characters:
 /// as JSON, control characters take six bytes each, which passed the default 2 MiB body limit
 /// at a third of the file's own.

@@ -5,7 +5,7 @@
 //! a regular user configured may not (`OUTBOUND_USER_DENY_CIDRS`), or any user could make the
 //! service call into its own network.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use ipnet::IpNet;
@@ -92,9 +92,10 @@ pub struct Outbound(PerReach<DenyList>);
 impl Outbound {
     /// `user_extra` applies to users' addresses on top of `operator`, which applies to all.
     pub fn new(operator: DenyList, user_extra: &DenyList) -> Self {
-        let user = DenyList(Arc::new(
-            operator.0.iter().chain(user_extra.0.iter()).copied().collect(),
-        ));
+        let user = DenyList {
+            nets: Arc::new(operator.nets.iter().chain(user_extra.nets.iter()).copied().collect()),
+            discreet: true,
+        };
         Self(PerReach { operator, user })
     }
 
@@ -105,7 +106,13 @@ impl Outbound {
 
 /// The networks outbound calls may not reach.
 #[derive(Debug, Clone, Default)]
-pub struct DenyList(Arc<Vec<IpNet>>);
+pub struct DenyList {
+    nets: Arc<Vec<IpNet>>,
+    /// The users' list: what it answers never tells an internal name from one that does not
+    /// exist. Otherwise any user could list the names of the service's own network by saving
+    /// endpoints and reading which refusal came back.
+    discreet: bool,
+}
 
 impl DenyList {
     /// Comma-separated CIDRs or bare addresses; `none` allows everything. `name` is the
@@ -124,18 +131,23 @@ impl DenyList {
                     .map_err(|_| format!("{name}: {s:?} is not a CIDR or an IP address"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self(Arc::new(nets)))
+        Ok(Self {
+            nets: Arc::new(nets),
+            discreet: false,
+        })
     }
 
     pub fn denies(&self, ip: IpAddr) -> bool {
-        self.0
+        self.nets
             .iter()
             .any(|net| net.contains(&ip) || net.contains(&embedded_v4(ip)))
     }
 
-    /// Checks a URL field when it is saved: an address literal, or every address its host
-    /// resolves to now. A host that does not resolve yet is left to the connection-time check,
-    /// which every client built by [`DenyList::guard`] makes on the addresses it connects to.
+    /// Checks a URL field when it is saved: an address literal, or on the operator's list every
+    /// address a name resolves to now (on the users' list only `localhost`). A name that does
+    /// not resolve yet, and on the users' list every other name, is left to the connection-time
+    /// check, which every client built by [`DenyList::guard`] makes on the addresses it
+    /// connects to.
     pub async fn check_url(&self, field: &str, raw: &str) -> AppResult<()> {
         let url = reqwest::Url::parse(raw)
             .map_err(|_| AppError::validation(format!("{field} must be an http:// or https:// URL")))?;
@@ -143,17 +155,24 @@ impl DenyList {
         let host = url
             .host_str()
             .ok_or_else(|| AppError::validation(format!("{field} must name a host")))?;
+        let bare = host.trim_matches(['[', ']']);
         // A name's addresses are not told: quoted, the refusal showed whoever saved a URL the
         // private address behind any internal name they tried.
-        let (addrs, named) = match host.trim_matches(['[', ']']).parse::<IpAddr>() {
+        let (addrs, named) = match bare.parse::<IpAddr>() {
             Ok(ip) => (vec![ip], format!("{ip} is in")),
-            Err(_) => (
-                tokio::net::lookup_host((host, port))
+            Err(_) if !self.discreet => (
+                tokio::net::lookup_host((bare, port))
                     .await
                     .map(|a| a.map(|s| s.ip()).collect())
                     .unwrap_or_default(),
                 format!("{host} resolves into"),
             ),
+            // Loopback by definition (RFC 6761), so refusing it tells nobody anything.
+            Err(_) if is_localhost(bare) => (
+                vec![Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()],
+                format!("{host} is in"),
+            ),
+            Err(_) => return Ok(()),
         };
         match addrs.into_iter().any(|ip| self.denies(ip)) {
             true => Err(AppError::validation(format!(
@@ -237,19 +256,34 @@ impl DenyList {
         }
     }
 
-    /// The addresses of `host` the service may connect to; none is an error.
+    /// The addresses of `host` the service may connect to; none is an error. On the users'
+    /// list a name that does not resolve fails with the same words as one that resolves only
+    /// into denied networks.
     async fn allowed_addrs(&self, host: &str) -> std::io::Result<Vec<SocketAddr>> {
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, 0))
-            .await?
-            .filter(|a| !self.denies(a.ip()))
-            .collect();
+        let found = match tokio::net::lookup_host((host, 0)).await {
+            Ok(found) => found,
+            Err(e) if !self.discreet => return Err(e),
+            Err(_) => return Err(self.unreachable(host)),
+        };
+        let addrs: Vec<SocketAddr> = found.filter(|a| !self.denies(a.ip())).collect();
         if addrs.is_empty() {
-            return Err(std::io::Error::other(format!(
-                "{host} resolves only to networks the service may not call"
-            )));
+            return Err(self.unreachable(host));
         }
         Ok(addrs)
     }
+
+    fn unreachable(&self, host: &str) -> std::io::Error {
+        std::io::Error::other(match self.discreet {
+            true => format!("{host} is unknown or in a network the service may not call for you"),
+            false => format!("{host} resolves only to networks the service may not call"),
+        })
+    }
+}
+
+/// `localhost` and the names under it, which resolve to loopback wherever they are asked.
+fn is_localhost(host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost")
 }
 
 impl Resolve for DenyList {
@@ -345,5 +379,30 @@ mod tests {
         // Metadata stays denied to both; public addresses open to both.
         assert!(outbound.deny(Reach::User).denies("169.254.169.254".parse().unwrap()));
         assert!(!outbound.deny(Reach::User).denies("93.184.216.34".parse().unwrap()));
+    }
+
+    #[tokio::test]
+    async fn the_users_list_tells_no_internal_name_from_an_unknown_one() {
+        let outbound = Outbound::new(
+            DenyList::parse("D", DEFAULT_DENY).unwrap(),
+            &DenyList::parse("U", DEFAULT_USER_DENY).unwrap(),
+        );
+        let user = outbound.deny(Reach::User);
+        // When saved: names are not resolved (localhost needs no resolving), literals are.
+        assert!(user.check_url("f", "http://no-such-host.invalid/v1").await.is_ok());
+        assert!(user.check_url("f", "http://LocalHost./v1").await.is_err());
+        assert!(user.check_url("f", "http://10.0.0.1/v1").await.is_err());
+        // When called: the same words for a name inside and a name nowhere.
+        let said = async |host: &str| {
+            let err = user.allowed_addrs(host).await.unwrap_err().to_string();
+            err.replace(host, "<host>")
+        };
+        let internal = said("localhost").await;
+        assert_eq!(internal, said("no-such-host.invalid").await);
+        assert!(internal.contains("may not call"), "{internal}");
+        // The operator's list still says why.
+        let operator = outbound.deny(Reach::Operator);
+        assert!(operator.check_url("f", "http://no-such-host.invalid/v1").await.is_ok());
+        assert!(operator.allowed_addrs("localhost").await.is_ok());
     }
 }

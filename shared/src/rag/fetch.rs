@@ -59,23 +59,25 @@ async fn vet(state: &AppState, url: &reqwest::Url) -> AppResult<(String, SocketA
         .ok_or_else(|| AppError::validation("url has no host"))?
         .to_owned();
     let port = url.port_or_known_default().unwrap_or(80);
+    // One answer for a name that does not resolve and one that resolves inside: told apart,
+    // they let whoever imports list the names of the service's own network.
+    let refused = || {
+        AppError::validation(format!(
+            "url: {host} is unknown or resolves to an address imports may not reach (internal \
+             networks, OUTBOUND_DENY_CIDRS, and OUTBOUND_USER_DENY_CIDRS unless \
+             IMPORT_URL_ALLOW_HOSTS names the host)"
+        ))
+    };
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
         .await
-        .map_err(|e| AppError::validation(format!("url: cannot resolve {host}: {e}")))?
+        .map_err(|_| refused())?
         .collect();
-    let first = *addrs
-        .first()
-        .ok_or_else(|| AppError::validation(format!("url: {host} has no address")))?;
+    let first = *addrs.first().ok_or_else(refused)?;
     let allowed = state
         .config()
         .import_allow_hosts
         .iter()
         .any(|h| h.eq_ignore_ascii_case(&host));
-    if !allowed && addrs.iter().any(|a| is_internal(a.ip())) {
-        return Err(AppError::validation(format!(
-            "url: {host} resolves to an internal address, which imports may not reach"
-        )));
-    }
     // The operator's lists bind imports too, the one outbound path that hands a whole answer
     // back (a dual-stack VPC's IPv6 range is global, so only a list names it); a host allowed
     // for imports passes the users' list, never the one every call obeys.
@@ -84,11 +86,9 @@ async fn vet(state: &AppState, url: &reqwest::Url) -> AppResult<(String, SocketA
         true => Reach::Operator,
         false => Reach::User,
     });
-    if addrs.iter().any(|a| deny.denies(a.ip())) {
-        return Err(AppError::validation(format!(
-            "url: {host} resolves into a network the service may not call (OUTBOUND_DENY_CIDRS, \
-             and OUTBOUND_USER_DENY_CIDRS unless IMPORT_URL_ALLOW_HOSTS names the host)"
-        )));
+    let inside = |ip: IpAddr| (!allowed && is_internal(ip)) || deny.denies(ip);
+    if addrs.iter().any(|a| inside(a.ip())) {
+        return Err(refused());
     }
     Ok((host, first))
 }

@@ -1912,7 +1912,19 @@ async fn import_by_url_refuses_internal_addresses() {
     let t = Some(closed.admin.as_str());
     let long = format!("https://example.com/{}", "a".repeat(2048));
     for (body, needle) in [
-        (json!({ "ragId": kb, "url": url }), "internal address"),
+        (
+            json!({ "ragId": kb, "url": url }),
+            "resolves to an address imports may not reach",
+        ),
+        (
+            json!({ "ragId": kb, "url": url.replace("127.0.0.1", "localhost") }),
+            "url: localhost is unknown or resolves to an address imports may not reach",
+        ),
+        // Word for word what an internal name gets: whoever imports learns no internal names.
+        (
+            json!({ "ragId": kb, "url": "http://no-such-host.invalid/readme.md" }),
+            "url: no-such-host.invalid is unknown or resolves to an address imports may not reach",
+        ),
         (json!({ "ragId": kb, "url": "file:///etc/passwd" }), "http or https"),
         (json!({ "ragId": kb }), "url is required"),
         (
@@ -1956,7 +1968,7 @@ async fn import_by_url_refuses_internal_addresses() {
                 &json!({ "ragId": kb, "url": url }),
             )
             .await
-            .assert_error(400, 0, "resolves into a network the service may not call");
+            .assert_error(400, 0, "resolves to an address imports may not reach");
     }
     assert_eq!(listed.app.count("documents").await, 0);
 

@@ -207,11 +207,23 @@ async fn a_regular_users_endpoints_may_not_reach_the_services_own_networks() {
         .await
         .assert_unchanged_since(&before, "refused user endpoints");
 
+    // A name is not resolved when a user saves it: refusing the internal ones there, and
+    // accepting those that do not exist, told users which internal names exist.
+    app.put(
+        &format!("/ai-model/config/{mine}"),
+        b,
+        &json!({ "apiEndpoint": "http://db.no-such-host.invalid/v1" }),
+    )
+    .await
+    .assert_status_ok();
+
     // Saved before this rule (or changed behind the API): refused when called, by name or
-    // by address, and nothing connects.
+    // by address, and nothing connects. A name inside and a name nowhere read alike.
+    let mut by_name = Vec::new();
     for url in [
         format!("http://127.0.0.1:{port}/v1"),
         format!("http://localhost:{port}/v1"),
+        format!("http://db.no-such-host.invalid:{port}/v1"),
     ] {
         sqlx::query("UPDATE model_configs SET api_endpoint = $1 WHERE id = $2")
             .bind(&url)
@@ -225,11 +237,16 @@ async fn a_regular_users_endpoints_may_not_reach_the_services_own_networks() {
             .assert_status_ok()
             .clone();
         assert_eq!(data["success"], false, "{data}");
-        assert!(
-            data["message"].as_str().unwrap().contains("may not call"),
-            "{url}: {data}"
-        );
+        let message = data["message"].as_str().unwrap();
+        assert!(message.contains("may not call"), "{url}: {data}");
+        if let Some(host) = ["localhost", "db.no-such-host.invalid"]
+            .into_iter()
+            .find(|h| url.contains(h))
+        {
+            by_name.push(message.replace(host, "<host>"));
+        }
     }
+    assert_eq!(by_name[0], by_name[1]);
     for transport in [1, 2] {
         sqlx::query("UPDATE mcp_servers SET endpoint = $1, transport_type = $2, update_dt = now() WHERE id = $3")
             .bind(format!("http://localhost:{port}/mcp"))

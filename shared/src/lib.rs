@@ -10,6 +10,7 @@ pub mod agents;
 pub mod apps;
 pub mod auth;
 pub mod config;
+pub mod creation_cap;
 pub mod crypto;
 pub mod db;
 pub mod domain;

@@ -15,6 +15,7 @@ use tokio::sync::mpsc::Sender;
 use super::draft_scanner::FieldScanner;
 use super::model::AgentFields;
 use super::service;
+use crate::creation_cap::{self, Created};
 use crate::domain::spawn_stream;
 use crate::domain::CurrentUser;
 use crate::models::client::{ChatEvent, ChatMessage, ChatRequest};
@@ -80,6 +81,9 @@ pub async fn start(
 ) -> AppResult<BoxStream<'static, String>> {
     let description = validate::required("description", description)?;
     validate::length("description", &description, 1, 2000)?;
+    // The draft is a paid model call: a user the cap refuses is refused before it (and counted
+    // again when the agent is created).
+    creation_cap::check(&mut *state.db().acquire().await?, state.config(), user, Created::Agent).await?;
     // Only "none usable" is reworded: a database that failed stays a 503 a client retries.
     let model = gateway::default_model(state, ModelType::Chat)
         .await

@@ -5,6 +5,7 @@ use super::model::{AgentFields, AgentFilter, AgentRow, AgentView, ChatModelOptio
 use super::references;
 use super::repo::{self, AgentData, ChatAgentRow, Viewer};
 use crate::admission::UserAdmission;
+use crate::creation_cap::{self, Created};
 use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::models::{self, ModelType};
 use crate::{validate, AppError, AppResult, AppState};
@@ -274,6 +275,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, f: AgentFields) -> App
     }
     let data = apply(state, user, blank(), f).await?;
     let mut tx = state.db().begin().await?;
+    creation_cap::check(&mut tx, state.config(), user, Created::Agent).await?;
     references::hold(user, &mut tx, &data, &data).await?;
     let id = repo::insert(&mut *tx, &data, user.id).await?;
     tx.commit().await?;

@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::repo::{self, Fields, Viewer};
 use super::session::{Target, STDIO};
 use super::*;
+use crate::creation_cap::{self, Created};
 use crate::crypto::{is_masked, SecretBox};
 use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::error::is_unique_violation;
@@ -374,6 +375,7 @@ async fn check_name_free(state: &AppState, owner: Viewer, name: &str, except: Op
 pub async fn create(state: &AppState, user: &CurrentUser, req: McpServerRequest) -> AppResult<i64> {
     let valid = validate(state, user, req, None).await?;
     let mut tx = state.db().begin().await?;
+    creation_cap::check(&mut tx, state.config(), user, Created::McpServer).await?;
     repo::lock_name(&mut tx, &valid.name).await?;
     check_name_free(state, viewer(user), &valid.name, None).await?;
     let id = repo::insert(&mut *tx, &valid.fields(), user.id)

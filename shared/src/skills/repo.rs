@@ -34,14 +34,6 @@ pub async fn insert(db: &PgPool, s: &NewSkill<'_>) -> sqlx::Result<SkillRow> {
     .await
 }
 
-/// How many skills `creator_id` has created (and not deleted).
-pub async fn count_created_by(db: &PgPool, creator_id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM skills WHERE creator_id = $1")
-        .bind(creator_id)
-        .fetch_one(db)
-        .await
-}
-
 pub async fn find(db: &PgPool, id: i64) -> sqlx::Result<Option<SkillRow>> {
     sqlx::query_as(&format!("SELECT {COLUMNS} FROM skills WHERE id = $1"))
         .bind(id)

@@ -10,6 +10,7 @@ use super::package::{Package, SKILL_MD};
 use super::path;
 use super::repo::{self, NewPackage, NewSkill};
 use super::SkillRow;
+use crate::creation_cap::{self, Created};
 use crate::domain::CurrentUser;
 use crate::resources::leftovers;
 use crate::storage::{read_all, StorageError};
@@ -126,7 +127,9 @@ async fn discard(state: &AppState, key: &str) {
 
 /// Stores a new skill's package and inserts its row.
 pub async fn create(state: &AppState, user: &CurrentUser, package: &Package, file_name: &str) -> AppResult<SkillRow> {
-    check_cap(state, user).await?;
+    // Counted before the package is stored, so a refusal stores nothing; without a
+    // transaction across the upload, creations racing each other may pass the cap by a few.
+    creation_cap::check(&mut *state.db().acquire().await?, state.config(), user, Created::Skill).await?;
     let (key, size, meta) = put(state, package, None).await?;
     let new = NewSkill {
         name: &meta.name,
@@ -143,19 +146,6 @@ pub async fn create(state: &AppState, user: &CurrentUser, package: &Package, fil
             Err(e.into())
         }
     }
-}
-
-/// SKILL_MAX_PER_USER, for everyone but administrators: any user could otherwise fill the
-/// bucket and everyone's skill list at the rate limit's pace. Counted before the package is
-/// stored, so a refusal stores nothing; creations racing each other may pass it by a few.
-async fn check_cap(state: &AppState, user: &CurrentUser) -> AppResult<()> {
-    let cap = state.config().skill_max_per_user;
-    if !user.is_admin() && repo::count_created_by(state.db(), user.id).await? >= cap {
-        return Err(AppError::validation(format!(
-            "you have reached the limit of {cap} skills (SKILL_MAX_PER_USER): delete one first"
-        )));
-    }
-    Ok(())
 }
 
 /// Replaces the package of `row`, unless the row moved on since it was read. `file_name`:

@@ -663,3 +663,33 @@ async fn an_edit_made_from_a_stale_read_writes_nothing() {
         .await
         .unwrap());
 }
+
+/// A regular user creates at most AGENT_MAX_PER_USER agents; a refusal writes nothing, deleting
+/// one makes room, and administrators are not counted.
+#[tokio::test]
+async fn a_regular_user_creates_at_most_agent_max_per_user_agents() {
+    let s = ChatSetup::with(api_tests::Store::Filesystem, &[("AGENT_MAX_PER_USER", "2")]).await;
+    let (_, alice) = s.app.regular_user("alice").await;
+    let first = s.agent(&alice, json!({ "name": "One" })).await;
+    s.agent(&alice, json!({ "name": "Two" })).await;
+    let agents = s.app.count("agents").await;
+    s.app
+        .post("/agent", Some(&alice), &json!({ "name": "Three" }))
+        .await
+        .assert_error(400, 0, "limit of 2 agents (AGENT_MAX_PER_USER)");
+    // Before the draft's paid model call.
+    s.app
+        .post(
+            "/agent/create/stream",
+            Some(&alice),
+            &json!({ "description": "a helper" }),
+        )
+        .await
+        .assert_error(400, 0, "limit of 2 agents");
+    assert_eq!(s.app.count("agents").await, agents, "a refusal writes nothing");
+    s.app.delete(&format!("/agent/{first}"), Some(&alice)).await.assert_ok();
+    s.agent(&alice, json!({ "name": "Three" })).await;
+    for name in ["A1", "A2", "A3"] {
+        s.agent(&s.admin, json!({ "name": name })).await;
+    }
+}

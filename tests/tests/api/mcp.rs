@@ -51,6 +51,33 @@ impl Seen {
     }
 }
 
+/// A regular user creates at most MCP_MAX_PER_USER servers; a refusal writes nothing, deleting
+/// one makes room, and administrators are not counted.
+#[tokio::test]
+async fn a_regular_user_creates_at_most_mcp_max_per_user_servers() {
+    let app = spawn_with(Store::Filesystem, &[("MCP_MAX_PER_USER", "2")]).await;
+    let admin = app.admin_token().await;
+    let (_, user) = app.regular_user("mcp-user").await;
+    let first = create(&app, &user, http_server("one", 2, "http://203.0.113.7/mcp")).await;
+    create(&app, &user, http_server("two", 2, "http://203.0.113.7/mcp")).await;
+    let before = snapshot(&app).await;
+    app.post(
+        "/mcp-server",
+        Some(&user),
+        &http_server("three", 2, "http://203.0.113.7/mcp"),
+    )
+    .await
+    .assert_error(400, 0, "limit of 2 MCP servers (MCP_MAX_PER_USER)");
+    assert_eq!(snapshot(&app).await, before, "a refusal writes nothing");
+    app.delete(&format!("/mcp-server/{first}"), Some(&user))
+        .await
+        .assert_ok();
+    create(&app, &user, http_server("three", 2, "http://203.0.113.7/mcp")).await;
+    for name in ["a1", "a2", "a3"] {
+        create(&app, &admin, http_server(name, 2, "http://203.0.113.7/mcp")).await;
+    }
+}
+
 #[tokio::test]
 async fn every_validation_rule_is_refused_and_writes_nothing() {
     let app = spawn_with_stdio(Store::Filesystem, &[]).await;

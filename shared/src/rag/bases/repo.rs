@@ -393,19 +393,6 @@ pub async fn orphan_indexes(db: &PgPool) -> sqlx::Result<Vec<i64>> {
     .await
 }
 
-/// How many knowledge bases `creator_id` has, counted under a lock that makes concurrent
-/// creations by the same user take turns until their transactions end.
-pub async fn count_for_creation(conn: &mut PgConnection, creator_id: i64) -> sqlx::Result<i64> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('kb-create:' || $1::text))")
-        .bind(creator_id)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query_scalar("SELECT count(*) FROM knowledge_bases WHERE creator_id = $1")
-        .bind(creator_id)
-        .fetch_one(conn)
-        .await
-}
-
 /// Storage keys of everything stored for a base's documents and images. The documents' rows
 /// are locked first, as for one document's keys (see there): images a processing run commits
 /// meanwhile are read too.

@@ -7,6 +7,7 @@ use sqlx::PgConnection;
 
 use super::repo::{self, KbFields};
 use super::*;
+use crate::creation_cap::{self, Created};
 use crate::domain::{CurrentUser, Page, PageQuery};
 use crate::models::gateway::Billing;
 use crate::models::service::ModelRef;
@@ -158,18 +159,6 @@ impl<'a> NamedModels<'a> {
     }
 }
 
-/// KB_MAX_PER_USER, for everyone but administrators. In a transaction, the count holds until
-/// it ends (concurrent creations by one user take turns).
-async fn check_cap(state: &AppState, user: &CurrentUser, conn: &mut PgConnection) -> AppResult<()> {
-    let cap = state.config().kb_max_per_user;
-    if !user.is_admin() && repo::count_for_creation(conn, user.id).await? >= cap {
-        return Err(AppError::validation(format!(
-            "you have reached the limit of {cap} knowledge bases (KB_MAX_PER_USER): delete one first"
-        )));
-    }
-    Ok(())
-}
-
 pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> AppResult<KbView> {
     let name = validate::required("name", req.name.clone())?;
     validate::length("name", &name, 1, 100)?;
@@ -217,7 +206,13 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
         .transpose()?;
     // The probe is a paid model call: a user the cap refuses is refused before it (and counted
     // again under the lock below, where it cannot race).
-    check_cap(state, user, &mut *state.db().acquire().await?).await?;
+    creation_cap::check(
+        &mut *state.db().acquire().await?,
+        state.config(),
+        user,
+        Created::KnowledgeBase,
+    )
+    .await?;
     let dimension = match told {
         Some(d) => check_dimension(state, user, model_id, d).await?,
         None => probe_dimension(state, user, model_id).await?,
@@ -249,7 +244,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
         upload_confirm: req.upload_confirm.unwrap_or(false),
     };
     let mut tx = state.db().begin().await?;
-    check_cap(state, user, &mut tx).await?;
+    creation_cap::check(&mut tx, state.config(), user, Created::KnowledgeBase).await?;
     models.hold(&mut tx, None).await?;
     stores::service::hold_for_base(&mut tx, vector_store, Some(search_store)).await?;
     let id = repo::insert(&mut *tx, &fields, user.id).await?;

@@ -82,6 +82,14 @@ pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData, fr
             .await?
             .ok_or_else(|| AppError::validation(format!("memoryConfigId: memory config {id} does not exist")))?;
         if fresh.memory_config_id.is_some() {
+            // Whoever manages the config decides what the agent stores and recalls (its status,
+            // its extraction prompt, its expiry): someone else's config would hand them the agent's
+            // memory, so only the caller's own and administrators' are bound.
+            if config.creator_id != user.id && !crate::memory::config_repo::by_operator(&mut *conn, id).await? {
+                return Err(AppError::validation(format!(
+                    "memoryConfigId: memory config {id} is another user's; bind one of yours or an administrator's"
+                )));
+            }
             named.extend(config.model_refs("memoryConfigId"));
         }
     }

@@ -18,6 +18,16 @@ pub async fn find(db: &PgPool, id: i64) -> sqlx::Result<Option<ConfigRow>> {
         .await
 }
 
+/// Whether an administrator created the config.
+pub async fn by_operator(conn: &mut PgConnection, id: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM memory_configs c JOIN users u ON u.id = c.creator_id WHERE c.id = $1 AND u.role = 1)",
+    )
+    .bind(id)
+    .fetch_one(conn)
+    .await
+}
+
 /// The config, held until the transaction ends: an agent bound to it is written under this
 /// hold, and an edit of the config takes the row for update before it checks the agents bound
 /// to it. Either the edit's check sees the new binding or the binding's check sees the edit.

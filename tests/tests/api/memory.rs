@@ -2865,3 +2865,53 @@ async fn the_config_list_is_capped_with_the_callers_and_administrators_configs_f
     let ids: Vec<i64> = list.iter().map(|c| c["id"].as_i64().unwrap()).collect();
     assert_eq!(ids[..2], [own, admins]);
 }
+
+/// Whoever manages a memory config decides what its agents store and recall (status,
+/// extraction prompt, expiry): a user binds only their own configs and administrators'.
+#[tokio::test]
+async fn a_user_binds_only_their_own_memory_configs_and_administrators() {
+    let s = setup(false).await;
+    let (_, alice) = s.app.regular_user("alice").await;
+    let (_, bob) = s.app.regular_user("bob").await;
+    let config = async |token: &str| {
+        let body = json!({ "name": "m", "embeddingModelId": s.embedding_model, "dimensionOfVectorModel": 8 });
+        s.app
+            .post("/memory/config", Some(token), &body)
+            .await
+            .assert_ok()
+            .as_i64()
+            .unwrap()
+    };
+    let (admins, alices, bobs) = (config(&s.admin).await, config(&alice).await, config(&bob).await);
+    let a = Some(alice.as_str());
+    let agent = s
+        .app
+        .post("/agent", a, &json!({ "name": "Mine", "memoryEnabled": true }))
+        .await
+        .assert_ok()
+        .as_i64()
+        .unwrap();
+    let agents = s.app.count("agents").await;
+    let refusal = format!("memoryConfigId: memory config {bobs} is another user's");
+    s.app
+        .post("/agent", a, &json!({ "name": "Theirs", "memoryConfigId": bobs }))
+        .await
+        .assert_error(400, 0, &refusal);
+    s.app
+        .put(&format!("/agent/{agent}"), a, &json!({ "memoryConfigId": bobs }))
+        .await
+        .assert_error(400, 0, &refusal);
+    assert_eq!(s.app.count("agents").await, agents);
+    let bound = async |id: i64| {
+        let view = s.app.get(&format!("/agent/{agent}"), a).await;
+        view.assert_ok()["memoryConfigId"].as_i64() == Some(id)
+    };
+    assert!(!bound(bobs).await, "the refused binding was not written");
+    for id in [alices, admins] {
+        s.app
+            .put(&format!("/agent/{agent}"), a, &json!({ "memoryConfigId": id }))
+            .await
+            .assert_ok();
+        assert!(bound(id).await);
+    }
+}

@@ -293,6 +293,7 @@ async fn run(
         let id = match existing {
             Some(id) => {
                 repo::write_content(&mut *tx, id, content, Some(embedding)).await?;
+                repo::restated_in(&mut *tx, id, &origin).await?;
                 id
             }
             None => repo::insert(&mut *tx, &origin, content, Some(embedding)).await?,

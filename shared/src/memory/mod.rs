@@ -44,10 +44,13 @@ pub async fn recall(state: &AppState, r: Recall, query: &str, counted: bool) -> 
     if query.trim().is_empty() {
         return Ok(vec![]);
     }
-    let strategy = recall::strategy(state, r.config_id).await?;
-    if strategy.config.status == 0 {
+    // The status first: a disabled config's models are not loaded, so one gone or disabled
+    // meanwhile does not warn on every turn of an agent whose memory is off.
+    let config = config_repo::effective(state.db(), r.config_id).await?;
+    if config.status == 0 {
         return Ok(vec![]);
     }
+    let strategy = recall::strategy_of(state, config).await?;
     let scope = repo::Scope::recall(r.agent_id, r.owner, strategy.config.memory_expiration_days);
     recall::run(state, &scope, &strategy, r.billing, query, counted).await
 }

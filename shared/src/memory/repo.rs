@@ -400,6 +400,23 @@ pub async fn write_content(
     qb.build().execute(db).await.map(|_| ())
 }
 
+/// A memory stated again in `o`'s conversation: that conversation lists it from now on, and an
+/// ARCHIVED one (archived by hand or by expiry as unused) is ACTIVE again, since its subject is
+/// current once more; recall would never read the update otherwise. SUPPRESSED stays: the
+/// owner said not to use it.
+pub async fn restated_in(db: impl PgExecutor<'_>, id: i64, o: &Origin) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE memories SET conversation_id = $2, conversation_key = $3, \
+         status = CASE WHEN status = 'ARCHIVED' THEN 'ACTIVE' ELSE status END WHERE id = $1",
+    )
+    .bind(id)
+    .bind(o.conversation_id)
+    .bind(&o.conversation_key)
+    .execute(db)
+    .await
+    .map(|_| ())
+}
+
 pub async fn set_relevance(db: impl PgExecutor<'_>, id: i64, score: f64) -> sqlx::Result<()> {
     sqlx::query("UPDATE memories SET relevance_score = $2, update_dt = now() WHERE id = $1")
         .bind(id)

@@ -329,9 +329,7 @@ pub async fn transition(state: &AppState, user: &CurrentUser, id: i64, t: Transi
     let from = Status::parse("status", &m.status)?;
     let to = t.apply(from)?;
     if !repo::set_status(state.db(), id, from.as_str(), to.as_str()).await? {
-        return Err(AppError::business(
-            "the memory's status changed meanwhile; reload it and try again",
-        ));
+        return Err(AppError::changed_meanwhile("memory"));
     }
     Ok(())
 }

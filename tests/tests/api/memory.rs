@@ -315,6 +315,35 @@ async fn extraction_yields_typed_memories_once_and_restatements_update() {
     );
     assert_eq!(s.memory_count().await, 5);
 
+    // Restated in another conversation after it was archived: current again, so ACTIVE (recall
+    // reads nothing else), and listed with the conversation that restated it. A SUPPRESSED
+    // one stays suppressed: its owner said not to use it.
+    let id = pref["id"].as_i64().unwrap();
+    let restating = s.conversation(agent, owner, "conv-restated").await;
+    for (action, line, status) in [
+        (
+            "archive",
+            "PREFERENCE: Editor theme | Prefers a blue theme now",
+            "ACTIVE",
+        ),
+        (
+            "suppress",
+            "PREFERENCE: Editor theme | Prefers a green theme now",
+            "SUPPRESSED",
+        ),
+    ] {
+        s.app
+            .post(&format!("/memory/{id}/{action}"), s.t(), &json!({}))
+            .await
+            .assert_ok();
+        s.say(restating, agent, &[("user", line)]).await;
+        let data = s.extract(&s.admin, agent, "conv-restated").await.assert_ok().clone();
+        assert_eq!(data["memories"][0]["id"], id, "{data}");
+        assert_eq!(data["memories"][0]["status"], status, "{data}");
+        assert_eq!(data["memories"][0]["conversationId"], "conv-restated", "{data}");
+    }
+    assert_eq!(s.memory_count().await, 5);
+
     // maxMemoriesPerExtraction caps one extraction.
     s.app
         .put(
@@ -2142,6 +2171,15 @@ async fn stats_and_context_preview() {
     let d = preview(&s, agent).await;
     assert_eq!(d.assert_ok()["memories"], json!([]));
     assert_eq!(s.models.requests().len(), asked, "no embedding asked for, none charged");
+    // Nor are its models loaded: one disabled meanwhile warns of nothing while memory is off.
+    sqlx::query("UPDATE model_configs SET is_enabled = false WHERE id = $1")
+        .bind(s.embedding_model)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let d = preview(&s, agent).await;
+    assert_eq!(d.assert_ok()["memories"], json!([]));
+    assert_eq!(d.assert_ok()["warnings"], json!([]), "{}", d.body);
     let (_, other) = s.app.regular_user("dave").await;
     let theirs = s
         .app

@@ -1,7 +1,7 @@
 //! SQL of MCP servers.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder};
+use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 
 use super::{McpOption, McpRow, McpServerBrief};
 use crate::users::repo::escape_like;
@@ -73,7 +73,7 @@ pub async fn options(db: &PgPool, viewer: Viewer) -> sqlx::Result<Vec<McpOption>
 /// Whether a server other than `except` named `name` (any case) is one the viewer can see or
 /// one of `creator_id`'s (the owner of the server being named: names are unique per creator).
 pub async fn visible_name_taken(
-    db: &PgPool,
+    db: &mut PgConnection,
     viewer: Viewer,
     creator_id: i64,
     name: &str,

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde_json::Value;
+use sqlx::PgConnection;
 
 use super::repo::{self, Fields, Viewer};
 use super::session::{Target, STDIO};
@@ -365,8 +366,10 @@ fn duplicate(err: sqlx::Error, name: &str) -> AppError {
 /// Names are unique among the servers the caller can see, and only those can clash: a clash
 /// with another user's private server would tell that it exists. (The database keeps names
 /// unique per creator; this check adds the administrators' shared ones.)
-async fn check_name_free(state: &AppState, owner: Viewer, name: &str, except: Option<i64>) -> AppResult<()> {
-    if repo::visible_name_taken(state.db(), owner, owner.user_id, name, except).await? {
+/// Asked on the transaction that holds the name's lock: on another pooled connection, every
+/// create holding one connection while it waited for a second could empty the pool.
+async fn check_name_free(conn: &mut PgConnection, owner: Viewer, name: &str, except: Option<i64>) -> AppResult<()> {
+    if repo::visible_name_taken(conn, owner, owner.user_id, name, except).await? {
         return Err(name_taken(name));
     }
     Ok(())
@@ -377,7 +380,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: McpServerRequest)
     let mut tx = state.db().begin().await?;
     creation_cap::check(&mut tx, state.config(), user, Created::McpServer).await?;
     repo::lock_name(&mut tx, &valid.name).await?;
-    check_name_free(state, viewer(user), &valid.name, None).await?;
+    check_name_free(&mut tx, viewer(user), &valid.name, None).await?;
     let id = repo::insert(&mut *tx, &valid.fields(), user.id)
         .await
         .map_err(|e| duplicate(e, &valid.name))?;
@@ -403,7 +406,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: McpServe
             user_id: row.creator_id,
             admin: row.by_operator,
         };
-        check_name_free(state, owner, &valid.name, Some(id)).await?;
+        check_name_free(&mut tx, owner, &valid.name, Some(id)).await?;
     }
     let written = repo::update(&mut *tx, id, row.update_dt, &valid.fields())
         .await

@@ -78,6 +78,26 @@ async fn a_regular_user_creates_at_most_mcp_max_per_user_servers() {
     }
 }
 
+/// Creations and renames ask whether the name is free on the connection of the transaction
+/// that holds the name: on a second pooled connection, as many creations as the pool has
+/// connections each held one and waited for another until the pool's timeout.
+#[tokio::test]
+async fn creations_beyond_the_pools_size_do_not_wait_for_each_other() {
+    let app = spawn_with(Store::Filesystem, &[("DB_MAX_CONNECTIONS", "2")]).await;
+    let admin = app.admin_token().await;
+    let created = futures::future::join_all((0..12).map(|i| {
+        let body = http_server(&format!("burst-{i}"), 2, "http://203.0.113.7/mcp");
+        let app = &app;
+        let admin = admin.as_str();
+        async move { app.post("/mcp-server", Some(admin), &body).await }
+    }))
+    .await;
+    // Starved, they failed when the pool gave up waiting for a connection (10 s).
+    for reply in &created {
+        reply.assert_ok();
+    }
+}
+
 #[tokio::test]
 async fn every_validation_rule_is_refused_and_writes_nothing() {
     let app = spawn_with_stdio(Store::Filesystem, &[]).await;

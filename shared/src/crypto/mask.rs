@@ -14,9 +14,15 @@ pub fn mask_secret(secret: &str) -> String {
     format!("{STARS}{tail}")
 }
 
-/// True when a client sent back a masked value instead of a new secret.
+/// True when a client sent back a masked value instead of a new secret: the stars with at most
+/// four characters after them, as [`mask_secret`] shows, or before them too, as masks showed
+/// a key's head once (a client may still hold one). A new secret that merely holds `****`
+/// somewhere is a new secret: taken for a mask, it was answered 200 while the old one stayed
+/// in force.
 pub fn is_masked(value: &str) -> bool {
-    value.contains(STARS)
+    value
+        .split_once(STARS)
+        .is_some_and(|(head, tail)| head.chars().count() <= 4 && tail.chars().count() <= 4)
 }
 
 #[cfg(test)]
@@ -31,5 +37,11 @@ mod tests {
         assert_eq!(mask_secret("short"), "****");
         assert!(is_masked(&mask_secret("sk-abcdefghwxyz")));
         assert!(!is_masked("sk-new-key"));
+        for mask in ["****", "abcd****wxyz", "sk-****"] {
+            assert!(is_masked(mask), "{mask}");
+        }
+        for secret in ["abc****xyz-new1", "****abcde", "sk-ab****"] {
+            assert!(!is_masked(secret), "{secret}");
+        }
     }
 }

@@ -426,6 +426,18 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
         .assert_ok();
     let (_, auth, _) = stored(&app, id).await;
     assert!(matches!(auth, mcp::AuthConfig::OAuth2 { client_secret, .. } if client_secret == "new-secret-value"));
+    // A new secret that holds stars is a new secret, not a mask sent back.
+    app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authConfig": {"clientId": "cid", "clientSecret": "abc****xyz-new1", "tokenUrl": "https://id.example.com/token"}}))
+        .await
+        .assert_ok();
+    let (_, auth, _) = stored(&app, id).await;
+    assert!(
+        matches!(auth, mcp::AuthConfig::OAuth2 { ref client_secret, .. } if client_secret == "abc****xyz-new1"),
+        "{auth:?}"
+    );
+    app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authConfig": {"clientId": "cid", "clientSecret": "new-secret-value", "tokenUrl": "https://id.example.com/token"}}))
+        .await
+        .assert_ok();
 
     // The same authType without authConfig keeps the stored config.
     app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authType": 3}))

@@ -19,9 +19,14 @@ pub const DEFAULT_DENY: &str = "169.254.0.0/16,fe80::/10,fd00:ec2::254/128,100.1
 
 /// What endpoints regular users configure may not reach besides the list above: loopback,
 /// private (RFC 1918, unique local IPv6), carrier-grade NAT, benchmarking, multicast, reserved
-/// and unspecified addresses.
+/// and unspecified addresses, and the local-use NAT64 prefix (RFC 8215), whose IPv4 hosts
+/// (private ones and the metadata address among them) sit at positions its length decides.
 pub const DEFAULT_USER_DENY: &str = "127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,\
-198.18.0.0/15,224.0.0.0/4,240.0.0.0/4,::1/128,::/128,fc00::/7,ff00::/8";
+198.18.0.0/15,224.0.0.0/4,240.0.0.0/4,::1/128,::/128,fc00::/7,ff00::/8,64:ff9b:1::/48";
+
+/// How long a save waits for a name's addresses; a name that does not answer by then is left
+/// to the connection-time check, as one that does not resolve.
+const SAVE_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The IPv4 host an IPv6 address reaches, where it names one: IPv4-mapped, and the NAT64
 /// well-known prefix (64:ff9b::/96, RFC 6052), which a DNS64 network hands out for IPv4-only
@@ -160,9 +165,13 @@ impl DenyList {
         // private address behind any internal name they tried.
         let (addrs, named) = match bare.parse::<IpAddr>() {
             Ok(ip) => (vec![ip], format!("{ip} is in")),
+            // Bounded: a name server that drops queries held every save (and every MCP session
+            // opening, which checks its endpoint again) for as long as the resolver retried.
             Err(_) if !self.discreet => (
-                tokio::net::lookup_host((bare, port))
+                tokio::time::timeout(SAVE_LOOKUP_TIMEOUT, tokio::net::lookup_host((bare, port)))
                     .await
+                    .ok()
+                    .and_then(Result::ok)
                     .map(|a| a.map(|s| s.ip()).collect())
                     .unwrap_or_default(),
                 format!("{host} resolves into"),
@@ -371,6 +380,7 @@ mod tests {
             "fd12::1",
             "::ffff:127.0.0.1",
             "64:ff9b::10.0.0.5",
+            "64:ff9b:1::a9fe:a9fe",
         ] {
             let ip = ip.parse().unwrap();
             assert!(outbound.deny(Reach::User).denies(ip), "{ip}");

@@ -23,7 +23,8 @@ pub struct ExternalUserRow {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExternalUserView {
-    pub id: i64,
+    /// The partner's own id for the user; the service's row id is not shown: it counts every
+    /// app's users, so a partner would read the others' sign-ups from its gaps.
     pub open_id: String,
     /// null when never set (or cleared with `""`).
     pub nickname: Option<String>,
@@ -38,7 +39,6 @@ pub struct ExternalUserView {
 impl From<ExternalUserRow> for ExternalUserView {
     fn from(r: ExternalUserRow) -> Self {
         Self {
-            id: r.id,
             open_id: r.open_id,
             nickname: Some(r.nickname).filter(|n| !n.is_empty()),
             avatar: Some(r.avatar).filter(|a| !a.is_empty()),

@@ -278,7 +278,11 @@ async fn external_users_register_sync_and_read() {
         )
         .await;
     let synced = synced.assert_ok();
-    assert_eq!(synced["id"], user["id"]);
+    assert_eq!(synced["createDt"], user["createDt"]);
+    assert!(
+        synced.get("id").is_none(),
+        "the service's row id counts every app's users"
+    );
     assert_eq!(
         (synced["nickname"].clone(), synced["avatar"].clone()),
         (json!("Annie"), json!("https://x/a.png"))
@@ -1134,7 +1138,42 @@ async fn embed_tokens_speak_for_one_open_id_of_one_app() {
         &jsonwebtoken::EncodingKey::from_secret(e.crm.token.as_bytes()),
     )
     .unwrap();
-    for bad in [tampered.as_str(), "not.a.jwt", "x", &nul_app, &nul_sub] {
+    // Signed with the app's token but living longer than any token this service issues
+    // (a day), or issued in the future: never expiring, or kept for later, it would outlast
+    // everything but a rotation of the app's token.
+    let now = chrono::Utc::now().timestamp();
+    let signed = |iat: i64, exp: i64| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &json!({ "app": e.crm.app_id, "sub": "ann", "iat": iat, "exp": exp, "typ": "embed" }),
+            &jsonwebtoken::EncodingKey::from_secret(e.crm.token.as_bytes()),
+        )
+        .unwrap()
+    };
+    let (forever, later) = (signed(now, now + 10 * 365 * 86_400), signed(now + 3600, now + 7200));
+    let a_day = e
+        .app()
+        .send(
+            e.app()
+                .client
+                .get(e.app().url(&format!("/openapi/v1/agent?agentId={agent}")))
+                .header("Svc-Auth", signed(now, now + 86_400)),
+        )
+        .await;
+    assert_eq!(
+        a_day.assert_ok()["name"],
+        "Helper",
+        "a day is the longest a token lives"
+    );
+    for bad in [
+        tampered.as_str(),
+        "not.a.jwt",
+        "x",
+        &nul_app,
+        &nul_sub,
+        &forever,
+        &later,
+    ] {
         chat_with_token(&e, bad, say(agent, "ann", "w", "hi"))
             .await
             .unwrap_err()

@@ -91,6 +91,9 @@ pub struct Config {
     /// limit), and also for addresses regular users configured (`OUTBOUND_USER_DENY_CIDRS`,
     /// default loopback, private and CGNAT networks; `none` for no more than the first).
     pub outbound: crate::outbound::Outbound,
+    /// Networks client nodes may be registered in (`CLIENT_NODE_CIDRS`, default private
+    /// networks and loopback; `any` for every address `OUTBOUND_DENY_CIDRS` leaves).
+    pub node_networks: crate::outbound::NodeNetworks,
     /// Base URL of a Docling-serve compatible converter, used by the `extparse` parse engine.
     pub extparse_url: Option<String>,
     /// Base URL of a SearXNG-compatible JSON search API, used by agents with web search on.
@@ -304,6 +307,13 @@ impl Config {
                     crate::outbound::DEFAULT_USER_DENY,
                 )?,
             ),
+            node_networks: crate::outbound::NodeNetworks::parse(
+                "CLIENT_NODE_CIDRS",
+                get("CLIENT_NODE_CIDRS")
+                    .as_deref()
+                    .unwrap_or(crate::outbound::DEFAULT_NODE_NETWORKS),
+            )
+            .map_err(ConfigError)?,
             extparse_url: get("EXTPARSE_URL").map(|u| u.trim_end_matches('/').to_owned()),
             web_search_url: get("WEB_SEARCH_URL").map(|u| u.trim_end_matches('/').to_owned()),
             web_search_api_key: get("WEB_SEARCH_API_KEY"),

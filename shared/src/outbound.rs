@@ -28,6 +28,30 @@ pub const DEFAULT_USER_DENY: &str = "127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.16
 /// to the connection-time check, as one that does not resolve.
 const SAVE_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Where client nodes may be registered by default: private networks, loopback and unique-local
+/// IPv6. The service sends a node the app's token over plaintext gRPC (see `apps::node_client`),
+/// which must not cross the internet.
+pub const DEFAULT_NODE_NETWORKS: &str =
+    "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,127.0.0.0/8,::1/128,fc00::/7";
+
+/// The networks client nodes may be registered in (`CLIENT_NODE_CIDRS`); `any` for every
+/// address outbound calls may reach.
+#[derive(Debug, Clone, Default)]
+pub struct NodeNetworks(Option<DenyList>);
+
+impl NodeNetworks {
+    pub fn parse(name: &str, spec: &str) -> Result<Self, String> {
+        match spec.trim().eq_ignore_ascii_case("any") {
+            true => Ok(Self(None)),
+            false => DenyList::parse(name, spec).map(|nets| Self(Some(nets))),
+        }
+    }
+
+    pub fn allow(&self, ip: IpAddr) -> bool {
+        self.0.as_ref().is_none_or(|nets| nets.holds(ip))
+    }
+}
+
 /// The IPv4 host an IPv6 address reaches, where it names one: IPv4-mapped, and the NAT64
 /// well-known prefix (64:ff9b::/96, RFC 6052), which a DNS64 network hands out for IPv4-only
 /// hosts (169.254.169.254 as 64:ff9b::a9fe:a9fe). Otherwise the address itself.
@@ -143,6 +167,11 @@ impl DenyList {
     }
 
     pub fn denies(&self, ip: IpAddr) -> bool {
+        self.holds(ip)
+    }
+
+    /// Whether one of the list's networks holds `ip`, or the IPv4 host it embeds.
+    fn holds(&self, ip: IpAddr) -> bool {
         self.nets
             .iter()
             .any(|net| net.contains(&ip) || net.contains(&embedded_v4(ip)))

@@ -52,6 +52,14 @@ pub async fn heartbeat(state: &AppState, app: &AppCaller, beat: Heartbeat) -> Ap
             "hostIp: {ip} is in a network the service may not call (OUTBOUND_DENY_CIDRS)"
         )));
     }
+    // The node is sent the app's token in the clear: not across the internet. A deployment
+    // that narrows the list drops nodes outside it within a lease (30 s), as their beats fail.
+    if !state.config().node_networks.allow(ip) {
+        return Err(AppError::validation(format!(
+            "hostIp: {ip} is outside the networks client nodes may use (CLIENT_NODE_CIDRS): the service \
+             talks to nodes over plaintext gRPC, with the app's token, so they belong on a private network or a tunnel"
+        )));
+    }
     let grpc_port = int("grpcPort", beat.grpc_port, None, 1, 65_535)?;
     let max_concurrent = int("maxConcurrent", beat.max_concurrent, Some(1), 1, 10_000)?;
     let active_chats = int("activeChats", beat.active_chats, Some(0), 0, 100_000)?;

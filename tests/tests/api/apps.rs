@@ -324,6 +324,15 @@ async fn heartbeats_need_valid_credentials_and_input() {
             json!({ "hostId": "n", "hostIp": "169.254.169.254", "grpcPort": 9000 }),
             "hostIp: 169.254.169.254 is in a network the service may not call",
         ),
+        // The app's token would cross the internet in the clear.
+        (
+            json!({ "hostId": "n", "hostIp": "203.0.113.10", "grpcPort": 9000 }),
+            "hostIp: 203.0.113.10 is outside the networks client nodes may use (CLIENT_NODE_CIDRS)",
+        ),
+        (
+            json!({ "hostId": "n", "hostIp": "2001:db8::1", "grpcPort": 9000 }),
+            "hostIp: 2001:db8::1 is outside the networks",
+        ),
         (json!({ "hostId": "n", "hostIp": "10.0.0.1" }), "grpcPort is required"),
         (
             json!({ "hostId": "n", "hostIp": "10.0.0.1", "grpcPort": 70000 }),

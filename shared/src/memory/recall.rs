@@ -219,20 +219,40 @@ pub async fn recall_with_vector(
     }
     let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
     let rows = repo::load(state.db(), &ids).await?;
-    if count_access {
-        repo::touch(state.db(), &hits).await?;
-    }
     let scores: HashMap<i64, f64> = hits.iter().map(|h| (h.id, h.score)).collect();
-    Ok(rows
-        .into_iter()
-        .map(|r| RecalledMemory {
-            score: (scores.get(&r.id).copied().unwrap_or(0.0) * 10_000.0).round() / 10_000.0,
-            id: r.id,
-            memory_type: r.memory_type,
-            title: r.title,
-            content: r.content,
+    let recalled = within_budget(rows.into_iter().map(|r| RecalledMemory {
+        score: (scores.get(&r.id).copied().unwrap_or(0.0) * 10_000.0).round() / 10_000.0,
+        id: r.id,
+        memory_type: r.memory_type,
+        title: r.title,
+        content: r.content,
+    }));
+    if count_access {
+        let kept: Vec<Hit> = hits
+            .into_iter()
+            .filter(|h| recalled.iter().any(|m| m.id == h.id))
+            .collect();
+        repo::touch(state.db(), &kept).await?;
+    }
+    Ok(recalled)
+}
+
+/// The most text of recalled memories one turn's prompt takes, in characters (about 4,000
+/// tokens). `maxRecall` reaches 100 and a memory 4,000 characters: without a bound, recall
+/// alone could pass a model's context, where the history is bounded.
+pub const RECALL_MAX_CHARS: usize = 16_000;
+
+/// The memories, best first, while their titles and contents fit [`RECALL_MAX_CHARS`]; the
+/// best one always goes.
+fn within_budget(ranked: impl Iterator<Item = RecalledMemory>) -> Vec<RecalledMemory> {
+    let mut used = 0;
+    ranked
+        .take_while(|m| {
+            let first = used == 0;
+            used += m.title.chars().count() + m.content.chars().count();
+            first || used <= RECALL_MAX_CHARS
         })
-        .collect())
+        .collect()
 }
 
 /// The whole recall for `query`: rewrite, embed, rank, load; the model calls paid by `billing`.
@@ -250,4 +270,29 @@ pub async fn run(
         .pop()
         .ok_or_else(|| AppError::business("the embedding model returned no vector"))?;
     recall_with_vector(state, scope, s, &vector, &query, billing, count_access).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(id: i64, chars: usize) -> RecalledMemory {
+        RecalledMemory {
+            id,
+            memory_type: "FACT".into(),
+            title: String::new(),
+            content: "x".repeat(chars),
+            score: 1.0,
+        }
+    }
+
+    #[test]
+    fn recalled_memories_stop_at_the_prompts_budget_in_rank_order() {
+        let ids = |v: Vec<RecalledMemory>| v.into_iter().map(|m| m.id).collect::<Vec<_>>();
+        let ranked = [memory(1, 9_000), memory(2, 7_000), memory(3, 10), memory(4, 10)];
+        // The third would fit after the second, but a lower rank never passes a higher one.
+        assert_eq!(ids(within_budget(ranked.clone().into_iter())), [1, 2]);
+        assert_eq!(ids(within_budget([memory(1, 20_000), memory(2, 1)].into_iter())), [1]);
+        assert_eq!(ids(within_budget([memory(1, 10), memory(2, 10)].into_iter())), [1, 2]);
+    }
 }

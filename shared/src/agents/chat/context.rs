@@ -90,7 +90,12 @@ pub async fn memories(state: &AppState, agent: &AgentRow, caller: Caller, query:
     match recalled {
         Ok(found) => Ok(found
             .into_iter()
-            .map(|m| format!("[{}] {}: {}", m.memory_type, m.title, m.content))
+            // One line each: a memory's text comes from what was said in chats, and its own
+            // line breaks could open what reads as a new section of the system prompt.
+            .map(|m| {
+                let line = format!("[{}] {}: {}", m.memory_type, m.title, m.content);
+                line.split_whitespace().collect::<Vec<_>>().join(" ")
+            })
             .collect()),
         Err(e) => {
             tracing::warn!(agent_id = agent.id, error = %e, "memory recall failed; answering without it");

@@ -27,7 +27,21 @@ pub async fn tools_of_servers(
         let Some(row) = repo::find(state.db(), id).await? else {
             return Ok((id, Err(format!("MCP server {id} no longer exists"))));
         };
-        let target = Target::open(&row, state.secrets())?.for_party(party_of(party));
+        // One server whose secrets no longer open (a key rotated without them) is that
+        // server's failure, not every server's.
+        let target = match Target::open(&row, state.secrets()) {
+            Ok(target) => target.for_party(party_of(party)),
+            Err(e) => {
+                tracing::error!(server_id = id, error = %e, "an MCP server's stored secrets could not be opened");
+                return Ok((
+                    id,
+                    Err(format!(
+                        "MCP server {:?} is unusable: its stored credentials could not be opened",
+                        row.name
+                    )),
+                ));
+            }
+        };
         let tools = state
             .mcp()
             .tools(&target, &super::limits(state))

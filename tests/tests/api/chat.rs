@@ -2283,6 +2283,41 @@ async fn a_chat_whose_knowledge_or_memory_fails_says_so_and_answers_without_them
     assert!(joined(&events, "text").starts_with("You said: "), "{events:?}");
 }
 
+/// An MCP server that cannot list its tools costs the turn that server's tools only: the
+/// others' are offered, and the stream says which server was left out (its reason, which may
+/// name internal addresses, goes to the log and to the server's test).
+#[tokio::test]
+async fn a_chat_whose_mcp_server_fails_says_so_and_keeps_the_other_servers_tools() {
+    let s = ChatSetup::new().await;
+    let model = s.chat_model("chat-agent", json!({})).await;
+    let tools = api_tests::mcp_servers::guarded(&["none"]).await;
+    let working = s
+        .mcp_server(json!({ "name": "adder", "transportType": 2, "endpoint": tools.url("/mcp") }))
+        .await;
+    let closed = format!("http://127.0.0.1:{}/mcp", api_tests::free_port());
+    let broken = s
+        .mcp_server(json!({ "name": "gone", "transportType": 2, "endpoint": closed }))
+        .await;
+    let agent = s
+        .agent(
+            &s.admin,
+            json!({ "name": "Adder", "chatModelId": model, "mcpEnabled": true, "mcpServerIds": [broken, working] }),
+        )
+        .await;
+    let events = s
+        .chat(&s.admin, agent, say("mcp-w", "CALL add {\"a\": 2, \"b\": 3}"))
+        .await
+        .events();
+    assert_eq!(joined(&events, "text"), "Tool said: 5", "{events:?}");
+    let warned: Vec<&Value> = events.iter().filter(|e| e["type"] == "warning").collect();
+    assert_eq!(warned.len(), 1, "{events:?}");
+    assert_eq!(warned[0]["source"], "mcp");
+    let message = warned[0]["message"].as_str().unwrap();
+    let named = format!("the tools of MCP server {broken} could not be listed");
+    assert!(message.contains(&named), "{message}");
+    assert!(!message.contains("127.0.0.1"), "the reason stays in the log: {message}");
+}
+
 /// An attachment is read no larger than the limit even when its object grew after the upload
 /// was registered (an upload URL stays valid for a while): the turn ends with an error line
 /// instead of reading the whole object into memory.

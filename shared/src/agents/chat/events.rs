@@ -45,7 +45,8 @@ pub enum StreamEvent {
         duration_ms: u64,
     },
     /// Context the answer goes on without: `source` is `knowledge` (the agent's knowledge base
-    /// could not be searched) or `memory` (long-term memories could not be recalled).
+    /// could not be searched), `memory` (long-term memories could not be recalled) or `mcp`
+    /// (an MCP server's tools could not be listed).
     Warning { source: &'static str, message: String },
     /// The last line of a failed stream.
     Error { code: i64, message: String },

@@ -334,6 +334,15 @@ impl Turn {
             memories: out.or_warn("memory", memories).await?,
             knowledge: out.or_warn("knowledge", knowledge).await?,
         };
+        for id in &toolbox.unavailable {
+            // The reason stays in the log: it may name internal addresses, and a partner's
+            // user sees this line too.
+            let message = format!(
+                "the tools of MCP server {id} could not be listed, so this answer goes on without them \
+                 (POST /mcp-server/{id}/test tells why)"
+            );
+            out.or_warn("mcp", Err(message)).await?;
+        }
         let system = prompt::system_prompt(&self.agent.instruction, &ctx);
         let mut messages = prompt::messages(system, history, &self.content, images);
 

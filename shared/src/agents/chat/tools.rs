@@ -52,6 +52,9 @@ pub struct Toolbox {
     targets: HashMap<String, Target>,
     /// Lines for the system prompt about what the tools give access to.
     pub prompt_notes: Vec<String>,
+    /// The agent's MCP servers whose tools could not be listed for this turn (the reasons are
+    /// logged): the answer goes on without them and says so.
+    pub unavailable: Vec<i64>,
 }
 
 /// What a turn switched off for itself.
@@ -118,6 +121,7 @@ impl Toolbox {
                 Ok(t) => t,
                 Err(reason) => {
                     tracing::warn!(agent_id = agent.id, server_id, %reason, "MCP server unavailable; its tools are skipped");
+                    self.unavailable.push(server_id);
                     continue;
                 }
             };

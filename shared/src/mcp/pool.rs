@@ -143,10 +143,22 @@ impl McpPool {
         self.slots().entry(key).or_default().clone()
     }
 
-    /// Ends the server's sessions (killing stdio children) and forgets their tools.
+    /// Ends the server's sessions (killing stdio children) and forgets their tools: the server
+    /// changed or went away.
     pub fn invalidate(&self, id: i64) {
+        self.end_sessions(|(server, _)| *server == id);
+    }
+
+    /// Ends `target`'s own session only (its party's), and forgets its tools: the next use
+    /// connects afresh while everyone else's calls on their sessions go on.
+    pub fn reconnect(&self, target: &Target) {
+        let mine = key(target);
+        self.end_sessions(|k| *k == mine);
+    }
+
+    fn end_sessions(&self, which: impl Fn(&Key) -> bool) {
         let mut slots = self.slots();
-        let keys: Vec<Key> = slots.keys().filter(|(server, _)| *server == id).copied().collect();
+        let keys: Vec<Key> = slots.keys().filter(|k| which(k)).copied().collect();
         for key in keys {
             if let Some(slot) = slots.remove(&key) {
                 if let Ok(mut live) = slot.try_lock() {
@@ -344,8 +356,11 @@ impl McpPool {
                         server_id = target.id,
                         "MCP server refused the OAuth2 token; fetching a new one"
                     );
+                    // The token is the server's, but only this session is opened again now:
+                    // other parties' calls in flight on theirs go on, and theirs fetch anew
+                    // when the server refuses them too.
                     self.tokens.forget(&creds);
-                    self.invalidate(target.id);
+                    self.reconnect(target);
                     retried = true;
                 }
                 (result, _) => return result,

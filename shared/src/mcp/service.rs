@@ -458,7 +458,8 @@ async fn tools_within(
 pub async fn test(state: &AppState, user: &CurrentUser, id: i64) -> AppResult<McpTestResult> {
     let row = owned(state, user, id).await?;
     let target = Target::open(&row, state.secrets())?;
-    state.mcp().invalidate(id);
+    // Afresh in the test's own session: ending every session cut the chats' calls in flight.
+    state.mcp().reconnect(&target);
     let started = Instant::now();
     let outcome = tools_within(state, &target).await;
     let response_time_ms = started.elapsed().as_millis() as u64;

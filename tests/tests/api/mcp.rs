@@ -1072,6 +1072,47 @@ async fn a_timed_out_call_leaves_the_session_to_the_calls_still_on_it() {
     );
 }
 
+/// A connection test opens a session of its own: it ended every session of the server, and a
+/// chat's call in flight failed with "transport closed".
+#[tokio::test]
+async fn a_connection_test_leaves_the_chats_calls_in_flight_alone() {
+    let app = spawn_with_stdio(Store::Filesystem, &[]).await;
+    let admin = app.admin_token().await;
+    let (command, args) = everything_stdio();
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "shared", "transportType": 3, "command": command, "args": args}),
+    )
+    .await;
+    let warm = mcp::call_tool(&app.state, CHATTER, id, "echo", json!({"message": "warm"}))
+        .await
+        .unwrap();
+    assert!(!warm.is_error, "{warm:?}");
+    let started = std::time::Instant::now();
+    let long = async {
+        let args = json!({"duration": 4, "steps": 1});
+        let answer = mcp::call_tool(&app.state, CHATTER, id, "trigger-long-running-operation", args).await;
+        (answer, started.elapsed())
+    };
+    let test = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let reply = app
+            .post(&format!("/mcp-server/{id}/test"), Some(&admin), &json!({}))
+            .await;
+        (reply, started.elapsed())
+    };
+    let ((long, long_ended), (tested, tested_at)) = tokio::join!(long, test);
+    assert_eq!(tested.assert_ok()["success"], true, "{:?}", tested.body);
+    // Otherwise the test says nothing: the test must have run while the call was in flight.
+    assert!(
+        tested_at < long_ended,
+        "tested at {tested_at:?}, the call ended at {long_ended:?}"
+    );
+    let long = long.unwrap();
+    assert!(!long.is_error, "the call in flight was cut: {long:?}");
+}
+
 /// server-everything's operation of 10 s, past the tests' call time limit (2 s).
 async fn ten_second_operation(app: &TestApp, id: i64) -> mcp::ToolOutcome {
     let args = json!({"duration": 10, "steps": 2});

@@ -27,15 +27,15 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
-/// A list an update clears with `null` as with `[]`, as `nullable` fields are cleared: absent
-/// is None, `null` an empty list (`#[serde(default, deserialize_with = ...)]`). Taken as
+/// A list (or map) an update clears with `null` as with `[]`, as `nullable` fields are
+/// cleared: absent is None, `null` an empty one (`#[serde(default, deserialize_with = ...)]`). Taken as
 /// absent, a `null` answered 200 and kept the list.
-pub fn null_as_empty<'de, D, T>(d: D) -> Result<Option<Vec<T>>, D::Error>
+pub fn null_as_empty<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
+    T: Deserialize<'de> + Default,
 {
-    Option::<Vec<T>>::deserialize(d).map(|v| Some(v.unwrap_or_default()))
+    Option::<T>::deserialize(d).map(|v| Some(v.unwrap_or_default()))
 }
 
 /// `value` with every NUL character dropped from its strings and keys: Postgres' jsonb holds

@@ -127,15 +127,20 @@ pub struct McpServerRequest {
     pub endpoint: Option<String>,
     /// stdio: the program to start.
     pub command: Option<String>,
-    /// stdio: its arguments.
+    /// stdio: its arguments (`null` clears them, as `[]` does).
+    #[serde(default, deserialize_with = "crate::json::null_as_empty")]
     pub args: Option<Vec<String>>,
-    /// stdio: environment variables for the process (credentials the tool needs).
+    /// stdio: environment variables for the process (credentials the tool needs); `null`
+    /// clears them, as `{}` does.
+    #[serde(default, deserialize_with = "crate::json::null_as_empty")]
     pub env_vars: Option<BTreeMap<String, String>>,
     /// 0 none (default), 1 API key header, 2 bearer token, 3 OAuth 2.0 client credentials.
     pub auth_type: Option<i64>,
-    /// See the authentication types; masked values sent back keep the stored secret.
+    /// See the authentication types; masked values sent back keep the stored secret. `null`
+    /// clears it, which only authType 0 takes.
     #[schema(value_type = Option<AuthConfigFields>)]
-    pub auth_config: Option<Value>,
+    #[serde(default, deserialize_with = "crate::json::nullable")]
+    pub auth_config: Option<Option<Value>>,
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams)]

@@ -285,12 +285,17 @@ async fn validate(
         (Some(endpoint), None, Vec::new(), BTreeMap::new())
     };
     let stored_auth = stored.map(|s| s.1);
-    let auth = match (req.auth_type, &req.auth_config, stored_auth) {
+    // `null` clears the credentials: refused by every type but 0 (none), as an absent config
+    // is for a new server. Taken as absent, it answered 200 and kept them in force.
+    let cleared = matches!(req.auth_config, Some(None));
+    let sent_config = req.auth_config.as_ref().and_then(Option::as_ref);
+    let auth = match (req.auth_type, sent_config, stored_auth) {
+        (t, None, Some(a)) if cleared => AuthConfig::parse(t.unwrap_or(i64::from(a.code())), None, None)?,
         // Only authConfig sent: it belongs to the stored type.
         (None, Some(raw), Some(a)) => AuthConfig::parse(i64::from(a.code()), Some(raw), Some(a))?,
         (None, None, Some(a)) => a.clone(),
         (Some(t), None, Some(a)) if t == i64::from(a.code()) => a.clone(),
-        (t, raw, _) => AuthConfig::parse(t.unwrap_or(0), raw.as_ref(), stored_auth)?,
+        (t, raw, _) => AuthConfig::parse(t.unwrap_or(0), raw, stored_auth)?,
     };
     // A program takes no HTTP credentials: stored, they would show as in force and reach
     // nothing. Refused when asked for, or kept from an HTTP server turned into a program.

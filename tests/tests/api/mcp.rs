@@ -445,6 +445,13 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
         .assert_ok();
     let (_, auth, _) = stored(&app, id).await;
     assert!(matches!(auth, mcp::AuthConfig::OAuth2 { client_secret, .. } if client_secret == "new-secret-value"));
+    // `null` clears the config, which the stored type refuses: it answered 200 and kept the
+    // credentials in force.
+    let before = snapshot(&app).await;
+    app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authConfig": null}))
+        .await
+        .assert_error(400, 0, "authConfig.");
+    assert_eq!(snapshot(&app).await, before);
     // Switching the auth type to none drops the stored secret.
     app.put(&format!("/mcp-server/{id}"), Some(&admin), &json!({"authType": 0}))
         .await
@@ -466,6 +473,16 @@ async fn secrets_are_sealed_masked_and_kept_when_sent_back_masked() {
     for secret in [secret, "env-secret-abcdefgh", "new-secret-value"] {
         assert!(!shown.contains(secret) && !logged.contains(secret), "{secret} leaked");
     }
+    // A stdio server's `null` args and envVars clear them, as [] and {} do.
+    app.put(
+        &format!("/mcp-server/{stdio}"),
+        Some(&admin),
+        &json!({"args": null, "envVars": null}),
+    )
+    .await
+    .assert_ok();
+    let (row, _, env) = stored(&app, stdio).await;
+    assert!(row.args.is_empty() && env.is_empty(), "{:?} {env:?}", row.args);
 }
 
 #[tokio::test]

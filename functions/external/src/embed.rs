@@ -75,7 +75,8 @@ async fn token_post(
 /// The chat page for an iframe: `/embed/{agentId}?app=<appId>#token=<embed token>`
 /// (optionally `&q=<first question>` after the token). The page itself holds no data;
 /// everything goes through the external chat. `app` names the app whose `frameAncestors` may
-/// frame it; without one (or with an app that lists none) any page may.
+/// frame it (an app that lists none lets any page); the page starts only when it is its
+/// token's app, so a site cannot leave it out to frame an app's chat from anywhere.
 #[utoipa::path(get, path = "/embed/{agentId}", tag = "external", params(("agentId" = i64, Path), EmbedPageQuery),
     responses((status = 200, content_type = "text/html", body = String), (status = 400)))]
 async fn page(

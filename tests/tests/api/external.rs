@@ -1267,8 +1267,22 @@ async fn the_embed_page_is_self_contained() {
 async fn the_embed_page_chats_in_a_real_browser() {
     let e = Ext::new().await;
     let token = embed_token(&e, "browser-user").await;
-    let url = format!("{}#token={token}", e.app().url(&format!("/embed/{}", e.open_agent)));
+    let page = e.app().url(&format!("/embed/{}", e.open_agent));
     let browser = Browser::start().await;
+    // Without its token's app in the address (whose frameAncestors decide who may frame it),
+    // or with another app's, the page does not start: any site could frame it otherwise.
+    for query in [String::new(), format!("?app={}", e.erp.app_id)] {
+        browser.goto(&format!("{page}{query}#token={token}")).await;
+        browser
+            .wait_for(
+                "return document.body.dataset.status === 'error'",
+                Duration::from_secs(20),
+            )
+            .await;
+        let said = browser.eval("return document.getElementById('log').textContent").await;
+        assert!(said.as_str().unwrap_or_default().contains("needs ?app="), "{said}");
+    }
+    let url = format!("{page}?app={}#token={token}", e.crm.app_id);
     browser.goto(&url).await;
     browser
         .wait_for(

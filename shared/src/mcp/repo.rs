@@ -63,10 +63,18 @@ pub async fn page(
     Ok((rows.build_query_as().fetch_all(db).await?, total))
 }
 
+/// The most servers a selection list holds. An administrator's list holds every user's, and
+/// unbounded it grew with them past what a response may carry.
+pub const OPTIONS_MAX: i64 = 1000;
+
+/// The viewer's own servers first, then administrators', then the rest, each by name.
 pub async fn options(db: &PgPool, viewer: Viewer) -> sqlx::Result<Vec<McpOption>> {
     let mut qb = QueryBuilder::new("SELECT id, name FROM mcp_servers WHERE TRUE");
     push_visible(&mut qb, viewer);
-    qb.push(" ORDER BY name");
+    qb.push(" ORDER BY creator_id <> ")
+        .push_bind(viewer.user_id)
+        .push(", creator_id NOT IN (SELECT id FROM users WHERE role = 1), lower(name), id LIMIT ")
+        .push_bind(OPTIONS_MAX);
     qb.build_query_as().fetch_all(db).await
 }
 

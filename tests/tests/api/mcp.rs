@@ -496,6 +496,17 @@ async fn users_see_their_own_and_administrators_servers_and_change_only_their_ow
 
     let list = app.get("/mcp-server/list", Some(&bob)).await;
     assert_eq!(list.assert_ok(), &json!([{"id": shared_id, "name": "shared"}]));
+    // Yours first, then administrators', then the rest: an administrator's list holds everyone's.
+    let list = app.get("/mcp-server/list", Some(&alice)).await;
+    assert_eq!(
+        list.assert_ok(),
+        &json!([{"id": own, "name": "alice's"}, {"id": shared_id, "name": "shared"}])
+    );
+    let list = app.get("/mcp-server/list", Some(&admin)).await;
+    assert_eq!(
+        list.assert_ok(),
+        &json!([{"id": shared_id, "name": "shared"}, {"id": own, "name": "alice's"}])
+    );
     let page = app.get("/mcp-server/page", Some(&alice)).await;
     assert_eq!(page.assert_ok()["total"].as_i64(), Some(2));
     assert_eq!(

@@ -59,6 +59,9 @@ pub struct Config {
     pub agent_max_per_user: i64,
     /// MCP servers one regular user may create (`MCP_MAX_PER_USER`, default 100).
     pub mcp_max_per_user: i64,
+    /// Memory configs one regular user may create (`MEMORY_CONFIG_MAX_PER_USER`, default 50):
+    /// every user reads every config, and each create asks its embedding model for a vector.
+    pub memory_config_max_per_user: i64,
     pub max_presigned_upload_bytes: u64,
     /// Failed logins per account from one address before that pair is locked
     /// (`LOGIN_MAX_FAILURES`, default 5).
@@ -271,6 +274,7 @@ impl Config {
             skill_max_per_user: i64::try_from(parse_num("SKILL_MAX_PER_USER", 200)?).unwrap_or(i64::MAX),
             agent_max_per_user: i64::try_from(parse_num("AGENT_MAX_PER_USER", 200)?).unwrap_or(i64::MAX),
             mcp_max_per_user: i64::try_from(parse_num("MCP_MAX_PER_USER", 100)?).unwrap_or(i64::MAX),
+            memory_config_max_per_user: i64::try_from(parse_num("MEMORY_CONFIG_MAX_PER_USER", 50)?).unwrap_or(i64::MAX),
             max_presigned_upload_bytes: parse_num("MAX_PRESIGNED_UPLOAD_BYTES", 1024 * 1024 * 1024)?,
             login_max_failures: parse_within("LOGIN_MAX_FAILURES", 5, FAILURES_ALLOWED)? as i32,
             login_ip_max_failures: parse_within("LOGIN_IP_MAX_FAILURES", 50, FAILURES_ALLOWED)? as i32,

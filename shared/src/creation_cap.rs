@@ -1,6 +1,7 @@
 //! How many things of one kind a regular user may create. Each kind costs every tenant
 //! something (a base an index on the shared chunks table, a skill a package in the bucket and a
-//! row in everyone's list, an agent or an MCP server rows in the market and the pickers), and
+//! row in everyone's list, an agent, an MCP server or a memory config rows in the market, the
+//! pickers and everyone's lists), and
 //! without a cap one account could create them at the rate limit's pace for as long as it
 //! liked. Administrators are not counted.
 
@@ -17,6 +18,7 @@ pub enum Created {
     Skill,
     Agent,
     McpServer,
+    MemoryConfig,
 }
 
 impl Created {
@@ -26,6 +28,7 @@ impl Created {
             Self::Skill => config.skill_max_per_user,
             Self::Agent => config.agent_max_per_user,
             Self::McpServer => config.mcp_max_per_user,
+            Self::MemoryConfig => config.memory_config_max_per_user,
         }
     }
 
@@ -36,6 +39,7 @@ impl Created {
             Self::Skill => ("skills", "SKILL_MAX_PER_USER"),
             Self::Agent => ("agents", "AGENT_MAX_PER_USER"),
             Self::McpServer => ("MCP servers", "MCP_MAX_PER_USER"),
+            Self::MemoryConfig => ("memory configs", "MEMORY_CONFIG_MAX_PER_USER"),
         }
     }
 
@@ -45,6 +49,7 @@ impl Created {
             Self::Skill => "SELECT count(*) FROM skills WHERE creator_id = $1",
             Self::Agent => "SELECT count(*) FROM agents WHERE creator_id = $1",
             Self::McpServer => "SELECT count(*) FROM mcp_servers WHERE creator_id = $1",
+            Self::MemoryConfig => "SELECT count(*) FROM memory_configs WHERE creator_id = $1",
         }
     }
 }

@@ -6,6 +6,7 @@ use super::config_repo;
 use super::model::{DebugRequest, MemoryView};
 use super::repo::{self, Scope};
 use super::{recall, service};
+use crate::creation_cap::{self, Created};
 use crate::domain::CurrentUser;
 use crate::domain::Owner;
 use crate::models::gateway::Billing;
@@ -33,11 +34,21 @@ pub async fn detail(state: &AppState, id: i64) -> AppResult<ConfigView> {
 pub async fn create(state: &AppState, user: &CurrentUser, req: ConfigRequest) -> AppResult<i64> {
     validate::required("name", req.name.clone())?;
     validate::present("embeddingModelId", req.embedding_model_id)?;
+    // Before validation, whose embedding probe is a model call: counted again below, where it
+    // cannot race.
+    creation_cap::check(
+        &mut *state.db().acquire().await?,
+        state.config(),
+        user,
+        Created::MemoryConfig,
+    )
+    .await?;
     let mut row = ConfigRow::builtin();
     row.apply(req);
     row.creator_id = user.id;
     row.validate(state, user, None).await?;
     let mut tx = state.db().begin().await?;
+    creation_cap::check(&mut tx, state.config(), user, Created::MemoryConfig).await?;
     row.hold_new_models(&mut tx, user, None).await?;
     let id = config_repo::save(&mut *tx, &row)
         .await?

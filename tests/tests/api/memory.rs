@@ -2953,3 +2953,24 @@ async fn a_user_binds_only_their_own_memory_configs_and_administrators() {
         assert!(bound(id).await);
     }
 }
+
+/// A regular user creates at most MEMORY_CONFIG_MAX_PER_USER configs, refused before the
+/// create's embedding probe; administrators are not counted.
+#[tokio::test]
+async fn a_regular_user_creates_at_most_memory_config_max_per_user_configs() {
+    let s = setup_with(false, Store::Filesystem, &[("MEMORY_CONFIG_MAX_PER_USER", "1")]).await;
+    let (_, alice) = s.app.regular_user("alice").await;
+    let body = json!({ "name": "m", "embeddingModelId": s.embedding_model });
+    s.app.post("/memory/config", Some(&alice), &body).await.assert_ok();
+    let (configs, asked) = (s.app.count("memory_configs").await, s.models.requests().len());
+    s.app.post("/memory/config", Some(&alice), &body).await.assert_error(
+        400,
+        0,
+        "limit of 1 memory configs (MEMORY_CONFIG_MAX_PER_USER)",
+    );
+    assert_eq!(s.app.count("memory_configs").await, configs);
+    assert_eq!(s.models.requests().len(), asked, "no probe for a refused create");
+    for _ in 0..2 {
+        s.app.post("/memory/config", s.t(), &body).await.assert_ok();
+    }
+}

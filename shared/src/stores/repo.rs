@@ -154,7 +154,7 @@ pub async fn lock_for_edit(conn: &mut PgConnection, id: i64) -> sqlx::Result<()>
         .map(|_| ())
 }
 
-pub async fn users_count(db: &PgPool, id: i64) -> sqlx::Result<i64> {
+pub async fn users_count(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<i64> {
     sqlx::query_scalar(
         "SELECT count(*) FROM knowledge_bases WHERE vector_store_instance_id = $1 OR search_engine_instance_id = $1",
     )

@@ -185,7 +185,7 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, req: StoreReq
         Some(code) => store_type(code, category)?,
         None => store_type(i64::from(row.store_type), category)?,
     };
-    check_kind_change(state, &row, category, t).await?;
+    check_kind_change(&mut tx, &row, category, t).await?;
     let split = req.config.as_ref().map(|c| split_config(state, t, c)).transpose()?;
     let (config, sealed) = match &split {
         Some((c, s)) => (Some(c), s.as_deref()),
@@ -245,7 +245,8 @@ fn check_default_active(is_default: bool, status: i16, making_default: bool) -> 
 /// reached: they change only while no base uses it. A default keeps its category (its
 /// category would be left without a default): another instance becomes the default first.
 /// The connection (`config`) may change in use, as it does when a cluster moves.
-async fn check_kind_change(state: &AppState, row: &StoreRow, category: i16, t: StoreType) -> AppResult<()> {
+/// Counted on the edit's transaction, which holds the row's lock.
+async fn check_kind_change(conn: &mut PgConnection, row: &StoreRow, category: i16, t: StoreType) -> AppResult<()> {
     let (category_changes, type_changes) = (category != row.category, t.code() != row.store_type);
     if row.is_default && category_changes {
         return Err(AppError::validation(
@@ -253,7 +254,7 @@ async fn check_kind_change(state: &AppState, row: &StoreRow, category: i16, t: S
         ));
     }
     if category_changes || type_changes {
-        let users = repo::users_count(state.db(), row.id).await?;
+        let users = repo::users_count(conn, row.id).await?;
         if users > 0 {
             let field = if category_changes { "category" } else { "type" };
             return Err(AppError::validation(format!(

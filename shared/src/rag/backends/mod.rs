@@ -77,13 +77,19 @@ pub struct Indexes {
 impl Indexes {
     /// The indexes of `kb`'s store instances.
     pub async fn of(state: &AppState, kb: &KbRow) -> AppResult<Self> {
+        Self::read_on(&mut *state.db().acquire().await?, state, kb).await
+    }
+
+    /// `of`, reading the store instances on `conn`: a caller in a transaction that read them
+    /// on a pooled connection of its own held two at once.
+    pub async fn read_on(conn: &mut PgConnection, state: &AppState, kb: &KbRow) -> AppResult<Self> {
         // The built-in stores need no row: that they are came with the base.
         let vector_row = match kb.vector_store_builtin {
             Some(true) => None,
-            _ => stores::repo::find(state.db(), kb.vector_store_instance_id).await?,
+            _ => stores::repo::find(&mut *conn, kb.vector_store_instance_id).await?,
         };
         let text_row = match kb.search_engine_instance_id {
-            Some(id) if kb.search_engine_builtin != Some(true) => stores::repo::find(state.db(), id).await?,
+            Some(id) if kb.search_engine_builtin != Some(true) => stores::repo::find(&mut *conn, id).await?,
             _ => None,
         };
         let vector: Box<dyn VectorIndex> = match vector_row.as_ref().map(|r| (r.store_type(), r)) {
@@ -214,7 +220,7 @@ pub async fn remove_replaced(state: &AppState, kb: &KbRow, tx: &mut PgConnection
     if chunk_ids.is_empty() {
         return Ok(());
     }
-    let indexes = Indexes::of(state, kb).await?;
+    let indexes = Indexes::read_on(&mut *tx, state, kb).await?;
     indexes.remove(tx, chunk_ids).await.map_err(store_error)
 }
 

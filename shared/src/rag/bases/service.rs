@@ -469,7 +469,7 @@ async fn drop_entries(
     side: Side,
     moved: bool,
 ) -> AppResult<()> {
-    let left = Indexes::of(state, before).await?;
+    let left = Indexes::read_on(&mut *tx, state, before).await?;
     if let Err(e) = left.drop_side(tx, side).await {
         if !moved {
             return Err(store_error(e));
@@ -480,7 +480,7 @@ async fn drop_entries(
         let now = repo::find(&mut *tx, before.id)
             .await?
             .ok_or_else(|| AppError::not_found("knowledge base"))?;
-        let joined = Indexes::of(state, &now).await?;
+        let joined = Indexes::read_on(&mut *tx, state, &now).await?;
         joined.drop_side(tx, side).await.map_err(store_error)?;
     }
     Ok(())

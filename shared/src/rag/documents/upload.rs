@@ -19,6 +19,7 @@ use crate::resources::service::{clean_file_name, sniff_mime};
 use crate::resources::{ResourceRow, DOCUMENT_BIZ_TYPE, KB_PREVIEW_BIZ_TYPE};
 use crate::storage::ByteRange;
 use crate::{AppError, AppResult, AppState};
+use sqlx::PgConnection;
 
 const PREVIEW_TTL: Duration = Duration::from_secs(3600);
 pub const MAX_FILES: usize = 20;
@@ -37,9 +38,11 @@ fn resolve_dedup(kb: &KbRow, o: &PreviewOptions) -> AppResult<(i16, i16)> {
     Ok((strategy as i16, action as i16))
 }
 
-/// Decides every file against the base and against the files before it in the same upload.
+/// Decides every file against the base and against the files before it in the same upload,
+/// reading the base on `conn` (a commit's transaction: on a pooled connection of its own, each
+/// commit held two at once).
 async fn decide_all(
-    state: &AppState,
+    conn: &mut PgConnection,
     kb: &KbRow,
     strategy: i16,
     action: i16,
@@ -56,7 +59,7 @@ async fn decide_all(
         {
             continue;
         }
-        let (by_name, by_content) = doc_repo::conflicts(state.db(), kb.id, &item.file_name, &item.content_hash).await?;
+        let (by_name, by_content) = doc_repo::conflicts(&mut *conn, kb.id, &item.file_name, &item.content_hash).await?;
         let in_upload = |same: &dyn Fn(&PreviewItem) -> bool| {
             earlier
                 .iter()
@@ -114,7 +117,11 @@ pub async fn preview(
     let mut items: Vec<StoredItem> = Vec::with_capacity(files.len());
     let outcome = store_files(state, user, &kb, files, &mut items).await;
     let outcome = match outcome {
-        Ok(()) => decide_all(state, &kb, strategy, action, &mut items).await,
+        // Not `?`: the stored files are removed below whatever failed.
+        Ok(()) => match state.db().acquire().await {
+            Ok(mut conn) => decide_all(&mut conn, &kb, strategy, action, &mut items).await,
+            Err(e) => Err(e.into()),
+        },
         Err(e) => Err(e),
     };
     let token = uuid::Uuid::new_v4().simple().to_string();
@@ -123,7 +130,7 @@ pub async fn preview(
         Err(e) => Err(e),
     };
     if let Err(e) = saved {
-        if let Err(cleanup) = discard(state, &items).await {
+        if let Err(cleanup) = discard_pooled(state, &items).await {
             tracing::error!(error = ?cleanup, "temporary uploads of a failed preview were left behind");
         }
         return Err(e);
@@ -199,7 +206,7 @@ pub async fn preview_resources(
             row.mime_type,
         ));
     }
-    decide_all(state, &kb, strategy, action, &mut items).await?;
+    decide_all(&mut *state.db().acquire().await?, &kb, strategy, action, &mut items).await?;
     let token = uuid::Uuid::new_v4().simple().to_string();
     let mut tx = state.db().begin().await?;
     // Read again under the rows' locks, a preview made meanwhile may have taken one; locked in
@@ -342,28 +349,34 @@ fn stored_item(id: i64, name: String, size: i64, hash: String, key: String, mime
     }
 }
 
-/// Removes temporary files (`DELETES_AT_ONCE` at a time), each one's resource row once its
-/// file is gone. Fails when any file could not be deleted: those keep their rows, for whoever
-/// tries again to find.
-async fn discard(state: &AppState, items: &[StoredItem]) -> AppResult<()> {
+/// `discard` outside a transaction.
+async fn discard_pooled(state: &AppState, items: &[StoredItem]) -> AppResult<()> {
+    discard(state, &mut *state.db().acquire().await?, items).await
+}
+
+/// Removes temporary files (`DELETES_AT_ONCE` at a time), then in one statement on `conn` the
+/// resource rows of those that are gone. Fails when any file could not be deleted: those keep
+/// their rows, for whoever tries again to find. The rows go through `conn`, the caller's
+/// transaction when it holds one: a delete of its own per file took a pooled connection each
+/// while the transaction held another, up to nine per request.
+async fn discard(state: &AppState, conn: &mut PgConnection, items: &[StoredItem]) -> AppResult<()> {
     // Owned, as in `leftovers::retry`.
     let owned = state.clone();
     let files: Vec<(String, i64)> = items.iter().map(|s| (s.key.clone(), s.item.temp_resource_id)).collect();
-    let outcomes: Vec<AppResult<()>> = futures::stream::iter(files)
-        .map(move |(key, id)| discard_one(owned.clone(), key, id))
+    let outcomes: Vec<(i64, AppResult<()>)> = futures::stream::iter(files)
+        .map(move |(key, id)| {
+            let state = owned.clone();
+            async move { (id, state.storage().delete(&key).await.map_err(AppError::from)) }
+        })
         .buffer_unordered(leftovers::DELETES_AT_ONCE)
         .collect()
         .await;
-    outcomes.into_iter().collect()
-}
-
-async fn discard_one(state: AppState, key: String, temp_resource_id: i64) -> AppResult<()> {
-    state.storage().delete(&key).await?;
-    sqlx::query("DELETE FROM resources WHERE id = $1")
-        .bind(temp_resource_id)
-        .execute(state.db())
+    let gone: Vec<i64> = outcomes.iter().filter(|(_, r)| r.is_ok()).map(|(id, _)| *id).collect();
+    sqlx::query("DELETE FROM resources WHERE id = ANY($1)")
+        .bind(&gone)
+        .execute(conn)
         .await?;
-    Ok(())
+    outcomes.into_iter().try_for_each(|(_, r)| r)
 }
 
 /// Previews one run of the daily expiry takes on; the next run takes the rest.
@@ -421,7 +434,7 @@ async fn expire(state: &AppState, limit: i64) -> AppResult<usize> {
     let mut removed = Vec::with_capacity(expired.len());
     let mut failure = None;
     for (token, items) in expired {
-        match discard(state, &items.0).await {
+        match discard(state, &mut tx, &items.0).await {
             Ok(()) => removed.push(token),
             Err(e) => failure = Some(e),
         }
@@ -480,7 +493,7 @@ pub async fn cancel(state: &AppState, user: &CurrentUser, token: &str) -> AppRes
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    match discard(state, &preview.items).await {
+    match discard_pooled(state, &preview.items).await {
         Ok(()) => {
             sqlx::query("DELETE FROM upload_previews WHERE token = $1")
                 .bind(token)
@@ -534,7 +547,7 @@ pub async fn commit(state: &AppState, user: &CurrentUser, req: CommitRequest) ->
     // another upload or delete changed a match, the client must confirm the new picture.
     let mut fresh = preview.items.clone();
     let (strategy, action) = preview.rules.unwrap_or((kb.dedup_strategy, kb.dedup_action));
-    decide_all(state, &kb, strategy, action, &mut fresh).await?;
+    decide_all(&mut tx, &kb, strategy, action, &mut fresh).await?;
     let changed = fresh.iter().zip(&preview.items).any(|(a, b)| {
         (a.item.match_type, a.item.conflict_document_id) != (b.item.match_type, b.item.conflict_document_id)
     });

@@ -3350,3 +3350,50 @@ async fn a_base_bound_to_others_agents_takes_no_personal_model_of_its_owner() {
     let now = app.get(&format!("/rag/{kb}"), Some(&alice)).await;
     assert_eq!(now.assert_ok()["searchParams"]["rerankModelId"], reranker);
 }
+
+/// Uploads beyond the pool's size do not wait for each other: a preview expires old previews
+/// on its way (their files' rows went one pooled connection each, up to eight, while its
+/// transaction held another) and a commit decided its files through the pool while its
+/// transaction held a connection. Starved, they failed with 503 when the pool gave up (10 s).
+#[tokio::test]
+async fn uploads_beyond_the_pools_size_do_not_wait_for_each_other() {
+    let s = KbSetup::new(Store::Filesystem, &[("DB_MAX_CONNECTIONS", "2")]).await;
+    let kb = s.kb("Busy", json!({})).await;
+    let t = Some(s.admin.as_str());
+    // Expired previews of several files each, for the next previews to expire on their way.
+    for i in 0..5 {
+        let files: Vec<(String, Vec<u8>)> = (0..4)
+            .map(|j| (format!("old-{i}-{j}.txt"), format!("old {i} {j}").into_bytes()))
+            .collect();
+        let files: Vec<(&str, Vec<u8>)> = files.iter().map(|(n, b)| (n.as_str(), b.clone())).collect();
+        s.preview(kb, &files, None).await.assert_ok();
+    }
+    sqlx::query("UPDATE upload_previews SET expires_at = now() - interval '1 minute'")
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    let s = &s;
+    let previews = futures::future::join_all((0..6).map(|i| async move {
+        let name = format!("new-{i}.txt");
+        let body = format!("new document {i}").into_bytes();
+        s.preview(kb, &[(name.as_str(), body)], None).await
+    }))
+    .await;
+    let commits: Vec<Value> = previews
+        .iter()
+        .map(|p| {
+            let p = p.assert_ok();
+            json!({ "previewToken": p["previewToken"], "items": [{ "tempResourceId": p["items"][0]["tempResourceId"], "decision": "NEW" }] })
+        })
+        .collect();
+    let committed = futures::future::join_all(
+        commits
+            .iter()
+            .map(|body| s.app.post("/document/upload/commit", t, body)),
+    )
+    .await;
+    for reply in &committed {
+        reply.assert_ok();
+    }
+    assert_eq!(s.app.count("documents").await, 6);
+}

@@ -26,8 +26,17 @@ fn validate_username(username: &str) -> AppResult<()> {
     Ok(())
 }
 
-fn validate_password(field: &str, password: &str) -> AppResult<()> {
-    validate::length(field, password, 8, 128)
+/// 8 to 128 characters, not all of them spaces, and not the account's username (when known):
+/// both passed the length rule, and are the first anyone tries.
+fn validate_password(field: &str, password: &str, username: Option<&str>) -> AppResult<()> {
+    validate::length(field, password, 8, 128)?;
+    if password.trim().is_empty() {
+        return Err(AppError::validation(format!("{field} must not be only spaces")));
+    }
+    if username.is_some_and(|u| u.to_lowercase() == password.to_lowercase()) {
+        return Err(AppError::validation(format!("{field} must not be the username")));
+    }
+    Ok(())
 }
 
 fn optional_email(email: Option<String>) -> AppResult<Option<String>> {
@@ -215,7 +224,7 @@ pub async fn create(state: &AppState, req: CreateUserRequest) -> AppResult<i64> 
     let username = validate::required("username", req.username)?;
     validate_username(&username)?;
     let password = validate::present("password", req.password)?;
-    validate_password("password", &password)?;
+    validate_password("password", &password, Some(&username))?;
     let role = Role::parse("role", validate::present("role", req.role)?)?;
     let email = optional_email(req.email)?;
     let totals = req.totals.unwrap_or(0);
@@ -251,7 +260,7 @@ pub async fn update(state: &AppState, id: i64, req: UpdateUserRequest) -> AppRes
     let email = req.email.map(optional_email).transpose()?;
     let password = req.password.filter(|p| !p.is_empty());
     if let Some(p) = &password {
-        validate_password("password", p)?;
+        validate_password("password", p, None)?;
     }
     let hash = match password {
         Some(p) => Some(password::hash_off_thread(p).await?),
@@ -280,7 +289,7 @@ pub async fn set_role(state: &AppState, id: i64, role: Option<i64>) -> AppResult
 
 pub async fn reset_password(state: &AppState, id: i64, req: PasswordRequest) -> AppResult<()> {
     let password = validate::present("password", req.password)?;
-    validate_password("password", &password)?;
+    validate_password("password", &password, None)?;
     let hash = password::hash_off_thread(password.clone()).await?;
     let mut tx = state.db().begin().await?;
     if !repo::set_password(&mut *tx, id, &hash).await? {
@@ -294,7 +303,7 @@ pub async fn reset_password(state: &AppState, id: i64, req: PasswordRequest) -> 
 pub async fn change_own_password(state: &AppState, user: &CurrentUser, req: ChangePasswordRequest) -> AppResult<()> {
     let old = validate::present("oldPassword", req.old_password.filter(|p| !p.is_empty()))?;
     let new = validate::present("newPassword", req.new_password)?;
-    validate_password("newPassword", &new)?;
+    validate_password("newPassword", &new, Some(&user.username))?;
     let row = repo::find(state.db(), user.id)
         .await?
         .ok_or_else(|| AppError::not_found("user"))?;
@@ -393,7 +402,7 @@ pub async fn ensure_first_admin(db: &PgPool, username: Option<&str>, pass: Optio
         return Ok(());
     };
     validate_username(username).map_err(|e| anyhow::anyhow!("ADMIN_USERNAME: {}", e.told()))?;
-    validate_password("ADMIN_PASSWORD", pass).map_err(|e| anyhow::anyhow!("{}", e.told()))?;
+    validate_password("ADMIN_PASSWORD", pass, Some(username)).map_err(|e| anyhow::anyhow!("{}", e.told()))?;
     let hash = password::hash(pass).map_err(|e| anyhow::anyhow!("{e}"))?;
     let new = NewUser {
         username,

@@ -323,6 +323,14 @@ async fn admin_creates_lists_and_updates_users() {
             json!({ "username": "bob", "password": "short", "role": 2 }),
             "password must be 8 to 128",
         ),
+        (
+            json!({ "username": "bob", "password": "        ", "role": 2 }),
+            "password must not be only spaces",
+        ),
+        (
+            json!({ "username": "bob.smith", "password": "Bob.Smith", "role": 2 }),
+            "password must not be the username",
+        ),
         (json!({ "username": "bob", "password": "abcdefgh" }), "role is required"),
         (
             json!({ "username": "bob", "password": "abcdefgh", "role": 7 }),

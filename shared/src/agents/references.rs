@@ -67,7 +67,14 @@ pub async fn check(state: &AppState, user: &CurrentUser, d: &AgentData) -> AppRe
 /// The models are held in one statement (in id order), after the config, as a config's
 /// edit takes the config before its models. Every reference is held; only those `fresh`
 /// names (`newly_named`) have their models checked again.
-pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData, fresh: &AgentData) -> AppResult<()> {
+/// `owner` is the agent's creator: whose memory config it may be given.
+pub async fn hold(
+    user: &CurrentUser,
+    owner: i64,
+    conn: &mut PgConnection,
+    d: &AgentData,
+    fresh: &AgentData,
+) -> AppResult<()> {
     let mut named: Vec<models::service::ModelRef<'_>> = fresh
         .chat_model_id
         .map(|id| models::service::ModelRef {
@@ -84,8 +91,8 @@ pub async fn hold(user: &CurrentUser, conn: &mut PgConnection, d: &AgentData, fr
         if fresh.memory_config_id.is_some() {
             // Whoever manages the config decides what the agent stores and recalls (its status,
             // its extraction prompt, its expiry): someone else's config would hand them the agent's
-            // memory, so only the caller's own and administrators' are bound.
-            if config.creator_id != user.id && !crate::memory::config_repo::by_operator(&mut *conn, id).await? {
+            // memory, so only the agent owner's own and administrators' are bound.
+            if config.creator_id != owner && !crate::memory::config_repo::by_operator(&mut *conn, id).await? {
                 return Err(AppError::validation(format!(
                     "memoryConfigId: memory config {id} is another user's; bind one of yours or an administrator's"
                 )));

@@ -276,7 +276,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, f: AgentFields) -> App
     let data = apply(state, user, blank(), f).await?;
     let mut tx = state.db().begin().await?;
     creation_cap::check(&mut tx, state.config(), user, Created::Agent).await?;
-    references::hold(user, &mut tx, &data, &data).await?;
+    references::hold(user, user.id, &mut tx, &data, &data).await?;
     let id = repo::insert(&mut *tx, &data, user.id).await?;
     tx.commit().await?;
     Ok(id)
@@ -287,7 +287,8 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, f: AgentField
     let before = AgentData::from(&agent);
     let data = apply(state, user, before.clone(), f).await?;
     let mut tx = state.db().begin().await?;
-    references::hold(user, &mut tx, &data, &references::newly_named(&data, &before)).await?;
+    let fresh = references::newly_named(&data, &before);
+    references::hold(user, agent.creator_id, &mut tx, &data, &fresh).await?;
     if !repo::update(&mut *tx, id, agent.update_dt, &data).await? {
         return Err(AppError::changed_meanwhile("agent"));
     }

@@ -104,9 +104,15 @@ impl TokenCache {
         tokens.insert(key, token);
     }
 
-    /// Drops a token the MCP server refused, so the next use fetches a new one.
-    pub fn forget(&self, creds: &Credentials<'_>) {
-        self.lock().remove(&creds.key());
+    /// Drops a token the MCP server refused, so the next use fetches a new one: the cached
+    /// token if it is the one renewed at `used` (any, when `used` is None); a newer one
+    /// fetched meanwhile stays.
+    pub fn forget_if_current(&self, creds: &Credentials<'_>, used: Option<Instant>) {
+        let mut tokens = self.lock();
+        let key = creds.key();
+        if used.is_none() || tokens.get(&key).map(|t| t.renew_at) == used {
+            tokens.remove(&key);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Token>> {

@@ -334,8 +334,11 @@ impl McpPool {
     {
         let mut retried = false;
         loop {
+            // Which token the refused session used (its renewal time tells tokens apart).
+            let mut token_used = None;
             let result = match self.session(target, limits).await {
                 Ok(live) => {
+                    token_used = live.renew_at;
                     let result = op(live.clone()).await;
                     // A call that only ran out of time leaves a session other requests are
                     // using (held by the slot, this call and them): a slow tool is not a broken
@@ -357,9 +360,11 @@ impl McpPool {
                         "MCP server refused the OAuth2 token; fetching a new one"
                     );
                     // The token is the server's, but only this session is opened again now:
-                    // other parties' calls in flight on theirs go on, and theirs fetch anew
-                    // when the server refuses them too.
-                    self.tokens.forget(&creds);
+                    // other parties' calls in flight on theirs go on. The token is forgotten
+                    // only if it is still the one this session used: a party refused later on
+                    // the old token would otherwise drop the one fetched since, and each party
+                    // would fetch its own.
+                    self.tokens.forget_if_current(&creds, token_used);
                     self.reconnect(target);
                     retried = true;
                 }

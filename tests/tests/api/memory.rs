@@ -2952,6 +2952,29 @@ async fn a_user_binds_only_their_own_memory_configs_and_administrators() {
             .assert_ok();
         assert!(bound(id).await);
     }
+    // What counts is the agent's owner: an administrator editing Alice's agent binds her
+    // config or an administrator's, not Bob's.
+    s.app
+        .put(&format!("/agent/{agent}"), s.t(), &json!({ "memoryConfigId": bobs }))
+        .await
+        .assert_error(400, 0, &refusal);
+    s.app
+        .put(&format!("/agent/{agent}"), s.t(), &json!({ "memoryConfigId": alices }))
+        .await
+        .assert_ok();
+    assert!(bound(alices).await);
+    // A binding made before the rule stays through edits of the agent's other fields.
+    sqlx::query("UPDATE agents SET memory_config_id = $1 WHERE id = $2")
+        .bind(bobs)
+        .bind(agent)
+        .execute(&s.app.db)
+        .await
+        .unwrap();
+    s.app
+        .put(&format!("/agent/{agent}"), a, &json!({ "name": "Renamed" }))
+        .await
+        .assert_ok();
+    assert!(bound(bobs).await);
 }
 
 /// A regular user creates at most MEMORY_CONFIG_MAX_PER_USER configs, refused before the

@@ -1188,7 +1188,8 @@ async fn another_users_personal_model_is_refused_everywhere_like_an_unknown_id()
     let agent = s
         .agent(&alice, json!({ "name": "Alice's own", "chatModelId": chat }))
         .await;
-    // Alice's memory config runs her models: bob cannot give it to his agent either.
+    // Alice's memory config runs her models: bob cannot give it to his agent either (nor any
+    // config of another user's, whatever its models).
     let r = app
         .post(
             "/agent",
@@ -1199,7 +1200,7 @@ async fn another_users_personal_model_is_refused_everywhere_like_an_unknown_id()
     r.assert_error(
         400,
         0,
-        &format!("memoryConfigId: model {embedding} does not exist or is not an enabled EMBEDDING model"),
+        &format!("memoryConfigId: memory config {config} is another user's"),
     );
 
     // Bob chatting with alice's agent runs on her model; his usage stats do not name it.

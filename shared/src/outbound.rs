@@ -14,15 +14,16 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use crate::{AppError, AppResult};
 
 /// Link-local (AWS, GCP and Azure metadata at 169.254.169.254), AWS's IPv6 metadata
-/// address, Alibaba's metadata address and "this network".
-pub const DEFAULT_DENY: &str = "169.254.0.0/16,fe80::/10,fd00:ec2::254/128,100.100.100.200/32,0.0.0.0/8";
+/// address, Alibaba's metadata address, "this network", and the local-use NAT64 prefix
+/// (RFC 8215), whose IPv4 hosts (the metadata address among them) sit at positions its
+/// operator chooses, so no rule can tell them apart.
+pub const DEFAULT_DENY: &str = "169.254.0.0/16,fe80::/10,fd00:ec2::254/128,100.100.100.200/32,0.0.0.0/8,64:ff9b:1::/48";
 
 /// What endpoints regular users configure may not reach besides the list above: loopback,
 /// private (RFC 1918, unique local IPv6), carrier-grade NAT, benchmarking, multicast, reserved
-/// and unspecified addresses, and the local-use NAT64 prefix (RFC 8215), whose IPv4 hosts
-/// (private ones and the metadata address among them) sit at positions its length decides.
+/// and unspecified addresses.
 pub const DEFAULT_USER_DENY: &str = "127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,\
-198.18.0.0/15,224.0.0.0/4,240.0.0.0/4,::1/128,::/128,fc00::/7,ff00::/8,64:ff9b:1::/48";
+198.18.0.0/15,224.0.0.0/4,240.0.0.0/4,::1/128,::/128,fc00::/7,ff00::/8";
 
 /// How long a save waits for a name's addresses; a name that does not answer by then is left
 /// to the connection-time check, as one that does not resolve.
@@ -36,14 +37,17 @@ pub const DEFAULT_NODE_NETWORKS: &str =
 
 /// The networks client nodes may be registered in (`CLIENT_NODE_CIDRS`); `any` for every
 /// address outbound calls may reach.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct NodeNetworks(Option<DenyList>);
 
 impl NodeNetworks {
+    /// Comma-separated CIDRs or addresses, or `any`. `none`, which lifts the deny lists,
+    /// would here allow no node at all: refused, as is an empty list.
     pub fn parse(name: &str, spec: &str) -> Result<Self, String> {
-        match spec.trim().eq_ignore_ascii_case("any") {
-            true => Ok(Self(None)),
-            false => DenyList::parse(name, spec).map(|nets| Self(Some(nets))),
+        match spec.trim().to_ascii_lowercase().as_str() {
+            "any" => Ok(Self(None)),
+            "none" | "" => Err(format!("{name}: list the networks nodes may use, or `any`")),
+            _ => DenyList::parse(name, spec).map(|nets| Self(Some(nets))),
         }
     }
 
@@ -378,6 +382,7 @@ mod tests {
             "64:ff9b::a9fe:a9fe",
             "fe80::1",
             "100.100.100.200",
+            "64:ff9b:1::a9fe:a9fe",
         ] {
             assert!(deny.denies(ip.parse().unwrap()), "{ip}");
         }
@@ -409,7 +414,6 @@ mod tests {
             "fd12::1",
             "::ffff:127.0.0.1",
             "64:ff9b::10.0.0.5",
-            "64:ff9b:1::a9fe:a9fe",
         ] {
             let ip = ip.parse().unwrap();
             assert!(outbound.deny(Reach::User).denies(ip), "{ip}");
@@ -443,5 +447,20 @@ mod tests {
         let operator = outbound.deny(Reach::Operator);
         assert!(operator.check_url("f", "http://no-such-host.invalid/v1").await.is_ok());
         assert!(operator.allowed_addrs("localhost").await.is_ok());
+    }
+
+    #[test]
+    fn client_nodes_stay_on_the_networks_listed_or_anywhere_with_any() {
+        let default = NodeNetworks::parse("N", DEFAULT_NODE_NETWORKS).unwrap();
+        assert!(default.allow("10.1.2.3".parse().unwrap()));
+        assert!(default.allow("fd00::7".parse().unwrap()));
+        assert!(!default.allow("203.0.113.10".parse().unwrap()));
+        assert!(NodeNetworks::parse("N", "any")
+            .unwrap()
+            .allow("203.0.113.10".parse().unwrap()));
+        // `none` lifts the deny lists; here it would allow no node at all.
+        for refused in ["none", " ", "nonsense"] {
+            assert!(NodeNetworks::parse("N", refused).is_err(), "{refused:?}");
+        }
     }
 }

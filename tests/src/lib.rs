@@ -142,7 +142,7 @@ async fn database_created_with(options: &str) -> String {
 /// servers and MCP servers stand in for endpoints on the internet that users register.
 /// `ssrf.rs` tests the production list itself.
 pub const TEST_USER_DENY: &str = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,198.18.0.0/15,\
-224.0.0.0/4,240.0.0.0/4,::/128,fc00::/7,ff00::/8,64:ff9b:1::/48";
+224.0.0.0/4,240.0.0.0/4,::/128,fc00::/7,ff00::/8";
 
 pub async fn spawn(store: Store) -> TestApp {
     spawn_with(store, &[]).await

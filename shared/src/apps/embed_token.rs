@@ -126,10 +126,11 @@ pub async fn verify(state: &AppState, token: &str) -> AppResult<EmbedScope> {
     // (past 128 characters, holding a NUL) is refused here, not by the database later.
     let sub = &data.claims.sub;
     let issuable = !sub.is_empty() && sub.chars().count() <= 128 && !sub.contains('\0');
-    // Nor a token living longer than one this service issues, or issued ahead of time: the
-    // holder could otherwise sign tokens that outlast everything but a rotation of the app's.
+    // Nor a token living longer than one this service issues, or issued ahead of time (by more than
+    // a minute, as a partner's clock may run fast): the holder could otherwise sign tokens that
+    // outlast everything but a rotation of the app's.
     let (iat, exp) = (data.claims.iat, data.claims.exp);
-    let lifetime = iat <= Utc::now().timestamp() + 5 && exp.saturating_sub(iat) <= MAX_TTL_SECONDS;
+    let lifetime = iat <= Utc::now().timestamp() + 60 && exp.saturating_sub(iat) <= MAX_TTL_SECONDS;
     if data.claims.typ != KIND || data.claims.app != app.app_id || !issuable || !lifetime {
         return Err(refused());
     }

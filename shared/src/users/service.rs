@@ -254,13 +254,21 @@ async fn change_role(conn: &mut PgConnection, id: i64, role: Role) -> AppResult<
     Ok(())
 }
 
+/// The account's username, which its password may not be.
+async fn username_of(state: &AppState, id: i64) -> AppResult<String> {
+    let row = repo::find(state.db(), id)
+        .await?
+        .ok_or_else(|| AppError::not_found("user"))?;
+    Ok(row.username)
+}
+
 pub async fn update(state: &AppState, id: i64, req: UpdateUserRequest) -> AppResult<()> {
     let role = Role::parse("role", validate::present("role", req.role)?)?;
     // Absent keeps the email; null or blank removes it (an emptied form field is a removal).
     let email = req.email.map(optional_email).transpose()?;
     let password = req.password.filter(|p| !p.is_empty());
     if let Some(p) = &password {
-        validate_password("password", p, None)?;
+        validate_password("password", p, Some(&username_of(state, id).await?))?;
     }
     let hash = match password {
         Some(p) => Some(password::hash_off_thread(p).await?),
@@ -289,7 +297,7 @@ pub async fn set_role(state: &AppState, id: i64, role: Option<i64>) -> AppResult
 
 pub async fn reset_password(state: &AppState, id: i64, req: PasswordRequest) -> AppResult<()> {
     let password = validate::present("password", req.password)?;
-    validate_password("password", &password, None)?;
+    validate_password("password", &password, Some(&username_of(state, id).await?))?;
     let hash = password::hash_off_thread(password.clone()).await?;
     let mut tx = state.db().begin().await?;
     if !repo::set_password(&mut *tx, id, &hash).await? {

@@ -2316,6 +2316,20 @@ async fn a_chat_whose_mcp_server_fails_says_so_and_keeps_the_other_servers_tools
     let named = format!("the tools of MCP server {broken} could not be listed");
     assert!(message.contains(&named), "{message}");
     assert!(!message.contains("127.0.0.1"), "the reason stays in the log: {message}");
+    // Someone else chatting with the agent is told that tools were left out, not which
+    // servers (the ids are the service's own).
+    let (bob_id, bob) = s.app.regular_user("bob").await;
+    s.set_quota(bob_id, 100_000).await;
+    let events = s
+        .chat(&bob, agent, say("mcp-w-bob", "CALL add {\"a\": 2, \"b\": 3}"))
+        .await
+        .events();
+    assert_eq!(joined(&events, "text"), "Tool said: 5", "{events:?}");
+    let warned: Vec<&Value> = events.iter().filter(|e| e["type"] == "warning").collect();
+    assert_eq!(warned.len(), 1, "{events:?}");
+    let message = warned[0]["message"].as_str().unwrap();
+    assert!(message.starts_with("1 of this agent's tool servers"), "{message}");
+    assert!(!message.contains(&broken.to_string()), "{message}");
 }
 
 /// An attachment is read no larger than the limit even when its object grew after the upload

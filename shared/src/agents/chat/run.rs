@@ -177,6 +177,30 @@ async fn stop_asked(state: AppState, rows: Shared<oneshot::Receiver<StartedTurn>
 }
 
 impl Turn {
+    /// The warning lines for MCP servers whose tools could not be listed. The reasons stay in
+    /// the log (they may name internal addresses). The agent's owner is told which servers and
+    /// where to look; anyone else chatting with it (a partner's user among them) only that
+    /// tools were left out, as server ids are the service's own.
+    fn unavailable_tools(&self, ids: &[i64]) -> Vec<String> {
+        if self.caller.owner == Owner::User(self.agent.creator_id) {
+            return ids
+                .iter()
+                .map(|id| {
+                    format!(
+                        "the tools of MCP server {id} could not be listed, so this answer goes on without them \
+                         (POST /mcp-server/{id}/test tells why)"
+                    )
+                })
+                .collect();
+        }
+        match ids.len() {
+            0 => vec![],
+            n => vec![format!(
+                "{n} of this agent's tool servers could not list their tools, so this answer goes on without them"
+            )],
+        }
+    }
+
     pub async fn run(mut self, tx: Sender<StreamEvent>) {
         let started = Instant::now();
         let out = Out { tx };
@@ -334,14 +358,8 @@ impl Turn {
             memories: out.or_warn("memory", memories).await?,
             knowledge: out.or_warn("knowledge", knowledge).await?,
         };
-        for id in &toolbox.unavailable {
-            // The reason stays in the log: it may name internal addresses, and a partner's
-            // user sees this line too.
-            let message = format!(
-                "the tools of MCP server {id} could not be listed, so this answer goes on without them \
-                 (POST /mcp-server/{id}/test tells why)"
-            );
-            out.or_warn("mcp", Err(message)).await?;
+        for message in self.unavailable_tools(&toolbox.unavailable) {
+            out.send(StreamEvent::Warning { source: "mcp", message }).await?;
         }
         let system = prompt::system_prompt(&self.agent.instruction, &ctx);
         let mut messages = prompt::messages(system, history, &self.content, images);

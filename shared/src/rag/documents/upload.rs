@@ -349,17 +349,27 @@ fn stored_item(id: i64, name: String, size: i64, hash: String, key: String, mime
     }
 }
 
-/// `discard` outside a transaction.
+/// `discard` outside a transaction: the connection is taken once the files are gone, for the
+/// one statement that removes their rows.
 async fn discard_pooled(state: &AppState, items: &[StoredItem]) -> AppResult<()> {
-    discard(state, &mut *state.db().acquire().await?, items).await
+    let (gone, outcome) = delete_files(state, items).await;
+    forget_rows(&mut *state.db().acquire().await?, &gone).await?;
+    outcome
 }
 
-/// Removes temporary files (`DELETES_AT_ONCE` at a time), then in one statement on `conn` the
-/// resource rows of those that are gone. Fails when any file could not be deleted: those keep
-/// their rows, for whoever tries again to find. The rows go through `conn`, the caller's
-/// transaction when it holds one: a delete of its own per file took a pooled connection each
-/// while the transaction held another, up to nine per request.
+/// Removes temporary files, then on `conn` (the caller's transaction, which holds the
+/// previews) the resource rows of those that are gone: a delete of its own per file took a
+/// pooled connection each while the transaction held another, up to nine per request. Fails
+/// when any file could not be deleted: those keep their rows, for whoever tries again to find.
 async fn discard(state: &AppState, conn: &mut PgConnection, items: &[StoredItem]) -> AppResult<()> {
+    let (gone, outcome) = delete_files(state, items).await;
+    forget_rows(conn, &gone).await?;
+    outcome
+}
+
+/// Deletes the files (`DELETES_AT_ONCE` at a time); returns the resource ids of those deleted
+/// and the first failure.
+async fn delete_files(state: &AppState, items: &[StoredItem]) -> (Vec<i64>, AppResult<()>) {
     // Owned, as in `leftovers::retry`.
     let owned = state.clone();
     let files: Vec<(String, i64)> = items.iter().map(|s| (s.key.clone(), s.item.temp_resource_id)).collect();
@@ -371,12 +381,16 @@ async fn discard(state: &AppState, conn: &mut PgConnection, items: &[StoredItem]
         .buffer_unordered(leftovers::DELETES_AT_ONCE)
         .collect()
         .await;
-    let gone: Vec<i64> = outcomes.iter().filter(|(_, r)| r.is_ok()).map(|(id, _)| *id).collect();
+    let gone = outcomes.iter().filter(|(_, r)| r.is_ok()).map(|(id, _)| *id).collect();
+    (gone, outcomes.into_iter().try_for_each(|(_, r)| r))
+}
+
+async fn forget_rows(conn: &mut PgConnection, resource_ids: &[i64]) -> AppResult<()> {
     sqlx::query("DELETE FROM resources WHERE id = ANY($1)")
-        .bind(&gone)
+        .bind(resource_ids)
         .execute(conn)
         .await?;
-    outcomes.into_iter().try_for_each(|(_, r)| r)
+    Ok(())
 }
 
 /// Previews one run of the daily expiry takes on; the next run takes the rest.

@@ -21,9 +21,10 @@ pub const DEFAULT_DENY: &str = "169.254.0.0/16,fe80::/10,fd00:ec2::254/128,100.1
 
 /// What endpoints regular users configure may not reach besides the list above: loopback,
 /// private (RFC 1918, unique local IPv6), carrier-grade NAT, benchmarking, multicast, reserved
-/// and unspecified addresses.
+/// and unspecified addresses, and the local-use NAT64 prefix again, for a deployment whose own
+/// `OUTBOUND_DENY_CIDRS` leaves it out.
 pub const DEFAULT_USER_DENY: &str = "127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,\
-198.18.0.0/15,224.0.0.0/4,240.0.0.0/4,::1/128,::/128,fc00::/7,ff00::/8";
+198.18.0.0/15,224.0.0.0/4,240.0.0.0/4,::1/128,::/128,fc00::/7,ff00::/8,64:ff9b:1::/48";
 
 /// How long a save waits for a name's addresses; a name that does not answer by then is left
 /// to the connection-time check, as one that does not resolve.
@@ -47,7 +48,10 @@ impl NodeNetworks {
         match spec.trim().to_ascii_lowercase().as_str() {
             "any" => Ok(Self(None)),
             "none" | "" => Err(format!("{name}: list the networks nodes may use, or `any`")),
-            _ => DenyList::parse(name, spec).map(|nets| Self(Some(nets))),
+            _ => match DenyList::parse(name, spec)? {
+                nets if nets.nets.is_empty() => Err(format!("{name}: list the networks nodes may use, or `any`")),
+                nets => Ok(Self(Some(nets))),
+            },
         }
     }
 
@@ -414,10 +418,14 @@ mod tests {
             "fd12::1",
             "::ffff:127.0.0.1",
             "64:ff9b::10.0.0.5",
+            "64:ff9b:1::a9fe:a9fe",
         ] {
             let ip = ip.parse().unwrap();
             assert!(outbound.deny(Reach::User).denies(ip), "{ip}");
-            assert!(!outbound.deny(Reach::Operator).denies(ip), "{ip}");
+            assert!(
+                !outbound.deny(Reach::Operator).denies(ip) || ip.to_string().starts_with("64:ff9b:1:"),
+                "{ip}"
+            );
         }
         // Metadata stays denied to both; public addresses open to both.
         assert!(outbound.deny(Reach::User).denies("169.254.169.254".parse().unwrap()));
@@ -459,7 +467,7 @@ mod tests {
             .unwrap()
             .allow("203.0.113.10".parse().unwrap()));
         // `none` lifts the deny lists; here it would allow no node at all.
-        for refused in ["none", " ", "nonsense"] {
+        for refused in ["none", " ", ",", " , ", "nonsense"] {
             assert!(NodeNetworks::parse("N", refused).is_err(), "{refused:?}");
         }
     }

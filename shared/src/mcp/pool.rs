@@ -363,7 +363,8 @@ impl McpPool {
                     // other parties' calls in flight on theirs go on. The token is forgotten
                     // only if it is still the one this session used: a party refused later on
                     // the old token would otherwise drop the one fetched since, and each party
-                    // would fetch its own.
+                    // would fetch its own. A session refused while opening is taken to have
+                    // used the cached one (a token fetched meanwhile is fetched again).
                     self.tokens.forget_if_current(&creds, token_used);
                     self.reconnect(target);
                     retried = true;

@@ -26,14 +26,18 @@ fn validate_username(username: &str) -> AppResult<()> {
     Ok(())
 }
 
-/// 8 to 128 characters, not all of them spaces, and not the account's username (when known):
-/// both passed the length rule, and are the first anyone tries.
-fn validate_password(field: &str, password: &str, username: Option<&str>) -> AppResult<()> {
+/// 8 to 128 characters, not all of them spaces: blank passwords passed the length rule.
+fn validate_password(field: &str, password: &str) -> AppResult<()> {
     validate::length(field, password, 8, 128)?;
     if password.trim().is_empty() {
         return Err(AppError::validation(format!("{field} must not be only spaces")));
     }
-    if username.is_some_and(|u| u.to_lowercase() == password.to_lowercase()) {
+    Ok(())
+}
+
+/// A password is not its account's username (ignoring case): the first one anyone tries.
+fn not_the_username(field: &str, password: &str, username: &str) -> AppResult<()> {
+    if username.to_lowercase() == password.to_lowercase() {
         return Err(AppError::validation(format!("{field} must not be the username")));
     }
     Ok(())
@@ -224,7 +228,8 @@ pub async fn create(state: &AppState, req: CreateUserRequest) -> AppResult<i64> 
     let username = validate::required("username", req.username)?;
     validate_username(&username)?;
     let password = validate::present("password", req.password)?;
-    validate_password("password", &password, Some(&username))?;
+    validate_password("password", &password)?;
+    not_the_username("password", &password, &username)?;
     let role = Role::parse("role", validate::present("role", req.role)?)?;
     let email = optional_email(req.email)?;
     let totals = req.totals.unwrap_or(0);
@@ -268,7 +273,8 @@ pub async fn update(state: &AppState, id: i64, req: UpdateUserRequest) -> AppRes
     let email = req.email.map(optional_email).transpose()?;
     let password = req.password.filter(|p| !p.is_empty());
     if let Some(p) = &password {
-        validate_password("password", p, Some(&username_of(state, id).await?))?;
+        validate_password("password", p)?;
+        not_the_username("password", p, &username_of(state, id).await?)?;
     }
     let hash = match password {
         Some(p) => Some(password::hash_off_thread(p).await?),
@@ -297,7 +303,9 @@ pub async fn set_role(state: &AppState, id: i64, role: Option<i64>) -> AppResult
 
 pub async fn reset_password(state: &AppState, id: i64, req: PasswordRequest) -> AppResult<()> {
     let password = validate::present("password", req.password)?;
-    validate_password("password", &password, Some(&username_of(state, id).await?))?;
+    // The cheap rule first: a bad password is a 400 whether or not the user exists.
+    validate_password("password", &password)?;
+    not_the_username("password", &password, &username_of(state, id).await?)?;
     let hash = password::hash_off_thread(password.clone()).await?;
     let mut tx = state.db().begin().await?;
     if !repo::set_password(&mut *tx, id, &hash).await? {
@@ -311,7 +319,8 @@ pub async fn reset_password(state: &AppState, id: i64, req: PasswordRequest) -> 
 pub async fn change_own_password(state: &AppState, user: &CurrentUser, req: ChangePasswordRequest) -> AppResult<()> {
     let old = validate::present("oldPassword", req.old_password.filter(|p| !p.is_empty()))?;
     let new = validate::present("newPassword", req.new_password)?;
-    validate_password("newPassword", &new, Some(&user.username))?;
+    validate_password("newPassword", &new)?;
+    not_the_username("newPassword", &new, &user.username)?;
     let row = repo::find(state.db(), user.id)
         .await?
         .ok_or_else(|| AppError::not_found("user"))?;
@@ -410,7 +419,9 @@ pub async fn ensure_first_admin(db: &PgPool, username: Option<&str>, pass: Optio
         return Ok(());
     };
     validate_username(username).map_err(|e| anyhow::anyhow!("ADMIN_USERNAME: {}", e.told()))?;
-    validate_password("ADMIN_PASSWORD", pass, Some(username)).map_err(|e| anyhow::anyhow!("{}", e.told()))?;
+    validate_password("ADMIN_PASSWORD", pass)
+        .and_then(|()| not_the_username("ADMIN_PASSWORD", pass, username))
+        .map_err(|e| anyhow::anyhow!("{}", e.told()))?;
     let hash = password::hash(pass).map_err(|e| anyhow::anyhow!("{e}"))?;
     let new = NewUser {
         username,

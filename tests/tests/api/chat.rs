@@ -2329,7 +2329,7 @@ async fn a_chat_whose_mcp_server_fails_says_so_and_keeps_the_other_servers_tools
     assert_eq!(warned.len(), 1, "{events:?}");
     let message = warned[0]["message"].as_str().unwrap();
     assert!(message.starts_with("1 of this agent's tool servers"), "{message}");
-    assert!(!message.contains(&broken.to_string()), "{message}");
+    assert!(!message.contains("MCP server"), "no server is named: {message}");
 }
 
 /// An attachment is read no larger than the limit even when its object grew after the upload

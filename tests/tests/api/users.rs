@@ -434,6 +434,34 @@ async fn admin_creates_lists_and_updates_users() {
     app.put(&format!("/user/{id}/password"), Some(&admin), &json!({}))
         .await
         .assert_error(400, 0, "password is required");
+    // An administrator may not set a password to the account's username either, by either
+    // route, and a refusal changes nothing; a blank one is a 400 even for an unknown user.
+    sqlx::query("UPDATE users SET username = 'alice-smith' WHERE id = $1")
+        .bind(id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let before = app.snapshot().await;
+    for path in [format!("/user/{id}/password"), format!("/user/{id}")] {
+        app.put(&path, Some(&admin), &json!({ "role": 2, "password": "Alice-Smith" }))
+            .await
+            .assert_error(400, 0, "password must not be the username");
+    }
+    app.snapshot()
+        .await
+        .assert_unchanged_since(&before, "passwords equal to the username");
+    sqlx::query("UPDATE users SET username = 'alice' WHERE id = $1")
+        .bind(id)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    app.put(
+        "/user/424242/password",
+        Some(&admin),
+        &json!({ "password": "        " }),
+    )
+    .await
+    .assert_error(400, 0, "password must not be only spaces");
     app.put(
         "/user/424242/password",
         Some(&admin),

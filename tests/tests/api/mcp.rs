@@ -1041,20 +1041,8 @@ async fn a_tool_call_that_runs_too_long_is_cut_off_and_its_child_killed() {
 /// dropped, and every call in flight on it failed with it.
 #[tokio::test]
 async fn a_timed_out_call_leaves_the_session_to_the_calls_still_on_it() {
-    let app = spawn_with_stdio(Store::Filesystem, &[("MCP_CALL_TIMEOUT_SECS", "5")]).await;
-    let admin = app.admin_token().await;
-    let (command, args) = everything_stdio();
-    let id = create(
-        &app,
-        &admin,
-        json!({"name": "shared", "transportType": 3, "command": command, "args": args}),
-    )
-    .await;
     // The session is open first, so the long call's limit counts from the call alone.
-    let warm = mcp::call_tool(&app.state, CHATTER, id, "echo", json!({"message": "warm"}))
-        .await
-        .unwrap();
-    assert!(!warm.is_error, "{warm:?}");
+    let (app, _, id) = everything_with_a_session(&[("MCP_CALL_TIMEOUT_SECS", "5")]).await;
     let started = std::time::Instant::now();
     let long = async {
         let answer = mcp::call_tool(
@@ -1104,19 +1092,7 @@ async fn a_timed_out_call_leaves_the_session_to_the_calls_still_on_it() {
 /// chat's call in flight failed with "transport closed".
 #[tokio::test]
 async fn a_connection_test_leaves_the_chats_calls_in_flight_alone() {
-    let app = spawn_with_stdio(Store::Filesystem, &[]).await;
-    let admin = app.admin_token().await;
-    let (command, args) = everything_stdio();
-    let id = create(
-        &app,
-        &admin,
-        json!({"name": "shared", "transportType": 3, "command": command, "args": args}),
-    )
-    .await;
-    let warm = mcp::call_tool(&app.state, CHATTER, id, "echo", json!({"message": "warm"}))
-        .await
-        .unwrap();
-    assert!(!warm.is_error, "{warm:?}");
+    let (app, admin, id) = everything_with_a_session(&[]).await;
     let started = std::time::Instant::now();
     let long = async {
         let args = json!({"duration": 4, "steps": 1});
@@ -1139,6 +1115,25 @@ async fn a_connection_test_leaves_the_chats_calls_in_flight_alone() {
     );
     let long = long.unwrap();
     assert!(!long.is_error, "the call in flight was cut: {long:?}");
+}
+
+/// The app (with `extra` settings), its administrator's token, and server-everything over
+/// stdio with the chatter's session already open.
+async fn everything_with_a_session(extra: &[(&str, &str)]) -> (TestApp, String, i64) {
+    let app = spawn_with_stdio(Store::Filesystem, extra).await;
+    let admin = app.admin_token().await;
+    let (command, args) = everything_stdio();
+    let id = create(
+        &app,
+        &admin,
+        json!({"name": "shared", "transportType": 3, "command": command, "args": args}),
+    )
+    .await;
+    let warm = mcp::call_tool(&app.state, CHATTER, id, "echo", json!({"message": "warm"}))
+        .await
+        .unwrap();
+    assert!(!warm.is_error, "{warm:?}");
+    (app, admin, id)
 }
 
 /// server-everything's operation of 10 s, past the tests' call time limit (2 s).

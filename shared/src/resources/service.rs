@@ -77,7 +77,9 @@ fn new_key(user_id: i64, file_name: &str) -> String {
     let ext = std::path::Path::new(file_name)
         .extension()
         .and_then(|e| e.to_str())
-        .filter(|e| e.len() <= 10 && e.chars().all(|c| c.is_ascii_alphanumeric()))
+        // Not empty: `report.` has the extension "", and a key ending in `.` is not one
+        // `is_issued_key` takes, so its upload could never be completed.
+        .filter(|e| !e.is_empty() && e.len() <= 10 && e.chars().all(|c| c.is_ascii_alphanumeric()))
         .map(|e| format!(".{}", e.to_ascii_lowercase()))
         .unwrap_or_default();
     format!("resources/{user_id}/{}{ext}", uuid::Uuid::new_v4())
@@ -92,7 +94,10 @@ fn is_issued_key(key: &str, prefix: &str) -> bool {
     };
     let (id, ext) = name.split_once('.').unwrap_or((name, ""));
     let ext_ok = ext.len() <= 10 && ext.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    id.len() == 36 && uuid::Uuid::try_parse(id).is_ok() && ext_ok && !(name.contains('.') && ext.is_empty())
+    // Lowercase, as issued: on a filesystem that ignores case, `67E5...` names the same file
+    // as `67e5...`, and one file would be registered twice.
+    let id_ok = id.len() == 36 && uuid::Uuid::try_parse(id).is_ok() && !id.chars().any(|c| c.is_ascii_uppercase());
+    id_ok && ext_ok && !(name.contains('.') && ext.is_empty())
 }
 
 /// A resource's `bizType` as a request gives it: absent when blank.
@@ -414,9 +419,26 @@ mod tests {
             format!("resources/5/{id}.PNG"),
             format!("resources/6/{id}.png"),
             format!("resources/5/x/../{id}.png"),
+            format!("resources/5/{}.png", id.to_uppercase()),
             "resources/5/not-a-uuid.png".to_owned(),
         ] {
             assert!(!is_issued_key(&key, "resources/5/"), "{key}");
+        }
+    }
+
+    #[test]
+    fn every_issued_key_is_taken_back_whatever_the_name() {
+        for name in [
+            "report.",
+            "a..",
+            "...",
+            "photo.PNG",
+            "archive.tar.gz",
+            "noext",
+            "x.toolongextension",
+        ] {
+            let key = new_key(5, name);
+            assert!(is_issued_key(&key, "resources/5/"), "{name}: {key}");
         }
     }
 

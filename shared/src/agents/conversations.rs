@@ -177,10 +177,14 @@ async fn resolve(
         if let Some(c) = repo::find(state.db(), agent_id, own, key).await? {
             let managed = match named {
                 Some(_) => None,
-                None => service::visible(state, user, agent_id)
-                    .await
-                    .ok()
-                    .filter(|a| user.can_manage(a.creator_id)),
+                // Only "not visible" means "not a manager": a database failure taken for it
+                // would answer with the caller's own conversation past the several-owners
+                // refusal (and a delete would take it).
+                None => match service::visible(state, user, agent_id).await {
+                    Ok(a) => Some(a).filter(|a| user.can_manage(a.creator_id)),
+                    Err(AppError::NotFound(_)) => None,
+                    Err(e) => return Err(e),
+                },
             };
             if managed.is_some() && repo::find_any(state.db(), agent_id, key).await?.len() > 1 {
                 return Err(several_owners(agent_id, key));

@@ -191,9 +191,15 @@ pub async fn market(db: &PgPool, viewer: i64) -> sqlx::Result<Vec<AgentRow>> {
     qb.build_query_as().fetch_all(db).await
 }
 
-/// Agents the viewer created or subscribed to. A subscription to an agent its creator has
-/// disabled is kept but not listed (the agent is hidden from the subscriber like any other
-/// disabled one) unless `with_disabled` (administrators, who see every agent).
+/// The most agents `mine` lists. Subscriptions have no cap and an administrator's creations
+/// none either; each row carries its instruction (up to 20,000 characters), and an unpaged
+/// list grew past what a response may carry (6 MB under Lambda), for good.
+pub const MINE_MAX: i64 = 500;
+
+/// Agents the viewer created or subscribed to, the most recently changed first (at most
+/// `MINE_MAX`). A subscription to an agent its creator has disabled is kept but not listed
+/// (the agent is hidden from the subscriber like any other disabled one) unless
+/// `with_disabled` (administrators, who see every agent).
 pub async fn mine(db: &PgPool, viewer: i64, with_disabled: bool) -> sqlx::Result<Vec<AgentRow>> {
     let mut qb = select(viewer);
     qb.push(" WHERE a.creator_id = ")
@@ -204,7 +210,8 @@ pub async fn mine(db: &PgPool, viewer: i64, with_disabled: bool) -> sqlx::Result
     if !with_disabled {
         qb.push(" AND a.status = 1");
     }
-    qb.push(") ORDER BY a.update_dt DESC, a.id DESC");
+    qb.push(") ORDER BY a.update_dt DESC, a.id DESC LIMIT ")
+        .push_bind(MINE_MAX);
     qb.build_query_as().fetch_all(db).await
 }
 
@@ -257,6 +264,13 @@ pub async fn update(db: impl PgExecutor<'_>, id: i64, read: DateTime<Utc>, d: &A
 }
 
 /// Conversations and messages go with the agent (foreign keys cascade).
+pub async fn exists(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM agents WHERE id = $1)")
+        .bind(id)
+        .fetch_one(db)
+        .await
+}
+
 pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
     sqlx::query("DELETE FROM agents WHERE id = $1")
         .bind(id)

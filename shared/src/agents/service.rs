@@ -290,7 +290,11 @@ pub async fn update(state: &AppState, user: &CurrentUser, id: i64, f: AgentField
     let fresh = references::newly_named(&data, &before);
     references::hold(user, agent.creator_id, &mut tx, &data, &fresh).await?;
     if !repo::update(&mut *tx, id, agent.update_dt, &data).await? {
-        return Err(AppError::changed_meanwhile("agent"));
+        // Deleted meanwhile is not "changed": reloading it would find nothing.
+        return Err(match repo::exists(&mut *tx, id).await? {
+            true => AppError::changed_meanwhile("agent"),
+            false => AppError::not_found("agent"),
+        });
     }
     tx.commit().await?;
     let row = repo::find(state.db(), id, user.id)

@@ -693,3 +693,15 @@ async fn a_regular_user_creates_at_most_agent_max_per_user_agents() {
         s.agent(&s.admin, json!({ "name": name })).await;
     }
 }
+
+/// An edit that finds its agent deleted meanwhile answers 404: the 409 it gave said to reload
+/// the agent, and reloading found nothing.
+#[tokio::test]
+async fn an_edit_of_an_agent_deleted_meanwhile_answers_404() {
+    let s = ChatSetup::new().await;
+    let id = s.agent(&s.admin, json!({ "name": "Gone" })).await;
+    let (path, body) = (format!("/agent/{id}"), json!({ "name": "Renamed" }));
+    let edit = s.app.put(&path, Some(&s.admin), &body);
+    let reply = api_tests::while_deleted(&s.app.db, "agents", id, edit).await;
+    reply.assert_error(404, 404, "agent not found");
+}

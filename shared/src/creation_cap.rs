@@ -9,7 +9,7 @@ use sqlx::PgConnection;
 
 use crate::config::Config;
 use crate::domain::CurrentUser;
-use crate::{AppError, AppResult};
+use crate::{AppError, AppResult, AppState};
 
 /// What a regular user creates under a cap of its own.
 #[derive(Debug, Clone, Copy)]
@@ -79,4 +79,11 @@ pub async fn check(conn: &mut PgConnection, config: &Config, user: &CurrentUser,
         )));
     }
     Ok(())
+}
+
+/// `check` outside any transaction, on a pooled connection: before a paid model call or an
+/// upload, so a refused user pays for neither. Creations racing each other may pass it; where
+/// the creation has a transaction it counts again there.
+pub async fn check_early(state: &AppState, user: &CurrentUser, kind: Created) -> AppResult<()> {
+    check(&mut *state.db().acquire().await?, state.config(), user, kind).await
 }

@@ -83,7 +83,7 @@ pub async fn start(
     validate::length("description", &description, 1, 2000)?;
     // The draft is a paid model call: a user the cap refuses is refused before it (and counted
     // again when the agent is created).
-    creation_cap::check(&mut *state.db().acquire().await?, state.config(), user, Created::Agent).await?;
+    creation_cap::check_early(state, user, Created::Agent).await?;
     // Only "none usable" is reworded: a database that failed stays a 503 a client retries.
     let model = gateway::default_model(state, ModelType::Chat)
         .await

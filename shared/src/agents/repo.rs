@@ -263,7 +263,6 @@ pub async fn update(db: impl PgExecutor<'_>, id: i64, read: DateTime<Utc>, d: &A
     Ok(qb.build().execute(db).await?.rows_affected() == 1)
 }
 
-/// Conversations and messages go with the agent (foreign keys cascade).
 pub async fn exists(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<bool> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM agents WHERE id = $1)")
         .bind(id)
@@ -271,6 +270,7 @@ pub async fn exists(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<bool> {
         .await
 }
 
+/// Conversations and messages go with the agent (foreign keys cascade).
 pub async fn delete(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
     sqlx::query("DELETE FROM agents WHERE id = $1")
         .bind(id)

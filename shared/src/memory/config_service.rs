@@ -36,13 +36,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: ConfigRequest) ->
     validate::present("embeddingModelId", req.embedding_model_id)?;
     // Before validation, whose embedding probe is a model call: counted again below, where it
     // cannot race.
-    creation_cap::check(
-        &mut *state.db().acquire().await?,
-        state.config(),
-        user,
-        Created::MemoryConfig,
-    )
-    .await?;
+    creation_cap::check_early(state, user, Created::MemoryConfig).await?;
     let mut row = ConfigRow::builtin();
     row.apply(req);
     row.creator_id = user.id;

@@ -129,7 +129,7 @@ async fn discard(state: &AppState, key: &str) {
 pub async fn create(state: &AppState, user: &CurrentUser, package: &Package, file_name: &str) -> AppResult<SkillRow> {
     // Counted before the package is stored, so a refusal stores nothing; without a
     // transaction across the upload, creations racing each other may pass the cap by a few.
-    creation_cap::check(&mut *state.db().acquire().await?, state.config(), user, Created::Skill).await?;
+    creation_cap::check_early(state, user, Created::Skill).await?;
     let (key, size, meta) = put(state, package, None).await?;
     let new = NewSkill {
         name: &meta.name,

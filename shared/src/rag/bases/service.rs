@@ -206,13 +206,7 @@ pub async fn create(state: &AppState, user: &CurrentUser, req: KbRequest) -> App
         .transpose()?;
     // The probe is a paid model call: a user the cap refuses is refused before it (and counted
     // again under the lock below, where it cannot race).
-    creation_cap::check(
-        &mut *state.db().acquire().await?,
-        state.config(),
-        user,
-        Created::KnowledgeBase,
-    )
-    .await?;
+    creation_cap::check_early(state, user, Created::KnowledgeBase).await?;
     let dimension = match told {
         Some(d) => check_dimension(state, user, model_id, d).await?,
         None => probe_dimension(state, user, model_id).await?,
